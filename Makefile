@@ -1,0 +1,39 @@
+# One entry point for set-up, the demo, checks, tests and benchmarks. `make help` lists them.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help setup run test test-unit check bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n",$$1,$$2}'
+
+$(STAMP): pyproject.toml
+	bash scripts/install-system-deps.sh
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -c 'from pipeline.kafka.local import resolve_classpath; print("kafka jars:", resolve_classpath().lib_dir)'
+	touch $(STAMP)
+
+setup: $(STAMP)  ## install everything (system packages, virtualenv, Kafka jars)
+
+run: setup  ## the main job on embedded defaults: local Kafka + SQLite, two gateways, a live demo
+	$(VENV)/bin/fleet demo
+
+test: setup  ## every test, against a real Kafka broker it starts itself (and PostgreSQL)
+	$(PY) -m pytest
+
+test-unit: setup  ## only tests that need no broker
+	FLEET_SKIP_KAFKA=1 $(PY) -m pytest tests/unit
+
+check: setup  ## ruff + mypy (strict on pipeline/)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check pipeline
+	$(PY) -m mypy
+
+bench: setup  ## benchmarks; ratios against a baseline measured in the same run
+	$(PY) -m bench
+
+clean:  ## remove the virtualenv
+	rm -rf $(VENV)

@@ -1,0 +1,19 @@
+"""The ``fleet`` command: one Typer app, each subsystem adds its own sub-app here."""
+
+from __future__ import annotations
+
+import typer
+
+from . import kafka_cmd
+
+app = typer.Typer(
+    name="fleet",
+    help="fleet-pipeline: signed agent messaging on Apache Kafka.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(kafka_cmd.app, name="kafka")
+
+
+def main() -> None:  # pragma: no cover
+    app()

@@ -1,0 +1,116 @@
+"""One error root for the whole package, with a ``retriable`` flag.
+
+Callers decide what to do from two attributes, never from an ``isinstance`` ladder:
+
+* ``retriable`` -- ``True`` when the same operation may succeed if tried again later
+  (broker unreachable, request timed out, database locked).
+* ``reason`` -- a stable, upper-case reason code. Reason codes are public API: dashboards,
+  alert rules and runbooks key on them, so they never change meaning once released.
+
+The tree::
+
+    FleetError                       (reason, retriable)
+    ├── ConfigError                  bad configuration or CLI input; never retriable
+    ├── LauncherError                the local KRaft broker could not be set up or started
+    │   ├── JavaNotFound             java missing or older than 17
+    │   ├── ArtifactUnresolved       Maven could not resolve a named artifact
+    │   ├── PortInUse                a requested port is taken
+    │   └── BrokerNotReady           the broker never answered; carries the log tail
+    ├── TopologyError                topic layout differs from what we declare (e.g. partitions)
+    ├── EnvelopeError                a record failed decoding or verification; keeps the raw record
+    ├── BrokerError                  a Kafka client call failed (retriable per librdkafka)
+    ├── StoreError                   a database call failed
+    └── DeliveryError                a send could not be routed or confirmed (unknown recipient ...)
+
+Every error keeps its context (the raw record for an envelope error) so the caller can
+dead-letter it: nothing is dropped on an error path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class FleetError(Exception):
+    """Root of every error this package raises on purpose."""
+
+    reason: str = "FLEET_ERROR"
+    retriable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        retriable: bool | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
+        if retriable is not None:
+            self.retriable = retriable
+        self.context: dict[str, Any] = dict(context or {})
+
+    def __str__(self) -> str:
+        return f"[{self.reason}] {super().__str__()}"
+
+
+class ConfigError(FleetError):
+    reason = "CONFIG_INVALID"
+
+
+class LauncherError(FleetError):
+    reason = "LAUNCHER_FAILED"
+
+
+class JavaNotFound(LauncherError):
+    reason = "JAVA_NOT_FOUND"
+
+
+class ArtifactUnresolved(LauncherError):
+    reason = "ARTIFACT_UNRESOLVED"
+
+
+class PortInUse(LauncherError):
+    reason = "PORT_IN_USE"
+
+
+class BrokerNotReady(LauncherError):
+    reason = "BROKER_NOT_READY"
+    retriable = True
+
+
+class TopologyError(FleetError):
+    reason = "TOPOLOGY_MISMATCH"
+
+
+class EnvelopeError(FleetError):
+    """A record that failed decode or verification. ``raw`` keeps it for the dead letter."""
+
+    reason = "MALFORMED_HEADERS"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        raw: Any = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, reason=reason, retriable=False, context=context)
+        self.raw = raw
+
+
+class BrokerError(FleetError):
+    reason = "BROKER_ERROR"
+    retriable = True
+
+
+class StoreError(FleetError):
+    reason = "STORE_ERROR"
+    retriable = True
+
+
+class DeliveryError(FleetError):
+    reason = "DELIVERY_FAILED"

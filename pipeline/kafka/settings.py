@@ -1,0 +1,85 @@
+"""Every librdkafka setting the ack models depend on, set deliberately, in exactly one place.
+
+librdkafka's defaults differ from the Java client's (``enable.idempotence=false``,
+``auto.offset.reset=largest``, ``enable.auto.offset.store=true``, ``partitioner=consistent_random``);
+nothing in this package relies on a default. ``docs/gateway.md`` explains each line.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+
+class AckMode(str, enum.Enum):
+    """How a consumed record is acknowledged, chosen by what a duplicate costs (seed 000 §5).
+
+    * ``AT_LEAST_ONCE`` -- pull path: make the effect durable (held row + dedupe row in one DB
+      transaction), *then* commit the offset. A crash in between redelivers; dedupe absorbs it.
+    * ``AT_MOST_ONCE`` -- forward path: commit the offset synchronously *before* the effect
+      (inject). A crash in between loses the inject visibly (no ``INJECTED`` -> ``FAILED``), never
+      duplicates it.
+    """
+
+    AT_LEAST_ONCE = "at-least-once"
+    AT_MOST_ONCE = "at-most-once"
+
+
+class OffsetReset(str, enum.Enum):
+    """What a group does with no valid committed offset. ``LATEST`` is never used for inboxes:
+    a group that fell off retention must fail loudly (seed 001 scenario 7), not skip."""
+
+    EARLIEST = "earliest"
+    ERROR = "error"
+
+
+def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
+    """Idempotent producer, ``acks=all``: delivery reports play the part of publisher confirms."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,  # no duplicates from internal retries; implies acks=all
+        "acks": "all",
+        "max.in.flight.requests.per.connection": 5,  # the idempotent maximum; order still kept
+        "partitioner": "murmur2_random",  # same key -> same partition as the Java client
+        "linger.ms": 2,
+        "compression.type": "none",
+        "message.timeout.ms": 30000,
+    }
+    conf.update(overrides)
+    return conf
+
+
+def consumer_config(
+    bootstrap: str,
+    group_id: str,
+    *,
+    offset_reset: OffsetReset = OffsetReset.EARLIEST,
+    instance_id: str | None = None,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """Manual commits only, offsets stored by us, never ``latest``; optional static membership."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id,
+        "enable.auto.commit": False,  # we commit, and only when the ack model says so
+        "enable.auto.offset.store": False,  # nothing is marked consumed behind our back
+        "auto.offset.reset": offset_reset.value,
+        "isolation.level": "read_committed",
+        "partition.assignment.strategy": "cooperative-sticky",
+        "session.timeout.ms": 10000,
+        "heartbeat.interval.ms": 1000,
+        "max.poll.interval.ms": 300000,
+        "enable.partition.eof": False,
+    }
+    if instance_id is not None:
+        conf["group.instance.id"] = instance_id  # static membership: a second gateway is fenced
+    conf.update(overrides)
+    return conf
+
+
+def merged(base: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    out = dict(base)
+    if extra:
+        out.update(extra)
+    return out

@@ -1,0 +1,82 @@
+"""Test support shipped with the package: a real broker for tests, plus doubles for handlers.
+
+Broker choice, in order (as confluent-kafka-python's own integration suite picks one):
+
+1. ``KAFKA_BOOTSTRAP`` set -> use that cluster as it is (bring your own).
+2. A Docker engine answers -> testcontainers' Kafka module.
+3. Otherwise -> the local KRaft launcher (:mod:`pipeline.kafka.local`), Maven Central jars.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.kafka.local import LauncherConfig, LocalCluster
+
+
+@dataclass(kw_only=True)
+class BrokerHandle:
+    """A running broker for tests. ``cluster`` is set only when we launched it ourselves."""
+
+    bootstrap: str
+    source: str  # "env" | "testcontainers" | "launcher"
+    version: str | None = None
+    cluster: LocalCluster | None = None
+    _container: Any = field(default=None, repr=False)
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+        if self._container is not None:
+            self._container.stop()
+
+
+def test_broker_dir(name: str) -> Path:
+    """A stable per-user folder, so a crashed run's brokers are reaped by the next run."""
+    return Path(tempfile.gettempdir()) / f"fleet-test-kafka-{os.getuid()}" / name
+
+
+def docker_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        proc = subprocess.run(["docker", "info"], capture_output=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def start_test_broker(*, nodes: int = 1, name: str | None = None) -> BrokerHandle:
+    """Start (or find) a broker as described in the module docstring."""
+    env = os.environ.get("KAFKA_BOOTSTRAP")
+    if env and nodes == 1:
+        return BrokerHandle(bootstrap=env, source="env", version=_remote_version(env))
+    if nodes == 1 and docker_answers():  # pragma: no cover - no Docker engine on our CI
+        from testcontainers.kafka import KafkaContainer
+
+        container = KafkaContainer().with_kraft()
+        container.start()
+        return BrokerHandle(bootstrap=container.get_bootstrap_server(), source="testcontainers",
+                            _container=container)
+    cluster = LocalCluster(
+        LauncherConfig(directory=test_broker_dir(name or f"n{nodes}"), nodes=nodes, heap_mb=512),
+        owned=True,
+    ).start()
+    return BrokerHandle(bootstrap=cluster.bootstrap_servers, source="launcher",
+                        version=cluster.version(), cluster=cluster)
+
+
+def _remote_version(bootstrap: str) -> str | None:
+    return None  # a BYO cluster's version is not exposed by the metadata API
+
+
+def unique_name(prefix: str) -> str:
+    """A topic or group name no other test uses: tests never interfere."""
+    return f"{prefix}.{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,80 @@
+"""Shared fixtures. Real-broker fixtures are session-scoped; names are unique per test."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pipeline.testing import BrokerHandle, start_test_broker, unique_name
+
+
+def _announce(request: pytest.FixtureRequest, line: str) -> None:
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def kafka(request: pytest.FixtureRequest) -> Iterator[BrokerHandle]:
+    """One real broker for the session (KAFKA_BOOTSTRAP, testcontainers, or the launcher)."""
+    handle = start_test_broker(nodes=1, name="single")
+    _announce(request, f"\nkafka broker: source={handle.source} bootstrap={handle.bootstrap} "
+                       f"Kafka version: {handle.version or 'unknown (external)'}")
+    yield handle
+    handle.close()
+
+
+@pytest.fixture(scope="session")
+def kafka3(request: pytest.FixtureRequest) -> Iterator[BrokerHandle]:
+    """A three-node KRaft cluster we control (kill -9, pause, restart a node)."""
+    handle = start_test_broker(nodes=3, name="triple")
+    _announce(request, f"\nkafka 3-node cluster: {handle.bootstrap} Kafka version: {handle.version}")
+    yield handle
+    handle.close()
+
+
+@pytest.fixture
+def admin(kafka: BrokerHandle) -> AdminClient:
+    return AdminClient({"bootstrap.servers": kafka.bootstrap})
+
+
+TopicFactory = Callable[..., str]
+
+
+def make_topic_factory(bootstrap: str) -> TopicFactory:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def create(prefix: str = "t", *, partitions: int = 1, replication: int = 1,
+               config: dict[str, str] | None = None) -> str:
+        name = unique_name(f"test.{prefix}")
+        futures = admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=replication,
+                      config=config or {})]
+        )
+        futures[name].result(timeout=30)
+        return name
+
+    return create
+
+
+@pytest.fixture
+def new_topic(kafka: BrokerHandle) -> TopicFactory:
+    """Create a uniquely named topic on the session broker: ``new_topic("x", partitions=3)``."""
+    return make_topic_factory(kafka.bootstrap)
+
+
+@pytest.fixture
+def group_id() -> str:
+    return unique_name("test.group")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Allow a quick unit-only run: FLEET_SKIP_KAFKA=1 deselects real-broker tests explicitly.
+    if os.environ.get("FLEET_SKIP_KAFKA") == "1":
+        skip = pytest.mark.skip(reason="FLEET_SKIP_KAFKA=1")
+        for item in items:
+            if "kafka" in item.keywords or "cluster3" in item.keywords:
+                item.add_marker(skip)
