@@ -1,0 +1,5 @@
+"""The SQL store: one MetaData, one engine factory; tables live beside the subsystem using them."""
+
+from .engine import make_engine, metadata, session_factory
+
+__all__ = ["make_engine", "metadata", "session_factory"]
