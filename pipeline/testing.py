@@ -63,18 +63,85 @@ def start_test_broker(*, nodes: int = 1, name: str | None = None) -> BrokerHandl
 
         container = KafkaContainer().with_kraft()
         container.start()
-        return BrokerHandle(bootstrap=container.get_bootstrap_server(), source="testcontainers",
-                            _container=container)
+        return BrokerHandle(
+            bootstrap=container.get_bootstrap_server(),
+            source="testcontainers",
+            _container=container,
+        )
     cluster = LocalCluster(
         LauncherConfig(directory=test_broker_dir(name or f"n{nodes}"), nodes=nodes, heap_mb=512),
         owned=True,
     ).start()
-    return BrokerHandle(bootstrap=cluster.bootstrap_servers, source="launcher",
-                        version=cluster.version(), cluster=cluster)
+    return BrokerHandle(
+        bootstrap=cluster.bootstrap_servers,
+        source="launcher",
+        version=cluster.version(),
+        cluster=cluster,
+    )
 
 
 def _remote_version(bootstrap: str) -> str | None:
     return None  # a BYO cluster's version is not exposed by the metadata API
+
+
+@dataclass(kw_only=True)
+class PostgresHandle:
+    """A PostgreSQL server for tests: ``FLEET_TEST_PG_URL`` if set, else a throwaway local one."""
+
+    url: str
+    directory: Path | None = None
+
+    def close(self) -> None:
+        if self.directory is not None:
+            _pg(["pg_ctl", "-D", str(self.directory), "-m", "immediate", "stop"], check=False)
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _pg_bin(tool: str) -> str:
+    found = shutil.which(tool)
+    if found:
+        return found
+    candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{tool}"), reverse=True)
+    if not candidates:
+        raise RuntimeError(f"PostgreSQL tool {tool} not found; install the postgresql package")
+    return str(candidates[0])
+
+
+def _pg(cmd: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    full = [_pg_bin(cmd[0]), *cmd[1:]]
+    if os.getuid() == 0:  # initdb and postgres refuse to run as root
+        full = ["runuser", "-u", "postgres", "--", *full]
+    return subprocess.run(full, capture_output=True, text=True, check=check, timeout=120)
+
+
+def start_test_postgres() -> PostgresHandle:
+    """Start a PostgreSQL on a free loopback port in a temp folder (trust auth, fsync on)."""
+    env = os.environ.get("FLEET_TEST_PG_URL")
+    if env:
+        return PostgresHandle(url=env)
+    from pipeline.kafka.local.ports import free_ports
+
+    directory = Path(tempfile.mkdtemp(prefix="fleet-pg-"))
+    if os.getuid() == 0:
+        shutil.chown(directory, "postgres", "postgres")
+    port = free_ports(1)[0]
+    _pg(["initdb", "-D", str(directory / "data"), "-A", "trust", "-U", "postgres"])
+    _pg(
+        [
+            "pg_ctl",
+            "-D",
+            str(directory / "data"),
+            "-w",
+            "-l",
+            str(directory / "server.log"),
+            "-o",
+            f"-p {port} -k {directory} -c listen_addresses=127.0.0.1",
+            "start",
+        ]
+    )
+    return PostgresHandle(
+        url=f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", directory=directory / "data"
+    )
 
 
 def unique_name(prefix: str) -> str:

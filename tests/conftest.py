@@ -21,8 +21,11 @@ def _announce(request: pytest.FixtureRequest, line: str) -> None:
 def kafka(request: pytest.FixtureRequest) -> Iterator[BrokerHandle]:
     """One real broker for the session (KAFKA_BOOTSTRAP, testcontainers, or the launcher)."""
     handle = start_test_broker(nodes=1, name="single")
-    _announce(request, f"\nkafka broker: source={handle.source} bootstrap={handle.bootstrap} "
-                       f"Kafka version: {handle.version or 'unknown (external)'}")
+    _announce(
+        request,
+        f"\nkafka broker: source={handle.source} bootstrap={handle.bootstrap} "
+        f"Kafka version: {handle.version or 'unknown (external)'}",
+    )
     yield handle
     handle.close()
 
@@ -31,7 +34,9 @@ def kafka(request: pytest.FixtureRequest) -> Iterator[BrokerHandle]:
 def kafka3(request: pytest.FixtureRequest) -> Iterator[BrokerHandle]:
     """A three-node KRaft cluster we control (kill -9, pause, restart a node)."""
     handle = start_test_broker(nodes=3, name="triple")
-    _announce(request, f"\nkafka 3-node cluster: {handle.bootstrap} Kafka version: {handle.version}")
+    _announce(
+        request, f"\nkafka 3-node cluster: {handle.bootstrap} Kafka version: {handle.version}"
+    )
     yield handle
     handle.close()
 
@@ -47,12 +52,23 @@ TopicFactory = Callable[..., str]
 def make_topic_factory(bootstrap: str) -> TopicFactory:
     admin = AdminClient({"bootstrap.servers": bootstrap})
 
-    def create(prefix: str = "t", *, partitions: int = 1, replication: int = 1,
-               config: dict[str, str] | None = None) -> str:
+    def create(
+        prefix: str = "t",
+        *,
+        partitions: int = 1,
+        replication: int = 1,
+        config: dict[str, str] | None = None,
+    ) -> str:
         name = unique_name(f"test.{prefix}")
         futures = admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=replication,
-                      config=config or {})]
+            [
+                NewTopic(
+                    name,
+                    num_partitions=partitions,
+                    replication_factor=replication,
+                    config=config or {},
+                )
+            ]
         )
         futures[name].result(timeout=30)
         return name
@@ -78,3 +94,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "kafka" in item.keywords or "cluster3" in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL for the store contract suites (FLEET_TEST_PG_URL or a local server)."""
+    from pipeline.testing import start_test_postgres
+
+    handle = start_test_postgres()
+    yield handle.url
+    handle.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """Contract-suite parameter: every store test runs on SQLite (WAL) and real PostgreSQL.
+
+    Each PostgreSQL test gets its own schema-less database so tests never see each other's rows.
+    """
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.sqlite'}"
+    base = request.getfixturevalue("postgres_url")
+    import sqlalchemy as sa
+
+    dbname = unique_name("t").replace(".", "_")
+    engine = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{dbname}"'))
+    engine.dispose()
+    return base.rsplit("/", 1)[0] + f"/{dbname}"

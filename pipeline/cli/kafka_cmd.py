@@ -22,7 +22,9 @@ DirOpt = Annotated[Path | None, typer.Option("--dir", help="Cluster folder (stat
 def up(
     nodes: Annotated[int, typer.Option("--nodes", help="1, or 3 for RF 3 / min ISR 2.")] = 1,
     directory: DirOpt = None,
-    port: Annotated[int | None, typer.Option(help="First broker port (default: free ports).")] = None,
+    port: Annotated[
+        int | None, typer.Option(help="First broker port (default: free ports).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the state as JSON.")] = False,
 ) -> None:
     """Start a local cluster in the background and print its bootstrap servers."""
@@ -54,8 +56,13 @@ def status(
     for col in ("node", "port", "controller", "pid", "running"):
         table.add_column(col)
     for n in state["nodes"]:
-        table.add_row(str(n["node_id"]), str(n["port"]), str(n["controller_port"]),
-                      str(n["pid"]), "yes" if n["running"] else "NO")
+        table.add_row(
+            str(n["node_id"]),
+            str(n["port"]),
+            str(n["controller_port"]),
+            str(n["pid"]),
+            "yes" if n["running"] else "NO",
+        )
     console.print(table)
     if not all(n["running"] for n in state["nodes"]):
         raise typer.Exit(1)

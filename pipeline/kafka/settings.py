@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 
-class AckMode(str, enum.Enum):
+class AckMode(enum.StrEnum):
     """How a consumed record is acknowledged, chosen by what a duplicate costs (seed 000 §5).
 
     * ``AT_LEAST_ONCE`` -- pull path: make the effect durable (held row + dedupe row in one DB
@@ -26,7 +26,7 @@ class AckMode(str, enum.Enum):
     AT_MOST_ONCE = "at-most-once"
 
 
-class OffsetReset(str, enum.Enum):
+class OffsetReset(enum.StrEnum):
     """What a group does with no valid committed offset. ``LATEST`` is never used for inboxes:
     a group that fell off retention must fail loudly (seed 001 scenario 7), not skip."""
 

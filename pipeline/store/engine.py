@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import MetaData, event
+from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy import create_engine
 
 metadata = MetaData(
     naming_convention={

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from pipeline.kafka.settings import consumer_config, producer_config
 from pipeline.testing import BrokerHandle
-
-import pytest
 
 pytestmark = pytest.mark.kafka
 
@@ -31,9 +30,13 @@ def test_keyed_round_trip_keeps_headers_and_key(kafka: BrokerHandle, new_topic, 
     producer = Producer(producer_config(kafka.bootstrap))
     reports: list = []
     for i in range(30):
-        producer.produce(topic, key=f"gid-{i % 5}".encode(), value=f"body-{i}".encode(),
-                         headers=[("msgId", f"m{i}".encode()), ("kind", b"SEND")],
-                         on_delivery=lambda err, msg: reports.append((err, msg)))
+        producer.produce(
+            topic,
+            key=f"gid-{i % 5}".encode(),
+            value=f"body-{i}".encode(),
+            headers=[("msgId", f"m{i}".encode()), ("kind", b"SEND")],
+            on_delivery=lambda err, msg: reports.append((err, msg)),
+        )
     assert producer.flush(30) == 0
     assert all(err is None for err, _ in reports) and len(reports) == 30
     consumer = Consumer(consumer_config(kafka.bootstrap, group_id))
@@ -55,7 +58,9 @@ def test_keyed_round_trip_keeps_headers_and_key(kafka: BrokerHandle, new_topic, 
     assert len(partitions_per_key) == 5
 
 
-def test_idempotent_producer_with_acks_all_is_really_configured(kafka: BrokerHandle, new_topic) -> None:
+def test_idempotent_producer_with_acks_all_is_really_configured(
+    kafka: BrokerHandle, new_topic
+) -> None:
     topic = new_topic("idem")
     conf = producer_config(kafka.bootstrap)
     assert conf["enable.idempotence"] is True and conf["acks"] == "all"
@@ -63,15 +68,23 @@ def test_idempotent_producer_with_acks_all_is_really_configured(kafka: BrokerHan
     errors: list = []
     offsets: list[int] = []
     for i in range(200):
-        producer.produce(topic, key=b"k", value=str(i).encode(),
-                         on_delivery=lambda err, msg: errors.append(err) if err else offsets.append(msg.offset()))
+        producer.produce(
+            topic,
+            key=b"k",
+            value=str(i).encode(),
+            on_delivery=lambda err, msg: (
+                errors.append(err) if err else offsets.append(msg.offset())
+            ),
+        )
     assert producer.flush(30) == 0
     assert errors == []
     # idempotent producer: contiguous offsets, no gaps, no duplicates
     assert sorted(offsets) == list(range(200))
 
 
-def test_committed_offset_survives_consumer_restart(kafka: BrokerHandle, new_topic, group_id) -> None:
+def test_committed_offset_survives_consumer_restart(
+    kafka: BrokerHandle, new_topic, group_id
+) -> None:
     topic = new_topic("commit")
     producer = Producer(producer_config(kafka.bootstrap))
     for i in range(10):
@@ -100,5 +113,8 @@ def test_unknown_topic_is_an_error_not_a_black_hole(kafka: BrokerHandle) -> None
     producer.flush(10)
     if kafka.source == "launcher":
         assert len(errors) == 1 and errors[0] is not None
-        assert errors[0].code() in (KafkaError._MSG_TIMED_OUT, KafkaError.UNKNOWN_TOPIC_OR_PART,
-                                    KafkaError._UNKNOWN_TOPIC)
+        assert errors[0].code() in (
+            KafkaError._MSG_TIMED_OUT,
+            KafkaError.UNKNOWN_TOPIC_OR_PART,
+            KafkaError._UNKNOWN_TOPIC,
+        )

@@ -42,7 +42,9 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 _MISSING = re.compile(
     r"(?:Could not find artifact|Failure to find|Could not resolve dependencies for project)\s+(\S+)"
 )
-_MISSING_IN_LIST = re.compile(r"The following artifacts could not be resolved: ([^:]+:[^:]+:[^:]+:[^\s:,]+)")
+_MISSING_IN_LIST = re.compile(
+    r"The following artifacts could not be resolved: ([^:]+:[^:]+:[^:]+:[^\s:,]+)"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +73,9 @@ def resolve_classpath(
     mvn: str | None = None,
 ) -> BrokerClasspath:
     """Return the cached classpath for ``kafka_version``, resolving it with Maven the first time."""
-    root = (cache_dir or default_cache_dir()) / f"kafka_{SCALA_BINARY}-{kafka_version}-log4j-{log4j_version}"
+    root = (
+        cache_dir or default_cache_dir()
+    ) / f"kafka_{SCALA_BINARY}-{kafka_version}-log4j-{log4j_version}"
     lib = root / "lib"
     marker = root / ".complete"
     if marker.exists() and any(lib.glob("kafka_*.jar")):
@@ -89,14 +93,22 @@ def resolve_classpath(
     pom = root / "pom.xml"
     pom.write_text(_POM.format(scala=SCALA_BINARY, kafka=kafka_version, log4j=log4j_version))
     cmd = [
-        maven, "-B", "-q", "-f", str(pom),
-        "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
+        maven,
+        "-B",
+        "-q",
+        "-f",
+        str(pom),
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={staging}",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900)
     if proc.returncode != 0:
         output = proc.stdout + proc.stderr
         match = _MISSING_IN_LIST.search(output) or _MISSING.search(output)
-        artifact = match.group(1) if match else f"org.apache.kafka:kafka_{SCALA_BINARY}:{kafka_version}"
+        artifact = (
+            match.group(1) if match else f"org.apache.kafka:kafka_{SCALA_BINARY}:{kafka_version}"
+        )
         tail = "\n".join(line for line in output.splitlines() if "ERROR" in line)[-1500:]
         raise ArtifactUnresolved(
             f"Maven could not resolve the Kafka broker artifact {artifact} "

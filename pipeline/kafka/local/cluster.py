@@ -130,8 +130,7 @@ class LocalCluster:
 
         wanted = brokers if brokers is not None else sum(1 for n in self.nodes if n.is_running())
         deadline = time.monotonic() + (timeout or self.config.ready_timeout_s)
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0,
-                             "logger": _quiet_logger})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
         last_error = "no answer yet"
         while time.monotonic() < deadline:
             for node in self.nodes:
@@ -147,7 +146,7 @@ class LocalCluster:
                 if len(md.brokers) >= wanted and md.controller_id is not None:
                     return
                 last_error = f"{len(md.brokers)} of {wanted} brokers visible"
-            except Exception as exc:  # noqa: BLE001 - any client error means "not yet"
+            except Exception as exc:
                 last_error = str(exc)
             time.sleep(0.25)
         tails = "\n".join(n.log_tail() for n in self.nodes)
@@ -194,21 +193,31 @@ class LocalCluster:
         """Rebuild a handle on a cluster some other process started in ``directory``."""
         path = directory / STATE_FILE
         if not path.exists():
-            raise ConfigError(f"no local Kafka cluster recorded in {directory} (no {STATE_FILE})",
-                              reason="NO_CLUSTER")
+            raise ConfigError(
+                f"no local Kafka cluster recorded in {directory} (no {STATE_FILE})",
+                reason="NO_CLUSTER",
+            )
         data = json.loads(path.read_text())
         nodes_data = data["nodes"]
-        cluster = cls(LauncherConfig(directory=directory, nodes=len(nodes_data),
-                                     kafka_version=data["kafka_version"]))
+        cluster = cls(
+            LauncherConfig(
+                directory=directory, nodes=len(nodes_data), kafka_version=data["kafka_version"]
+            )
+        )
         cluster.cluster_id = data["cluster_id"]
         java = find_java(None)
         classpath = resolve_classpath(kafka_version=data["kafka_version"])
         cluster.classpath = classpath
         voters = ",".join(f"{n['node_id']}@127.0.0.1:{n['controller_port']}" for n in nodes_data)
         for n in nodes_data:
-            spec = NodeSpec(node_id=n["node_id"], port=n["port"], controller_port=n["controller_port"],
-                            directory=Path(n["directory"]), voters=voters,
-                            replication=len(nodes_data))
+            spec = NodeSpec(
+                node_id=n["node_id"],
+                port=n["port"],
+                controller_port=n["controller_port"],
+                directory=Path(n["directory"]),
+                voters=voters,
+                replication=len(nodes_data),
+            )
             node = KafkaNode(spec, java=java, classpath=classpath, owned=False)
             if n.get("pid"):
                 node.adopt(int(n["pid"]))
@@ -273,13 +282,9 @@ def reap_stale(directory: Path) -> int:
         return 0
     try:
         stale = LocalCluster.attach(directory)
-    except Exception:  # noqa: BLE001 - unreadable state: nothing we can safely kill
+    except Exception:
         path.unlink(missing_ok=True)
         return 0
     count = sum(1 for n in stale.nodes if n.is_running())
     stale.stop(timeout=10)
     return count
-
-
-def _quiet_logger(*_args: Any, **_kw: Any) -> None:  # librdkafka log callback placeholder
-    return None

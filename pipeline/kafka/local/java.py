@@ -26,7 +26,8 @@ def _major(version: str) -> int:
     parts = version.split(".")
     if parts[0] == "1" and len(parts) > 1:
         return int(parts[1])
-    return int(re.match(r"\d+", parts[0]).group(0)) if re.match(r"\d+", parts[0]) else 0
+    lead = re.match(r"\d+", parts[0])
+    return int(lead.group(0)) if lead else 0
 
 
 def find_java(explicit: str | None = None) -> JavaRuntime:

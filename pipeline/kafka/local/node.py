@@ -148,8 +148,13 @@ class KafkaNode:
 
     def format(self, cluster_id: str) -> None:
         cmd = self._jvm(
-            "kafka.tools.StorageTool", "format", "-t", cluster_id,
-            "-c", str(self.properties_file), "--ignore-formatted",
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(self.properties_file),
+            "--ignore-formatted",
         )
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
         if proc.returncode != 0:

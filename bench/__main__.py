@@ -1,0 +1,36 @@
+"""Run every ``bench/bench_*.py`` (or those named): ``python -m bench [name ...] [--quick]``.
+
+Each module exposes ``main(quick: bool) -> dict``; results are printed and written as JSON to
+``bench/results/<name>.json``. Machines here are shared and noisy: read ratios, not absolutes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    quick = "--quick" in sys.argv
+    here = Path(__file__).parent
+    names = args or sorted(
+        m.name for m in pkgutil.iter_modules([str(here)]) if m.name.startswith("bench_")
+    )
+    out = here / "results"
+    out.mkdir(exist_ok=True)
+    for name in names:
+        module = importlib.import_module(
+            f"bench.{name if name.startswith('bench_') else 'bench_' + name}"
+        )
+        print(f"== {module.__name__}", flush=True)
+        result = module.main(quick)
+        print(json.dumps(result, indent=2), flush=True)
+        (out / f"{module.__name__.split('.')[-1]}.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Failure handling: handler outcomes, retries, dead letters, per-key quarantine."""

@@ -1,0 +1,61 @@
+"""Handler outcomes: a closed type. The runtime does exactly one thing per outcome.
+
+``Ack`` -- done; the record counts as handled for the commit watermark.
+``Retry(delay_s)`` -- transient failure; the partition is paused and the record retried after the
+delay without blocking ``poll`` (so ``max.poll.interval.ms`` is never blown).
+``DeadLetter(reason)`` -- permanent failure; the record goes to the DLQ with its context, then
+counts as handled.
+``Quarantine(reason)`` -- like ``DeadLetter`` and the record's key is quarantined: later records of
+that key are parked in order until an operator releases it.
+
+Reason strings are public API (dashboards, alert rules and runbooks key on them).
+Exceptions map onto outcomes through :func:`outcome_for`: a ``FleetError`` with
+``retriable=True`` becomes ``Retry``, any other ``FleetError`` a ``DeadLetter`` with its reason,
+and an unexpected exception a ``Retry`` (then ``DeadLetter`` once the budget is spent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.errors import FleetError
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    delay_s: float | None = None  # None: let the backoff policy choose
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    reason: str
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantine:
+    reason: str
+    error: str = ""
+
+
+Outcome = Ack | Retry | DeadLetter | Quarantine
+
+ACK = Ack()
+
+HANDLER_ERROR = "HANDLER_ERROR"
+RETRIES_EXHAUSTED = "RETRIES_EXHAUSTED"
+
+
+def outcome_for(exc: BaseException) -> Outcome:
+    """Map an exception raised by a handler onto an outcome via its ``retriable`` flag."""
+    if isinstance(exc, FleetError):
+        if exc.retriable:
+            return Retry(error=str(exc))
+        return DeadLetter(reason=exc.reason, error=str(exc))
+    return Retry(error=f"{type(exc).__name__}: {exc}")
