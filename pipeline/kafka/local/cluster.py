@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -98,6 +99,9 @@ class LocalCluster:
         self.cluster_id = new_cluster_id()
         voters = ",".join(f"{i + 1}@127.0.0.1:{cp}" for i, cp in enumerate(controller_ports))
         cfg.directory.mkdir(parents=True, exist_ok=True)
+        for old in cfg.directory.glob("node-*"):
+            # `up` always starts a fresh cluster: a new cluster id cannot reuse old storage.
+            shutil.rmtree(old, ignore_errors=True)
         for i in range(cfg.nodes):
             spec = NodeSpec(
                 node_id=i + 1,
