@@ -78,7 +78,7 @@ def decode(name: str, data: bytes | None) -> dict[str, Any]:
     buf = io.BytesIO(data[2:])
     try:
         record = fastavro.schemaless_reader(buf, writer, reader)
-    except Exception as exc:  # noqa: BLE001 - truncated or corrupt bytes of any kind
+    except Exception as exc:  # truncated or corrupt bytes of any kind
         raise EnvelopeError(
             f"{name}: cannot decode: {exc}", reason=SCHEMA_INVALID, raw=data
         ) from exc

@@ -150,7 +150,7 @@ class LocalCluster:
                 if len(md.brokers) >= wanted and md.controller_id is not None:
                     return
                 last_error = f"{len(md.brokers)} of {wanted} brokers visible"
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any client error means "not yet"
                 last_error = str(exc)
             time.sleep(0.25)
         tails = "\n".join(n.log_tail() for n in self.nodes)
@@ -286,7 +286,7 @@ def reap_stale(directory: Path) -> int:
         return 0
     try:
         stale = LocalCluster.attach(directory)
-    except Exception:
+    except Exception:  # noqa: BLE001 - unreadable state: nothing safe to kill
         path.unlink(missing_ok=True)
         return 0
     count = sum(1 for n in stale.nodes if n.is_running())
