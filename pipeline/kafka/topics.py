@@ -22,6 +22,8 @@ def check_name(value: str, *, what: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class TopicNames:
+    """Every topic and group name the fleet uses, from one prefix (see DESIGN §1 topology)."""
+
     prefix: str = "fleet."
 
     def inbox(self, host: str) -> str:

@@ -1,0 +1,78 @@
+"""Issue 2 on three KRaft nodes: kill -9 of a partition leader loses no acknowledged record."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from pipeline.kafka.settings import consumer_config, producer_config
+from pipeline.testing import BrokerHandle, unique_name
+from tests.conftest import make_topic_factory
+
+pytestmark = [pytest.mark.kafka, pytest.mark.cluster3, pytest.mark.slow]
+
+
+def test_leader_kill9_loses_no_acknowledged_record_and_group_carries_on(
+    kafka3: BrokerHandle,
+) -> None:
+    """Seed 001 'at-least-once': acks=all + min ISR 2 means a delivery report is a promise."""
+    assert kafka3.cluster is not None
+    cluster = kafka3.cluster
+    topic = make_topic_factory(kafka3.bootstrap)(
+        "leaderkill", partitions=1, replication=3, config={"min.insync.replicas": "2"}
+    )
+    group = unique_name("test.group")
+    leader = cluster.leader_of(topic, 0)
+
+    acked: list[int] = []
+    failed: list[int] = []
+    producer = Producer(producer_config(kafka3.bootstrap, **{"message.timeout.ms": 60000}))
+
+    def report(err, msg) -> None:  # type: ignore[no-untyped-def]
+        (failed if err else acked).append(int(msg.value()))
+
+    consumed: list[int] = []
+    consumer = Consumer(consumer_config(kafka3.bootstrap, group))
+    consumer.subscribe([topic])
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            msg = consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            consumed.append(int(msg.value()))
+            consumer.commit(message=msg, asynchronous=True)
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    total = 3000
+    for i in range(total):
+        producer.produce(topic, key=b"k", value=str(i).encode(), on_delivery=report)
+        producer.poll(0)
+        if i == total // 3:
+            producer.flush(30)
+            cluster.kill(leader)  # kill -9 the partition leader mid-stream
+        if i % 100 == 0:
+            time.sleep(0.01)
+    assert producer.flush(90) == 0
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not set(acked) <= set(consumed):
+        time.sleep(0.2)
+    stop.set()
+    reader.join(10)
+    consumer.close()
+    new_leader = cluster.leader_of(topic, 0)
+    cluster.restart(leader)  # leave the session cluster whole for later tests
+
+    assert new_leader != leader, "leadership must move off the killed node"
+    assert len(acked) > total // 2, "most records were acknowledged"
+    missing = set(acked) - set(consumed)
+    assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
+    # the group kept consuming past the kill: records produced after it arrived too
+    assert max(consumed) > total // 3
+    # idempotent producer: the log holds no duplicates of acknowledged records
+    assert len(consumed) == len(set(consumed))
