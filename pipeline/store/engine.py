@@ -31,12 +31,21 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            # Let SQLAlchemy own transactions: pysqlite's implicit BEGIN defers the write lock
+            # and breaks SAVEPOINT; we begin explicitly (below) instead.
+            dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Any) -> None:
+            # IMMEDIATE takes the write lock up front: two processes (gateway and relay) never
+            # deadlock upgrading a read lock, they wait on busy_timeout instead.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     else:
         kwargs.setdefault("pool_pre_ping", True)
