@@ -147,3 +147,119 @@ def start_test_postgres() -> PostgresHandle:
 def unique_name(prefix: str) -> str:
     """A topic or group name no other test uses: tests never interfere."""
     return f"{prefix}.{uuid.uuid4().hex[:12]}"
+
+
+# -- doubles for users' handler tests --------------------------------------------------------
+
+
+class FakeMessage:
+    """Quacks like ``confluent_kafka.Message`` for :class:`FakeConsumer`."""
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None = None,
+        timestamp_ms: int = 0,
+    ) -> None:
+        self._t, self._p, self._o = topic, partition, offset
+        self._k, self._v, self._h, self._ts = key, value, headers or [], timestamp_ms
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def value(self) -> bytes | None:
+        return self._v
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return self._h
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self._ts)
+
+    def error(self) -> None:
+        return None
+
+
+class FakeConsumer:
+    """An in-memory consumer for unit tests of handlers and the runtime.
+
+    Holds per-partition logs; ``consume`` returns records from the current positions of
+    unpaused partitions; ``commit`` records committed offsets (``fail_commits`` makes it fail);
+    ``seek``/``pause``/``resume`` behave like librdkafka's. Not a broker: integration tests use
+    the real one.
+    """
+
+    def __init__(self, conf: dict[str, Any] | None = None) -> None:
+        self.conf = dict(conf or {})
+        self.logs: dict[tuple[str, int], list[FakeMessage]] = {}
+        self.position: dict[tuple[str, int], int] = {}
+        self.committed: dict[tuple[str, int], int] = {}
+        self.paused: set[tuple[str, int]] = set()
+        self.fail_commits: Any = None  # a KafkaError to raise from commit, or None
+        self.commit_calls = 0
+        self.closed = False
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> FakeMessage:
+        log = self.logs.setdefault((topic, partition), [])
+        msg = FakeMessage(topic, partition, len(log), key, value, headers)
+        log.append(msg)
+        self.position.setdefault((topic, partition), self.committed.get((topic, partition), 0))
+        return msg
+
+    def subscribe(self, topics: list[str], **_callbacks: Any) -> None:
+        self.topics = topics
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
+        out: list[FakeMessage] = []
+        for tp, log in sorted(self.logs.items()):
+            if tp in self.paused:
+                continue
+            pos = self.position.get(tp, 0)
+            take = log[pos : pos + num_messages - len(out)]
+            out.extend(take)
+            self.position[tp] = pos + len(take)
+            if len(out) >= num_messages:
+                break
+        return out
+
+    def commit(self, offsets: list[Any] | None = None, asynchronous: bool = True) -> list[Any]:
+        from confluent_kafka import KafkaException
+
+        self.commit_calls += 1
+        if self.fail_commits is not None:
+            raise KafkaException(self.fail_commits)
+        for tp in offsets or []:
+            self.committed[(tp.topic, tp.partition)] = tp.offset
+        return list(offsets or [])
+
+    def seek(self, tp: Any) -> None:
+        self.position[(tp.topic, tp.partition)] = tp.offset
+
+    def pause(self, tps: list[Any]) -> None:
+        self.paused.update((tp.topic, tp.partition) for tp in tps)
+
+    def resume(self, tps: list[Any]) -> None:
+        self.paused.difference_update((tp.topic, tp.partition) for tp in tps)
+
+    def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,441 @@
+"""The consumer runtime: poll a batch, decide every record, one transaction, commit, effects.
+
+Per batch, in this order (``docs/runtime.md`` has the crash windows):
+
+1. **Decide** each record in partition order: parked if its key is quarantined; dropped if its
+   ``msgId`` was already applied (dedupe); else the handler stages its writes and returns an
+   outcome. ``Retry`` blocks the rest of that partition for this batch (order is kept) and is
+   rescheduled by pausing the partition (``poll`` goes on, so ``max.poll.interval.ms`` is never
+   blown). A spent retry budget becomes ``Quarantine`` (ordered flows) or ``DeadLetter``.
+2. **One database transaction** for the whole batch: dedupe rows, effects, dead letters, parks.
+   If it fails, nothing is committed and the batch is re-read after a backoff.
+3. **Synchronous offset commit** of each partition's handled prefix, checking every partition's
+   result. An offset is committed only when every earlier record of that partition is durable
+   (pull: at-least-once) or deliberately given up (forward: at-most-once).
+4. **After-commit effects** (the forward path's inject) -- only when the commit succeeded. On a
+   commit error nothing is injected: a visible loss, never a double injection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipeline.errors import FleetError
+from pipeline.failures.outcomes import (
+    RETRIES_EXHAUSTED,
+    Ack,
+    DeadLetter,
+    Outcome,
+    Quarantine,
+    Retry,
+    outcome_for,
+)
+from pipeline.failures.retry import BackoffPolicy
+from pipeline.kafka.settings import OffsetReset, consumer_config
+
+from .commits import commit_offsets
+from .dedupe import dedupe_table, seen_ids
+from .metrics import RuntimeMetrics
+from .ports import DeadLetterSink, Handler, QuarantinePort
+from .record import Record
+from .staging import Staged
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+class FencedError(FleetError):
+    """Another member with our ``group.instance.id`` took over (or we are a zombie): stop."""
+
+    reason = "FENCED"
+
+
+class OffsetsLostError(FleetError):
+    """The committed offset fell off retention; we refuse to skip (seed 001 scenario 7)."""
+
+    reason = "OFFSETS_LOST"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeConfig:
+    bootstrap: str
+    group_id: str
+    topics: tuple[str, ...]
+    instance_id: str | None = None
+    scope: str | None = None  # dedupe/quarantine scope; defaults to the group id
+    dedupe_header: str = "msgId"
+    ordered: bool = True  # spent retries quarantine the key (True) or just dead-letter (False)
+    batch_size: int = 500
+    poll_timeout_s: float = 0.05
+    retry: BackoffPolicy = field(default_factory=BackoffPolicy)
+    offset_reset: OffsetReset = OffsetReset.EARLIEST
+    release_check_s: float = 1.0
+    consumer_overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def dedupe_scope(self) -> str:
+        return self.scope or self.group_id
+
+
+@dataclass
+class _Attempts:
+    count: int
+    first_ms: int
+    last_ms: int
+
+
+@dataclass
+class _Batch:
+    staged: Staged = field(default_factory=Staged)
+    next_offset: dict[TP, int] = field(default_factory=dict)
+    first_offset: dict[TP, int] = field(default_factory=dict)
+    blocked: dict[TP, tuple[int, float]] = field(default_factory=dict)  # tp -> (offset, delay)
+    applied_ids: set[str] = field(default_factory=set)
+    quarantined: set[str] = field(default_factory=set)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def count(self, outcome: str) -> None:
+        self.counts[outcome] = self.counts.get(outcome, 0) + 1
+
+
+def _park(q: QuarantinePort, scope: str, key: str, rec: Record, session: Session) -> None:
+    q.park(session, scope, key, rec)
+
+
+def _quarantine(
+    q: QuarantinePort, scope: str, key: str, reason: str, ref: str, session: Session
+) -> None:
+    q.quarantine(session, scope, key, reason, ref)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ConsumerRuntime:
+    """Runs one consumer-group member. See the module docstring for the per-batch contract."""
+
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        *,
+        handler: Handler,
+        sessions: sessionmaker[Session],
+        dead_letters: DeadLetterSink,
+        quarantine: QuarantinePort | None = None,
+        metrics: RuntimeMetrics | None = None,
+        consumer_factory: Callable[[dict[str, Any]], Any] = Consumer,
+    ) -> None:
+        self.config = config
+        self.handler = handler
+        self.sessions = sessions
+        self.dead_letters = dead_letters
+        self.quarantine = quarantine
+        self.metrics = metrics
+        conf = consumer_config(
+            config.bootstrap,
+            config.group_id,
+            offset_reset=config.offset_reset,
+            instance_id=config.instance_id,
+            **dict(config.consumer_overrides),
+        )
+        self.consumer = consumer_factory(conf)
+        self._attempts: dict[tuple[str, int, int], _Attempts] = {}
+        self._paused: dict[TP, float] = {}
+        self._assigned: set[TP] = set()
+        self._next_release_check = 0.0
+        self.batches = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def subscribe(self) -> None:
+        self.consumer.subscribe(
+            list(self.config.topics),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    def run(self, stop: threading.Event) -> None:
+        self.subscribe()
+        try:
+            while not stop.is_set():
+                self.step()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError):  # already closed
+            self.consumer.close()
+
+    # -- rebalance ---------------------------------------------------------------------------
+    def _count_rebalance(self, kind: str) -> None:
+        if self.metrics:
+            self.metrics.rebalances.labels(self.config.group_id, kind).inc()
+
+    def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self._assigned.update((tp.topic, tp.partition) for tp in partitions)
+        self._count_rebalance("assign")
+
+    def _forget(self, partitions: list[TopicPartition]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        self._assigned -= gone
+        for tp in gone:
+            self._paused.pop(tp, None)
+        self._attempts = {k: v for k, v in self._attempts.items() if (k[0], k[1]) not in gone}
+
+    def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        # Every batch commits synchronously before the next poll: nothing pending to flush.
+        self._forget(partitions)
+        self._count_rebalance("revoke")
+
+    def _on_lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self._forget(partitions)
+        self._count_rebalance("lost")
+
+    # -- one step ----------------------------------------------------------------------------
+    def step(self) -> int:
+        """Poll once and process what came back; returns the number of records seen."""
+        self._resume_due()
+        self._maybe_release()
+        messages = self.consumer.consume(self.config.batch_size, self.config.poll_timeout_s)
+        records: list[Record] = []
+        for msg in messages:
+            err = msg.error()
+            if err is None:
+                records.append(Record.from_message(msg))
+                continue
+            self._on_consume_error(err, msg)
+        if records:
+            self.process(records)
+        return len(records)
+
+    def _on_consume_error(self, err: KafkaError, msg: Any) -> None:
+        if err.code() == KafkaError._AUTO_OFFSET_RESET:
+            raise OffsetsLostError(
+                f"group {self.config.group_id}: committed offset of {msg.topic()}"
+                f"[{msg.partition()}] is no longer on the broker (retention deleted it); "
+                f"refusing to skip: {err.str()}",
+                context={"topic": msg.topic(), "partition": msg.partition()},
+            )
+        if err.fatal():
+            raise FencedError(f"fatal consumer error: {err.str()}")
+        log.warning("consume error (librdkafka retries it): %s", err.str())
+
+    def process(self, records: list[Record], *, releasing: str | None = None) -> None:
+        cfg = self.config
+        scope = cfg.dedupe_scope
+        batch = _Batch()
+        ids = [i for r in records if (i := r.header_str(cfg.dedupe_header))]
+        with self.sessions() as session:
+            already = seen_ids(session, scope, ids) if ids else set()
+        now = _now_ms()
+        for rec in records:
+            tp = rec.tp
+            batch.first_offset.setdefault(tp, rec.offset)
+            if tp in batch.blocked:
+                continue
+            self._decide(rec, batch, already, now, releasing=releasing)
+        if releasing is not None and batch.blocked:
+            return  # a released record still fails transiently: keep the quarantine, try later
+        if not self._flush(batch, records, releasing=releasing):
+            return
+        if releasing is None:
+            result = commit_offsets(self.consumer, batch.next_offset)
+            if not result.ok:
+                if self.metrics:
+                    self.metrics.commit_failures.labels(cfg.group_id).inc()
+                if result.fenced:
+                    raise FencedError(
+                        f"group {cfg.group_id} member {cfg.instance_id or '(dynamic)'} was "
+                        f"fenced: another gateway with the same id took over, or this one "
+                        f"stalled past its session timeout. Nothing from this batch is "
+                        f"injected. {'; '.join(result.errors)}"
+                    )
+                log.error("offset commit failed, forward effects skipped: %s", result.errors)
+                return
+        for effect in batch.staged.effects:
+            try:
+                effect()
+            except Exception:
+                log.exception("after-commit effect failed")
+        self._schedule_retries(batch)
+        self.batches += 1
+        if self.metrics:
+            for outcome, n in batch.counts.items():
+                self.metrics.records.labels(cfg.group_id, outcome).inc(n)
+
+    def _decide(
+        self,
+        rec: Record,
+        batch: _Batch,
+        already: set[str],
+        now: int,
+        *,
+        releasing: str | None,
+    ) -> None:
+        cfg = self.config
+        scope = cfg.dedupe_scope
+        tp = rec.tp
+        key = rec.key_str
+        if (
+            self.quarantine is not None
+            and key is not None
+            and key != releasing
+            and (key in batch.quarantined or self.quarantine.is_quarantined(scope, key))
+        ):
+            batch.staged.call(functools.partial(_park, self.quarantine, scope, key, rec))
+            batch.next_offset[tp] = rec.offset + 1
+            batch.count("parked")
+            return
+        msg_id = rec.header_str(cfg.dedupe_header)
+        if msg_id is not None and (msg_id in already or msg_id in batch.applied_ids):
+            batch.next_offset[tp] = rec.offset + 1
+            batch.count("duplicate")
+            if self.metrics:
+                self.metrics.dedupe_hits.labels(cfg.group_id).inc()
+            return
+        tx = Staged()
+        try:
+            outcome: Outcome = self.handler.handle(rec, tx)
+        except Exception as exc:  # noqa: BLE001 - every handler error maps onto an outcome
+            outcome = outcome_for(exc)
+        if isinstance(outcome, Retry):
+            akey = (rec.topic, rec.partition, rec.offset)
+            att = self._attempts.get(akey) or _Attempts(0, now, now)
+            att.count += 1
+            att.last_ms = now
+            self._attempts[akey] = att
+            if not cfg.retry.exhausted(att.count):
+                delay = outcome.delay_s if outcome.delay_s is not None else None
+                batch.blocked[tp] = (
+                    rec.offset,
+                    cfg.retry.delay_for(att.count) if delay is None else delay,
+                )
+                batch.count("retry")
+                return
+            error = f"{RETRIES_EXHAUSTED} after {att.count} attempts: {outcome.error}"
+            outcome = (
+                Quarantine(reason=RETRIES_EXHAUSTED, error=error)
+                if cfg.ordered and key is not None
+                else DeadLetter(reason=RETRIES_EXHAUSTED, error=error)
+            )
+        self._settle(rec, outcome, tx, batch, msg_id, now)
+
+    def _settle(
+        self,
+        rec: Record,
+        outcome: Ack | DeadLetter | Quarantine,
+        tx: Staged,
+        batch: _Batch,
+        msg_id: str | None,
+        now: int,
+    ) -> None:
+        scope = self.config.dedupe_scope
+        key = rec.key_str
+        batch.next_offset[rec.tp] = rec.offset + 1
+        att_info = self._attempts.pop((rec.topic, rec.partition, rec.offset), None) or _Attempts(
+            1, now, now
+        )
+        if isinstance(outcome, Ack):
+            batch.staged.merge(tx)
+            if msg_id is not None:
+                batch.applied_ids.add(msg_id)
+                batch.staged.insert(
+                    dedupe_table, {"scope": scope, "msg_id": msg_id, "seen_at_ms": now}
+                )
+            batch.count("ack")
+            return
+        self.dead_letters.stage(
+            batch.staged,
+            rec,
+            reason=outcome.reason,
+            error=outcome.error[:1024],
+            attempts=att_info.count,
+            first_failure_ms=att_info.first_ms,
+            last_failure_ms=att_info.last_ms,
+        )
+        if isinstance(outcome, Quarantine) and self.quarantine is not None and key is not None:
+            ref = f"{rec.topic}/{rec.partition}/{rec.offset}"
+            batch.staged.call(
+                functools.partial(_quarantine, self.quarantine, scope, key, outcome.reason, ref)
+            )
+            batch.quarantined.add(key)
+            batch.count("quarantine")
+        else:
+            batch.count("dead_letter")
+
+    def _flush(self, batch: _Batch, records: list[Record], *, releasing: str | None) -> bool:
+        if batch.staged.empty() and not batch.next_offset and releasing is None:
+            return True
+        try:
+            with self.sessions.begin() as session:
+                batch.staged.flush(session)
+                if (
+                    releasing is not None
+                    and self.quarantine is not None
+                    and releasing not in batch.quarantined  # failed again: stays quarantined
+                ):
+                    self.quarantine.complete_release(session, self.config.dedupe_scope, releasing)
+        except SQLAlchemyError as exc:
+            if self.metrics:
+                self.metrics.store_failures.labels(self.config.group_id).inc()
+            log.warning("batch transaction failed (%s); re-reading the batch after a backoff", exc)
+            if releasing is None:
+                for tp, offset in batch.first_offset.items():
+                    batch.blocked[tp] = (offset, self.config.retry.delay_for(1))
+                self._schedule_retries(batch)
+            return False
+        return True
+
+    # -- retries: pause the partition, keep polling ------------------------------------------
+    def _schedule_retries(self, batch: _Batch) -> None:
+        now = time.monotonic()
+        for (topic, partition), (offset, delay) in batch.blocked.items():
+            tp = TopicPartition(topic, partition, offset)
+            try:
+                self.consumer.seek(tp)
+                self.consumer.pause([TopicPartition(topic, partition)])
+            except Exception:  # noqa: BLE001 - a revoked partition: the new owner re-reads it
+                log.info("could not pause %s[%s] (revoked?)", topic, partition)
+                continue
+            self._paused[(topic, partition)] = now + delay
+        if self.metrics:
+            self.metrics.paused_partitions.labels(self.config.group_id).set(len(self._paused))
+
+    def _resume_due(self) -> None:
+        if not self._paused:
+            return
+        now = time.monotonic()
+        due = [tp for tp, until in self._paused.items() if until <= now]
+        if due:
+            self.consumer.resume([TopicPartition(t, p) for t, p in due])
+            for tp in due:
+                del self._paused[tp]
+            if self.metrics:
+                self.metrics.paused_partitions.labels(self.config.group_id).set(len(self._paused))
+
+    # -- quarantine release: executed here, by the owner of the key's partition --------------
+    def _maybe_release(self) -> None:
+        q = self.quarantine
+        if q is None:
+            return
+        now = time.monotonic()
+        if now < self._next_release_check:
+            return
+        self._next_release_check = now + self.config.release_check_s
+        for key in q.pending_releases(self.config.dedupe_scope):
+            records = list(q.take_for_release(self.config.dedupe_scope, key))
+            if all(r.tp in self._assigned for r in records):
+                self.process(records, releasing=key)
