@@ -13,6 +13,8 @@ from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+READONLY_OPTION = "fleet_readonly"
+
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(column_0_label)s",
@@ -44,8 +46,10 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
         @event.listens_for(engine, "begin")
         def _begin(conn: Any) -> None:
             # IMMEDIATE takes the write lock up front: two processes (gateway and relay) never
-            # deadlock upgrading a read lock, they wait on busy_timeout instead.
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # deadlock upgrading a read lock, they wait on busy_timeout instead. Read-only
+            # sessions (see read_sessions) begin DEFERRED and never wait for writers (WAL).
+            readonly = conn.get_execution_options().get(READONLY_OPTION, False)
+            conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
     else:
         kwargs.setdefault("pool_pre_ping", True)
@@ -57,3 +61,8 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def read_sessions(engine: Engine) -> sessionmaker[Session]:
+    """Sessions for reads only: on SQLite they take no write lock (BEGIN DEFERRED under WAL)."""
+    return sessionmaker(engine.execution_options(**{READONLY_OPTION: True}), expire_on_commit=False)
