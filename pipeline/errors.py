@@ -20,7 +20,9 @@ The tree::
     ├── EnvelopeError                a record failed decoding or verification; keeps the raw record
     ├── BrokerError                  a Kafka client call failed (retriable per librdkafka)
     ├── StoreError                   a database call failed
-    └── DeliveryError                a send could not be routed or confirmed (unknown recipient ...)
+    ├── DeliveryError                a send could not be routed or confirmed (unknown recipient ...)
+    └── InjectError                  a local inject into a worker did not land; retriable only when
+                                     nothing reached the target (TARGET_BUSY)
 
 Every error keeps its context (the raw record for an envelope error) so the caller can
 dead-letter it: nothing is dropped on an error path.
@@ -114,3 +116,14 @@ class StoreError(FleetError):
 
 class DeliveryError(FleetError):
     reason = "DELIVERY_FAILED"
+
+
+class InjectError(FleetError):
+    """A local inject (forward path) did not land.
+
+    ``retriable=True`` is a promise that nothing reached the target (reason ``TARGET_BUSY``), so
+    trying again cannot inject twice. Every other reason (``INJECT_FAILED``, ``INJECT_TIMEOUT``,
+    ``INJECT_BODY_INVALID``) is final: the forward path is at-most-once (seed 000 §5 invariant 5).
+    """
+
+    reason = "INJECT_FAILED"

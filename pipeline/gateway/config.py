@@ -1,0 +1,347 @@
+"""Gateway configuration: frozen, keyword-only value objects, and the TOML loader for the edge.
+
+Only the CLI entry point reads a file (:func:`load_config`); everything else receives a
+:class:`GatewayConfig`. The value objects validate themselves, so a config built in code is held
+to the same rules as one read from TOML. Unknown keys are errors, never ignored: a typo in a
+safety setting must not silently fall back to a default.
+
+Reason codes (public API, all on :class:`~pipeline.errors.ConfigError`)::
+
+    CONFIG_NOT_FOUND         the file cannot be read
+    CONFIG_SYNTAX            the file is not valid TOML (or not UTF-8)
+    CONFIG_UNKNOWN_KEY       a key this version does not know (typo?)
+    CONFIG_MISSING_KEY       a required key is absent (host, gid, role, delivery, type, ...)
+    CONFIG_INVALID           a value of the wrong type or out of range
+    CONFIG_DUPLICATE_GID     two entities share a global id
+    CONFIG_MISSING_INJECTOR  an entity with delivery "inject" has no injector
+    INVALID_NAME             a host id, gid or group outside the safe charset
+
+Every message names the file, the key path (``entities[1].injector.pane``) and the bad value.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pipeline.errors import ConfigError
+from pipeline.kafka.topics import check_name
+
+_MISSING: Any = object()
+T = TypeVar("T")
+INJECTOR_TYPES = ("callback", "command", "tmux")
+ALL_GROUP = "all"  # every local entity is a member (seed 000 U8: ``broadcast.all``)
+# A gid is a Kafka record key and a roster key. Dots separate words but never precede "_", so a
+# gid cannot collide with the gateway's own roster key ``<host>._gateway``; ``broadcast.`` keys
+# carry group broadcasts, so that prefix is reserved.
+_GID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]|\.(?=[A-Za-z0-9])){0,127}$")
+_PREFIX = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+_BOOTSTRAP = re.compile(r"^[^,\s]+:\d{1,5}(,[^,\s]+:\d{1,5})*$")
+
+
+class Role(StrEnum):
+    WORKER = "worker"
+    MAIN = "main"
+    ORCHESTRATOR = "orchestrator"
+
+
+class Delivery(StrEnum):
+    """How an entity takes delivery: ``inject`` (forward path, at-most-once) or ``pull``."""
+
+    INJECT = "inject"
+    PULL = "pull"
+
+
+def invalid(key: str, value: Any, detail: str, reason: str = "CONFIG_INVALID") -> ConfigError:
+    """A ConfigError whose context carries the key path, the bad value and the detail."""
+    shown = f"{key}: {detail}" if value is _MISSING else f"{key} = {value!r}: {detail}"
+    ctx = {"key": key, "detail": detail} | ({} if value is _MISSING else {"value": value})
+    return ConfigError(shown, reason=reason, context=ctx)
+
+
+def check_gid(value: Any, *, key: str = "gid") -> str:
+    """Global ids: letters, digits, '-', '_', single dots between words; max 128 chars."""
+    if not isinstance(value, str) or not _GID.match(value) or value.startswith("broadcast."):
+        raise invalid(
+            key,
+            value,
+            "a gid uses letters, digits, '-', '_' and dots between words (max 128), "
+            "and does not start with 'broadcast.'",
+            "INVALID_NAME",
+        )
+    return value
+
+
+def _name(value: Any, key: str, what: str) -> str:
+    if not isinstance(value, str):
+        raise invalid(key, value, f"{what} must be a string")
+    try:
+        return check_name(value, what=what)
+    except ConfigError as exc:
+        raise invalid(key, value, str(exc.args[0]), exc.reason) from None
+
+
+def _number(value: Any, key: str, *, minimum: float = 0.0, strict: bool = True) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise invalid(key, value, "must be a number")
+    if value < minimum or (strict and value == minimum):
+        raise invalid(key, value, f"must be {'>' if strict else '>='} {minimum:g}")
+
+
+def _text(value: Any, key: str, *, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value[:1] + value[-1:]):
+        raise invalid(key, value, "must be a non-empty string without surrounding spaces")
+
+
+def _strings(value: Any, key: str) -> tuple[str, ...]:
+    if not isinstance(value, tuple) or not all(isinstance(v, str) and v for v in value):
+        raise invalid(key, value, "must be a list of non-empty strings")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class InjectorSpec:
+    """How the gateway injects into one worker (seed 000 §5: a local, status-gated inject).
+
+    ``command`` -- argv for type command; ``pane``/``idle_pattern``/``socket`` (tmux ``-L``) for
+    type tmux; ``callback`` -- the name of a callable registered in code for type callback.
+    """
+
+    type: Literal["callback", "command", "tmux"]
+    command: tuple[str, ...] = ()
+    pane: str | None = None
+    idle_pattern: str | None = None
+    timeout_s: float = 10.0
+    socket: str | None = None
+    callback: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.type not in INJECTOR_TYPES:
+            raise invalid("type", self.type, f"must be one of {', '.join(INJECTOR_TYPES)}")
+        _number(self.timeout_s, "timeout_s")
+        _strings(self.command, "command")
+        own: dict[str, tuple[str, ...]] = {
+            "callback": ("callback",),
+            "command": ("command",),
+            "tmux": ("pane", "idle_pattern", "socket"),
+        }
+        for key in ("command", "pane", "idle_pattern", "socket", "callback"):
+            value = getattr(self, key)
+            if value not in (None, ()) and key not in own[self.type]:
+                raise invalid(key, value, f"does not apply to an injector of type {self.type!r}")
+        if self.type == "command" and not self.command:
+            raise invalid(
+                "command", _MISSING, "type command needs an argv list", "CONFIG_MISSING_KEY"
+            )
+        if self.type == "tmux":
+            if self.pane is None:
+                raise invalid(
+                    "pane", _MISSING, "type tmux needs a pane target", "CONFIG_MISSING_KEY"
+                )
+            _text(self.pane, "pane")
+            if self.socket is not None:
+                _name(self.socket, "socket", "tmux socket name")
+            if self.idle_pattern is not None:
+                _text(self.idle_pattern, "idle_pattern")
+                try:
+                    re.compile(self.idle_pattern)
+                except re.error as exc:
+                    raise invalid("idle_pattern", self.idle_pattern, f"bad regex: {exc}") from None
+        _text(self.callback, "callback", optional=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntityConfig:
+    """One local entity; ``injector`` is required exactly when ``delivery`` is ``inject``."""
+
+    gid: str
+    role: Role
+    delivery: Delivery
+    groups: tuple[str, ...] = ()
+    injector: InjectorSpec | None = None
+
+    def __post_init__(self) -> None:
+        check_gid(self.gid)
+        if not isinstance(self.role, Role):
+            raise invalid("role", self.role, f"must be one of {', '.join(Role)}")
+        if not isinstance(self.delivery, Delivery):
+            raise invalid("delivery", self.delivery, f"must be one of {', '.join(Delivery)}")
+        for i, group in enumerate(_strings(self.groups, "groups")):
+            _name(group, f"groups[{i}]", "group")
+        if len(set(self.groups)) != len(self.groups):
+            raise invalid("groups", self.groups, "lists a group twice")
+        if self.delivery is Delivery.INJECT and self.injector is None:
+            raise invalid(
+                "injector",
+                _MISSING,
+                "delivery 'inject' needs an injector",
+                "CONFIG_MISSING_INJECTOR",
+            )
+        if self.delivery is Delivery.PULL and self.injector is not None:
+            raise invalid("injector", self.injector.type, "a pull entity takes no injector")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatewayConfig:
+    """One host's gateway. ``<host>`` in ``store_url``/``key_file``/``trust_dir`` is replaced."""
+
+    host: str
+    bootstrap: str = "127.0.0.1:9092"
+    store_url: str = "sqlite:///fleet-<host>.sqlite"
+    topic_prefix: str = "fleet."
+    key_file: str | None = None
+    trust_dir: str | None = None
+    inject_deadline_s: float = 30.0
+    max_held_per_recipient: int = 10000
+    max_ttl_s: float = 86400
+    clock_skew_s: float = 30
+    presence_interval_s: float = 5.0
+    presence_ttl_s: float = 20.0
+    sweep_interval_s: float = 5.0
+    entities: tuple[EntityConfig, ...] = ()
+
+    def __post_init__(self) -> None:
+        _name(self.host, "host", "host id")
+        if not isinstance(self.bootstrap, str) or not _BOOTSTRAP.match(self.bootstrap):
+            raise invalid("bootstrap", self.bootstrap, "must be host:port[,host:port...]")
+        if not isinstance(self.topic_prefix, str) or not _PREFIX.match(self.topic_prefix):
+            raise invalid("topic_prefix", self.topic_prefix, "use letters, digits, '.', '_', '-'")
+        for key in ("store_url", "key_file", "trust_dir"):
+            value = getattr(self, key)
+            _text(value, key, optional=key != "store_url")
+            if value is not None:
+                object.__setattr__(self, key, value.replace("<host>", self.host))
+        for key in ("inject_deadline_s", "max_ttl_s", "presence_interval_s", "sweep_interval_s"):
+            _number(getattr(self, key), key)
+        _number(self.clock_skew_s, "clock_skew_s", strict=False)
+        _number(self.presence_ttl_s, "presence_ttl_s", minimum=self.presence_interval_s)
+        if not isinstance(self.max_held_per_recipient, int):
+            raise invalid(
+                "max_held_per_recipient", self.max_held_per_recipient, "must be an integer"
+            )
+        _number(self.max_held_per_recipient, "max_held_per_recipient")
+        if not isinstance(self.entities, tuple):
+            raise invalid("entities", self.entities, "must be a list of entity tables")
+        seen: set[str] = set()
+        for i, entity in enumerate(self.entities):
+            if not isinstance(entity, EntityConfig):
+                raise invalid(f"entities[{i}]", entity, "must be an EntityConfig")
+            if entity.gid in seen:
+                raise invalid(
+                    f"entities[{i}].gid", entity.gid, "gid used twice", "CONFIG_DUPLICATE_GID"
+                )
+            seen.add(entity.gid)
+
+
+def load_config(path: str | Path, *, overrides: Mapping[str, Any] | None = None) -> GatewayConfig:
+    """Read a gateway TOML file; ``overrides`` (e.g. CLI flags) replace top-level keys."""
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{file}: not UTF-8 text: {exc}", reason="CONFIG_SYNTAX") from None
+    except OSError as exc:
+        raise ConfigError(
+            f"{file}: cannot read: {exc.strerror}", reason="CONFIG_NOT_FOUND"
+        ) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}", reason="CONFIG_SYNTAX") from None
+    given = {k for k, v in (overrides or {}).items() if v is not None}
+    try:
+        return config_from_mapping(data, overrides=overrides)
+    except ConfigError as exc:
+        key = str(exc.context.get("key", ""))
+        source = "overrides" if re.split(r"[.\[]", key)[0] in given else file
+        raise ConfigError(
+            f"{source}: {exc.args[0]}", reason=exc.reason, context=exc.context | {"file": source}
+        ) from None
+
+
+def config_from_mapping(
+    data: Mapping[str, Any], *, overrides: Mapping[str, Any] | None = None
+) -> GatewayConfig:
+    """Build a :class:`GatewayConfig` from parsed TOML (the same rules as :func:`load_config`)."""
+    merged = dict(data)
+    for key, value in (overrides or {}).items():
+        if key == "entities" or key not in _field_names(GatewayConfig):
+            raise invalid(f"overrides.{key}", value, "not an overridable key", "CONFIG_UNKNOWN_KEY")
+        if value is not None:
+            merged[key] = value
+    _known(merged, GatewayConfig, "")
+    _required(merged, ("host",), "")
+    entities = merged.get("entities", [])
+    if not isinstance(entities, list) or not all(isinstance(e, dict) for e in entities):
+        raise invalid("entities", entities, "must be an array of tables ([[entities]])")
+    merged["entities"] = tuple(_entity(raw, f"entities[{i}].") for i, raw in enumerate(entities))
+    return _build(GatewayConfig, merged, "")
+
+
+def _entity(raw: dict[str, Any], at: str) -> EntityConfig:
+    _known(raw, EntityConfig, at)
+    _required(raw, ("gid", "role", "delivery"), at)
+    values = dict(raw)
+    values["role"] = _enum(Role, raw["role"], at + "role")
+    values["delivery"] = _enum(Delivery, raw["delivery"], at + "delivery")
+    values["groups"] = _tuple(raw.get("groups", ()))
+    spec = raw.get("injector")
+    if spec is not None:
+        if not isinstance(spec, dict):
+            raise invalid(at + "injector", spec, "must be a table ([entities.injector])")
+        _known(spec, InjectorSpec, at + "injector.")
+        _required(spec, ("type",), at + "injector.")
+        spec = dict(spec, command=_tuple(spec.get("command", ())))
+        if spec["type"] == "callback":
+            spec.setdefault("callback", raw["gid"])  # a code-registered callable, named by gid
+        values["injector"] = _build(InjectorSpec, spec, at + "injector.")
+    return _build(EntityConfig, values, at)
+
+
+def _build(cls: type[T], values: Mapping[str, Any], at: str) -> T:
+    try:
+        return cls(**values)
+    except ConfigError as exc:
+        if not at:
+            raise
+        key = str(exc.context.get("key", ""))
+        value = exc.context.get("value", _MISSING)
+        raise invalid(at + key, value, str(exc.context.get("detail", "")), exc.reason) from None
+
+
+def _field_names(cls: Any) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def _known(table: Mapping[str, Any], cls: Any, at: str) -> None:
+    names = _field_names(cls)
+    for key in table:
+        if key not in names:
+            known = ", ".join(names)
+            raise invalid(
+                at + key, table[key], f"unknown key (known: {known})", "CONFIG_UNKNOWN_KEY"
+            )
+
+
+def _required(table: Mapping[str, Any], keys: tuple[str, ...], at: str) -> None:
+    for key in keys:
+        if key not in table:
+            raise invalid(at + key, _MISSING, "required key is missing", "CONFIG_MISSING_KEY")
+
+
+def _enum(cls: type[Role] | type[Delivery], value: Any, key: str) -> Any:
+    try:
+        return cls(value)
+    except ValueError:
+        raise invalid(key, value, f"must be one of {', '.join(cls)}") from None
+
+
+def _tuple(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value

@@ -1,0 +1,126 @@
+"""Inject by running a command: the body on stdin, the envelope in environment variables."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
+
+from pipeline.errors import InjectError
+
+from .port import INJECT_FAILED, INJECT_TIMEOUT, TARGET_BUSY
+
+BUSY_EXIT = 75  # EX_TEMPFAIL: "busy, nothing injected" -- the only exit that may be retried
+STDERR_LIMIT = 2048  # bytes of stderr kept in the error (the tail: where the reason usually is)
+
+
+class CommandInjector:
+    """Runs ``argv`` once per brief (seed 000 §5: the worker's own gateway injects locally).
+
+    The body goes to stdin; ``FLEET_MSG_ID``, ``FLEET_FROM``, ``FLEET_TO`` and ``FLEET_KIND`` are
+    set. Exit 0 means injected. Exit 75 means "busy, nothing injected" (``TARGET_BUSY``,
+    retriable). Any other exit is a final ``INJECT_FAILED`` with the tail of stderr. Past
+    ``timeout_s`` the command's whole process group is killed (it runs in its own session, so
+    helpers it started die too) and the error is a final ``INJECT_TIMEOUT``.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        timeout_s: float = 10.0,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> None:
+        if isinstance(argv, str) or not argv:
+            raise ValueError("CommandInjector needs a non-empty argv list")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.argv = tuple(argv)
+        self.timeout_s = timeout_s
+        self.env = dict(env or {})
+        self.cwd = cwd
+
+    def inject(self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
+        context: dict[str, Any] = {
+            "gid": gid,
+            "msg_id": msg_id,
+            "injector": "command",
+            "argv0": self.argv[0],
+        }
+        env = os.environ | self.env
+        env |= {"FLEET_MSG_ID": msg_id, "FLEET_FROM": sender, "FLEET_TO": gid, "FLEET_KIND": kind}
+        with tempfile.TemporaryFile() as err:  # a file, not a pipe: bounded memory, no deadlock
+            try:
+                proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    env=env,
+                    cwd=self.cwd,
+                    start_new_session=True,
+                )
+            except (OSError, ValueError) as exc:
+                raise InjectError(
+                    f"cannot start {self.argv[0]!r} for {gid}: {exc}",
+                    reason=INJECT_FAILED,
+                    context=context,
+                ) from exc
+            try:
+                proc.communicate(body, timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                raise InjectError(
+                    f"{self.argv[0]!r} did not finish within {self.timeout_s:g}s for {gid}; "
+                    "its process group was killed (the target may hold part of the brief)",
+                    reason=INJECT_TIMEOUT,
+                    context=context | {"stderr": _tail(err)},
+                ) from None
+            finally:
+                if proc.poll() is None:  # an interrupt mid-communicate: leave nothing behind
+                    _kill_group(proc)
+            if proc.returncode == 0:
+                return
+            stderr = _tail(err)
+            context |= {"exit_code": proc.returncode, "stderr": stderr}
+        if proc.returncode == BUSY_EXIT:
+            raise InjectError(
+                f"{self.argv[0]!r} reports {gid} busy (exit {BUSY_EXIT}); nothing injected",
+                reason=TARGET_BUSY,
+                retriable=True,
+                context=context,
+            )
+        how = (
+            f"was killed by signal {-proc.returncode}"
+            if proc.returncode < 0
+            else f"exited {proc.returncode}"
+        )
+        raise InjectError(
+            f"{self.argv[0]!r} {how} for {gid}: {stderr or '(no stderr)'}",
+            reason=INJECT_FAILED,
+            context=context,
+        )
+
+    def __repr__(self) -> str:
+        return f"CommandInjector({list(self.argv)!r}, timeout_s={self.timeout_s:g})"
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):  # pgid == pid: the child leads its session
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):  # a full pipe to a dead reader: nothing to flush to
+            proc.stdin.close()
+
+
+def _tail(err: IO[bytes]) -> str:
+    size = err.seek(0, os.SEEK_END)
+    err.seek(max(0, size - STDERR_LIMIT))
+    text = err.read().decode("utf-8", errors="replace").strip()
+    return ("..." + text) if size > STDERR_LIMIT else text

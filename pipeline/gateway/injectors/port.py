@@ -1,0 +1,29 @@
+"""The ``Injector`` port: how the gateway hands a brief to a local worker.
+
+Seed 000 §5 invariant 4: keystrokes never traverse the broker -- injection is a *local* write by
+the worker's own gateway. The forward path is at-most-once: the gateway commits the offset before
+it calls :meth:`Injector.inject`, so an injector must never retry on its own after anything may
+have reached the target.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Protocol
+
+TARGET_BUSY: Final = "TARGET_BUSY"  # nothing was sent; retriable
+INJECT_FAILED: Final = "INJECT_FAILED"  # target missing, command failed, callback raised
+INJECT_TIMEOUT: Final = "INJECT_TIMEOUT"  # gave up waiting; the target may hold part of it
+INJECT_BODY_INVALID: Final = "INJECT_BODY_INVALID"  # the body cannot be delivered as-is
+INJECT_REASONS: Final = (TARGET_BUSY, INJECT_FAILED, INJECT_TIMEOUT, INJECT_BODY_INVALID)
+
+
+class Injector(Protocol):
+    """Delivers one brief into one local entity, or raises :class:`~pipeline.errors.InjectError`.
+
+    Returning normally means the brief landed: the gateway then publishes ``INJECTED(msgId)``.
+    ``InjectError.retriable`` is ``True`` only with reason ``TARGET_BUSY``, when nothing reached
+    the target. Implementations are safe to call from several threads (one call per target at
+    a time is the gateway's job).
+    """
+
+    def inject(self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None: ...

@@ -1,0 +1,178 @@
+"""Inject into a tmux pane, gated by a status probe so only an idle pane is typed into."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import unicodedata
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.errors import InjectError
+
+from .port import INJECT_BODY_INVALID, INJECT_FAILED, INJECT_TIMEOUT, TARGET_BUSY
+
+SHELLS = frozenset(
+    {"sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "tcsh", "csh", "ash", "busybox", "nu"}
+)
+MAX_BODY_BYTES = 256 * 1024  # a brief, not a file transfer: a terminal is not a bulk channel
+CHUNK_CHARS = 2048  # per tmux call: at most 8 KiB of UTF-8, well under tmux's message limit
+_FORMAT = "#{pane_id}\t#{pane_current_command}\t#{pane_in_mode}\t#{pane_dead}\t#{pane_input_off}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PaneStatus:
+    """What the probe saw. ``idle`` is the gate; ``why`` says what decided it."""
+
+    pane_id: str
+    command: str
+    last_line: str
+    idle: bool
+    why: str
+
+
+class TmuxInjector:
+    """Types a brief into a tmux pane: seed 000 §6 "status-gated herdr inject".
+
+    Before typing, a probe (``capture-pane`` then ``display``, in one tmux call that fails when
+    the pane does not exist) decides whether the pane is idle: with ``idle_pattern``, the last
+    non-blank line of the screen must match it (for agent TUIs, whose process never changes);
+    without, the pane's foreground command must be a shell. A pane in copy mode is busy. Busy
+    raises ``TARGET_BUSY`` (retriable: nothing was typed). The text goes with
+    ``send-keys -l`` (literal: a body saying "C-c" or "Enter" types those letters) to the pane id
+    the probe resolved, then ``Enter``. Bodies must be UTF-8 text without control characters
+    other than newline and tab (``INJECT_BODY_INVALID``); trailing newlines are dropped because
+    ``Enter`` follows.
+    """
+
+    def __init__(
+        self,
+        pane: str,
+        idle_pattern: str | None = None,
+        *,
+        socket: str | None = None,
+        timeout_s: float = 10.0,
+        idle_commands: Collection[str] = SHELLS,
+        tmux: str = "tmux",
+    ) -> None:
+        self.pane = pane
+        self.idle_pattern = re.compile(idle_pattern) if idle_pattern is not None else None
+        self.timeout_s = timeout_s
+        self.idle_commands = frozenset(idle_commands)
+        self.base = (tmux, "-L", socket) if socket else (tmux,)
+
+    def inject(self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
+        context: dict[str, Any] = {"gid": gid, "msg_id": msg_id, "injector": "tmux"}
+        context["pane"] = self.pane
+        text = check_text(body, context)
+        status = self.status(context)
+        if not status.idle:
+            raise InjectError(
+                f"pane {self.pane} for {gid} is busy ({status.why}); nothing typed",
+                reason=TARGET_BUSY,
+                retriable=True,
+                context=context | {"why": status.why},
+            )
+        chunks = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)]
+        for chunk in chunks:
+            self._run(["send-keys", "-t", status.pane_id, "-l", "--", _escape(chunk)], context)
+        self._run(["send-keys", "-t", status.pane_id, "Enter"], context)
+
+    def status(self, context: dict[str, Any] | None = None) -> PaneStatus:
+        """Probe the pane; raises ``INJECT_FAILED`` when it is missing, dead or input-disabled."""
+        context = context if context is not None else {"pane": self.pane, "injector": "tmux"}
+        out = self._run(
+            [
+                "capture-pane",
+                "-p",
+                "-J",
+                "-t",
+                self.pane,
+                ";",
+                "display",
+                "-p",
+                "-t",
+                self.pane,
+                _FORMAT,
+            ],
+            context,
+        )
+        *screen, probe = out.rstrip("\n").split("\n")
+        fields = probe.split("\t")
+        if len(fields) != 5:
+            raise InjectError(f"unexpected tmux probe output {probe!r}", context=context)
+        pane_id, command, in_mode, dead, input_off = fields
+        last = next((line.rstrip() for line in reversed(screen) if line.strip()), "")
+        if dead == "1" or input_off == "1":
+            what = "its process has exited" if dead == "1" else "its input is disabled"
+            raise InjectError(f"pane {self.pane} cannot take input: {what}", context=context)
+        if in_mode == "1":
+            return PaneStatus(
+                pane_id=pane_id,
+                command=command,
+                last_line=last,
+                idle=False,
+                why="pane is in copy mode",
+            )
+        if self.idle_pattern is not None:
+            idle = self.idle_pattern.search(last) is not None
+            why = f"last line {last!r} {'matches' if idle else 'does not match'} idle_pattern"
+        else:
+            idle = command.lstrip("-").rsplit("/", 1)[-1] in self.idle_commands
+            why = f"running {command!r}" + (" (a shell)" if idle else "")
+        return PaneStatus(pane_id=pane_id, command=command, last_line=last, idle=idle, why=why)
+
+    def _run(self, args: list[str], context: dict[str, Any]) -> str:
+        try:
+            proc = subprocess.run(
+                [*self.base, *args], capture_output=True, timeout=self.timeout_s, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise InjectError(
+                f"tmux {args[0]} on {self.pane} took longer than {self.timeout_s:g}s",
+                reason=INJECT_TIMEOUT,
+                context=context,
+            ) from None
+        except OSError as exc:
+            raise InjectError(
+                f"cannot run tmux: {exc}", reason=INJECT_FAILED, context=context
+            ) from exc
+        stderr = proc.stderr.decode("utf-8", errors="replace").strip()
+        if proc.returncode != 0:
+            raise InjectError(
+                f"tmux {args[0]} on pane {self.pane} failed: {stderr or f'exit {proc.returncode}'}",
+                reason=INJECT_FAILED,
+                context=context | {"stderr": stderr[-2048:]},
+            )
+        return proc.stdout.decode("utf-8", errors="replace")
+
+    def __repr__(self) -> str:
+        return f"TmuxInjector({self.pane!r}, socket={self.base[2:]!r})"
+
+
+def check_text(body: bytes, context: dict[str, Any]) -> str:
+    """The body as text a terminal can take, or ``INJECT_BODY_INVALID`` saying why not."""
+    if len(body) > MAX_BODY_BYTES:
+        raise _invalid(
+            f"body is {len(body)} bytes; a tmux inject takes at most {MAX_BODY_BYTES}", context
+        )
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _invalid(f"body is not UTF-8 text (byte {exc.start})", context) from None
+    for pos, char in enumerate(text):
+        if char not in "\n\t" and unicodedata.category(char) == "Cc":
+            # An escape or control byte would drive the terminal, not be read by the agent.
+            raise _invalid(f"body has control character U+{ord(char):04X} at index {pos}", context)
+    return text.rstrip("\n")
+
+
+def _invalid(message: str, context: dict[str, Any]) -> InjectError:
+    return InjectError(message, reason=INJECT_BODY_INVALID, context=context)
+
+
+def _escape(chunk: str) -> str:
+    # tmux splits its argv into commands at an argument ending in ";", and turns a final "\;"
+    # into a literal ";". So a chunk ending in ";" gets a backslash before that last ";".
+    return chunk[:-1] + "\\;" if chunk.endswith(";") else chunk
