@@ -14,6 +14,7 @@ Reason codes (public API, all on :class:`~pipeline.errors.ConfigError`)::
     CONFIG_INVALID           a value of the wrong type or out of range
     CONFIG_DUPLICATE_GID     two entities share a global id
     CONFIG_MISSING_INJECTOR  an entity with delivery "inject" has no injector
+    CONFIG_UNKNOWN_CALLBACK  a callback injector names no registered callable (build_injector)
     INVALID_NAME             a host id, gid or group outside the safe charset
 
 Every message names the file, the key path (``entities[1].injector.pane``) and the bad value.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pipeline.errors import ConfigError
 from pipeline.gateway.config import (
@@ -19,6 +20,7 @@ from pipeline.gateway.config import (
 from pipeline.gateway.injectors import InjectMetrics, Injector, build_injector
 from pipeline.kafka.topics import check_name
 
+E = TypeVar("E", Role, Delivery)
 Listener = Callable[["LocalEntity", bool], None]
 """Called with ``(entity, registered)`` after each change; ``registered`` is False on removal."""
 
@@ -91,8 +93,8 @@ class LocalEntities:
         """Add an entity; ``CONFIG_DUPLICATE_GID`` if the gid is taken and not ``replace``."""
         entity = LocalEntity(
             gid=check_gid(gid),
-            role=Role(role),
-            delivery=Delivery(delivery),
+            role=_enum(Role, role, "role"),
+            delivery=_enum(Delivery, delivery, "delivery"),
             groups=frozenset(check_name(g, what="group") for g in groups),
             injector=injector,
         )
@@ -159,3 +161,10 @@ class LocalEntities:
 
     def _where(self, delivery: Delivery) -> tuple[LocalEntity, ...]:
         return tuple(e for e in self.all() if e.delivery is delivery)
+
+
+def _enum(cls: type[E], value: str, key: str) -> E:
+    try:
+        return cls(value)
+    except ValueError:
+        raise invalid(key, value, f"must be one of {', '.join(cls)}") from None

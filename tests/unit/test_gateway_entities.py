@@ -68,6 +68,7 @@ def test_duplicate_gid_refused_unless_replace() -> None:
         ({"gid": "bad gid", "delivery": Delivery.PULL}, "INVALID_NAME"),
         ({"gid": "w", "delivery": Delivery.PULL, "groups": ["no!"]}, "INVALID_NAME"),
         ({"gid": "w", "delivery": Delivery.INJECT}, "CONFIG_MISSING_INJECTOR"),
+        ({"gid": "w", "delivery": "push"}, "CONFIG_INVALID"),
         (
             {"gid": "w", "delivery": Delivery.PULL, "injector": CallbackInjector(noop)},
             "CONFIG_INVALID",
