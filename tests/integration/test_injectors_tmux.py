@@ -128,6 +128,9 @@ def test_multi_line_and_large_bodies(tmux: Tmux) -> None:
     assert "one" in tmux.lines()
     injector.inject(body=f"printf %s {'a' * 7000} | wc -c".encode(), **ARGS)  # several chunks
     tmux.wait_line("7000")
+    prompts = tmux.lines().count("$")
+    injector.inject(body=b"\n", **ARGS)  # an empty brief is a bare Enter: one more prompt
+    tmux.wait("a new prompt", lambda: tmux.lines().count("$") == prompts + 1)
 
 
 def test_busy_pane_gets_nothing_and_a_retriable_target_busy(tmux: Tmux) -> None:
