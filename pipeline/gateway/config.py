@@ -46,6 +46,8 @@ _BOOTSTRAP = re.compile(r"^[^,\s]+:\d{1,5}(,[^,\s]+:\d{1,5})*$")
 
 
 class Role(StrEnum):
+    """What an entity is in the fleet (seed 000 §4): a worker, a main, or an orchestrator."""
+
     WORKER = "worker"
     MAIN = "main"
     ORCHESTRATOR = "orchestrator"
@@ -150,7 +152,8 @@ class InjectorSpec:
             if self.socket is not None:
                 _name(self.socket, "socket", "tmux socket name")
             if self.idle_pattern is not None:
-                _text(self.idle_pattern, "idle_pattern")
+                if not isinstance(self.idle_pattern, str) or not self.idle_pattern:
+                    raise invalid("idle_pattern", self.idle_pattern, "must be a non-empty regex")
                 try:
                     re.compile(self.idle_pattern)
                 except re.error as exc:

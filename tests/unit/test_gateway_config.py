@@ -281,3 +281,10 @@ def test_config_from_mapping_matches_the_file_loader() -> None:
         {"host": "A", "entities": [{"gid": "m", "role": "main", "delivery": "pull"}]}
     )
     assert config.entities == (EntityConfig(gid="m", role=Role.MAIN, delivery=Delivery.PULL),)
+
+
+def test_idle_pattern_may_end_in_a_space_but_not_be_empty() -> None:
+    assert InjectorSpec(type="tmux", pane="%1", idle_pattern="> ").idle_pattern == "> "
+    with pytest.raises(ConfigError) as info:
+        InjectorSpec(type="tmux", pane="%1", idle_pattern="")
+    assert (info.value.reason, info.value.context["key"]) == ("CONFIG_INVALID", "idle_pattern")
