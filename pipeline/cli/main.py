@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import kafka_cmd
+from . import kafka_cmd, observability_cmd
 
 app = typer.Typer(
     name="fleet",
@@ -13,6 +13,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(kafka_cmd.app, name="kafka")
+app.add_typer(observability_cmd.app)  # top-level: fleet exporter, fleet lag
 
 
 def main() -> None:  # pragma: no cover

@@ -83,3 +83,20 @@ def merged(base: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[str
     if extra:
         out.update(extra)
     return out
+
+
+def probe_consumer_config(bootstrap: str, group_id: str) -> dict[str, Any]:
+    """A read-only consumer that peeks at one record per partition (the lag exporter reads the
+    timestamp of the record at a group's committed offset). It only ever ``assign()``s and never
+    commits, so its group id never appears on the broker. ``read_uncommitted``: an open
+    transaction must not hide the record whose age we want."""
+    conf = consumer_config(bootstrap, group_id)
+    conf.update(
+        {
+            "isolation.level": "read_uncommitted",
+            "fetch.wait.max.ms": 50,
+            "max.partition.fetch.bytes": 65536,  # about one record's worth per partition
+            "fetch.max.bytes": 4 * 1024 * 1024,
+        }
+    )
+    return conf

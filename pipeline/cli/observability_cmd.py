@@ -1,0 +1,161 @@
+"""``fleet exporter`` and ``fleet lag`` -- consumer lag in messages and seconds (issue 6)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from typing import Annotated
+
+import typer
+
+from pipeline.errors import BrokerError
+from pipeline.observability import (
+    ExporterConfig,
+    KafkaOffsetReader,
+    LagSampler,
+    SamplerConfig,
+    Thresholds,
+    build_exporter,
+)
+from pipeline.observability.model import LagStatus, worst
+
+from .output import console, emit_json, fail_on_fleet_error
+
+app = typer.Typer()
+
+Bootstrap = Annotated[
+    str | None,
+    typer.Option("--bootstrap", "-b", help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP)."),
+]
+Prefix = Annotated[
+    str, typer.Option("--groups-prefix", help="Only consumer groups whose id starts with this.")
+]
+Dlq = Annotated[str, typer.Option("--dlq-topic", help="Dead-letter topic ('' = none).")]
+
+
+def _bootstrap(value: str | None) -> str:
+    found = value or os.environ.get("KAFKA_BOOTSTRAP")
+    if not found:
+        raise BrokerError(
+            "no bootstrap servers: pass --bootstrap or set KAFKA_BOOTSTRAP",
+            reason="CONFIG_INVALID",
+            retriable=False,
+        )
+    return found
+
+
+@app.command()
+@fail_on_fleet_error
+def exporter(
+    bootstrap: Bootstrap = None,
+    port: Annotated[int, typer.Option("--port", help="HTTP port for /metrics.")] = 9308,
+    address: Annotated[str, typer.Option("--address", help="Listen address.")] = "0.0.0.0",
+    groups_prefix: Prefix = "fleet.",
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between samples.")] = 15.0,
+    dlq_topic: Dlq = "fleet.dlq",
+) -> None:
+    """Serve Prometheus metrics: lag (messages, seconds), retention risk, DLQ depth."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    running = build_exporter(
+        ExporterConfig(
+            bootstrap=_bootstrap(bootstrap),
+            port=port,
+            address=address,
+            sampler=SamplerConfig(
+                groups_prefix=groups_prefix, dlq_topic=dlq_topic or None, interval_s=interval
+            ),
+        )
+    )
+    console.print(f"fleet exporter on http://{address}:{running.port}/metrics")
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        running.stop()
+
+
+@app.command()
+@fail_on_fleet_error
+def lag(
+    bootstrap: Bootstrap = None,
+    groups_prefix: Prefix = "fleet.",
+    slo: Annotated[float, typer.Option("--slo", help="Time-lag SLO in seconds.")] = 300.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON.")] = False,
+) -> None:
+    """Per group/topic/partition: committed, log end, lag, lag seconds, retention risk, status.
+
+    Exit code 1 when any partition is LOST or AT_RISK."""
+    reader = KafkaOffsetReader(_bootstrap(bootstrap))
+    try:
+        sample = LagSampler(
+            reader, SamplerConfig(groups_prefix=groups_prefix, dlq_topic=None)
+        ).sample()
+    finally:
+        reader.close()
+    if not sample.broker_ok:
+        raise BrokerError(sample.errors[0] if sample.errors else "broker unreachable")
+    thresholds = Thresholds(lag_seconds_slo=slo)
+    rows = [
+        {
+            "group": r.group,
+            "topic": r.topic,
+            "partition": r.partition,
+            "current_offset": r.committed,
+            "log_start_offset": r.log_start,
+            "log_end_offset": r.log_end,
+            "lag": r.lag_messages,
+            "lag_seconds": round(r.lag_seconds, 3),
+            "retention_risk": round(r.retention_risk_ratio, 4),
+            "lost": r.lost_messages,
+            "status": r.status(thresholds).value,
+        }
+        for r in sample.partitions
+    ]
+    overall = worst([LagStatus(r["status"]) for r in rows])
+    if as_json:
+        emit_json({"status": overall.value, "partitions": rows})
+    else:
+        _table(rows)
+    if overall in (LagStatus.LOST, LagStatus.AT_RISK):
+        raise typer.Exit(1)
+
+
+def _table(rows: list[dict[str, object]]) -> None:
+    from rich.table import Table
+
+    table = Table(box=None)
+    cols = (
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "LAG-SECONDS",
+        "RETENTION-RISK",
+        "STATUS",
+    )
+    keys = (
+        "group",
+        "topic",
+        "partition",
+        "current_offset",
+        "log_end_offset",
+        "lag",
+        "lag_seconds",
+        "retention_risk",
+        "status",
+    )
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("GROUP", "TOPIC", "STATUS") else "right")
+    for row in rows:
+        table.add_row(*(str(row[k]) for k in keys))
+    if not rows:
+        console.print("no consumer groups with committed offsets match the prefix")
+        return
+    console.print(table)

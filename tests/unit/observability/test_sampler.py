@@ -1,0 +1,96 @@
+"""The sampler's cost stays flat as the fleet grows; caches and failure behaviour."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pipeline.observability import METRICS, LagCollector, LagSampler, SamplerConfig
+
+from .fakes import FakeReader, FixedStore
+
+NOW = 1_000_000.0
+
+
+def fleet(topics: int, partitions: int, groups: int) -> FakeReader:
+    r = FakeReader()
+    for t in range(topics):
+        for p in range(partitions):
+            r.marks[(f"fleet.t{t}", p)] = (0, 100)
+            r.stamps[(f"fleet.t{t}", p, 40)] = int((NOW - 30) * 1000)
+    for g in range(groups):
+        r.committed[f"fleet.g{g}"] = {tp: 40 for tp in r.marks}
+    r.marks[("fleet.dlq", 0)] = (2, 9)
+    return r
+
+
+def sampler(r: FakeReader, **kw: object) -> LagSampler:
+    return LagSampler(r, SamplerConfig(**kw), clock=lambda: NOW)  # type: ignore[arg-type]
+
+
+def test_calls_per_cycle_do_not_grow_with_partitions_or_groups() -> None:
+    small, big = fleet(1, 2, 1), fleet(20, 25, 20)
+    for r in (small, big):
+        sampler(r).sample()
+    assert small.calls == big.calls
+    assert big.calls["watermarks"] == 1 and big.calls["record_timestamps"] == 1
+
+
+def test_lag_seconds_from_record_at_committed_offset_and_cached() -> None:
+    r = fleet(1, 2, 2)
+    s = sampler(r)
+    first = s.sample()
+    assert {p.lag_seconds for p in first.partitions} == {30.0}
+    assert {p.lag_messages for p in first.partitions} == {60}
+    s.sample()
+    # same committed offsets: the immutable record's timestamp is not fetched again
+    assert r.calls["record_timestamps"] == 1
+
+
+def test_caught_up_partition_needs_no_fetch_and_reads_zero() -> None:
+    r = fleet(1, 1, 1)
+    r.committed["fleet.g0"][("fleet.t0", 0)] = 100
+    sample = sampler(r).sample()
+    assert sample.partitions[0].lag_seconds == 0.0
+    assert "record_timestamps" not in r.calls
+
+
+def test_unreadable_record_falls_back_to_first_seen_lower_bound() -> None:
+    r = fleet(1, 1, 1)
+    r.stamps.clear()
+    clock = [NOW]
+    s = LagSampler(r, SamplerConfig(), clock=lambda: clock[0])
+    assert s.sample().partitions[0].lag_seconds == 0.0
+    clock[0] += 20
+    assert s.sample().partitions[0].lag_seconds == 20.0
+
+
+def test_dlq_depth_is_end_minus_start() -> None:
+    sample = sampler(fleet(1, 1, 1)).sample()
+    assert sample.dlq is not None and sample.dlq.messages == 7
+
+
+def test_broker_down_keeps_last_positions_and_reports_broker_down() -> None:
+    r = fleet(1, 2, 1)
+    s = sampler(r)
+    s.sample()
+    r.down = True
+    sample = s.sample()
+    assert not sample.broker_ok and sample.errors
+    assert len(sample.partitions) == 2
+
+
+def test_collector_renders_every_family_from_cache_with_store_gauges() -> None:
+    r = fleet(1, 2, 1)
+    s = LagSampler(r, SamplerConfig(), store=FixedStore(), clock=lambda: NOW)
+    s.sample()
+    calls_before = dict(r.calls)
+    registry = CollectorRegistry()
+    LagCollector(lambda: s.latest, lambda: s.cycles, clock=lambda: NOW + 1).register(registry)
+    text = generate_latest(registry).decode()
+    assert r.calls == calls_before  # a scrape never calls the broker
+    names = {m.name for m in text_string_to_metric_families(text)}
+    assert names == {n.removesuffix("_total") for n in METRICS}
+    assert 'fleet_consumer_lag_seconds{group="fleet.g0",partition="0",topic="fleet.t0"} 30.0' in text
+    assert "fleet_outbox_oldest_unsent_age_seconds 12.5" in text
+    assert "fleet_exporter_sample_age_seconds 1.0" in text
