@@ -126,36 +126,22 @@ def lag(
 
 
 def _table(rows: list[dict[str, object]]) -> None:
-    from rich.table import Table
-
-    table = Table(box=None)
-    cols = (
-        "GROUP",
-        "TOPIC",
-        "PARTITION",
-        "CURRENT-OFFSET",
-        "LOG-END-OFFSET",
-        "LAG",
-        "LAG-SECONDS",
-        "RETENTION-RISK",
-        "STATUS",
-    )
-    keys = (
-        "group",
-        "topic",
-        "partition",
-        "current_offset",
-        "log_end_offset",
-        "lag",
-        "lag_seconds",
-        "retention_risk",
-        "status",
-    )
-    for col in cols:
-        table.add_column(col, justify="left" if col in ("GROUP", "TOPIC", "STATUS") else "right")
-    for row in rows:
-        table.add_row(*(str(row[k]) for k in keys))
+    """Plain aligned columns like ``kafka-consumer-groups --describe``: never truncated, greppable."""
     if not rows:
         console.print("no consumer groups with committed offsets match the prefix")
         return
-    console.print(table)
+    cols = {
+        "GROUP": "group",
+        "TOPIC": "topic",
+        "PARTITION": "partition",
+        "CURRENT-OFFSET": "current_offset",
+        "LOG-END-OFFSET": "log_end_offset",
+        "LAG": "lag",
+        "LAG-SECONDS": "lag_seconds",
+        "RETENTION-RISK": "retention_risk",
+        "STATUS": "status",
+    }
+    cells = [list(cols)] + [[str(row[k]) for k in cols.values()] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(cols))]
+    for line in cells:
+        typer.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())

@@ -91,6 +91,8 @@ def test_collector_renders_every_family_from_cache_with_store_gauges() -> None:
     assert r.calls == calls_before  # a scrape never calls the broker
     names = {m.name for m in text_string_to_metric_families(text)}
     assert names == {n.removesuffix("_total") for n in METRICS}
-    assert 'fleet_consumer_lag_seconds{group="fleet.g0",partition="0",topic="fleet.t0"} 30.0' in text
+    assert (
+        'fleet_consumer_lag_seconds{group="fleet.g0",partition="0",topic="fleet.t0"} 30.0' in text
+    )
     assert "fleet_outbox_oldest_unsent_age_seconds 12.5" in text
     assert "fleet_exporter_sample_age_seconds 1.0" in text

@@ -1,0 +1,213 @@
+"""Issue 6 acceptance on a real broker: offsets agree with independent clients, retention risk
+is flagged before deletion, and a real Prometheus fires and clears the shipped lag alert."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from typer.testing import CliRunner
+
+from pipeline.cli.main import app
+from pipeline.kafka.local.ports import free_ports
+from pipeline.kafka.settings import consumer_config, producer_config
+from pipeline.observability import (
+    ExporterConfig,
+    KafkaOffsetReader,
+    LagSampler,
+    LagStatus,
+    SamplerConfig,
+    Thresholds,
+    build_exporter,
+)
+from pipeline.testing import BrokerHandle
+
+from .lag_helpers import (
+    CommittingConsumer,
+    PrometheusServer,
+    SteadyProducer,
+    java_lag_probe,
+    kcat_offsets,
+    kcat_read_one,
+    shipped_rules_with_short_for,
+    wait_until,
+)
+
+pytestmark = pytest.mark.kafka
+
+
+def produce(
+    bootstrap: str, topic: str, per_partition: dict[int, int]
+) -> dict[tuple[int, int], int]:
+    """Produce to explicit partitions; returns (partition, offset) -> record timestamp (ms)."""
+    producer = Producer(producer_config(bootstrap))
+    stamps: dict[tuple[int, int], int] = {}
+
+    def report(err: object, msg: object) -> None:
+        assert err is None, err
+        stamps[(msg.partition(), msg.offset())] = msg.timestamp()[1]  # type: ignore[attr-defined]
+
+    for partition, count in per_partition.items():
+        for i in range(count):
+            producer.produce(topic, value=f"v{i}".encode(), partition=partition, on_delivery=report)
+    assert producer.flush(30) == 0
+    return stamps
+
+
+def commit(bootstrap: str, group: str, offsets: list[TopicPartition]) -> None:
+    consumer = Consumer(consumer_config(bootstrap, group))
+    try:
+        consumer.commit(offsets=offsets, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def delete_before(bootstrap: str, topic: str, partition: int, offset: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.delete_records([TopicPartition(topic, partition, offset)])
+    for f in futures.values():
+        f.result(timeout=30)
+
+
+def test_offsets_and_lag_agree_with_java_admin_client_and_kcat(
+    kafka: BrokerHandle, new_topic, group_id
+) -> None:
+    topic = new_topic("lag", partitions=3)
+    dlq = new_topic("dlq")
+    stamps = produce(kafka.bootstrap, topic, {0: 20, 1: 20, 2: 20})
+    produce(kafka.bootstrap, dlq, {0: 3})
+    delete_before(kafka.bootstrap, topic, 2, 4)  # a non-zero log start to compare too
+    commit(
+        kafka.bootstrap,
+        group_id,
+        [TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 20), TopicPartition(topic, 2, 12)],
+    )
+    reader = KafkaOffsetReader(kafka.bootstrap)
+    try:
+        before = time.time()
+        sample = LagSampler(reader, SamplerConfig(groups_prefix=group_id, dlq_topic=dlq)).sample()
+        after = time.time()
+    finally:
+        reader.close()
+    assert sample.broker_ok, sample.errors
+    ours = [
+        (r.topic, r.partition, r.committed, r.log_start, r.log_end, r.lag_messages)
+        for r in sample.partitions
+    ]
+    assert ours == [
+        (topic, 0, 5, 0, 20, 15),
+        (topic, 1, 20, 0, 20, 0),
+        (topic, 2, 12, 4, 20, 8),
+    ]
+    # independent: the Java Admin client (what kafka-consumer-groups --describe uses) ...
+    assert java_lag_probe(kafka.bootstrap, group_id) == ours
+    # ... and kcat (librdkafka, separate process) for the log end and start offsets
+    assert kcat_offsets(kafka.bootstrap, topic, 3, -1) == {r[1]: r[4] for r in ours}
+    assert kcat_offsets(kafka.bootstrap, topic, 3, -2) == {r[1]: r[3] for r in ours}
+    by_part = {r.partition: r for r in sample.partitions}
+    # lag seconds = now - timestamp of the record at the committed offset; idle caught-up = 0
+    assert by_part[1].lag_seconds == 0.0
+    for part, offset in ((0, 5), (2, 12)):
+        ts = stamps[(part, offset)] / 1000.0
+        assert before - ts - 0.001 <= by_part[part].lag_seconds <= after - ts + 0.001
+    assert sample.dlq is not None and sample.dlq.messages == 3
+
+
+def test_retention_risk_flagged_before_unread_records_are_deleted(
+    kafka: BrokerHandle, new_topic, group_id
+) -> None:
+    """Seed 001 scenario: a group down longer than retention silently skips. DESIGN §1: the
+    exporter warns *before* lag reaches retention, and a group whose offset fell off is LOST."""
+    topic = new_topic("retention")
+    produce(kafka.bootstrap, topic, {0: 100})
+    commit(kafka.bootstrap, group_id, [TopicPartition(topic, 0, 10)])
+    delete_before(kafka.bootstrap, topic, 0, 5)  # retention starts truncating the front
+    runner = CliRunner()
+    env = {"KAFKA_BOOTSTRAP": kafka.bootstrap}
+
+    result = runner.invoke(app, ["lag", "--groups-prefix", group_id, "--json"], env=env)
+    report = json.loads(result.stdout)
+    (row,) = report["partitions"]
+    assert result.exit_code == 1  # AT_RISK and LOST exit non-zero, for cron/CI checks
+    assert row["status"] == LagStatus.AT_RISK and row["lost"] == 0
+    assert row["retention_risk"] >= Thresholds().retention_risk
+    # flagged while the group's next record still exists
+    assert kcat_read_one(kafka.bootstrap, topic, 0, 10) == "10"
+
+    delete_before(kafka.bootstrap, topic, 0, 50)  # retention overtakes the group
+    result = runner.invoke(app, ["lag", "--groups-prefix", group_id, "--json"], env=env)
+    (row,) = json.loads(result.stdout)["partitions"]
+    assert result.exit_code == 1
+    assert row["status"] == LagStatus.LOST and row["lost"] == 40
+    assert row["retention_risk"] > 1.0
+
+    table = runner.invoke(app, ["lag", "--groups-prefix", group_id], env=env, terminal_width=200)
+    assert "LOST" in table.stdout and "LAG-SECONDS" in table.stdout
+
+
+@pytest.mark.slow
+def test_real_prometheus_fires_lag_alert_when_consumer_stops_and_clears_on_restart(
+    kafka: BrokerHandle, new_topic, group_id
+) -> None:
+    """Seed 001: slowness shows up as lag -- alert on its trend. The shipped rule, scraped and
+    evaluated by a real Prometheus, fires for a stopped consumer and clears once it catches up."""
+    topic = new_topic("alert", partitions=2)
+    exporter = build_exporter(
+        ExporterConfig(
+            bootstrap=kafka.bootstrap,
+            port=free_ports(1)[0],
+            sampler=SamplerConfig(groups_prefix=group_id, dlq_topic=None, interval_s=0.5),
+        )
+    )
+    prom = consumer = producer = None
+    try:
+        prom = PrometheusServer(
+            scrape_target=f"127.0.0.1:{exporter.port}", rules=shipped_rules_with_short_for(3)
+        )
+        produce(kafka.bootstrap, topic, {0: 10, 1: 10})
+        consumer = CommittingConsumer(kafka.bootstrap, group_id, topic).start()
+
+        def scraped_lag() -> list[float]:
+            data = prom.api(
+                f"query?query=fleet:consumer_lag_messages:sum{{group=%22{group_id}%22}}"
+            )
+            return [float(r["value"][1]) for r in data["result"]]
+
+        wait_until("caught up, as Prometheus sees it", lambda: scraped_lag() == [0.0], 90)
+        wait_until(
+            "no lag alert while caught up",
+            lambda: not prom.alerts("FleetConsumerLagGrowing", group=group_id),
+            30,
+        )
+
+        consumer.stop()  # the consumer dies; producers go on
+        producer = SteadyProducer(kafka.bootstrap, topic, rate=20).start()
+        firing = wait_until(
+            "FleetConsumerLagGrowing firing",
+            lambda: [
+                a
+                for a in prom.alerts("FleetConsumerLagGrowing", group=group_id)
+                if a["state"] == "firing"
+            ],
+            120,
+        )
+        assert firing[0]["labels"]["topic"] == topic
+        assert firing[0]["labels"]["severity"] == "warning"
+
+        producer.stop()
+        consumer = CommittingConsumer(kafka.bootstrap, group_id, topic).start()
+        wait_until(
+            "alert cleared after restart",
+            lambda: not prom.alerts("FleetConsumerLagGrowing", group=group_id),
+            120,
+        )
+        assert scraped_lag() == [0.0]
+        assert consumer.consumed >= producer.sent
+    finally:
+        for part in (producer, consumer, prom):
+            if part is not None:
+                part.stop()
+        exporter.stop()

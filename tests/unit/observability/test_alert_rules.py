@@ -1,0 +1,62 @@
+"""The shipped alert rules: valid, unit-tested with promtool, and naming only known metrics."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline.observability import METRICS
+
+REPO = Path(__file__).resolve().parents[3]
+RULES = REPO / "deploy" / "prometheus" / "alerts.yml"
+# metrics other processes export (gateway, relay): the names they must use, see the docs
+EXTERNAL = {"fleet_gateway_injected_timeouts_total"}
+
+
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.fail("promtool missing: install the Debian 'prometheus' package (scripts/install-system-deps.sh)")
+    return found
+
+
+def test_promtool_check_rules() -> None:
+    proc = subprocess.run(
+        [promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
+def test_promtool_unit_tests_pass() -> None:
+    proc = subprocess.run(
+        [promtool(), "test", "rules", "alerts_test.yml"],
+        cwd=RULES.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
+def test_rules_only_name_metrics_that_exist_and_are_documented() -> None:
+    used = set(re.findall(r"\bfleet_[a-z_]+\b", RULES.read_text()))
+    assert used, "no fleet_ metrics in the rules?"
+    assert used <= set(METRICS) | EXTERNAL, used - set(METRICS) - EXTERNAL
+    docs = (REPO / "docs" / "observability.md").read_text()
+    missing = [name for name in sorted(set(METRICS) | EXTERNAL) if f"`{name}`" not in docs]
+    assert not missing, f"undocumented metrics: {missing}"
+
+
+def test_every_alert_has_a_runbook_section() -> None:
+    alerts = re.findall(r"- alert: (\w+)", RULES.read_text())
+    docs = (REPO / "docs" / "observability.md").read_text()
+    assert len(alerts) >= 10
+    for name in alerts:
+        assert f"### {name}" in docs, name
+        assert f"#{name.lower()}" in RULES.read_text()
