@@ -20,7 +20,9 @@ EXTERNAL = {"fleet_gateway_injected_timeouts_total"}
 def promtool() -> str:
     found = shutil.which("promtool")
     if found is None:
-        pytest.fail("promtool missing: install the Debian 'prometheus' package (scripts/install-system-deps.sh)")
+        pytest.fail(
+            "promtool missing: install the Debian 'prometheus' package (scripts/install-system-deps.sh)"
+        )
     return found
 
 
@@ -60,3 +62,26 @@ def test_every_alert_has_a_runbook_section() -> None:
     for name in alerts:
         assert f"### {name}" in docs, name
         assert f"#{name.lower()}" in RULES.read_text()
+
+
+def test_dashboard_queries_are_valid_promql_on_known_metrics(tmp_path: Path) -> None:
+    import json
+
+    dash = json.loads((REPO / "deploy" / "grafana" / "fleet-lag.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    assert len(exprs) >= 12
+    used = set(re.findall(r"\bfleet_[a-z_]+\b", " ".join(exprs)))
+    assert used <= set(METRICS) | EXTERNAL, used - set(METRICS) - EXTERNAL
+    # promtool has no offline query linter; a rules file of recording rules is parsed the same way
+    rules = "groups:\n  - name: dashboard\n    rules:\n" + "".join(
+        f"      - record: dashboard:q{i}\n        expr: {json.dumps(e.replace('$group', '.*'))}\n"
+        for i, e in enumerate(exprs)
+    )
+    (tmp_path / "dash.yml").write_text(rules)
+    proc = subprocess.run(
+        [promtool(), "check", "rules", str(tmp_path / "dash.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
