@@ -49,6 +49,7 @@ def _bootstrap(value: str | None) -> str:
 @app.command()
 @fail_on_fleet_error
 def exporter(
+    *,
     bootstrap: Bootstrap = None,
     port: Annotated[int, typer.Option("--port", help="HTTP port for /metrics.")] = 9308,
     address: Annotated[str, typer.Option("--address", help="Listen address.")] = "0.0.0.0",
@@ -82,6 +83,7 @@ def exporter(
 @app.command()
 @fail_on_fleet_error
 def lag(
+    *,
     bootstrap: Bootstrap = None,
     groups_prefix: Prefix = "fleet.",
     slo: Annotated[float, typer.Option("--slo", help="Time-lag SLO in seconds.")] = 300.0,
@@ -100,7 +102,7 @@ def lag(
     if not sample.broker_ok:
         raise BrokerError(sample.errors[0] if sample.errors else "broker unreachable")
     thresholds = Thresholds(lag_seconds_slo=slo)
-    rows = [
+    rows: list[dict[str, object]] = [
         {
             "group": r.group,
             "topic": r.topic,
@@ -116,7 +118,7 @@ def lag(
         }
         for r in sample.partitions
     ]
-    overall = worst([LagStatus(r["status"]) for r in rows])
+    overall = worst([r.status(thresholds) for r in sample.partitions])
     if as_json:
         emit_json({"status": overall.value, "partitions": rows})
     else:

@@ -7,7 +7,6 @@ and a slow scrape cannot pile up admin requests. Labels are ``group``/``topic``/
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -39,7 +38,8 @@ METRICS: dict[str, str] = {
     "fleet_outbox_oldest_unsent_age_seconds": "Age of the oldest unsent outbox row (0 if none).",
     "fleet_exporter_broker_up": "1 if the last sample cycle read the broker, else 0.",
     "fleet_exporter_sample_duration_seconds": "Wall time of the last sample cycle.",
-    "fleet_exporter_sample_age_seconds": "Seconds since the last sample cycle finished.",
+    "fleet_exporter_last_sample_timestamp_seconds": "Unix time of the last sample cycle "
+    "(sample age = time() - this; a constant per sample, so renderings can be cached).",
     "fleet_exporter_groups": "Consumer groups matched by the prefix in the last sample.",
     "fleet_exporter_samples_total": "Sample cycles run since start.",
 }
@@ -56,12 +56,9 @@ class LagCollector(Collector):
         self,
         latest: Callable[[], LagSample | None],
         cycles: Callable[[], int],
-        *,
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self._latest = latest
         self._cycles = cycles
-        self._clock = clock
 
     def register(self, registry: CollectorRegistry) -> LagCollector:
         registry.register(self)
@@ -113,7 +110,7 @@ class LagCollector(Collector):
 
         yield one("fleet_exporter_broker_up", 1.0 if sample.broker_ok else 0.0)
         yield one("fleet_exporter_sample_duration_seconds", sample.duration_s)
-        yield one("fleet_exporter_sample_age_seconds", max(0.0, self._clock() - sample.taken_at))
+        yield one("fleet_exporter_last_sample_timestamp_seconds", sample.taken_at)
         yield one("fleet_exporter_groups", float(len(sample.groups)))
         if sample.dlq is not None:
             yield one("fleet_dlq_depth_messages", float(sample.dlq.messages))

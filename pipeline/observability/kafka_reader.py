@@ -16,8 +16,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # runtime re-exports
+    AdminClient,
     ConfigResource,
     OffsetSpec,
     ResourceType,

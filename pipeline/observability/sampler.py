@@ -2,8 +2,8 @@
 
 Upholds seed 001 "slowness shows up as lag, not errors; alert per partition and on its trend"
 and DESIGN §1 "the exporter must warn *before* lag reaches retention". A scrape never calls the
-broker: it reads :attr:`LagSampler.latest`, refreshed by :meth:`LagSampler.run_forever` (or one
-:meth:`sample` call in ``fleet lag``).
+broker: it reads :attr:`LagSampler.latest`, refreshed by the exporter's sampler thread (or one
+:meth:`LagSampler.sample` call in ``fleet lag``).
 """
 
 from __future__ import annotations
@@ -231,10 +231,3 @@ class LagSampler:
             log.warning("store gauges failed: %s", exc)
             errors.append(f"store: {exc}")
             return None
-
-    def run_forever(self, stop: threading.Event) -> None:
-        """Sample every ``interval_s`` until ``stop`` is set; a failed cycle is kept as a sample
-        with ``broker_ok=False`` (the exporter's own up-gauge) and retried next interval."""
-        while not stop.is_set():
-            self.sample()
-            stop.wait(self._config.interval_s)
