@@ -211,3 +211,57 @@ def test_real_prometheus_fires_lag_alert_when_consumer_stops_and_clears_on_resta
             if part is not None:
                 part.stop()
         exporter.stop()
+
+
+def test_fleet_exporter_command_serves_lag_and_stops_on_sigterm(
+    kafka: BrokerHandle, new_topic, group_id
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    topic = new_topic("cli")
+    produce(kafka.bootstrap, topic, {0: 7})
+    commit(kafka.bootstrap, group_id, [TopicPartition(topic, 0, 3)])
+    port = free_ports(1)[0]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "exporter",
+            "--port",
+            str(port),
+            "--address",
+            "127.0.0.1",
+            "--groups-prefix",
+            group_id,
+            "--interval",
+            "0.5",
+            "--dlq-topic",
+            "",
+        ],
+        env={**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    want = f'fleet_consumer_lag_messages{{group="{group_id}",partition="0",topic="{topic}"}} 4.0'
+
+    def metrics() -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                return str(r.read().decode())
+        except OSError:
+            return ""
+
+    try:
+        text = wait_until(
+            "exporter serves the group's lag", lambda: want in metrics() and metrics(), 60
+        )
+        assert "fleet_exporter_broker_up 1.0" in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
