@@ -97,6 +97,8 @@ def probe_consumer_config(bootstrap: str, group_id: str) -> dict[str, Any]:
             "fetch.wait.max.ms": 50,
             "max.partition.fetch.bytes": 65536,  # about one record's worth per partition
             "fetch.max.bytes": 4 * 1024 * 1024,
+            # an end reached with no data record = only transaction markers left: report it
+            "enable.partition.eof": True,
         }
     )
     return conf

@@ -15,7 +15,13 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # runtime re-exports
     AdminClient,
     ConfigResource,
@@ -122,29 +128,34 @@ class KafkaOffsetReader:
 
     def record_timestamps(
         self, positions: Mapping[TopicPartitionKey, int]
-    ) -> dict[TopicPartitionKey, int]:
+    ) -> dict[TopicPartitionKey, int | None]:
         if not positions:
             return {}
         probe = self._probe_consumer()
         self._count("fetch_round")
         wanted = dict(positions)
         probe.assign([TopicPartition(t, p, off) for (t, p), off in wanted.items()])
-        found: dict[TopicPartitionKey, int] = {}
+        found: dict[TopicPartitionKey, int | None] = {}
         deadline = time.monotonic() + self._fetch_budget
         try:
             while len(found) < len(wanted) and time.monotonic() < deadline:
                 for msg in probe.consume(num_messages=500, timeout=0.2):
-                    if msg.error() is not None:
-                        continue
                     topic, part, offset = msg.topic(), msg.partition(), msg.offset()
-                    if topic is None or part is None or offset is None:
+                    if topic is None or part is None or (topic, part) not in wanted:
                         continue
                     key = (topic, part)
-                    if key in wanted and key not in found and offset >= wanted[key]:
-                        _, ts = msg.timestamp()
-                        if ts is not None:
-                            found[key] = ts
-                        probe.pause([TopicPartition(key[0], key[1])])  # one record is enough
+                    err = msg.error()
+                    if key in found:
+                        continue
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            found[key] = None  # end reached, no data record: markers only
+                        continue
+                    if offset is None or offset < wanted[key]:
+                        continue
+                    _, ts = msg.timestamp()
+                    found[key] = ts if ts is not None and ts > 0 else None
+                    probe.pause([TopicPartition(topic, part)])  # one record is enough
         finally:
             # pause state outlives unassign in librdkafka: resume so the next round reads again
             probe.resume([TopicPartition(t, p) for t, p in wanted])

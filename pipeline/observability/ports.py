@@ -31,8 +31,13 @@ class OffsetReader(Protocol):
 
     def record_timestamps(
         self, positions: Mapping[TopicPartitionKey, int]
-    ) -> dict[TopicPartitionKey, int]:
-        """Timestamp (ms) of the first readable record at or after each offset, where one is read."""
+    ) -> dict[TopicPartitionKey, int | None]:
+        """Timestamp (ms) of the first data record at or after each offset, where one is read.
+
+        ``None`` means the reader reached the log end without a data record: only transaction
+        markers lie between the offset and the end (a read_committed group committed just
+        before a commit marker), so nothing is waiting. Partitions not read in time are left out.
+        """
         ...
 
     def retention_ms(self, topics: Iterable[str]) -> dict[str, int | None]:

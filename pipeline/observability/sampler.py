@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline.errors import FleetError
+from pipeline.kafka.topics import TopicNames
 
 from .model import PartitionLag, TopicDepth, age_seconds
 from .ports import OffsetReader, StoreGauges, TopicPartitionKey
@@ -26,8 +27,8 @@ Clock = Callable[[], float]  # wall-clock seconds (record timestamps are wall-cl
 
 @dataclass(frozen=True, kw_only=True)
 class SamplerConfig:
-    groups_prefix: str = "fleet."
-    dlq_topic: str | None = "fleet.dlq"
+    groups_prefix: str = TopicNames().prefix
+    dlq_topic: str | None = TopicNames().dlq
     interval_s: float = 15.0
     retention_refresh_s: float = 300.0
 
@@ -132,7 +133,7 @@ class LagSampler:
         marks = self._reader.watermarks(wanted | set(dlq_parts))
         retention = self._retention({t for t, _ in wanted})
         now = self._clock()
-        stamps = self._timestamps(committed, marks)
+        stamps, markers_only = self._timestamps(committed, marks)
         rows: list[PartitionLag] = []
         seen: set[tuple[str, str, int, int]] = set()
         for group in sorted(committed):
@@ -142,6 +143,8 @@ class LagSampler:
                 start, end = marks[(topic, part)]
                 lag = max(0, end - offset)
                 seconds = age_seconds(int(now * 1000), stamps.get((topic, part, offset)), lag)
+                if (topic, part, max(offset, start)) in markers_only:
+                    seconds = 0.0  # only transaction markers unread: nothing is waiting
                 if seconds is None:
                     key = (group, topic, part, offset)
                     seen.add(key)
@@ -169,11 +172,14 @@ class LagSampler:
         self,
         committed: dict[str, dict[TopicPartitionKey, int]],
         marks: dict[TopicPartitionKey, tuple[int, int]],
-    ) -> dict[tuple[str, int, int], int]:
+    ) -> tuple[dict[tuple[str, int, int], int], set[tuple[str, int, int]]]:
         """Timestamps at every lagging committed offset; only offsets not read before are fetched.
 
         Several groups on one partition at different offsets need different records: the
-        uncached ones are fetched in rounds of one offset per partition (usually one round)."""
+        uncached ones are fetched in rounds of one offset per partition (usually one round).
+        Also returns the offsets followed by transaction markers only (never cached: a data
+        record may be appended after them at any time)."""
+        markers_only: set[tuple[str, int, int]] = set()
         needed: set[tuple[str, int, int]] = set()
         for offs in committed.values():
             for (topic, part), offset in offs.items():
@@ -189,7 +195,10 @@ class LagSampler:
                 else:
                     batch[(t, p)] = o
             for (t, p), ts in self._reader.record_timestamps(batch).items():
-                self._caches.timestamps[(t, p, batch[(t, p)])] = ts
+                if ts is None:
+                    markers_only.add((t, p, batch[(t, p)]))
+                else:
+                    self._caches.timestamps[(t, p, batch[(t, p)])] = ts
             missing = rest
         self._caches.timestamps = {k: v for k, v in self._caches.timestamps.items() if k in needed}
         out = dict(self._caches.timestamps)
@@ -200,7 +209,7 @@ class LagSampler:
                     oldest = out.get((topic, part, marks[(topic, part)][0]))
                     if oldest is not None:
                         out[(topic, part, offset)] = oldest
-        return out
+        return out, markers_only
 
     def _dlq_partitions(self) -> list[int]:
         assert self._config.dlq_topic is not None

@@ -265,3 +265,33 @@ def test_fleet_exporter_command_serves_lag_and_stops_on_sigterm(
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
+
+
+def test_group_parked_before_a_commit_marker_reads_zero_seconds(
+    kafka: BrokerHandle, new_topic, group_id
+) -> None:
+    """The "absurd time lag" of other exporters: after a transaction, a group committed at the
+    commit marker shows LAG 1 forever (as kafka-consumer-groups does) though nothing is waiting.
+    Our time lag stays 0 instead of growing with the wall clock."""
+    from pipeline.testing import unique_name
+
+    topic = new_topic("txn")
+    producer = Producer(
+        producer_config(kafka.bootstrap, **{"transactional.id": unique_name("test.txn")})
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=f"t{i}".encode(), partition=0)
+    producer.commit_transaction(30)
+    commit(kafka.bootstrap, group_id, [TopicPartition(topic, 0, 5)])  # after the last record
+    reader = KafkaOffsetReader(kafka.bootstrap)
+    try:
+        sampler = LagSampler(reader, SamplerConfig(groups_prefix=group_id, dlq_topic=None))
+        sampler.sample()
+        time.sleep(1.5)  # a wall-clock fallback would now read >= 1.5 s
+        (row,) = sampler.sample().partitions
+    finally:
+        reader.close()
+    assert (row.committed, row.log_end, row.lag_messages) == (5, 6, 1)  # the marker at 5
+    assert row.lag_seconds == 0.0

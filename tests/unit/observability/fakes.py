@@ -17,6 +17,7 @@ class FakeReader:
     stamps: dict[tuple[str, int, int], int] = field(default_factory=dict)  # (t, p, offset) -> ms
     retention: dict[str, int | None] = field(default_factory=dict)
     down: bool = False
+    markers_only: set[TP] = field(default_factory=set)  # only txn markers up to the log end
     calls: dict[str, int] = field(default_factory=dict)
     timestamp_requests: list[dict[TP, int]] = field(default_factory=list)
 
@@ -37,11 +38,14 @@ class FakeReader:
         self._count("watermarks")
         return {tp: self.marks[tp] for tp in partitions if tp in self.marks}
 
-    def record_timestamps(self, positions: Mapping[TP, int]) -> dict[TP, int]:
+    def record_timestamps(self, positions: Mapping[TP, int]) -> dict[TP, int | None]:
         self._count("record_timestamps")
         self.timestamp_requests.append(dict(positions))
-        out = {}
+        out: dict[TP, int | None] = {}
         for (t, p), off in positions.items():
+            if (t, p) in self.markers_only:
+                out[(t, p)] = None
+                continue
             # first readable record at or after off
             hits = sorted(o for (tt, pp, o) in self.stamps if (tt, pp) == (t, p) and o >= off)
             if hits:

@@ -96,3 +96,19 @@ def test_collector_renders_every_family_from_cache_with_store_gauges() -> None:
     )
     assert "fleet_outbox_oldest_unsent_age_seconds 12.5" in text
     assert "fleet_exporter_last_sample_timestamp_seconds 1e+06" in text
+
+
+def test_only_transaction_markers_unread_reads_zero_seconds_not_a_growing_age() -> None:
+    """kafka-lag-exporter's "absurd time lag": a read_committed group committed just before a
+    commit marker shows lag 1 forever. Nothing is waiting, so the time lag is 0."""
+    r = fleet(1, 1, 1)
+    r.committed["fleet.g0"][("fleet.t0", 0)] = 99
+    r.markers_only.add(("fleet.t0", 0))
+    clock = [NOW]
+    s = LagSampler(r, SamplerConfig(), clock=lambda: clock[0])
+    s.sample()
+    clock[0] += 600
+    (row,) = s.sample().partitions
+    assert row.lag_messages == 1
+    assert row.lag_seconds == 0.0
+    assert r.calls["record_timestamps"] == 2  # not cached: data may be appended any time
