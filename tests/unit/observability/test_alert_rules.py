@@ -91,3 +91,18 @@ def test_dashboard_queries_are_valid_promql_on_known_metrics(tmp_path: Path) -> 
         timeout=60,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_example_prometheus_config_is_valid_and_names_the_contract_jobs() -> None:
+    config = RULES.parent / "prometheus.yml"
+    proc = subprocess.run(
+        [promtool(), "check", "config", str(config)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = config.read_text()
+    for job in re.findall(r'up\{job="([\w-]+)"\}', RULES.read_text()):
+        assert f"job_name: {job}" in text, job
