@@ -14,7 +14,16 @@ from pipeline.observability import METRICS
 REPO = Path(__file__).resolve().parents[3]
 RULES = REPO / "deploy" / "prometheus" / "alerts.yml"
 # metrics other processes export (gateway, relay): the names they must use, see the docs
-EXTERNAL = {"fleet_gateway_injected_timeouts_total"}
+EXTERNAL = {
+    "fleet_gateway_injected_timeouts_total",  # gateway (expected; alert FleetInjectedTimeouts)
+    # already in the tree (pipeline/runtime/metrics.py, pipeline/gateway/injectors/metrics.py)
+    "fleet_consumer_records_total",
+    "fleet_consumer_rebalances_total",
+    "fleet_dedupe_hits_total",
+    "fleet_consumer_commit_failures_total",
+    "fleet_gateway_inject_seconds_bucket",
+    "fleet_gateway_inject_failures_total",
+}
 
 
 def promtool() -> str:
