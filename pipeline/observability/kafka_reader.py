@@ -183,6 +183,10 @@ class KafkaOffsetReader:
         done, _errors = _wait(futures, self._timeout + 5)
         out: dict[str, int | None] = {}
         for resource, entries in done.items():
+            policy = entries.get("cleanup.policy")
+            if policy is not None and "delete" not in str(policy.value):
+                out[resource.name] = None  # compact-only: retention.ms deletes nothing
+                continue
             entry = entries.get("retention.ms")
             value = int(entry.value) if entry is not None and entry.value is not None else -1
             out[resource.name] = None if value < 0 else value

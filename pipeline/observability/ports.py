@@ -41,7 +41,8 @@ class OffsetReader(Protocol):
         ...
 
     def retention_ms(self, topics: Iterable[str]) -> dict[str, int | None]:
-        """``retention.ms`` per topic (``None`` for -1 = unlimited)."""
+        """``retention.ms`` per topic; ``None`` when unlimited (-1) or the topic is compact-only
+        (``cleanup.policy`` without ``delete``: time never deletes its records)."""
         ...
 
     def partitions_of(self, topic: str) -> list[int]:

@@ -295,3 +295,31 @@ def test_group_parked_before_a_commit_marker_reads_zero_seconds(
         reader.close()
     assert (row.committed, row.log_end, row.lag_messages) == (5, 6, 1)  # the marker at 5
     assert row.lag_seconds == 0.0
+
+
+def test_compacted_topic_has_no_time_based_retention_risk(
+    kafka: BrokerHandle, new_topic, group_id
+) -> None:
+    """fleet.roster is compact-only: its retention.ms deletes nothing, so a slow roster reader
+    is LAGGING, never AT_RISK by time; a delete-policy topic reports its retention.ms."""
+    compacted = new_topic("compact", config={"cleanup.policy": "compact", "retention.ms": "1000"})
+    deleting = new_topic("delete", config={"retention.ms": "3600000"})
+    for topic in (compacted, deleting):
+        producer = Producer(producer_config(kafka.bootstrap))
+        for i in range(4):
+            producer.produce(topic, key=f"k{i}".encode(), value=b"v", partition=0)
+        assert producer.flush(30) == 0
+    commit(
+        kafka.bootstrap, group_id, [TopicPartition(compacted, 0, 0), TopicPartition(deleting, 0, 0)]
+    )
+    time.sleep(1.2)  # the compacted topic's records are now older than its (ignored) retention.ms
+    reader = KafkaOffsetReader(kafka.bootstrap)
+    try:
+        sample = LagSampler(reader, SamplerConfig(groups_prefix=group_id, dlq_topic=None)).sample()
+    finally:
+        reader.close()
+    rows = {r.topic: r for r in sample.partitions}
+    assert rows[compacted].retention_ms is None
+    assert rows[compacted].retention_headroom_seconds is None
+    assert rows[compacted].status(Thresholds()) is LagStatus.LAGGING
+    assert rows[deleting].retention_ms == 3_600_000
