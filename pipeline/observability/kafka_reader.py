@@ -9,6 +9,7 @@ since the last cycle; DescribeConfigs only when a new topic appears (cached).
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -33,6 +34,8 @@ from pipeline.errors import BrokerError
 from pipeline.kafka.settings import probe_consumer_config
 
 from .ports import TopicPartitionKey
+
+log = logging.getLogger(__name__)
 
 
 def _wait(futures: Mapping[Any, Future[Any]], timeout: float) -> tuple[dict[Any, Any], list[str]]:
@@ -67,6 +70,8 @@ class KafkaOffsetReader:
         self.calls[kind] = self.calls.get(kind, 0) + n
 
     def _all_failed(self, what: str, errors: list[str], total: int) -> None:
+        if errors and len(errors) < total:  # partial: keep the rest, but say so
+            log.warning("%s failed for %d of %d: %s", what, len(errors), total, errors[:3])
         if total and len(errors) == total:
             raise BrokerError(
                 f"{what} failed for all {total} requests: {errors[0]}",
