@@ -141,16 +141,17 @@ class KafkaOffsetReader:
         wanted = dict(positions)
         probe.assign([TopicPartition(t, p, off) for (t, p), off in wanted.items()])
         found: dict[TopicPartitionKey, int | None] = {}
+        no_timestamp: set[TopicPartitionKey] = set()  # read, but the record carries no time
         deadline = time.monotonic() + self._fetch_budget
         try:
-            while len(found) < len(wanted) and time.monotonic() < deadline:
+            while len(found) + len(no_timestamp) < len(wanted) and time.monotonic() < deadline:
                 for msg in probe.consume(num_messages=500, timeout=0.2):
                     topic, part, offset = msg.topic(), msg.partition(), msg.offset()
                     if topic is None or part is None or (topic, part) not in wanted:
                         continue
                     key = (topic, part)
                     err = msg.error()
-                    if key in found:
+                    if key in found or key in no_timestamp:
                         continue
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
@@ -159,7 +160,10 @@ class KafkaOffsetReader:
                     if offset is None or offset < wanted[key]:
                         continue
                     _, ts = msg.timestamp()
-                    found[key] = ts if ts is not None and ts > 0 else None
+                    if ts is not None and ts > 0:
+                        found[key] = ts
+                    else:  # left out: the sampler falls back to its first-seen lower bound
+                        no_timestamp.add(key)
                     probe.pause([TopicPartition(topic, part)])  # one record is enough
         finally:
             # pause state outlives unassign in librdkafka: resume so the next round reads again
