@@ -83,3 +83,10 @@ def merged(base: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[str
     if extra:
         out.update(extra)
     return out
+
+
+def admin_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
+    """Admin client: topology checks at boot and from the CLI."""
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000}
+    conf.update(overrides)
+    return conf
