@@ -13,6 +13,7 @@ from .model import (
 )
 from .publisher import PresencePublisher
 from .roster import RosterView
+from .static import StaticPresence
 
 __all__ = [
     "Delivery",
@@ -22,6 +23,7 @@ __all__ = [
     "RosterFollower",
     "RosterView",
     "SpawnProfile",
+    "StaticPresence",
     "gateway_gid",
     "presence_record",
     "tombstone_record",
