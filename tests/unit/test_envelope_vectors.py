@@ -76,3 +76,13 @@ def test_vector_file_matches_the_generator() -> None:
 def test_signer_from_vector_seed_has_vector_public_key() -> None:
     s = Signer.from_seed("host-a", bytes.fromhex(VECTORS["private_key_seed_hex"]))
     assert s.public_key_bytes.hex() == VECTORS["public_key_hex"]
+
+
+def test_worked_example_in_the_doc_is_the_send_vector() -> None:
+    import re
+
+    doc = (Path(__file__).parents[2] / "docs" / "envelope.md").read_text(encoding="utf-8")
+    block = doc.split("```\n66 6c", 1)[1].split("```", 1)[0]
+    lines = ("66 6c" + block).strip().splitlines()
+    hexed = "".join(re.sub(r"\s{2,}.*", "", line).replace(" ", "") for line in lines)
+    assert hexed == VECTORS["vectors"][0]["canonical_hex"]
