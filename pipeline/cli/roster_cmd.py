@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from pipeline.envelope import BoundedSeenSet, TrustStore, Verifier
+from pipeline.envelope import TrustStore
 from pipeline.envelope.model import now_ms
 from pipeline.kafka.topics import TopicNames
-from pipeline.presence import RosterFollower, RosterView, StaticPresence
+from pipeline.presence import RosterFollower, RosterView
 
 from .keys_cmd import DEFAULT_TRUST_DIR
 from .output import console, emit_json, fail_on_fleet_error
@@ -30,14 +30,7 @@ def roster(
 ) -> None:
     """Read the roster from the beginning, verify every record, print the live entries."""
     topics = TopicNames(prefix=prefix)
-    verifier = Verifier(
-        host="roster-cli",
-        trust=TrustStore.load(trust_dir),
-        presence=StaticPresence(),
-        seen=BoundedSeenSet(1),
-        topics=topics,
-    )
-    view = RosterView(verifier=verifier)
+    view = RosterView.build(trust=TrustStore.load(trust_dir), topics=topics)
     follower = RosterFollower(bootstrap=bootstrap_from(bootstrap), view=view, topics=topics)
     try:
         follower.catch_up()

@@ -6,7 +6,7 @@ decode = verify (:class:`Verifier`) -> deserialize (:func:`codec_for`).
 
 from .body import AvroBody, BodyCodec, RawBody, codec_for
 from .canonical import DOMAIN_TAG, canonical_bytes
-from .codec import encode, sign_fields
+from .codec import Decoded, decode, encode, sign_fields
 from .keys import Signer, TrustedKey, TrustStore, key_id_for
 from .model import Envelope
 from .reasons import (
@@ -52,6 +52,7 @@ __all__ = [
     "AvroBody",
     "BodyCodec",
     "BoundedSeenSet",
+    "Decoded",
     "Envelope",
     "Kind",
     "PresenceView",
@@ -64,6 +65,7 @@ __all__ = [
     "Verifier",
     "canonical_bytes",
     "codec_for",
+    "decode",
     "encode",
     "key_id_for",
     "sign_fields",

@@ -14,12 +14,20 @@ from collections import Counter
 from collections.abc import Callable
 
 from pipeline import schemas
-from pipeline.envelope import SIGNER_MISMATCH, TO_MISMATCH, Verifier
+from pipeline.envelope import (
+    SIGNER_MISMATCH,
+    TO_MISMATCH,
+    BoundedSeenSet,
+    TrustStore,
+    Verifier,
+)
 from pipeline.envelope.model import now_ms
 from pipeline.envelope.verify import RawHeaders
 from pipeline.errors import EnvelopeError
+from pipeline.kafka.topics import TopicNames
 
 from .model import SCHEMA, PresenceEntry, Role, gateway_gid
+from .static import StaticPresence
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +45,28 @@ class RosterView:
         self._entries: dict[str, PresenceEntry] = {}
         self._lock = threading.Lock()
         self.rejections: Counter[str] = Counter()
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        trust: TrustStore,
+        topics: TopicNames = TopicNames(),
+        skew_s: float = 30,
+        clock_ms: Callable[[], int] = now_ms,
+    ) -> RosterView:
+        """A view with its own presence verifier (only ``verify_presence`` is used, which
+        needs neither a presence view nor a seen-set)."""
+        verifier = Verifier(
+            host="roster",
+            trust=trust,
+            presence=StaticPresence(),
+            seen=BoundedSeenSet(1),
+            topics=topics,
+            skew_s=skew_s,
+            clock_ms=clock_ms,
+        )
+        return cls(verifier=verifier, clock_ms=clock_ms)
 
     # -- feeding --------------------------------------------------------------------------------
     def apply(

@@ -64,8 +64,7 @@ class Net:
     def verifier(self, host: str) -> Any:
         from pipeline.envelope import BoundedSeenSet, Verifier
 
-        view = RosterView(verifier=Verifier(host=host, trust=self.fleet.trust,
-                          presence=self.fleet.presence, seen=BoundedSeenSet(), topics=self.topics))  # fmt: skip
+        view = RosterView.build(trust=self.fleet.trust, topics=self.topics)
         follower = RosterFollower(bootstrap=self.bootstrap, view=view, topics=self.topics)
         follower.catch_up()
         self.followers.append(follower)
@@ -218,10 +217,7 @@ def test_roster_rebuilt_from_the_topic_and_tombstoned_on_stop(net: Net) -> None:
 
 
 def test_live_follower_sees_new_heartbeats(net: Net) -> None:
-    from pipeline.envelope import BoundedSeenSet, Verifier
-
-    view = RosterView(verifier=Verifier(host="b", trust=net.fleet.trust, presence=view_dummy(),
-                      seen=BoundedSeenSet(), topics=net.topics))  # fmt: skip
+    view = RosterView.build(trust=net.fleet.trust, topics=net.topics)
     follower = RosterFollower(bootstrap=net.bootstrap, view=view, topics=net.topics).start()
     try:
         net.publishers["c"].register("w-new", role=Role.WORKER, delivery=Delivery.INJECT,
@@ -236,7 +232,23 @@ def test_live_follower_sees_new_heartbeats(net: Net) -> None:
         follower.stop()
 
 
-def view_dummy() -> Any:
-    from pipeline.presence import StaticPresence
+def test_fleet_roster_cli_lists_the_live_view(net: Net, tmp_path: Any) -> None:
+    import json
 
-    return StaticPresence()
+    from typer.testing import CliRunner
+
+    from pipeline.cli.main import app
+
+    for signer in net.fleet.signers.values():
+        signer.write_public(tmp_path / f"{signer.key_id}.pub")
+    args = ["roster", "--bootstrap", net.bootstrap, "--trust-dir", str(tmp_path),
+            "--prefix", net.topics.prefix]  # fmt: skip
+    res = CliRunner().invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    gids = {e["gid"]: e for e in data["entries"]}
+    assert {"w-a", "m-b", "a._gateway", "b._gateway", "c._gateway"} <= set(gids)
+    assert gids["m-b"]["host"] == "b" and gids["m-b"]["delivery"] == "pull"
+    assert data["hosts"] == ["a", "b", "c"] and data["rejected"] == {}
+    table = CliRunner().invoke(app, args)
+    assert table.exit_code == 0 and "w-a" in table.stdout

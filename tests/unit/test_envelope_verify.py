@@ -257,3 +257,20 @@ def _signed_raw(f: Fleet, fields: dict[str, bytes]) -> dict[str, Any]:
 def test_every_reason_code_is_upper_case_and_unique() -> None:
     assert len(set(r.ALL_REASONS)) == len(r.ALL_REASONS)
     assert all(code.isupper() for code in r.ALL_REASONS)
+
+
+def test_decode_is_verify_then_deserialize() -> None:
+    from pipeline import schemas
+    from pipeline.envelope import decode
+
+    f = Fleet()
+    body = schemas.encode("failed", {"msg_id": "m1", "recipient": "w-9", "reason": "EXPIRED",
+                                     "error": "", "stage": "expiry", "failed_at_ms": 5})  # fmt: skip
+    rec = f.record(f.envelope(kind=Kind.FAILED, body=body))
+    got = decode(f.verifier("b"), **rec)
+    assert got.body["reason"] == "EXPIRED" and got.verified.signer_host == "a"
+    bad = f.record(f.envelope(kind=Kind.FAILED, body=body[:-2]))
+    with pytest.raises(EnvelopeError) as info:
+        decode(f.verifier("b"), **bad)
+    assert info.value.reason == r.SCHEMA_INVALID and info.value.raw["value"] == body[:-2]
+    assert decode(f.verifier("b"), **f.record()).body == b"brief"
