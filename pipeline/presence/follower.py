@@ -59,12 +59,13 @@ class RosterFollower:
         count = 0
         while ends and time.monotonic() < deadline:
             msg = self._consumer.poll(self._poll_s)
-            if msg is None:
-                continue
-            count += self._handle(msg)
-            part, offset = msg.partition() or 0, msg.offset() or 0
-            if msg.error() is None and offset + 1 >= ends.get(part, 0):
-                ends.pop(part, None)
+            if msg is not None:
+                count += self._handle(msg)
+            # positions, not message offsets: a position moves past transaction markers and
+            # compacted gaps that are never delivered as messages
+            for tp in self._consumer.position([TopicPartition(topic, p) for p in ends]):
+                if tp.offset >= ends[tp.partition]:
+                    ends.pop(tp.partition, None)
         if ends:
             raise BrokerError(f"roster catch-up timed out; partitions behind: {sorted(ends)}")
         return count
