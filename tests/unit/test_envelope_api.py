@@ -11,7 +11,17 @@ from pipeline.envelope import BoundedSeenSet, Envelope, Kind, SeenSet, Verifier
 
 def test_exported_names_are_exactly_all() -> None:
     public = {n for n in dir(envelope) if not n.startswith("_")}
-    modules = {"body", "canonical", "codec", "keys", "model", "reasons", "seen", "verify"}
+    modules = {
+        "body",
+        "canonical",
+        "codec",
+        "keys",
+        "metrics",
+        "model",
+        "reasons",
+        "seen",
+        "verify",
+    }
     assert public - modules == set(envelope.__all__)
 
 
