@@ -184,6 +184,13 @@ class TrustStore:
             store.add(t.host, t.key_id, t.public_key_bytes)
         return store
 
+    def reload(self, path: str | os.PathLike[str]) -> None:
+        """Swap in the keys of a trust directory at once (rotation without a restart); a
+        broken directory raises and leaves the current keys in place."""
+        fresh = TrustStore.load(path)
+        with self._lock:
+            self._by_id = dict(fresh._by_id)
+
     def add(self, host: str, key_id: str, public_key_bytes: bytes) -> None:
         trusted = _trusted(host, key_id, public_key_bytes)
         with self._lock:

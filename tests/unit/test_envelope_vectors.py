@@ -3,7 +3,10 @@ docs/envelope.md alone (an independent re-implementation, not pipeline's own fun
 
 from __future__ import annotations
 
+import base64
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -86,3 +89,20 @@ def test_worked_example_in_the_doc_is_the_send_vector() -> None:
     lines = ("66 6c" + block).strip().splitlines()
     hexed = "".join(re.sub(r"\s{2,}.*", "", line).replace(" ", "") for line in lines)
     assert hexed == VECTORS["vectors"][0]["canonical_hex"]
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")
+@pytest.mark.parametrize("vec", VECTORS["vectors"], ids=lambda v: v["name"])
+def test_vector_signature_verifies_with_the_openssl_cli(vec: dict, tmp_path: Path) -> None:
+    spki = bytes.fromhex("302a300506032b6570032100" + VECTORS["public_key_hex"])  # RFC 8410
+    pem = b"-----BEGIN PUBLIC KEY-----\n" + base64.b64encode(spki) + b"\n-----END PUBLIC KEY-----\n"
+    (tmp_path / "pub.pem").write_bytes(pem)
+    (tmp_path / "msg").write_bytes(bytes.fromhex(vec["canonical_hex"]))
+    (tmp_path / "sig").write_bytes(bytes.fromhex(vec["signature_hex"]))
+    cmd = ["openssl", "pkeyutl", "-verify", "-pubin", "-inkey", "pub.pem", "-rawin",
+           "-in", "msg", "-sigfile", "sig"]  # fmt: skip
+    ok = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr + ok.stdout
+    (tmp_path / "msg").write_bytes(bytes.fromhex(vec["canonical_hex"]) + b"!")
+    bad = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert bad.returncode != 0

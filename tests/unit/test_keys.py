@@ -91,3 +91,17 @@ def test_one_key_id_cannot_name_two_keys() -> None:
 def test_signer_repr_has_no_key_material() -> None:
     s = Signer.generate("h1")
     assert s.seed().hex() not in repr(s)
+
+
+def test_reload_swaps_keys_and_a_broken_dir_keeps_the_old_ones(tmp_path: Path) -> None:
+    a, b = Signer.generate("h1"), Signer.generate("h2")
+    a.write_public(tmp_path / f"{a.key_id}.pub")
+    store = TrustStore.load(tmp_path)
+    b.write_public(tmp_path / f"{b.key_id}.pub")
+    (tmp_path / f"{a.key_id}.pub").unlink()
+    store.reload(tmp_path)
+    assert store.lookup(a.key_id) is None and store.lookup(b.key_id) is not None
+    (tmp_path / "broken.pub").write_text("not json")
+    with pytest.raises(ConfigError):
+        store.reload(tmp_path)
+    assert store.lookup(b.key_id) is not None
