@@ -14,10 +14,11 @@ from pipeline.errors import EnvelopeError
 
 from .body import codec_for
 from .canonical import canonical_bytes
+from .headers import RawHeaders
 from .keys import Signer
 from .model import Envelope
 from .reasons import COVERED, H_KEY_ID, H_SIG
-from .verify import RawHeaders, Verified, Verifier
+from .verify import Verified, Verifier
 
 Headers = list[tuple[str, bytes]]
 

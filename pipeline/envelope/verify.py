@@ -27,25 +27,20 @@ for "gid lives on my host"), expiry and replay (liveness is the roster's TTL; ne
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from cryptography.exceptions import InvalidSignature
 
-from pipeline.errors import EnvelopeError
 from pipeline.kafka.topics import TopicNames
 
 from . import reasons as r
 from .canonical import canonical_bytes
+from .headers import RawHeaders, collect, fail, parse
 from .keys import TrustedKey, TrustStore
 from .model import Envelope, now_ms
 from .seen import SeenSet
-
-_DECIMAL = re.compile(rb"^(0|[1-9][0-9]{0,15})$")
-_SIG_LEN = 64
-RawHeaders = Sequence[tuple[str, bytes | str | None]]
 
 
 @runtime_checkable
@@ -108,12 +103,12 @@ class Verifier:
         self._check_destination(env, topic, key, raw)
         now = self.clock_ms()
         if now > env.expires_at_ms + self.skew_ms:
-            self._fail(r.EXPIRED, f"expired {now - env.expires_at_ms} ms ago", raw, env)
+            fail(r.EXPIRED, f"expired {now - env.expires_at_ms} ms ago", raw, env)
         self._check_not_future(env, now, raw)
         if env.expires_at_ms - env.ts_ms > self.max_ttl_ms or env.expires_at_ms < env.ts_ms:
-            self._fail(r.TTL_TOO_LONG, f"ttl {env.expires_at_ms - env.ts_ms} ms", raw, env)
+            fail(r.TTL_TOO_LONG, f"ttl {env.expires_at_ms - env.ts_ms} ms", raw, env)
         if self.seen.contains(env.msg_id):
-            self._fail(r.REPLAY, f"msgId {env.msg_id} already seen", raw, env)
+            fail(r.REPLAY, f"msgId {env.msg_id} already seen", raw, env)
         return Verified(envelope=env, signer_host=trusted.host, key_id=trusted.key_id)
 
     def verify_presence(
@@ -127,11 +122,11 @@ class Verifier:
         raw = {"topic": topic, "key": key, "headers": headers, "value": value}
         env, trusted = self._authentic(topic, key, headers, value, raw, route=False)
         if env.kind is not r.Kind.PRESENCE:
-            self._fail(r.UNKNOWN_KIND, f"kind {env.kind} on the roster", raw, env)
+            fail(r.UNKNOWN_KIND, f"kind {env.kind} on the roster", raw, env)
         if topic != self.topics.roster or key is None or key != env.to.encode("utf-8"):
-            self._fail(r.TO_MISMATCH, "presence must be keyed by its gid on the roster", raw, env)
+            fail(r.TO_MISMATCH, "presence must be keyed by its gid on the roster", raw, env)
         if env.to != env.sender:
-            self._fail(r.TO_MISMATCH, "presence 'from' and 'to' must both be the gid", raw, env)
+            fail(r.TO_MISMATCH, "presence 'from' and 'to' must both be the gid", raw, env)
         self._check_not_future(env, self.clock_ms(), raw)
         return Verified(envelope=env, signer_host=trusted.host, key_id=trusted.key_id)
 
@@ -147,7 +142,15 @@ class Verifier:
         route: bool,
     ) -> tuple[Envelope, TrustedKey]:
         body = b"" if value is None else bytes(value)
-        fields = self._structure(key, headers, body, raw)
+        fields = collect(
+            key,
+            headers,
+            body,
+            raw,
+            max_headers=self.max_headers,
+            max_header_bytes=self.max_header_bytes,
+            max_body_bytes=self.max_body_bytes,
+        )
         trusted = self._key(fields, raw)
         message = canonical_bytes(fields, topic=topic, body=body)
         try:
@@ -155,11 +158,9 @@ class Verifier:
         except InvalidSignature:
             signed_for = self._signed_for(fields, topic, body, trusted) if route else None
             if signed_for is not None:
-                self._fail(
-                    r.TO_MISMATCH, f"authentic record for {signed_for} found on {topic}", raw
-                )
-            self._fail(r.SIG_INVALID, f"signature does not verify under {trusted.key_id}", raw)
-        return self._parse(fields, body, raw), trusted
+                fail(r.TO_MISMATCH, f"authentic record for {signed_for} found on {topic}", raw)
+            fail(r.SIG_INVALID, f"signature does not verify under {trusted.key_id}", raw)
+        return parse(fields, body, raw), trusted
 
     def _signed_for(
         self, fields: dict[str, bytes], topic: str, body: bytes, trusted: TrustedKey
@@ -183,97 +184,26 @@ class Verifier:
             return None
         return other
 
-    def _structure(
-        self, key: bytes | None, headers: RawHeaders | None, body: bytes, raw: dict[str, Any]
-    ) -> dict[str, bytes]:
-        if not headers:
-            self._fail(r.NOT_SIGNED, "record has no headers", raw)
-        if len(headers) > self.max_headers:
-            self._fail(r.TOO_LARGE, f"{len(headers)} headers > {self.max_headers}", raw)
-        size = sum(len(name) + len(val or b"") for name, val in headers) + len(key or b"")
-        if size > self.max_header_bytes:
-            self._fail(r.TOO_LARGE, f"headers+key {size} bytes > {self.max_header_bytes}", raw)
-        if len(body) > self.max_body_bytes:
-            self._fail(r.TOO_LARGE, f"body {len(body)} bytes > {self.max_body_bytes}", raw)
-        fields: dict[str, bytes] = {}
-        for name, val in headers:
-            canonical = r.RESERVED_FOLDED.get(str(name).casefold())
-            if canonical is None:
-                continue  # uncovered header: carried, never read by the envelope layer
-            if canonical != name:
-                self._fail(r.MALFORMED_HEADERS, f"look-alike header {name!r}", raw)
-            if name in fields:
-                self._fail(r.MALFORMED_HEADERS, f"duplicate header {name!r}", raw)
-            if val is None:
-                self._fail(r.MALFORMED_HEADERS, f"header {name!r} has no value", raw)
-            fields[name] = val.encode("utf-8") if isinstance(val, str) else bytes(val)
-        if r.H_SIG not in fields:
-            self._fail(r.NOT_SIGNED, "no 'sig' header", raw)
-        missing = [h for h in r.REQUIRED if h not in fields]
-        if missing:
-            self._fail(r.MALFORMED_HEADERS, f"missing headers {missing}", raw)
-        if fields[r.H_V] != str(r.VERSION).encode():
-            self._fail(r.UNSUPPORTED_VERSION, f"envelope version {fields[r.H_V]!r}", raw)
-        if len(fields[r.H_SIG]) != _SIG_LEN:
-            self._fail(r.SIG_INVALID, f"sig is {len(fields[r.H_SIG])} bytes, not 64", raw)
-        return fields
-
     def _key(self, fields: dict[str, bytes], raw: dict[str, Any]) -> TrustedKey:
         try:
             key_id = fields[r.H_KEY_ID].decode("utf-8")
         except UnicodeDecodeError:
-            self._fail(r.MALFORMED_HEADERS, "keyId is not UTF-8", raw)
+            fail(r.MALFORMED_HEADERS, "keyId is not UTF-8", raw)
         trusted = self.trust.lookup(key_id)
         if trusted is None:
-            self._fail(r.UNKNOWN_KEY, f"key {key_id!r} is not trusted", raw)
+            fail(r.UNKNOWN_KEY, f"key {key_id!r} is not trusted", raw)
         return trusted
-
-    def _parse(self, fields: dict[str, bytes], body: bytes, raw: dict[str, Any]) -> Envelope:
-        try:
-            kind = r.Kind(fields[r.H_KIND].decode("ascii"))
-        except (UnicodeDecodeError, ValueError):
-            self._fail(r.UNKNOWN_KIND, f"unknown kind {fields[r.H_KIND]!r}", raw)
-        texts: dict[str, str | None] = {}
-        for name in (r.H_MSG_ID, r.H_TRACE_ID, r.H_FROM, r.H_TO, r.H_TURN_ID, r.H_SPAWN_ID):
-            val = fields.get(name)
-            if val is None:
-                texts[name] = None
-                continue
-            try:
-                texts[name] = val.decode("utf-8")
-            except UnicodeDecodeError:
-                self._fail(r.MALFORMED_HEADERS, f"header {name!r} is not UTF-8", raw)
-            if not val:
-                self._fail(r.MALFORMED_HEADERS, f"header {name!r} is empty", raw)
-        times: dict[str, int] = {}
-        for name in (r.H_TS, r.H_EXPIRES_AT):
-            if not _DECIMAL.match(fields[name]):
-                self._fail(r.MALFORMED_HEADERS, f"header {name!r} is not a decimal", raw)
-            times[name] = int(fields[name])
-        return Envelope(
-            kind=kind,
-            msg_id=texts[r.H_MSG_ID] or "",
-            trace_id=texts[r.H_TRACE_ID] or "",
-            sender=texts[r.H_FROM] or "",
-            to=texts[r.H_TO] or "",
-            ts_ms=times[r.H_TS],
-            expires_at_ms=times[r.H_EXPIRES_AT],
-            body=body,
-            turn_id=texts[r.H_TURN_ID],
-            spawn_id=texts[r.H_SPAWN_ID],
-            v=r.VERSION,
-        )
 
     def _check_sender(self, env: Envelope, signer_host: str, raw: dict[str, Any]) -> None:
         if env.sender.endswith(r.GATEWAY_SUFFIX):
             if env.sender != f"{signer_host}{r.GATEWAY_SUFFIX}":
-                self._fail(r.SIGNER_MISMATCH, f"{env.sender} signed by {signer_host}", raw, env)
+                fail(r.SIGNER_MISMATCH, f"{env.sender} signed by {signer_host}", raw, env)
             return
         lives_on = self.presence.host_of(env.sender)
         if lives_on is None:
-            self._fail(r.UNKNOWN_SENDER, f"no live presence for {env.sender}", raw, env)
+            fail(r.UNKNOWN_SENDER, f"no live presence for {env.sender}", raw, env)
         if lives_on != signer_host:
-            self._fail(
+            fail(
                 r.SIGNER_MISMATCH,
                 f"{env.sender} lives on {lives_on} but {signer_host} signed",
                 raw,
@@ -284,23 +214,16 @@ class Verifier:
         self, env: Envelope, topic: str, key: bytes | None, raw: dict[str, Any]
     ) -> None:
         if key is None or key != env.to.encode("utf-8"):
-            self._fail(r.TO_MISMATCH, f"record key {key!r} != to {env.to!r}", raw, env)
+            fail(r.TO_MISMATCH, f"record key {key!r} != to {env.to!r}", raw, env)
         is_broadcast = env.to.startswith(r.BROADCAST_PREFIX)
         if is_broadcast != (env.kind is r.Kind.BROADCAST):
-            self._fail(r.TO_MISMATCH, f"kind {env.kind} with to {env.to!r}", raw, env)
+            fail(r.TO_MISMATCH, f"kind {env.kind} with to {env.to!r}", raw, env)
         if topic == self._inbox:
             return
         if topic == self._control and env.to == self._own_gateway:
             return
-        self._fail(r.TO_MISMATCH, f"topic {topic!r} is not {self.host}'s inbox", raw, env)
+        fail(r.TO_MISMATCH, f"topic {topic!r} is not {self.host}'s inbox", raw, env)
 
     def _check_not_future(self, env: Envelope, now: int, raw: dict[str, Any]) -> None:
         if env.ts_ms > now + self.skew_ms:
-            self._fail(r.CLOCK_SKEW, f"ts {env.ts_ms - now} ms in the future", raw, env)
-
-    @staticmethod
-    def _fail(
-        reason: str, message: str, raw: dict[str, Any], env: Envelope | None = None
-    ) -> NoReturn:
-        context = {} if env is None else {"msg_id": env.msg_id, "from": env.sender, "to": env.to}
-        raise EnvelopeError(message, reason=reason, raw=raw, context=context)
+            fail(r.CLOCK_SKEW, f"ts {env.ts_ms - now} ms in the future", raw, env)

@@ -21,8 +21,8 @@ from pipeline.envelope import (
     TrustStore,
     Verifier,
 )
+from pipeline.envelope.headers import RawHeaders
 from pipeline.envelope.model import now_ms
-from pipeline.envelope.verify import RawHeaders
 from pipeline.errors import EnvelopeError
 from pipeline.kafka.topics import TopicNames
 
