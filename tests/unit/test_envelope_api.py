@@ -14,6 +14,7 @@ def test_exported_names_are_exactly_all() -> None:
     modules = {
         "body",
         "canonical",
+        "headers",
         "codec",
         "keys",
         "metrics",
