@@ -6,6 +6,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from pipeline.errors import EnvelopeError
+
 from .reasons import (
     H_EXPIRES_AT,
     H_FROM,
@@ -17,9 +19,12 @@ from .reasons import (
     H_TS,
     H_TURN_ID,
     H_V,
+    MALFORMED_HEADERS,
     VERSION,
     Kind,
 )
+
+_MAX_MS = 10**16 - 1  # the wire form allows at most 16 decimal digits
 
 
 def now_ms() -> int:
@@ -46,6 +51,18 @@ class Envelope:
     turn_id: str | None = None
     spawn_id: str | None = None
     v: int = VERSION
+
+    def __post_init__(self) -> None:
+        # catch a sender's bug here, not as MALFORMED_HEADERS on another host
+        ids = {"msg_id": self.msg_id, "trace_id": self.trace_id, "sender": self.sender,
+               "to": self.to, "turn_id": self.turn_id, "spawn_id": self.spawn_id}  # fmt: skip
+        for name, value in ids.items():
+            if value is not None and (not isinstance(value, str) or not value):
+                raise EnvelopeError(f"{name} must be a non-empty str", reason=MALFORMED_HEADERS)
+        if not isinstance(self.kind, Kind) or self.v != VERSION:
+            raise EnvelopeError(f"bad kind {self.kind!r} or v {self.v}", reason=MALFORMED_HEADERS)
+        if not 0 <= self.ts_ms <= _MAX_MS or not 0 <= self.expires_at_ms <= _MAX_MS:
+            raise EnvelopeError("ts/expiresAt out of range", reason=MALFORMED_HEADERS)
 
     @classmethod
     def new(

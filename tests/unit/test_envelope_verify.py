@@ -274,3 +274,15 @@ def test_decode_is_verify_then_deserialize() -> None:
         decode(f.verifier("b"), **bad)
     assert info.value.reason == r.SCHEMA_INVALID and info.value.raw["value"] == body[:-2]
     assert decode(f.verifier("b"), **f.record()).body == b"brief"
+
+
+@pytest.mark.parametrize(
+    "change", [{"msg_id": ""}, {"to": ""}, {"turn_id": ""}, {"ts_ms": -1}, {"v": 2}]
+)
+def test_a_bad_envelope_fails_at_the_sender(change: dict[str, Any]) -> None:
+    import dataclasses
+
+    f = Fleet()
+    with pytest.raises(EnvelopeError) as info:
+        dataclasses.replace(f.envelope(), **change)
+    assert info.value.reason == r.MALFORMED_HEADERS
