@@ -17,6 +17,7 @@ from pipeline import schemas
 from pipeline.envelope import (
     SIGNER_MISMATCH,
     TO_MISMATCH,
+    TTL_TOO_LONG,
     BoundedSeenSet,
     TrustStore,
     Verifier,
@@ -39,9 +40,16 @@ class RosterView:
     entry another host owns, and anything the verifier rejects; rejections are counted by
     reason in :attr:`rejections` and logged, never raised."""
 
-    def __init__(self, *, verifier: Verifier, clock_ms: Callable[[], int] = now_ms) -> None:
+    def __init__(
+        self,
+        *,
+        verifier: Verifier,
+        clock_ms: Callable[[], int] = now_ms,
+        max_ttl_ms: int = 600_000,
+    ) -> None:
         self._verifier = verifier
         self._clock = clock_ms
+        self._max_ttl_ms = max_ttl_ms  # a silent host's claims must lapse in bounded time
         self._entries: dict[str, PresenceEntry] = {}
         self._lock = threading.Lock()
         self.rejections: Counter[str] = Counter()
@@ -54,6 +62,7 @@ class RosterView:
         topics: TopicNames = TopicNames(),
         skew_s: float = 30,
         clock_ms: Callable[[], int] = now_ms,
+        max_ttl_ms: int = 600_000,
     ) -> RosterView:
         """A view with its own presence verifier (only ``verify_presence`` is used, which
         needs neither a presence view nor a seen-set)."""
@@ -66,7 +75,7 @@ class RosterView:
             skew_s=skew_s,
             clock_ms=clock_ms,
         )
-        return cls(verifier=verifier, clock_ms=clock_ms)
+        return cls(verifier=verifier, clock_ms=clock_ms, max_ttl_ms=max_ttl_ms)
 
     # -- feeding --------------------------------------------------------------------------------
     def apply(
@@ -102,6 +111,8 @@ class RosterView:
         return entry
 
     def _check_claim(self, entry: PresenceEntry, sender: str, signer_host: str) -> None:
+        if not 0 < entry.ttl_ms <= self._max_ttl_ms:
+            raise EnvelopeError(f"presence ttl {entry.ttl_ms} ms", reason=TTL_TOO_LONG)
         if entry.gid != sender:
             raise EnvelopeError(f"body gid {entry.gid} != from {sender}", reason=TO_MISMATCH)
         if entry.host != signer_host:

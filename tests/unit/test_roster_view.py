@@ -114,3 +114,11 @@ def test_presence_keyed_by_another_gid_is_rejected() -> None:
                                           topics=f.topics)  # fmt: skip
     assert view.apply(topic=f.topics.roster, key=b"w2", headers=headers, value=value) is None
     assert view.rejections[r.TO_MISMATCH] == 1
+
+
+def test_presence_with_an_unbounded_ttl_is_rejected() -> None:
+    f = Fleet()
+    view = make(f)
+    assert feed(f, view, entry(f, "w1", "a", ttl_ms=365 * 86_400_000)) is None
+    assert feed(f, view, entry(f, "w2", "a", ttl_ms=0)) is None
+    assert view.rejections[r.TTL_TOO_LONG] == 2 and view.host_of("w1") is None
