@@ -152,7 +152,10 @@ class Verifier:
             max_body_bytes=self.max_body_bytes,
         )
         trusted = self._key(fields, raw)
-        message = canonical_bytes(fields, topic=topic, body=body)
+        try:
+            message = canonical_bytes(fields, topic=topic, body=body)
+        except UnicodeEncodeError:  # not a name a broker would hand us
+            fail(r.TO_MISMATCH, f"topic {topic!r} is not valid UTF-8", raw)
         try:
             trusted.key.verify(fields[r.H_SIG], message)
         except InvalidSignature:

@@ -286,3 +286,8 @@ def test_a_bad_envelope_fails_at_the_sender(change: dict[str, Any]) -> None:
     with pytest.raises(EnvelopeError) as info:
         dataclasses.replace(f.envelope(), **change)
     assert info.value.reason == r.MALFORMED_HEADERS
+
+
+def test_a_topic_that_is_not_utf8_is_rejected_not_raised() -> None:
+    f = Fleet()
+    assert reason(f, **{**f.record(), "topic": "fleet.inbox.\udcff"}) == r.TO_MISMATCH
