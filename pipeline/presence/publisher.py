@@ -67,9 +67,9 @@ class PresencePublisher:
     def host(self) -> str:
         return self._signer.host
 
-    def register(
-        self, gid: str, *, role: Role, delivery: Delivery, groups: Iterable[str] = ()
-    ) -> None:
+    def register(self, gid: str, *, role: str, delivery: str, groups: Iterable[str] = ()) -> None:
+        """``role`` / ``delivery`` by value, so the gateway config's enums fit as they are."""
+        role, delivery = Role(role), Delivery(delivery)
         with self._lock:
             self._local[gid] = (role, delivery, tuple(groups))
         self._send(self._entry(gid, role, delivery, tuple(groups)))
