@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import kafka_cmd, observability_cmd
+from . import kafka_cmd, keys_cmd, observability_cmd, roster_cmd, topics_cmd
 
 app = typer.Typer(
     name="fleet",
@@ -14,6 +14,9 @@ app = typer.Typer(
 )
 app.add_typer(kafka_cmd.app, name="kafka")
 app.add_typer(observability_cmd.app)  # top-level: fleet exporter, fleet lag
+app.add_typer(keys_cmd.app, name="keys")
+app.add_typer(topics_cmd.app, name="topics")
+app.add_typer(roster_cmd.app, name="roster")
 
 
 def main() -> None:  # pragma: no cover

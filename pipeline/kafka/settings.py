@@ -102,3 +102,10 @@ def probe_consumer_config(bootstrap: str, group_id: str) -> dict[str, Any]:
         }
     )
     return conf
+
+
+def admin_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
+    """Admin client: topology checks at boot and from the CLI."""
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000}
+    conf.update(overrides)
+    return conf

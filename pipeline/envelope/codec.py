@@ -1,0 +1,75 @@
+"""Encode = serialize -> sign. The inverse (verify -> deserialize) is :mod:`.verify` + :mod:`.body`.
+
+Seed 000 §2.1: fields travel as record headers, the body stays opaque bytes, and ``sig`` is the
+publishing gateway's Ed25519 signature over :func:`canonical_bytes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.errors import EnvelopeError
+
+from .body import codec_for
+from .canonical import canonical_bytes
+from .headers import RawHeaders
+from .keys import Signer
+from .model import Envelope
+from .reasons import COVERED, H_KEY_ID, H_SIG
+from .verify import Verified, Verifier
+
+Headers = list[tuple[str, bytes]]
+
+
+def sign_fields(fields: Mapping[str, bytes], *, topic: str, body: bytes, signer: Signer) -> Headers:
+    """Sign raw covered header values (``keyId`` is added from the signer) and return the headers
+    in canonical order, ``sig`` last. Low level: :func:`encode` is the normal entry point; tests
+    use this to sign deliberately odd values (unknown kinds, non-UTF-8 ids)."""
+    covered = {**fields, H_KEY_ID: signer.key_id.encode("ascii")}
+    sig = signer.sign(canonical_bytes(covered, topic=topic, body=body))
+    headers: Headers = [(name, covered[name]) for name in COVERED if name in covered]
+    headers.append((H_SIG, sig))
+    return headers
+
+
+def encode(
+    envelope: Envelope, *, topic: str, signer: Signer
+) -> tuple[bytes, list[tuple[str, bytes]], bytes]:
+    """Return ``(record key, headers, value)``: key = ``to`` (UTF-8), value = the body bytes."""
+    headers = sign_fields(envelope.header_fields(), topic=topic, body=envelope.body, signer=signer)
+    return envelope.to.encode("utf-8"), headers, envelope.body
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A verified envelope and its deserialized body (bytes, or a dict for Avro kinds)."""
+
+    verified: Verified
+    body: Any
+
+
+def decode(
+    verifier: Verifier,
+    *,
+    topic: str,
+    key: bytes | None,
+    headers: RawHeaders | None,
+    value: bytes | None,
+) -> Decoded:
+    """Decode = verify -> deserialize. Raises ``EnvelopeError`` (reason, raw record kept) from
+    either stage; the body codec is chosen by the signed kind only."""
+    verified = verifier.verify(topic=topic, key=key, headers=headers, value=value)
+    env = verified.envelope
+    try:
+        body = codec_for(env.kind).deserialize(env.body, env.kind)
+    except EnvelopeError as exc:
+        raw = {"topic": topic, "key": key, "headers": headers, "value": value}
+        raise EnvelopeError(
+            str(exc).removeprefix(f"[{exc.reason}] "),
+            reason=exc.reason,
+            raw=raw,
+            context={"msg_id": env.msg_id, "from": env.sender, "to": env.to},
+        ) from exc
+    return Decoded(verified=verified, body=body)

@@ -1,0 +1,116 @@
+"""The envelope value object (seed 000 §2.1): header fields plus an opaque body."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from pipeline.errors import EnvelopeError
+
+from .reasons import (
+    H_EXPIRES_AT,
+    H_FROM,
+    H_KIND,
+    H_MSG_ID,
+    H_SPAWN_ID,
+    H_TO,
+    H_TRACE_ID,
+    H_TS,
+    H_TURN_ID,
+    H_V,
+    MALFORMED_HEADERS,
+    VERSION,
+    Kind,
+)
+
+_MAX_MS = 10**16 - 1  # the wire form allows at most 16 decimal digits
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Envelope:
+    """One message. ``sender`` travels as header ``from``; ``ts``/``expiresAt`` on every kind
+    (seed 000 §2.1: expiry is gateway-enforced and also bounds replay)."""
+
+    kind: Kind
+    msg_id: str
+    trace_id: str
+    sender: str
+    to: str
+    ts_ms: int
+    expires_at_ms: int
+    body: bytes = b""
+    turn_id: str | None = None
+    spawn_id: str | None = None
+    v: int = VERSION
+
+    def __post_init__(self) -> None:
+        # catch a sender's bug here, not as MALFORMED_HEADERS on another host
+        ids = {"msg_id": self.msg_id, "trace_id": self.trace_id, "sender": self.sender,
+               "to": self.to, "turn_id": self.turn_id, "spawn_id": self.spawn_id}  # fmt: skip
+        for name, value in ids.items():
+            if value is not None and (not isinstance(value, str) or not value):
+                raise EnvelopeError(f"{name} must be a non-empty str", reason=MALFORMED_HEADERS)
+        if not isinstance(self.kind, Kind) or self.v != VERSION:
+            raise EnvelopeError(f"bad kind {self.kind!r} or v {self.v}", reason=MALFORMED_HEADERS)
+        if not 0 <= self.ts_ms <= _MAX_MS or not 0 <= self.expires_at_ms <= _MAX_MS:
+            raise EnvelopeError("ts/expiresAt out of range", reason=MALFORMED_HEADERS)
+
+    @classmethod
+    def new(
+        cls,
+        *,
+        kind: Kind,
+        sender: str,
+        to: str,
+        body: bytes = b"",
+        ttl_s: float,
+        trace_id: str | None = None,
+        turn_id: str | None = None,
+        spawn_id: str | None = None,
+        msg_id: str | None = None,
+        now_ms: int | None = None,
+    ) -> Envelope:
+        """Mint ``msgId`` (uuid4 hex) and ``traceId`` when not given; ``expiresAt = ts + ttl``."""
+        ts = _now() if now_ms is None else now_ms
+        return cls(
+            kind=Kind(kind),
+            msg_id=msg_id or new_id(),
+            trace_id=trace_id or new_id(),
+            sender=sender,
+            to=to,
+            ts_ms=ts,
+            expires_at_ms=ts + round(ttl_s * 1000),
+            body=body,
+            turn_id=turn_id,
+            spawn_id=spawn_id,
+        )
+
+    def header_fields(self) -> dict[str, bytes]:
+        """The covered header values (without ``keyId``) as they travel: UTF-8 / ASCII decimal."""
+        fields = {
+            H_V: str(self.v).encode("ascii"),
+            H_KIND: self.kind.value.encode("ascii"),
+            H_MSG_ID: self.msg_id.encode("utf-8"),
+            H_TRACE_ID: self.trace_id.encode("utf-8"),
+            H_FROM: self.sender.encode("utf-8"),
+            H_TO: self.to.encode("utf-8"),
+            H_TS: str(self.ts_ms).encode("ascii"),
+            H_EXPIRES_AT: str(self.expires_at_ms).encode("ascii"),
+        }
+        if self.turn_id is not None:
+            fields[H_TURN_ID] = self.turn_id.encode("utf-8")
+        if self.spawn_id is not None:
+            fields[H_SPAWN_ID] = self.spawn_id.encode("utf-8")
+        return fields
+
+
+_now = now_ms

@@ -1,0 +1,232 @@
+"""Verification at the receiving gateway, in the order seed 000 §2.1 / DESIGN.md §2 fix.
+
+``verify`` runs these stages and stops at the first failure, raising
+:class:`~pipeline.errors.EnvelopeError` with ``reason`` set and ``raw`` = the record as given:
+
+1. bounds (header count, header bytes, key and body size) -- before any crypto   TOO_LARGE
+2. header structure: ``sig`` present; no duplicate or look-alike reserved names;
+   required headers present; ``v`` is a known canonical form; ``keyId`` trusted  NOT_SIGNED,
+                                                  MALFORMED_HEADERS, UNSUPPORTED_VERSION, UNKNOWN_KEY
+3. Ed25519 signature over the canonical bytes (raw header values, topic, body) SIG_INVALID
+   (except: a record in our inbox whose signature verifies for the inbox of the host presence
+   places ``to`` on is authentic but copied here                                 TO_MISMATCH)
+4. field syntax (signed, now safe to parse): kind, UTF-8 ids, decimal times   UNKNOWN_KIND,
+                                                                               MALFORMED_HEADERS
+5. ``from`` lives on the signing host per signed presence                   UNKNOWN_SENDER,
+   (``<host>._gateway`` is valid exactly when <host> is the signer)         SIGNER_MISMATCH
+6. ``to`` == record key, and the topic is this host's inbox (or its control
+   topic, for records to ``<host>._gateway``); broadcast: key = to = broadcast.<group> TO_MISMATCH
+7. not expired (``now <= expiresAt + skew``), ``ts`` not beyond ``now + skew``  EXPIRED, CLOCK_SKEW
+8. ``expiresAt - ts`` <= max TTL                                              TTL_TOO_LONG
+9. msgId not in the seen-set                                                  REPLAY
+
+``verify_presence`` is the roster's entry point: stages 1-4, then kind PRESENCE, topic = roster,
+key = ``to`` = ``from``, ``ts`` not in the future. It skips 5 (the signer *is* the authority
+for "gid lives on my host"), expiry and replay (liveness is the roster's TTL; newest ts wins).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from cryptography.exceptions import InvalidSignature
+
+from pipeline.kafka.topics import TopicNames
+
+from . import reasons as r
+from .canonical import canonical_bytes
+from .headers import RawHeaders, collect, fail, parse
+from .keys import TrustedKey, TrustStore
+from .model import Envelope, now_ms
+from .seen import SeenSet
+
+
+@runtime_checkable
+class PresenceView(Protocol):
+    def host_of(self, gid: str) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Verified:
+    envelope: Envelope
+    signer_host: str
+    key_id: str
+
+
+class Verifier:
+    """Seed 000 §2.1 + invariant 6: nothing crosses hosts unsigned; every rejection is explicit."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        trust: TrustStore,
+        presence: PresenceView,
+        seen: SeenSet,
+        topics: TopicNames = TopicNames(),
+        max_ttl_s: float = 86400,
+        skew_s: float = 30,
+        max_headers: int = 32,
+        max_header_bytes: int = 8192,
+        max_body_bytes: int = 1_048_576,
+        clock_ms: Callable[[], int] = now_ms,
+    ) -> None:
+        self.host = host
+        self.trust = trust
+        self.presence = presence
+        self.seen = seen
+        self.topics = topics
+        self.max_ttl_ms = round(max_ttl_s * 1000)
+        self.skew_ms = round(skew_s * 1000)
+        self.max_headers = max_headers
+        self.max_header_bytes = max_header_bytes
+        self.max_body_bytes = max_body_bytes
+        self.clock_ms = clock_ms
+        self._inbox = topics.inbox(host)
+        self._control = topics.control(host)
+        self._own_gateway = f"{host}{r.GATEWAY_SUFFIX}"
+
+    # -- public entry points ---------------------------------------------------------------
+    def verify(
+        self,
+        *,
+        topic: str,
+        key: bytes | None,
+        headers: RawHeaders | None,
+        value: bytes | None,
+    ) -> Verified:
+        raw = {"topic": topic, "key": key, "headers": headers, "value": value}
+        env, trusted = self._authentic(topic, key, headers, value, raw, route=True)
+        self._check_sender(env, trusted.host, raw)
+        self._check_destination(env, topic, key, raw)
+        now = self.clock_ms()
+        if now > env.expires_at_ms + self.skew_ms:
+            fail(r.EXPIRED, f"expired {now - env.expires_at_ms} ms ago", raw, env)
+        self._check_not_future(env, now, raw)
+        if env.expires_at_ms - env.ts_ms > self.max_ttl_ms or env.expires_at_ms < env.ts_ms:
+            fail(r.TTL_TOO_LONG, f"ttl {env.expires_at_ms - env.ts_ms} ms", raw, env)
+        if self.seen.contains(env.msg_id):
+            fail(r.REPLAY, f"msgId {env.msg_id} already seen", raw, env)
+        return Verified(envelope=env, signer_host=trusted.host, key_id=trusted.key_id)
+
+    def verify_presence(
+        self,
+        *,
+        topic: str,
+        key: bytes | None,
+        headers: RawHeaders | None,
+        value: bytes | None,
+    ) -> Verified:
+        raw = {"topic": topic, "key": key, "headers": headers, "value": value}
+        env, trusted = self._authentic(topic, key, headers, value, raw, route=False)
+        if env.kind is not r.Kind.PRESENCE:
+            fail(r.UNKNOWN_KIND, f"kind {env.kind} on the roster", raw, env)
+        if topic != self.topics.roster or key is None or key != env.to.encode("utf-8"):
+            fail(r.TO_MISMATCH, "presence must be keyed by its gid on the roster", raw, env)
+        if env.to != env.sender:
+            fail(r.TO_MISMATCH, "presence 'from' and 'to' must both be the gid", raw, env)
+        self._check_not_future(env, self.clock_ms(), raw)
+        return Verified(envelope=env, signer_host=trusted.host, key_id=trusted.key_id)
+
+    # -- stages -----------------------------------------------------------------------------
+    def _authentic(
+        self,
+        topic: str,
+        key: bytes | None,
+        headers: RawHeaders | None,
+        value: bytes | None,
+        raw: dict[str, Any],
+        *,
+        route: bool,
+    ) -> tuple[Envelope, TrustedKey]:
+        body = b"" if value is None else bytes(value)
+        fields = collect(
+            key,
+            headers,
+            body,
+            raw,
+            max_headers=self.max_headers,
+            max_header_bytes=self.max_header_bytes,
+            max_body_bytes=self.max_body_bytes,
+        )
+        trusted = self._key(fields, raw)
+        try:
+            message = canonical_bytes(fields, topic=topic, body=body)
+        except UnicodeEncodeError:  # not a name a broker would hand us
+            fail(r.TO_MISMATCH, f"topic {topic!r} is not valid UTF-8", raw)
+        try:
+            trusted.key.verify(fields[r.H_SIG], message)
+        except InvalidSignature:
+            signed_for = self._signed_for(fields, topic, body, trusted) if route else None
+            if signed_for is not None:
+                fail(r.TO_MISMATCH, f"authentic record for {signed_for} found on {topic}", raw)
+            fail(r.SIG_INVALID, f"signature does not verify under {trusted.key_id}", raw)
+        return parse(fields, body, raw), trusted
+
+    def _signed_for(
+        self, fields: dict[str, bytes], topic: str, body: bytes, trusted: TrustedKey
+    ) -> str | None:
+        """Diagnose a copy into the wrong inbox. The topic is signed, so a record copied from
+        host B's inbox into ours fails the signature; if it verifies for the inbox of the host
+        presence places ``to`` on, it is authentic but misrouted: TO_MISMATCH, not tampering.
+        At most one extra verify, only for records sitting in our own inbox."""
+        if topic != self._inbox:
+            return None
+        try:
+            host = self.presence.host_of(fields[r.H_TO].decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+        if host is None or host == self.host:
+            return None
+        other = self.topics.inbox(host)
+        try:
+            trusted.key.verify(fields[r.H_SIG], canonical_bytes(fields, topic=other, body=body))
+        except InvalidSignature:
+            return None
+        return other
+
+    def _key(self, fields: dict[str, bytes], raw: dict[str, Any]) -> TrustedKey:
+        try:
+            key_id = fields[r.H_KEY_ID].decode("utf-8")
+        except UnicodeDecodeError:
+            fail(r.MALFORMED_HEADERS, "keyId is not UTF-8", raw)
+        trusted = self.trust.lookup(key_id)
+        if trusted is None:
+            fail(r.UNKNOWN_KEY, f"key {key_id!r} is not trusted", raw)
+        return trusted
+
+    def _check_sender(self, env: Envelope, signer_host: str, raw: dict[str, Any]) -> None:
+        if env.sender.endswith(r.GATEWAY_SUFFIX):
+            if env.sender != f"{signer_host}{r.GATEWAY_SUFFIX}":
+                fail(r.SIGNER_MISMATCH, f"{env.sender} signed by {signer_host}", raw, env)
+            return
+        lives_on = self.presence.host_of(env.sender)
+        if lives_on is None:
+            fail(r.UNKNOWN_SENDER, f"no live presence for {env.sender}", raw, env)
+        if lives_on != signer_host:
+            fail(
+                r.SIGNER_MISMATCH,
+                f"{env.sender} lives on {lives_on} but {signer_host} signed",
+                raw,
+                env,
+            )
+
+    def _check_destination(
+        self, env: Envelope, topic: str, key: bytes | None, raw: dict[str, Any]
+    ) -> None:
+        if key is None or key != env.to.encode("utf-8"):
+            fail(r.TO_MISMATCH, f"record key {key!r} != to {env.to!r}", raw, env)
+        is_broadcast = env.to.startswith(r.BROADCAST_PREFIX)
+        if is_broadcast != (env.kind is r.Kind.BROADCAST):
+            fail(r.TO_MISMATCH, f"kind {env.kind} with to {env.to!r}", raw, env)
+        if topic == self._inbox:
+            return
+        if topic == self._control and env.to == self._own_gateway:
+            return
+        fail(r.TO_MISMATCH, f"topic {topic!r} is not {self.host}'s inbox", raw, env)
+
+    def _check_not_future(self, env: Envelope, now: int, raw: dict[str, Any]) -> None:
+        if env.ts_ms > now + self.skew_ms:
+            fail(r.CLOCK_SKEW, f"ts {env.ts_ms - now} ms in the future", raw, env)

@@ -1,0 +1,230 @@
+"""Declare the fleet's topics idempotently at boot (DESIGN.md §1, last rows).
+
+Plan first, then act: every desired topic is compared with the cluster. A partition-count or
+replication-factor difference is refused (:class:`~pipeline.errors.TopologyError`, reason
+``TOPOLOGY_MISMATCH``) before anything is changed -- growing partitions would move keys to other
+partitions and break per-recipient order. Missing topics are created; config values that differ
+are set with an incremental alter (only the keys we declare; others are left alone). Applying
+the same spec twice changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, untyped
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
+
+from pipeline.errors import BrokerError, TopologyError
+
+from .settings import admin_config
+from .topics import TopicNames
+
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    replication: int
+    config: Mapping[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopologySpec:
+    """What the fleet needs. Partition counts are fixed at creation (see module docstring)."""
+
+    hosts: tuple[str, ...]
+    pools: tuple[str, ...] = ()
+    topics: TopicNames = TopicNames()
+    inbox_partitions: int = 6
+    control_partitions: int = 1
+    roster_partitions: int = 1
+    dlq_partitions: int = 1
+    pool_partitions: int = 6
+    replication: int = 1
+    min_insync_replicas: int | None = None
+    inbox_retention_ms: int = 7 * DAY_MS
+    dlq_retention_ms: int = 14 * DAY_MS
+    dlq_retention_bytes: int = 1 << 30
+    roster_tombstone_retention_ms: int = DAY_MS
+
+    def desired(self) -> list[TopicSpec]:
+        t = self.topics
+        base: dict[str, str] = {}
+        if self.min_insync_replicas is not None:
+            base["min.insync.replicas"] = str(self.min_insync_replicas)
+        stream = {**base, "cleanup.policy": "delete", "retention.ms": str(self.inbox_retention_ms)}
+        out = [
+            TopicSpec(
+                name=t.roster,
+                partitions=self.roster_partitions,
+                replication=self.replication,
+                config={
+                    **base,
+                    "cleanup.policy": "compact",
+                    "delete.retention.ms": str(self.roster_tombstone_retention_ms),
+                    "segment.ms": str(3_600_000),  # roll hourly so compaction can run
+                },
+            ),
+            TopicSpec(
+                name=t.dlq,
+                partitions=self.dlq_partitions,
+                replication=self.replication,
+                config={
+                    **base,
+                    "cleanup.policy": "delete",
+                    "retention.ms": str(self.dlq_retention_ms),
+                    "retention.bytes": str(self.dlq_retention_bytes),  # per partition
+                },
+            ),
+        ]
+        for host in sorted(set(self.hosts)):
+            out.append(
+                TopicSpec(
+                    name=t.inbox(host),
+                    partitions=self.inbox_partitions,
+                    replication=self.replication,
+                    config=stream,
+                )
+            )
+            out.append(
+                TopicSpec(
+                    name=t.control(host),
+                    partitions=self.control_partitions,
+                    replication=self.replication,
+                    config=stream,
+                )
+            )
+        for pool in sorted(set(self.pools)):
+            out.append(
+                TopicSpec(
+                    name=t.pool(pool),
+                    partitions=self.pool_partitions,
+                    replication=self.replication,
+                    config=stream,
+                )
+            )
+        return out
+
+
+@dataclass(kw_only=True)
+class TopologyReport:
+    created: list[str] = field(default_factory=list)
+    altered: dict[str, dict[str, tuple[str | None, str]]] = field(default_factory=dict)
+    unchanged: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.altered)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "created": self.created,
+            "altered": {
+                t: {k: {"from": a, "to": b} for k, (a, b) in d.items()}
+                for t, d in self.altered.items()
+            },
+            "unchanged": self.unchanged,
+            "changed": self.changed,
+            "dry_run": self.dry_run,
+        }
+
+
+def _result(future: Any, timeout_s: float, what: str) -> Any:
+    try:
+        return future.result(timeout=timeout_s)
+    except Exception as exc:  # KafkaException or a timeout: both end in BrokerError
+        raise BrokerError(f"{what}: {exc}") from exc
+
+
+def apply_topology(
+    bootstrap: str, spec: TopologySpec, *, dry_run: bool = False, timeout_s: float = 30.0
+) -> TopologyReport:
+    """Create what is missing, set differing configs, refuse partition/replication mismatches."""
+    admin = AdminClient(admin_config(bootstrap))
+    desired = spec.desired()
+    try:
+        meta = admin.list_topics(timeout=timeout_s)
+    except Exception as exc:  # KafkaException: broker unreachable
+        raise BrokerError(f"cannot list topics: {exc}") from exc
+    existing = [d for d in desired if d.name in meta.topics]
+    mismatches = []
+    for d in existing:
+        parts = meta.topics[d.name].partitions
+        have_rf = len(parts[min(parts)].replicas) if parts else 0
+        if len(parts) != d.partitions:
+            mismatches.append(f"{d.name}: partitions {len(parts)} != declared {d.partitions}")
+        if have_rf != d.replication:
+            mismatches.append(f"{d.name}: replication {have_rf} != declared {d.replication}")
+    if mismatches:
+        raise TopologyError(
+            "topology mismatch, nothing changed (partition counts are never altered: it would "
+            "break per-key order):\n  " + "\n  ".join(mismatches),
+            context={"mismatches": mismatches},
+        )
+    report = TopologyReport(dry_run=dry_run)
+    report.altered = _config_diffs(admin, existing, timeout_s)
+    report.unchanged = [d.name for d in existing if d.name not in report.altered]
+    report.created = [d.name for d in desired if d.name not in meta.topics]
+    if dry_run:
+        return report
+    if report.created:
+        new = [
+            NewTopic(
+                d.name,
+                num_partitions=d.partitions,
+                replication_factor=d.replication,
+                config=dict(d.config),
+            )
+            for d in desired
+            if d.name in report.created
+        ]
+        for name, fut in admin.create_topics(new, operation_timeout=timeout_s).items():
+            _result(fut, timeout_s, f"create {name}")
+    if report.altered:
+        resources = [
+            ConfigResource(
+                ResourceType.TOPIC,
+                name,
+                incremental_configs=[
+                    ConfigEntry(k, new, incremental_operation=AlterConfigOpType.SET)
+                    for k, (_, new) in diff.items()
+                ],
+            )
+            for name, diff in report.altered.items()
+        ]
+        for res, fut in admin.incremental_alter_configs(resources).items():
+            _result(fut, timeout_s, f"alter {res.name}")
+    return report
+
+
+def _config_diffs(
+    admin: AdminClient, existing: list[TopicSpec], timeout_s: float
+) -> dict[str, dict[str, tuple[str | None, str]]]:
+    if not existing:
+        return {}
+    by_name = {d.name: d for d in existing}
+    futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, n) for n in by_name])
+    diffs: dict[str, dict[str, tuple[str | None, str]]] = {}
+    for res, fut in futures.items():
+        have = _result(fut, timeout_s, f"describe {res.name}")
+        want = by_name[res.name].config
+        diff = {
+            k: (have[k].value if k in have else None, v)
+            for k, v in want.items()
+            if k not in have or have[k].value != v
+        }
+        if diff:
+            diffs[res.name] = diff
+    return diffs

@@ -1,0 +1,123 @@
+"""Presence entries and their signed records on the compacted roster (seed 000 §8 step 5).
+
+Key = gid (or ``<host>._gateway`` for the host entry, which carries the spawn profiles so an
+agentless host is still visible as a spawn target). Value = Avro ``presence`` inside a signed
+envelope of kind PRESENCE with ``from`` = ``to`` = the gid. A tombstone (null value) is signed
+too: its headers cover an empty body, so only the owning host can retract an entry.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline import schemas
+from pipeline.envelope import Envelope, Kind, Signer, encode
+from pipeline.envelope.reasons import GATEWAY_SUFFIX
+from pipeline.kafka.topics import TopicNames
+
+SCHEMA = "presence"
+
+
+class Role(enum.StrEnum):
+    WORKER = "worker"
+    MAIN = "main"
+    ORCHESTRATOR = "orchestrator"
+    GATEWAY = "gateway"  # the host entry only
+
+
+class Delivery(enum.StrEnum):
+    INJECT = "inject"  # forward path: at-most-once inject + INJECTED
+    PULL = "pull"  # pull path: at-least-once held store
+    NONE = "none"  # the host entry only
+
+
+def gateway_gid(host: str) -> str:
+    return f"{host}{GATEWAY_SUFFIX}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SpawnProfile:
+    name: str
+    description: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PresenceEntry:
+    """One live claim "gid lives on host", valid until ``ts_ms + ttl_ms``."""
+
+    gid: str
+    host: str
+    role: Role
+    delivery: Delivery
+    ts_ms: int
+    ttl_ms: int
+    groups: tuple[str, ...] = ()
+    profiles: tuple[SpawnProfile, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def is_gateway(self) -> bool:
+        return self.role is Role.GATEWAY
+
+    def live(self, now_ms: int) -> bool:
+        return now_ms <= self.ts_ms + self.ttl_ms
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "gid": self.gid,
+            "host": self.host,
+            "role": self.role.value,
+            "delivery": self.delivery.value,
+            "groups": list(self.groups),
+            "ts_ms": self.ts_ms,
+            "ttl_ms": self.ttl_ms,
+            "profiles": [{"name": p.name, "description": p.description} for p in self.profiles],
+            "labels": dict(self.labels),
+        }
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any]) -> PresenceEntry:
+        return cls(
+            gid=rec["gid"],
+            host=rec["host"],
+            role=Role(rec["role"]),
+            delivery=Delivery(rec["delivery"]),
+            ts_ms=int(rec["ts_ms"]),
+            ttl_ms=int(rec["ttl_ms"]),
+            groups=tuple(rec.get("groups") or ()),
+            profiles=tuple(
+                SpawnProfile(name=p["name"], description=p.get("description", ""))
+                for p in rec.get("profiles") or ()
+            ),
+            labels=dict(rec.get("labels") or {}),
+        )
+
+    def as_json(self, now_ms: int) -> dict[str, Any]:
+        return {**self.to_record(), "live": self.live(now_ms)}
+
+
+def presence_record(
+    entry: PresenceEntry, *, signer: Signer, topics: TopicNames = TopicNames()
+) -> tuple[bytes, list[tuple[str, bytes]], bytes]:
+    """(key, headers, value) of a signed heartbeat; the envelope lives as long as the entry."""
+    env = Envelope.new(
+        kind=Kind.PRESENCE,
+        sender=entry.gid,
+        to=entry.gid,
+        body=schemas.encode(SCHEMA, entry.to_record()),
+        ttl_s=entry.ttl_ms / 1000,
+        now_ms=entry.ts_ms,
+    )
+    return encode(env, topic=topics.roster, signer=signer)
+
+
+def tombstone_record(
+    gid: str, *, signer: Signer, ts_ms: int, topics: TopicNames = TopicNames()
+) -> tuple[bytes, list[tuple[str, bytes]], None]:
+    """(key, headers, None): a compaction tombstone whose headers sign an empty body."""
+    env = Envelope.new(kind=Kind.PRESENCE, sender=gid, to=gid, body=b"", ttl_s=0, now_ms=ts_ms)
+    key, headers, _ = encode(env, topic=topics.roster, signer=signer)
+    return key, headers, None

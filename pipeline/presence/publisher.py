@@ -1,0 +1,152 @@
+"""Heartbeats this host's presence (seed 000 §8 step 5) and tombstones it on stop.
+
+Every local gid gets a signed record on the roster each ``interval_s``, and so does the host
+entry ``<host>._gateway`` with the spawn profiles. ``ttl_s`` should be about three intervals so
+one lost heartbeat does not make an agent vanish.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from pipeline.envelope import Signer
+from pipeline.envelope.model import now_ms
+from pipeline.errors import DeliveryError
+from pipeline.kafka.topics import TopicNames
+
+from .model import (
+    Delivery,
+    PresenceEntry,
+    Role,
+    SpawnProfile,
+    gateway_gid,
+    presence_record,
+    tombstone_record,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ProducerLike(Protocol):
+    def produce(self, topic: str, **kwargs: Any) -> None: ...
+    def flush(self, timeout: float) -> int: ...
+    def poll(self, timeout: float) -> int: ...
+
+
+class PresencePublisher:
+    """Signed heartbeats for the local agents and the host entry; tombstones on stop."""
+
+    def __init__(
+        self,
+        *,
+        producer: ProducerLike,
+        signer: Signer,
+        topics: TopicNames = TopicNames(),
+        profiles: Iterable[SpawnProfile] = (),
+        interval_s: float = 10.0,
+        ttl_s: float = 30.0,
+        clock_ms: Callable[[], int] = now_ms,
+    ) -> None:
+        self._producer = producer
+        self._signer = signer
+        self._topics = topics
+        self._profiles = tuple(profiles)
+        self._interval_s = interval_s
+        self._ttl_ms = round(ttl_s * 1000)
+        self._clock = clock_ms
+        self._local: dict[str, tuple[Role, Delivery, tuple[str, ...]]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.delivery_errors = 0
+
+    @property
+    def host(self) -> str:
+        return self._signer.host
+
+    def register(self, gid: str, *, role: str, delivery: str, groups: Iterable[str] = ()) -> None:
+        """``role`` / ``delivery`` by value, so the gateway config's enums fit as they are."""
+        role, delivery = Role(role), Delivery(delivery)
+        with self._lock:
+            self._local[gid] = (role, delivery, tuple(groups))
+        self._send(self._entry(gid, role, delivery, tuple(groups)))
+
+    def unregister(self, gid: str) -> None:
+        with self._lock:
+            self._local.pop(gid, None)
+        self._tombstone(gid)
+
+    def _entry(
+        self, gid: str, role: Role, delivery: Delivery, groups: tuple[str, ...]
+    ) -> PresenceEntry:
+        return PresenceEntry(
+            gid=gid,
+            host=self.host,
+            role=role,
+            delivery=delivery,
+            groups=groups,
+            ts_ms=self._clock(),
+            ttl_ms=self._ttl_ms,
+            profiles=self._profiles if role is Role.GATEWAY else (),
+        )
+
+    def heartbeat(self) -> int:
+        """Publish every local entry plus the host entry now; returns how many were sent."""
+        with self._lock:
+            local = dict(self._local)
+        entries = [self._entry(gateway_gid(self.host), Role.GATEWAY, Delivery.NONE, ())]
+        entries += [self._entry(gid, *spec) for gid, spec in local.items()]
+        for e in entries:
+            self._send(e)
+        self._producer.poll(0)
+        return len(entries)
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.delivery_errors += 1
+            log.error("presence: heartbeat not delivered: %s", err)
+
+    def _send(self, entry: PresenceEntry) -> None:
+        key, headers, value = presence_record(entry, signer=self._signer, topics=self._topics)
+        self._producer.produce(
+            self._topics.roster,
+            key=key,
+            value=value,
+            headers=headers,
+            on_delivery=self._on_delivery,
+        )
+
+    def _tombstone(self, gid: str) -> None:
+        key, headers, _ = tombstone_record(
+            gid, signer=self._signer, ts_ms=self._clock(), topics=self._topics
+        )
+        self._producer.produce(
+            self._topics.roster, key=key, value=None, headers=headers, on_delivery=self._on_delivery
+        )
+
+    def start(self) -> PresencePublisher:
+        self.heartbeat()
+        self._thread = threading.Thread(target=self._run, name="presence-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.heartbeat()
+
+    def stop(self, *, timeout_s: float = 10.0) -> None:
+        """Stop heartbeating and retract every local entry and the host entry with tombstones."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout_s)
+        with self._lock:
+            gids = [*self._local, gateway_gid(self.host)]
+            self._local.clear()
+        for gid in gids:
+            self._tombstone(gid)
+        left = self._producer.flush(timeout_s)
+        if left:
+            raise DeliveryError(f"{left} presence records not delivered on stop", retriable=True)

@@ -1,0 +1,166 @@
+"""The union roster view (seed 000 §8 step 5; invariant 6's "roster check" rests on it).
+
+Built from the compacted roster topic: every record is verified with
+:meth:`~pipeline.envelope.Verifier.verify_presence`, its body must name the signing host, and
+the newest ``ts`` per gid wins. Liveness is ``ts + ttl`` against the clock, so a crashed
+gateway's entries lapse on their own; a signed tombstone retracts them at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable
+
+from pipeline import schemas
+from pipeline.envelope import (
+    SIGNER_MISMATCH,
+    TO_MISMATCH,
+    TTL_TOO_LONG,
+    BoundedSeenSet,
+    TrustStore,
+    Verifier,
+)
+from pipeline.envelope.headers import RawHeaders
+from pipeline.envelope.model import now_ms
+from pipeline.errors import EnvelopeError
+from pipeline.kafka.topics import TopicNames
+
+from .model import SCHEMA, PresenceEntry, Role, gateway_gid
+from .static import StaticPresence
+
+log = logging.getLogger(__name__)
+
+
+class RosterView:
+    """Implements :class:`~pipeline.envelope.PresenceView`: ``host_of(gid)`` for live entries.
+
+    Rejects presence not signed by the host it claims (``SIGNER_MISMATCH``), a tombstone for an
+    entry another host owns, and anything the verifier rejects; rejections are counted by
+    reason in :attr:`rejections` and logged, never raised."""
+
+    def __init__(
+        self,
+        *,
+        verifier: Verifier,
+        clock_ms: Callable[[], int] = now_ms,
+        max_ttl_ms: int = 600_000,
+    ) -> None:
+        self._verifier = verifier
+        self._clock = clock_ms
+        self._max_ttl_ms = max_ttl_ms  # a silent host's claims must lapse in bounded time
+        self._entries: dict[str, PresenceEntry] = {}
+        self._lock = threading.Lock()
+        self.rejections: Counter[str] = Counter()
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        trust: TrustStore,
+        topics: TopicNames = TopicNames(),
+        skew_s: float = 30,
+        clock_ms: Callable[[], int] = now_ms,
+        max_ttl_ms: int = 600_000,
+    ) -> RosterView:
+        """A view with its own presence verifier (only ``verify_presence`` is used, which
+        needs neither a presence view nor a seen-set)."""
+        verifier = Verifier(
+            host="roster",
+            trust=trust,
+            presence=StaticPresence(),
+            seen=BoundedSeenSet(1),
+            topics=topics,
+            skew_s=skew_s,
+            clock_ms=clock_ms,
+        )
+        return cls(verifier=verifier, clock_ms=clock_ms, max_ttl_ms=max_ttl_ms)
+
+    # -- feeding --------------------------------------------------------------------------------
+    def apply(
+        self,
+        *,
+        topic: str,
+        key: bytes | None,
+        headers: RawHeaders | None,
+        value: bytes | None,
+    ) -> PresenceEntry | None:
+        """Apply one roster record; returns the accepted entry (None for tombstones/rejects)."""
+        try:
+            verified = self._verifier.verify_presence(
+                topic=topic, key=key, headers=headers, value=value
+            )
+            env = verified.envelope
+            if not env.body:
+                self._retract(env.sender, verified.signer_host, raw=value)
+                return None
+            entry = PresenceEntry.from_record(schemas.decode(SCHEMA, env.body))
+            self._check_claim(entry, env.sender, verified.signer_host)
+        except EnvelopeError as exc:
+            self.rejections[exc.reason] += 1
+            log.warning("roster: rejected presence record key=%r: %s", key, exc)
+            return None
+        with self._lock:
+            current = self._entries.get(entry.gid)
+            if current is not None and current.ts_ms > entry.ts_ms:
+                return None  # an older heartbeat (replayed or reordered) never wins
+            if current is not None and current.host != entry.host:
+                log.warning("roster: %s moved from %s to %s", entry.gid, current.host, entry.host)
+            self._entries[entry.gid] = entry
+        return entry
+
+    def _check_claim(self, entry: PresenceEntry, sender: str, signer_host: str) -> None:
+        if not 0 < entry.ttl_ms <= self._max_ttl_ms:
+            raise EnvelopeError(f"presence ttl {entry.ttl_ms} ms", reason=TTL_TOO_LONG)
+        if entry.gid != sender:
+            raise EnvelopeError(f"body gid {entry.gid} != from {sender}", reason=TO_MISMATCH)
+        if entry.host != signer_host:
+            raise EnvelopeError(
+                f"presence for {entry.gid} claims host {entry.host}, signed by {signer_host}",
+                reason=SIGNER_MISMATCH,
+            )
+        if entry.is_gateway != (entry.gid == gateway_gid(entry.host)):
+            raise EnvelopeError(f"bad gateway entry {entry.gid}", reason=SIGNER_MISMATCH)
+
+    def _retract(self, gid: str, signer_host: str, *, raw: bytes | None) -> None:
+        with self._lock:
+            current = self._entries.get(gid)
+            if current is not None and current.host != signer_host:
+                raise EnvelopeError(
+                    f"tombstone for {gid} (on {current.host}) signed by {signer_host}",
+                    reason=SIGNER_MISMATCH,
+                    raw=raw,
+                )
+            self._entries.pop(gid, None)
+
+    # -- reading (PresenceView) -------------------------------------------------------------------
+    def host_of(self, gid: str) -> str | None:
+        entry = self._entries.get(gid)
+        if entry is None or not entry.live(self._clock()):
+            return None
+        return entry.host
+
+    def get(self, gid: str) -> PresenceEntry | None:
+        return self._entries.get(gid)
+
+    def entries(self, *, include_stale: bool = False) -> list[PresenceEntry]:
+        now = self._clock()
+        with self._lock:
+            items = list(self._entries.values())
+        return sorted(
+            (e for e in items if include_stale or e.live(now)), key=lambda e: (e.host, e.gid)
+        )
+
+    def hosts(self) -> dict[str, PresenceEntry | None]:
+        """Live hosts -> their live gateway entry (None when only agents are visible)."""
+        out: dict[str, PresenceEntry | None] = {}
+        for e in self.entries():
+            if e.role is Role.GATEWAY:
+                out[e.host] = e
+            else:
+                out.setdefault(e.host, None)
+        return dict(sorted(out.items()))
+
+    def members(self, group: str) -> list[PresenceEntry]:
+        return [e for e in self.entries() if group in e.groups]

@@ -1,0 +1,82 @@
+"""``apply_topology`` on a real broker (DESIGN.md §1: topology declared idempotently at boot,
+refusing loudly on a partition-count mismatch, which would break key -> partition order)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from typer.testing import CliRunner
+
+from pipeline.cli.main import app
+from pipeline.errors import TopologyError
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.topology import TopologySpec, apply_topology
+from pipeline.testing import BrokerHandle, unique_name
+
+pytestmark = pytest.mark.kafka
+
+
+def configs(bootstrap: str, topic: str) -> dict[str, str]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    [fut] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
+    return {k: e.value for k, e in fut.result(timeout=30).items()}
+
+
+def eventually_config(bootstrap: str, topic: str, key: str, want: str = "1000000") -> str:
+    # an altered config reaches every broker's metadata a moment after the alter returns
+    deadline = time.monotonic() + 20
+    value = configs(bootstrap, topic)[key]
+    while value != want and time.monotonic() < deadline:
+        time.sleep(0.2)
+        value = configs(bootstrap, topic)[key]
+    return value
+
+
+def test_apply_creates_then_is_idempotent_and_fixes_config_drift(kafka: BrokerHandle) -> None:
+    topics = TopicNames(prefix=unique_name("test.topo") + ".")
+    spec = TopologySpec(hosts=("h1", "h2"), pools=("p",), topics=topics, inbox_partitions=3)
+    first = apply_topology(kafka.bootstrap, spec)
+    assert sorted(first.created) == sorted(t.name for t in spec.desired())
+    meta = AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(timeout=30)
+    assert len(meta.topics[topics.inbox("h1")].partitions) == 3
+    assert configs(kafka.bootstrap, topics.roster)["cleanup.policy"] == "compact"
+    assert configs(kafka.bootstrap, topics.dlq)["retention.bytes"] == str(1 << 30)
+    second = apply_topology(kafka.bootstrap, spec)
+    assert not second.changed and len(second.unchanged) == len(spec.desired())
+    capped = TopologySpec(hosts=("h1", "h2"), pools=("p",), topics=topics, inbox_partitions=3,
+                          dlq_retention_bytes=1_000_000)  # fmt: skip
+    third = apply_topology(kafka.bootstrap, capped)
+    assert third.altered == {topics.dlq: {"retention.bytes": (str(1 << 30), "1000000")}}
+    assert eventually_config(kafka.bootstrap, topics.dlq, "retention.bytes") == "1000000"
+    assert not apply_topology(kafka.bootstrap, capped).changed
+
+
+def test_partition_mismatch_is_refused_with_a_diff_and_nothing_changes(
+    kafka: BrokerHandle,
+) -> None:
+    topics = TopicNames(prefix=unique_name("test.topo") + ".")
+    apply_topology(kafka.bootstrap, TopologySpec(hosts=("h1",), topics=topics, inbox_partitions=2))
+    grown = TopologySpec(hosts=("h1", "h9"), topics=topics, inbox_partitions=4)
+    with pytest.raises(TopologyError) as info:
+        apply_topology(kafka.bootstrap, grown)
+    assert info.value.reason == "TOPOLOGY_MISMATCH"
+    assert f"{topics.inbox('h1')}: partitions 2 != declared 4" in str(info.value)
+    meta = AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(timeout=30)
+    assert topics.inbox("h9") not in meta.topics  # refused before creating anything
+    assert len(meta.topics[topics.inbox("h1")].partitions) == 2
+
+
+def test_cli_apply_json_and_mismatch_exit_code(kafka: BrokerHandle) -> None:
+    prefix = unique_name("test.topocli") + "."
+    runner = CliRunner()
+    args = ["topics", "apply", "--host", "h1", "--prefix", prefix, "--bootstrap", kafka.bootstrap]
+    res = runner.invoke(app, [*args, "--partitions", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    assert len(json.loads(res.stdout)["created"]) == 4
+    again = runner.invoke(app, [*args, "--partitions", "2", "--json"])
+    assert json.loads(again.stdout)["changed"] is False
+    bad = runner.invoke(app, [*args, "--partitions", "5"])
+    assert bad.exit_code == 2 and "TOPOLOGY_MISMATCH" in bad.output
