@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import kafka_cmd
+from . import kafka_cmd, outbox_cmd, relay_cmd
 
 app = typer.Typer(
     name="fleet",
@@ -13,6 +13,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(kafka_cmd.app, name="kafka")
+app.add_typer(outbox_cmd.app, name="outbox")
+app.add_typer(relay_cmd.app, name="relay")
 
 
 def main() -> None:  # pragma: no cover
