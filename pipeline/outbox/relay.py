@@ -358,7 +358,9 @@ _ACK = (
         outbox.c.branch_key == bindparam("b"),
         outbox.c.lsn >= bindparam("lo"),
         outbox.c.lsn <= bindparam("hi"),
-        outbox.c.status == int(RowStatus.PENDING),
+        # DROPPED too: a rewind that committed while the row was in flight cannot unsend it, and
+        # the store should say truthfully that it went out ("dropped" = never published)
+        outbox.c.status != int(RowStatus.SENT),
         ~exists().where(
             _earlier.c.tenant == bindparam("t"),
             _earlier.c.branch_key == bindparam("b"),
