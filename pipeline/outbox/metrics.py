@@ -7,6 +7,7 @@ silently". Seed 001: "alert on the age of the oldest unsent row".
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -63,3 +64,28 @@ class OutboxMetrics:
 
     def publish_error(self, reason: PublishFailure, count: int = 1) -> None:
         self.publish_errors_total.labels(reason=reason.value).inc(count)
+
+
+def classify(err: Any) -> PublishFailure:
+    """Fold a delivery error into :class:`PublishFailure` (bounded label values)."""
+    try:
+        from confluent_kafka import KafkaError
+    except ImportError:  # pragma: no cover - the dependency is required
+        return PublishFailure.OTHER
+    if not isinstance(err, KafkaError):
+        return PublishFailure.OTHER
+    if err.fatal():
+        return PublishFailure.FATAL
+    code = err.code()
+    if code == KafkaError._MSG_TIMED_OUT:
+        return PublishFailure.TIMEOUT
+    if code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE):
+        return PublishFailure.TRANSPORT
+    if code in (
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    ):
+        return PublishFailure.REJECTED
+    return PublishFailure.OTHER

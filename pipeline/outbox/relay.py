@@ -20,17 +20,18 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from sqlalchemy import Engine, bindparam, exists, select, update
+from sqlalchemy import Engine, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import BrokerError, FleetError, StoreError
 from pipeline.kafka.settings import producer_config
 
 from .headers import fold_headers, unpack_headers
-from .metrics import OutboxMetrics, PublishFailure
+from .metrics import OutboxMetrics, PublishFailure, classify
 from .status import backlog
 from .tables import RowStatus, outbox
 
@@ -88,6 +89,7 @@ class Relay:
         self._fatal = False
         self._stop: threading.Event | None = None
         self._next_metrics = 0.0
+        self._store: ThreadPoolExecutor | None = None
         c = outbox.c
         select_rows = (
             select(
@@ -154,39 +156,45 @@ class Relay:
         if self._producer is not None:
             self._producer.flush(timeout)
             self._producer = None
+        if self._store is not None:
+            self._store.shutdown(wait=True)
+            self._store = None
 
     # -- steps -------------------------------------------------------------------------------
     def _pump(self, *, max_batches: int | None) -> int:
+        # Pipelined: the store thread fetches batch k+1 and acks batch k-1 while this thread
+        # produces batch k; up to ``pipeline_depth`` batches are with the broker at once.
+        if self._fatal and self._producer is not None:
+            # an idempotent producer in a fatal state must be rebuilt (its unconfirmed rows are
+            # still pending, so they simply go out again)
+            self._producer.flush(0)
+            self._producer, self._fatal = None, False
+        store = self._store_thread()
         window: deque[_Batch] = deque()
+        acks: deque[tuple[Future[None], list[Any], list[Any]]] = deque()
         broken: set[tuple[str, str]] = set()  # branches with a failed row: no more acks now
         started = acked = failed = 0
-        exhausted = False
-        cursor: int | None = None
-        while True:
-            may_fetch = (
-                not exhausted
-                and not broken
-                and len(window) < self.pipeline_depth
-                and (max_batches is None or started < max_batches)
-                and not (self._stop is not None and self._stop.is_set())
-            )
-            if may_fetch:
-                rows = self._fetch(cursor)
-                exhausted = len(rows) < self.batch_size
-                if rows:
-                    cursor = max(r[0] for r in rows)
-                    window.append(self._produce(rows))
+        fetching: Future[list[Any]] | None = store.submit(self._fetch, None)
+        while fetching is not None or window:
+            if fetching is not None and len(window) < self.pipeline_depth:
+                rows, fetching = fetching.result(), None
+                if rows and not broken and not self._stopping():
                     started += 1
-                    continue
-            if not window:
-                break
+                    if len(rows) == self.batch_size and (
+                        max_batches is None or started < max_batches
+                    ):
+                        fetching = store.submit(self._fetch, max(r[0] for r in rows))
+                    window.append(self._produce(rows))
+                continue
             batch = window.popleft()
             self._settle(batch)
             confirmed, errors = self._confirmed(batch, broken)
-            self._ack(confirmed)  # a StoreError leaves rows pending: resent, folded away
-            self._observe(confirmed, errors)
-            acked += len(confirmed)
+            # acks run in order on the store thread; the guard in _ACK keeps each branch's
+            # "sent" a prefix even if an earlier ack failed
+            acks.append((store.submit(self._ack, confirmed), confirmed, errors))
             failed += len(errors)
+            acked += self._collect(acks, wait=False)
+        acked += self._collect(acks, wait=True)
         self._observe_backlog(force=acked == 0)
         if acked == 0 and not failed:
             self.metrics.relay_lag_seconds.set(0)
@@ -197,6 +205,26 @@ class Relay:
                 context={"failed": failed, "acked": acked},
             )
         return acked
+
+    def _collect(
+        self, acks: deque[tuple[Future[None], list[Any], list[Any]]], *, wait: bool
+    ) -> int:
+        """Observe finished acks in order; a failed ack raises its StoreError (rows resent)."""
+        done = 0
+        while acks and (wait or acks[0][0].done()):
+            future, confirmed, errors = acks.popleft()
+            future.result()
+            self._observe(confirmed, errors)
+            done += len(confirmed)
+        return done
+
+    def _stopping(self) -> bool:
+        return self._stop is not None and self._stop.is_set()
+
+    def _store_thread(self) -> ThreadPoolExecutor:
+        if self._store is None:
+            self._store = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-store")
+        return self._store
 
     def _fetch(self, cursor: int | None) -> list[Any]:
         # The first fetch of a pass starts at the oldest pending row; later ones continue after
@@ -243,9 +271,6 @@ class Relay:
                 grace = grace or time.monotonic() + 2.0
                 if time.monotonic() > grace:
                     break  # stopping: unconfirmed rows stay pending and are resent later
-        if self._fatal:
-            self.close(0)  # an idempotent producer in a fatal state must be rebuilt
-            self._fatal = False
 
     @staticmethod
     def _confirmed(batch: _Batch, broken: set[tuple[str, str]]) -> tuple[list[Any], list[Any]]:
@@ -267,18 +292,42 @@ class Relay:
         return confirmed, errors
 
     def _ack(self, rows: list[Any]) -> None:
+        """Mark confirmed rows sent, except runs whose branch has an earlier lsn still pending.
+
+        Pending rows of a branch are a suffix, so "lsn lo-1 is pending" is the whole guard: such a
+        run is left pending and the branch is resent from its lowest unacknowledged lsn. Two
+        statements per batch whatever its size (the ack runs beside the producer; few statements
+        means few GIL hand-overs).
+        """
         if not rows:
             return
-        params: list[dict[str, Any]] = []
-        now = time.time()
-        for row in rows:  # rows of a branch are consecutive lsns: one range per branch
-            if params and params[-1]["t"] == row[1] and params[-1]["b"] == row[2]:
-                params[-1]["hi"] = row[3]
-            else:
-                params.append({"t": row[1], "b": row[2], "lo": row[3], "hi": row[3], "now": now})
+        firsts: dict[tuple[str, str], int] = {}
+        for row in rows:
+            firsts.setdefault((row[1], row[2]), row[3])
+        c = outbox.c
         try:
             with self.engine.begin() as conn:
-                conn.execute(_ACK, params)
+                probe = [(t, b, lo - 1) for (t, b), lo in firsts.items() if lo > 1]
+                blocked: set[tuple[str, str]] = set()
+                if probe:
+                    blocked = {
+                        (t, b)
+                        for t, b in conn.execute(
+                            select(c.tenant, c.branch_key).where(
+                                tuple_(c.tenant, c.branch_key, c.lsn).in_(probe),
+                                c.status == int(RowStatus.PENDING),
+                            )
+                        )
+                    }
+                ids = [row[0] for row in rows if (row[1], row[2]) not in blocked]
+                if ids:
+                    # != SENT, so DROPPED too: a rewind that committed while the row was in
+                    # flight cannot unsend it; the store says truthfully that it went out
+                    conn.execute(
+                        update(outbox)
+                        .where(c.id.in_(ids), c.status != int(RowStatus.SENT))
+                        .values(status=int(RowStatus.SENT), sent_at=time.time())
+                    )
         except SQLAlchemyError as exc:
             # Not acked: these rows go out again; the consumer's fold drops the copies.
             raise StoreError(f"outbox relay: cannot ack {len(rows)} rows: {exc}") from exc
@@ -345,54 +394,3 @@ class _Batch:
         if self.results[index] is _UNRESOLVED:
             self.done += 1
         self.results[index] = err
-
-
-_earlier = outbox.alias("earlier")
-# Mark a confirmed run of one branch sent -- unless an earlier lsn of that branch is still pending
-# (a row that committed late, or one that failed): then nothing of the run is acked and the whole
-# branch is resent from its lowest unacknowledged lsn. "sent" is always a per-branch prefix.
-_ACK = (
-    update(outbox)
-    .where(
-        outbox.c.tenant == bindparam("t"),
-        outbox.c.branch_key == bindparam("b"),
-        outbox.c.lsn >= bindparam("lo"),
-        outbox.c.lsn <= bindparam("hi"),
-        # DROPPED too: a rewind that committed while the row was in flight cannot unsend it, and
-        # the store should say truthfully that it went out ("dropped" = never published)
-        outbox.c.status != int(RowStatus.SENT),
-        ~exists().where(
-            _earlier.c.tenant == bindparam("t"),
-            _earlier.c.branch_key == bindparam("b"),
-            # pending rows of a branch are a suffix, so checking lsn lo-1 is enough (and O(1))
-            _earlier.c.lsn == bindparam("lo") - 1,
-            _earlier.c.status == int(RowStatus.PENDING),
-        ),
-    )
-    .values(status=int(RowStatus.SENT), sent_at=bindparam("now"))
-)
-
-
-def classify(err: Any) -> PublishFailure:
-    """Fold a delivery error into :class:`PublishFailure` (bounded label values)."""
-    try:
-        from confluent_kafka import KafkaError
-    except ImportError:  # pragma: no cover - the dependency is required
-        return PublishFailure.OTHER
-    if not isinstance(err, KafkaError):
-        return PublishFailure.OTHER
-    if err.fatal():
-        return PublishFailure.FATAL
-    code = err.code()
-    if code == KafkaError._MSG_TIMED_OUT:
-        return PublishFailure.TIMEOUT
-    if code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE):
-        return PublishFailure.TRANSPORT
-    if code in (
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError._UNKNOWN_TOPIC,
-        KafkaError.MSG_SIZE_TOO_LARGE,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    ):
-        return PublishFailure.REJECTED
-    return PublishFailure.OTHER

@@ -57,17 +57,11 @@ outbox = Table(
     UniqueConstraint("tenant", "branch_key", "lsn", name="uq_outbox_branch_lsn"),
 )
 
-# Partial indexes over pending rows only: the relay's scan stays as small as the backlog however
-# many sent rows accumulate, and an ack just removes entries.
+# A partial index over pending rows only: the relay's scan stays as small as the backlog however
+# many sent rows accumulate, and an ack just removes entries. One index, not one per tenant: every
+# extra index is paid again on each ack (a tenant-scoped relay filters the same scan).
 _PENDING = text(f"status = {int(RowStatus.PENDING)}")
 Index("ix_outbox_pending", outbox.c.id, sqlite_where=_PENDING, postgresql_where=_PENDING)
-Index(
-    "ix_outbox_pending_tenant",
-    outbox.c.tenant,
-    outbox.c.id,
-    sqlite_where=_PENDING,
-    postgresql_where=_PENDING,
-)
 
 outbox_branch = Table(
     "outbox_branch",
