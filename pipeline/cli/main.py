@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import typer
 
-from . import kafka_cmd, keys_cmd, observability_cmd, roster_cmd, topics_cmd
+from . import (
+    kafka_cmd,
+    keys_cmd,
+    observability_cmd,
+    outbox_cmd,
+    relay_cmd,
+    roster_cmd,
+    topics_cmd,
+)
 
 app = typer.Typer(
     name="fleet",
@@ -17,6 +25,8 @@ app.add_typer(observability_cmd.app)  # top-level: fleet exporter, fleet lag
 app.add_typer(keys_cmd.app, name="keys")
 app.add_typer(topics_cmd.app, name="topics")
 app.add_typer(roster_cmd.app, name="roster")
+app.add_typer(outbox_cmd.app, name="outbox")
+app.add_typer(relay_cmd.app, name="relay")
 
 
 def main() -> None:  # pragma: no cover

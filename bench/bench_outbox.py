@@ -1,0 +1,217 @@
+"""Outbox relay benchmark (issue 4). Two ratios, each against a baseline from the same run:
+
+* ``relay_vs_raw`` -- relay throughput (read pending rows, publish, wait for every delivery
+  report, ack in the store) over a raw idempotent ``acks=all`` producer sending the same records
+  from memory. Target >= 0.8.
+* ``down_vs_up`` -- median step-run latency with the broker DOWN over the same with it UP, while a
+  relay process (``fleet relay run``) runs beside the executor. Target <= 1.1.
+
+Run: ``PYTHONPATH=. python -m bench outbox`` (``--quick`` for a short run). It starts its own
+one-node KRaft broker (it has to stop it), so it never touches a shared one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from sqlalchemy import select, update
+
+from pipeline.kafka.local import LauncherConfig, LocalCluster
+from pipeline.kafka.settings import producer_config
+from pipeline.outbox import Relay, RowStatus, outbox, write
+from pipeline.outbox.headers import fold_headers, unpack_headers
+from pipeline.runs import Executor, RunJournal
+from pipeline.store import make_engine, session_factory
+from pipeline.testing import test_broker_dir, unique_name
+
+
+def _topic(bootstrap: str, partitions: int = 3) -> str:
+    name = unique_name("bench.outbox")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[
+        name
+    ].result(30)
+    return name
+
+
+def _fill(sessions: Any, topic: str, rows: int, branches: int = 50) -> None:
+    with sessions.begin() as s:
+        for i in range(rows):
+            b = i % branches
+            write(
+                s,
+                topic=topic,
+                key=f"acme/r{b}".encode(),
+                value=os.urandom(200),
+                headers=[("kind", b"STEP"), ("msgId", os.urandom(16))],
+                branch_key=f"acme/r{b}/b1",
+                tenant="acme",
+            )
+
+
+def _raw(bootstrap: str, records: list[Any]) -> float:
+    producer = Producer(producer_config(bootstrap, **{"message.timeout.ms": 10000}))
+    producer.produce(records[0][0], value=b"warm-up")
+    producer.flush(30)
+    errors: list[Any] = []
+
+    def report(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    started = time.perf_counter()
+    for topic, key, value, blob, tenant, branch, lsn in records:
+        # the same records the relay sends: stored headers plus the fold headers
+        headers = unpack_headers(blob) + fold_headers(tenant, branch, lsn)
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, headers=headers, on_delivery=report)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(60)
+    elapsed = time.perf_counter() - started
+    assert not errors, errors[:3]
+    return elapsed
+
+
+def _relay(engine: Any, bootstrap: str, rows: int) -> float:
+    with engine.begin() as conn:  # the same rows, pending again
+        conn.execute(update(outbox).values(status=int(RowStatus.PENDING), sent_at=None))
+    relay = Relay(engine=engine, bootstrap=bootstrap, batch_size=1000)
+    warm = relay._ensure_producer()
+    warm.produce(_topic_of(engine), value=b"warm-up")
+    warm.flush(30)
+    started = time.perf_counter()
+    shipped = relay.drain()
+    elapsed = time.perf_counter() - started
+    relay.close()
+    assert shipped == rows, (shipped, rows)
+    return elapsed
+
+
+def _topic_of(engine: Any) -> str:
+    with engine.connect() as conn:
+        return str(conn.execute(select(outbox.c.topic).limit(1)).scalar_one())
+
+
+def throughput(bootstrap: str, workdir: Path, *, rows: int, rounds: int) -> dict[str, Any]:
+    engine = make_engine(f"sqlite:///{workdir / 'throughput.sqlite'}")
+    topic = _topic(bootstrap)
+    _fill(session_factory(engine), topic, rows)
+    c = outbox.c
+    with engine.connect() as conn:
+        records = list(
+            conn.execute(
+                select(c.topic, c.key, c.value, c.headers, c.tenant, c.branch_key, c.lsn).order_by(
+                    c.id
+                )
+            ).all()
+        )
+    raw_s, relay_s = [], []
+    for _ in range(rounds):  # alternate, so drift on a shared machine hits both sides
+        raw_s.append(_raw(bootstrap, records))
+        relay_s.append(_relay(engine, bootstrap, rows))
+    raw, rel = statistics.median(raw_s), statistics.median(relay_s)
+    return {
+        "rows": rows,
+        "raw_rows_per_s": round(rows / raw),
+        "relay_rows_per_s": round(rows / rel),
+        "relay_vs_raw": round(raw / rel, 3),
+        "raw_s": [round(x, 3) for x in raw_s],
+        "relay_s": [round(x, 3) for x in relay_s],
+    }
+
+
+def _relay_process(url: str, bootstrap: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "relay",
+            "run",
+            "--db",
+            url,
+            "--bootstrap",
+            bootstrap,
+            "--delivery-timeout",
+            "5",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def latency(
+    cluster: LocalCluster, workdir: Path, *, runs: int, steps: int, rounds: int
+) -> dict[str, Any]:
+    url = f"sqlite:///{workdir / 'latency.sqlite'}"
+    engine = make_engine(url)
+    topic = _topic(cluster.bootstrap_servers)
+    executor = Executor(sessions=session_factory(engine), journal=RunJournal(topic=topic))
+    relay = _relay_process(url, cluster.bootstrap_servers)
+    up: list[float] = []
+    down: list[float] = []
+    try:
+        time.sleep(2.0)  # let the relay start
+        for r in range(rounds):
+            for state in ("up", "down"):
+                if state == "down":
+                    cluster.stop_all()
+                ids = [("acme", f"{state}{r}-{i}") for i in range(runs)]
+                results = executor.run_many(ids, steps=steps, threads=2)
+                (up if state == "up" else down).extend(x.elapsed_s for x in results)
+                if state == "down":
+                    cluster.start_again()
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        relay.wait(60)
+    up_s, down_s = statistics.median(up), statistics.median(down)
+    return {
+        "runs_per_round": runs,
+        "steps_per_run": steps,
+        "rounds": rounds,
+        "run_latency_up_ms": round(up_s * 1000, 1),
+        "run_latency_down_ms": round(down_s * 1000, 1),
+        "down_vs_up": round(down_s / up_s, 3),
+    }
+
+
+def main(quick: bool) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="bench-outbox-"))
+    cluster = LocalCluster(
+        LauncherConfig(directory=test_broker_dir("bench-outbox"), nodes=1, heap_mb=512), owned=True
+    ).start()
+    try:
+        tp = throughput(
+            cluster.bootstrap_servers,
+            workdir,
+            rows=10_000 if quick else 50_000,
+            rounds=2 if quick else 3,
+        )
+        lat = latency(cluster, workdir, runs=4, steps=10 if quick else 25, rounds=1 if quick else 2)
+    finally:
+        cluster.stop()
+    return {
+        "command": "PYTHONPATH=. python -m bench outbox" + (" --quick" if quick else ""),
+        "throughput": tp,
+        "latency": lat,
+        "targets": {"relay_vs_raw": ">= 0.8", "down_vs_up": "<= 1.1"},
+        "relay_vs_raw_met": tp["relay_vs_raw"] >= 0.8,
+        "down_vs_up_met": lat["down_vs_up"] <= 1.1,
+    }

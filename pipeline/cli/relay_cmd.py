@@ -1,0 +1,65 @@
+"""``fleet relay run`` -- the outbox relay as its own process (seed 003: its own supervision).
+
+SIGTERM or SIGINT stops it cleanly: no new batch starts, the batch in flight gets a short grace
+to be confirmed and acked, anything unconfirmed stays pending and is resent by the next relay.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Annotated, Any
+
+import typer
+
+from .output import console, fail_on_fleet_error
+
+app = typer.Typer(help="Ship committed outbox rows to Kafka (the outbox relay).")
+
+
+@app.command("run")
+@fail_on_fleet_error
+def run(  # noqa: PLR0917 - Typer: one parameter per CLI option
+    db: Annotated[
+        str, typer.Option("--db", help="Store URL (sqlite:///path or postgresql+psycopg://...).")
+    ],
+    bootstrap: Annotated[str, typer.Option("--bootstrap", help="Kafka bootstrap servers.")],
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's rows.")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 500,
+    delivery_timeout: Annotated[
+        float,
+        typer.Option("--delivery-timeout", help="Seconds before a delivery counts as failed."),
+    ] = 10.0,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", help="Serve Prometheus metrics on this port.")
+    ] = None,
+) -> None:
+    """Run the relay until SIGTERM/SIGINT."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from pipeline.outbox import Relay
+    from pipeline.store import make_engine
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    registry = CollectorRegistry()
+    relay = Relay(
+        engine=make_engine(db),
+        bootstrap=bootstrap,
+        tenant=tenant,
+        batch_size=batch_size,
+        delivery_timeout_s=delivery_timeout,
+        registry=registry,
+    )
+    if metrics_port is not None:
+        start_http_server(metrics_port, registry=registry)
+    stop = threading.Event()
+
+    def _stop(_signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    console.print(f"outbox relay: {db} -> {bootstrap} (tenant: {tenant or 'all'})")
+    relay.run_forever(stop)
+    console.print("outbox relay: stopped")

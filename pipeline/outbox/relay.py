@@ -1,0 +1,396 @@
+"""The relay: ship committed outbox rows to Kafka, ack only what the broker confirmed.
+
+Seed 003, steps 1-3: its own process and supervision; loop drain -> publish in
+``(BranchKey, Lsn)`` order -> ack only what the broker accepted; retry with backoff inside;
+never propagate a broker error into run execution (writers never see the relay at all).
+
+Per batch: read the oldest pending rows, publish them in ``(tenant, branch_key, lsn)`` order with
+the idempotent ``acks=all`` producer, wait for every delivery report, then mark sent -- per
+branch -- only the unbroken run of confirmed rows from its lowest pending lsn. A branch whose row
+failed is resent from that row on the next pass (a timed-out record may still have been written:
+the consumer's fold absorbs the copy).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from sqlalchemy import Engine, select, tuple_, update
+from sqlalchemy.exc import SQLAlchemyError
+
+from pipeline.errors import BrokerError, FleetError, StoreError
+from pipeline.kafka.settings import producer_config
+
+from .headers import fold_headers, unpack_headers
+from .metrics import OutboxMetrics, PublishFailure, classify
+from .status import backlog
+from .tables import RowStatus, outbox
+
+log = logging.getLogger(__name__)
+
+ProducerFactory = Callable[[dict[str, Any]], Any]
+
+
+def _default_producer(conf: dict[str, Any]) -> Any:
+    from confluent_kafka import Producer
+
+    return Producer(conf)
+
+
+class Relay:
+    """Drains the outbox to Kafka. Run one relay per tenant (or one for all tenants)."""
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        bootstrap: str,
+        tenant: str | None = None,
+        batch_size: int = 500,
+        pipeline_depth: int = 2,
+        registry: CollectorRegistry | None = None,
+        delivery_timeout_s: float = 10.0,
+        backoff_initial_s: float = 0.2,
+        backoff_max_s: float = 10.0,
+        idle_wait_s: float = 0.05,
+        metrics_interval_s: float = 1.0,
+        producer_overrides: Mapping[str, Any] | None = None,
+        producer_factory: ProducerFactory | None = None,
+    ) -> None:
+        self.engine = engine
+        self.tenant = tenant
+        self.batch_size = batch_size
+        self.pipeline_depth = max(1, pipeline_depth)
+        self.metrics = OutboxMetrics(registry if registry is not None else CollectorRegistry())
+        self.delivery_timeout_s = delivery_timeout_s
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.idle_wait_s = idle_wait_s
+        self.metrics_interval_s = metrics_interval_s
+        self._conf = producer_config(
+            bootstrap,
+            **{
+                "message.timeout.ms": int(delivery_timeout_s * 1000),
+                "error_cb": self._on_client_error,
+                **dict(producer_overrides or {}),
+            },
+        )
+        self._factory = producer_factory or _default_producer
+        self._producer: Any = None
+        self._fatal = False
+        self._stop: threading.Event | None = None
+        self._next_metrics = 0.0
+        self._store: ThreadPoolExecutor | None = None
+        c = outbox.c
+        select_rows = (
+            select(
+                c.id,
+                c.tenant,
+                c.branch_key,
+                c.lsn,
+                c.topic,
+                c.key,
+                c.value,
+                c.headers,
+                c.created_at,
+            )
+            .where(c.status == int(RowStatus.PENDING))
+            .order_by(c.id)
+        )
+        if tenant is not None:
+            select_rows = select_rows.where(c.tenant == tenant)
+        self._select = select_rows
+
+    # -- passes ----------------------------------------------------------------------------
+    def run_once(self) -> int:
+        """Drain one batch, publish it, ack what the broker confirmed; return rows acked.
+
+        Raises :class:`BrokerError` (retriable) after acking the confirmed part when any delivery
+        failed, and :class:`StoreError` when a database call failed.
+        """
+        return self._pump(max_batches=1)
+
+    def drain(self) -> int:
+        """Ship until no pending row is left, keeping ``pipeline_depth`` batches in flight.
+
+        Same failure contract as :meth:`run_once`; after a failure no new batch is started, the
+        ones in flight are settled, and the error is raised.
+        """
+        return self._pump(max_batches=None)
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """Loop until ``stop`` is set, backing off on any failure; never raises broker errors."""
+        self._stop = stop
+        backoff = self.backoff_initial_s
+        try:
+            while not stop.is_set():
+                try:
+                    acked = self.drain()
+                except FleetError as exc:
+                    log.warning("outbox relay: %s; retrying in %.1fs", exc, backoff)
+                    stop.wait(backoff * random.uniform(0.8, 1.2))
+                    backoff = min(backoff * 2, self.backoff_max_s)
+                    continue
+                except Exception:  # its own supervisor: log, back off, go on
+                    log.exception("outbox relay: unexpected error; retrying in %.1fs", backoff)
+                    stop.wait(backoff)
+                    backoff = min(backoff * 2, self.backoff_max_s)
+                    continue
+                backoff = self.backoff_initial_s
+                if acked == 0:
+                    stop.wait(self.idle_wait_s)
+        finally:
+            self.close()
+
+    def close(self, timeout: float = 2.0) -> None:
+        # Unconfirmed records are simply not acked: the next relay resends them.
+        if self._producer is not None:
+            self._producer.flush(timeout)
+            self._producer = None
+        if self._store is not None:
+            self._store.shutdown(wait=True)
+            self._store = None
+
+    # -- steps -------------------------------------------------------------------------------
+    def _pump(self, *, max_batches: int | None) -> int:
+        # Pipelined: the store thread fetches batch k+1 and acks batch k-1 while this thread
+        # produces batch k; up to ``pipeline_depth`` batches are with the broker at once.
+        if self._fatal and self._producer is not None:
+            # an idempotent producer in a fatal state must be rebuilt (its unconfirmed rows are
+            # still pending, so they simply go out again)
+            self._producer.flush(0)
+            self._producer, self._fatal = None, False
+        store = self._store_thread()
+        window: deque[_Batch] = deque()
+        acks: deque[tuple[Future[None], list[Any], list[Any]]] = deque()
+        broken: set[tuple[str, str]] = set()  # branches with a failed row: no more acks now
+        started = acked = failed = 0
+        fetching: Future[list[Any]] | None = store.submit(self._fetch, None)
+        while fetching is not None or window:
+            if fetching is not None and len(window) < self.pipeline_depth:
+                rows, fetching = fetching.result(), None
+                if rows and not broken and not self._stopping():
+                    started += 1
+                    if len(rows) == self.batch_size and (
+                        max_batches is None or started < max_batches
+                    ):
+                        fetching = store.submit(self._fetch, max(r[0] for r in rows))
+                    window.append(self._produce(rows))
+                continue
+            batch = window.popleft()
+            self._settle(batch)
+            confirmed, errors = self._confirmed(batch, broken)
+            # acks run in order on the store thread; the guard in _ACK keeps each branch's
+            # "sent" a prefix even if an earlier ack failed
+            acks.append((store.submit(self._ack, confirmed), confirmed, errors))
+            failed += len(errors)
+            acked += self._collect(acks, wait=False)
+        acked += self._collect(acks, wait=True)
+        self._observe_backlog(force=acked == 0)
+        if acked == 0 and not failed:
+            self.metrics.relay_lag_seconds.set(0)
+        if failed:
+            raise BrokerError(
+                f"outbox relay: {failed} deliveries failed; {acked} acked, "
+                "the rest will be resent from each branch's lowest unacknowledged lsn",
+                context={"failed": failed, "acked": acked},
+            )
+        return acked
+
+    def _collect(
+        self, acks: deque[tuple[Future[None], list[Any], list[Any]]], *, wait: bool
+    ) -> int:
+        """Observe finished acks in order; a failed ack raises its StoreError (rows resent)."""
+        done = 0
+        while acks and (wait or acks[0][0].done()):
+            future, confirmed, errors = acks.popleft()
+            future.result()
+            self._observe(confirmed, errors)
+            done += len(confirmed)
+        return done
+
+    def _stopping(self) -> bool:
+        return self._stop is not None and self._stop.is_set()
+
+    def _store_thread(self) -> ThreadPoolExecutor:
+        if self._store is None:
+            self._store = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-store")
+        return self._store
+
+    def _fetch(self, cursor: int | None) -> list[Any]:
+        # The first fetch of a pass starts at the oldest pending row; later ones continue after
+        # the last id fetched. On PostgreSQL a lower id can commit after a higher one: such a
+        # late row is picked up by the next pass, and the ack guard below keeps "sent" a
+        # per-branch watermark meanwhile.
+        stmt = self._select if cursor is None else self._select.where(outbox.c.id > cursor)
+        try:
+            with self.engine.connect() as conn:
+                rows = list(conn.execute(stmt.limit(self.batch_size)).all())
+        except SQLAlchemyError as exc:
+            raise StoreError(f"outbox relay: cannot read the outbox: {exc}") from exc
+        rows.sort(key=_branch_order)
+        return rows
+
+    def _produce(self, rows: list[Any]) -> _Batch:
+        producer = self._ensure_producer()
+        batch = _Batch(rows)
+        for i, (_id, tenant, branch, lsn, topic, key, value, blob, _created) in enumerate(rows):
+            headers = unpack_headers(blob) + fold_headers(tenant, branch, lsn)
+            callback = functools.partial(batch.report, i)
+            while True:
+                try:
+                    producer.produce(
+                        topic, value=value, key=key, headers=headers, on_delivery=callback
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.05)  # local queue full: serve reports, then retry
+                except Exception as exc:  # noqa: BLE001 - KafkaException and friends: a failure
+                    batch.report(i, exc, None)
+                    break
+        producer.poll(0)
+        return batch
+
+    def _settle(self, batch: _Batch) -> None:
+        """Wait for every report of ``batch`` (message.timeout.ms bounds each one)."""
+        producer = self._producer
+        deadline = time.monotonic() + self.delivery_timeout_s + 5.0
+        grace: float | None = None
+        while batch.done < len(batch.rows) and time.monotonic() < deadline:
+            producer.poll(0.05)
+            if self._stop is not None and self._stop.is_set():
+                grace = grace or time.monotonic() + 2.0
+                if time.monotonic() > grace:
+                    break  # stopping: unconfirmed rows stay pending and are resent later
+
+    @staticmethod
+    def _confirmed(batch: _Batch, broken: set[tuple[str, str]]) -> tuple[list[Any], list[Any]]:
+        # rows are sorted by (tenant, branch, lsn) and each branch continues from its lowest
+        # pending lsn, so acking only the unbroken confirmed run keeps "sent" a per-branch
+        # watermark: after a failure the branch is resent from the failed row on.
+        confirmed: list[Any] = []
+        errors: list[Any] = []
+        for row, err in zip(batch.rows, batch.results, strict=True):
+            if err is not None:
+                errors.append(BrokerError("no delivery report") if err is _UNRESOLVED else err)
+            branch = (row[1], row[2])
+            if branch in broken:
+                continue
+            if err is None:
+                confirmed.append(row)
+            else:
+                broken.add(branch)
+        return confirmed, errors
+
+    def _ack(self, rows: list[Any]) -> None:
+        """Mark confirmed rows sent, except runs whose branch has an earlier lsn still pending.
+
+        Pending rows of a branch are a suffix, so "lsn lo-1 is pending" is the whole guard: such a
+        run is left pending and the branch is resent from its lowest unacknowledged lsn. Two
+        statements per batch whatever its size (the ack runs beside the producer; few statements
+        means few GIL hand-overs).
+        """
+        if not rows:
+            return
+        firsts: dict[tuple[str, str], int] = {}
+        for row in rows:
+            firsts.setdefault((row[1], row[2]), row[3])
+        c = outbox.c
+        try:
+            with self.engine.begin() as conn:
+                probe = [(t, b, lo - 1) for (t, b), lo in firsts.items() if lo > 1]
+                blocked: set[tuple[str, str]] = set()
+                if probe:
+                    blocked = {
+                        (t, b)
+                        for t, b in conn.execute(
+                            select(c.tenant, c.branch_key).where(
+                                tuple_(c.tenant, c.branch_key, c.lsn).in_(probe),
+                                c.status == int(RowStatus.PENDING),
+                            )
+                        )
+                    }
+                ids = [row[0] for row in rows if (row[1], row[2]) not in blocked]
+                if ids:
+                    # != SENT, so DROPPED too: a rewind that committed while the row was in
+                    # flight cannot unsend it; the store says truthfully that it went out
+                    conn.execute(
+                        update(outbox)
+                        .where(c.id.in_(ids), c.status != int(RowStatus.SENT))
+                        .values(status=int(RowStatus.SENT), sent_at=time.time())
+                    )
+        except SQLAlchemyError as exc:
+            # Not acked: these rows go out again; the consumer's fold drops the copies.
+            raise StoreError(f"outbox relay: cannot ack {len(rows)} rows: {exc}") from exc
+
+    # -- producer and metrics ----------------------------------------------------------------
+    def _ensure_producer(self) -> Any:
+        if self._producer is None:
+            self._producer = self._factory(dict(self._conf))
+        return self._producer
+
+    def _on_client_error(self, err: Any) -> None:
+        if err.fatal():
+            self._fatal = True
+        log.debug("outbox relay: client error %s", err)
+
+    def _observe(self, confirmed: list[Any], errors: list[Any]) -> None:
+        for err in errors:
+            reason = classify(err)
+            self.metrics.publish_error(reason)
+            if reason is PublishFailure.FATAL:
+                self._fatal = True
+        if confirmed:
+            self.metrics.published_total.inc(len(confirmed))
+            oldest = min(r[8] for r in confirmed)
+            lag = max(0.0, time.time() - oldest)
+            self.metrics.relay_lag_seconds.set(lag)
+            self.metrics.batch_lag_seconds.observe(lag)
+        self._observe_backlog()
+
+    def _observe_backlog(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now < self._next_metrics:
+            return
+        self._next_metrics = now + self.metrics_interval_s
+        try:
+            count, oldest = backlog(self.engine, tenant=self.tenant)
+        except SQLAlchemyError as exc:
+            log.warning("outbox relay: cannot read the backlog: %s", exc)
+            return
+        self.metrics.backlog_rows.set(count)
+        self.metrics.oldest_unsent_age_seconds.set(
+            0.0 if oldest is None else max(0.0, time.time() - oldest)
+        )
+
+
+_UNRESOLVED: Any = object()
+
+
+def _branch_order(row: Any) -> tuple[str, str, int]:
+    return (row[1], row[2], row[3])
+
+
+class _Batch:
+    """Rows handed to the producer together, and their delivery reports as they come in."""
+
+    __slots__ = ("done", "results", "rows")
+
+    def __init__(self, rows: list[Any]) -> None:
+        self.rows = rows
+        self.results: list[Any] = [_UNRESOLVED] * len(rows)
+        self.done = 0
+
+    def report(self, index: int, err: Any, _msg: Any) -> None:
+        if self.results[index] is _UNRESOLVED:
+            self.done += 1
+        self.results[index] = err

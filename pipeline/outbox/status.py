@@ -1,0 +1,84 @@
+"""Read-only views of the outbox: backlog, oldest unsent age, per-branch positions.
+
+Used by ``fleet outbox status`` and by the relay's metrics. Only ``PENDING`` rows count as backlog:
+dropped rows (abandoned branches) will never ship, sent rows already did.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine, func, select
+
+from .tables import RowStatus, outbox, outbox_branch
+
+
+@dataclass(frozen=True, kw_only=True)
+class BranchStatus:
+    tenant: str
+    branch_key: str
+    next_lsn: int
+    pending: int
+    abandoned: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutboxStatus:
+    backlog: int
+    oldest_unsent_age_s: float | None
+    branches: list[BranchStatus] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def backlog(engine: Engine, *, tenant: str | None = None) -> tuple[int, float | None]:
+    """``(pending rows, created_at of the oldest pending row or None)``."""
+    stmt = select(func.count(), func.min(outbox.c.created_at)).where(
+        outbox.c.status == int(RowStatus.PENDING)
+    )
+    if tenant is not None:
+        stmt = stmt.where(outbox.c.tenant == tenant)
+    with engine.connect() as conn:
+        count, oldest = conn.execute(stmt).one()
+    return int(count), (float(oldest) if oldest is not None else None)
+
+
+def outbox_status(
+    engine: Engine, *, tenant: str | None = None, now: float | None = None
+) -> OutboxStatus:
+    count, oldest = backlog(engine, tenant=tenant)
+    now = time.time() if now is None else now
+    pending = (
+        select(outbox.c.tenant, outbox.c.branch_key, func.count().label("n"))
+        .where(outbox.c.status == int(RowStatus.PENDING))
+        .group_by(outbox.c.tenant, outbox.c.branch_key)
+    )
+    branches_stmt = select(
+        outbox_branch.c.tenant,
+        outbox_branch.c.branch_key,
+        outbox_branch.c.last_lsn,
+        outbox_branch.c.abandoned,
+    ).order_by(outbox_branch.c.tenant, outbox_branch.c.branch_key)
+    if tenant is not None:
+        pending = pending.where(outbox.c.tenant == tenant)
+        branches_stmt = branches_stmt.where(outbox_branch.c.tenant == tenant)
+    with engine.connect() as conn:
+        per_branch = {(t, b): int(n) for t, b, n in conn.execute(pending)}
+        branches = [
+            BranchStatus(
+                tenant=t,
+                branch_key=b,
+                next_lsn=int(last) + 1,
+                pending=per_branch.get((t, b), 0),
+                abandoned=bool(abandoned),
+            )
+            for t, b, last, abandoned in conn.execute(branches_stmt)
+        ]
+    return OutboxStatus(
+        backlog=count,
+        oldest_unsent_age_s=None if oldest is None else max(0.0, now - oldest),
+        branches=branches,
+    )

@@ -1,0 +1,119 @@
+"""The write side: ``write`` puts one export intent in the caller's own transaction.
+
+Seed 003: "export intent is written in the same transaction as the state"; "the framework never
+calls a broker from the execution path". Nothing here imports a Kafka client, and nothing here
+commits: the caller's commit makes state and intent durable together, a rollback drops both.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from pipeline.errors import ConfigError, DeliveryError
+
+from .headers import Headers, pack_headers
+from .tables import RowStatus, outbox, outbox_branch
+
+BRANCH_ABANDONED = "BRANCH_ABANDONED"
+
+
+def write(
+    session: Session,
+    *,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Headers | None = None,
+    branch_key: str,
+    tenant: str = "default",
+) -> int:
+    """Queue one Kafka record for the relay, inside the caller's transaction; return its lsn.
+
+    The lsn is the next one of ``(tenant, branch_key)``, starting at 1, without gaps. All records of
+    one branch should share ``(topic, key)`` so the broker keeps them on one partition, in order.
+    """
+    if not topic or not branch_key or not tenant:
+        raise ConfigError("outbox.write needs a topic, a branch_key and a tenant")
+    lsn = _next_lsn(session, tenant, branch_key)
+    session.execute(
+        insert(outbox).values(
+            tenant=tenant,
+            branch_key=branch_key,
+            lsn=lsn,
+            topic=topic,
+            key=key,
+            value=value,
+            headers=pack_headers(headers),
+            status=int(RowStatus.PENDING),
+            created_at=time.time(),
+        )
+    )
+    return lsn
+
+
+def _next_lsn(session: Session, tenant: str, branch_key: str) -> int:
+    # One upsert: the row lock it takes serialises writers of this branch until they commit, so
+    # lsns commit in order and never leave a gap (a rolled-back writer rolls its lsn back too).
+    stmt = _insert_for(session)(outbox_branch).values(
+        tenant=tenant, branch_key=branch_key, last_lsn=1, abandoned=False
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[outbox_branch.c.tenant, outbox_branch.c.branch_key],
+        set_={"last_lsn": outbox_branch.c.last_lsn + 1},
+    ).returning(outbox_branch.c.last_lsn, outbox_branch.c.abandoned)
+    lsn, abandoned = session.execute(stmt).one()
+    if abandoned:
+        raise DeliveryError(
+            f"branch {branch_key!r} of tenant {tenant!r} was abandoned; write to the live branch",
+            reason=BRANCH_ABANDONED,
+            context={"tenant": tenant, "branch_key": branch_key},
+        )
+    return int(lsn)
+
+
+def abandon_branch(session: Session, *, branch_key: str, tenant: str = "default") -> int:
+    """Close a branch in the caller's transaction: its unsent rows are dropped, never published.
+
+    Returns how many rows were dropped. Later writes to the branch fail with ``BRANCH_ABANDONED``.
+    """
+    session.execute(
+        _insert_for(session)(outbox_branch)
+        .values(tenant=tenant, branch_key=branch_key, last_lsn=0, abandoned=True)
+        .on_conflict_do_update(
+            index_elements=[outbox_branch.c.tenant, outbox_branch.c.branch_key],
+            set_={"abandoned": True},
+        )
+    )
+    result = session.execute(
+        update(outbox)
+        .where(
+            outbox.c.tenant == tenant,
+            outbox.c.branch_key == branch_key,
+            outbox.c.status == int(RowStatus.PENDING),
+        )
+        .values(status=int(RowStatus.DROPPED))
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def _insert_for(session: Session) -> Any:
+    """The dialect's ``insert`` (both have ``on_conflict_do_update`` and ``returning``)."""
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        return postgresql.insert
+    if dialect == "sqlite":
+        return sqlite.insert
+    raise ConfigError(f"outbox: unsupported database dialect {dialect!r}")
+
+
+def branch_positions(session: Session, *, tenant: str | None = None) -> dict[tuple[str, str], int]:
+    """``(tenant, branch_key) -> last lsn handed out`` (the next lsn is one more)."""
+    stmt = select(outbox_branch.c.tenant, outbox_branch.c.branch_key, outbox_branch.c.last_lsn)
+    if tenant is not None:
+        stmt = stmt.where(outbox_branch.c.tenant == tenant)
+    return {(t, b): int(n) for t, b, n in session.execute(stmt)}
