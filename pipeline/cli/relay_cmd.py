@@ -20,7 +20,7 @@ app = typer.Typer(help="Ship committed outbox rows to Kafka (the outbox relay)."
 
 @app.command("run")
 @fail_on_fleet_error
-def run(  # noqa: PLR0917 - Typer: one parameter per CLI option
+def run(
     db: Annotated[
         str, typer.Option("--db", help="Store URL (sqlite:///path or postgresql+psycopg://...).")
     ],
