@@ -1,0 +1,97 @@
+"""Value objects and small helpers shared by the quarantine store and its release operations."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, Table, and_, event
+from sqlalchemy.orm import Session
+
+from .records import RecordCopy
+
+PENDING, DONE, FAILED = "PENDING", "DONE", "FAILED"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where quarantine state belongs: a consumer group reading a topic (not a process)."""
+
+    group: str
+    topic: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuarantineEntry:
+    scope: Scope
+    key: str
+    partition: int
+    reason: str
+    dead_letter_ref: str
+    quarantined_ms: int
+    parked: int  # records waiting behind the dead letter (the dead letter itself not counted)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "group": self.scope.group,
+            "topic": self.scope.topic,
+            "key": self.key,
+            "partition": self.partition,
+            "reason": self.reason,
+            "dead_letter_ref": self.dead_letter_ref,
+            "quarantined_ms": self.quarantined_ms,
+            "parked": self.parked,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParkedRecord:
+    seq: int  # per-key order; the dead-lettered record comes first
+    dead_letter: bool
+    record: RecordCopy
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseRequest:
+    id: int
+    scope: Scope
+    key: str
+    partition: int | None  # the partition whose owner executes it (None: key not quarantined)
+    state: str  # PENDING | DONE | FAILED
+    requested_ms: int
+    completed_ms: int | None
+    note: str
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def where_scope(table: Table, scope: Scope, key: str | None = None) -> ColumnElement[bool]:
+    conds = [table.c.grp == scope.group, table.c.topic == scope.topic]
+    if key is not None:
+        conds.append(table.c.key == key)
+    return and_(*conds)
+
+
+def on_commit(session: Session, action: Callable[[], None]) -> None:
+    """Run ``action`` after the caller's transaction commits; forget it on rollback.
+
+    This is how the in-memory ``is_quarantined`` cache follows writes made inside a transaction
+    we do not own: it changes only once the change is durable.
+    """
+    if not session.info.get("fleet_hooked"):
+        session.info["fleet_hooked"] = True
+
+        def _commit(sess: Session) -> None:
+            for act in sess.info.pop("fleet_on_commit", []):
+                act()
+
+        def _rollback(sess: Session, _tx: Any) -> None:
+            sess.info.pop("fleet_on_commit", None)
+
+        event.listen(session, "after_commit", _commit)
+        event.listen(session, "after_soft_rollback", _rollback)
+    session.info.setdefault("fleet_on_commit", []).append(action)
