@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import typer
 
-from . import kafka_cmd, keys_cmd, observability_cmd, roster_cmd, topics_cmd
+from . import (
+    dlq_cmd,
+    kafka_cmd,
+    keys_cmd,
+    observability_cmd,
+    quarantine_cmd,
+    roster_cmd,
+    topics_cmd,
+)
 
 app = typer.Typer(
     name="fleet",
@@ -17,6 +25,8 @@ app.add_typer(observability_cmd.app)  # top-level: fleet exporter, fleet lag
 app.add_typer(keys_cmd.app, name="keys")
 app.add_typer(topics_cmd.app, name="topics")
 app.add_typer(roster_cmd.app, name="roster")
+app.add_typer(dlq_cmd.app, name="dlq")
+app.add_typer(quarantine_cmd.app, name="quarantine")
 
 
 def main() -> None:  # pragma: no cover
