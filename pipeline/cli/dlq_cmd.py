@@ -42,9 +42,7 @@ def _dlq(prefix: str, dlq_topic: str | None) -> str:
 def _views(
     bootstrap: str, topic: str, reason: str | None, key: str | None, limit: int | None
 ) -> list[DeadLetterView]:
-    return list(
-        dlq_ops.select(dlq_ops.scan(bootstrap, topic), reason=reason, key=key, limit=limit)
-    )
+    return list(dlq_ops.select(dlq_ops.scan(bootstrap, topic), reason=reason, key=key, limit=limit))
 
 
 @app.command("ls")

@@ -28,7 +28,9 @@ Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 
 def _when(ms: int | None) -> str:
-    return "" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
+    return (
+        "" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
+    )
 
 
 @app.command("ls")
@@ -75,7 +77,9 @@ def release(
     db: Db,
     group: Group = None,
     topic: Topic = None,
-    no_wait: Annotated[bool, typer.Option("--no-wait", help="File the request and return.")] = False,
+    no_wait: Annotated[
+        bool, typer.Option("--no-wait", help="File the request and return.")
+    ] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait.")] = 120.0,
     as_json: Json = False,
 ) -> None:

@@ -142,7 +142,11 @@ class FailedReporter:
         while not should_stop():
             msg = self.consumer.poll(poll_s)
             if msg is None:
-                if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
+                if not self.consumer.assignment():
+                    # still joining (a killed member holds its partitions until its session
+                    # times out): idle time only counts once we own something
+                    idle_since = time.monotonic()
+                elif idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
                     break
                 continue
             idle_since = time.monotonic()
