@@ -123,6 +123,47 @@ def read_dead_letter(msg: Any) -> DeadLetterView:
     )
 
 
+def dead_letter_headers(
+    original: Sequence[tuple[str, Any]] | None,
+    *,
+    reason: str,
+    error: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp_ms: int,
+    attempts: int,
+    first_failure_ms: int,
+    last_failure_ms: int,
+    gateway: str,
+    group: str | None = None,
+    verified: bool = False,
+    quarantined: bool = False,
+) -> Headers:
+    """The headers of a dead letter: the original ones, verbatim, plus our context header.
+
+    Key and body are the original ones. Any writer (the blocking one below, or an outbox row
+    shipped by the relay) must produce exactly this, keyed by the original key.
+    """
+    context = {
+        "reason": reason,
+        "error": bounded_error(error),
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "timestamp_ms": timestamp_ms,
+        "attempts": attempts,
+        "first_failure_ms": first_failure_ms,
+        "last_failure_ms": last_failure_ms,
+        "gateway": gateway,
+        "group": group,
+        "verified": verified,
+        "quarantined": quarantined,
+        "dead_lettered_ms": int(time.time() * 1000),
+    }
+    return [*normalise_headers(original), (DLQ_HEADER, schemas.encode(SCHEMA, context))]
+
+
 class DeadLetterWriter:
     """Writes dead letters and blocks until the broker confirmed each one (acks=all).
 
@@ -171,24 +212,24 @@ class DeadLetterWriter:
         Raises a retriable :class:`BrokerError` (``DLQ_WRITE_FAILED``) when the broker did not
         confirm in time: the caller must not commit past the record then.
         """
-        context = {
-            "reason": reason,
-            "error": bounded_error(error),
-            "topic": topic,
-            "partition": partition,
-            "offset": offset,
-            "timestamp_ms": timestamp_ms,
-            "attempts": attempts,
-            "first_failure_ms": first_failure_ms,
-            "last_failure_ms": last_failure_ms,
-            "gateway": self.gateway,
-            "group": self.group,
-            "verified": verified,
-            "quarantined": quarantined,
-            "dead_lettered_ms": int(time.time() * 1000),
-        }
-        out: list[tuple[str, str | bytes | None]] = [*normalise_headers(headers)]
-        out.append((DLQ_HEADER, schemas.encode(SCHEMA, context)))
+        out: list[tuple[str, str | bytes | None]] = list(
+            dead_letter_headers(
+                headers,
+                reason=reason,
+                error=error,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                timestamp_ms=timestamp_ms,
+                attempts=attempts,
+                first_failure_ms=first_failure_ms,
+                last_failure_ms=last_failure_ms,
+                gateway=self.gateway,
+                group=self.group,
+                verified=verified,
+                quarantined=quarantined,
+            )
+        )
         report: list[tuple[Any, Any]] = []
         try:
             self._producer.produce(

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from .quarantine_model import (
+    FAILED,
     ParkedRecord,
     QuarantineEntry,
     ReleaseRequest,
@@ -70,12 +71,14 @@ class QuarantineStore(ReleaseOps):
         *,
         reason: str,
         dead_letter_ref: str,
-        record: RecordCopy,
+        record: RecordCopy | None,
     ) -> None:
         """Quarantine ``key`` in the caller's transaction, keeping a copy of its dead letter.
 
-        The copy (sequence 0) makes a release independent of the DLQ's retention. Idempotent: a
-        redelivered record changes nothing once the key is quarantined.
+        The copy (sequence 0) makes a release independent of the DLQ's retention; without a
+        ``record`` a release replays only the parked records. If the key is already quarantined,
+        this is a record replayed by a release that failed again: the key stays quarantined and
+        the pending release request is marked FAILED (so it is not retried in a loop).
         """
         q = quarantine_table
         if session.execute(select(q.c.id).where(where_scope(q, scope, key))).first() is None:
@@ -84,13 +87,17 @@ class QuarantineStore(ReleaseOps):
                     grp=scope.group,
                     topic=scope.topic,
                     key=key,
-                    partition=record.partition,
+                    src_topic=record.topic if record else scope.topic,
+                    partition=record.partition if record else -1,
                     reason=reason,
                     dead_letter_ref=dead_letter_ref,
                     quarantined_ms=now_ms(),
                 )
             )
-            self._insert(session, scope, key, record, seq=0, dead_letter=True)
+            if record is not None:
+                self._insert(session, scope, key, record, seq=0, dead_letter=True)
+        else:
+            self._finish(session, scope, key, FAILED, f"[{reason}] failed again: {dead_letter_ref}")
         on_commit(session, lambda: self._cache.setdefault(scope, set()).add(key))
 
     def park(self, session: Session, scope: Scope, key: str, record: RecordCopy) -> int:
@@ -100,6 +107,7 @@ class QuarantineStore(ReleaseOps):
         same = session.execute(
             select(p.c.seq).where(
                 where_scope(p, scope),
+                p.c.src_topic == record.topic,
                 p.c.partition == record.partition,
                 p.c.offset == record.offset,
             )
@@ -128,6 +136,7 @@ class QuarantineStore(ReleaseOps):
                 key=key,
                 seq=seq,
                 dead_letter=dead_letter,
+                src_topic=rec.topic,
                 partition=rec.partition,
                 offset=rec.offset,
                 timestamp_ms=rec.timestamp_ms,
@@ -171,6 +180,7 @@ class QuarantineStore(ReleaseOps):
             QuarantineEntry(
                 scope=Scope(row.grp, row.topic),
                 key=row.key,
+                src_topic=row.src_topic,
                 partition=row.partition,
                 reason=row.reason,
                 dead_letter_ref=row.dead_letter_ref,

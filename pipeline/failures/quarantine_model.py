@@ -27,6 +27,7 @@ class Scope:
 class QuarantineEntry:
     scope: Scope
     key: str
+    src_topic: str  # the topic the key's records come from
     partition: int
     reason: str
     dead_letter_ref: str
@@ -38,6 +39,7 @@ class QuarantineEntry:
             "group": self.scope.group,
             "topic": self.scope.topic,
             "key": self.key,
+            "src_topic": self.src_topic,
             "partition": self.partition,
             "reason": self.reason,
             "dead_letter_ref": self.dead_letter_ref,
@@ -58,7 +60,8 @@ class ReleaseRequest:
     id: int
     scope: Scope
     key: str
-    partition: int | None  # the partition whose owner executes it (None: key not quarantined)
+    src_topic: str | None  # with partition: whose owner executes it (None: not quarantined)
+    partition: int | None
     state: str  # PENDING | DONE | FAILED
     requested_ms: int
     completed_ms: int | None

@@ -1,8 +1,9 @@
 """Tables for per-key quarantine, on the shared :data:`pipeline.store.metadata`.
 
-Scope columns (``grp``, ``topic``) are the consumer group and the source topic: the state belongs
-to the group, not to a process or a partition assignment, so it survives a restart and a
-partition moving to another member of the group.
+Scope columns (``grp``, ``topic``) are the consumer group and the source topic (or ``*`` for a
+scope covering all of a group's topics): the state belongs to the group, not to a process or a
+partition assignment, so it survives a restart and a partition moving to another member.
+``src_topic`` is the topic the record itself came from.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ quarantine_table = Table(
     Column("grp", String(255), nullable=False),
     Column("topic", String(255), nullable=False),
     Column("key", String(512), nullable=False),
+    Column("src_topic", String(255), nullable=False),  # the record's topic (scope topic may be "*")
     Column("partition", Integer, nullable=False),  # where the key lives: who may release it
     Column("reason", String(64), nullable=False),
     Column("dead_letter_ref", String(512), nullable=False),
@@ -44,6 +46,7 @@ parked_table = Table(
     Column("key", String(512), nullable=False),
     Column("seq", Integer, nullable=False),  # per-key order; 0 is the dead-lettered record
     Column("dead_letter", Boolean, nullable=False),
+    Column("src_topic", String(255), nullable=False),
     Column("partition", Integer, nullable=False),
     Column("offset", BigInteger, nullable=False),
     Column("timestamp_ms", BigInteger, nullable=False),
@@ -53,7 +56,9 @@ parked_table = Table(
     Column("parked_ms", BigInteger, nullable=False),
     UniqueConstraint("grp", "topic", "key", "seq", name="uq_fleet_parked_key_seq"),
     # a redelivered record (crash before the offset commit) is parked once, not twice
-    UniqueConstraint("grp", "topic", "partition", "offset", name="uq_fleet_parked_position"),
+    UniqueConstraint(
+        "grp", "topic", "src_topic", "partition", "offset", name="uq_fleet_parked_position"
+    ),
 )
 
 release_table = Table(

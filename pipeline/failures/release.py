@@ -84,7 +84,7 @@ class ReleaseOps:
     def _requests(self, *conds: Any) -> list[ReleaseRequest]:
         r, q = release_table, quarantine_table
         stmt = (
-            select(r, q.c.partition)
+            select(r, q.c.src_topic, q.c.partition)
             .outerjoin(q, (q.c.grp == r.c.grp) & (q.c.topic == r.c.topic) & (q.c.key == r.c.key))
             .where(*conds)
             .order_by(r.c.id)
@@ -96,6 +96,7 @@ class ReleaseOps:
                 id=row.id,
                 scope=Scope(row.grp, row.topic),
                 key=row.key,
+                src_topic=row.src_topic,
                 partition=row.partition,
                 state=row.state,
                 requested_ms=row.requested_ms,
@@ -117,7 +118,7 @@ class ReleaseOps:
                 seq=row.seq,
                 dead_letter=bool(row.dead_letter),
                 record=RecordCopy(
-                    topic=scope.topic,
+                    topic=row.src_topic,
                     partition=row.partition,
                     offset=row.offset,
                     timestamp_ms=row.timestamp_ms,

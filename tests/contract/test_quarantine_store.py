@@ -163,3 +163,42 @@ def test_failed_release_keeps_the_rest_quarantined_in_order(engines: Callable[[]
     assert store.list()[0].dead_letter_ref == "d:0:77"
     with pytest.raises(FleetError):
         store.release_status(9999)
+
+
+def test_a_release_that_fails_again_marks_the_request_failed_not_pending(
+    engines: Callable[[], Engine],
+) -> None:
+    engine = engines()
+    store = QuarantineStore(engine)
+    quarantine_k(store, engine, [10, 11])
+    rid = store.request_release(SCOPE, "K")
+    # the owner replays seq 0, it fails again and is dead-lettered again (runtime path)
+    with Session(engine) as s, s.begin():
+        store.quarantine(
+            s, SCOPE, "K", reason="RETRIES_EXHAUSTED", dead_letter_ref="d:0:50", record=rec(10)
+        )
+    status = store.release_status(rid)
+    assert status.state == "FAILED" and "d:0:50" in status.note
+    assert store.pending_releases(SCOPE) == []  # not retried in a loop
+    assert store.is_quarantined(SCOPE, "K")
+    assert [p.record.offset for p in store.take_for_release(SCOPE, "K")] == [10, 11]
+
+
+def test_an_all_topics_scope_keeps_each_records_own_topic(engines: Callable[[], Engine]) -> None:
+    engine = engines()
+    store = QuarantineStore(engine)
+    wide = Scope("fleet.gw.h1", "*")
+    a = RecordCopy(
+        topic="t.a", partition=0, offset=5, timestamp_ms=1, key=b"K", headers=[], value=b"a"
+    )
+    b = RecordCopy(
+        topic="t.b", partition=0, offset=5, timestamp_ms=1, key=b"K", headers=[], value=b"b"
+    )
+    with Session(engine) as s, s.begin():
+        store.quarantine(s, wide, "K", reason="X", dead_letter_ref="d:0:1", record=a)
+        assert store.park(s, wide, "K", b) == 1  # same partition/offset, other topic: kept
+        assert store.park(s, wide, "K", b) == 1
+    taken = store.take_for_release(wide, "K")
+    assert [(p.record.topic, p.record.value) for p in taken] == [("t.a", b"a"), ("t.b", b"b")]
+    [req] = [store.release_status(store.request_release(wide, "K"))]
+    assert (req.src_topic, req.partition) == ("t.a", 0)
