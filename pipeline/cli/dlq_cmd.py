@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterable, Iterator
 from typing import Annotated, Any
 
 import typer
@@ -13,6 +14,7 @@ from pipeline.errors import ConfigError
 from pipeline.failures import dlq_ops
 from pipeline.failures.dlq import DeadLetterView
 from pipeline.failures.metrics import FailureMetrics
+from pipeline.failures.quarantine import QuarantineStore
 from pipeline.failures.records import key_text
 from pipeline.failures.reporter import FailedReporter
 from pipeline.failures.sinks import TopicFailedSink
@@ -127,21 +129,51 @@ def replay(
     reason: Reason = None,
     key: Key = None,
     limit: Limit = None,
+    db: Annotated[
+        str | None,
+        typer.Option("--db", envvar="FLEET_DB", help="Store URL: skip quarantined keys."),
+    ] = None,
     as_json: Json = False,
 ) -> None:
     """Re-produce dead letters to their original topic, in DLQ order (per-key order kept).
 
     Same key, headers and body, so the same msgId: consumers' dedupe absorbs a second replay.
-    For a QUARANTINED key use `fleet quarantine release` instead (its owner replays in order).
+    A QUARANTINED key must be released with `fleet quarantine release` instead (its owner
+    replays in order); with --db such keys are skipped and counted.
     """
+    quarantined = _quarantined_keys(db) if db else set()
+    skipped: list[DeadLetterView] = []
+
+    def keep(views: Iterable[DeadLetterView]) -> Iterator[DeadLetterView]:
+        for v in views:
+            k = key_text(v.key)
+            if {(k, str(v.context["topic"])), (k, "*")} & quarantined:
+                skipped.append(v)
+                continue
+            yield v
+
     views = dlq_ops.select(
         dlq_ops.scan(bootstrap, _dlq(prefix, dlq_topic)), reason=reason, key=key, limit=limit
     )
-    result = dlq_ops.replay(views, bootstrap=bootstrap)
+    result = dlq_ops.replay(keep(views), bootstrap=bootstrap)
     if as_json:
-        emit_json({"replayed": result.replayed, "by_topic": result.by_topic})
+        emit_json(
+            {"replayed": result.replayed, "by_topic": result.by_topic, "skipped": len(skipped)}
+        )
     else:
         console.print(f"replayed {result.replayed} dead letter(s): {result.by_topic}")
+        if skipped:
+            console.print(
+                f"skipped {len(skipped)} of quarantined keys: use fleet quarantine release"
+            )
+
+
+def _quarantined_keys(db: str) -> set[tuple[str, str]]:
+    engine = make_engine(db)
+    try:
+        return {(e.key, e.scope.topic) for e in QuarantineStore(engine).list()}
+    finally:
+        engine.dispose()
 
 
 @app.command()

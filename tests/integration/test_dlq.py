@@ -127,7 +127,7 @@ def test_replay_of_1000_keeps_per_key_order_and_a_second_replay_has_no_effect(
     for _ in range(2):
         out = runner.invoke(app, cmd)
         assert out.exit_code == 0, out.output
-        assert json.loads(out.stdout) == {"replayed": n, "by_topic": {source: n}}
+        assert json.loads(out.stdout) == {"replayed": n, "by_topic": {source: n}, "skipped": 0}
 
     got = read_all(kafka.bootstrap, source, 2 * n, start=start)
     assert len(got) == 2 * n
@@ -146,3 +146,46 @@ def test_replay_of_1000_keeps_per_key_order_and_a_second_replay_has_no_effect(
     for key, seqs in applied.items():
         assert seqs == list(range(len(seqs))), key  # per-key order of the original sends
     assert sum(len(s) for s in applied.values()) == n and len(applied) == keys
+
+
+def test_replay_with_db_skips_quarantined_keys(kafka: BrokerHandle, new_topic, tmp_path) -> None:
+    """A quarantined key is released by its owner, in order; replaying its dead letter through
+    the topic would park it behind later records, so replay --db skips it."""
+    from sqlalchemy.orm import Session
+
+    from pipeline.failures.quarantine import QuarantineStore, Scope
+    from pipeline.failures.records import RecordCopy
+    from pipeline.store import make_engine
+
+    source, dlq = new_topic("src"), new_topic("dlq")
+    produce_originals(kafka.bootstrap, source, 6, 3)
+    dead_letter_all(kafka.bootstrap, source, dlq, 6)
+    db = f"sqlite:///{tmp_path / 'q.sqlite'}"
+    engine = make_engine(db)
+    with Session(engine) as s, s.begin():
+        QuarantineStore(engine).quarantine(
+            s,
+            Scope("g", "*"),
+            "key-1",
+            reason="X",
+            dead_letter_ref="r",
+            record=RecordCopy(
+                topic=source,
+                partition=0,
+                offset=1,
+                timestamp_ms=1,
+                key=b"key-1",
+                headers=[],
+                value=b"",
+            ),
+        )
+    engine.dispose()
+    start = high_watermarks(kafka.bootstrap, source)
+    out = runner.invoke(
+        app,
+        ["dlq", "replay", "--bootstrap", kafka.bootstrap, "--dlq-topic", dlq, "--db", db, "--json"],
+    )
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout) == {"replayed": 4, "by_topic": {source: 4}, "skipped": 2}
+    got = read_all(kafka.bootstrap, source, 4, start=start)
+    assert sorted(m.key() for m in got) == [b"key-0", b"key-0", b"key-2", b"key-2"]
