@@ -19,6 +19,7 @@ row and is skipped too: one FAILED per original message, ever.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -34,6 +35,8 @@ from pipeline.store import metadata
 
 from .dlq import DeadLetterView, read_dead_letter
 from .metrics import FailureMetrics
+
+log = logging.getLogger(__name__)
 
 DELIVERY_KINDS = frozenset({"SEND", "ASK", "SPAWN"})
 
@@ -160,6 +163,8 @@ class FailedReporter:
     def _settle(self, msg: Any) -> int:
         try:
             view = read_dead_letter(msg)
-        except EnvelopeError:
-            return 0  # not one of ours (no context header): nothing to report, counted nowhere
+        except EnvelopeError as exc:
+            # not written by a DeadLetterWriter: nothing we can correlate; the DLQ owner sees it
+            log.warning("DLQ record without dead-letter context skipped: %s", exc)
+            return 0
         return 1 if self.handle(view) else 0
