@@ -14,11 +14,12 @@ from pipeline.errors import ConfigError
 from pipeline.failures import dlq_ops
 from pipeline.failures.dlq import DeadLetterView
 from pipeline.failures.metrics import FailureMetrics
+from pipeline.failures.offsets import assign_from_committed
 from pipeline.failures.quarantine import QuarantineStore
 from pipeline.failures.records import key_text
 from pipeline.failures.reporter import FailedReporter
 from pipeline.failures.sinks import TopicFailedSink
-from pipeline.kafka.settings import consumer_config
+from pipeline.kafka.settings import OffsetReset, consumer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.store import make_engine
 
@@ -196,8 +197,12 @@ def report(
 ) -> None:
     """Run the FAILED reporter: one FAILED per eligible dead letter, even across kill -9."""
     group_id = group or f"{prefix}dlq-reporter"
-    consumer = Consumer(consumer_config(bootstrap, group_id))
-    consumer.subscribe([_dlq(prefix, dlq_topic)])
+    # a DLQ that retention trimmed before we reported it must fail loudly, not skip
+    consumer = Consumer(consumer_config(bootstrap, group_id, offset_reset=OffsetReset.ERROR))
+    consumer.subscribe(
+        [_dlq(prefix, dlq_topic)],
+        on_assign=lambda c, parts: assign_from_committed(c, parts, group_id),
+    )
     stop: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     engine = make_engine(db)
@@ -206,6 +211,7 @@ def report(
         engine=engine,
         sink=TopicFailedSink(bootstrap, sink_topic),
         metrics=FailureMetrics(CollectorRegistry()),
+        group=group_id,
     )
     try:
         emitted = reporter.run(should_stop=lambda: bool(stop), idle_exit_s=idle_exit)

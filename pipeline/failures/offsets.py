@@ -5,7 +5,10 @@ to the end without a word: work is lost silently. Our consumers run with
 ``OffsetReset.ERROR`` (``pipeline.kafka.settings``), so librdkafka reports the condition as a
 consumer error; :func:`raise_if_offsets_lost` turns it into an :class:`OffsetsLostError` naming
 group, topic, partition, committed offset, log-start offset and how many offsets were lost.
-:func:`find_lost_offsets` performs the same check up front (call it on partition assignment).
+:func:`find_lost_offsets` performs the same check up front, and :func:`assign_from_committed`
+is an on-assign callback that does it and starts a partition the group never committed at the
+beginning -- with ``auto.offset.reset=error`` librdkafka would otherwise refuse a brand-new group
+too.
 Recovery is a deliberate operator act (reset the group to the log start, let dedupe absorb the
 replay), never an automatic skip.
 """
@@ -16,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from pipeline.errors import FleetError
 
@@ -123,3 +126,21 @@ def find_lost_offsets(
         if rng.committed >= 0 and not rng.log_start <= rng.committed <= rng.log_end:
             out.append(rng)
     return out
+
+
+def assign_from_committed(
+    consumer: Consumer, partitions: list[TopicPartition], group: str, *, timeout_s: float = 10.0
+) -> None:
+    """On-assign callback body for ``OffsetReset.ERROR`` consumers (cooperative-sticky).
+
+    Never committed -> start at the log start (a new group reads everything); committed and
+    still on the broker -> resume there; committed but deleted -> :class:`OffsetsLostError`
+    (raised out of ``poll``). Use as ``on_assign=lambda c, ps: assign_from_committed(c, ps, g)``.
+    """
+    lost = find_lost_offsets(consumer, group, partitions, timeout_s=timeout_s)
+    if lost:
+        raise OffsetsLostError(lost[0])
+    committed = consumer.committed(partitions, timeout=timeout_s)
+    for tp, cm in zip(partitions, committed, strict=True):
+        tp.offset = OFFSET_BEGINNING if cm.offset < 0 else cm.offset
+    consumer.incremental_assign(partitions)

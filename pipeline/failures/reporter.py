@@ -35,6 +35,7 @@ from pipeline.store import metadata
 
 from .dlq import DeadLetterView, read_dead_letter
 from .metrics import FailureMetrics
+from .offsets import raise_if_offsets_lost
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +86,10 @@ class FailedReporter:
         engine: Engine,
         sink: FailedSink,
         metrics: FailureMetrics | None = None,
+        group: str = "dlq-reporter",
     ) -> None:
         self.consumer = consumer
+        self.group = group
         self.engine = engine
         self.sink = sink
         self.metrics = metrics
@@ -153,8 +156,13 @@ class FailedReporter:
                     break
                 continue
             idle_since = time.monotonic()
-            if msg.error() is not None:
-                raise KafkaException(msg.error())
+            err = msg.error()
+            if err is not None:
+                raise_if_offsets_lost(self.consumer, msg, self.group)  # dead letters deleted
+                if err.fatal():
+                    raise KafkaException(err)
+                log.warning("DLQ consume error (librdkafka retries it): %s", err.str())
+                continue
             emitted += self._settle(msg)
             # synchronous: the offset moves only after the record's effect is recorded
             self.consumer.commit(message=msg, asynchronous=False)

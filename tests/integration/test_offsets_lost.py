@@ -11,6 +11,7 @@ from confluent_kafka.admin import AdminClient
 
 from pipeline.failures.offsets import (
     OffsetsLostError,
+    assign_from_committed,
     find_lost_offsets,
     raise_if_offsets_lost,
 )
@@ -92,3 +93,52 @@ def test_on_assign_check_names_lost_partitions_only(
         assert find_lost_offsets(fresh, group_id + ".new", [TopicPartition(topic, 0)]) == []
     finally:
         fresh.close()
+
+
+def _poll_values(consumer: Consumer, want: int) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < want and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None:
+            assert msg.error() is None, msg.error()
+            got.append(msg.value())
+    return got
+
+
+def test_assign_from_committed_starts_new_groups_at_the_beginning_and_refuses_lost_ones(
+    kafka: BrokerHandle, new_topic, group_id
+) -> None:
+    """Seed 001 scenario 7 with auto.offset.reset=error: a new group still reads from the start,
+    a resumed group continues at its commit, a group whose commit was deleted fails loudly."""
+    topic = new_topic("assign")
+    producer = Producer(producer_config(kafka.bootstrap))
+    for i in range(30):
+        producer.produce(topic, value=str(i).encode())
+    assert producer.flush(30) == 0
+
+    def consumer() -> Consumer:
+        c = Consumer(consumer_config(kafka.bootstrap, group_id, offset_reset=OffsetReset.ERROR))
+        c.subscribe([topic], on_assign=lambda cc, ps: assign_from_committed(cc, ps, group_id))
+        return c
+
+    first = consumer()
+    try:
+        got = _poll_values(first, 5)
+        assert got == [str(i).encode() for i in range(5)]  # a new group starts at the beginning
+        first.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)
+    finally:
+        first.close()
+    second = consumer()
+    try:
+        assert _poll_values(second, 1) == [b"5"]  # resumes at its commit
+    finally:
+        second.close()
+    _delete_before(kafka, topic, 20)
+    third = consumer()
+    try:
+        with pytest.raises(OffsetsLostError) as info:
+            _poll_values(third, 1)
+    finally:
+        third.close()
+    assert (info.value.context["committed"], info.value.context["lost"]) == (5, 15)
