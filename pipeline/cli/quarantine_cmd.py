@@ -58,7 +58,7 @@ def ls(db: Db, group: Group = None, topic: Topic = None, as_json: Json = False) 
     for e in entries:
         table.add_row(
             e.scope.group,
-            e.scope.topic,
+            e.src_topic if e.scope.topic == "*" else e.scope.topic,
             e.key,
             str(e.partition),
             e.reason,
