@@ -80,21 +80,34 @@ def where_scope(table: Table, scope: Scope, key: str | None = None) -> ColumnEle
 
 
 def on_commit(session: Session, action: Callable[[], None]) -> None:
-    """Run ``action`` after the caller's transaction commits; forget it on rollback.
+    """Run ``action`` after the caller's transaction commits; forget it if the transaction (or
+    the savepoint it was registered in) rolls back.
 
     This is how the in-memory ``is_quarantined`` cache follows writes made inside a transaction
     we do not own: it changes only once the change is durable.
     """
     if not session.info.get("fleet_hooked"):
         session.info["fleet_hooked"] = True
+        event.listen(session, "after_commit", _run_pending)
+        event.listen(session, "after_soft_rollback", _drop_rolled_back)
+    txn = session.get_nested_transaction() or session.get_transaction()
+    session.info.setdefault("fleet_on_commit", []).append((txn, action))
 
-        def _commit(sess: Session) -> None:
-            for act in sess.info.pop("fleet_on_commit", []):
-                act()
 
-        def _rollback(sess: Session, _tx: Any) -> None:
-            sess.info.pop("fleet_on_commit", None)
+def _run_pending(session: Session) -> None:
+    if session.get_nested_transaction() is not None:
+        return  # a savepoint was released: nothing is durable until the outer commit
+    for _txn, act in session.info.pop("fleet_on_commit", []):
+        act()
 
-        event.listen(session, "after_commit", _commit)
-        event.listen(session, "after_soft_rollback", _rollback)
-    session.info.setdefault("fleet_on_commit", []).append(action)
+
+def _drop_rolled_back(session: Session, rolled_back: Any) -> None:
+    def inside(txn: Any) -> bool:
+        while txn is not None:
+            if txn is rolled_back:
+                return True
+            txn = txn.parent
+        return False
+
+    pending = session.info.get("fleet_on_commit", [])
+    session.info["fleet_on_commit"] = [(t, a) for t, a in pending if not inside(t)]

@@ -202,3 +202,33 @@ def test_an_all_topics_scope_keeps_each_records_own_topic(engines: Callable[[], 
     assert [(p.record.topic, p.record.value) for p in taken] == [("t.a", b"a"), ("t.b", b"b")]
     [req] = [store.release_status(store.request_release(wide, "K"))]
     assert (req.src_topic, req.partition) == ("t.a", 0)
+
+
+def test_cache_ignores_a_rolled_back_savepoint_but_keeps_the_outer_commit(
+    engines: Callable[[], Engine],
+) -> None:
+    engine = engines()
+    store = QuarantineStore(engine)
+    with Session(engine) as s, s.begin():
+        store.quarantine(s, SCOPE, "A", reason="X", dead_letter_ref="d:0:1", record=rec(1))
+        nested = s.begin_nested()
+        store.quarantine(
+            s, SCOPE, "B", reason="X", dead_letter_ref="d:0:2", record=rec(2, key=b"B")
+        )
+        nested.rollback()
+    assert store.is_quarantined(SCOPE, "A") and not store.is_quarantined(SCOPE, "B")
+    assert QuarantineStore(engine).refresh(SCOPE) == {"A"}  # the cache matches the store
+
+
+def test_cache_waits_for_the_outer_commit_not_a_released_savepoint(
+    engines: Callable[[], Engine],
+) -> None:
+    engine = engines()
+    store = QuarantineStore(engine)
+    with Session(engine) as s:
+        s.begin()
+        with s.begin_nested():  # savepoint released ...
+            store.quarantine(s, SCOPE, "B", reason="X", dead_letter_ref="d:0:2", record=rec(2))
+        s.rollback()  # ... but the transaction rolls back
+    assert not store.is_quarantined(SCOPE, "B")
+    assert store.refresh(SCOPE) == set()
