@@ -4,6 +4,8 @@ and replay (seed 001 scenario 3: a DLQ with error context and an owner's replay 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections import defaultdict
 
 import pytest
@@ -189,3 +191,22 @@ def test_replay_with_db_skips_quarantined_keys(kafka: BrokerHandle, new_topic, t
     assert json.loads(out.stdout) == {"replayed": 4, "by_topic": {source: 4}, "skipped": 2}
     got = read_all(kafka.bootstrap, source, 4, start=start)
     assert sorted(m.key() for m in got) == [b"key-0", b"key-0", b"key-2", b"key-2"]
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
+def test_an_independent_client_sees_the_original_key_headers_and_body(
+    kafka: BrokerHandle, new_topic
+) -> None:
+    source, dlq = new_topic("src"), new_topic("dlq")
+    produce_originals(kafka.bootstrap, source, 3, 3, kind=b"SEND")
+    dead_letter_all(kafka.bootstrap, source, dlq, 3)
+    out = subprocess.run(
+        ["kcat", "-C", "-b", kafka.bootstrap, "-t", dlq, "-e", "-q", "-f", "%k\\t%s\\t%h\\n"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.decode("utf-8", "replace")
+    lines = [line.split("\t") for line in out.splitlines() if line]
+    assert [(k, v) for k, v, _ in lines] == [(f"key-{i}", f"body-{i}") for i in range(3)]
+    for i, (_, _, headers) in enumerate(lines):
+        assert headers.startswith(f"msgId=m-{i},seq=0,kind=SEND,fleet.dlq=")
