@@ -17,7 +17,7 @@ def reason_label(reason: str) -> str:
 
 
 class FailureMetrics:
-    """Dead letters, FAILED reports, quarantine size and releases (seed 001: a DLQ has an owner,
+    """Dead letters, FAILED reports, parked records and releases (seed 001: a DLQ has an owner,
     so its inflow and the quarantine backlog must be visible and alertable)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -31,9 +31,6 @@ class FailureMetrics:
             "fleet_failed_reported_total",
             "FAILED messages emitted to senders by the DLQ reporter.",
             registry=registry,
-        )
-        self.quarantined_keys = Gauge(
-            "fleet_quarantined_keys", "Keys currently quarantined.", registry=registry
         )
         self.parked_records = Gauge(
             "fleet_parked_records",
@@ -53,7 +50,10 @@ class FailureMetrics:
     def released(self, *, ok: bool) -> None:
         self.releases.labels(result="done" if ok else "failed").inc()
 
-    def set_quarantine(self, keys: int, parked: int) -> None:
-        """Feed from :meth:`QuarantineStore.counts` (e.g. on every scrape or every few seconds)."""
-        self.quarantined_keys.set(keys)
+    def set_parked(self, parked: int) -> None:
+        """Feed from :meth:`QuarantineStore.parked_records` (e.g. every few seconds).
+
+        ``fleet_quarantined_keys`` is NOT here: the exporter publishes it through its
+        ``StoreGauges`` port (:meth:`QuarantineStore.quarantined_keys`), so it exists once.
+        """
         self.parked_records.set(parked)

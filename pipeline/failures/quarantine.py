@@ -161,6 +161,14 @@ class QuarantineStore(ReleaseOps):
             ).scalar_one()
         return int(keys), int(parked)
 
+    def quarantined_keys(self) -> int:
+        """For the exporter's ``StoreGauges`` port (``fleet_quarantined_keys``)."""
+        return self.counts()[0]
+
+    def parked_records(self) -> int:
+        """Records parked behind quarantined keys (``fleet_parked_records``)."""
+        return self.counts()[1]
+
     def entries(self, scope: Scope | None = None) -> list[QuarantineEntry]:
         """Quarantined keys with their parked-record counts (``list`` is an alias)."""
         q, p = quarantine_table, parked_table

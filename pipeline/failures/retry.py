@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from pipeline.envelope import reasons as envelope_reasons
 from pipeline.errors import FleetError
 
 from .outcomes import RETRIES_EXHAUSTED, DeadLetter, Outcome, Quarantine, Retry
@@ -20,21 +21,7 @@ from .outcomes import RETRIES_EXHAUSTED, DeadLetter, Outcome, Quarantine, Retry
 # Envelope verification failures: the record is not a legitimate member of its key's ordered
 # stream (anyone with write access could have produced it), so it is dead-lettered but never
 # quarantines the key -- a forged record must not be able to stall a real recipient.
-VERIFICATION_REASONS: frozenset[str] = frozenset(
-    {
-        "NOT_SIGNED",
-        "SIG_INVALID",
-        "UNKNOWN_KEY",
-        "SIGNER_MISMATCH",
-        "TO_MISMATCH",
-        "WRONG_TOPIC",
-        "EXPIRED",
-        "TTL_TOO_LONG",
-        "MALFORMED_HEADERS",
-        "TOO_LARGE",
-        "SCHEMA_INVALID",
-    }
-)
+VERIFICATION_REASONS: frozenset[str] = frozenset(envelope_reasons.ALL_REASONS)
 
 # Permanent: retrying cannot help. Verification failures plus handler-level permanent codes.
 PERMANENT_REASONS: frozenset[str] = VERIFICATION_REASONS | frozenset(

@@ -7,21 +7,23 @@ be checked end to end. It blocks until the broker confirmed the record, as the p
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 from confluent_kafka import Producer
 
+from pipeline import schemas
 from pipeline.errors import BrokerError
 from pipeline.kafka.settings import producer_config
 
 from .dlq import DeadLetterView
+from .records import key_text
 from .reporter import failed_msg_id
 
 
 class TopicFailedSink:
-    """Writes FAILED as ``key=sender``, headers ``kind=FAILED``, ``msgId=failed-<original>``."""
+    """Writes FAILED as ``key=sender``, headers ``kind=FAILED``, ``msgId=failed-<original>``,
+    body an Avro ``failed`` record (``stage="dlq"``), unsigned."""
 
     def __init__(self, producer: Producer | str, topic: str, *, timeout_s: float = 30.0) -> None:
         self._producer = (
@@ -39,17 +41,22 @@ class TopicFailedSink:
         error: str,
         dead_letter: DeadLetterView,
     ) -> None:
-        body = {
-            "original_msg_id": original_msg_id,
-            "reason": reason,
-            "error": error,
-            "dead_letter": dead_letter.ref,
-        }
+        body = schemas.encode(
+            "failed",
+            {
+                "msg_id": original_msg_id,
+                "recipient": dead_letter.header("to") or key_text(dead_letter.key),
+                "reason": reason,
+                "error": error,
+                "stage": "dlq",
+                "failed_at_ms": int(time.time() * 1000),
+            },
+        )
         report: list[Any] = []
         self._producer.produce(
             self.topic,
             key=sender.encode(),
-            value=json.dumps(body).encode(),
+            value=body,
             headers=[
                 ("kind", b"FAILED"),
                 ("msgId", failed_msg_id(original_msg_id).encode()),

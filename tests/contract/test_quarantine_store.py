@@ -232,3 +232,11 @@ def test_cache_waits_for_the_outer_commit_not_a_released_savepoint(
         s.rollback()  # ... but the transaction rolls back
     assert not store.is_quarantined(SCOPE, "B")
     assert store.refresh(SCOPE) == set()
+
+
+def test_gauge_counts_for_the_exporter(engines: Callable[[], Engine]) -> None:
+    engine = engines()
+    store = QuarantineStore(engine)
+    assert (store.quarantined_keys(), store.parked_records()) == (0, 0)
+    quarantine_k(store, engine, [1, 2, 3])
+    assert (store.quarantined_keys(), store.parked_records()) == (1, 2)

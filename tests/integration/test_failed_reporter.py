@@ -3,7 +3,6 @@ to its sender as FAILED, so the DLQ never becomes a silent loss channel) -- incl
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -11,10 +10,12 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer
 
+from pipeline import schemas
 from pipeline.failures.dlq import DeadLetterWriter
 from pipeline.failures.reporter import FailedReporter
 from pipeline.failures.sinks import TopicFailedSink
@@ -66,12 +67,12 @@ def write_dead_letters(bootstrap: str, dlq: str, n: int) -> set[str]:
     return expected
 
 
-def sink_records(bootstrap: str, sink: str) -> list[tuple[str, dict[str, str]]]:
+def sink_records(bootstrap: str, sink: str) -> list[tuple[str, dict[str, Any]]]:
     total = sum(high_watermarks(bootstrap, sink).values())
     out = []
     for msg in read_all(bootstrap, sink, total):
         headers = {k: v.decode() for k, v in msg.headers()}
-        out.append((headers["msgId"], json.loads(msg.value())))
+        out.append((headers["msgId"], schemas.decode("failed", msg.value())))
     return out
 
 
@@ -99,7 +100,8 @@ def test_reporter_emits_once_per_eligible_dead_letter_and_skips_redelivery(
     got = sink_records(kafka.bootstrap, sink)
     assert sorted(m for m, _ in got) == sorted(f"failed-{m}" for m in expected)
     for msg_id, body in got:
-        assert msg_id == f"failed-{body['original_msg_id']}" and body["reason"] == "EXPIRED"
+        assert msg_id == f"failed-{body['msg_id']}" and body["reason"] == "EXPIRED"
+        assert body["stage"] == "dlq" and body["recipient"].startswith("gid-")
 
 
 @pytest.mark.slow
@@ -163,4 +165,4 @@ def test_reporter_killed_minus_9_mid_way_still_yields_exactly_one_failed_each(
     duplicates = {m: c for m, c in counts.items() if c > 1}
     assert sum(c - 1 for c in duplicates.values()) <= kills, duplicates
     for msg_id, body in got:  # a duplicate is the same message: same id, same correlation
-        assert msg_id == f"failed-{body['original_msg_id']}"
+        assert msg_id == f"failed-{body['msg_id']}"
