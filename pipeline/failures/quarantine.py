@@ -13,6 +13,8 @@ cache when the caller's transaction commits. A member that gains a partition mus
 
 from __future__ import annotations
 
+import time
+
 from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
@@ -44,14 +46,22 @@ __all__ = [
 class QuarantineStore(ReleaseOps):
     """Quarantined keys, their parked records and release requests (seed 001 scenario 3)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, max_age_s: float | None = None) -> None:
+        """``max_age_s``: also reload a scope's keys when the cached copy is older than this --
+        a safety net for a runtime that does not call :meth:`refresh` on assignment (it bounds
+        the stale window; only the on-assign refresh closes it)."""
         self.engine = engine
+        self.max_age_s = max_age_s
         self._cache: dict[Scope, set[str]] = {}
+        self._loaded_at: dict[Scope, float] = {}
 
     def is_quarantined(self, scope: Scope, key: str) -> bool:
         """Answered from memory; the first call for a scope loads it from the store."""
         keys = self._cache.get(scope)
-        if keys is None:
+        if keys is None or (
+            self.max_age_s is not None
+            and time.monotonic() - self._loaded_at.get(scope, 0.0) > self.max_age_s
+        ):
             keys = self.refresh(scope)
         return key in keys
 
@@ -61,6 +71,7 @@ class QuarantineStore(ReleaseOps):
         with self.engine.connect() as conn:
             keys = {r.key for r in conn.execute(select(q.c.key).where(where_scope(q, scope)))}
         self._cache[scope] = keys
+        self._loaded_at[scope] = time.monotonic()
         return keys
 
     def quarantine(

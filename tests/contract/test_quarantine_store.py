@@ -240,3 +240,13 @@ def test_gauge_counts_for_the_exporter(engines: Callable[[], Engine]) -> None:
     assert (store.quarantined_keys(), store.parked_records()) == (0, 0)
     quarantine_k(store, engine, [1, 2, 3])
     assert (store.quarantined_keys(), store.parked_records()) == (1, 2)
+
+
+def test_max_age_bounds_how_stale_another_members_view_can_be(
+    engines: Callable[[], Engine],
+) -> None:
+    engine = engines()
+    writer, reader = QuarantineStore(engine), QuarantineStore(engine, max_age_s=0.0)
+    assert not reader.is_quarantined(SCOPE, "K")
+    quarantine_k(writer, engine, [1])
+    assert reader.is_quarantined(SCOPE, "K")  # reloaded: the cached copy was too old
