@@ -5,10 +5,12 @@ from __future__ import annotations
 import typer
 
 from . import (
+    dlq_cmd,
     kafka_cmd,
     keys_cmd,
     observability_cmd,
     outbox_cmd,
+    quarantine_cmd,
     relay_cmd,
     roster_cmd,
     topics_cmd,
@@ -27,6 +29,8 @@ app.add_typer(topics_cmd.app, name="topics")
 app.add_typer(roster_cmd.app, name="roster")
 app.add_typer(outbox_cmd.app, name="outbox")
 app.add_typer(relay_cmd.app, name="relay")
+app.add_typer(dlq_cmd.app, name="dlq")
+app.add_typer(quarantine_cmd.app, name="quarantine")
 
 
 def main() -> None:  # pragma: no cover

@@ -1,0 +1,221 @@
+"""``fleet dlq ls | show | replay | report`` -- the tools of the person who owns the DLQ."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterable, Iterator
+from typing import Annotated, Any
+
+import typer
+from confluent_kafka import Consumer
+from prometheus_client import CollectorRegistry
+
+from pipeline.errors import ConfigError
+from pipeline.failures import dlq_ops
+from pipeline.failures.dlq import DeadLetterView
+from pipeline.failures.metrics import FailureMetrics
+from pipeline.failures.offsets import assign_from_committed
+from pipeline.failures.quarantine import QuarantineStore
+from pipeline.failures.records import key_text
+from pipeline.failures.reporter import FailedReporter
+from pipeline.failures.sinks import TopicFailedSink
+from pipeline.kafka.settings import OffsetReset, consumer_config
+from pipeline.kafka.topics import TopicNames
+from pipeline.store import make_engine
+
+from .output import console, emit_json, fail_on_fleet_error
+
+app = typer.Typer(help="Inspect, replay and report the dead-letter topic.", no_args_is_help=True)
+
+Bootstrap = Annotated[str, typer.Option("--bootstrap", envvar="KAFKA_BOOTSTRAP", help="Brokers.")]
+Prefix = Annotated[str, typer.Option("--prefix", help="Topic name prefix.")]
+DlqTopic = Annotated[
+    str | None, typer.Option("--dlq-topic", help="DLQ topic (default: <prefix>dlq).")
+]
+Reason = Annotated[str | None, typer.Option("--reason", help="Only this reason code.")]
+Key = Annotated[str | None, typer.Option("--key", help="Only this record key.")]
+Limit = Annotated[int | None, typer.Option("--limit", min=1, help="At most this many.")]
+Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def _dlq(prefix: str, dlq_topic: str | None) -> str:
+    return dlq_topic or TopicNames(prefix=prefix).dlq
+
+
+def _views(
+    bootstrap: str, topic: str, reason: str | None, key: str | None, limit: int | None
+) -> list[DeadLetterView]:
+    return list(dlq_ops.select(dlq_ops.scan(bootstrap, topic), reason=reason, key=key, limit=limit))
+
+
+@app.command("ls")
+@fail_on_fleet_error
+def ls(
+    bootstrap: Bootstrap,
+    *,
+    prefix: Prefix = "fleet.",
+    dlq_topic: DlqTopic = None,
+    reason: Reason = None,
+    key: Key = None,
+    limit: Limit = None,
+    as_json: Json = False,
+) -> None:
+    """List dead letters in DLQ order: where each came from and why it failed."""
+    views = _views(bootstrap, _dlq(prefix, dlq_topic), reason, key, limit)
+    if as_json:
+        emit_json([v.as_dict() for v in views])
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{len(views)} dead letter(s) in {_dlq(prefix, dlq_topic)}")
+    for col in ("ref", "key", "kind", "msgId", "reason", "from", "attempts", "source"):
+        table.add_column(col)
+    for v in views:
+        c = v.context
+        table.add_row(
+            v.ref,
+            key_text(v.key),
+            v.kind or "",
+            v.msg_id or "",
+            v.reason,
+            v.sender or "",
+            str(c["attempts"]),
+            f"{c['topic']}[{c['partition']}]@{c['offset']}",
+        )
+    console.print(table)
+
+
+@app.command()
+@fail_on_fleet_error
+def show(
+    ref: Annotated[str, typer.Argument(help="PARTITION:OFFSET or TOPIC:PARTITION:OFFSET.")],
+    *,
+    bootstrap: Bootstrap,
+    prefix: Prefix = "fleet.",
+    dlq_topic: DlqTopic = None,
+    body: Annotated[bool, typer.Option("--body", help="Also print the body (sensitive).")] = False,
+    as_json: Json = False,
+) -> None:
+    """Show one dead letter: full context and original headers (body only with --body)."""
+    parts = ref.split(":")
+    if len(parts) == 3:
+        dlq_topic, parts = parts[0], parts[1:]
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise ConfigError(f"bad ref {ref!r}: use PARTITION:OFFSET or TOPIC:PARTITION:OFFSET")
+    topic = _dlq(prefix, dlq_topic)
+    want = (int(parts[0]), int(parts[1]))
+    found = next(
+        (v for v in dlq_ops.scan(bootstrap, topic) if (v.dlq_partition, v.dlq_offset) == want),
+        None,
+    )
+    if found is None:
+        raise ConfigError(f"no dead letter at {topic}:{want[0]}:{want[1]}", reason="NOT_FOUND")
+    data: dict[str, Any] = found.as_dict()
+    if body:
+        data["body"] = None if found.value is None else found.value.decode("utf-8", "replace")
+    if as_json:
+        emit_json(data)
+        return
+    for name, value in data.items():
+        console.print(f"[bold]{name}[/]: {value}", highlight=False)
+
+
+@app.command()
+@fail_on_fleet_error
+def replay(
+    bootstrap: Bootstrap,
+    *,
+    prefix: Prefix = "fleet.",
+    dlq_topic: DlqTopic = None,
+    reason: Reason = None,
+    key: Key = None,
+    limit: Limit = None,
+    db: Annotated[
+        str | None,
+        typer.Option("--db", envvar="FLEET_DB", help="Store URL: skip quarantined keys."),
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Re-produce dead letters to their original topic, in DLQ order (per-key order kept).
+
+    Same key, headers and body, so the same msgId: consumers' dedupe absorbs a second replay.
+    A QUARANTINED key must be released with `fleet quarantine release` instead (its owner
+    replays in order); with --db such keys are skipped and counted.
+    """
+    quarantined = _quarantined_keys(db) if db else set()
+    skipped: list[DeadLetterView] = []
+
+    def keep(views: Iterable[DeadLetterView]) -> Iterator[DeadLetterView]:
+        for v in views:
+            k = key_text(v.key)
+            if {(k, str(v.context["topic"])), (k, "*")} & quarantined:
+                skipped.append(v)
+                continue
+            yield v
+
+    views = dlq_ops.select(
+        dlq_ops.scan(bootstrap, _dlq(prefix, dlq_topic)), reason=reason, key=key, limit=limit
+    )
+    result = dlq_ops.replay(keep(views), bootstrap=bootstrap)
+    if as_json:
+        emit_json(
+            {"replayed": result.replayed, "by_topic": result.by_topic, "skipped": len(skipped)}
+        )
+    else:
+        console.print(f"replayed {result.replayed} dead letter(s): {result.by_topic}")
+        if skipped:
+            console.print(
+                f"skipped {len(skipped)} of quarantined keys: use fleet quarantine release"
+            )
+
+
+def _quarantined_keys(db: str) -> set[tuple[str, str]]:
+    engine = make_engine(db)
+    try:
+        return {(e.key, e.scope.topic) for e in QuarantineStore(engine).list()}
+    finally:
+        engine.dispose()
+
+
+@app.command()
+@fail_on_fleet_error
+def report(
+    bootstrap: Bootstrap,
+    *,
+    db: Annotated[str, typer.Option("--db", envvar="FLEET_DB", help="Store URL.")],
+    sink_topic: Annotated[
+        str, typer.Option("--sink-topic", help="Write FAILED as plain records to this topic.")
+    ],
+    prefix: Prefix = "fleet.",
+    dlq_topic: DlqTopic = None,
+    group: Annotated[
+        str | None, typer.Option("--group", help="Consumer group (default <prefix>dlq-reporter).")
+    ] = None,
+    idle_exit: Annotated[
+        float | None, typer.Option("--idle-exit", help="Exit after this many idle seconds.")
+    ] = None,
+) -> None:
+    """Run the FAILED reporter: one FAILED per eligible dead letter, even across kill -9."""
+    group_id = group or f"{prefix}dlq-reporter"
+    # a DLQ that retention trimmed before we reported it must fail loudly, not skip
+    consumer = Consumer(consumer_config(bootstrap, group_id, offset_reset=OffsetReset.ERROR))
+    consumer.subscribe(
+        [_dlq(prefix, dlq_topic)],
+        on_assign=lambda c, parts: assign_from_committed(c, parts, group_id),
+    )
+    stop: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    engine = make_engine(db)
+    reporter = FailedReporter(
+        consumer=consumer,
+        engine=engine,
+        sink=TopicFailedSink(bootstrap, sink_topic),
+        metrics=FailureMetrics(CollectorRegistry()),
+        group=group_id,
+    )
+    try:
+        emitted = reporter.run(should_stop=lambda: bool(stop), idle_exit_s=idle_exit)
+    finally:
+        consumer.close()
+        engine.dispose()
+    console.print(f"reported {emitted} FAILED")

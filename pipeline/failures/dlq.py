@@ -1,0 +1,265 @@
+"""The dead-letter record format, a blocking writer and a reader (seed 000 §10.1, seed 001 DLQ).
+
+A dead letter is the original record, unchanged -- same key, same headers in the same order,
+same body bytes -- plus ONE appended header, ``fleet.dlq``, whose value is an Avro
+``dead_letter`` record (``schemas/dead_letter.v1.avsc``) with the context: reason code, bounded
+error text, original topic/partition/offset/timestamp, attempts, first/last failure time,
+gateway, group, and whether the envelope had been verified. Keeping the original bytes verbatim
+is what makes a replay carry the same ``msgId`` and signature, so the consumer's dedupe holds.
+
+The reader takes the LAST ``fleet.dlq`` header as the context and everything before it as the
+original headers, so a ``fleet.dlq`` header smuggled into an original record can never pass for
+ours.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaException, Producer
+
+from pipeline import schemas
+from pipeline.errors import BrokerError, EnvelopeError
+from pipeline.kafka.settings import producer_config
+from pipeline.kafka.topics import TopicNames
+
+DLQ_HEADER = "fleet.dlq"
+SCHEMA = "dead_letter"
+MAX_ERROR_BYTES = 1024
+DLQ_WRITE_FAILED = "DLQ_WRITE_FAILED"
+
+Headers = list[tuple[str, bytes]]
+
+
+def bounded_error(text: str, limit: int = MAX_ERROR_BYTES) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes, never splitting a character."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode("utf-8", "ignore") + "..."
+
+
+def normalise_headers(headers: Sequence[tuple[str, Any]] | None) -> Headers:
+    return [(k, b"" if v is None else bytes(v)) for k, v in (headers or [])]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeadLetterView:
+    """One dead letter as read back: the original record plus its context."""
+
+    dlq_topic: str
+    dlq_partition: int
+    dlq_offset: int
+    key: bytes | None
+    headers: Headers  # the original headers, in order, without our context header
+    value: bytes | None
+    context: dict[str, Any]
+
+    @property
+    def ref(self) -> str:
+        """A stable pointer to this dead letter: ``<dlq topic>:<partition>:<offset>``."""
+        return f"{self.dlq_topic}:{self.dlq_partition}:{self.dlq_offset}"
+
+    def header(self, name: str) -> str | None:
+        """The last original header called ``name``, decoded as UTF-8 (None when absent)."""
+        for k, v in reversed(self.headers):
+            if k == name:
+                return v.decode("utf-8", "replace")
+        return None
+
+    @property
+    def msg_id(self) -> str | None:
+        return self.header("msgId")
+
+    @property
+    def kind(self) -> str | None:
+        return self.header("kind")
+
+    @property
+    def sender(self) -> str | None:
+        return self.header("from")
+
+    @property
+    def reason(self) -> str:
+        return str(self.context["reason"])
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.context.get("verified", False))
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-friendly view (bytes shown as UTF-8 with replacement) for the CLI."""
+        return {
+            "ref": self.ref,
+            "key": None if self.key is None else self.key.decode("utf-8", "replace"),
+            "headers": {k: v.decode("utf-8", "replace") for k, v in self.headers},
+            "value_bytes": 0 if self.value is None else len(self.value),
+            **self.context,
+        }
+
+
+def read_dead_letter(msg: Any) -> DeadLetterView:
+    """Read a consumed DLQ message; a record without our context header is ``SCHEMA_INVALID``."""
+    raw = normalise_headers(msg.headers())
+    idx = max((i for i, (k, _) in enumerate(raw) if k == DLQ_HEADER), default=-1)
+    if idx < 0:
+        raise EnvelopeError(
+            f"record at {msg.topic()}:{msg.partition()}:{msg.offset()} has no {DLQ_HEADER} header",
+            reason=schemas.SCHEMA_INVALID,
+            raw=msg,
+        )
+    context = schemas.decode(SCHEMA, raw[idx][1])
+    return DeadLetterView(
+        dlq_topic=msg.topic(),
+        dlq_partition=msg.partition(),
+        dlq_offset=msg.offset(),
+        key=msg.key(),
+        headers=raw[:idx] + raw[idx + 1 :],
+        value=msg.value(),
+        context=context,
+    )
+
+
+def dead_letter_headers(
+    original: Sequence[tuple[str, Any]] | None,
+    *,
+    reason: str,
+    error: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp_ms: int,
+    attempts: int,
+    first_failure_ms: int,
+    last_failure_ms: int,
+    gateway: str,
+    group: str | None = None,
+    verified: bool = False,
+    quarantined: bool = False,
+) -> Headers:
+    """The headers of a dead letter: the original ones, verbatim, plus our context header.
+
+    Key and body are the original ones. Any writer (the blocking one below, or an outbox row
+    shipped by the relay) must produce exactly this, keyed by the original key.
+    """
+    context = {
+        "reason": reason,
+        "error": bounded_error(error),
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "timestamp_ms": timestamp_ms,
+        "attempts": attempts,
+        "first_failure_ms": first_failure_ms,
+        "last_failure_ms": last_failure_ms,
+        "gateway": gateway,
+        "group": group,
+        "verified": verified,
+        "quarantined": quarantined,
+        "dead_lettered_ms": int(time.time() * 1000),
+    }
+    return [*normalise_headers(original), (DLQ_HEADER, schemas.encode(SCHEMA, context))]
+
+
+class DeadLetterWriter:
+    """Writes dead letters and blocks until the broker confirmed each one (acks=all).
+
+    The caller commits past the failed record only after :meth:`send` returned, so a crash or a
+    broker outage loses nothing: the record is either confirmed in the DLQ or re-consumed.
+    """
+
+    def __init__(
+        self,
+        producer: Producer | str,
+        topics: TopicNames,
+        gateway: str,
+        *,
+        group: str | None = None,
+        timeout_s: float = 30.0,
+        topic: str | None = None,
+    ) -> None:
+        self._producer = (
+            Producer(producer_config(producer)) if isinstance(producer, str) else producer
+        )
+        self.topic = topic or topics.dlq
+        self.gateway = gateway
+        self.group = group
+        self.timeout_s = timeout_s
+
+    def send(
+        self,
+        *,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp_ms: int,
+        key: bytes | None,
+        headers: Sequence[tuple[str, Any]] | None,
+        value: bytes | None,
+        reason: str,
+        error: str,
+        attempts: int,
+        first_failure_ms: int,
+        last_failure_ms: int,
+        verified: bool = False,
+        quarantined: bool = False,
+    ) -> tuple[int, int]:
+        """Produce one dead letter and wait for its delivery report; returns (partition, offset).
+
+        Raises a retriable :class:`BrokerError` (``DLQ_WRITE_FAILED``) when the broker did not
+        confirm in time: the caller must not commit past the record then.
+        """
+        out: list[tuple[str, str | bytes | None]] = list(
+            dead_letter_headers(
+                headers,
+                reason=reason,
+                error=error,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                timestamp_ms=timestamp_ms,
+                attempts=attempts,
+                first_failure_ms=first_failure_ms,
+                last_failure_ms=last_failure_ms,
+                gateway=self.gateway,
+                group=self.group,
+                verified=verified,
+                quarantined=quarantined,
+            )
+        )
+        report: list[tuple[Any, Any]] = []
+        try:
+            self._producer.produce(
+                self.topic,
+                key=key,
+                value=value,
+                headers=out,
+                on_delivery=lambda err, msg: report.append((err, msg)),
+            )
+        except (BufferError, KafkaException) as exc:  # a full local queue or a client error
+            raise BrokerError(
+                f"dead letter not queued: {exc}", reason=DLQ_WRITE_FAILED, retriable=True
+            ) from exc
+        deadline = time.monotonic() + self.timeout_s
+        while not report and time.monotonic() < deadline:
+            self._producer.poll(0.05)
+        if not report:
+            raise BrokerError(
+                f"dead letter to {self.topic} not confirmed within {self.timeout_s}s",
+                reason=DLQ_WRITE_FAILED,
+                retriable=True,
+            )
+        err, msg = report[0]
+        if err is not None:
+            raise BrokerError(
+                f"dead letter to {self.topic} failed: {err}",
+                reason=DLQ_WRITE_FAILED,
+                retriable=True,
+            )
+        return int(msg.partition()), int(msg.offset())
+
+    def close(self) -> None:
+        self._producer.flush(self.timeout_s)

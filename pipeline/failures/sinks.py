@@ -1,0 +1,71 @@
+"""A plain-record :class:`~pipeline.failures.reporter.FailedSink` for tests and local runs.
+
+The production sink (sign a FAILED envelope, publish it to the sender's host inbox) belongs to the
+gateway; this one writes an unsigned record to one topic so the reporter's exactly-once effect can
+be checked end to end. It blocks until the broker confirmed the record, as the port requires.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from confluent_kafka import Producer
+
+from pipeline import schemas
+from pipeline.errors import BrokerError
+from pipeline.kafka.settings import producer_config
+
+from .dlq import DeadLetterView
+from .records import key_text
+from .reporter import failed_msg_id
+
+
+class TopicFailedSink:
+    """Writes FAILED as ``key=sender``, headers ``kind=FAILED``, ``msgId=failed-<original>``,
+    body an Avro ``failed`` record (``stage="dlq"``), unsigned."""
+
+    def __init__(self, producer: Producer | str, topic: str, *, timeout_s: float = 30.0) -> None:
+        self._producer = (
+            Producer(producer_config(producer)) if isinstance(producer, str) else producer
+        )
+        self.topic = topic
+        self.timeout_s = timeout_s
+
+    def emit_failed(
+        self,
+        *,
+        original_msg_id: str,
+        sender: str,
+        reason: str,
+        error: str,
+        dead_letter: DeadLetterView,
+    ) -> None:
+        body = schemas.encode(
+            "failed",
+            {
+                "msg_id": original_msg_id,
+                "recipient": dead_letter.header("to") or key_text(dead_letter.key),
+                "reason": reason,
+                "error": error,
+                "stage": "dlq",
+                "failed_at_ms": int(time.time() * 1000),
+            },
+        )
+        report: list[Any] = []
+        self._producer.produce(
+            self.topic,
+            key=sender.encode(),
+            value=body,
+            headers=[
+                ("kind", b"FAILED"),
+                ("msgId", failed_msg_id(original_msg_id).encode()),
+                ("to", sender.encode()),
+            ],
+            on_delivery=lambda err, _msg: report.append(err),
+        )
+        deadline = time.monotonic() + self.timeout_s
+        while not report and time.monotonic() < deadline:
+            self._producer.poll(0.05)
+        if not report or report[0] is not None:
+            raise BrokerError(f"FAILED for {original_msg_id} not confirmed: {report or 'timeout'}")

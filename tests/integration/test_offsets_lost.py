@@ -1,0 +1,144 @@
+"""Seed 001 failure scenario 7 on a real broker: a consumer whose committed offset fell off
+retention fails loudly, naming group, partition and how many offsets were lost; never skips."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from pipeline.failures.offsets import (
+    OffsetsLostError,
+    assign_from_committed,
+    find_lost_offsets,
+    raise_if_offsets_lost,
+)
+from pipeline.kafka.settings import OffsetReset, consumer_config, producer_config
+from pipeline.testing import BrokerHandle
+
+pytestmark = pytest.mark.kafka
+
+
+def _setup(kafka: BrokerHandle, topic: str, group: str) -> None:
+    producer = Producer(producer_config(kafka.bootstrap))
+    for i in range(100):
+        producer.produce(topic, key=b"k", value=str(i).encode())
+    assert producer.flush(30) == 0
+    # the group read up to offset 10 and committed, then went away
+    consumer = Consumer(consumer_config(kafka.bootstrap, group))
+    consumer.commit(offsets=[TopicPartition(topic, 0, 10)], asynchronous=False)
+    consumer.close()
+
+
+def _delete_before(kafka: BrokerHandle, topic: str, offset: int) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    futures = admin.delete_records([TopicPartition(topic, 0, offset)])
+    for fut in futures.values():
+        fut.result(timeout=30)  # the log start now is `offset`: retention deleted the rest
+
+
+def test_committed_offset_behind_log_start_raises_offsets_lost(
+    kafka: BrokerHandle, new_topic, group_id
+) -> None:
+    topic = new_topic("lost")
+    _setup(kafka, topic, group_id)
+    _delete_before(kafka, topic, 60)
+
+    consumer = Consumer(consumer_config(kafka.bootstrap, group_id, offset_reset=OffsetReset.ERROR))
+    consumer.subscribe([topic])
+    delivered: list[bytes] = []
+    try:
+        with pytest.raises(OffsetsLostError) as info:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                raise_if_offsets_lost(consumer, msg, group_id)
+                if msg is not None and msg.error() is None:
+                    delivered.append(msg.value())
+    finally:
+        consumer.close()
+    err = info.value
+    assert err.reason == "OFFSETS_LOST" and not err.retriable
+    assert err.context == {
+        "group": group_id,
+        "topic": topic,
+        "partition": 0,
+        "committed": 10,
+        "log_start": 60,
+        "log_end": 100,
+        "lost": 50,
+    }
+    assert "50 offset(s) lost" in str(err) and group_id in str(err)
+    assert delivered == []  # nothing was silently skipped to and consumed
+
+
+def test_on_assign_check_names_lost_partitions_only(
+    kafka: BrokerHandle, new_topic, group_id
+) -> None:
+    topic = new_topic("lostcheck")
+    _setup(kafka, topic, group_id)
+    consumer = Consumer(consumer_config(kafka.bootstrap, group_id, offset_reset=OffsetReset.ERROR))
+    try:
+        assert find_lost_offsets(consumer, group_id, [TopicPartition(topic, 0)]) == []
+        _delete_before(kafka, topic, 25)
+        [lost] = find_lost_offsets(consumer, group_id, [TopicPartition(topic, 0)])
+        assert (lost.committed, lost.log_start, lost.lost) == (10, 25, 15)
+    finally:
+        consumer.close()
+    # a group that never committed is not "lost": its reset policy decides where it starts
+    fresh = Consumer(consumer_config(kafka.bootstrap, group_id + ".new"))
+    try:
+        assert find_lost_offsets(fresh, group_id + ".new", [TopicPartition(topic, 0)]) == []
+    finally:
+        fresh.close()
+
+
+def _poll_values(consumer: Consumer, want: int) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < want and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None:
+            assert msg.error() is None, msg.error()
+            got.append(msg.value())
+    return got
+
+
+def test_assign_from_committed_starts_new_groups_at_the_beginning_and_refuses_lost_ones(
+    kafka: BrokerHandle, new_topic, group_id
+) -> None:
+    """Seed 001 scenario 7 with auto.offset.reset=error: a new group still reads from the start,
+    a resumed group continues at its commit, a group whose commit was deleted fails loudly."""
+    topic = new_topic("assign")
+    producer = Producer(producer_config(kafka.bootstrap))
+    for i in range(30):
+        producer.produce(topic, value=str(i).encode())
+    assert producer.flush(30) == 0
+
+    def consumer() -> Consumer:
+        c = Consumer(consumer_config(kafka.bootstrap, group_id, offset_reset=OffsetReset.ERROR))
+        c.subscribe([topic], on_assign=lambda cc, ps: assign_from_committed(cc, ps, group_id))
+        return c
+
+    first = consumer()
+    try:
+        got = _poll_values(first, 5)
+        assert got == [str(i).encode() for i in range(5)]  # a new group starts at the beginning
+        first.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)
+    finally:
+        first.close()
+    second = consumer()
+    try:
+        assert _poll_values(second, 1) == [b"5"]  # resumes at its commit
+    finally:
+        second.close()
+    _delete_before(kafka, topic, 20)
+    third = consumer()
+    try:
+        with pytest.raises(OffsetsLostError) as info:
+            _poll_values(third, 1)
+    finally:
+        third.close()
+    assert (info.value.context["committed"], info.value.context["lost"]) == (5, 15)
