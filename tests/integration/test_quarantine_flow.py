@@ -71,7 +71,10 @@ class Loop:
             self.assigned |= {p.partition for p in parts}
             self.store.refresh(self.failures.scope(topic))  # see what a previous owner wrote
 
-        self.consumer.subscribe([topic], on_assign=on_assign)
+        def on_revoke(consumer: Any, parts: list[Any]) -> None:
+            self.assigned -= {p.partition for p in parts}
+
+        self.consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
         self.topic = topic
 
     def process(self, app: App, msg: Any) -> None:
@@ -215,3 +218,54 @@ def test_poison_key_quarantined_parked_survives_restart_and_releases_in_order(
     assert app.applied["K"] == list(range(seqs["K"]))  # original order, each exactly once
     assert all(app.applied[k] == list(range(seqs[k])) for k in "abcd")
     assert quarantine_entries(db) == []
+
+
+def test_quarantine_follows_the_partition_to_another_member(
+    kafka: BrokerHandle, new_topic, tmp_path
+) -> None:
+    """Seed 001 scenario 3 with a rebalance: member A quarantines K; A leaves; member B, whose
+    cache was loaded before, takes K's partition, refreshes on assignment and parks K's later
+    records instead of handling them out of order."""
+    topic, dlq = new_topic("inbox", partitions=2), new_topic("dlq")
+    group, db = unique_name("test.gw"), f"sqlite:///{tmp_path / 'gw.sqlite'}"
+    app = App()
+    app.poison.add("K-1")
+    a = Loop(kafka, db, topic, dlq, group)
+    b = Loop(kafka, db, topic, dlq, group)
+    try:
+        deadline = time.monotonic() + 60
+        while not (a.assigned and b.assigned and len(a.assigned | b.assigned) == 2):
+            assert time.monotonic() < deadline, "the group never settled"
+            a.consumer.poll(0.1)
+            b.consumer.poll(0.1)
+        [pa] = a.assigned
+        assert not b.store.is_quarantined(b.failures.scope(topic), "K")  # B's cache: loaded, empty
+        producer = Producer(producer_config(kafka.bootstrap))
+
+        def send(seq: int) -> None:
+            producer.produce(
+                topic,
+                key=b"K",
+                value=b"x",
+                partition=pa,
+                headers=[("msgId", f"K-{seq}".encode()), ("seq", str(seq).encode())],
+            )
+
+        for seq in range(4):
+            send(seq)
+        assert producer.flush(30) == 0
+        a.run(app, 4)  # K-0 applied, K-1 quarantined, K-2 and K-3 parked
+        assert app.applied["K"] == [0]
+    finally:
+        a.close()  # A leaves: its partition moves to B
+    try:
+        for seq in range(4, 6):
+            send(seq)
+        assert producer.flush(30) == 0
+        b.run(app, 2)
+        assert pa in b.assigned
+    finally:
+        b.close()
+    assert app.applied["K"] == [0]  # nothing of K overtook the quarantined record
+    [entry] = quarantine_entries(db)
+    assert (entry.key, entry.parked) == ("K", 4)
