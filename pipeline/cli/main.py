@@ -5,7 +5,9 @@ from __future__ import annotations
 import typer
 
 from . import (
+    demo_cmd,
     dlq_cmd,
+    gateway_cmd,
     kafka_cmd,
     keys_cmd,
     observability_cmd,
@@ -31,6 +33,9 @@ app.add_typer(outbox_cmd.app, name="outbox")
 app.add_typer(relay_cmd.app, name="relay")
 app.add_typer(dlq_cmd.app, name="dlq")
 app.add_typer(quarantine_cmd.app, name="quarantine")
+app.add_typer(gateway_cmd.app, name="gateway")
+gateway_cmd.register(app)  # fleet send | ask | answer | poll
+demo_cmd.register(app)  # fleet demo
 
 
 def main() -> None:  # pragma: no cover

@@ -1,0 +1,195 @@
+"""The composition root: the one place concrete objects are built and wired.
+
+Entry points (CLI, demo, tests) call :func:`build_gateway` / :func:`build_client`; tests pass
+fakes through the same parameters. Nothing here reads the environment or files beyond what the
+frozen :class:`GatewayConfig` names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Producer
+from prometheus_client import CollectorRegistry
+from sqlalchemy import Engine
+
+from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
+from pipeline.gateway.client import GatewayClient
+from pipeline.gateway.config import Delivery, GatewayConfig
+from pipeline.gateway.conversations import Conversations
+from pipeline.gateway.deadletters import OutboxDeadLetterSink
+from pipeline.gateway.entities import LocalEntities
+from pipeline.gateway.held import HeldStore
+from pipeline.gateway.inbound import InboxHandler
+from pipeline.gateway.injection import InjectionQueue
+from pipeline.gateway.injectors import Injector, build_injector
+from pipeline.gateway.maintenance import Maintenance
+from pipeline.gateway.metrics import GatewayMetrics
+from pipeline.gateway.outbound import Publisher
+from pipeline.gateway.roster_cache import RosterEntry
+from pipeline.gateway.service import Gateway, Supervised
+from pipeline.kafka.settings import producer_config
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.topology import TopologySpec, apply_topology
+from pipeline.outbox import Relay
+from pipeline.presence import PresencePublisher, RosterFollower, RosterView
+from pipeline.runtime import ConsumerRuntime, RuntimeConfig
+from pipeline.runtime.metrics import RuntimeMetrics
+from pipeline.store import make_engine, read_sessions, session_factory
+
+
+@dataclass
+class GatewayParts:
+    """Everything :func:`build_gateway` made, for tests and the demo to reach into."""
+
+    gateway: Gateway
+    client: GatewayClient
+    engine: Engine
+    runtime: ConsumerRuntime
+    relay: Relay
+    roster: RosterView
+    injections: InjectionQueue
+    maintenance: Maintenance
+    registry: CollectorRegistry
+    metrics: GatewayMetrics
+
+
+def build_client(
+    config: GatewayConfig, *, signer: Signer, engine: Engine | None = None
+) -> GatewayClient:
+    """A client for local entities of ``config.host`` (CLI `fleet send`/`poll`, libraries)."""
+    engine = engine or make_engine(config.store_url)
+    topics = TopicNames(prefix=config.topic_prefix)
+    return GatewayClient(
+        sessions=session_factory(engine),
+        publisher=Publisher(host=config.host, signer=signer, topics=topics),
+        inject_deadline_s=config.inject_deadline_s,
+        local_senders=frozenset(e.gid for e in config.entities),
+    )
+
+
+def build_gateway(
+    config: GatewayConfig,
+    *,
+    signer: Signer,
+    trust: TrustStore,
+    callbacks: Mapping[str, Callable[..., Any]] | None = None,
+    injectors: Mapping[str, Injector] | None = None,
+    registry: CollectorRegistry | None = None,
+    apply_topics: bool = True,
+    relay_poll_s: float = 0.002,
+    maintenance_interval_s: float | None = None,
+) -> GatewayParts:
+    host = config.host
+    topics = TopicNames(prefix=config.topic_prefix)
+    registry = registry or CollectorRegistry()
+    if apply_topics:
+        apply_topology(config.bootstrap, TopologySpec.for_host(host, topics=topics))
+    engine = make_engine(config.store_url)
+    sessions = session_factory(engine)
+    reads = read_sessions(engine)
+    metrics = GatewayMetrics(registry)
+
+    presence_verifier_seen = BoundedSeenSet()
+    roster = RosterView(
+        verifier=Verifier(host=host, trust=trust, presence=_NoPresence(), seen=presence_verifier_seen,
+                          topics=topics, max_ttl_s=config.max_ttl_s, skew_s=config.clock_skew_s)
+    )
+    follower = RosterFollower(bootstrap=config.bootstrap, view=roster, topics=topics)
+    presence = PresencePublisher(
+        producer=Producer(producer_config(config.bootstrap)),
+        signer=signer,
+        topics=topics,
+        interval_s=config.presence_interval_s,
+        ttl_s=config.presence_ttl_s,
+    )
+    seen = BoundedSeenSet()
+    verifier = Verifier(
+        host=host, trust=trust, presence=roster, seen=seen, topics=topics,
+        max_ttl_s=config.max_ttl_s, skew_s=config.clock_skew_s,
+    )
+    entities = LocalEntities.from_config(config)
+    built: dict[str, Injector] = dict(injectors or {})
+    for e in config.entities:
+        if e.delivery == Delivery.INJECT and e.gid not in built and e.injector is not None:
+            built[e.gid] = build_injector(e.injector, callbacks)
+    publisher = Publisher(host=host, signer=signer, topics=topics)
+    injections = InjectionQueue(
+        injectors=built, sessions=sessions, publisher=publisher, metrics=metrics
+    )
+    conversations = Conversations(sessions)
+    handler = InboxHandler(
+        host=host, verifier=verifier, entities=entities, publisher=publisher,
+        conversations=conversations, injections=injections, reads=reads, metrics=metrics,
+        seen=seen, max_held_per_recipient=config.max_held_per_recipient,
+    )
+    group = topics.gateway_group(host)
+    dead_letters = OutboxDeadLetterSink(topics=topics, gateway=host, group=group)
+    runtime = ConsumerRuntime(
+        RuntimeConfig(
+            bootstrap=config.bootstrap, group_id=group, topics=(topics.inbox(host),),
+            instance_id=host, ordered=False,
+        ),
+        handler=handler, sessions=sessions, dead_letters=dead_letters,
+        metrics=RuntimeMetrics(registry),
+    )
+    relay = Relay(engine=engine, bootstrap=config.bootstrap, registry=registry,
+                  idle_sleep_s=relay_poll_s)
+    maintenance = Maintenance(
+        sessions=sessions, held=HeldStore(sessions), conversations=conversations,
+        dead_letters=dead_letters, publisher=publisher, metrics=metrics,
+        max_ttl_s=config.max_ttl_s,
+        roster_entries=lambda: [
+            RosterEntry(e.gid, e.host, e.role.value, e.delivery.value, tuple(e.groups),
+                        e.ts_ms + e.ttl_ms)
+            for e in roster.entries()
+        ],
+    )
+    client = build_client(config, signer=signer, engine=engine)
+    interval = maintenance_interval_s or config.sweep_interval_s
+
+    def run_runtime(stop: Any) -> None:
+        follower.catch_up()
+        maintenance.refresh_roster()
+        runtime.run(stop)
+
+    def run_follower(stop: Any) -> None:
+        follower.start()
+        stop.wait()
+
+    def run_presence(stop: Any) -> None:
+        for e in config.entities:
+            presence.register(e.gid, role=e.role, delivery=e.delivery, groups=e.groups)
+        presence.start()
+        stop.wait()
+
+    def run_maintenance(stop: Any) -> None:
+        while not stop.wait(min(interval, 0.5)):
+            maintenance.tick()
+
+    gateway = Gateway(
+        host=host,
+        loops=[
+            Supervised("presence", run_presence),
+            Supervised("roster", run_follower),
+            Supervised("inbox", run_runtime, restart=False),
+            Supervised("relay", relay.run_forever),
+            Supervised("maintenance", run_maintenance),
+        ],
+    )
+    gateway.on_stop.extend([injections.stop, presence.stop, follower.stop, relay.close,
+                            engine.dispose])
+    return GatewayParts(
+        gateway=gateway, client=client, engine=engine, runtime=runtime, relay=relay,
+        roster=roster, injections=injections, maintenance=maintenance, registry=registry,
+        metrics=metrics,
+    )
+
+
+class _NoPresence:
+    """Presence records are verified by signature and host claim, not by presence itself."""
+
+    def host_of(self, gid: str) -> str | None:
+        return None

@@ -1,0 +1,167 @@
+"""``fleet gateway run`` and the entity commands ``fleet send|ask|answer|poll``."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipeline.envelope import Kind, Signer, TrustStore
+from pipeline.errors import ConfigError
+from pipeline.gateway.config import GatewayConfig, load_config
+
+from .output import console, emit_json, err_console, fail_on_fleet_error
+
+app = typer.Typer(help="Run a host's gateway: the per-host inbox with the dual ack model.")
+
+ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="The host's fleet.toml.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+EXIT_FATAL = 3
+
+
+def _load(config: Path, host: str | None = None) -> GatewayConfig:
+    overrides = {"host": host} if host else None
+    return load_config(config, overrides=overrides)
+
+
+def _signer(cfg: GatewayConfig) -> Signer:
+    if not cfg.key_file:
+        raise ConfigError(f"{cfg.host}: key_file is not set (create one: fleet keys init --host "
+                          f"{cfg.host})", reason="CONFIG_MISSING_KEY")
+    return Signer.load(cfg.key_file)
+
+
+def _body(text: str | None) -> bytes:
+    if text is None or text == "-":
+        return sys.stdin.buffer.read()
+    return text.encode("utf-8")
+
+
+@app.command("run")
+@fail_on_fleet_error
+def run(
+    config: ConfigOpt,
+    host: Annotated[str | None, typer.Option(help="Host id (overrides the file).")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
+) -> None:
+    """Run the gateway until SIGTERM/SIGINT; exits 3 when fenced or on a fatal error."""
+    from prometheus_client import start_http_server
+
+    from pipeline.bootstrap import build_gateway
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    cfg = _load(config, host)
+    if not cfg.trust_dir:
+        raise ConfigError("trust_dir is not set", reason="CONFIG_MISSING_TRUST")
+    parts = build_gateway(cfg, signer=_signer(cfg), trust=TrustStore.load(cfg.trust_dir))
+    if metrics_port is not None:
+        start_http_server(metrics_port, addr="127.0.0.1", registry=parts.registry)
+    gw = parts.gateway.start()
+    signal.signal(signal.SIGTERM, lambda *_: gw.stop_event.set())
+    signal.signal(signal.SIGINT, lambda *_: gw.stop_event.set())
+    console.print(f"gateway {cfg.host} running (inbox {parts.runtime.config.topics[0]})")
+    fatal = gw.wait()
+    gw.stop()
+    if fatal is not None:
+        err_console.print(f"[bold red]gateway {cfg.host} stopped:[/] {fatal}")
+        raise typer.Exit(EXIT_FATAL)
+
+
+def send(
+    config: ConfigOpt,
+    sender: Annotated[str, typer.Option("--from", help="A local entity's gid.")],
+    to: Annotated[str, typer.Option("--to", help="Recipient gid.")],
+    body: Annotated[str | None, typer.Argument(help="Body text, or - for stdin.")] = None,
+    kind: Annotated[str, typer.Option(help="SEND or REPLY.")] = "SEND",
+    ttl: Annotated[float | None, typer.Option(help="Seconds until expiresAt.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Send a message (works while the broker is down: it is queued in the outbox)."""
+    from pipeline.bootstrap import build_client
+
+    cfg = _load(config)
+    try:
+        k = Kind(kind.upper())
+    except ValueError:
+        raise ConfigError(f"unknown kind {kind!r}", reason="UNKNOWN_KIND") from None
+    env = build_client(cfg, signer=_signer(cfg)).send(
+        sender=sender, to=to, body=_body(body), kind=k, ttl_s=ttl
+    )
+    if as_json:
+        emit_json({"msgId": env.msg_id, "traceId": env.trace_id, "to": to, "kind": k.value})
+    else:
+        console.print(f"queued {k.value} {env.msg_id} -> {to}")
+
+
+def ask(
+    config: ConfigOpt,
+    sender: Annotated[str, typer.Option("--from")],
+    to: Annotated[str, typer.Option("--to")],
+    body: Annotated[str | None, typer.Argument()] = None,
+    ttl: Annotated[float, typer.Option(help="Seconds the turn waits.")] = 120.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """A worker asks a main; the answer is injected into the worker while its turn waits."""
+    from pipeline.bootstrap import build_client
+
+    cfg = _load(config)
+    env = build_client(cfg, signer=_signer(cfg)).ask(
+        sender=sender, to=to, body=_body(body), ttl_s=ttl
+    )
+    if as_json:
+        emit_json({"msgId": env.msg_id, "turnId": env.turn_id})
+    else:
+        console.print(f"asked {to}: turn {env.turn_id}")
+
+
+def answer(
+    config: ConfigOpt,
+    sender: Annotated[str, typer.Option("--from")],
+    to: Annotated[str, typer.Option("--to")],
+    turn: Annotated[str, typer.Option("--turn")],
+    body: Annotated[str | None, typer.Argument()] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer an ASK (TOO_LATE comes back if the asker's turn has ended)."""
+    from pipeline.bootstrap import build_client
+
+    cfg = _load(config)
+    env = build_client(cfg, signer=_signer(cfg)).answer(
+        sender=sender, to=to, turn_id=turn, body=_body(body)
+    )
+    if as_json:
+        emit_json({"msgId": env.msg_id, "turnId": turn})
+    else:
+        console.print(f"answered turn {turn}")
+
+
+def poll(
+    config: ConfigOpt,
+    recipient: Annotated[str, typer.Option("--as", help="The pulling entity's gid.")],
+    sender: Annotated[str | None, typer.Option("--from", help="Only from this sender.")] = None,
+    limit: Annotated[int, typer.Option()] = 100,
+    wait: Annotated[float, typer.Option(help="Block up to this many seconds.")] = 0.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Drain held messages (an open pull while waiting: ASKs surface here)."""
+    from pipeline.bootstrap import build_client
+
+    cfg = _load(config)
+    got = build_client(cfg, signer=_signer(cfg)).poll(
+        recipient, sender=sender, limit=limit, wait_s=wait
+    )
+    if as_json:
+        emit_json([m.as_dict() for m in got])
+        return
+    for m in got:
+        console.print(f"{m.kind:<9} {m.msg_id} from {m.sender}: {m.body.decode(errors='replace')}")
+
+
+def register(root: typer.Typer) -> None:
+    for fn in (send, ask, answer, poll):
+        root.command(fn.__name__)(fail_on_fleet_error(fn))

@@ -1,0 +1,161 @@
+"""The library API for local entities: send, ask, answer, broadcast, poll.
+
+Everything goes through the host's store, never the broker: a send is an outbox row (plus a
+forward-tracking row when the recipient takes delivery by inject) in one transaction, so it
+succeeds while the broker is down; the relay ships it later. ``to`` is resolved through the
+roster the gateway mirrors into the store: an unknown recipient is an immediate error.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipeline.envelope import Envelope, Kind
+from pipeline.errors import DeliveryError
+
+from . import roster_cache, tracking
+from .conversations import ABANDONED, Conversations
+from .held import HeldMessage, HeldStore
+from .outbound import Publisher
+
+UNKNOWN_RECIPIENT = "UNKNOWN_RECIPIENT"
+NOT_LOCAL_SENDER = "NOT_LOCAL_SENDER"
+NO_GROUP_MEMBERS = "NO_GROUP_MEMBERS"
+TRACKED = frozenset({Kind.SEND, Kind.ANSWER})
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+class GatewayClient:
+    def __init__(
+        self,
+        *,
+        sessions: sessionmaker[Session],
+        publisher: Publisher,
+        inject_deadline_s: float = 30.0,
+        default_ttl_s: float = 3600.0,
+        local_senders: frozenset[str] | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.publisher = publisher
+        self.inject_deadline_s = inject_deadline_s
+        self.default_ttl_s = default_ttl_s
+        self.local_senders = local_senders
+        self.held = HeldStore(sessions)
+        self.conversations = Conversations(sessions)
+
+    @property
+    def host(self) -> str:
+        return self.publisher.host
+
+    def _check_sender(self, sender: str) -> None:
+        if self.local_senders is not None and sender not in self.local_senders:
+            raise DeliveryError(
+                f"{sender} is not an entity of host {self.host}: a gateway signs only for its "
+                "own entities",
+                reason=NOT_LOCAL_SENDER,
+            )
+
+    def _resolve(self, session: Session, to: str) -> roster_cache.RosterEntry:
+        entry = roster_cache.lookup(session, to, _now())
+        if entry is None:
+            raise DeliveryError(
+                f"unknown recipient {to!r}: not in the live roster (no presence within its TTL)",
+                reason=UNKNOWN_RECIPIENT,
+                context={"to": to},
+            )
+        return entry
+
+    def send(
+        self,
+        *,
+        sender: str,
+        to: str,
+        body: bytes,
+        kind: Kind = Kind.SEND,
+        ttl_s: float | None = None,
+        trace_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> Envelope:
+        """Queue one message; returns its envelope (``msg_id`` correlates receipts)."""
+        self._check_sender(sender)
+        env = Envelope.new(
+            kind=kind, sender=sender, to=to, body=body, ttl_s=ttl_s or self.default_ttl_s,
+            trace_id=trace_id, turn_id=turn_id,
+        )
+        with self.sessions.begin() as s:
+            entry = self._resolve(s, to)
+            self.publisher.stage(s, env, to_host=entry.host)
+            if kind in TRACKED and entry.delivery == "inject":
+                deadline = min(env.expires_at_ms, env.ts_ms + int(self.inject_deadline_s * 1000))
+                tracking.track(
+                    s, msg_id=env.msg_id, sender=sender, recipient=to, trace_id=env.trace_id,
+                    sent_ms=env.ts_ms, deadline_ms=deadline,
+                )
+            if kind == Kind.ASK and turn_id is not None:
+                Conversations.open_turn(
+                    s, turn_id=turn_id, asker=sender, asked=to, msg_id=env.msg_id,
+                    expires_at_ms=env.expires_at_ms,
+                )
+        return env
+
+    def ask(self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0) -> Envelope:
+        """A worker asks a main; the turn waits until answered, abandoned or expired."""
+        return self.send(
+            sender=sender, to=to, body=body, kind=Kind.ASK, ttl_s=ttl_s,
+            turn_id=uuid.uuid4().hex,
+        )
+
+    def answer(
+        self, *, sender: str, to: str, turn_id: str, body: bytes, ttl_s: float = 120.0
+    ) -> Envelope:
+        return self.send(
+            sender=sender, to=to, body=body, kind=Kind.ANSWER, ttl_s=ttl_s, turn_id=turn_id
+        )
+
+    def abandon(self, *, sender: str, to: str, turn_id: str) -> Envelope:
+        """The asker gives up its turn: a late ANSWER will get TOO_LATE."""
+        with self.sessions.begin() as s:
+            Conversations.close_turn(s, turn_id, ABANDONED)
+        return self.send(sender=sender, to=to, body=b"", kind=Kind.ABANDONED, turn_id=turn_id)
+
+    def broadcast(self, *, sender: str, group: str, body: bytes, ttl_s: float | None = None) -> int:
+        """One record per host with members of ``group`` (key ``broadcast.<group>``)."""
+        self._check_sender(sender)
+        to = f"broadcast.{group}"
+        env = Envelope.new(kind=Kind.BROADCAST, sender=sender, to=to, body=body,
+                           ttl_s=ttl_s or self.default_ttl_s)
+        with self.sessions.begin() as s:
+            hosts = roster_cache.hosts_with_group(s, group, _now())
+            if not hosts:
+                raise DeliveryError(f"no live member of group {group!r}", reason=NO_GROUP_MEMBERS)
+            for host in sorted(hosts):
+                self.publisher.stage(s, env, to_host=host)
+        return len(hosts)
+
+    def poll(
+        self,
+        recipient: str,
+        *,
+        sender: str | None = None,
+        limit: int = 100,
+        wait_s: float = 0.0,
+        interval_s: float = 0.005,
+    ) -> list[HeldMessage]:
+        """Drain held messages; with ``wait_s`` this is an open pull (ASKs surface on it)."""
+        got = self.held.poll(recipient, sender=sender, limit=limit)
+        if got or wait_s <= 0:
+            return got
+        deadline = time.monotonic() + wait_s
+        with self.conversations.open_pull(recipient, wait_s):
+            while time.monotonic() < deadline:
+                got = self.held.poll(recipient, sender=sender, limit=limit)
+                if got:
+                    return got
+                time.sleep(interval_s)
+        return []

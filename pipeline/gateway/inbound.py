@@ -1,0 +1,221 @@
+"""The inbox handler: verify, then route each record by how its recipient takes delivery.
+
+* **Pull** recipients (mains, orchestrators): the message becomes a held row, staged in the
+  runtime's batch transaction beside its dedupe row -> at-least-once (seed 000 §5, pull path).
+* **Inject** recipients (workers): the inject is an after-commit effect -> the offset is committed
+  before it, so a crash loses it visibly (no ``INJECTED`` -> ``FAILED``) and never doubles it.
+* Conversations (seed 000 §7.4): an ``ASK`` to a main with no open pull is answered
+  ``NO_WAITER`` on arrival; an ``ANSWER`` to a worker is injected only while its turn waits,
+  else ``TOO_LATE`` goes back to the answerer.
+* Any verification failure is a ``DeadLetter`` with its reason code: never a crash, never a wedge.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipeline.envelope import REPLAY, BoundedSeenSet, Envelope, Kind, Verifier
+from pipeline.errors import EnvelopeError
+from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
+from pipeline.runtime import Record, Staged
+
+from . import tracking
+from .config import Delivery
+from .conversations import ANSWERED, Conversations
+from .entities import LocalEntities
+from .held import held_table
+from .injection import InjectionQueue
+from .metrics import GatewayMetrics
+from .outbound import Publisher
+from .receipts import read_receipt
+
+BROADCAST_PREFIX = "broadcast."
+UNKNOWN_RECIPIENT = "UNKNOWN_RECIPIENT"
+HELD_CAP_EXCEEDED = "HELD_CAP_EXCEEDED"
+REPLY_TTL_S = 300.0
+
+
+def _pack(headers: tuple[tuple[str, bytes], ...]) -> bytes:
+    from pipeline.outbox.headers import pack_headers
+
+    return pack_headers(list(headers)) or b""
+
+
+@dataclass
+class _HeldCounter:
+    """Approximate per-recipient pending counts: refreshed from the store every second."""
+
+    refreshed: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+class InboxHandler:
+    """Handles one inbox record (the runtime's ``Handler``)."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        verifier: Verifier,
+        entities: LocalEntities,
+        publisher: Publisher,
+        conversations: Conversations,
+        injections: InjectionQueue,
+        reads: sessionmaker[Session],
+        metrics: GatewayMetrics,
+        seen: BoundedSeenSet,
+        max_held_per_recipient: int = 10_000,
+    ) -> None:
+        self.seen = seen  # the verifier's bounded seen-set; the store's dedupe rows back it
+        self.host = host
+        self.verifier = verifier
+        self.entities = entities
+        self.publisher = publisher
+        self.conversations = conversations
+        self.injections = injections
+        self.reads = reads
+        self.metrics = metrics
+        self.max_held = max_held_per_recipient
+        self._held = _HeldCounter()
+
+    # -- entry -------------------------------------------------------------------------------
+    def handle(self, record: Record, tx: Staged) -> Outcome:
+        try:
+            verified = self.verifier.verify(
+                topic=record.topic,
+                key=record.key,
+                headers=list(record.headers),
+                value=record.value,
+            )
+        except EnvelopeError as exc:
+            self.metrics.verify_failure(exc.reason)
+            if exc.reason == REPLAY:
+                return ACK  # a msgId already applied: dropped and counted, not dead-lettered
+            return DeadLetter(reason=exc.reason, error=str(exc))
+        env = verified.envelope
+        if env.to.startswith(BROADCAST_PREFIX):
+            return self._broadcast(env, record, tx)
+        entity = self.entities.get(env.to)
+        if entity is None:
+            return DeadLetter(
+                reason=UNKNOWN_RECIPIENT, error=f"{env.to} is not a local entity of {self.host}"
+            )
+        tx.after_commit(lambda mid=env.msg_id: self.seen.add(mid))
+        if entity.delivery == Delivery.PULL:
+            return self._to_pull(env, record, tx, verified.signer_host)
+        return self._to_inject(env, tx, verified.signer_host)
+
+    # -- pull path ---------------------------------------------------------------------------
+    def _to_pull(self, env: Envelope, record: Record, tx: Staged, signer_host: str) -> Outcome:
+        if env.kind == Kind.ASK:
+            with self.reads() as s:
+                listening = self.conversations.has_open_pull(s, env.to)
+            if not listening:
+                self._reply(tx, env, Kind.NO_WAITER, signer_host, body=b"")
+                self.metrics.no_waiter.inc()
+                return ACK
+        if env.kind in (Kind.INJECTED, Kind.FAILED):
+            receipt = read_receipt(env.kind.value, env.body)
+            with self.reads() as s:
+                state = tracking.state_of(s, receipt.msg_id)
+            if env.kind == Kind.FAILED and state == tracking.FAILED:
+                return ACK  # the deadline already reported it: exactly one FAILED per send
+            new_state = tracking.INJECTED if env.kind == Kind.INJECTED else tracking.FAILED
+            tx.call(lambda s, m=receipt.msg_id, st=new_state, r=receipt.reason: _settle(s, m, st, r))
+        return self._hold(env, record, tx, env.to)
+
+    def _hold(self, env: Envelope, record: Record, tx: Staged, recipient: str) -> Outcome:
+        if self._pending(recipient) >= self.max_held:
+            return DeadLetter(
+                reason=HELD_CAP_EXCEEDED,
+                error=f"{recipient} already holds {self.max_held} undrained messages",
+            )
+        now = int(time.time() * 1000)
+        tx.insert(
+            held_table,
+            {
+                "recipient": recipient,
+                "msg_id": env.msg_id,
+                "kind": env.kind.value,
+                "sender": env.sender,
+                "trace_id": env.trace_id,
+                "turn_id": env.turn_id,
+                "body": env.body,
+                "headers": _pack(record.headers),
+                "topic": record.topic,
+                "ts_ms": env.ts_ms,
+                "expires_at_ms": env.expires_at_ms,
+                "held_at_ms": now,
+            },
+        )
+        self._held.counts[recipient] = self._held.counts.get(recipient, 0) + 1
+        tx.after_commit(lambda: self.metrics.held_total.inc())
+        return ACK
+
+    def _pending(self, recipient: str) -> int:
+        now = time.monotonic()
+        if now - self._held.refreshed > 1.0:
+            from sqlalchemy import func, select
+
+            with self.reads() as s:
+                rows = s.execute(
+                    select(held_table.c.recipient, func.count())
+                    .where(held_table.c.drained_at_ms.is_(None))
+                    .group_by(held_table.c.recipient)
+                )
+                self._held.counts = {r[0]: int(r[1]) for r in rows}
+            self._held.refreshed = now
+        return self._held.counts.get(recipient, 0)
+
+    # -- forward path ------------------------------------------------------------------------
+    def _to_inject(self, env: Envelope, tx: Staged, signer_host: str) -> Outcome:
+        if env.kind == Kind.ANSWER:
+            with self.reads() as s:
+                waiting = env.turn_id is not None and self.conversations.turn_waiting(
+                    s, env.turn_id
+                )
+            if not waiting:
+                self._reply(tx, env, Kind.TOO_LATE, signer_host, body=b"")
+                self.metrics.too_late.inc()
+                return ACK
+            tx.call(lambda s, t=env.turn_id: Conversations.close_turn(s, str(t), ANSWERED))
+        if env.kind == Kind.NO_WAITER and env.turn_id:
+            tx.call(lambda s, t=env.turn_id: Conversations.close_turn(s, str(t), "abandoned"))
+        # Commit before inject: the runtime runs this only after the offset commit succeeded.
+        tx.after_commit(lambda: self.injections.submit(env.to, env, reply_host=signer_host))
+        return ACK
+
+    # -- broadcast ---------------------------------------------------------------------------
+    def _broadcast(self, env: Envelope, record: Record, tx: Staged) -> Outcome:
+        group = env.to[len(BROADCAST_PREFIX) :]
+        for member in self.entities.members(group):
+            if member.delivery == Delivery.PULL:
+                self._hold(env, record, tx, member.gid)
+            else:
+                gid = member.gid
+                tx.after_commit(
+                    lambda g=gid: self.injections.submit(g, env, reply_host=None)
+                )
+        return ACK
+
+    # -- replies from the gateway itself ----------------------------------------------------
+    def _reply(
+        self, tx: Staged, env: Envelope, kind: Kind, to_host: str, *, body: bytes
+    ) -> None:
+        reply = Envelope.new(
+            kind=kind,
+            sender=env.to,
+            to=env.sender,
+            body=body,
+            ttl_s=REPLY_TTL_S,
+            trace_id=env.trace_id,
+            turn_id=env.turn_id,
+        )
+        tx.call(lambda s: self.publisher.stage(s, reply, to_host=to_host))
+
+
+def _settle(session: Session, msg_id: str, state: str, reason: str) -> None:
+    tracking.settle(session, msg_id, state, reason or None)

@@ -1,0 +1,173 @@
+"""Forward-path injection, after the offset commit, one worker thread per local entity.
+
+Per-recipient order is kept (one queue per gid). A busy target (``TARGET_BUSY``, retriable) is
+retried with backoff until the message expires; success publishes ``INJECTED`` (through the
+outbox) to the sender, a final failure publishes ``FAILED``. A crash anywhere here loses the
+inject *visibly*: the sender's deadline turns the missing ``INJECTED`` into one ``FAILED``.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipeline.envelope import Envelope, Kind
+from pipeline.errors import FleetError
+from pipeline.failures.retry import BackoffPolicy
+
+from .injectors import Injector
+from .metrics import GatewayMetrics
+from .outbound import Publisher
+from .receipts import failed_body, injected_body
+
+log = logging.getLogger(__name__)
+
+RECEIPT_TTL_S = 3600.0
+TRACKED_KINDS = frozenset({Kind.SEND, Kind.ANSWER})
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    gid: str
+    envelope: Envelope
+    reply_host: str | None
+    queued_at: float
+
+
+class InjectionQueue:
+    def __init__(
+        self,
+        *,
+        injectors: Mapping[str, Injector],
+        sessions: sessionmaker[Session],
+        publisher: Publisher,
+        metrics: GatewayMetrics,
+        busy_policy: BackoffPolicy | None = None,
+        on_injected: Callable[[str, Envelope], None] | None = None,
+    ) -> None:
+        self.injectors = dict(injectors)
+        self.sessions = sessions
+        self.publisher = publisher
+        self.metrics = metrics
+        self.busy = busy_policy or BackoffPolicy(base_s=0.05, max_s=2.0, max_attempts=10_000)
+        self.on_injected = on_injected
+        self._queues: dict[str, queue.Queue[_Job | None]] = {}
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def submit(self, gid: str, envelope: Envelope, *, reply_host: str | None) -> None:
+        with self._lock:
+            q = self._queues.get(gid)
+            if q is None:
+                q = queue.Queue()
+                self._queues[gid] = q
+                t = threading.Thread(target=self._work, args=(q,), name=f"inject-{gid}", daemon=True)
+                t.start()
+                self._threads.append(t)
+        q.put(_Job(gid, envelope, reply_host, time.monotonic()))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for q in list(self._queues.values()):
+            q.put(None)
+        for t in self._threads:
+            t.join(timeout)
+
+    def idle(self) -> bool:
+        return all(q.unfinished_tasks == 0 for q in self._queues.values())
+
+    def _work(self, q: queue.Queue[_Job | None]) -> None:
+        while True:
+            job = q.get()
+            try:
+                if job is None:
+                    return
+                self._inject(job)
+            except Exception:  # noqa: BLE001 - one bad job must not kill the entity's worker
+                log.exception("injection worker error")
+            finally:
+                q.task_done()
+
+    def _inject(self, job: _Job) -> None:
+        env = job.envelope
+        injector = self.injectors.get(job.gid)
+        if injector is None:
+            self._failed(job, "NO_INJECTOR", f"{job.gid} has no injector configured")
+            return
+        attempt = 0
+        while True:
+            if self._stop.is_set():
+                return  # shutting down: the sender's deadline reports the loss
+            if time.time() * 1000 > env.expires_at_ms:
+                self._failed(job, "EXPIRED", "expired while the target stayed busy")
+                return
+            attempt += 1
+            started = time.monotonic()
+            try:
+                injector.inject(
+                    gid=job.gid,
+                    msg_id=env.msg_id,
+                    kind=env.kind.value,
+                    sender=env.sender,
+                    body=env.body,
+                )
+            except FleetError as exc:
+                if exc.retriable:
+                    time.sleep(self.busy.delay_for(min(attempt, 6)))
+                    continue
+                self.metrics.inject_failures.labels(_reason(exc.reason)).inc()
+                self._failed(job, exc.reason, str(exc))
+                return
+            self.metrics.inject_seconds.observe(time.monotonic() - started)
+            self.metrics.queue_to_inject_seconds.observe(time.monotonic() - job.queued_at)
+            self._receipt(job)
+            if self.on_injected is not None:
+                self.on_injected(job.gid, env)
+            return
+
+    def _receipt(self, job: _Job) -> None:
+        env = job.envelope
+        if job.reply_host is None or env.kind not in TRACKED_KINDS:
+            return
+        receipt = Envelope.new(
+            kind=Kind.INJECTED,
+            sender=self.publisher.gateway_id,
+            to=env.sender,
+            body=injected_body(env.msg_id, job.gid),
+            ttl_s=RECEIPT_TTL_S,
+            trace_id=env.trace_id,
+        )
+        with self.sessions.begin() as s:
+            self.publisher.stage(s, receipt, to_host=job.reply_host)
+
+    def _failed(self, job: _Job, reason: str, error: str) -> None:
+        env = job.envelope
+        if job.reply_host is None or env.kind not in TRACKED_KINDS:
+            log.warning("inject of %s into %s failed: %s %s", env.msg_id, job.gid, reason, error)
+            return
+        failed = Envelope.new(
+            kind=Kind.FAILED,
+            sender=self.publisher.gateway_id,
+            to=env.sender,
+            body=failed_body(env.msg_id, job.gid, reason=reason, error=error, stage="inject"),
+            ttl_s=RECEIPT_TTL_S,
+            trace_id=env.trace_id,
+        )
+        with self.sessions.begin() as s:
+            self.publisher.stage(s, failed, to_host=job.reply_host)
+
+
+_BOUNDED_REASONS = frozenset(
+    {"INJECT_FAILED", "INJECT_TIMEOUT", "TARGET_BUSY", "NO_INJECTOR", "EXPIRED"}
+)
+
+
+def _reason(reason: str) -> str:
+    return reason if reason in _BOUNDED_REASONS else "OTHER"

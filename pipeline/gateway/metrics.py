@@ -1,0 +1,70 @@
+"""Gateway instruments (registry injected; label values from closed sets only)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from pipeline.envelope import ALL_REASONS
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        ns = "fleet_gateway"
+        self.verify_failures = Counter(
+            f"{ns}_verification_failures_total",
+            "Inbox records that failed envelope verification, by reason code.",
+            ["reason"],
+            registry=registry,
+        )
+        self.expiries = Counter(
+            f"{ns}_expired_total",
+            "Messages dead-lettered as EXPIRED (at delivery or by the held-store sweeper).",
+            ["where"],
+            registry=registry,
+        )
+        self.injected_timeouts = Counter(
+            f"{ns}_injected_timeouts_total",
+            "Forward sends with no INJECTED by their deadline (one FAILED each).",
+            registry=registry,
+        )
+        self.inject_seconds = Histogram(
+            f"{ns}_inject_seconds",
+            "Time spent in one injector call.",
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.queue_to_inject_seconds = Histogram(
+            f"{ns}_commit_to_inject_seconds",
+            "From the offset commit to the inject landing (includes busy-target waits).",
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.inject_failures = Counter(
+            f"{ns}_inject_failures_total",
+            "Injects given up, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.held_total = Counter(
+            f"{ns}_held_messages_total",
+            "Messages written to the held store (pull path).",
+            registry=registry,
+        )
+        self.no_waiter = Counter(
+            f"{ns}_no_waiter_total", "ASKs answered NO_WAITER on arrival.", registry=registry
+        )
+        self.too_late = Counter(
+            f"{ns}_too_late_total", "ANSWERs refused with TOO_LATE.", registry=registry
+        )
+        self.sends = Counter(
+            f"{ns}_sends_total", "Messages sent by local entities, by kind.", ["kind"],
+            registry=registry,
+        )
+
+    def verify_failure(self, reason: str) -> None:
+        label = reason if reason in ALL_REASONS else "OTHER"
+        self.verify_failures.labels(label).inc()
+        if reason == "EXPIRED":
+            self.expiries.labels("delivery").inc()

@@ -1,0 +1,42 @@
+"""Every publish from a gateway goes through the outbox, in the caller's transaction.
+
+``Publisher.stage`` signs the envelope for its destination topic and writes the exact record
+(key = recipient gid, signed headers, body) as an outbox row; the relay ships it verbatim. The
+branch key is ``<host>><to>`` so messages from one host to one recipient keep their order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from pipeline import outbox
+from pipeline.envelope import Envelope, Signer, encode
+from pipeline.kafka.topics import TopicNames
+
+GATEWAY_SUFFIX = "._gateway"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Publisher:
+    host: str
+    signer: Signer
+    topics: TopicNames
+
+    @property
+    def gateway_id(self) -> str:
+        """The ``from`` of messages the gateway itself originates (INJECTED, NO_WAITER...)."""
+        return f"{self.host}{GATEWAY_SUFFIX}"
+
+    def stage(self, session: Session, envelope: Envelope, *, to_host: str) -> int:
+        topic = self.topics.inbox(to_host)
+        key, headers, value = encode(envelope, topic=topic, signer=self.signer)
+        return outbox.write(
+            session,
+            topic=topic,
+            key=key,
+            value=value,
+            headers=headers,
+            branch_key=f"{self.host}>{envelope.to}@{to_host}",
+        )

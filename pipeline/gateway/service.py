@@ -1,0 +1,103 @@
+"""The gateway process: its threads, their supervision, and a clean or loud stop.
+
+Threads: the inbox runtime (the dual ack model), the outbox relay (own supervision: restarted
+after a crash, so a broker outage never reaches the execution path), the roster follower and
+presence heartbeats, per-entity injection workers, and the maintenance ticker. A fatal runtime
+error (fenced by a second gateway with the same host id, offsets lost to retention) stops the
+whole gateway and is reported as the exit reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.errors import FleetError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Supervised:
+    """A named loop run in a thread; restarted after an unexpected error unless ``fatal``."""
+
+    name: str
+    body: Callable[[threading.Event], None]
+    restart: bool = True
+    backoff_s: float = 1.0
+    thread: threading.Thread | None = None
+    crashes: int = 0
+
+
+@dataclass
+class Gateway:
+    host: str
+    loops: list[Supervised]
+    on_stop: list[Callable[[], None]] = field(default_factory=list)
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    fatal: BaseException | None = None
+
+    def start(self) -> Gateway:
+        for loop in self.loops:
+            loop.thread = threading.Thread(
+                target=self._supervise, args=(loop,), name=f"gw-{loop.name}", daemon=True
+            )
+            loop.thread.start()
+        return self
+
+    def _supervise(self, loop: Supervised) -> None:
+        while not self.stop_event.is_set():
+            try:
+                loop.body(self.stop_event)
+                return
+            except FleetError as exc:
+                if not exc.retriable:
+                    log.error("gateway %s: %s stopped: %s", self.host, loop.name, exc)
+                    self.fatal = exc
+                    self.stop_event.set()
+                    return
+                loop.crashes += 1
+                log.warning("gateway %s: %s failed (%s); restarting", self.host, loop.name, exc)
+            except Exception as exc:  # noqa: BLE001 - supervise: log, back off, restart
+                loop.crashes += 1
+                log.exception("gateway %s: %s crashed", self.host, loop.name)
+                if not loop.restart:
+                    self.fatal = exc
+                    self.stop_event.set()
+                    return
+            self.stop_event.wait(loop.backoff_s)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.stop_event.set()
+        deadline = time.monotonic() + timeout
+        for loop in self.loops:
+            if loop.thread is not None:
+                loop.thread.join(max(0.1, deadline - time.monotonic()))
+        for fn in self.on_stop:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                log.exception("gateway %s: stop hook failed", self.host)
+
+    def wait(self, poll_s: float = 0.2) -> BaseException | None:
+        """Block until stopped (signal or fatal error); returns the fatal error, if any."""
+        while not self.stop_event.wait(poll_s):
+            pass
+        return self.fatal
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "loops": {
+                loop.name: {
+                    "alive": bool(loop.thread and loop.thread.is_alive()),
+                    "crashes": loop.crashes,
+                }
+                for loop in self.loops
+            },
+            "fatal": str(self.fatal) if self.fatal else None,
+        }
