@@ -93,7 +93,7 @@ def run_demo(
         a.gateway.start()
         b.gateway.start()
         _say(console, t0, "gateways", f"A and B running (topics {prefix}*)")
-        _wait(lambda: a.client_knows("worker-b") and b.client_knows("main-a"), timeout_s)
+        _wait(lambda: a.client.knows("worker-b") and b.client.knows("main-a"), timeout_s)
         for i in range(briefs):
             env = a.client.send(sender="main-a", to="worker-b", body=f"brief #{i + 1}".encode())
             observed["sent"].append(env.msg_id)

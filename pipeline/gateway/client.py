@@ -61,6 +61,11 @@ class GatewayClient:
                 reason=NOT_LOCAL_SENDER,
             )
 
+    def knows(self, gid: str) -> bool:
+        """True when ``gid`` is in the live roster mirrored into this host's store."""
+        with self.sessions() as s:
+            return roster_cache.lookup(s, gid, _now()) is not None
+
     def _resolve(self, session: Session, to: str) -> roster_cache.RosterEntry:
         entry = roster_cache.lookup(session, to, _now())
         if entry is None:

@@ -137,6 +137,7 @@ class ConsumerRuntime:
         quarantine: QuarantinePort | None = None,
         metrics: RuntimeMetrics | None = None,
         consumer_factory: Callable[[dict[str, Any]], Any] = Consumer,
+        fault_after_commit: Callable[[int], None] | None = None,
     ) -> None:
         self.config = config
         self.handler = handler
@@ -152,6 +153,9 @@ class ConsumerRuntime:
             **dict(config.consumer_overrides),
         )
         self.consumer = consumer_factory(conf)
+        # Fault injection for crash tests (wired only by an entry point, never by default):
+        # called after a successful commit, before the batch's after-commit effects.
+        self.fault_after_commit = fault_after_commit
         self._attempts: dict[tuple[str, int, int], _Attempts] = {}
         self._paused: dict[TP, float] = {}
         self._assigned: set[TP] = set()
@@ -265,6 +269,8 @@ class ConsumerRuntime:
                     )
                 log.error("offset commit failed, forward effects skipped: %s", result.errors)
                 return
+            if self.fault_after_commit is not None:
+                self.fault_after_commit(len(batch.staged.effects))
         for effect in batch.staged.effects:
             try:
                 effect()

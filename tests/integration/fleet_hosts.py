@@ -1,0 +1,114 @@
+"""Helpers for gateway tests: keys, per-host config files, gateway processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.envelope import Signer, TrustStore
+from pipeline.testing import unique_name
+
+
+@dataclass
+class Fleet:
+    """Keys and a shared trust dir for a set of hosts, under one unique topic prefix."""
+
+    root: Path
+    bootstrap: str
+    prefix: str
+    signers: dict[str, Signer] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, root: Path, bootstrap: str, hosts: tuple[str, ...]) -> Fleet:
+        fleet = cls(root=root, bootstrap=bootstrap, prefix=unique_name("t").replace(".", "") + ".")
+        (root / "trusted").mkdir(parents=True, exist_ok=True)
+        for h in hosts:
+            s = Signer.generate(h)
+            s.write_private(root / f"{h}.key")
+            s.write_public(root / "trusted" / f"{h}.pub")
+            fleet.signers[h] = s
+        return fleet
+
+    @property
+    def trust(self) -> TrustStore:
+        return TrustStore.load(self.root / "trusted")
+
+    def config_file(self, host: str, entities: str, *, store: str | None = None,
+                    extra: str = "") -> Path:
+        path = self.root / f"{host}-{len(list(self.root.glob(host + '-*.toml')))}.toml"
+        store_url = store or f"sqlite:///{self.root / (host + '.sqlite')}"
+        path.write_text(
+            f'host = "{host}"\nbootstrap = "{self.bootstrap}"\nstore_url = "{store_url}"\n'
+            f'topic_prefix = "{self.prefix}"\nkey_file = "{self.root / (host + ".key")}"\n'
+            f'trust_dir = "{self.root / "trusted"}"\npresence_interval_s = 1.0\n'
+            f"presence_ttl_s = 30.0\nsweep_interval_s = 0.5\n{extra}\n{entities}\n"
+        )
+        return path
+
+
+class GatewayProcess:
+    """``python -m pipeline gateway run`` as a child we can kill -9, stop and continue."""
+
+    def __init__(self, config: Path, log: Path, env: dict[str, str] | None = None) -> None:
+        self.config = config
+        self.log = log
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> GatewayProcess:
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "gateway", "run", "--config", str(self.config)],
+            stdout=out, stderr=subprocess.STDOUT, env=self.env,
+        )
+        out.close()
+        return self
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.terminate()
+        try:
+            return self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(5)
+
+    def wait_exit(self, timeout: float) -> int | None:
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def wait_until(cond: Any, timeout: float, what: str, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -1,0 +1,159 @@
+"""The gateway's flows on a real broker, two in-process gateways (hosts A and B).
+
+Each test names the seed rule it checks (seed 000 = the cross-host chapter).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.bootstrap import GatewayParts, build_gateway
+from pipeline.envelope import Kind
+from pipeline.errors import DeliveryError
+from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.testing import BrokerHandle
+from tests.integration.fleet_hosts import Fleet, wait_until
+
+pytestmark = pytest.mark.kafka
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.got: list[tuple[str, str, str, bytes]] = []  # gid, kind, msg_id, body
+        self.lock = threading.Lock()
+
+    def __call__(self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
+        with self.lock:
+            self.got.append((gid, kind, msg_id, body))
+
+    def of(self, gid: str, kind: str | None = None) -> list[tuple[str, str, str, bytes]]:
+        with self.lock:
+            return [g for g in self.got if g[0] == gid and (kind is None or g[1] == kind)]
+
+
+def _inject(gid: str, groups: tuple[str, ...] = ()) -> EntityConfig:
+    return EntityConfig(gid=gid, role=Role.WORKER, delivery=Delivery.INJECT, groups=groups,
+                        injector=InjectorSpec(type="callback"))
+
+
+def _pull(gid: str, groups: tuple[str, ...] = ()) -> EntityConfig:
+    return EntityConfig(gid=gid, role=Role.MAIN, delivery=Delivery.PULL, groups=groups)
+
+
+@pytest.fixture
+def two_hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[tuple[GatewayParts, GatewayParts, Recorder]]:
+    fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A", "B"))
+    rec = Recorder()
+
+    def cfg(host: str, entities: tuple[EntityConfig, ...]) -> GatewayConfig:
+        return GatewayConfig(host=host, bootstrap=kafka.bootstrap,
+                             store_url=f"sqlite:///{tmp_path / (host + '.sqlite')}",
+                             topic_prefix=fleet.prefix, inject_deadline_s=10,
+                             presence_interval_s=1.0, presence_ttl_s=30.0, sweep_interval_s=0.5,
+                             entities=entities)
+
+    a = build_gateway(cfg("A", (_pull("main-a"), _pull("main-a2", ("g",)))),
+                      signer=fleet.signers["A"], trust=fleet.trust)
+    b = build_gateway(cfg("B", (_inject("worker-b"), _inject("worker-b2", ("g",)))),
+                      signer=fleet.signers["B"], trust=fleet.trust,
+                      callbacks={"worker-b": rec, "worker-b2": rec})
+    a.gateway.start()
+    b.gateway.start()
+    try:
+        wait_until(lambda: a.client.knows("worker-b2") and b.client.knows("main-a2"), 30,
+                   "presence of both hosts")
+        yield a, b, rec
+    finally:
+        a.gateway.stop()
+        b.gateway.stop()
+
+
+def _drain(parts: GatewayParts, gid: str, want: int, timeout: float = 20, **kw: Any) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        got.extend(parts.client.poll(gid, **kw))
+        time.sleep(0.01)
+    return got
+
+
+def test_brief_is_injected_then_injected_receipt_and_reply_reach_the_main(two_hosts: Any) -> None:
+    """Seed 000 §6: forward path commits, injects, publishes INJECTED correlated to msgId."""
+    a, b, rec = two_hosts
+    sent = [a.client.send(sender="main-a", to="worker-b", body=f"brief {i}".encode())
+            for i in range(5)]
+    wait_until(lambda: len(rec.of("worker-b")) == 5, 20, "5 injects")
+    assert [g[3] for g in rec.of("worker-b")] == [f"brief {i}".encode() for i in range(5)]
+    assert [g[2] for g in rec.of("worker-b")] == [e.msg_id for e in sent]
+    b.client.send(sender="worker-b", to="main-a", kind=Kind.REPLY, body=b"done")
+    got = _drain(a, "main-a", 6)
+    receipts = [m for m in got if m.kind == "INJECTED"]
+    assert len(receipts) == 5
+    from pipeline.gateway.receipts import read_receipt
+
+    assert {read_receipt("INJECTED", m.body).msg_id for m in receipts} == {e.msg_id for e in sent}
+    assert [m.body for m in got if m.kind == "REPLY"] == [b"done"]
+    time.sleep(1.0)
+    assert len(rec.of("worker-b")) == 5, "no brief is ever injected twice"
+
+
+def test_ask_without_open_pull_gets_no_waiter_in_one_round_trip(two_hosts: Any) -> None:
+    """Seed 000 §7.4: the main's gateway answers NO_WAITER on arrival when nobody pulls."""
+    a, b, rec = two_hosts
+    ask = b.client.ask(sender="worker-b", to="main-a", body=b"which branch?")
+    wait_until(lambda: rec.of("worker-b", "NO_WAITER"), 20, "NO_WAITER injected into the asker")
+    assert a.client.poll("main-a") == [], "an unanswerable ASK is not held"
+    with b.client.sessions() as s:
+        from pipeline.gateway.conversations import Conversations
+
+        assert not Conversations.turn_waiting(s, str(ask.turn_id)), "NO_WAITER ends the turn"
+
+
+def test_ask_surfaces_on_open_pull_and_late_answer_gets_too_late(two_hosts: Any) -> None:
+    """Seed 000 §7.4: an ASK surfaces on the open pull; an ANSWER after the turn ended ->
+    TOO_LATE back to the answerer, and nothing is injected."""
+    a, b, rec = two_hosts
+    got: list[Any] = []
+    puller = threading.Thread(target=lambda: got.extend(a.client.poll("main-a", wait_s=20)))
+    puller.start()
+    time.sleep(0.5)  # the open pull is registered
+    ask = b.client.ask(sender="worker-b", to="main-a", body=b"q?")
+    puller.join(25)
+    assert [m.kind for m in got] == ["ASK"] and got[0].turn_id == ask.turn_id
+    # answered in time -> injected into the asking worker
+    a.client.answer(sender="main-a", to="worker-b", turn_id=str(ask.turn_id), body=b"main")
+    wait_until(lambda: rec.of("worker-b", "ANSWER"), 20, "ANSWER injected")
+    # a second answer to the same (now answered) turn is too late
+    a.client.answer(sender="main-a", to="worker-b", turn_id=str(ask.turn_id), body=b"again")
+    late = _drain(a, "main-a", 1, kinds=["TOO_LATE"])
+    assert [m.kind for m in late] == ["TOO_LATE"] and late[0].turn_id == ask.turn_id
+    assert len(rec.of("worker-b", "ANSWER")) == 1
+
+
+def test_broadcast_reaches_each_group_member_exactly_once(two_hosts: Any) -> None:
+    """DESIGN §1: one record per host keyed broadcast.<group>; the gateway fans out locally."""
+    a, b, rec = two_hosts
+    hosts = a.client.broadcast(sender="main-a", group="g", body=b"all hands")
+    assert hosts == 2
+    wait_until(lambda: rec.of("worker-b2", "BROADCAST"), 20, "broadcast injected on B")
+    held = _drain(a, "main-a2", 1)
+    time.sleep(1.0)
+    held += a.client.poll("main-a2")
+    assert [m.body for m in held] == [b"all hands"]
+    assert len(rec.of("worker-b2", "BROADCAST")) == 1
+    assert rec.of("worker-b", "BROADCAST") == [], "non-members get nothing"
+    assert a.client.poll("main-a") == []
+
+
+def test_unknown_recipient_is_an_immediate_error(two_hosts: Any) -> None:
+    """Seed 000 §8 step 6: an unroutable send is a fast error, not a black hole."""
+    a, _b, _rec = two_hosts
+    with pytest.raises(DeliveryError) as info:
+        a.client.send(sender="main-a", to="nobody-anywhere", body=b"x")
+    assert info.value.reason == "UNKNOWN_RECIPIENT"
