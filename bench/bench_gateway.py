@@ -126,7 +126,6 @@ def _gateway_path(bootstrap: str, topic: str, n: int, verifier: Verifier, db: Pa
     from pipeline.gateway.entities import LocalEntities
     from pipeline.gateway.inbound import InboxHandler
     from pipeline.gateway.injection import InjectionQueue
-    from pipeline.gateway.injectors import CallbackInjector
     from pipeline.gateway.metrics import GatewayMetrics
     from pipeline.gateway.outbound import Publisher
     from pipeline.runtime import ConsumerRuntime, RuntimeConfig
@@ -137,15 +136,16 @@ def _gateway_path(bootstrap: str, topic: str, n: int, verifier: Verifier, db: Pa
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry)
     entity = (EntityConfig(gid=to, role=Role.WORKER, delivery=Delivery.INJECT,
-                           injector=InjectorSpec(type="callback")) if forward
+                           injector=InjectorSpec(type="callback", callback=to)) if forward
               else EntityConfig(gid=to, role=Role.MAIN, delivery=Delivery.PULL))
     cfg = GatewayConfig(host="B", bootstrap=bootstrap, entities=(entity,))
     publisher = Publisher(host="B", signer=signer, topics=topics)
     injected = [0]
-    injections = InjectionQueue(
-        injectors={to: CallbackInjector(lambda **_kw: injected.__setitem__(0, injected[0] + 1))},
-        sessions=sessions, publisher=publisher, metrics=metrics)
-    handler = InboxHandler(host="B", verifier=verifier, entities=LocalEntities.from_config(cfg),
+    entities = LocalEntities.from_config(
+        cfg, callbacks={to: lambda **_kw: injected.__setitem__(0, injected[0] + 1)})
+    injections = InjectionQueue(entities=entities, sessions=sessions, publisher=publisher,
+                                metrics=metrics)
+    handler = InboxHandler(host="B", verifier=verifier, entities=entities,
                            publisher=publisher, conversations=Conversations(sessions),
                            injections=injections, reads=read_sessions(engine), metrics=metrics,
                            seen=BoundedSeenSet())
@@ -235,7 +235,8 @@ def _latency(bootstrap: str, rate: int, seconds: float) -> dict[str, Any]:
                           signer=signers["A"], trust=trust)
         b = build_gateway(cfg("B", (EntityConfig(gid="worker-b", role=Role.WORKER,
                                                  delivery=Delivery.INJECT,
-                                                 injector=InjectorSpec(type="callback")),
+                                                 injector=InjectorSpec(type="callback",
+                                                                       callback="worker-b")),
                                     EntityConfig(gid="main-b", role=Role.MAIN,
                                                  delivery=Delivery.PULL))),
                           signer=signers["B"], trust=trust,

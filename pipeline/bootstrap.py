@@ -17,14 +17,14 @@ from sqlalchemy import Engine
 
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.gateway.client import GatewayClient
-from pipeline.gateway.config import Delivery, GatewayConfig
+from pipeline.gateway.config import GatewayConfig
 from pipeline.gateway.conversations import Conversations
 from pipeline.gateway.deadletters import OutboxDeadLetterSink
 from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.held import HeldStore
 from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import InjectionQueue
-from pipeline.gateway.injectors import Injector, build_injector
+from pipeline.gateway.injectors import InjectMetrics
 from pipeline.gateway.maintenance import Maintenance
 from pipeline.gateway.metrics import GatewayMetrics
 from pipeline.gateway.outbound import Publisher
@@ -76,11 +76,11 @@ def build_gateway(
     signer: Signer,
     trust: TrustStore,
     callbacks: Mapping[str, Callable[..., Any]] | None = None,
-    injectors: Mapping[str, Injector] | None = None,
     registry: CollectorRegistry | None = None,
     apply_topics: bool = True,
     relay_poll_s: float = 0.002,
     maintenance_interval_s: float | None = None,
+    fault_after_commit: Callable[[int], None] | None = None,
 ) -> GatewayParts:
     host = config.host
     topics = TopicNames(prefix=config.topic_prefix)
@@ -110,14 +110,12 @@ def build_gateway(
         host=host, trust=trust, presence=roster, seen=seen, topics=topics,
         max_ttl_s=config.max_ttl_s, skew_s=config.clock_skew_s,
     )
-    entities = LocalEntities.from_config(config)
-    built: dict[str, Injector] = dict(injectors or {})
-    for e in config.entities:
-        if e.delivery == Delivery.INJECT and e.gid not in built and e.injector is not None:
-            built[e.gid] = build_injector(e.injector, callbacks)
+    entities = LocalEntities.from_config(
+        config, callbacks=callbacks, metrics=InjectMetrics(registry)
+    )
     publisher = Publisher(host=host, signer=signer, topics=topics)
     injections = InjectionQueue(
-        injectors=built, sessions=sessions, publisher=publisher, metrics=metrics
+        entities=entities, sessions=sessions, publisher=publisher, metrics=metrics
     )
     conversations = Conversations(sessions)
     handler = InboxHandler(
@@ -133,7 +131,7 @@ def build_gateway(
             instance_id=host, ordered=False,
         ),
         handler=handler, sessions=sessions, dead_letters=dead_letters,
-        metrics=RuntimeMetrics(registry),
+        metrics=RuntimeMetrics(registry), fault_after_commit=fault_after_commit,
     )
     relay = Relay(engine=engine, bootstrap=config.bootstrap, registry=registry,
                   idle_sleep_s=relay_poll_s)

@@ -82,7 +82,7 @@ def run_demo(
         entities=(
             EntityConfig(
                 gid="worker-b", role=Role.WORKER, delivery=Delivery.INJECT,
-                injector=InjectorSpec(type="callback", command=("worker-b",)),
+                injector=InjectorSpec(type="callback", callback="worker-b"),
             ),
         ),
     )

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -36,6 +38,21 @@ def _signer(cfg: GatewayConfig) -> Signer:
     return Signer.load(cfg.key_file)
 
 
+def _fault_hook(fault: str | None) -> Callable[[int], None] | None:
+    """Crash tests only: FLEET_FAULT=crash_after_commit kills the gateway (exit 137) right after
+    an offset commit that has injects pending -- the forward path's crash window."""
+    if fault is None:
+        return None
+    if fault != "crash_after_commit":
+        raise ConfigError(f"unknown FLEET_FAULT {fault!r}", reason="CONFIG_INVALID")
+
+    def crash(effects: int) -> None:
+        if effects:
+            os._exit(137)
+
+    return crash
+
+
 def _body(text: str | None) -> bytes:
     if text is None or text == "-":
         return sys.stdin.buffer.read()
@@ -58,7 +75,12 @@ def run(
     cfg = _load(config, host)
     if not cfg.trust_dir:
         raise ConfigError("trust_dir is not set", reason="CONFIG_MISSING_TRUST")
-    parts = build_gateway(cfg, signer=_signer(cfg), trust=TrustStore.load(cfg.trust_dir))
+    parts = build_gateway(
+        cfg,
+        signer=_signer(cfg),
+        trust=TrustStore.load(cfg.trust_dir),
+        fault_after_commit=_fault_hook(os.environ.get("FLEET_FAULT")),
+    )
     if metrics_port is not None:
         start_http_server(metrics_port, addr="127.0.0.1", registry=parts.registry)
     gw = parts.gateway.start()

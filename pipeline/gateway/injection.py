@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -21,7 +21,7 @@ from pipeline.envelope import Envelope, Kind
 from pipeline.errors import FleetError
 from pipeline.failures.retry import BackoffPolicy
 
-from .injectors import Injector
+from .entities import LocalEntities
 from .metrics import GatewayMetrics
 from .outbound import Publisher
 from .receipts import failed_body, injected_body
@@ -44,14 +44,14 @@ class InjectionQueue:
     def __init__(
         self,
         *,
-        injectors: Mapping[str, Injector],
+        entities: LocalEntities,
         sessions: sessionmaker[Session],
         publisher: Publisher,
         metrics: GatewayMetrics,
         busy_policy: BackoffPolicy | None = None,
         on_injected: Callable[[str, Envelope], None] | None = None,
     ) -> None:
-        self.injectors = dict(injectors)
+        self.entities = entities
         self.sessions = sessions
         self.publisher = publisher
         self.metrics = metrics
@@ -97,7 +97,8 @@ class InjectionQueue:
 
     def _inject(self, job: _Job) -> None:
         env = job.envelope
-        injector = self.injectors.get(job.gid)
+        entity = self.entities.get(job.gid)
+        injector = entity.injector if entity is not None else None
         if injector is None:
             self._failed(job, "NO_INJECTOR", f"{job.gid} has no injector configured")
             return
@@ -109,7 +110,6 @@ class InjectionQueue:
                 self._failed(job, "EXPIRED", "expired while the target stayed busy")
                 return
             attempt += 1
-            started = time.monotonic()
             try:
                 injector.inject(
                     gid=job.gid,
@@ -122,10 +122,8 @@ class InjectionQueue:
                 if exc.retriable:
                     time.sleep(self.busy.delay_for(min(attempt, 6)))
                     continue
-                self.metrics.inject_failures.labels(_reason(exc.reason)).inc()
                 self._failed(job, exc.reason, str(exc))
                 return
-            self.metrics.inject_seconds.observe(time.monotonic() - started)
             self.metrics.queue_to_inject_seconds.observe(time.monotonic() - job.queued_at)
             self._receipt(job)
             if self.on_injected is not None:
@@ -163,11 +161,3 @@ class InjectionQueue:
         with self.sessions.begin() as s:
             self.publisher.stage(s, failed, to_host=job.reply_host)
 
-
-_BOUNDED_REASONS = frozenset(
-    {"INJECT_FAILED", "INJECT_TIMEOUT", "TARGET_BUSY", "NO_INJECTOR", "EXPIRED"}
-)
-
-
-def _reason(reason: str) -> str:
-    return reason if reason in _BOUNDED_REASONS else "OTHER"

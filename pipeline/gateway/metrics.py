@@ -1,4 +1,7 @@
-"""Gateway instruments (registry injected; label values from closed sets only)."""
+"""Gateway instruments (registry injected; label values from closed sets only).
+
+Inject latency and inject failures are ``InjectMetrics`` (``pipeline.gateway.injectors``).
+"""
 
 from __future__ import annotations
 
@@ -29,22 +32,10 @@ class GatewayMetrics:
             "Forward sends with no INJECTED by their deadline (one FAILED each).",
             registry=registry,
         )
-        self.inject_seconds = Histogram(
-            f"{ns}_inject_seconds",
-            "Time spent in one injector call.",
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
-        )
         self.queue_to_inject_seconds = Histogram(
             f"{ns}_commit_to_inject_seconds",
             "From the offset commit to the inject landing (includes busy-target waits).",
             buckets=_LATENCY_BUCKETS,
-            registry=registry,
-        )
-        self.inject_failures = Counter(
-            f"{ns}_inject_failures_total",
-            "Injects given up, by reason.",
-            ["reason"],
             registry=registry,
         )
         self.held_total = Counter(

@@ -37,12 +37,12 @@ def _worker_b(log: Path) -> str:
 
 
 def _in_process(fleet: Fleet, host: str, tmp: Path, entities: tuple[EntityConfig, ...],
-                **kw: Any) -> GatewayParts:
+                callbacks: Any = None, **kw: Any) -> GatewayParts:
     cfg = GatewayConfig(host=host, bootstrap=fleet.bootstrap,
                         store_url=f"sqlite:///{tmp / (host + '-inproc.sqlite')}",
                         topic_prefix=fleet.prefix, presence_interval_s=1.0, presence_ttl_s=30.0,
                         sweep_interval_s=0.5, entities=entities, **kw)
-    return build_gateway(cfg, signer=fleet.signers[host], trust=fleet.trust)
+    return build_gateway(cfg, signer=fleet.signers[host], trust=fleet.trust, callbacks=callbacks)
 
 
 @pytest.fixture
@@ -66,7 +66,8 @@ def test_pull_path_survives_kill9_twenty_times(fleet: Fleet, tmp_path: Path,
     procs.append(a_proc.start())
     b = _in_process(fleet, "B", tmp_path, (EntityConfig(
         gid="worker-b", role=Role.WORKER, delivery=Delivery.INJECT,
-        injector=InjectorSpec(type="callback")),), )
+        injector=InjectorSpec(type="callback", callback="worker-b")),),
+        callbacks={"worker-b": lambda **_kw: None})
     b.gateway.start()
     try:
         wait_until(lambda: b.client.knows("main-a"), 60, "main-a in B's roster")

@@ -39,7 +39,7 @@ class Recorder:
 
 def _inject(gid: str, groups: tuple[str, ...] = ()) -> EntityConfig:
     return EntityConfig(gid=gid, role=Role.WORKER, delivery=Delivery.INJECT, groups=groups,
-                        injector=InjectorSpec(type="callback"))
+                        injector=InjectorSpec(type="callback", callback=gid))
 
 
 def _pull(gid: str, groups: tuple[str, ...] = ()) -> EntityConfig:
