@@ -170,7 +170,7 @@ def _throughput(bootstrap: str, n: int, forward: bool) -> dict[str, Any]:
     a, b = Signer.generate("A"), Signer.generate("B")
     trust = TrustStore()
     for s in (a, b):
-        trust.add(s.host, s.key_id, s.public_bytes())
+        trust.add(s.host, s.key_id, s.public_key_bytes)
     inbox = topics.inbox("B")
     to = "worker-b" if forward else "main-b"
     kind = Kind.SEND if forward else Kind.REPLY
@@ -201,7 +201,7 @@ def _verify_cost(n: int = 2000) -> dict[str, Any]:
     topics = TopicNames()
     a = Signer.generate("A")
     trust = TrustStore()
-    trust.add(a.host, a.key_id, a.public_bytes())
+    trust.add(a.host, a.key_id, a.public_key_bytes)
     recs = _signed(n, kind=Kind.REPLY, to="m", sender="main-a", topic=topics.inbox("B"), signer=a)
     v = Verifier(host="B", trust=trust, presence=StaticPresence({"main-a": "A"}),
                  seen=BoundedSeenSet(), topics=topics)
@@ -223,7 +223,7 @@ def _latency(bootstrap: str, rate: int, seconds: float) -> dict[str, Any]:
     signers = {h: Signer.generate(h) for h in ("A", "B")}
     trust = TrustStore()
     for s in signers.values():
-        trust.add(s.host, s.key_id, s.public_bytes())
+        trust.add(s.host, s.key_id, s.public_key_bytes)
     with tempfile.TemporaryDirectory() as d:
         def cfg(host: str, ents: tuple[EntityConfig, ...]) -> GatewayConfig:
             return GatewayConfig(host=host, bootstrap=bootstrap, topic_prefix=prefix,

@@ -86,17 +86,13 @@ def build_gateway(
     topics = TopicNames(prefix=config.topic_prefix)
     registry = registry or CollectorRegistry()
     if apply_topics:
-        apply_topology(config.bootstrap, TopologySpec.for_host(host, topics=topics))
+        apply_topology(config.bootstrap, TopologySpec(hosts=(host,), topics=topics))
     engine = make_engine(config.store_url)
     sessions = session_factory(engine)
     reads = read_sessions(engine)
     metrics = GatewayMetrics(registry)
 
-    presence_verifier_seen = BoundedSeenSet()
-    roster = RosterView(
-        verifier=Verifier(host=host, trust=trust, presence=_NoPresence(), seen=presence_verifier_seen,
-                          topics=topics, max_ttl_s=config.max_ttl_s, skew_s=config.clock_skew_s)
-    )
+    roster = RosterView.build(trust=trust, topics=topics, skew_s=config.clock_skew_s)
     follower = RosterFollower(bootstrap=config.bootstrap, view=roster, topics=topics)
     presence = PresencePublisher(
         producer=Producer(producer_config(config.bootstrap)),
@@ -185,9 +181,3 @@ def build_gateway(
         metrics=metrics,
     )
 
-
-class _NoPresence:
-    """Presence records are verified by signature and host claim, not by presence itself."""
-
-    def host_of(self, gid: str) -> str | None:
-        return None

@@ -60,7 +60,7 @@ def run_demo(
     signers = {h: Signer.generate(h) for h in ("A", "B")}
     trust = TrustStore()
     for s in signers.values():
-        trust.add(s.host, s.key_id, s.public_bytes())
+        trust.add(s.host, s.key_id, s.public_key_bytes)
 
     injected: list[str] = []
     worker_inbox: list[tuple[str, bytes]] = []
