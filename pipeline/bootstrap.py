@@ -130,7 +130,7 @@ def build_gateway(
         metrics=RuntimeMetrics(registry), fault_after_commit=fault_after_commit,
     )
     relay = Relay(engine=engine, bootstrap=config.bootstrap, registry=registry,
-                  idle_sleep_s=relay_poll_s)
+                  idle_wait_s=relay_poll_s)
     maintenance = Maintenance(
         sessions=sessions, held=HeldStore(sessions), conversations=conversations,
         dead_letters=dead_letters, publisher=publisher, metrics=metrics,

@@ -97,7 +97,7 @@ def test_pull_path_survives_kill9_twenty_times(fleet: Fleet, tmp_path: Path,
 
 def _unsent(engine: Any) -> int:
     with engine.connect() as c:
-        return len(list(c.execute(select(outbox.c.lsn).where(outbox.c.sent_at_ms.is_(None)))))
+        return len(list(c.execute(select(outbox.c.lsn).where(outbox.c.status == 0))))
 
 
 def _held(engine: Any) -> list[tuple[str, bytes]]:
