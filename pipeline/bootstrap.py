@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
@@ -35,6 +35,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.outbox import Relay
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
+from pipeline.presence.publisher import ProducerLike
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.store import make_engine, read_sessions, session_factory
@@ -95,7 +96,7 @@ def build_gateway(
     roster = RosterView.build(trust=trust, topics=topics, skew_s=config.clock_skew_s)
     follower = RosterFollower(bootstrap=config.bootstrap, view=roster, topics=topics)
     presence = PresencePublisher(
-        producer=Producer(producer_config(config.bootstrap)),
+        producer=cast("ProducerLike", Producer(producer_config(config.bootstrap))),
         signer=signer,
         topics=topics,
         interval_s=config.presence_interval_s,

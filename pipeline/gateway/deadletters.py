@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from pipeline import outbox
-from pipeline.failures.dlq import dead_letter_record
+from pipeline.failures.dlq import dead_letter_headers
 from pipeline.kafka.topics import TopicNames
 from pipeline.runtime import Record, Staged
 
@@ -51,14 +51,13 @@ class OutboxDeadLetterSink:
         first_failure_ms: int,
         last_failure_ms: int,
     ) -> None:
-        key, headers, value = dead_letter_record(
+        key, value = record.key, record.value
+        headers = dead_letter_headers(
+            record.headers,
             topic=record.topic,
             partition=record.partition,
             offset=record.offset,
             timestamp_ms=record.timestamp_ms,
-            key=record.key,
-            headers=record.headers,
-            value=record.value,
             reason=reason,
             error=error,
             attempts=attempts,

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -24,7 +25,7 @@ from pipeline.runtime import Record, Staged
 
 from . import tracking
 from .config import Delivery
-from .conversations import ANSWERED, Conversations
+from .conversations import ABANDONED, ANSWERED, Conversations
 from .entities import LocalEntities
 from .held import held_table
 from .injection import InjectionQueue
@@ -103,7 +104,7 @@ class InboxHandler:
             return DeadLetter(
                 reason=UNKNOWN_RECIPIENT, error=f"{env.to} is not a local entity of {self.host}"
             )
-        tx.after_commit(lambda mid=env.msg_id: self.seen.add(mid))
+        tx.after_commit(functools.partial(self.seen.add, env.msg_id))
         if entity.delivery == Delivery.PULL:
             return self._to_pull(env, record, tx, verified.signer_host)
         return self._to_inject(env, tx, verified.signer_host)
@@ -124,7 +125,8 @@ class InboxHandler:
             if env.kind == Kind.FAILED and state == tracking.FAILED:
                 return ACK  # the deadline already reported it: exactly one FAILED per send
             new_state = tracking.INJECTED if env.kind == Kind.INJECTED else tracking.FAILED
-            tx.call(lambda s, m=receipt.msg_id, st=new_state, r=receipt.reason: _settle(s, m, st, r))
+            tx.call(functools.partial(_settle, msg_id=receipt.msg_id, state=new_state,
+                                      reason=receipt.reason))
         return self._hold(env, record, tx, env.to)
 
     def _hold(self, env: Envelope, record: Record, tx: Staged, recipient: str) -> Outcome:
@@ -181,9 +183,9 @@ class InboxHandler:
                 self._reply(tx, env, Kind.TOO_LATE, signer_host, body=b"")
                 self.metrics.too_late.inc()
                 return ACK
-            tx.call(lambda s, t=env.turn_id: Conversations.close_turn(s, str(t), ANSWERED))
+            tx.call(functools.partial(_close_turn, turn_id=str(env.turn_id), state=ANSWERED))
         if env.kind == Kind.NO_WAITER and env.turn_id:
-            tx.call(lambda s, t=env.turn_id: Conversations.close_turn(s, str(t), "abandoned"))
+            tx.call(functools.partial(_close_turn, turn_id=env.turn_id, state=ABANDONED))
         # Commit before inject: the runtime runs this only after the offset commit succeeded.
         tx.after_commit(lambda: self.injections.submit(env.to, env, reply_host=signer_host))
         return ACK
@@ -195,9 +197,8 @@ class InboxHandler:
             if member.delivery == Delivery.PULL:
                 self._hold(env, record, tx, member.gid)
             else:
-                gid = member.gid
                 tx.after_commit(
-                    lambda g=gid: self.injections.submit(g, env, reply_host=None)
+                    functools.partial(self.injections.submit, member.gid, env, reply_host=None)
                 )
         return ACK
 
@@ -217,5 +218,9 @@ class InboxHandler:
         tx.call(lambda s: self.publisher.stage(s, reply, to_host=to_host))
 
 
-def _settle(session: Session, msg_id: str, state: str, reason: str) -> None:
+def _settle(session: Session, *, msg_id: str, state: str, reason: str) -> None:
     tracking.settle(session, msg_id, state, reason or None)
+
+
+def _close_turn(session: Session, *, turn_id: str, state: str) -> None:
+    Conversations.close_turn(session, turn_id, state)

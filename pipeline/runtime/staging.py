@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Table, insert
 from sqlalchemy.orm import Session
 
-SessionCall = Callable[[Session], None]
+SessionCall = Callable[[Session], object]
 Effect = Callable[[], None]
 
 
