@@ -134,6 +134,9 @@ class HeldStore:
                 .where(held_table.c.recipient == recipient, held_table.c.drained_at_ms.is_(None))
                 .order_by(held_table.c.id)
                 .limit(limit)
+                # PostgreSQL: concurrent drains skip each other's rows instead of handing the
+                # same message out twice; SQLite serializes writers (BEGIN IMMEDIATE) already.
+                .with_for_update(skip_locked=True)
             )
             if sender is not None:
                 q = q.where(held_table.c.sender == sender)
