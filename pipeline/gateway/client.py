@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -148,18 +149,19 @@ class GatewayClient:
         recipient: str,
         *,
         sender: str | None = None,
+        kinds: Sequence[str] | None = None,
         limit: int = 100,
         wait_s: float = 0.0,
         interval_s: float = 0.005,
     ) -> list[HeldMessage]:
         """Drain held messages; with ``wait_s`` this is an open pull (ASKs surface on it)."""
-        got = self.held.poll(recipient, sender=sender, limit=limit)
+        got = self.held.poll(recipient, sender=sender, kinds=kinds, limit=limit)
         if got or wait_s <= 0:
             return got
         deadline = time.monotonic() + wait_s
         with self.conversations.open_pull(recipient, wait_s):
             while time.monotonic() < deadline:
-                got = self.held.poll(recipient, sender=sender, limit=limit)
+                got = self.held.poll(recipient, sender=sender, kinds=kinds, limit=limit)
                 if got:
                     return got
                 time.sleep(interval_s)
