@@ -233,8 +233,13 @@ class ConsumerRuntime:
                 f"refusing to skip: {err.str()}",
                 context={"topic": msg.topic(), "partition": msg.partition()},
             )
-        if err.fatal():
-            raise FencedError(f"fatal consumer error: {err.str()}")
+        if err.fatal() or err.code() == KafkaError._FATAL:
+            # librdkafka reports static-membership fencing (a second member with our
+            # group.instance.id) as _FATAL on the consume path; the client is unusable now.
+            raise FencedError(
+                f"group {self.config.group_id} member {self.config.instance_id or '(dynamic)'} "
+                f"is fenced or failed fatally: {err.str()}"
+            )
         log.warning("consume error (librdkafka retries it): %s", err.str())
 
     def process(self, records: list[Record], *, releasing: str | None = None) -> None:
