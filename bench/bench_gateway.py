@@ -54,8 +54,9 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, list[Any], b
 def _signed(n: int, *, kind: Kind, to: str, sender: str, topic: str, signer: Signer) -> list[Any]:
     out = []
     for i in range(n):
-        env = Envelope.new(kind=kind, sender=sender, to=to, body=f"msg {i} ".encode() * 8,
-                           ttl_s=3600)
+        env = Envelope.new(
+            kind=kind, sender=sender, to=to, body=f"msg {i} ".encode() * 8, ttl_s=3600
+        )
         out.append(encode(env, topic=topic, signer=signer))
     return out
 
@@ -67,8 +68,16 @@ def _new_topic(bootstrap: str, name: str) -> str:
     return name
 
 
-def _baseline(bootstrap: str, topic: str, n: int, verifier: Verifier, db: Path,
-              forward: bool, signer: Signer, topics: TopicNames) -> float:
+def _baseline(
+    bootstrap: str,
+    topic: str,
+    n: int,
+    verifier: Verifier,
+    db: Path,
+    forward: bool,
+    signer: Signer,
+    topics: TopicNames,
+) -> float:
     """The hand-written loop: consume + verify + SQL (one tx per batch) + sync commit."""
     from pipeline.gateway.held import held_table
     from pipeline.outbox import write as outbox_write
@@ -93,24 +102,39 @@ def _baseline(bootstrap: str, topic: str, n: int, verifier: Verifier, db: Path,
             if forward:
                 injected.append(e)
             else:
-                held_rows.append({"recipient": e.to, "msg_id": e.msg_id, "kind": e.kind.value,
-                                  "sender": e.sender, "trace_id": e.trace_id, "turn_id": None,
-                                  "body": e.body, "headers": None, "topic": m.topic(),
-                                  "ts_ms": e.ts_ms, "expires_at_ms": e.expires_at_ms,
-                                  "held_at_ms": now})
+                held_rows.append(
+                    {
+                        "recipient": e.to,
+                        "msg_id": e.msg_id,
+                        "kind": e.kind.value,
+                        "sender": e.sender,
+                        "trace_id": e.trace_id,
+                        "turn_id": None,
+                        "body": e.body,
+                        "headers": None,
+                        "topic": m.topic(),
+                        "ts_ms": e.ts_ms,
+                        "expires_at_ms": e.expires_at_ms,
+                        "held_at_ms": now,
+                    }
+                )
         with sessions.begin() as s:
             s.execute(insert(dedupe_table), dedupe_rows)
             if held_rows:
                 s.execute(insert(held_table), held_rows)
-        c.commit(offsets=[TopicPartition(m.topic(), m.partition(), m.offset() + 1)
-                          for m in msgs[-1:]], asynchronous=False)
+        c.commit(
+            offsets=[TopicPartition(m.topic(), m.partition(), m.offset() + 1) for m in msgs[-1:]],
+            asynchronous=False,
+        )
         for e in injected:  # inject (a no-op callback), then the INJECTED receipt
-            r = Envelope.new(kind=Kind.INJECTED, sender="B._gateway", to=e.sender, body=b"r",
-                             ttl_s=60)
+            r = Envelope.new(
+                kind=Kind.INJECTED, sender="B._gateway", to=e.sender, body=b"r", ttl_s=60
+            )
             k, h, val = encode(r, topic=topics.inbox("A"), signer=signer)
             with sessions.begin() as s:
-                outbox_write(s, topic=topics.inbox("A"), key=k, value=val, headers=h,
-                             branch_key="bench")
+                outbox_write(
+                    s, topic=topics.inbox("A"), key=k, value=val, headers=h, branch_key="bench"
+                )
         done += len(msgs)
     elapsed = time.perf_counter() - t0
     c.close()
@@ -118,8 +142,17 @@ def _baseline(bootstrap: str, topic: str, n: int, verifier: Verifier, db: Path,
     return elapsed
 
 
-def _gateway_path(bootstrap: str, topic: str, n: int, verifier: Verifier, db: Path,
-                  forward: bool, signer: Signer, topics: TopicNames, to: str) -> float:
+def _gateway_path(
+    bootstrap: str,
+    topic: str,
+    n: int,
+    verifier: Verifier,
+    db: Path,
+    forward: bool,
+    signer: Signer,
+    topics: TopicNames,
+    to: str,
+) -> float:
     from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
     from pipeline.gateway.conversations import Conversations
     from pipeline.gateway.deadletters import OutboxDeadLetterSink
@@ -135,24 +168,42 @@ def _gateway_path(bootstrap: str, topic: str, n: int, verifier: Verifier, db: Pa
     sessions = session_factory(engine)
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry)
-    entity = (EntityConfig(gid=to, role=Role.WORKER, delivery=Delivery.INJECT,
-                           injector=InjectorSpec(type="callback", callback=to)) if forward
-              else EntityConfig(gid=to, role=Role.MAIN, delivery=Delivery.PULL))
+    entity = (
+        EntityConfig(
+            gid=to,
+            role=Role.WORKER,
+            delivery=Delivery.INJECT,
+            injector=InjectorSpec(type="callback", callback=to),
+        )
+        if forward
+        else EntityConfig(gid=to, role=Role.MAIN, delivery=Delivery.PULL)
+    )
     cfg = GatewayConfig(host="B", bootstrap=bootstrap, entities=(entity,))
     publisher = Publisher(host="B", signer=signer, topics=topics)
     injected = [0]
     entities = LocalEntities.from_config(
-        cfg, callbacks={to: lambda **_kw: injected.__setitem__(0, injected[0] + 1)})
-    injections = InjectionQueue(entities=entities, sessions=sessions, publisher=publisher,
-                                metrics=metrics)
-    handler = InboxHandler(host="B", verifier=verifier, entities=entities,
-                           publisher=publisher, conversations=Conversations(sessions),
-                           injections=injections, reads=read_sessions(engine), metrics=metrics,
-                           seen=BoundedSeenSet())
+        cfg, callbacks={to: lambda **_kw: injected.__setitem__(0, injected[0] + 1)}
+    )
+    injections = InjectionQueue(
+        entities=entities, sessions=sessions, publisher=publisher, metrics=metrics
+    )
+    handler = InboxHandler(
+        host="B",
+        verifier=verifier,
+        entities=entities,
+        publisher=publisher,
+        conversations=Conversations(sessions),
+        injections=injections,
+        reads=read_sessions(engine),
+        metrics=metrics,
+        seen=BoundedSeenSet(),
+    )
     rt = ConsumerRuntime(
         RuntimeConfig(bootstrap=bootstrap, group_id=unique_name("bench.gw"), topics=(topic,)),
-        handler=handler, sessions=sessions,
-        dead_letters=OutboxDeadLetterSink(topics=topics, gateway="B"))
+        handler=handler,
+        sessions=sessions,
+        dead_letters=OutboxDeadLetterSink(topics=topics, gateway="B"),
+    )
     rt.subscribe()
     done = 0
     t0 = time.perf_counter()
@@ -182,19 +233,24 @@ def _throughput(bootstrap: str, n: int, forward: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         for rep in range(2):  # alternate sides; keep each side's best run
             for side in ("baseline", "gateway"):
-                verifier = Verifier(host="B", trust=trust, presence=presence,
-                                    seen=BoundedSeenSet(), topics=topics)
+                verifier = Verifier(
+                    host="B", trust=trust, presence=presence, seen=BoundedSeenSet(), topics=topics
+                )
                 db = Path(d) / f"{side}{rep}.sqlite"
                 if side == "baseline":
                     took = _baseline(bootstrap, topic, n, verifier, db, forward, b, topics)
                 else:
-                    took = _gateway_path(bootstrap, topic, n, verifier, db, forward, b, topics,
-                                         to)
+                    took = _gateway_path(bootstrap, topic, n, verifier, db, forward, b, topics, to)
                 results[side].append(took)
     base, gw = min(results["baseline"]), min(results["gateway"])
-    return {"messages": n, "baseline_s": round(base, 3), "gateway_s": round(gw, 3),
-            "baseline_msg_per_s": round(n / base), "gateway_msg_per_s": round(n / gw),
-            "ratio_baseline_over_gateway": round(base / gw, 3)}
+    return {
+        "messages": n,
+        "baseline_s": round(base, 3),
+        "gateway_s": round(gw, 3),
+        "baseline_msg_per_s": round(n / base),
+        "gateway_msg_per_s": round(n / gw),
+        "ratio_baseline_over_gateway": round(base / gw, 3),
+    }
 
 
 def _verify_cost(n: int = 2000) -> dict[str, Any]:
@@ -203,14 +259,21 @@ def _verify_cost(n: int = 2000) -> dict[str, Any]:
     trust = TrustStore()
     trust.add(a.host, a.key_id, a.public_key_bytes)
     recs = _signed(n, kind=Kind.REPLY, to="m", sender="main-a", topic=topics.inbox("B"), signer=a)
-    v = Verifier(host="B", trust=trust, presence=StaticPresence({"main-a": "A"}),
-                 seen=BoundedSeenSet(), topics=topics)
+    v = Verifier(
+        host="B",
+        trust=trust,
+        presence=StaticPresence({"main-a": "A"}),
+        seen=BoundedSeenSet(),
+        topics=topics,
+    )
     t0 = time.perf_counter()
     for key, headers, value in recs:
         v.verify(topic=topics.inbox("B"), key=key, headers=headers, value=value)
     per = (time.perf_counter() - t0) / n
-    return {"verify_us_per_msg": round(per * 1e6, 1),
-            "verify_ceiling_msg_per_s_per_core": round(1 / per)}
+    return {
+        "verify_us_per_msg": round(per * 1e6, 1),
+        "verify_ceiling_msg_per_s_per_core": round(1 / per),
+    }
 
 
 def _latency(bootstrap: str, rate: int, seconds: float) -> dict[str, Any]:
@@ -225,22 +288,40 @@ def _latency(bootstrap: str, rate: int, seconds: float) -> dict[str, Any]:
     for s in signers.values():
         trust.add(s.host, s.key_id, s.public_key_bytes)
     with tempfile.TemporaryDirectory() as d:
-        def cfg(host: str, ents: tuple[EntityConfig, ...]) -> GatewayConfig:
-            return GatewayConfig(host=host, bootstrap=bootstrap, topic_prefix=prefix,
-                                 store_url=f"sqlite:///{Path(d) / (host + '.sqlite')}",
-                                 presence_interval_s=1.0, presence_ttl_s=60, entities=ents)
 
-        a = build_gateway(cfg("A", (EntityConfig(gid="main-a", role=Role.MAIN,
-                                                 delivery=Delivery.PULL),)),
-                          signer=signers["A"], trust=trust)
-        b = build_gateway(cfg("B", (EntityConfig(gid="worker-b", role=Role.WORKER,
-                                                 delivery=Delivery.INJECT,
-                                                 injector=InjectorSpec(type="callback",
-                                                                       callback="worker-b")),
-                                    EntityConfig(gid="main-b", role=Role.MAIN,
-                                                 delivery=Delivery.PULL))),
-                          signer=signers["B"], trust=trust,
-                          callbacks={"worker-b": lambda **_kw: None})
+        def cfg(host: str, ents: tuple[EntityConfig, ...]) -> GatewayConfig:
+            return GatewayConfig(
+                host=host,
+                bootstrap=bootstrap,
+                topic_prefix=prefix,
+                store_url=f"sqlite:///{Path(d) / (host + '.sqlite')}",
+                presence_interval_s=1.0,
+                presence_ttl_s=60,
+                entities=ents,
+            )
+
+        a = build_gateway(
+            cfg("A", (EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),)),
+            signer=signers["A"],
+            trust=trust,
+        )
+        b = build_gateway(
+            cfg(
+                "B",
+                (
+                    EntityConfig(
+                        gid="worker-b",
+                        role=Role.WORKER,
+                        delivery=Delivery.INJECT,
+                        injector=InjectorSpec(type="callback", callback="worker-b"),
+                    ),
+                    EntityConfig(gid="main-b", role=Role.MAIN, delivery=Delivery.PULL),
+                ),
+            ),
+            signer=signers["B"],
+            trust=trust,
+            callbacks={"worker-b": lambda **_kw: None},
+        )
         a.gateway.start()
         b.gateway.start()
         try:
@@ -263,17 +344,28 @@ def _latency(bootstrap: str, rate: int, seconds: float) -> dict[str, Any]:
             deadline = time.monotonic() + 60
             held: dict[str, int] = {}
             receipts: dict[str, int] = {}
-            while time.monotonic() < deadline and (len(held) < len(sent_reply)
-                                                   or len(receipts) < len(sent_brief)):
+            while time.monotonic() < deadline and (
+                len(held) < len(sent_reply) or len(receipts) < len(sent_brief)
+            ):
                 time.sleep(0.5)
                 with b.engine.connect() as c:
-                    held = {r.msg_id: r.held_at_ms for r in c.execute(
-                        select(held_table.c.msg_id, held_table.c.held_at_ms)
-                        .where(held_table.c.recipient == "main-b"))}
+                    held = {
+                        r.msg_id: r.held_at_ms
+                        for r in c.execute(
+                            select(held_table.c.msg_id, held_table.c.held_at_ms).where(
+                                held_table.c.recipient == "main-b"
+                            )
+                        )
+                    }
                 with a.engine.connect() as c:
-                    receipts = {read_receipt("INJECTED", bytes(r.body)).msg_id: r.held_at_ms
-                                for r in c.execute(select(held_table.c.body, held_table.c.held_at_ms)
-                                                   .where(held_table.c.kind == "INJECTED"))}
+                    receipts = {
+                        read_receipt("INJECTED", bytes(r.body)).msg_id: r.held_at_ms
+                        for r in c.execute(
+                            select(held_table.c.body, held_table.c.held_at_ms).where(
+                                held_table.c.kind == "INJECTED"
+                            )
+                        )
+                    }
             lat_held = sorted(held[m] - sent_reply[m] for m in held if m in sent_reply)
             lat_inj = sorted(receipts[m] - sent_brief[m] for m in receipts if m in sent_brief)
         finally:
@@ -283,11 +375,20 @@ def _latency(bootstrap: str, rate: int, seconds: float) -> dict[str, Any]:
     def pct(xs: list[int], q: float) -> float:
         return float(xs[min(len(xs) - 1, int(q * len(xs)))]) if xs else float("nan")
 
-    return {"rate_msg_per_s": rate, "seconds": seconds,
-            "send_to_held_ms": {"n": len(lat_held), "p50": pct(lat_held, 0.5),
-                                "p99": pct(lat_held, 0.99)},
-            "send_to_injected_ms": {"n": len(lat_inj), "p50": pct(lat_inj, 0.5),
-                                    "p99": pct(lat_inj, 0.99)}}
+    return {
+        "rate_msg_per_s": rate,
+        "seconds": seconds,
+        "send_to_held_ms": {
+            "n": len(lat_held),
+            "p50": pct(lat_held, 0.5),
+            "p99": pct(lat_held, 0.99),
+        },
+        "send_to_injected_ms": {
+            "n": len(lat_inj),
+            "p50": pct(lat_inj, 0.5),
+            "p99": pct(lat_inj, 0.99),
+        },
+    }
 
 
 def main(quick: bool = False) -> dict[str, Any]:

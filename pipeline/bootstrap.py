@@ -104,8 +104,13 @@ def build_gateway(
     )
     seen = BoundedSeenSet()
     verifier = Verifier(
-        host=host, trust=trust, presence=roster, seen=seen, topics=topics,
-        max_ttl_s=config.max_ttl_s, skew_s=config.clock_skew_s,
+        host=host,
+        trust=trust,
+        presence=roster,
+        seen=seen,
+        topics=topics,
+        max_ttl_s=config.max_ttl_s,
+        skew_s=config.clock_skew_s,
     )
     entities = LocalEntities.from_config(
         config, callbacks=callbacks, metrics=InjectMetrics(registry)
@@ -116,29 +121,48 @@ def build_gateway(
     )
     conversations = Conversations(sessions)
     handler = InboxHandler(
-        host=host, verifier=verifier, entities=entities, publisher=publisher,
-        conversations=conversations, injections=injections, reads=reads, metrics=metrics,
-        seen=seen, max_held_per_recipient=config.max_held_per_recipient,
+        host=host,
+        verifier=verifier,
+        entities=entities,
+        publisher=publisher,
+        conversations=conversations,
+        injections=injections,
+        reads=reads,
+        metrics=metrics,
+        seen=seen,
+        max_held_per_recipient=config.max_held_per_recipient,
     )
     group = topics.gateway_group(host)
     dead_letters = OutboxDeadLetterSink(topics=topics, gateway=host, group=group)
     runtime = ConsumerRuntime(
         RuntimeConfig(
-            bootstrap=config.bootstrap, group_id=group, topics=(topics.inbox(host),),
-            instance_id=host, ordered=False,
+            bootstrap=config.bootstrap,
+            group_id=group,
+            topics=(topics.inbox(host),),
+            instance_id=host,
+            ordered=False,
         ),
-        handler=handler, sessions=sessions, dead_letters=dead_letters,
-        metrics=RuntimeMetrics(registry), fault_after_commit=fault_after_commit,
+        handler=handler,
+        sessions=sessions,
+        dead_letters=dead_letters,
+        metrics=RuntimeMetrics(registry),
+        fault_after_commit=fault_after_commit,
     )
-    relay = Relay(engine=engine, bootstrap=config.bootstrap, registry=registry,
-                  idle_wait_s=relay_poll_s)
+    relay = Relay(
+        engine=engine, bootstrap=config.bootstrap, registry=registry, idle_wait_s=relay_poll_s
+    )
     maintenance = Maintenance(
-        sessions=sessions, held=HeldStore(sessions), conversations=conversations,
-        dead_letters=dead_letters, publisher=publisher, metrics=metrics,
+        sessions=sessions,
+        held=HeldStore(sessions),
+        conversations=conversations,
+        dead_letters=dead_letters,
+        publisher=publisher,
+        metrics=metrics,
         max_ttl_s=config.max_ttl_s,
         roster_entries=lambda: [
-            RosterEntry(e.gid, e.host, e.role.value, e.delivery.value, tuple(e.groups),
-                        e.ts_ms + e.ttl_ms)
+            RosterEntry(
+                e.gid, e.host, e.role.value, e.delivery.value, tuple(e.groups), e.ts_ms + e.ttl_ms
+            )
             for e in roster.entries()
         ],
     )
@@ -174,11 +198,18 @@ def build_gateway(
             Supervised("maintenance", run_maintenance),
         ],
     )
-    gateway.on_stop.extend([injections.stop, presence.stop, follower.stop, relay.close,
-                            engine.dispose])
+    gateway.on_stop.extend(
+        [injections.stop, presence.stop, follower.stop, relay.close, engine.dispose]
+    )
     return GatewayParts(
-        gateway=gateway, client=client, engine=engine, runtime=runtime, relay=relay,
-        roster=roster, injections=injections, maintenance=maintenance, registry=registry,
+        gateway=gateway,
+        client=client,
+        engine=engine,
+        runtime=runtime,
+        relay=relay,
+        roster=roster,
+        injections=injections,
+        maintenance=maintenance,
+        registry=registry,
         metrics=metrics,
     )
-

@@ -1,34 +1,70 @@
 """The README's run command: a local broker, two gateways (hosts A and B), one conversation.
 
-A main on host A sends a brief to a worker on host B. B's gateway commits, then injects it (a
+A main on host A sends briefs to a worker on host B. B's gateway commits, then injects each (a
 callback injector standing in for a real agent pane) and publishes ``INJECTED``; the worker
 replies. Both come back to A and are drained by the main. Every step is printed as it happens.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from pipeline.envelope import Signer, TrustStore
-from pipeline.gateway.config import (
-    Delivery,
-    EntityConfig,
-    GatewayConfig,
-    InjectorSpec,
-    Role,
-)
+from pipeline.envelope import Kind, Signer, TrustStore
+from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+
+Say = Callable[[str, str], None]
 
 
-def _say(console: Console, t0: float, who: str, text: str) -> None:
-    console.print(f"[dim]{time.monotonic() - t0:7.3f}s[/] [bold]{who:<10}[/] {text}")
+@contextlib.contextmanager
+def _broker(bootstrap: str | None, say: Say) -> Iterator[str]:
+    """``bootstrap`` or ``KAFKA_BOOTSTRAP`` if given, else a local KRaft broker for the demo."""
+    from pipeline.kafka.local import LauncherConfig, LocalCluster, default_cluster_dir
+
+    chosen = bootstrap or os.environ.get("KAFKA_BOOTSTRAP")
+    if chosen:
+        yield chosen
+        return
+    say("kafka", "starting a local KRaft broker (Maven Central jars)...")
+    directory = default_cluster_dir().parent / "demo-kafka"
+    cluster = LocalCluster(LauncherConfig(directory=directory), owned=True).start()
+    say("kafka", f"Kafka {cluster.version()} ready at {cluster.bootstrap_servers}")
+    try:
+        yield cluster.bootstrap_servers
+    finally:
+        cluster.stop()
+
+
+def _configs(bootstrap: str, workdir: Path) -> tuple[GatewayConfig, GatewayConfig]:
+    prefix = f"demo{int(time.time())}."
+    common: dict[str, Any] = {
+        "bootstrap": bootstrap,
+        "topic_prefix": prefix,
+        "inject_deadline_s": 20,
+        "presence_interval_s": 1.0,
+    }
+    main_a = EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL)
+    worker_b = EntityConfig(
+        gid="worker-b",
+        role=Role.WORKER,
+        delivery=Delivery.INJECT,
+        injector=InjectorSpec(type="callback", callback="worker-b"),
+    )
+    return (
+        GatewayConfig(
+            host="A", store_url=f"sqlite:///{workdir / 'A.sqlite'}", entities=(main_a,), **common
+        ),
+        GatewayConfig(
+            host="B", store_url=f"sqlite:///{workdir / 'B.sqlite'}", entities=(worker_b,), **common
+        ),
+    )
 
 
 def run_demo(
@@ -39,100 +75,83 @@ def run_demo(
     briefs: int = 3,
     timeout_s: float = 60.0,
 ) -> dict[str, Any]:
-    """Run the demo; returns what was observed (the tests assert on it)."""
+    """Run the demo; returns what was observed (tests assert on it)."""
     from pipeline.bootstrap import build_gateway
-    from pipeline.kafka.local import LauncherConfig, LocalCluster, default_cluster_dir
 
-    console = console or Console()
+    out = console or Console()
     t0 = time.monotonic()
-    cluster: LocalCluster | None = None
-    if bootstrap is None:
-        bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-    if bootstrap is None:
-        _say(console, t0, "kafka", "starting a local KRaft broker (Maven Central jars)...")
-        cluster = LocalCluster(
-            LauncherConfig(directory=default_cluster_dir().parent / "demo-kafka"), owned=True
-        ).start()
-        bootstrap = cluster.bootstrap_servers
-        _say(console, t0, "kafka", f"Kafka {cluster.version()} ready at {bootstrap}")
-    tmp = Path(workdir or tempfile.mkdtemp(prefix="fleet-demo-"))
-    prefix = f"demo{int(time.time())}."
+
+    def say(who: str, text: str) -> None:
+        out.print(f"[dim]{time.monotonic() - t0:7.3f}s[/] [bold]{who:<10}[/] {text}")
+
+    worker_inbox: list[tuple[str, bytes]] = []
+
+    def worker_b(*, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
+        worker_inbox.append((msg_id, body))
+        say("worker-b", f"injected {kind} {msg_id[:8]}: {body.decode()!r}")
+
     signers = {h: Signer.generate(h) for h in ("A", "B")}
     trust = TrustStore()
     for s in signers.values():
         trust.add(s.host, s.key_id, s.public_key_bytes)
-
-    injected: list[str] = []
-    worker_inbox: list[tuple[str, bytes]] = []
-    done = threading.Event()
-
-    def worker_b(*, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
-        worker_inbox.append((msg_id, body))
-        injected.append(msg_id)
-        _say(console, t0, "worker-b", f"injected {kind} {msg_id[:8]}: {body.decode()!r}")
-
-    cfg_a = GatewayConfig(
-        host="A", bootstrap=bootstrap, store_url=f"sqlite:///{tmp / 'A.sqlite'}",
-        topic_prefix=prefix, inject_deadline_s=20,
-        entities=(EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),),
-    )
-    cfg_b = GatewayConfig(
-        host="B", bootstrap=bootstrap, store_url=f"sqlite:///{tmp / 'B.sqlite'}",
-        topic_prefix=prefix, inject_deadline_s=20,
-        entities=(
-            EntityConfig(
-                gid="worker-b", role=Role.WORKER, delivery=Delivery.INJECT,
-                injector=InjectorSpec(type="callback", callback="worker-b"),
-            ),
-        ),
-    )
-    a = build_gateway(cfg_a, signer=signers["A"], trust=trust)
-    b = build_gateway(cfg_b, signer=signers["B"], trust=trust, callbacks={"worker-b": worker_b})
     observed: dict[str, Any] = {"sent": [], "injected_receipts": [], "replies": [], "failed": []}
-    try:
-        a.gateway.start()
-        b.gateway.start()
-        _say(console, t0, "gateways", f"A and B running (topics {prefix}*)")
-        _wait(lambda: a.client.knows("worker-b") and b.client.knows("main-a"), timeout_s)
-        for i in range(briefs):
-            env = a.client.send(sender="main-a", to="worker-b", body=f"brief #{i + 1}".encode())
-            observed["sent"].append(env.msg_id)
-            _say(console, t0, "main-a", f"sent SEND {env.msg_id[:8]} -> worker-b")
-        replied: set[str] = set()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not done.is_set():
-            for msg_id, body in list(worker_inbox):
-                if msg_id not in replied:
-                    replied.add(msg_id)
-                    b.client.send(sender="worker-b", to="main-a", kind=_reply_kind(),
-                                  body=b"done: " + body)
-            for m in a.client.poll("main-a"):
-                if m.kind == "INJECTED":
-                    observed["injected_receipts"].append(m.msg_id)
-                    _say(console, t0, "main-a", f"drained INJECTED {m.msg_id[:8]}")
-                elif m.kind == "REPLY":
-                    observed["replies"].append(m.body.decode())
-                    _say(console, t0, "main-a", f"drained REPLY: {m.body.decode()!r}")
-                elif m.kind == "FAILED":
-                    observed["failed"].append(m.msg_id)
-                    _say(console, t0, "main-a", f"[red]drained FAILED {m.msg_id[:8]}[/]")
-            if len(observed["replies"]) >= briefs and len(observed["injected_receipts"]) >= briefs:
-                done.set()
-            time.sleep(0.01)
-        observed["ok"] = done.is_set()
-        _say(console, t0, "demo", "[green]complete[/]" if done.is_set() else "[red]timed out[/]")
-        return observed
-    finally:
-        a.gateway.stop()
-        b.gateway.stop()
-        if cluster is not None:
-            cluster.stop()
+    with _broker(bootstrap, say) as servers:
+        cfg_a, cfg_b = _configs(servers, Path(workdir or tempfile.mkdtemp(prefix="fleet-demo-")))
+        a = build_gateway(cfg_a, signer=signers["A"], trust=trust)
+        b = build_gateway(cfg_b, signer=signers["B"], trust=trust, callbacks={"worker-b": worker_b})
+        try:
+            a.gateway.start()
+            b.gateway.start()
+            say("gateways", f"A and B running (topics {cfg_a.topic_prefix}*)")
+            _wait(lambda: a.client.knows("worker-b") and b.client.knows("main-a"), timeout_s)
+            _converse(a, b, observed, worker_inbox, briefs=briefs, timeout_s=timeout_s, say=say)
+        finally:
+            a.gateway.stop()
+            b.gateway.stop()
+    say("demo", "[green]complete[/]" if observed["ok"] else "[red]timed out[/]")
+    return observed
 
 
-def _reply_kind() -> Any:
-    from pipeline.envelope import Kind
-
-    return Kind.REPLY
+def _converse(
+    a: Any,
+    b: Any,
+    observed: dict[str, Any],
+    worker_inbox: list[tuple[str, bytes]],
+    *,
+    briefs: int,
+    timeout_s: float,
+    say: Say,
+) -> None:
+    """main-a briefs worker-b; the worker replies to each inject; main-a drains everything."""
+    for i in range(briefs):
+        env = a.client.send(sender="main-a", to="worker-b", body=f"brief #{i + 1}".encode())
+        observed["sent"].append(env.msg_id)
+        say("main-a", f"sent SEND {env.msg_id[:8]} -> worker-b")
+    replied: set[str] = set()
+    deadline = time.monotonic() + timeout_s
+    observed["ok"] = False
+    while time.monotonic() < deadline:
+        for msg_id, body in list(worker_inbox):
+            if msg_id not in replied:
+                replied.add(msg_id)
+                b.client.send(
+                    sender="worker-b", to="main-a", kind=Kind.REPLY, body=b"done: " + body
+                )
+        for m in a.client.poll("main-a"):
+            text = m.body.decode(errors="replace")
+            if m.kind == "INJECTED":
+                observed["injected_receipts"].append(m.msg_id)
+                say("main-a", f"drained INJECTED {m.msg_id[:8]}")
+            elif m.kind == "REPLY":
+                observed["replies"].append(text)
+                say("main-a", f"drained REPLY: {text!r}")
+            elif m.kind == "FAILED":
+                observed["failed"].append(m.msg_id)
+                say("main-a", f"[red]drained FAILED {m.msg_id[:8]}[/]")
+        if len(observed["replies"]) >= briefs and len(observed["injected_receipts"]) >= briefs:
+            observed["ok"] = True
+            return
+        time.sleep(0.01)
 
 
 def _wait(cond: Callable[[], bool], timeout_s: float) -> None:

@@ -33,8 +33,10 @@ def _load(config: Path, host: str | None = None) -> GatewayConfig:
 
 def _signer(cfg: GatewayConfig) -> Signer:
     if not cfg.key_file:
-        raise ConfigError(f"{cfg.host}: key_file is not set (create one: fleet keys init --host "
-                          f"{cfg.host})", reason="CONFIG_MISSING_KEY")
+        raise ConfigError(
+            f"{cfg.host}: key_file is not set (create one: fleet keys init --host {cfg.host})",
+            reason="CONFIG_MISSING_KEY",
+        )
     return Signer.load(cfg.key_file)
 
 

@@ -91,8 +91,13 @@ class GatewayClient:
         """Queue one message; returns its envelope (``msg_id`` correlates receipts)."""
         self._check_sender(sender)
         env = Envelope.new(
-            kind=kind, sender=sender, to=to, body=body, ttl_s=ttl_s or self.default_ttl_s,
-            trace_id=trace_id, turn_id=turn_id,
+            kind=kind,
+            sender=sender,
+            to=to,
+            body=body,
+            ttl_s=ttl_s or self.default_ttl_s,
+            trace_id=trace_id,
+            turn_id=turn_id,
         )
         with self.sessions.begin() as s:
             entry = self._resolve(s, to)
@@ -100,12 +105,21 @@ class GatewayClient:
             if kind in TRACKED and entry.delivery == "inject":
                 deadline = min(env.expires_at_ms, env.ts_ms + int(self.inject_deadline_s * 1000))
                 tracking.track(
-                    s, msg_id=env.msg_id, sender=sender, recipient=to, trace_id=env.trace_id,
-                    sent_ms=env.ts_ms, deadline_ms=deadline,
+                    s,
+                    msg_id=env.msg_id,
+                    sender=sender,
+                    recipient=to,
+                    trace_id=env.trace_id,
+                    sent_ms=env.ts_ms,
+                    deadline_ms=deadline,
                 )
             if kind == Kind.ASK and turn_id is not None:
                 Conversations.open_turn(
-                    s, turn_id=turn_id, asker=sender, asked=to, msg_id=env.msg_id,
+                    s,
+                    turn_id=turn_id,
+                    asker=sender,
+                    asked=to,
+                    msg_id=env.msg_id,
                     expires_at_ms=env.expires_at_ms,
                 )
         return env
@@ -113,7 +127,11 @@ class GatewayClient:
     def ask(self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0) -> Envelope:
         """A worker asks a main; the turn waits until answered, abandoned or expired."""
         return self.send(
-            sender=sender, to=to, body=body, kind=Kind.ASK, ttl_s=ttl_s,
+            sender=sender,
+            to=to,
+            body=body,
+            kind=Kind.ASK,
+            ttl_s=ttl_s,
             turn_id=uuid.uuid4().hex,
         )
 
@@ -134,8 +152,9 @@ class GatewayClient:
         """One record per host with members of ``group`` (key ``broadcast.<group>``)."""
         self._check_sender(sender)
         to = f"broadcast.{group}"
-        env = Envelope.new(kind=Kind.BROADCAST, sender=sender, to=to, body=body,
-                           ttl_s=ttl_s or self.default_ttl_s)
+        env = Envelope.new(
+            kind=Kind.BROADCAST, sender=sender, to=to, body=body, ttl_s=ttl_s or self.default_ttl_s
+        )
         with self.sessions.begin() as s:
             hosts = roster_cache.hosts_with_group(s, group, _now())
             if not hosts:

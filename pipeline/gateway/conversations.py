@@ -58,7 +58,9 @@ class Conversations:
         with self.sessions.begin() as s:
             s.execute(
                 insert(waiters_table).values(
-                    waiter_id=waiter, gid=gid, opened_ms=now,
+                    waiter_id=waiter,
+                    gid=gid,
+                    opened_ms=now,
                     expires_ms=now + int((timeout_s + 5) * 1000),
                 )
             )
@@ -84,8 +86,13 @@ class Conversations:
     ) -> None:
         session.execute(
             insert(turns_table).values(
-                turn_id=turn_id, asker=asker, asked=asked, ask_msg_id=msg_id,
-                opened_ms=_now(), expires_at_ms=expires_at_ms, state=WAITING,
+                turn_id=turn_id,
+                asker=asker,
+                asked=asked,
+                ask_msg_id=msg_id,
+                opened_ms=_now(),
+                expires_at_ms=expires_at_ms,
+                state=WAITING,
             )
         )
 

@@ -125,8 +125,11 @@ class InboxHandler:
             if env.kind == Kind.FAILED and state == tracking.FAILED:
                 return ACK  # the deadline already reported it: exactly one FAILED per send
             new_state = tracking.INJECTED if env.kind == Kind.INJECTED else tracking.FAILED
-            tx.call(functools.partial(_settle, msg_id=receipt.msg_id, state=new_state,
-                                      reason=receipt.reason))
+            tx.call(
+                functools.partial(
+                    _settle, msg_id=receipt.msg_id, state=new_state, reason=receipt.reason
+                )
+            )
         return self._hold(env, record, tx, env.to)
 
     def _hold(self, env: Envelope, record: Record, tx: Staged, recipient: str) -> Outcome:
@@ -154,7 +157,7 @@ class InboxHandler:
             },
         )
         self._held.counts[recipient] = self._held.counts.get(recipient, 0) + 1
-        tx.after_commit(lambda: self.metrics.held_total.inc())
+        tx.after_commit(self.metrics.held_total.inc)
         return ACK
 
     def _pending(self, recipient: str) -> int:
@@ -203,9 +206,7 @@ class InboxHandler:
         return ACK
 
     # -- replies from the gateway itself ----------------------------------------------------
-    def _reply(
-        self, tx: Staged, env: Envelope, kind: Kind, to_host: str, *, body: bytes
-    ) -> None:
+    def _reply(self, tx: Staged, env: Envelope, kind: Kind, to_host: str, *, body: bytes) -> None:
         reply = Envelope.new(
             kind=kind,
             sender=env.to,

@@ -68,7 +68,9 @@ class InjectionQueue:
             if q is None:
                 q = queue.Queue()
                 self._queues[gid] = q
-                t = threading.Thread(target=self._work, args=(q,), name=f"inject-{gid}", daemon=True)
+                t = threading.Thread(
+                    target=self._work, args=(q,), name=f"inject-{gid}", daemon=True
+                )
                 t.start()
                 self._threads.append(t)
         q.put(_Job(gid, envelope, reply_host, time.monotonic()))
@@ -90,7 +92,7 @@ class InjectionQueue:
                 if job is None:
                     return
                 self._inject(job)
-            except Exception:  # noqa: BLE001 - one bad job must not kill the entity's worker
+            except Exception:
                 log.exception("injection worker error")
             finally:
                 q.task_done()
@@ -160,4 +162,3 @@ class InjectionQueue:
         )
         with self.sessions.begin() as s:
             self.publisher.stage(s, failed, to_host=job.reply_host)
-

@@ -61,7 +61,7 @@ class Maintenance:
         for duty in (self.deadlines, self.sweep, self.refresh_roster, self.purge):
             try:
                 duty()
-            except Exception:  # noqa: BLE001 - one failing duty must not stop the others
+            except Exception:
                 log.exception("maintenance duty %s failed", duty.__name__)
 
     def deadlines(self) -> int:
@@ -76,7 +76,9 @@ class Maintenance:
                     sender=self.publisher.gateway_id,
                     to=row.sender,
                     body=failed_body(
-                        row.msg_id, row.recipient, reason="INJECT_TIMEOUT",
+                        row.msg_id,
+                        row.recipient,
+                        reason="INJECT_TIMEOUT",
                         error=f"no INJECTED from {row.recipient} within the deadline",
                         stage="timeout",
                     ),
@@ -85,10 +87,18 @@ class Maintenance:
                 )
                 s.execute(
                     held_table.insert().values(
-                        recipient=row.sender, msg_id=f"failed-{row.msg_id}", kind="FAILED",
-                        sender=failed.sender, trace_id=row.trace_id, turn_id=None,
-                        body=failed.body, headers=None, topic=None, ts_ms=failed.ts_ms,
-                        expires_at_ms=failed.expires_at_ms, held_at_ms=now,
+                        recipient=row.sender,
+                        msg_id=f"failed-{row.msg_id}",
+                        kind="FAILED",
+                        sender=failed.sender,
+                        trace_id=row.trace_id,
+                        turn_id=None,
+                        body=failed.body,
+                        headers=None,
+                        topic=None,
+                        ts_ms=failed.ts_ms,
+                        expires_at_ms=failed.expires_at_ms,
+                        held_at_ms=now,
                     )
                 )
                 self.metrics.injected_timeouts.inc()
@@ -110,9 +120,13 @@ class Maintenance:
                     timestamp_ms=row.ts_ms,
                 )
                 self.dead_letters.stage(
-                    tx, record, reason="EXPIRED",
+                    tx,
+                    record,
+                    reason="EXPIRED",
                     error=f"held for {row.recipient} past expiresAt without a drain",
-                    attempts=1, first_failure_ms=now, last_failure_ms=now,
+                    attempts=1,
+                    first_failure_ms=now,
+                    last_failure_ms=now,
                 )
             tx.flush(s)
             HeldStore.delete_ids(s, [r.id for r in rows])

@@ -50,7 +50,9 @@ class GatewayMetrics:
             f"{ns}_too_late_total", "ANSWERs refused with TOO_LATE.", registry=registry
         )
         self.sends = Counter(
-            f"{ns}_sends_total", "Messages sent by local entities, by kind.", ["kind"],
+            f"{ns}_sends_total",
+            "Messages sent by local entities, by kind.",
+            ["kind"],
             registry=registry,
         )
 

@@ -40,8 +40,14 @@ class RosterEntry:
 def replace_all(session: Session, entries: Iterable[RosterEntry]) -> None:
     session.execute(delete(roster_cache_table))
     rows = [
-        {"gid": e.gid, "host": e.host, "role": e.role, "delivery": e.delivery,
-         "groups": ",".join(e.groups), "expires_ms": e.expires_ms}
+        {
+            "gid": e.gid,
+            "host": e.host,
+            "role": e.role,
+            "delivery": e.delivery,
+            "groups": ",".join(e.groups),
+            "expires_ms": e.expires_ms,
+        }
         for e in entries
     ]
     if rows:
@@ -52,8 +58,14 @@ def lookup(session: Session, gid: str, now: int) -> RosterEntry | None:
     row = session.execute(select(roster_cache_table).where(roster_cache_table.c.gid == gid)).first()
     if row is None or row.expires_ms < now:
         return None
-    return RosterEntry(row.gid, row.host, row.role, row.delivery,
-                       tuple(g for g in row.groups.split(",") if g), row.expires_ms)
+    return RosterEntry(
+        row.gid,
+        row.host,
+        row.role,
+        row.delivery,
+        tuple(g for g in row.groups.split(",") if g),
+        row.expires_ms,
+    )
 
 
 def hosts_with_group(session: Session, group: str, now: int) -> set[str]:

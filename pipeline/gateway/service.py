@@ -62,7 +62,7 @@ class Gateway:
                     return
                 loop.crashes += 1
                 log.warning("gateway %s: %s failed (%s); restarting", self.host, loop.name, exc)
-            except Exception as exc:  # noqa: BLE001 - supervise: log, back off, restart
+            except Exception as exc:
                 loop.crashes += 1
                 log.exception("gateway %s: %s crashed", self.host, loop.name)
                 if not loop.restart:
@@ -80,7 +80,7 @@ class Gateway:
         for fn in self.on_stop:
             try:
                 fn()
-            except Exception:  # noqa: BLE001 - best effort on the way out
+            except Exception:
                 log.exception("gateway %s: stop hook failed", self.host)
 
     def wait(self, poll_s: float = 0.2) -> BaseException | None:

@@ -31,13 +31,24 @@ PENDING, INJECTED, FAILED = "pending", "injected", "failed"
 
 
 def track(
-    session: Session, *, msg_id: str, sender: str, recipient: str, trace_id: str, sent_ms: int,
+    session: Session,
+    *,
+    msg_id: str,
+    sender: str,
+    recipient: str,
+    trace_id: str,
+    sent_ms: int,
     deadline_ms: int,
 ) -> None:
     session.execute(
         insert(forward_table).values(
-            msg_id=msg_id, sender=sender, recipient=recipient, trace_id=trace_id,
-            sent_ms=sent_ms, deadline_ms=deadline_ms, state=PENDING,
+            msg_id=msg_id,
+            sender=sender,
+            recipient=recipient,
+            trace_id=trace_id,
+            sent_ms=sent_ms,
+            deadline_ms=deadline_ms,
+            state=PENDING,
         )
     )
 

@@ -1,6 +1,8 @@
 """The consumer runtime: one loop for both ack models (see ``docs/runtime.md``)."""
 
-from .loop import ConsumerRuntime, FencedError, OffsetsLostError, RuntimeConfig
+from pipeline.failures.offsets import OffsetsLostError
+
+from .loop import ConsumerRuntime, FencedError, RuntimeConfig
 from .ports import DeadLetterSink, Handler, QuarantinePort
 from .record import Record
 from .staging import Staged

@@ -32,6 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.errors import FleetError
+from pipeline.failures.offsets import raise_if_offsets_lost
 from pipeline.failures.outcomes import (
     RETRIES_EXHAUSTED,
     Ack,
@@ -60,12 +61,6 @@ class FencedError(FleetError):
     """Another member with our ``group.instance.id`` took over (or we are a zombie): stop."""
 
     reason = "FENCED"
-
-
-class OffsetsLostError(FleetError):
-    """The committed offset fell off retention; we refuse to skip (seed 001 scenario 7)."""
-
-    reason = "OFFSETS_LOST"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,6 +185,8 @@ class ConsumerRuntime:
 
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         self._assigned.update((tp.topic, tp.partition) for tp in partitions)
+        if self.quarantine is not None:
+            self.quarantine.refresh(self.config.dedupe_scope)
         self._count_rebalance("assign")
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
@@ -226,13 +223,8 @@ class ConsumerRuntime:
         return len(records)
 
     def _on_consume_error(self, err: KafkaError, msg: Any) -> None:
-        if err.code() == KafkaError._AUTO_OFFSET_RESET:
-            raise OffsetsLostError(
-                f"group {self.config.group_id}: committed offset of {msg.topic()}"
-                f"[{msg.partition()}] is no longer on the broker (retention deleted it); "
-                f"refusing to skip: {err.str()}",
-                context={"topic": msg.topic(), "partition": msg.partition()},
-            )
+        # seed 001 scenario 7: names group, partition, committed offset and how many were lost
+        raise_if_offsets_lost(self.consumer, msg, self.config.group_id)
         if err.fatal() or err.code() == KafkaError._FATAL:
             # librdkafka reports static-membership fencing (a second member with our
             # group.instance.id) as _FATAL on the consume path; the client is unusable now.

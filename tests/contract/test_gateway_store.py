@@ -26,11 +26,24 @@ def sessions(store_url: str) -> Any:
     engine.dispose()
 
 
-def _held(recipient: str, msg_id: str, sender: str = "s", *, exp: int | None = None) -> dict[str, Any]:
+def _held(
+    recipient: str, msg_id: str, sender: str = "s", *, exp: int | None = None
+) -> dict[str, Any]:
     now = int(time.time() * 1000)
-    return {"recipient": recipient, "msg_id": msg_id, "kind": "REPLY", "sender": sender,
-            "trace_id": "t", "turn_id": None, "body": msg_id.encode(), "headers": None,
-            "topic": "x", "ts_ms": now, "expires_at_ms": exp or now + 60_000, "held_at_ms": now}
+    return {
+        "recipient": recipient,
+        "msg_id": msg_id,
+        "kind": "REPLY",
+        "sender": sender,
+        "trace_id": "t",
+        "turn_id": None,
+        "body": msg_id.encode(),
+        "headers": None,
+        "topic": "x",
+        "ts_ms": now,
+        "expires_at_ms": exp or now + 60_000,
+        "held_at_ms": now,
+    }
 
 
 def test_held_and_dedupe_rows_are_unique_per_message(sessions: Any) -> None:
@@ -96,10 +109,12 @@ def test_turns_and_open_pulls(sessions: Any) -> None:
     conv = Conversations(sessions)
     now = int(time.time() * 1000)
     with sessions.begin() as s:
-        Conversations.open_turn(s, turn_id="t1", asker="w", asked="m", msg_id="a",
-                                expires_at_ms=now + 60_000)
-        Conversations.open_turn(s, turn_id="t2", asker="w", asked="m", msg_id="b",
-                                expires_at_ms=now - 1)
+        Conversations.open_turn(
+            s, turn_id="t1", asker="w", asked="m", msg_id="a", expires_at_ms=now + 60_000
+        )
+        Conversations.open_turn(
+            s, turn_id="t2", asker="w", asked="m", msg_id="b", expires_at_ms=now - 1
+        )
     with sessions() as s:
         assert Conversations.turn_waiting(s, "t1")
         assert not Conversations.turn_waiting(s, "t2"), "an expired turn is not waiting"
@@ -118,10 +133,18 @@ def test_turns_and_open_pulls(sessions: Any) -> None:
 def test_forward_tracking_settles_once(sessions: Any) -> None:
     now = int(time.time() * 1000)
     with sessions.begin() as s:
-        tracking.track(s, msg_id="x", sender="m", recipient="w", trace_id="t", sent_ms=now,
-                       deadline_ms=now - 1)
-        tracking.track(s, msg_id="y", sender="m", recipient="w", trace_id="t", sent_ms=now,
-                       deadline_ms=now + 60_000)
+        tracking.track(
+            s, msg_id="x", sender="m", recipient="w", trace_id="t", sent_ms=now, deadline_ms=now - 1
+        )
+        tracking.track(
+            s,
+            msg_id="y",
+            sender="m",
+            recipient="w",
+            trace_id="t",
+            sent_ms=now,
+            deadline_ms=now + 60_000,
+        )
     with sessions.begin() as s:
         assert [r.msg_id for r in tracking.overdue(s, now)] == ["x"]
         assert tracking.settle(s, "x", tracking.FAILED, "INJECT_TIMEOUT")
@@ -133,10 +156,13 @@ def test_forward_tracking_settles_once(sessions: Any) -> None:
 def test_roster_cache_lookup_honours_ttl(sessions: Any) -> None:
     now = int(time.time() * 1000)
     with sessions.begin() as s:
-        roster_cache.replace_all(s, [
-            roster_cache.RosterEntry("a", "H1", "main", "pull", ("g",), now + 60_000),
-            roster_cache.RosterEntry("b", "H2", "worker", "inject", ("g", "h"), now - 1),
-        ])
+        roster_cache.replace_all(
+            s,
+            [
+                roster_cache.RosterEntry("a", "H1", "main", "pull", ("g",), now + 60_000),
+                roster_cache.RosterEntry("b", "H2", "worker", "inject", ("g", "h"), now - 1),
+            ],
+        )
     with sessions() as s:
         entry = roster_cache.lookup(s, "a", now)
         assert entry is not None and entry.host == "H1" and entry.groups == ("g",)
@@ -146,8 +172,10 @@ def test_roster_cache_lookup_honours_ttl(sessions: Any) -> None:
 
 def test_dedupe_purge_bounds_the_table(sessions: Any) -> None:
     with sessions.begin() as s:
-        s.execute(insert(dedupe_table), [{"scope": "g", "msg_id": str(i), "seen_at_ms": i}
-                                         for i in range(10)])
+        s.execute(
+            insert(dedupe_table),
+            [{"scope": "g", "msg_id": str(i), "seen_at_ms": i} for i in range(10)],
+        )
     with sessions.begin() as s:
         assert purge_older_than(s, 5) == 5
     with sessions() as s:

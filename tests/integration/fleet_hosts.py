@@ -39,8 +39,9 @@ class Fleet:
     def trust(self) -> TrustStore:
         return TrustStore.load(self.root / "trusted")
 
-    def config_file(self, host: str, entities: str, *, store: str | None = None,
-                    extra: str = "") -> Path:
+    def config_file(
+        self, host: str, entities: str, *, store: str | None = None, extra: str = ""
+    ) -> Path:
         path = self.root / f"{host}-{len(list(self.root.glob(host + '-*.toml')))}.toml"
         store_url = store or f"sqlite:///{self.root / (host + '.sqlite')}"
         path.write_text(
@@ -65,7 +66,9 @@ class GatewayProcess:
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pipeline", "gateway", "run", "--config", str(self.config)],
-            stdout=out, stderr=subprocess.STDOUT, env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=self.env,
         )
         out.close()
         return self

@@ -36,12 +36,25 @@ def _worker_b(log: Path) -> str:
     )
 
 
-def _in_process(fleet: Fleet, host: str, tmp: Path, entities: tuple[EntityConfig, ...],
-                callbacks: Any = None, **kw: Any) -> GatewayParts:
-    cfg = GatewayConfig(host=host, bootstrap=fleet.bootstrap,
-                        store_url=f"sqlite:///{tmp / (host + '-inproc.sqlite')}",
-                        topic_prefix=fleet.prefix, presence_interval_s=1.0, presence_ttl_s=30.0,
-                        sweep_interval_s=0.5, entities=entities, **kw)
+def _in_process(
+    fleet: Fleet,
+    host: str,
+    tmp: Path,
+    entities: tuple[EntityConfig, ...],
+    callbacks: Any = None,
+    **kw: Any,
+) -> GatewayParts:
+    cfg = GatewayConfig(
+        host=host,
+        bootstrap=fleet.bootstrap,
+        store_url=f"sqlite:///{tmp / (host + '-inproc.sqlite')}",
+        topic_prefix=fleet.prefix,
+        presence_interval_s=1.0,
+        presence_ttl_s=30.0,
+        sweep_interval_s=0.5,
+        entities=entities,
+        **kw,
+    )
     return build_gateway(cfg, signer=fleet.signers[host], trust=fleet.trust, callbacks=callbacks)
 
 
@@ -58,16 +71,27 @@ def procs() -> Iterator[list[GatewayProcess]]:
         p.stop()
 
 
-def test_pull_path_survives_kill9_twenty_times(fleet: Fleet, tmp_path: Path,
-                                               procs: list[GatewayProcess]) -> None:
+def test_pull_path_survives_kill9_twenty_times(
+    fleet: Fleet, tmp_path: Path, procs: list[GatewayProcess]
+) -> None:
     """Seed 000 §6 reply path: hold + dedupe row in one transaction, then commit. kill -9 at
     random points: every acknowledged reply is held exactly once, none lost, order kept."""
     a_proc = GatewayProcess(fleet.config_file("A", MAIN_A), tmp_path / "A.log")
     procs.append(a_proc.start())
-    b = _in_process(fleet, "B", tmp_path, (EntityConfig(
-        gid="worker-b", role=Role.WORKER, delivery=Delivery.INJECT,
-        injector=InjectorSpec(type="callback", callback="worker-b")),),
-        callbacks={"worker-b": lambda **_kw: None})
+    b = _in_process(
+        fleet,
+        "B",
+        tmp_path,
+        (
+            EntityConfig(
+                gid="worker-b",
+                role=Role.WORKER,
+                delivery=Delivery.INJECT,
+                injector=InjectorSpec(type="callback", callback="worker-b"),
+            ),
+        ),
+        callbacks={"worker-b": lambda **_kw: None},
+    )
     b.gateway.start()
     try:
         wait_until(lambda: b.client.knows("main-a"), 60, "main-a in B's roster")
@@ -75,8 +99,11 @@ def test_pull_path_survives_kill9_twenty_times(fleet: Fleet, tmp_path: Path,
         rng = random.Random(7)
         next_kill = time.monotonic() + rng.uniform(0.2, 0.8)
         for i in range(total):
-            sent.append(b.client.send(sender="worker-b", to="main-a", kind=Kind.REPLY,
-                                      body=f"{i}".encode()).msg_id)
+            sent.append(
+                b.client.send(
+                    sender="worker-b", to="main-a", kind=Kind.REPLY, body=f"{i}".encode()
+                ).msg_id
+            )
             time.sleep(0.01)
             if time.monotonic() >= next_kill and kills < 24:
                 a_proc.kill9()
@@ -102,8 +129,11 @@ def _unsent(engine: Any) -> int:
 
 def _held(engine: Any) -> list[tuple[str, bytes]]:
     with engine.connect() as c:
-        rows = c.execute(select(held_table.c.msg_id, held_table.c.body)
-                         .where(held_table.c.kind == "REPLY").order_by(held_table.c.id))
+        rows = c.execute(
+            select(held_table.c.msg_id, held_table.c.body)
+            .where(held_table.c.kind == "REPLY")
+            .order_by(held_table.c.id)
+        )
         return [(r.msg_id, bytes(r.body)) for r in rows]
 
 
@@ -117,9 +147,13 @@ def test_kill9_between_commit_and_inject_never_injects_and_fails_once(
     b_cfg = fleet.config_file("B", _worker_b(injected))
     crashing = GatewayProcess(b_cfg, tmp_path / "B1.log", env={"FLEET_FAULT": "crash_after_commit"})
     procs.append(crashing.start())
-    a = _in_process(fleet, "A", tmp_path, (EntityConfig(gid="main-a", role=Role.MAIN,
-                                                       delivery=Delivery.PULL),),
-                    inject_deadline_s=8.0)
+    a = _in_process(
+        fleet,
+        "A",
+        tmp_path,
+        (EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),),
+        inject_deadline_s=8.0,
+    )
     a.gateway.start()
     try:
         wait_until(lambda: a.client.knows("worker-b"), 60, "worker-b in A's roster")
@@ -151,28 +185,35 @@ def test_same_host_twice_is_fenced_with_a_clear_exit(
     injected twice."""
     injected = tmp_path / "injected.txt"
     injected.touch()
-    first = GatewayProcess(fleet.config_file("B", _worker_b(injected),
-                                             store=f"sqlite:///{tmp_path / 'B1.sqlite'}"),
-                           tmp_path / "B1.log")
+    first = GatewayProcess(
+        fleet.config_file("B", _worker_b(injected), store=f"sqlite:///{tmp_path / 'B1.sqlite'}"),
+        tmp_path / "B1.log",
+    )
     procs.append(first.start())
-    a = _in_process(fleet, "A", tmp_path, (EntityConfig(gid="main-a", role=Role.MAIN,
-                                                       delivery=Delivery.PULL),))
+    a = _in_process(
+        fleet, "A", tmp_path, (EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),)
+    )
     a.gateway.start()
     try:
         wait_until(lambda: a.client.knows("worker-b"), 60, "worker-b in A's roster")
         ids = [a.client.send(sender="main-a", to="worker-b", body=b"x").msg_id for _ in range(5)]
         wait_until(lambda: len(injected.read_text().split()) >= 5, 30, "first 5 injects")
-        second = GatewayProcess(fleet.config_file("B", _worker_b(injected),
-                                                  store=f"sqlite:///{tmp_path / 'B2.sqlite'}"),
-                                tmp_path / "B2.log")
+        second = GatewayProcess(
+            fleet.config_file(
+                "B", _worker_b(injected), store=f"sqlite:///{tmp_path / 'B2.sqlite'}"
+            ),
+            tmp_path / "B2.log",
+        )
         procs.append(second.start())
         time.sleep(5)
         ids += [a.client.send(sender="main-a", to="worker-b", body=b"y").msg_id for _ in range(5)]
         codes: dict[str, int | None] = {}
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not any(c == 3 for c in codes.values()):
-            codes = {"first": first.proc.poll() if first.proc else None,
-                     "second": second.proc.poll() if second.proc else None}
+            codes = {
+                "first": first.proc.poll() if first.proc else None,
+                "second": second.proc.poll() if second.proc else None,
+            }
             time.sleep(0.2)
         loser = first if codes.get("first") == 3 else second
         assert 3 in codes.values(), (codes, first.output()[-1500:], second.output()[-1500:])
@@ -193,12 +234,14 @@ def test_zombie_after_sigstop_injects_nothing_and_cannot_commit(
     zombie_log, fresh_log = tmp_path / "zombie.txt", tmp_path / "fresh.txt"
     zombie_log.touch()
     fresh_log.touch()
-    zombie = GatewayProcess(fleet.config_file("B", _worker_b(zombie_log),
-                                              store=f"sqlite:///{tmp_path / 'Bz.sqlite'}"),
-                            tmp_path / "Bz.log")
+    zombie = GatewayProcess(
+        fleet.config_file("B", _worker_b(zombie_log), store=f"sqlite:///{tmp_path / 'Bz.sqlite'}"),
+        tmp_path / "Bz.log",
+    )
     procs.append(zombie.start())
-    a = _in_process(fleet, "A", tmp_path, (EntityConfig(gid="main-a", role=Role.MAIN,
-                                                       delivery=Delivery.PULL),))
+    a = _in_process(
+        fleet, "A", tmp_path, (EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),)
+    )
     a.gateway.start()
     try:
         wait_until(lambda: a.client.knows("worker-b"), 60, "worker-b in A's roster")
@@ -206,13 +249,19 @@ def test_zombie_after_sigstop_injects_nothing_and_cannot_commit(
         wait_until(lambda: warm in zombie_log.read_text(), 30, "zombie's first inject")
         zombie.pause()
         time.sleep(12)  # past session.timeout.ms (10 s)
-        fresh = GatewayProcess(fleet.config_file("B", _worker_b(fresh_log),
-                                                 store=f"sqlite:///{tmp_path / 'Bf.sqlite'}"),
-                               tmp_path / "Bf.log")
+        fresh = GatewayProcess(
+            fleet.config_file(
+                "B", _worker_b(fresh_log), store=f"sqlite:///{tmp_path / 'Bf.sqlite'}"
+            ),
+            tmp_path / "Bf.log",
+        )
         procs.append(fresh.start())
         ids = [a.client.send(sender="main-a", to="worker-b", body=b"z").msg_id for _ in range(5)]
-        wait_until(lambda: set(ids) <= set(fresh_log.read_text().split()), 60,
-                   "the replacement injects the new briefs")
+        wait_until(
+            lambda: set(ids) <= set(fresh_log.read_text().split()),
+            60,
+            "the replacement injects the new briefs",
+        )
         zombie.resume()
         code = zombie.wait_exit(40)
         time.sleep(3)

@@ -38,8 +38,13 @@ class Recorder:
 
 
 def _inject(gid: str, groups: tuple[str, ...] = ()) -> EntityConfig:
-    return EntityConfig(gid=gid, role=Role.WORKER, delivery=Delivery.INJECT, groups=groups,
-                        injector=InjectorSpec(type="callback", callback=gid))
+    return EntityConfig(
+        gid=gid,
+        role=Role.WORKER,
+        delivery=Delivery.INJECT,
+        groups=groups,
+        injector=InjectorSpec(type="callback", callback=gid),
+    )
 
 
 def _pull(gid: str, groups: tuple[str, ...] = ()) -> EntityConfig:
@@ -47,27 +52,44 @@ def _pull(gid: str, groups: tuple[str, ...] = ()) -> EntityConfig:
 
 
 @pytest.fixture
-def two_hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[tuple[GatewayParts, GatewayParts, Recorder]]:
+def two_hosts(
+    kafka: BrokerHandle, tmp_path: Path
+) -> Iterator[tuple[GatewayParts, GatewayParts, Recorder]]:
     fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A", "B"))
     rec = Recorder()
 
     def cfg(host: str, entities: tuple[EntityConfig, ...]) -> GatewayConfig:
-        return GatewayConfig(host=host, bootstrap=kafka.bootstrap,
-                             store_url=f"sqlite:///{tmp_path / (host + '.sqlite')}",
-                             topic_prefix=fleet.prefix, inject_deadline_s=10,
-                             presence_interval_s=1.0, presence_ttl_s=30.0, sweep_interval_s=0.5,
-                             entities=entities)
+        return GatewayConfig(
+            host=host,
+            bootstrap=kafka.bootstrap,
+            store_url=f"sqlite:///{tmp_path / (host + '.sqlite')}",
+            topic_prefix=fleet.prefix,
+            inject_deadline_s=10,
+            presence_interval_s=1.0,
+            presence_ttl_s=30.0,
+            sweep_interval_s=0.5,
+            entities=entities,
+        )
 
-    a = build_gateway(cfg("A", (_pull("main-a"), _pull("main-a2", ("g",)))),
-                      signer=fleet.signers["A"], trust=fleet.trust)
-    b = build_gateway(cfg("B", (_inject("worker-b"), _inject("worker-b2", ("g",)))),
-                      signer=fleet.signers["B"], trust=fleet.trust,
-                      callbacks={"worker-b": rec, "worker-b2": rec})
+    a = build_gateway(
+        cfg("A", (_pull("main-a"), _pull("main-a2", ("g",)))),
+        signer=fleet.signers["A"],
+        trust=fleet.trust,
+    )
+    b = build_gateway(
+        cfg("B", (_inject("worker-b"), _inject("worker-b2", ("g",)))),
+        signer=fleet.signers["B"],
+        trust=fleet.trust,
+        callbacks={"worker-b": rec, "worker-b2": rec},
+    )
     a.gateway.start()
     b.gateway.start()
     try:
-        wait_until(lambda: a.client.knows("worker-b2") and b.client.knows("main-a2"), 30,
-                   "presence of both hosts")
+        wait_until(
+            lambda: a.client.knows("worker-b2") and b.client.knows("main-a2"),
+            30,
+            "presence of both hosts",
+        )
         yield a, b, rec
     finally:
         a.gateway.stop()
@@ -86,8 +108,9 @@ def _drain(parts: GatewayParts, gid: str, want: int, timeout: float = 20, **kw: 
 def test_brief_is_injected_then_injected_receipt_and_reply_reach_the_main(two_hosts: Any) -> None:
     """Seed 000 §6: forward path commits, injects, publishes INJECTED correlated to msgId."""
     a, b, rec = two_hosts
-    sent = [a.client.send(sender="main-a", to="worker-b", body=f"brief {i}".encode())
-            for i in range(5)]
+    sent = [
+        a.client.send(sender="main-a", to="worker-b", body=f"brief {i}".encode()) for i in range(5)
+    ]
     wait_until(lambda: len(rec.of("worker-b")) == 5, 20, "5 injects")
     assert [g[3] for g in rec.of("worker-b")] == [f"brief {i}".encode() for i in range(5)]
     assert [g[2] for g in rec.of("worker-b")] == [e.msg_id for e in sent]
@@ -138,7 +161,7 @@ def test_ask_surfaces_on_open_pull_and_late_answer_gets_too_late(two_hosts: Any)
 
 def test_broadcast_reaches_each_group_member_exactly_once(two_hosts: Any) -> None:
     """DESIGN §1: one record per host keyed broadcast.<group>; the gateway fans out locally."""
-    a, b, rec = two_hosts
+    a, _b, rec = two_hosts
     hosts = a.client.broadcast(sender="main-a", group="g", body=b"all hands")
     assert hosts == 2
     wait_until(lambda: rec.of("worker-b2", "BROADCAST"), 20, "broadcast injected on B")
