@@ -62,9 +62,8 @@ def _signed(n: int, *, kind: Kind, to: str, sender: str, topic: str, signer: Sig
 
 
 def _new_topic(bootstrap: str, name: str) -> str:
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-        [NewTopic(name, num_partitions=1, replication_factor=1)]
-    )[name].result(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # keep a reference until it resolves
+    admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)])[name].result(30)
     return name
 
 
@@ -81,7 +80,8 @@ def _baseline(
     """The hand-written loop: consume + verify + SQL (one tx per batch) + sync commit."""
     from pipeline.gateway.held import held_table
     from pipeline.outbox import write as outbox_write
-    from pipeline.runtime.dedupe import dedupe_table
+    from pipeline.outbox.headers import pack_headers
+    from pipeline.runtime.dedupe import dedupe_table, seen_ids
 
     engine = make_engine(f"sqlite:///{db}")
     sessions = session_factory(engine)
@@ -95,7 +95,12 @@ def _baseline(
             continue
         now = int(time.time() * 1000)
         held_rows, dedupe_rows, injected = [], [], []
+        ids = [dict(m.headers())["msgId"].decode() for m in msgs]
+        with sessions() as s:  # the same dedupe lookup the gateway does: redelivery is normal
+            seen = seen_ids(s, "base", ids)
         for m in msgs:
+            if dict(m.headers())["msgId"].decode() in seen:
+                continue
             v = verifier.verify(topic=m.topic(), key=m.key(), headers=m.headers(), value=m.value())
             e = v.envelope
             dedupe_rows.append({"scope": "base", "msg_id": e.msg_id, "seen_at_ms": now})
@@ -111,7 +116,7 @@ def _baseline(
                         "trace_id": e.trace_id,
                         "turn_id": None,
                         "body": e.body,
-                        "headers": None,
+                        "headers": pack_headers(list(m.headers())),
                         "topic": m.topic(),
                         "ts_ms": e.ts_ms,
                         "expires_at_ms": e.expires_at_ms,

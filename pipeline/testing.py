@@ -242,6 +242,10 @@ class FakeConsumer:
                 break
         return out
 
+    def poll(self, timeout: float = -1) -> FakeMessage | None:
+        got = self.consume(1, timeout)
+        return got[0] if got else None
+
     def commit(self, offsets: list[Any] | None = None, asynchronous: bool = True) -> list[Any]:
         from confluent_kafka import KafkaException
 

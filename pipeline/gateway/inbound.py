@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline.envelope import REPLAY, BoundedSeenSet, Envelope, Kind, Verifier
 from pipeline.errors import EnvelopeError
 from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
+from pipeline.outbox.headers import pack_headers
 from pipeline.runtime import Record, Staged
 
 from . import tracking
@@ -40,8 +41,6 @@ REPLY_TTL_S = 300.0
 
 
 def _pack(headers: tuple[tuple[str, bytes], ...]) -> bytes:
-    from pipeline.outbox.headers import pack_headers
-
     return pack_headers(list(headers)) or b""
 
 
