@@ -12,7 +12,10 @@ import time
 import uuid
 from collections.abc import Sequence
 
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
+
+from pipeline.store import read_sessions
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import DeliveryError
@@ -47,7 +50,9 @@ class GatewayClient:
         self.inject_deadline_s = inject_deadline_s
         self.default_ttl_s = default_ttl_s
         self.local_senders = local_senders
-        self.held = HeldStore(sessions)
+        bind = sessions.kw.get("bind")
+        self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
+        self.held = HeldStore(sessions, reads=self.reads)
         self.conversations = Conversations(sessions)
 
     @property
@@ -64,7 +69,7 @@ class GatewayClient:
 
     def knows(self, gid: str) -> bool:
         """True when ``gid`` is in the live roster mirrored into this host's store."""
-        with self.sessions() as s:
+        with self.reads() as s:
             return roster_cache.lookup(s, gid, _now()) is not None
 
     def _resolve(self, session: Session, to: str) -> roster_cache.RosterEntry:

@@ -106,8 +106,11 @@ def now_ms() -> int:
 class HeldStore:
     """Reads and drains the held store; writes happen staged in the runtime's batch."""
 
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    def __init__(
+        self, sessions: sessionmaker[Session], *, reads: sessionmaker[Session] | None = None
+    ) -> None:
         self.sessions = sessions
+        self.reads = reads
 
     def pending_count(self, session: Session, recipient: str | None = None) -> int:
         q = select(func.count()).select_from(held_table).where(held_table.c.drained_at_ms.is_(None))
@@ -127,7 +130,10 @@ class HeldStore:
         """Hand out up to ``limit`` undrained messages in arrival order and mark them drained.
 
         ``sender`` filters on the envelope's ``from``: the per-worker drain of seed 000 §3.
+        An empty store is answered by a read (no write lock), so a waiting poll loop is cheap.
         """
+        if self.reads is not None and not self._anything(recipient):
+            return []
         with self.sessions.begin() as session:
             q = (
                 select(held_table)
@@ -150,6 +156,16 @@ class HeldStore:
                     .values(drained_at_ms=now_ms())
                 )
         return rows
+
+    def _anything(self, recipient: str) -> bool:
+        assert self.reads is not None
+        with self.reads() as s:
+            row = s.execute(
+                select(held_table.c.id)
+                .where(held_table.c.recipient == recipient, held_table.c.drained_at_ms.is_(None))
+                .limit(1)
+            ).first()
+        return row is not None
 
     def expired(self, session: Session, now: int, limit: int = 500) -> list[Any]:
         q = (

@@ -15,12 +15,14 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.outbox.headers import unpack_headers
 from pipeline.runtime import Record, Staged
 from pipeline.runtime.dedupe import purge_older_than
+from pipeline.store import read_sessions
 
 from . import roster_cache, tracking
 from .conversations import Conversations
@@ -56,6 +58,11 @@ class Maintenance:
         self.metrics = metrics
         self.max_ttl_ms = int(max_ttl_s * 1000)
         self.roster_entries = roster_entries
+        bind = sessions.kw.get("bind")
+        # duties look first with a read (no write lock) and write only when there is work
+        self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
+        self._last_roster: list[roster_cache.RosterEntry] | None = None
+        self._next_purge = 0.0
 
     def tick(self) -> None:
         for duty in (self.deadlines, self.sweep, self.refresh_roster, self.purge):
@@ -66,6 +73,9 @@ class Maintenance:
 
     def deadlines(self) -> int:
         now = int(time.time() * 1000)
+        with self.reads() as r:
+            if not tracking.overdue(r, now, limit=1):
+                return 0
         with self.sessions.begin() as s:
             due = tracking.overdue(s, now)
             for row in due:
@@ -106,6 +116,9 @@ class Maintenance:
 
     def sweep(self) -> int:
         now = int(time.time() * 1000)
+        with self.reads() as r:
+            if not self.held.expired(r, now, limit=1):
+                return 0
         with self.sessions.begin() as s:
             rows = self.held.expired(s, now)
             tx = Staged()
@@ -134,7 +147,10 @@ class Maintenance:
             self.metrics.expiries.labels("held").inc(len(rows))
         return len(rows)
 
-    def purge(self) -> None:
+    def purge(self, *, every_s: float = 60.0) -> None:
+        if time.monotonic() < self._next_purge:
+            return
+        self._next_purge = time.monotonic() + every_s
         now = int(time.time() * 1000)
         with self.sessions.begin() as s:
             purge_older_than(s, now - self.max_ttl_ms - DAY_MS)
@@ -144,6 +160,9 @@ class Maintenance:
     def refresh_roster(self) -> None:
         if self.roster_entries is None:
             return
-        entries = list(self.roster_entries())
+        entries = sorted(self.roster_entries(), key=lambda e: e.gid)
+        if entries == self._last_roster:
+            return
         with self.sessions.begin() as s:
             roster_cache.replace_all(s, entries)
+        self._last_roster = entries

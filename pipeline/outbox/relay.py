@@ -30,6 +30,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from pipeline.errors import BrokerError, FleetError, StoreError
 from pipeline.kafka.settings import producer_config
 
+from pipeline.store import readonly
+
 from .headers import fold_headers, unpack_headers
 from .metrics import OutboxMetrics, PublishFailure, classify
 from .status import backlog
@@ -67,6 +69,8 @@ class Relay:
         producer_factory: ProducerFactory | None = None,
     ) -> None:
         self.engine = engine
+        self._reader = readonly(engine)
+        self._was_busy = True
         self.tenant = tenant
         self.batch_size = batch_size
         self.pipeline_depth = max(1, pipeline_depth)
@@ -195,7 +199,10 @@ class Relay:
             failed += len(errors)
             acked += self._collect(acks, wait=False)
         acked += self._collect(acks, wait=True)
-        self._observe_backlog(force=acked == 0)
+        # refresh the gauges at once when the relay turns idle; otherwise on the interval (an
+        # idle relay passes every idle_wait_s and must not count the backlog each time)
+        self._observe_backlog(force=acked == 0 and self._was_busy)
+        self._was_busy = acked > 0
         if acked == 0 and not failed:
             self.metrics.relay_lag_seconds.set(0)
         if failed:
@@ -233,7 +240,7 @@ class Relay:
         # per-branch watermark meanwhile.
         stmt = self._select if cursor is None else self._select.where(outbox.c.id > cursor)
         try:
-            with self.engine.connect() as conn:
+            with self._reader.connect() as conn:  # a pure read: never takes the write lock
                 rows = list(conn.execute(stmt.limit(self.batch_size)).all())
         except SQLAlchemyError as exc:
             raise StoreError(f"outbox relay: cannot read the outbox: {exc}") from exc
@@ -363,7 +370,7 @@ class Relay:
             return
         self._next_metrics = now + self.metrics_interval_s
         try:
-            count, oldest = backlog(self.engine, tenant=self.tenant)
+            count, oldest = backlog(self._reader, tenant=self.tenant)
         except SQLAlchemyError as exc:
             log.warning("outbox relay: cannot read the backlog: %s", exc)
             return

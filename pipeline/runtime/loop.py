@@ -29,6 +29,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.errors import FleetError
@@ -44,6 +45,7 @@ from pipeline.failures.outcomes import (
 )
 from pipeline.failures.retry import BackoffPolicy
 from pipeline.kafka.settings import OffsetReset, consumer_config
+from pipeline.store import read_sessions
 
 from .commits import commit_offsets
 from .dedupe import dedupe_table, seen_ids
@@ -137,6 +139,8 @@ class ConsumerRuntime:
         self.config = config
         self.handler = handler
         self.sessions = sessions
+        bind = sessions.kw.get("bind")
+        self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
         self.dead_letters = dead_letters
         self.quarantine = quarantine
         self.metrics = metrics
@@ -254,7 +258,7 @@ class ConsumerRuntime:
         scope = cfg.dedupe_scope
         batch = _Batch()
         ids = [i for r in records if (i := r.header_str(cfg.dedupe_header))]
-        with self.sessions() as session:
+        with self.reads() as session:
             already = seen_ids(session, scope, ids) if ids else set()
         now = _now_ms()
         for rec in records:

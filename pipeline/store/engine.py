@@ -63,6 +63,15 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
+def readonly(engine: Engine) -> Engine:
+    """The same engine (same pool) whose transactions begin DEFERRED on SQLite: for pure reads.
+
+    Under WAL a reader never waits for a writer; a read that took the write lock (IMMEDIATE)
+    would queue every writer behind it, and SQLite's busy handler sleeps in coarse steps.
+    """
+    return engine.execution_options(**{READONLY_OPTION: True})
+
+
 def read_sessions(engine: Engine) -> sessionmaker[Session]:
     """Sessions for reads only: on SQLite they take no write lock (BEGIN DEFERRED under WAL)."""
-    return sessionmaker(engine.execution_options(**{READONLY_OPTION: True}), expire_on_commit=False)
+    return sessionmaker(readonly(engine), expire_on_commit=False)
