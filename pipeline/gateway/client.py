@@ -15,10 +15,9 @@ from collections.abc import Sequence
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline.store import read_sessions
-
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import DeliveryError
+from pipeline.store import read_sessions
 
 from . import roster_cache, tracking
 from .conversations import ABANDONED, Conversations

@@ -29,7 +29,6 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import BrokerError, FleetError, StoreError
 from pipeline.kafka.settings import producer_config
-
 from pipeline.store import readonly
 
 from .headers import fold_headers, unpack_headers
