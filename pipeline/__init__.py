@@ -1,11 +1,63 @@
 """fleet-pipeline: signed agent messaging on Apache Kafka.
 
 The public API is exactly ``__all__`` (``tests/unit/test_public_api.py`` holds it to that).
+Names resolve lazily, so ``import pipeline`` stays cheap and cannot create import cycles.
 """
 
-from pipeline.errors import FleetError
-from pipeline.kafka.settings import AckMode
-from pipeline.kafka.topics import TopicNames
+from __future__ import annotations
 
-__all__ = ["AckMode", "FleetError", "TopicNames"]
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    # errors and settings
+    "FleetError": "pipeline.errors",
+    "AckMode": "pipeline.kafka.settings",
+    "TopicNames": "pipeline.kafka.topics",
+    # the envelope
+    "Envelope": "pipeline.envelope",
+    "Kind": "pipeline.envelope",
+    "Signer": "pipeline.envelope",
+    "TrustStore": "pipeline.envelope",
+    "Verifier": "pipeline.envelope",
+    # the gateway
+    "GatewayConfig": "pipeline.gateway.config",
+    "EntityConfig": "pipeline.gateway.config",
+    "load_config": "pipeline.gateway.config",
+    "GatewayClient": "pipeline.gateway.client",
+    "build_gateway": "pipeline.bootstrap",
+    "build_client": "pipeline.bootstrap",
+    # the consumer runtime and handler outcomes
+    "ConsumerRuntime": "pipeline.runtime",
+    "RuntimeConfig": "pipeline.runtime",
+    "Record": "pipeline.runtime",
+    "Staged": "pipeline.runtime",
+    "Ack": "pipeline.failures.outcomes",
+    "Retry": "pipeline.failures.outcomes",
+    "DeadLetter": "pipeline.failures.outcomes",
+    "Quarantine": "pipeline.failures.outcomes",
+    "BackoffPolicy": "pipeline.failures.retry",
+    # the outbox
+    "Relay": "pipeline.outbox",
+    "Fold": "pipeline.outbox",
+    # a real broker, locally
+    "LocalCluster": "pipeline.kafka.local",
+    "LauncherConfig": "pipeline.kafka.local",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

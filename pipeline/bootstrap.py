@@ -83,6 +83,7 @@ def build_gateway(
     maintenance_interval_s: float | None = None,
     fault_after_commit: Callable[[int], None] | None = None,
 ) -> GatewayParts:
+    """Build one host's gateway: inbox runtime, relay, presence, roster, injectors, ticker."""
     host = config.host
     topics = TopicNames(prefix=config.topic_prefix)
     registry = registry or CollectorRegistry()

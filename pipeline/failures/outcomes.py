@@ -23,23 +23,31 @@ from pipeline.errors import FleetError
 
 @dataclass(frozen=True, slots=True)
 class Ack:
+    """Handled: the record's staged writes commit with its dedupe row."""
+
     pass
 
 
 @dataclass(frozen=True, slots=True)
 class Retry:
+    """Transient failure: pause the partition, retry after ``delay_s`` (or the backoff policy)."""
+
     delay_s: float | None = None  # None: let the backoff policy choose
     error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
+    """Permanent failure: to the DLQ with ``reason`` (a public reason code), then move on."""
+
     reason: str
     error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Quarantine:
+    """Dead-letter and quarantine the key: later records of it are parked in order."""
+
     reason: str
     error: str = ""
 

@@ -35,6 +35,11 @@ def _now() -> int:
 
 
 class GatewayClient:
+    """What a local entity uses: send, ask, answer, abandon, broadcast, poll (seed 000 §5-§7).
+
+    Every send is an outbox row in the host's store (works while the broker is down).
+    """
+
     def __init__(
         self,
         *,

@@ -67,6 +67,8 @@ class FencedError(FleetError):
 
 @dataclass(frozen=True, kw_only=True)
 class RuntimeConfig:
+    """One consumer-group member: group, topics, static id, dedupe scope, batch, retry."""
+
     bootstrap: str
     group_id: str
     topics: tuple[str, ...]

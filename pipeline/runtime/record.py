@@ -8,6 +8,8 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class Record:
+    """A consumed Kafka record as a plain immutable value."""
+
     topic: str
     partition: int
     offset: int

@@ -21,6 +21,8 @@ Effect = Callable[[], None]
 
 @dataclass
 class Staged:
+    """A record's staged writes and after-commit effects (see the module docstring)."""
+
     inserts: list[tuple[Table, dict[str, Any]]] = field(default_factory=list)
     calls: list[SessionCall] = field(default_factory=list)
     effects: list[Effect] = field(default_factory=list)
