@@ -47,7 +47,37 @@ _EXPORTS: dict[str, str] = {
     "LauncherConfig": "pipeline.kafka.local",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Ack",
+    "AckMode",
+    "BackoffPolicy",
+    "ConsumerRuntime",
+    "DeadLetter",
+    "EntityConfig",
+    "Envelope",
+    "FleetError",
+    "Fold",
+    "GatewayClient",
+    "GatewayConfig",
+    "Kind",
+    "LauncherConfig",
+    "LocalCluster",
+    "Quarantine",
+    "Record",
+    "Relay",
+    "Retry",
+    "RuntimeConfig",
+    "Signer",
+    "Staged",
+    "TopicNames",
+    "TrustStore",
+    "Verifier",
+    "build_client",
+    "build_gateway",
+    "load_config",
+]
+
+assert set(__all__) == set(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
