@@ -11,10 +11,22 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pipeline.testing import BrokerHandle, start_test_broker, unique_name
 
 
+_BROKER_LINES: list[str] = []
+
+
 def _announce(request: pytest.FixtureRequest, line: str) -> None:
+    """Print now (capture off) and again in the summary: CI's log must show the broker version."""
+    _BROKER_LINES.append(line.strip())
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(line)
+    capman = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capman is not None:
+        with capman.global_and_fixture_disabled():
+            reporter.write_line(line)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in _BROKER_LINES:
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
