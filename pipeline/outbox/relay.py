@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from sqlalchemy import Engine, select, tuple_, update
+from sqlalchemy import Engine, and_, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import BrokerError, FleetError, StoreError
@@ -93,6 +93,9 @@ class Relay:
         self._stop: threading.Event | None = None
         self._next_metrics = 0.0
         self._store: ThreadPoolExecutor | None = None
+        # SQLite runs one writer at a time, so ids become visible in order (PostgreSQL: not so)
+        self._serial_ids = engine.dialect.name == "sqlite"
+        self._acked_upto: dict[tuple[str, str], int] = {}  # lsn this relay last acked, per branch
         c = outbox.c
         select_rows = (
             select(
@@ -194,7 +197,8 @@ class Relay:
             confirmed, errors = self._confirmed(batch, broken)
             # acks run in order on the store thread; the guard in _ACK keeps each branch's
             # "sent" a prefix even if an earlier ack failed
-            acks.append((store.submit(self._ack, confirmed), confirmed, errors))
+            whole = confirmed is batch.rows  # the fast path: every row of the fetch confirmed
+            acks.append((store.submit(self._ack, confirmed, whole_batch=whole), confirmed, errors))
             failed += len(errors)
             acked += self._collect(acks, wait=False)
         acked += self._collect(acks, wait=True)
@@ -243,7 +247,7 @@ class Relay:
                 rows = list(conn.execute(stmt.limit(self.batch_size)).all())
         except SQLAlchemyError as exc:
             raise StoreError(f"outbox relay: cannot read the outbox: {exc}") from exc
-        rows.sort(key=_branch_order)
+        # id order is lsn order within each branch (inv. 2), which is all the producer needs
         return rows
 
     def _produce(self, rows: list[Any]) -> _Batch:
@@ -280,9 +284,11 @@ class Relay:
 
     @staticmethod
     def _confirmed(batch: _Batch, broken: set[tuple[str, str]]) -> tuple[list[Any], list[Any]]:
-        # rows are sorted by (tenant, branch, lsn) and each branch continues from its lowest
-        # pending lsn, so acking only the unbroken confirmed run keeps "sent" a per-branch
-        # watermark: after a failure the branch is resent from the failed row on.
+        # Rows come in id order, which is lsn order within a branch, and each branch continues
+        # from its lowest pending lsn; acking only the unbroken confirmed run keeps "sent" a
+        # per-branch watermark: after a failure the branch is resent from the failed row on.
+        if batch.done == len(batch.rows) and not batch.failures and not broken:
+            return batch.rows, []  # the common case: everything confirmed
         confirmed: list[Any] = []
         errors: list[Any] = []
         for row, err in zip(batch.rows, batch.results, strict=True):
@@ -297,46 +303,75 @@ class Relay:
                 broken.add(branch)
         return confirmed, errors
 
-    def _ack(self, rows: list[Any]) -> None:
+    def _ack(self, rows: list[Any], *, whole_batch: bool = False) -> None:
         """Mark confirmed rows sent, except runs whose branch has an earlier lsn still pending.
 
-        Pending rows of a branch are a suffix, so "lsn lo-1 is pending" is the whole guard: such a
-        run is left pending and the branch is resent from its lowest unacknowledged lsn. Two
-        statements per batch whatever its size (the ack runs beside the producer; few statements
-        means few GIL hand-overs).
+        Pending rows of a branch are a suffix (inv. 2), so "lsn lo-1 is pending" is the whole
+        guard: such a run stays pending and the branch is resent from its lowest unacknowledged
+        lsn. Two statements per batch whatever its size.
         """
         if not rows:
             return
         firsts: dict[tuple[str, str], int] = {}
+        lasts: dict[tuple[str, str], int] = {}
         for row in rows:
             firsts.setdefault((row[1], row[2]), row[3])
+            lasts[(row[1], row[2])] = row[3]
+        known = self._acked_upto
+        # Only branches whose lsn lo-1 this relay did not ack itself need a look in the store
+        # (first seen since start, after a failure, or a row that committed late).
+        probe = [
+            (t, b, lo - 1)
+            for (t, b), lo in firsts.items()
+            if lo > 1 and known.get((t, b)) != lo - 1
+        ]
         c = outbox.c
         try:
             with self.engine.begin() as conn:
-                probe = [(t, b, lo - 1) for (t, b), lo in firsts.items() if lo > 1]
                 blocked: set[tuple[str, str]] = set()
                 if probe:
                     blocked = {
                         (t, b)
                         for t, b in conn.execute(
                             select(c.tenant, c.branch_key).where(
-                                tuple_(c.tenant, c.branch_key, c.lsn).in_(probe),
+                                # OR of point lookups: each uses the unique index (a row-value
+                                # IN would scan every pending row)
+                                or_(
+                                    *(
+                                        and_(c.tenant == t, c.branch_key == b, c.lsn == lsn)
+                                        for t, b, lsn in probe
+                                    )
+                                ),
                                 c.status == int(RowStatus.PENDING),
                             )
                         )
                     }
-                ids = [row[0] for row in rows if (row[1], row[2]) not in blocked]
-                if ids:
-                    # != SENT, so DROPPED too: a rewind that committed while the row was in
-                    # flight cannot unsend it; the store says truthfully that it went out
-                    conn.execute(
-                        update(outbox)
-                        .where(c.id.in_(ids), c.status != int(RowStatus.SENT))
-                        .values(status=int(RowStatus.SENT), sent_at=time.time())
-                    )
+                conn.execute(self._ack_statement(rows, blocked, whole_batch=whole_batch))
+            if len(known) > 100_000:
+                known.clear()  # only an optimisation: forgetting costs one probe per branch
+            for branch, lsn in lasts.items():
+                if branch not in blocked:
+                    known[branch] = lsn
         except SQLAlchemyError as exc:
             # Not acked: these rows go out again; the consumer's fold drops the copies.
             raise StoreError(f"outbox relay: cannot ack {len(rows)} rows: {exc}") from exc
+
+    def _ack_statement(
+        self, rows: list[Any], blocked: set[tuple[str, str]], *, whole_batch: bool
+    ) -> Any:
+        # Only PENDING rows become SENT: a row a rewind dropped while it was in flight stays
+        # DROPPED (the drop was decided first; see docs/outbox.md, crash windows).
+        c = outbox.c
+        stmt = update(outbox).values(status=int(RowStatus.SENT), sent_at=time.time())
+        stmt = stmt.where(c.status == int(RowStatus.PENDING))
+        first, last = rows[0][0], rows[-1][0]
+        if whole_batch and self._serial_ids and not blocked:
+            # SQLite commits one writer at a time, so no pending row inside [first, last] was
+            # missed by the fetch: a plain id range (no per-row parameters) covers the batch.
+            stmt = stmt.where(c.id >= first, c.id <= last)
+            return stmt if self.tenant is None else stmt.where(c.tenant == self.tenant)
+        ids = [row[0] for row in rows if (row[1], row[2]) not in blocked]
+        return stmt.where(c.id.in_(ids))
 
     # -- producer and metrics ----------------------------------------------------------------
     def _ensure_producer(self) -> Any:
@@ -382,21 +417,20 @@ class Relay:
 _UNRESOLVED: Any = object()
 
 
-def _branch_order(row: Any) -> tuple[str, str, int]:
-    return (row[1], row[2], row[3])
-
-
 class _Batch:
     """Rows handed to the producer together, and their delivery reports as they come in."""
 
-    __slots__ = ("done", "results", "rows")
+    __slots__ = ("done", "failures", "results", "rows")
 
     def __init__(self, rows: list[Any]) -> None:
         self.rows = rows
         self.results: list[Any] = [_UNRESOLVED] * len(rows)
         self.done = 0
+        self.failures = 0
 
     def report(self, index: int, err: Any, _msg: Any) -> None:
         if self.results[index] is _UNRESOLVED:
             self.done += 1
+        if err is not None:
+            self.failures += 1
         self.results[index] = err

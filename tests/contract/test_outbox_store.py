@@ -230,3 +230,28 @@ def test_relay_never_acks_past_a_pending_earlier_lsn(
     assert len(confirmed) == 2 and errors == []
     relay._ack(confirmed)
     assert set(_statuses(engine, "a").values()) == {RowStatus.PENDING}
+
+
+def test_a_tenant_relay_acks_only_its_own_pending_rows(
+    engine: Engine, sessions: sessionmaker[Session]
+) -> None:
+    """A fully confirmed batch is acked by id range on SQLite: rows of other tenants and dropped
+    rows inside that range must keep their status."""
+    with sessions.begin() as s:
+        for i in range(6):
+            write(s, topic="t", key=b"k", value=b"v", branch_key="x", tenant="a")
+            write(s, topic="t", key=b"k", value=b"v", branch_key="y", tenant="b")
+            write(s, topic="t", key=b"k", value=b"v", branch_key=f"gone{i}", tenant="a")
+    with sessions.begin() as s:
+        for i in range(6):
+            abandon_branch(s, branch_key=f"gone{i}", tenant="a")
+    producer = FakeProducer(lambda _h: False)
+    relay = Relay(
+        engine=engine, bootstrap="unused:1", tenant="a", producer_factory=lambda _c: producer
+    )
+    assert relay.drain() == 6
+    assert set(_statuses(engine, "x").values()) == {RowStatus.SENT}
+    assert set(_statuses(engine, "y").values()) == {RowStatus.PENDING}
+    assert set(_statuses(engine, "gone0").values()) == {RowStatus.DROPPED}
+    assert all(h["fleet.tenant"] == b"a" for h in producer.sent)
+    assert outbox_status(engine, tenant="b").backlog == 6

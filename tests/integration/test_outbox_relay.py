@@ -279,12 +279,19 @@ def test_order_per_branch_with_runs_and_branches_interleaved(
             executor.continue_run(tenant=tenant, run_id=run_id, steps=4)
         wait_for(lambda: _backlog(engine) == 0, timeout=60, what="the backlog to drain")
     with engine.connect() as conn:
-        shipped = conn.execute(
-            select(outbox.c.branch_key, outbox.c.lsn).where(outbox.c.status == int(RowStatus.SENT))
-        ).all()
+        status = {
+            (b, lsn): RowStatus(st)
+            for b, lsn, st in conn.execute(
+                select(outbox.c.branch_key, outbox.c.lsn, outbox.c.status)
+            ).all()
+        }
+    shipped = {k for k, st in status.items() if st is RowStatus.SENT}
     reader = reader_factory(kafka.bootstrap, topic)
     reader.read_all(len(shipped))
-    assert reader.unique() == {(b, lsn) for b, lsn in shipped}
+    # every sent row arrived; anything else that arrived was in flight when its branch was
+    # abandoned by a rewind (docs/outbox.md, crash windows)
+    assert shipped <= reader.unique()
+    assert all(status[k] is RowStatus.DROPPED for k in reader.unique() - shipped)
     per_branch: dict[str, list[int]] = {}
     for branch, lsn, _, _ in reader.records:
         per_branch.setdefault(branch, []).append(lsn)
@@ -307,11 +314,11 @@ class AckLosingRelay(Relay):
 
     losses = 2
 
-    def _ack(self, rows: list[Any]) -> None:
+    def _ack(self, rows: list[Any], *, whole_batch: bool = False) -> None:
         if rows and self.losses > 0:
             self.losses -= 1
             raise StoreError("injected: ack lost after the broker confirmed")
-        super()._ack(rows)
+        super()._ack(rows, whole_batch=whole_batch)
 
 
 def test_forced_redelivery_folds_to_the_single_delivery_state(
