@@ -325,13 +325,15 @@ class AckLosingRelay(Relay):
 def test_forced_redelivery_folds_to_the_single_delivery_state(
     kafka: BrokerHandle,
     new_topic: Callable[..., str],
-    tmp_path: Path,
+    store_url: str,
     reader_factory: Callable[[str, str], TopicReader],
 ) -> None:
     """Seed 003 Verify 5: exactly-once at the fold, not in transport -- with acks lost the relay
-    publishes rows again, and the folded state equals the single-delivery case."""
+    publishes rows again, and the folded state equals the single-delivery case (SQLite and
+    PostgreSQL)."""
     topic = new_topic("outbox-redeliver", partitions=2)
-    _, engine, sessions = _store(tmp_path)
+    engine = make_engine(store_url)
+    sessions = session_factory(engine)
     runs = [("acme", f"r{i}") for i in range(3)]
     Executor(sessions=sessions, journal=RunJournal(topic=topic)).run_many(runs, steps=10)
     relay = AckLosingRelay(
@@ -346,6 +348,7 @@ def test_forced_redelivery_folds_to_the_single_delivery_state(
     fold = reader.fold()
     assert fold.duplicates == len(reader.records) - 33
     assert fold.state() == {branch_key_of(t, r, 1): expected_events(10) for t, r in runs}
+    engine.dispose()
 
 
 # -- 6: kill -9 of the relay process mid-batch --------------------------------------------------
