@@ -24,13 +24,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from sqlalchemy import Engine, and_, or_, select, update
+from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import BrokerError, FleetError, StoreError
 from pipeline.kafka.settings import producer_config
 from pipeline.store import readonly
 
+from .acker import Acker
+from .batch import Batch
 from .headers import fold_headers, unpack_headers
 from .metrics import OutboxMetrics, PublishFailure, classify
 from .status import backlog
@@ -93,9 +95,7 @@ class Relay:
         self._stop: threading.Event | None = None
         self._next_metrics = 0.0
         self._store: ThreadPoolExecutor | None = None
-        # SQLite runs one writer at a time, so ids become visible in order (PostgreSQL: not so)
-        self._serial_ids = engine.dialect.name == "sqlite"
-        self._acked_upto: dict[tuple[str, str], int] = {}  # lsn this relay last acked, per branch
+        self._acker = Acker(engine, tenant=tenant)
         c = outbox.c
         select_rows = (
             select(
@@ -176,7 +176,7 @@ class Relay:
             self._producer.flush(0)
             self._producer, self._fatal = None, False
         store = self._store_thread()
-        window: deque[_Batch] = deque()
+        window: deque[Batch] = deque()
         acks: deque[tuple[Future[None], list[Any], list[Any]]] = deque()
         broken: set[tuple[str, str]] = set()  # branches with a failed row: no more acks now
         started = acked = failed = 0
@@ -250,9 +250,9 @@ class Relay:
         # id order is lsn order within each branch (inv. 2), which is all the producer needs
         return rows
 
-    def _produce(self, rows: list[Any]) -> _Batch:
+    def _produce(self, rows: list[Any]) -> Batch:
         producer = self._ensure_producer()
-        batch = _Batch(rows)
+        batch = Batch(rows)
         for i, (_id, tenant, branch, lsn, topic, key, value, blob, _created) in enumerate(rows):
             headers = unpack_headers(blob) + fold_headers(tenant, branch, lsn)
             callback = functools.partial(batch.report, i)
@@ -270,7 +270,7 @@ class Relay:
         producer.poll(0)
         return batch
 
-    def _settle(self, batch: _Batch) -> None:
+    def _settle(self, batch: Batch) -> None:
         """Wait for every report of ``batch`` (message.timeout.ms bounds each one)."""
         producer = self._producer
         deadline = time.monotonic() + self.delivery_timeout_s + 5.0
@@ -283,95 +283,11 @@ class Relay:
                     break  # stopping: unconfirmed rows stay pending and are resent later
 
     @staticmethod
-    def _confirmed(batch: _Batch, broken: set[tuple[str, str]]) -> tuple[list[Any], list[Any]]:
-        # Rows come in id order, which is lsn order within a branch, and each branch continues
-        # from its lowest pending lsn; acking only the unbroken confirmed run keeps "sent" a
-        # per-branch watermark: after a failure the branch is resent from the failed row on.
-        if batch.done == len(batch.rows) and not batch.failures and not broken:
-            return batch.rows, []  # the common case: everything confirmed
-        confirmed: list[Any] = []
-        errors: list[Any] = []
-        for row, err in zip(batch.rows, batch.results, strict=True):
-            if err is not None:
-                errors.append(BrokerError("no delivery report") if err is _UNRESOLVED else err)
-            branch = (row[1], row[2])
-            if branch in broken:
-                continue
-            if err is None:
-                confirmed.append(row)
-            else:
-                broken.add(branch)
-        return confirmed, errors
+    def _confirmed(batch: Batch, broken: set[tuple[str, str]]) -> tuple[list[Any], list[Any]]:
+        return batch.confirmed(broken)
 
     def _ack(self, rows: list[Any], *, whole_batch: bool = False) -> None:
-        """Mark confirmed rows sent, except runs whose branch has an earlier lsn still pending.
-
-        Pending rows of a branch are a suffix (inv. 2), so "lsn lo-1 is pending" is the whole
-        guard: such a run stays pending and the branch is resent from its lowest unacknowledged
-        lsn. Two statements per batch whatever its size.
-        """
-        if not rows:
-            return
-        firsts: dict[tuple[str, str], int] = {}
-        lasts: dict[tuple[str, str], int] = {}
-        for row in rows:
-            firsts.setdefault((row[1], row[2]), row[3])
-            lasts[(row[1], row[2])] = row[3]
-        known = self._acked_upto
-        # Only branches whose lsn lo-1 this relay did not ack itself need a look in the store
-        # (first seen since start, after a failure, or a row that committed late).
-        probe = [
-            (t, b, lo - 1)
-            for (t, b), lo in firsts.items()
-            if lo > 1 and known.get((t, b)) != lo - 1
-        ]
-        c = outbox.c
-        try:
-            with self.engine.begin() as conn:
-                blocked: set[tuple[str, str]] = set()
-                if probe:
-                    blocked = {
-                        (t, b)
-                        for t, b in conn.execute(
-                            select(c.tenant, c.branch_key).where(
-                                # OR of point lookups: each uses the unique index (a row-value
-                                # IN would scan every pending row)
-                                or_(
-                                    *(
-                                        and_(c.tenant == t, c.branch_key == b, c.lsn == lsn)
-                                        for t, b, lsn in probe
-                                    )
-                                ),
-                                c.status == int(RowStatus.PENDING),
-                            )
-                        )
-                    }
-                conn.execute(self._ack_statement(rows, blocked, whole_batch=whole_batch))
-            if len(known) > 100_000:
-                known.clear()  # only an optimisation: forgetting costs one probe per branch
-            for branch, lsn in lasts.items():
-                if branch not in blocked:
-                    known[branch] = lsn
-        except SQLAlchemyError as exc:
-            # Not acked: these rows go out again; the consumer's fold drops the copies.
-            raise StoreError(f"outbox relay: cannot ack {len(rows)} rows: {exc}") from exc
-
-    def _ack_statement(
-        self, rows: list[Any], blocked: set[tuple[str, str]], *, whole_batch: bool
-    ) -> Any:
-        # Only PENDING rows become SENT: a row a rewind dropped while it was in flight stays
-        # DROPPED (the drop was decided first; see docs/outbox.md, crash windows).
-        c = outbox.c
-        stmt = update(outbox).values(status=int(RowStatus.SENT), sent_at=time.time())
-        stmt = stmt.where(c.status == int(RowStatus.PENDING))
-        first, last = rows[0][0], rows[-1][0]
-        if whole_batch and self._serial_ids and not blocked:
-            # SQLite commits one writer at a time, so no pending row inside [first, last] was
-            # missed by the fetch: a plain id range (no per-row parameters) covers the batch.
-            stmt = stmt.where(c.id >= first, c.id <= last)
-            return stmt if self.tenant is None else stmt.where(c.tenant == self.tenant)
-        ids = [row[0] for row in rows if (row[1], row[2]) not in blocked]
-        return stmt.where(c.id.in_(ids))
+        self._acker.ack(rows, whole_batch=whole_batch)
 
     # -- producer and metrics ----------------------------------------------------------------
     def _ensure_producer(self) -> Any:
@@ -412,25 +328,3 @@ class Relay:
         self.metrics.oldest_unsent_age_seconds.set(
             0.0 if oldest is None else max(0.0, time.time() - oldest)
         )
-
-
-_UNRESOLVED: Any = object()
-
-
-class _Batch:
-    """Rows handed to the producer together, and their delivery reports as they come in."""
-
-    __slots__ = ("done", "failures", "results", "rows")
-
-    def __init__(self, rows: list[Any]) -> None:
-        self.rows = rows
-        self.results: list[Any] = [_UNRESOLVED] * len(rows)
-        self.done = 0
-        self.failures = 0
-
-    def report(self, index: int, err: Any, _msg: Any) -> None:
-        if self.results[index] is _UNRESOLVED:
-            self.done += 1
-        if err is not None:
-            self.failures += 1
-        self.results[index] = err
