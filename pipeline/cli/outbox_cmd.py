@@ -26,7 +26,11 @@ def status(
     from pipeline.outbox import outbox_status
     from pipeline.store import make_engine
 
-    st = outbox_status(make_engine(db), tenant=tenant)
+    engine = make_engine(db)
+    try:
+        st = outbox_status(engine, tenant=tenant)
+    finally:
+        engine.dispose()
     if as_json:
         emit_json(st.to_dict())
         return

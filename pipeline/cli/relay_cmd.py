@@ -43,8 +43,9 @@ def run(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     registry = CollectorRegistry()
+    engine = make_engine(db)
     relay = Relay(
-        engine=make_engine(db),
+        engine=engine,
         bootstrap=bootstrap,
         tenant=tenant,
         batch_size=batch_size,
@@ -61,5 +62,8 @@ def run(
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     console.print(f"outbox relay: {db} -> {bootstrap} (tenant: {tenant or 'all'})")
-    relay.run_forever(stop)
+    try:
+        relay.run_forever(stop)
+    finally:
+        engine.dispose()
     console.print("outbox relay: stopped")

@@ -24,13 +24,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from sqlalchemy import Engine, select, tuple_, update
+from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import BrokerError, FleetError, StoreError
 from pipeline.kafka.settings import producer_config
 from pipeline.store import readonly
 
+from .acker import Acker
+from .batch import Batch
 from .headers import fold_headers, unpack_headers
 from .metrics import OutboxMetrics, PublishFailure, classify
 from .status import backlog
@@ -93,6 +95,7 @@ class Relay:
         self._stop: threading.Event | None = None
         self._next_metrics = 0.0
         self._store: ThreadPoolExecutor | None = None
+        self._acker = Acker(engine, tenant=tenant)
         c = outbox.c
         select_rows = (
             select(
@@ -173,7 +176,7 @@ class Relay:
             self._producer.flush(0)
             self._producer, self._fatal = None, False
         store = self._store_thread()
-        window: deque[_Batch] = deque()
+        window: deque[Batch] = deque()
         acks: deque[tuple[Future[None], list[Any], list[Any]]] = deque()
         broken: set[tuple[str, str]] = set()  # branches with a failed row: no more acks now
         started = acked = failed = 0
@@ -194,7 +197,8 @@ class Relay:
             confirmed, errors = self._confirmed(batch, broken)
             # acks run in order on the store thread; the guard in _ACK keeps each branch's
             # "sent" a prefix even if an earlier ack failed
-            acks.append((store.submit(self._ack, confirmed), confirmed, errors))
+            whole = confirmed is batch.rows  # the fast path: every row of the fetch confirmed
+            acks.append((store.submit(self._ack, confirmed, whole_batch=whole), confirmed, errors))
             failed += len(errors)
             acked += self._collect(acks, wait=False)
         acked += self._collect(acks, wait=True)
@@ -243,12 +247,12 @@ class Relay:
                 rows = list(conn.execute(stmt.limit(self.batch_size)).all())
         except SQLAlchemyError as exc:
             raise StoreError(f"outbox relay: cannot read the outbox: {exc}") from exc
-        rows.sort(key=_branch_order)
+        # id order is lsn order within each branch (inv. 2), which is all the producer needs
         return rows
 
-    def _produce(self, rows: list[Any]) -> _Batch:
+    def _produce(self, rows: list[Any]) -> Batch:
         producer = self._ensure_producer()
-        batch = _Batch(rows)
+        batch = Batch(rows)
         for i, (_id, tenant, branch, lsn, topic, key, value, blob, _created) in enumerate(rows):
             headers = unpack_headers(blob) + fold_headers(tenant, branch, lsn)
             callback = functools.partial(batch.report, i)
@@ -266,7 +270,7 @@ class Relay:
         producer.poll(0)
         return batch
 
-    def _settle(self, batch: _Batch) -> None:
+    def _settle(self, batch: Batch) -> None:
         """Wait for every report of ``batch`` (message.timeout.ms bounds each one)."""
         producer = self._producer
         deadline = time.monotonic() + self.delivery_timeout_s + 5.0
@@ -279,64 +283,11 @@ class Relay:
                     break  # stopping: unconfirmed rows stay pending and are resent later
 
     @staticmethod
-    def _confirmed(batch: _Batch, broken: set[tuple[str, str]]) -> tuple[list[Any], list[Any]]:
-        # rows are sorted by (tenant, branch, lsn) and each branch continues from its lowest
-        # pending lsn, so acking only the unbroken confirmed run keeps "sent" a per-branch
-        # watermark: after a failure the branch is resent from the failed row on.
-        confirmed: list[Any] = []
-        errors: list[Any] = []
-        for row, err in zip(batch.rows, batch.results, strict=True):
-            if err is not None:
-                errors.append(BrokerError("no delivery report") if err is _UNRESOLVED else err)
-            branch = (row[1], row[2])
-            if branch in broken:
-                continue
-            if err is None:
-                confirmed.append(row)
-            else:
-                broken.add(branch)
-        return confirmed, errors
+    def _confirmed(batch: Batch, broken: set[tuple[str, str]]) -> tuple[list[Any], list[Any]]:
+        return batch.confirmed(broken)
 
-    def _ack(self, rows: list[Any]) -> None:
-        """Mark confirmed rows sent, except runs whose branch has an earlier lsn still pending.
-
-        Pending rows of a branch are a suffix, so "lsn lo-1 is pending" is the whole guard: such a
-        run is left pending and the branch is resent from its lowest unacknowledged lsn. Two
-        statements per batch whatever its size (the ack runs beside the producer; few statements
-        means few GIL hand-overs).
-        """
-        if not rows:
-            return
-        firsts: dict[tuple[str, str], int] = {}
-        for row in rows:
-            firsts.setdefault((row[1], row[2]), row[3])
-        c = outbox.c
-        try:
-            with self.engine.begin() as conn:
-                probe = [(t, b, lo - 1) for (t, b), lo in firsts.items() if lo > 1]
-                blocked: set[tuple[str, str]] = set()
-                if probe:
-                    blocked = {
-                        (t, b)
-                        for t, b in conn.execute(
-                            select(c.tenant, c.branch_key).where(
-                                tuple_(c.tenant, c.branch_key, c.lsn).in_(probe),
-                                c.status == int(RowStatus.PENDING),
-                            )
-                        )
-                    }
-                ids = [row[0] for row in rows if (row[1], row[2]) not in blocked]
-                if ids:
-                    # != SENT, so DROPPED too: a rewind that committed while the row was in
-                    # flight cannot unsend it; the store says truthfully that it went out
-                    conn.execute(
-                        update(outbox)
-                        .where(c.id.in_(ids), c.status != int(RowStatus.SENT))
-                        .values(status=int(RowStatus.SENT), sent_at=time.time())
-                    )
-        except SQLAlchemyError as exc:
-            # Not acked: these rows go out again; the consumer's fold drops the copies.
-            raise StoreError(f"outbox relay: cannot ack {len(rows)} rows: {exc}") from exc
+    def _ack(self, rows: list[Any], *, whole_batch: bool = False) -> None:
+        self._acker.ack(rows, whole_batch=whole_batch)
 
     # -- producer and metrics ----------------------------------------------------------------
     def _ensure_producer(self) -> Any:
@@ -377,26 +328,3 @@ class Relay:
         self.metrics.oldest_unsent_age_seconds.set(
             0.0 if oldest is None else max(0.0, time.time() - oldest)
         )
-
-
-_UNRESOLVED: Any = object()
-
-
-def _branch_order(row: Any) -> tuple[str, str, int]:
-    return (row[1], row[2], row[3])
-
-
-class _Batch:
-    """Rows handed to the producer together, and their delivery reports as they come in."""
-
-    __slots__ = ("done", "results", "rows")
-
-    def __init__(self, rows: list[Any]) -> None:
-        self.rows = rows
-        self.results: list[Any] = [_UNRESOLVED] * len(rows)
-        self.done = 0
-
-    def report(self, index: int, err: Any, _msg: Any) -> None:
-        if self.results[index] is _UNRESOLVED:
-            self.done += 1
-        self.results[index] = err

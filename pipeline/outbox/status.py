@@ -12,6 +12,8 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
+from pipeline.store import readonly
+
 from .tables import RowStatus, outbox, outbox_branch
 
 
@@ -41,7 +43,7 @@ def backlog(engine: Engine, *, tenant: str | None = None) -> tuple[int, float | 
     )
     if tenant is not None:
         stmt = stmt.where(outbox.c.tenant == tenant)
-    with engine.connect() as conn:
+    with readonly(engine).connect() as conn:  # a pure read: BEGIN DEFERRED on SQLite
         count, oldest = conn.execute(stmt).one()
     return int(count), (float(oldest) if oldest is not None else None)
 
@@ -65,7 +67,7 @@ def outbox_status(
     if tenant is not None:
         pending = pending.where(outbox.c.tenant == tenant)
         branches_stmt = branches_stmt.where(outbox_branch.c.tenant == tenant)
-    with engine.connect() as conn:
+    with readonly(engine).connect() as conn:  # a pure read: BEGIN DEFERRED on SQLite
         per_branch = {(t, b): int(n) for t, b, n in conn.execute(pending)}
         branches = [
             BranchStatus(

@@ -230,3 +230,51 @@ def test_relay_never_acks_past_a_pending_earlier_lsn(
     assert len(confirmed) == 2 and errors == []
     relay._ack(confirmed)
     assert set(_statuses(engine, "a").values()) == {RowStatus.PENDING}
+
+
+def test_a_tenant_relay_acks_only_its_own_pending_rows(
+    engine: Engine, sessions: sessionmaker[Session]
+) -> None:
+    """A fully confirmed batch is acked by id range on SQLite: rows of other tenants and dropped
+    rows inside that range must keep their status."""
+    with sessions.begin() as s:
+        for i in range(6):
+            write(s, topic="t", key=b"k", value=b"v", branch_key="x", tenant="a")
+            write(s, topic="t", key=b"k", value=b"v", branch_key="y", tenant="b")
+            write(s, topic="t", key=b"k", value=b"v", branch_key=f"gone{i}", tenant="a")
+    with sessions.begin() as s:
+        for i in range(6):
+            abandon_branch(s, branch_key=f"gone{i}", tenant="a")
+    producer = FakeProducer(lambda _h: False)
+    relay = Relay(
+        engine=engine, bootstrap="unused:1", tenant="a", producer_factory=lambda _c: producer
+    )
+    assert relay.drain() == 6
+    assert set(_statuses(engine, "x").values()) == {RowStatus.SENT}
+    assert set(_statuses(engine, "y").values()) == {RowStatus.PENDING}
+    assert set(_statuses(engine, "gone0").values()) == {RowStatus.DROPPED}
+    assert all(h["fleet.tenant"] == b"a" for h in producer.sent)
+    assert outbox_status(engine, tenant="b").backlog == 6
+
+
+def test_fleet_outbox_status_reports_backlog_and_next_lsn(
+    store_url: str, sessions: sessionmaker[Session]
+) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli.main import app
+
+    with sessions.begin() as s:
+        for _ in range(3):
+            write(s, topic="t", key=b"k", value=b"v", branch_key="a", tenant="acme")
+    result = CliRunner().invoke(app, ["outbox", "status", "--db", store_url, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["backlog"] == 3 and data["oldest_unsent_age_s"] >= 0
+    assert data["branches"] == [
+        {"tenant": "acme", "branch_key": "a", "next_lsn": 4, "pending": 3, "abandoned": False}
+    ]
+    table = CliRunner().invoke(app, ["outbox", "status", "--db", store_url])
+    assert table.exit_code == 0 and "backlog: 3" in table.stdout

@@ -273,22 +273,30 @@ def test_order_per_branch_with_runs_and_branches_interleaved(
     relay = Relay(engine=engine, bootstrap=kafka.bootstrap, batch_size=7)
     with RelayThread(relay):
         executor.run_many([(t, r) for t, r in runs], steps=8, threads=3)
+        wait_for(lambda: _backlog(engine) == 0, timeout=60, what="the first branches to ship")
         for tenant, run_id in runs[:2]:  # two runs rewind and go on on a second branch
             with sessions.begin() as s:
                 journal.rewind(s, tenant=tenant, run_id=run_id, to_step=5)
             executor.continue_run(tenant=tenant, run_id=run_id, steps=4)
         wait_for(lambda: _backlog(engine) == 0, timeout=60, what="the backlog to drain")
     with engine.connect() as conn:
-        shipped = conn.execute(
-            select(outbox.c.branch_key, outbox.c.lsn).where(outbox.c.status == int(RowStatus.SENT))
-        ).all()
+        status = {
+            (b, lsn): RowStatus(st)
+            for b, lsn, st in conn.execute(
+                select(outbox.c.branch_key, outbox.c.lsn, outbox.c.status)
+            ).all()
+        }
+    shipped = {k for k, st in status.items() if st is RowStatus.SENT}
     reader = reader_factory(kafka.bootstrap, topic)
     reader.read_all(len(shipped))
-    assert reader.unique() == {(b, lsn) for b, lsn in shipped}
+    # every sent row arrived; anything else that arrived was in flight when its branch was
+    # abandoned by a rewind (docs/outbox.md, crash windows)
+    assert shipped <= reader.unique()
+    assert all(status[k] is RowStatus.DROPPED for k in reader.unique() - shipped)
     per_branch: dict[str, list[int]] = {}
     for branch, lsn, _, _ in reader.records:
         per_branch.setdefault(branch, []).append(lsn)
-    assert len(per_branch) >= 8
+    assert len(per_branch) == 8
     for branch, lsns in per_branch.items():
         assert lsns == sorted(lsns), f"{branch} arrived out of order: {lsns}"
     # the interleaving is real: some partition switches between branches many times
@@ -307,23 +315,25 @@ class AckLosingRelay(Relay):
 
     losses = 2
 
-    def _ack(self, rows: list[Any]) -> None:
+    def _ack(self, rows: list[Any], *, whole_batch: bool = False) -> None:
         if rows and self.losses > 0:
             self.losses -= 1
             raise StoreError("injected: ack lost after the broker confirmed")
-        super()._ack(rows)
+        super()._ack(rows, whole_batch=whole_batch)
 
 
 def test_forced_redelivery_folds_to_the_single_delivery_state(
     kafka: BrokerHandle,
     new_topic: Callable[..., str],
-    tmp_path: Path,
+    store_url: str,
     reader_factory: Callable[[str, str], TopicReader],
 ) -> None:
     """Seed 003 Verify 5: exactly-once at the fold, not in transport -- with acks lost the relay
-    publishes rows again, and the folded state equals the single-delivery case."""
+    publishes rows again, and the folded state equals the single-delivery case (SQLite and
+    PostgreSQL)."""
     topic = new_topic("outbox-redeliver", partitions=2)
-    _, engine, sessions = _store(tmp_path)
+    engine = make_engine(store_url)
+    sessions = session_factory(engine)
     runs = [("acme", f"r{i}") for i in range(3)]
     Executor(sessions=sessions, journal=RunJournal(topic=topic)).run_many(runs, steps=10)
     relay = AckLosingRelay(
@@ -338,6 +348,7 @@ def test_forced_redelivery_folds_to_the_single_delivery_state(
     fold = reader.fold()
     assert fold.duplicates == len(reader.records) - 33
     assert fold.state() == {branch_key_of(t, r, 1): expected_events(10) for t, r in runs}
+    engine.dispose()
 
 
 # -- 6: kill -9 of the relay process mid-batch --------------------------------------------------
