@@ -10,7 +10,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipeline.testing import BrokerHandle, start_test_broker, unique_name
 
-
 _BROKER_LINES: list[str] = []
 
 
