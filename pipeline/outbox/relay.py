@@ -137,6 +137,9 @@ class Relay:
         """Loop until ``stop`` is set, backing off on any failure; never raises broker errors."""
         self._stop = stop
         backoff = self.backoff_initial_s
+        # Create the producer now: librdkafka connects and fetches metadata in the background
+        # while the outbox is empty, so the first real row does not pay for it.
+        self._ensure_producer()
         try:
             while not stop.is_set():
                 try:
