@@ -30,6 +30,8 @@ from pipeline.outbox.tables import outbox
 from pipeline.store import make_engine, read_sessions
 from pipeline.store.engine import READONLY_OPTION
 
+REUSE_S = 1.0
+
 
 class _Store:
     """One database: its read-only engine and which of the gauge tables it has."""
@@ -70,8 +72,10 @@ class SqlStoreGauges:
         self._stores = [_Store(e) for e in engines]
         self._clock = clock
         # outbox_backlog() reads (count, oldest) in one query; the sampler asks for the age
-        # right after, so it is answered from the same read: one query, and a consistent pair
+        # right after, so it is answered from the same read: one query, and a consistent pair.
+        # A read older than REUSE_S (a caller asking for the age alone) is not reused.
         self._outbox_read: list[tuple[int, float | None]] | None = None
+        self._outbox_read_at = 0.0
 
     @classmethod
     def from_urls(cls, urls: Sequence[str]) -> SqlStoreGauges:
@@ -95,10 +99,13 @@ class SqlStoreGauges:
 
     def outbox_backlog(self) -> int:
         self._outbox_read = [s.outbox() for s in self._stores]
+        self._outbox_read_at = time.monotonic()
         return sum(count for count, _ in self._outbox_read)
 
     def oldest_unsent_age_seconds(self) -> float:
-        reads = self._outbox_read or [s.outbox() for s in self._stores]
+        reads = self._outbox_read
+        if reads is None or time.monotonic() - self._outbox_read_at > REUSE_S:
+            reads = [s.outbox() for s in self._stores]
         self._outbox_read = None
         oldest = [at for _, at in reads if at is not None]
         return max(0.0, self._clock() - min(oldest)) if oldest else 0.0

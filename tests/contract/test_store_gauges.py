@@ -153,3 +153,30 @@ def _oldest_created(engine: Engine) -> float:
     _count, oldest = backlog(engine)
     assert oldest is not None
     return oldest
+
+
+def test_fleet_exporter_refuses_a_store_url_that_does_not_exist(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from pipeline.cli.main import app
+
+    typo = f"sqlite:///{tmp_path / 'typo.sqlite'}"
+    result = CliRunner().invoke(app, ["exporter", "--bootstrap", "unused:1", "--store-url", typo])
+    assert result.exit_code == 2, result.output
+    assert "no such SQLite file" in result.output
+
+
+def test_age_asked_alone_reads_the_outbox_afresh(engine: Engine, store_url: str) -> None:
+    """The backlog/age pair shares one read only when asked together (as the sampler does)."""
+    now = {"t": 0.0}
+    gauges = SqlStoreGauges([make_engine(store_url, create=False)], clock=lambda: now["t"])
+    try:
+        assert gauges.outbox_backlog() == 0
+        assert gauges.oldest_unsent_age_seconds() == 0.0  # consumes the shared read
+        with session_factory(engine).begin() as s:
+            write(s, topic="t", key=b"k", value=b"v", branch_key="k")
+        now["t"] = _oldest_created(engine) + 10.0
+        assert gauges.oldest_unsent_age_seconds() == pytest.approx(10.0, abs=1e-3)
+        assert gauges.outbox_backlog() == 1
+    finally:
+        gauges.close()

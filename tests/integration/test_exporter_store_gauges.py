@@ -6,6 +6,10 @@ the exporter, reading that store, must show exactly the undrained count and foll
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,16 +66,23 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[tuple[GatewayParts, G
         b.gateway.stop()
 
 
-def _held_gauge(port: int) -> float | None:
+def _gauges(port: int) -> dict[str, float]:
+    """The exporter's unlabelled gauges ({} while it is not up yet)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             text = r.read().decode()
     except OSError:
-        return None
-    for family in text_string_to_metric_families(text):
-        if family.name == "fleet_held_messages":
-            return float(family.samples[0].value)
-    return None
+        return {}
+    return {
+        s.name: float(s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if not s.labels
+    }
+
+
+def _held_gauge(port: int) -> float | None:
+    return _gauges(port).get("fleet_held_messages")
 
 
 def test_exporter_held_gauge_equals_undrained_rows_and_drops_after_a_poll(
@@ -110,3 +121,41 @@ def test_exporter_held_gauge_equals_undrained_rows_and_drops_after_a_poll(
         assert latest.store.held_messages == pending() == 0
     finally:
         exporter.stop()
+
+
+def test_fleet_exporter_cli_sums_the_gateways_stores(
+    hosts: tuple[GatewayParts, GatewayParts, str], kafka: BrokerHandle
+) -> None:
+    """``fleet exporter --store-url A --store-url B``: the four store gauges over both gateways'
+    stores (held at A only; each gateway's outbox shipped by its own relay, so backlog 0)."""
+    a, b, store_a = hosts
+    store_b = store_a.replace("A.sqlite", "B.sqlite")
+    for i in range(3):
+        b.client.send(sender="worker-b", to="main-a", kind=Kind.REPLY, body=f"r{i}".encode())
+    port = free_ports(1)[0]
+    args = ["--port", str(port), "--address", "127.0.0.1", "--groups-prefix", "fleet.none."]
+    args += ["--interval", "0.2", "--dlq-topic", "", "--store-url", store_a, "--store-url", store_b]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "exporter", *args],
+        env={**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    want = {
+        "fleet_held_messages": 3.0,
+        "fleet_quarantined_keys": 0.0,
+        "fleet_outbox_backlog_rows": 0.0,
+        "fleet_outbox_oldest_unsent_age_seconds": 0.0,
+    }
+    try:
+        wait_until(
+            lambda: {k: _gauges(port).get(k) for k in want} == want,
+            60,
+            "exporter shows 3 held and an empty outbox",
+        )
+        assert len(a.client.poll("main-a")) == 3
+        wait_until(lambda: _held_gauge(port) == 0.0, 30, "exporter shows 0 held")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
