@@ -56,9 +56,21 @@ def exporter(
     groups_prefix: Prefix = "fleet.",
     interval: Annotated[float, typer.Option("--interval", help="Seconds between samples.")] = 15.0,
     dlq_topic: Dlq = "fleet.dlq",
+    store_url: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--store-url",
+            help="Store to read held messages, quarantined keys and the outbox backlog from "
+            "(sqlite:///path or postgresql+psycopg://...); repeat for several stores (summed).",
+        ),
+    ] = None,
 ) -> None:
-    """Serve Prometheus metrics: lag (messages, seconds), retention risk, DLQ depth."""
+    """Serve Prometheus metrics: lag (messages, seconds), retention risk, DLQ depth, and with
+    ``--store-url`` held messages, quarantined keys, outbox backlog and oldest unsent age."""
+    from pipeline.observability.store_gauges import SqlStoreGauges
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    store = SqlStoreGauges.from_urls(store_url) if store_url else None
     running = build_exporter(
         ExporterConfig(
             bootstrap=_bootstrap(bootstrap),
@@ -67,7 +79,8 @@ def exporter(
             sampler=SamplerConfig(
                 groups_prefix=groups_prefix, dlq_topic=dlq_topic or None, interval_s=interval
             ),
-        )
+        ),
+        store=store,
     )
     console.print(f"fleet exporter on http://{address}:{running.port}/metrics")
     done = threading.Event()

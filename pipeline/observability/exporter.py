@@ -71,7 +71,8 @@ class RenderedMetrics:
 
 @dataclass(kw_only=True)
 class Exporter:
-    """A running exporter. ``stop()`` ends the sampler thread, the HTTP server and the reader."""
+    """A running exporter. ``stop()`` ends the sampler thread, the HTTP server, the reader and
+    the store gauges' engines."""
 
     sampler: LagSampler
     registry: CollectorRegistry
@@ -80,6 +81,7 @@ class Exporter:
     _threads: tuple[threading.Thread, ...]
     _server: Any
     _reader: OffsetReader
+    _store: StoreGauges | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -87,9 +89,10 @@ class Exporter:
         self._server.server_close()
         for thread in self._threads:
             thread.join(timeout=30)
-        close = getattr(self._reader, "close", None)
-        if close is not None:
-            close()
+        for owned in (self._reader, self._store):
+            close = getattr(owned, "close", None)
+            if close is not None:
+                close()
 
 
 def build_exporter(
@@ -129,4 +132,5 @@ def build_exporter(
         _threads=threads,
         _server=server,
         _reader=reader,
+        _store=store,
     )
