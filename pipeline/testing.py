@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import FleetError
 from pipeline.kafka.local import LauncherConfig, LocalCluster
+from pipeline.kafka.local.cluster import STATE_FILE, owned_by_live_process
 
 
 @dataclass(kw_only=True)
@@ -39,8 +41,18 @@ class BrokerHandle:
 
 
 def test_broker_dir(name: str) -> Path:
-    """A stable per-user folder, so a crashed run's brokers are reaped by the next run."""
-    return Path(tempfile.gettempdir()) / f"fleet-test-kafka-{os.getuid()}" / name
+    """A stable per-user folder, so a crashed run's brokers are reaped by the next run; when a
+    live test run owns that folder, a per-process one (two runs never take each other's broker)."""
+    base = Path(tempfile.gettempdir()) / f"fleet-test-kafka-{os.getuid()}"
+    stable = base / name
+    state = stable / STATE_FILE
+    if state.exists():
+        try:
+            if owned_by_live_process(LocalCluster.attach(stable)):
+                return base / f"{name}-{os.getpid()}"
+        except FleetError:
+            pass
+    return stable
 
 
 def docker_answers() -> bool:

@@ -104,3 +104,43 @@ def test_cluster_ids_are_valid() -> None:
     ids = {new_cluster_id() for _ in range(200)}
     assert len(ids) == 200
     assert all(len(i) == 22 and not i.startswith("-") and "=" not in i for i in ids)
+
+
+def test_a_live_runs_broker_is_never_reaped_by_another_run(tmp_path: Path) -> None:
+    """Two test runs on one machine must not take each other's broker (a crashed run's are)."""
+    import subprocess
+    import sys
+    import time
+
+    from pipeline.errors import LauncherError
+    from pipeline.testing import test_broker_dir
+
+    ready = tmp_path / "ready"
+    script = (
+        "import sys, time, pathlib\n"
+        "from pipeline.kafka.local import LauncherConfig, LocalCluster\n"
+        f"c = LocalCluster(LauncherConfig(directory=pathlib.Path({str(tmp_path / 'k')!r})),"
+        " owned=True).start()\n"
+        f"pathlib.Path({str(ready)!r}).write_text(c.bootstrap_servers)\n"
+        "time.sleep(120)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 90
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ready.exists(), "the owner process did not start its broker"
+        with pytest.raises(LauncherError) as info:
+            LocalCluster(LauncherConfig(directory=tmp_path / "k")).start()
+        assert info.value.reason == "CLUSTER_IN_USE" and str(owner.pid) in str(info.value)
+        attached = LocalCluster.attach(tmp_path / "k")
+        assert all(n.is_running() for n in attached.nodes), "the live run's broker survived"
+    finally:
+        owner.kill()
+        owner.wait(10)
+    attached = LocalCluster.attach(tmp_path / "k")
+    deadline = time.monotonic() + 20
+    while any(n.is_running() for n in attached.nodes) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(n.is_running() for n in attached.nodes), "PDEATHSIG took the dead run's JVM"
+    assert test_broker_dir("single").name == "single"

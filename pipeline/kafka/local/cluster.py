@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import BrokerNotReady, ConfigError
+from pipeline.errors import BrokerNotReady, ConfigError, LauncherError
 
 from .classpath import KAFKA_VERSION, BrokerClasspath, resolve_classpath
 from .java import find_java
@@ -73,6 +73,9 @@ class LocalCluster:
         self.nodes: list[KafkaNode] = []
         self.cluster_id = ""
         self.classpath: BrokerClasspath | None = None
+        # The process that started the cluster. A test run that is still alive owns its brokers:
+        # the stale-broker reaper must never take them.
+        self.owner_pid = os.getpid()
 
     # -- start -------------------------------------------------------------------------------
     @property
@@ -169,6 +172,7 @@ class LocalCluster:
 
     def state(self) -> dict[str, Any]:
         return {
+            "owner_pid": self.owner_pid,
             "cluster_id": self.cluster_id,
             "kafka_version": self.config.kafka_version,
             "bootstrap_servers": self.bootstrap_servers,
@@ -209,6 +213,7 @@ class LocalCluster:
             )
         )
         cluster.cluster_id = data["cluster_id"]
+        cluster.owner_pid = int(data.get("owner_pid") or 0)
         java = find_java(None)
         classpath = resolve_classpath(kafka_version=data["kafka_version"])
         cluster.classpath = classpath
@@ -289,6 +294,33 @@ def reap_stale(directory: Path) -> int:
     except Exception:  # noqa: BLE001 - unreadable state: nothing safe to kill
         path.unlink(missing_ok=True)
         return 0
-    count = sum(1 for n in stale.nodes if n.is_running())
+    running = [n for n in stale.nodes if n.is_running()]
+    owner = stale.owner_pid
+    if running and owner and owner != os.getpid() and owned_by_live_process(stale):
+        raise LauncherError(
+            f"a local Kafka cluster in {directory} belongs to the running process {owner}; "
+            "use another --dir (or stop that process)",
+            reason="CLUSTER_IN_USE",
+            context={"owner_pid": owner},
+        )
     stale.stop(timeout=10)
-    return count
+    return len(running)
+
+
+def owned_by_live_process(cluster: LocalCluster) -> bool:
+    """True when the process that started ``cluster`` still runs and still owns its JVMs.
+
+    ``fleet kafka up`` exits after starting detached brokers, so its clusters have no live owner
+    and a later ``up`` replaces them; a test run's brokers die with it (PDEATHSIG) and are safe
+    from other runs while it lives.
+    """
+    pid = cluster.owner_pid
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
