@@ -30,6 +30,13 @@ log = logging.getLogger(__name__)
 
 RECEIPT_TTL_S = 3600.0
 TRACKED_KINDS = frozenset({Kind.SEND, Kind.ANSWER})
+RECEIPT_BATCH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class _Receipt:
+    envelope: Envelope
+    host: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,31 +93,46 @@ class InjectionQueue:
         return all(q.unfinished_tasks == 0 for q in self._queues.values())
 
     def _work(self, q: queue.Queue[_Job | None]) -> None:
+        # Receipts (INJECTED or FAILED) of a burst go out in ONE outbox transaction once the
+        # queue runs dry, or every RECEIPT_BATCH injects: an inject never waits for a database
+        # write, and a receipt is at most one burst behind its inject.
+        pending: list[_Receipt] = []
         while True:
             job = q.get()
             try:
                 if job is None:
+                    self._flush(pending)
                     return
-                self._inject(job)
-            except Exception:
+                receipt = self._inject(job)
+                if receipt is not None:
+                    pending.append(receipt)
+                if q.empty() or len(pending) >= RECEIPT_BATCH:
+                    self._flush(pending)
+            except Exception:  # one bad job must not kill the entity's worker
                 log.exception("injection worker error")
             finally:
                 q.task_done()
 
-    def _inject(self, job: _Job) -> None:
+    def _flush(self, pending: list[_Receipt]) -> None:
+        if not pending:
+            return
+        with self.sessions.begin() as s:
+            for r in pending:
+                self.publisher.stage(s, r.envelope, to_host=r.host)
+        pending.clear()
+
+    def _inject(self, job: _Job) -> _Receipt | None:
         env = job.envelope
         entity = self.entities.get(job.gid)
         injector = entity.injector if entity is not None else None
         if injector is None:
-            self._failed(job, "NO_INJECTOR", f"{job.gid} has no injector configured")
-            return
+            return self._failed(job, "NO_INJECTOR", f"{job.gid} has no injector configured")
         attempt = 0
         while True:
             if self._stop.is_set():
-                return  # shutting down: the sender's deadline reports the loss
+                return None  # shutting down: the sender's deadline reports the loss
             if time.time() * 1000 > env.expires_at_ms:
-                self._failed(job, "EXPIRED", "expired while the target stayed busy")
-                return
+                return self._failed(job, "EXPIRED", "expired while the target stayed busy")
             attempt += 1
             try:
                 injector.inject(
@@ -124,41 +146,28 @@ class InjectionQueue:
                 if exc.retriable:
                     time.sleep(self.busy.delay_for(min(attempt, 6)))
                     continue
-                self._failed(job, exc.reason, str(exc))
-                return
+                return self._failed(job, exc.reason, str(exc))
             self.metrics.queue_to_inject_seconds.observe(time.monotonic() - job.queued_at)
-            self._receipt(job)
             if self.on_injected is not None:
                 self.on_injected(job.gid, env)
-            return
+            return self._receipt(job, Kind.INJECTED, injected_body(env.msg_id, job.gid))
 
-    def _receipt(self, job: _Job) -> None:
+    def _receipt(self, job: _Job, kind: Kind, body: bytes) -> _Receipt | None:
         env = job.envelope
         if job.reply_host is None or env.kind not in TRACKED_KINDS:
-            return
+            return None
         receipt = Envelope.new(
-            kind=Kind.INJECTED,
+            kind=kind,
             sender=self.publisher.gateway_id,
             to=env.sender,
-            body=injected_body(env.msg_id, job.gid),
+            body=body,
             ttl_s=RECEIPT_TTL_S,
             trace_id=env.trace_id,
         )
-        with self.sessions.begin() as s:
-            self.publisher.stage(s, receipt, to_host=job.reply_host)
+        return _Receipt(receipt, job.reply_host)
 
-    def _failed(self, job: _Job, reason: str, error: str) -> None:
+    def _failed(self, job: _Job, reason: str, error: str) -> _Receipt | None:
         env = job.envelope
-        if job.reply_host is None or env.kind not in TRACKED_KINDS:
-            log.warning("inject of %s into %s failed: %s %s", env.msg_id, job.gid, reason, error)
-            return
-        failed = Envelope.new(
-            kind=Kind.FAILED,
-            sender=self.publisher.gateway_id,
-            to=env.sender,
-            body=failed_body(env.msg_id, job.gid, reason=reason, error=error, stage="inject"),
-            ttl_s=RECEIPT_TTL_S,
-            trace_id=env.trace_id,
-        )
-        with self.sessions.begin() as s:
-            self.publisher.stage(s, failed, to_host=job.reply_host)
+        log.warning("inject of %s into %s failed: %s %s", env.msg_id, job.gid, reason, error)
+        body = failed_body(env.msg_id, job.gid, reason=reason, error=error, stage="inject")
+        return self._receipt(job, Kind.FAILED, body)
