@@ -11,16 +11,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
+from pipeline.failures.metrics import FailureMetrics
+from pipeline.failures.offsets import assign_from_committed
+from pipeline.failures.reporter import FailedReporter
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import GatewayConfig
 from pipeline.gateway.conversations import Conversations
 from pipeline.gateway.deadletters import OutboxDeadLetterSink
 from pipeline.gateway.entities import LocalEntities
+from pipeline.gateway.failed_sink import EnvelopeFailedSink
 from pipeline.gateway.held import HeldStore
 from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import InjectionQueue
@@ -30,7 +34,7 @@ from pipeline.gateway.metrics import GatewayMetrics
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.roster_cache import RosterEntry
 from pipeline.gateway.service import Gateway, Supervised
-from pipeline.kafka.settings import producer_config
+from pipeline.kafka.settings import OffsetReset, consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.outbox import Relay
@@ -213,4 +217,41 @@ def build_gateway(
         maintenance=maintenance,
         registry=registry,
         metrics=metrics,
+    )
+
+
+def build_failed_reporter(
+    config: GatewayConfig,
+    *,
+    signer: Signer,
+    trust: TrustStore,
+    group: str | None = None,
+    dlq_topic: str | None = None,
+    registry: CollectorRegistry | None = None,
+) -> FailedReporter:
+    """The DLQ's FAILED reporter running as ``config.host`` (seed 000 §10.1).
+
+    Its FAILEDs are signed by this host and written to this host's outbox in the transaction of
+    the reporter's dedupe row; this host's gateway relay ships them (the relay drains the whole
+    store). Close ``reporter.consumer`` and dispose ``reporter.engine`` when done.
+    """
+    topics = TopicNames(prefix=config.topic_prefix)
+    group_id = group or f"{config.topic_prefix}dlq-reporter"
+    # a DLQ that retention trimmed before we reported it must fail loudly, not skip
+    consumer = Consumer(consumer_config(config.bootstrap, group_id, offset_reset=OffsetReset.ERROR))
+    consumer.subscribe(
+        [dlq_topic or topics.dlq],
+        on_assign=lambda c, parts: assign_from_committed(c, parts, group_id),
+    )
+    sink = EnvelopeFailedSink(
+        publisher=Publisher(host=config.host, signer=signer, topics=topics),
+        trust=trust,
+        ttl_s=config.max_ttl_s,
+    )
+    return FailedReporter(
+        consumer=consumer,
+        engine=make_engine(config.store_url),
+        sink=sink,
+        metrics=FailureMetrics(registry or CollectorRegistry()),
+        group=group_id,
     )

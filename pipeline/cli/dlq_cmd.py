@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka import Consumer
-from prometheus_client import CollectorRegistry
 
 from pipeline.errors import ConfigError
 from pipeline.failures import dlq_ops
 from pipeline.failures.dlq import DeadLetterView
-from pipeline.failures.metrics import FailureMetrics
-from pipeline.failures.offsets import assign_from_committed
 from pipeline.failures.quarantine import QuarantineStore
 from pipeline.failures.records import key_text
-from pipeline.failures.reporter import FailedReporter
-from pipeline.failures.sinks import TopicFailedSink
-from pipeline.kafka.settings import OffsetReset, consumer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.store import make_engine
 
+from . import dlq_report
 from .output import console, emit_json, fail_on_fleet_error
 
 app = typer.Typer(help="Inspect, replay and report the dead-letter topic.", no_args_is_help=True)
@@ -180,42 +176,57 @@ def _quarantined_keys(db: str) -> set[tuple[str, str]]:
 @app.command()
 @fail_on_fleet_error
 def report(
-    bootstrap: Bootstrap,
     *,
-    db: Annotated[str, typer.Option("--db", envvar="FLEET_DB", help="Store URL.")],
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="The reporting host's fleet.toml (the real sink)."),
+    ] = None,
+    bootstrap: Annotated[
+        str | None, typer.Option("--bootstrap", envvar="KAFKA_BOOTSTRAP", help="Brokers.")
+    ] = None,
+    db: Annotated[str | None, typer.Option("--db", envvar="FLEET_DB", help="Store URL.")] = None,
     sink_topic: Annotated[
-        str, typer.Option("--sink-topic", help="Write FAILED as plain records to this topic.")
-    ],
+        str | None,
+        typer.Option("--sink-topic", help="Tests: write FAILED as plain records to this topic."),
+    ] = None,
     prefix: Prefix = "fleet.",
     dlq_topic: DlqTopic = None,
     group: Annotated[
         str | None, typer.Option("--group", help="Consumer group (default <prefix>dlq-reporter).")
     ] = None,
+    relay: Annotated[
+        bool,
+        typer.Option(
+            "--relay",
+            help="With --config: also run an outbox relay here (only when no gateway runs on "
+            "this host's store; the gateway's relay ships the FAILEDs otherwise).",
+        ),
+    ] = False,
     idle_exit: Annotated[
         float | None, typer.Option("--idle-exit", help="Exit after this many idle seconds.")
     ] = None,
 ) -> None:
-    """Run the FAILED reporter: one FAILED per eligible dead letter, even across kill -9."""
-    group_id = group or f"{prefix}dlq-reporter"
-    # a DLQ that retention trimmed before we reported it must fail loudly, not skip
-    consumer = Consumer(consumer_config(bootstrap, group_id, offset_reset=OffsetReset.ERROR))
-    consumer.subscribe(
-        [_dlq(prefix, dlq_topic)],
-        on_assign=lambda c, parts: assign_from_committed(c, parts, group_id),
-    )
-    stop: list[bool] = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
-    engine = make_engine(db)
-    reporter = FailedReporter(
-        consumer=consumer,
-        engine=engine,
-        sink=TopicFailedSink(bootstrap, sink_topic),
-        metrics=FailureMetrics(CollectorRegistry()),
-        group=group_id,
-    )
+    """Run the FAILED reporter: one FAILED per eligible dead letter, even across kill -9.
+
+    With --config the FAILED is a signed envelope to the sender's host inbox, written to this
+    host's outbox in the transaction of the reporter's dedupe row. --bootstrap/--db/--sink-topic
+    is the unsigned plain-record sink for tests and local runs.
+    """
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    shipper: dlq_report.ReporterRelay | None = None
+    if config is not None:
+        reporter = dlq_report.configured_reporter(config, group=group, dlq_topic=dlq_topic)
+        shipper = dlq_report.ReporterRelay.start(reporter.engine, config) if relay else None
+    else:
+        reporter = dlq_report.plain_reporter(
+            bootstrap, db, sink_topic, prefix=prefix, dlq_topic=dlq_topic, group=group
+        )
     try:
-        emitted = reporter.run(should_stop=lambda: bool(stop), idle_exit_s=idle_exit)
+        emitted = reporter.run(should_stop=stop.is_set, idle_exit_s=idle_exit)
     finally:
-        consumer.close()
-        engine.dispose()
+        reporter.consumer.close()
+        if shipper is not None:
+            shipper.finish()  # ship what this run staged before exiting
+        reporter.engine.dispose()
     console.print(f"reported {emitted} FAILED")

@@ -15,6 +15,10 @@ Exactly-once effect, per dead letter, with a kill -9 at any point::
 
 A second dead letter for the same original msgId (a replayed record that failed again) finds the
 row and is skipped too: one FAILED per original message, ever.
+
+A :class:`StagedFailedSink` (the gateway's signing sink) closes the first window instead: its
+FAILED is an outbox row written in the SAME transaction as the reported row, so both exist or
+neither does, and the host's relay ships it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from confluent_kafka import Consumer, KafkaException
 from sqlalchemy import BigInteger, Column, String, Table, insert, select
@@ -72,6 +76,28 @@ class FailedSink(Protocol):
     ) -> None: ...
 
 
+@runtime_checkable
+class StagedFailedSink(Protocol):
+    """Port: stage one FAILED in ``session`` (an outbox row); the caller commits it together with
+    the reported row. Returns False when the FAILED cannot be routed (nothing staged; the sink
+    logs it loudly and the dead letter stays in the DLQ for its owner)."""
+
+    def stage_failed(
+        self,
+        session: Session,
+        *,
+        original_msg_id: str,
+        sender: str,
+        reason: str,
+        error: str,
+        dead_letter: DeadLetterView,
+    ) -> bool: ...
+
+
+class _Unroutable(Exception):
+    """The staged sink could not route this FAILED: roll the reported row back."""
+
+
 def eligible(view: DeadLetterView) -> bool:
     return view.kind in DELIVERY_KINDS and bool(view.sender) and bool(view.msg_id) and view.verified
 
@@ -84,7 +110,7 @@ class FailedReporter:
         *,
         consumer: Consumer,
         engine: Engine,
-        sink: FailedSink,
+        sink: FailedSink | StagedFailedSink,
         metrics: FailureMetrics | None = None,
         group: str = "dlq-reporter",
     ) -> None:
@@ -107,27 +133,40 @@ class FailedReporter:
             ).first()
         if done is not None:
             return False
-        self.sink.emit_failed(
-            original_msg_id=original,
-            sender=str(view.sender),
-            reason=view.reason,
-            error=str(view.context.get("error", "")),
-            dead_letter=view,
-        )
+        sink, sender, error = self.sink, str(view.sender), str(view.context.get("error", ""))
+        if not isinstance(sink, StagedFailedSink):
+            sink.emit_failed(
+                original_msg_id=original,
+                sender=sender,
+                reason=view.reason,
+                error=error,
+                dead_letter=view,
+            )
         try:
             with Session(self.engine) as session, session.begin():
                 session.execute(
                     insert(reported_table).values(
                         original_msg_id=original,
                         failed_msg_id=failed_msg_id(original),
-                        sender=str(view.sender),
+                        sender=sender,
                         reason=view.reason[:64],
                         dead_letter_ref=view.ref,
                         reported_ms=int(time.time() * 1000),
                     )
                 )
+                if isinstance(sink, StagedFailedSink) and not sink.stage_failed(
+                    session,
+                    original_msg_id=original,
+                    sender=sender,
+                    reason=view.reason,
+                    error=error,
+                    dead_letter=view,
+                ):
+                    raise _Unroutable  # no row: a replayed dead letter may be reported later
         except IntegrityError:
             return False  # another reporter instance recorded it first; our emit had the same id
+        except _Unroutable:
+            return False
         if self.metrics is not None:
             self.metrics.failed_reported.inc()
         return True

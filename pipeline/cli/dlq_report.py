@@ -1,0 +1,110 @@
+"""Wiring for ``fleet dlq report``: the real (signing) reporter from a host config, the plain
+test reporter from flags, and the optional in-process relay.
+
+Who ships the reporter's FAILEDs: they are outbox rows in the reporting host's store, so **that
+host's gateway relay ships them** (it drains the whole store). ``--relay`` runs a relay here
+instead, for a reporting host whose gateway is not running; never both on one store (two relays
+send every row twice -- harmless to the receivers' dedupe, but wasteful).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import Consumer
+from prometheus_client import CollectorRegistry
+from sqlalchemy import Engine
+
+from pipeline.errors import ConfigError
+from pipeline.failures.metrics import FailureMetrics
+from pipeline.failures.offsets import assign_from_committed
+from pipeline.failures.reporter import FailedReporter
+from pipeline.failures.sinks import TopicFailedSink
+from pipeline.kafka.settings import OffsetReset, consumer_config
+from pipeline.kafka.topics import TopicNames
+from pipeline.outbox import Relay, backlog
+from pipeline.store import make_engine
+
+
+def configured_reporter(
+    config: Path, *, group: str | None, dlq_topic: str | None
+) -> FailedReporter:
+    """The reporter of the host ``config`` describes: signs with its key, writes its outbox."""
+    from pipeline.bootstrap import build_failed_reporter
+    from pipeline.envelope import Signer, TrustStore
+    from pipeline.gateway.config import load_config
+
+    cfg = load_config(config)
+    if not cfg.key_file or not cfg.trust_dir:
+        raise ConfigError(
+            f"{config}: the reporter signs its FAILEDs: key_file and trust_dir must be set",
+            reason="CONFIG_MISSING_KEY",
+        )
+    return build_failed_reporter(
+        cfg,
+        signer=Signer.load(cfg.key_file),
+        trust=TrustStore.load(cfg.trust_dir),
+        group=group,
+        dlq_topic=dlq_topic,
+    )
+
+
+def plain_reporter(
+    bootstrap: str | None,
+    db: str | None,
+    sink_topic: str | None,
+    *,
+    prefix: str,
+    dlq_topic: str | None,
+    group: str | None,
+) -> FailedReporter:
+    """The unsigned plain-record sink (tests and local runs)."""
+    if not (bootstrap and db and sink_topic):
+        raise ConfigError(
+            "give --config fleet.toml, or --bootstrap, --db and --sink-topic (the test sink)",
+            reason="CONFIG_MISSING_KEY",
+        )
+    group_id = group or f"{prefix}dlq-reporter"
+    # a DLQ that retention trimmed before we reported it must fail loudly, not skip
+    consumer = Consumer(consumer_config(bootstrap, group_id, offset_reset=OffsetReset.ERROR))
+    consumer.subscribe(
+        [dlq_topic or TopicNames(prefix=prefix).dlq],
+        on_assign=lambda c, parts: assign_from_committed(c, parts, group_id),
+    )
+    return FailedReporter(
+        consumer=consumer,
+        engine=make_engine(db),
+        sink=TopicFailedSink(bootstrap, sink_topic),
+        metrics=FailureMetrics(CollectorRegistry()),
+        group=group_id,
+    )
+
+
+@dataclass
+class ReporterRelay:
+    """``--relay``: an outbox relay thread beside the reporter, stopped after a last drain."""
+
+    engine: Engine
+    stop: threading.Event
+    thread: threading.Thread
+
+    @classmethod
+    def start(cls, engine: Engine, config: Path) -> ReporterRelay:
+        from pipeline.gateway.config import load_config
+
+        relay = Relay(engine=engine, bootstrap=load_config(config).bootstrap)
+        stop = threading.Event()
+        thread = threading.Thread(target=relay.run_forever, args=(stop,), name="relay", daemon=True)
+        thread.start()
+        return cls(engine=engine, stop=stop, thread=thread)
+
+    def finish(self, timeout_s: float = 30.0) -> None:
+        """Wait (bounded) until the outbox is empty, then stop; what is left ships next run."""
+        deadline = time.monotonic() + timeout_s
+        while backlog(self.engine)[0] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.stop.set()
+        self.thread.join(timeout_s)
