@@ -30,6 +30,8 @@ from pipeline.gateway import tracking
 from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 from pipeline.gateway.held import held_table
 from pipeline.gateway.receipts import Receipt, read_receipt
+from pipeline.outbox import backlog
+from pipeline.store import make_engine
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until
 
@@ -71,7 +73,7 @@ def _config(fleet: Fleet, root: Path, host: str, **kw: Any) -> GatewayConfig:
 
 
 def _hosts(kafka: BrokerHandle, tmp_path: Path, *, a_kw: Any, b_kw: Any) -> Iterator[Hosts]:
-    fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A", "B"))
+    fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A", "B", "C"))  # C: a gateway-less reporter
     injected: list[str] = []
     main_a = EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL)
     worker_b = EntityConfig(
@@ -197,6 +199,47 @@ def test_reporter_killed_minus_9_yields_exactly_one_failed_per_dead_lettered_bri
     assert len(held_failed(h.a)) == n
 
 
+def test_reporter_on_a_host_without_gateway_ships_through_its_own_relay(
+    long_deadline: Hosts, tmp_path: Path
+) -> None:
+    """Seed 000 §10.1 with ``--relay``: host C runs no gateway, only the reporter; its FAILEDs
+    (signed by C) leave C's outbox through the relay inside the reporter, which drains before
+    it exits."""
+    h = long_deadline
+    sent = [
+        h.a.client.send(sender="main-a", to="worker-b", body=b"brief", ttl_s=900) for _ in range(20)
+    ]
+    config = h.fleet.config_file("C", "", store=f"sqlite:///{tmp_path / 'C-only.sqlite'}")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "dlq",
+            "report",
+            "--config",
+            str(config),
+            "--relay",
+            "--idle-exit",
+            "5",
+        ],
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    wait_until(lambda: len(held_failed(h.a)) >= len(sent), 60, "20 FAILED held for main-a")
+    failed = held_failed(h.a)
+    assert Counter(r.msg_id for _, _, r in failed) == Counter({e.msg_id: 1 for e in sent})
+    assert {sender for _, sender, _ in failed} == {"C._gateway"}
+    c_store = make_engine(f"sqlite:///{tmp_path / 'C-only.sqlite'}")
+    try:
+        assert backlog(c_store)[0] == 0, "the reporter's relay drained C's outbox before exit"
+    finally:
+        c_store.dispose()
+
+
 @pytest.fixture
 def racing(kafka: BrokerHandle, tmp_path: Path) -> Iterator[Hosts]:
     # B allows no clock skew, so a brief of 1 ms is EXPIRED at delivery; A's deadline is the
@@ -224,7 +267,8 @@ def test_deadline_and_reporter_race_and_the_sender_still_sees_one_failed(
     threads = [threading.Thread(target=reporter.run, kwargs={"should_stop": stop.is_set})]
     threads[0].start()
     try:
-        wait_until(reporter.consumer.assignment, 30, "the reporter owns the DLQ")
+        # (no consumer.assignment() here: calling the consumer from a second thread while
+        # run() polls it can block)
         sent = [
             h.a.client.send(sender="main-a", to="worker-b", body=b"x", ttl_s=0.001)
             for _ in range(n)
