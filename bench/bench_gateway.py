@@ -281,57 +281,66 @@ def _verify_cost(n: int = 2000) -> dict[str, Any]:
     }
 
 
-def _latency(bootstrap: str, rate: int, seconds: float) -> dict[str, Any]:
-    from pipeline.bootstrap import build_gateway
-    from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+def _latency(
+    bootstrap: str, rate: int, seconds: float, store_urls: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Two gateways as their own processes (one per host, as deployed), a sender on host A.
+
+    Half the messages are REPLYs into ``main-b`` (send -> held at B), half are briefs into
+    ``worker-b`` through a command injector (send -> INJECTED held back at A). Timestamps come
+    from the stores: the envelope's ``ts`` (taken in ``send``) and ``held_at_ms`` (taken when the
+    receiving gateway decides, just before its transaction and offset commit).
+    """
+    import subprocess
+    import sys
+
+    from pipeline.bootstrap import build_client
+    from pipeline.gateway.config import load_config
     from pipeline.gateway.held import held_table
     from pipeline.gateway.receipts import read_receipt
 
     prefix = unique_name("lat").replace(".", "") + "."
-    signers = {h: Signer.generate(h) for h in ("A", "B")}
-    trust = TrustStore()
-    for s in signers.values():
-        trust.add(s.host, s.key_id, s.public_key_bytes)
     with tempfile.TemporaryDirectory() as d:
-
-        def cfg(host: str, ents: tuple[EntityConfig, ...]) -> GatewayConfig:
-            return GatewayConfig(
-                host=host,
-                bootstrap=bootstrap,
-                topic_prefix=prefix,
-                store_url=f"sqlite:///{Path(d) / (host + '.sqlite')}",
-                presence_interval_s=1.0,
-                presence_ttl_s=60,
-                entities=ents,
-            )
-
-        a = build_gateway(
-            cfg("A", (EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),)),
-            signer=signers["A"],
-            trust=trust,
-        )
-        b = build_gateway(
-            cfg(
-                "B",
-                (
-                    EntityConfig(
-                        gid="worker-b",
-                        role=Role.WORKER,
-                        delivery=Delivery.INJECT,
-                        injector=InjectorSpec(type="callback", callback="worker-b"),
-                    ),
-                    EntityConfig(gid="main-b", role=Role.MAIN, delivery=Delivery.PULL),
-                ),
+        root = Path(d)
+        (root / "trusted").mkdir()
+        signers = {h: Signer.generate(h) for h in ("A", "B")}
+        for h, s in signers.items():
+            s.write_private(root / f"{h}.key")
+            s.write_public(root / "trusted" / f"{h}.pub")
+        entities = {
+            "A": '[[entities]]\ngid = "main-a"\nrole = "main"\ndelivery = "pull"\n',
+            "B": (
+                '[[entities]]\ngid = "main-b"\nrole = "main"\ndelivery = "pull"\n'
+                '[[entities]]\ngid = "worker-b"\nrole = "worker"\ndelivery = "inject"\n'
+                '[entities.injector]\ntype = "command"\ncommand = ["true"]\n'
             ),
-            signer=signers["B"],
-            trust=trust,
-            callbacks={"worker-b": lambda **_kw: None},
-        )
-        a.gateway.start()
-        b.gateway.start()
+        }
+        urls = store_urls or {h: f"sqlite:///{root / (h + '.sqlite')}" for h in ("A", "B")}
+        procs = []
+        for h in ("A", "B"):
+            cfg = root / f"{h}.toml"
+            cfg.write_text(
+                f'host = "{h}"\nbootstrap = "{bootstrap}"\ntopic_prefix = "{prefix}"\n'
+                f'store_url = "{urls[h]}"\n'
+                f'key_file = "{root / (h + ".key")}"\ntrust_dir = "{root / "trusted"}"\n'
+                f"presence_interval_s = 1.0\npresence_ttl_s = 60.0\n{entities[h]}"
+            )
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "pipeline", "gateway", "run", "--config", str(cfg)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         try:
-            while not (a.client.knows("worker-b") and a.client.knows("main-b")):
+            cfg_a = load_config(root / "A.toml")
+            client = build_client(cfg_a, signer=signers["A"])
+            deadline = time.monotonic() + 60
+            while not (client.knows("worker-b") and client.knows("main-b")):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("gateways did not come up")
                 time.sleep(0.05)
+            time.sleep(2.0)  # both inbox consumers have joined their groups
             total = int(rate * seconds)
             sent_reply: dict[str, int] = {}
             sent_brief: dict[str, int] = {}
@@ -341,19 +350,21 @@ def _latency(bootstrap: str, rate: int, seconds: float) -> dict[str, Any]:
                 while time.perf_counter() < target:
                     time.sleep(0.0002)
                 if i % 2 == 0:
-                    e = a.client.send(sender="main-a", to="main-b", kind=Kind.REPLY, body=b"r")
+                    e = client.send(sender="main-a", to="main-b", kind=Kind.REPLY, body=b"r")
                     sent_reply[e.msg_id] = e.ts_ms
                 else:
-                    e = a.client.send(sender="main-a", to="worker-b", body=b"brief")
+                    e = client.send(sender="main-a", to="worker-b", body=b"brief")
                     sent_brief[e.msg_id] = e.ts_ms
-            deadline = time.monotonic() + 60
+            achieved = total / (time.perf_counter() - t0)
+            engines = {h: make_engine(urls[h], create=False) for h in ("A", "B")}
             held: dict[str, int] = {}
             receipts: dict[str, int] = {}
+            deadline = time.monotonic() + 60
             while time.monotonic() < deadline and (
                 len(held) < len(sent_reply) or len(receipts) < len(sent_brief)
             ):
                 time.sleep(0.5)
-                with b.engine.connect() as c:
+                with engines["B"].connect() as c:
                     held = {
                         r.msg_id: r.held_at_ms
                         for r in c.execute(
@@ -362,7 +373,7 @@ def _latency(bootstrap: str, rate: int, seconds: float) -> dict[str, Any]:
                             )
                         )
                     }
-                with a.engine.connect() as c:
+                with engines["A"].connect() as c:
                     receipts = {
                         read_receipt("INJECTED", bytes(r.body)).msg_id: r.held_at_ms
                         for r in c.execute(
@@ -374,22 +385,27 @@ def _latency(bootstrap: str, rate: int, seconds: float) -> dict[str, Any]:
             lat_held = sorted(held[m] - sent_reply[m] for m in held if m in sent_reply)
             lat_inj = sorted(receipts[m] - sent_brief[m] for m in receipts if m in sent_brief)
         finally:
-            a.gateway.stop()
-            b.gateway.stop()
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(20)
 
     def pct(xs: list[int], q: float) -> float:
         return float(xs[min(len(xs) - 1, int(q * len(xs)))]) if xs else float("nan")
 
     return {
         "rate_msg_per_s": rate,
+        "achieved_send_rate": round(achieved),
         "seconds": seconds,
         "send_to_held_ms": {
             "n": len(lat_held),
+            "of": len(sent_reply),
             "p50": pct(lat_held, 0.5),
             "p99": pct(lat_held, 0.99),
         },
         "send_to_injected_ms": {
             "n": len(lat_inj),
+            "of": len(sent_brief),
             "p50": pct(lat_inj, 0.5),
             "p99": pct(lat_inj, 0.99),
         },

@@ -157,6 +157,9 @@ class InjectionQueue:
         if job.reply_host is None or env.kind not in TRACKED_KINDS:
             return None
         receipt = Envelope.new(
+            # a FAILED has the same id on every path (deadline, DLQ reporter, inject failure):
+            # the sender's dedupe and unique held row keep exactly one
+            msg_id=f"failed-{env.msg_id}" if kind == Kind.FAILED else None,
             kind=kind,
             sender=self.publisher.gateway_id,
             to=env.sender,
