@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, untyped
     AdminClient,
     AlterConfigOpType,
@@ -148,6 +149,21 @@ def _result(future: Any, timeout_s: float, what: str) -> Any:
         raise BrokerError(f"{what}: {exc}") from exc
 
 
+def _check_raced(admin: Any, specs: list[TopicSpec], timeout_s: float) -> None:
+    """A topic a peer created while we tried: it must still match what we declare."""
+    meta = admin.list_topics(timeout=timeout_s)
+    bad = [
+        f"{d.name}: partitions {len(meta.topics[d.name].partitions)} != declared {d.partitions}"
+        for d in specs
+        if d.name in meta.topics and len(meta.topics[d.name].partitions) != d.partitions
+    ]
+    if bad:
+        raise TopologyError(
+            "topology mismatch after a concurrent create:\n  " + "\n  ".join(bad),
+            context={"mismatches": bad},
+        )
+
+
 def apply_topology(
     bootstrap: str, spec: TopologySpec, *, dry_run: bool = False, timeout_s: float = 30.0
 ) -> TopologyReport:
@@ -190,8 +206,21 @@ def apply_topology(
             for d in desired
             if d.name in report.created
         ]
+        raced: list[str] = []
         for name, fut in admin.create_topics(new, operation_timeout=timeout_s).items():
-            _result(fut, timeout_s, f"create {name}")
+            try:
+                fut.result(timeout=timeout_s)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if not (
+                    isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS
+                ):
+                    raise BrokerError(f"create {name}: {exc}") from exc
+                raced.append(name)  # another gateway booting at the same time created it
+            except Exception as exc:  # a timeout: the create may or may not have happened
+                raise BrokerError(f"create {name}: {exc}") from exc
+        if raced:
+            _check_raced(admin, [d for d in desired if d.name in raced], timeout_s)
     if report.altered:
         resources = [
             ConfigResource(

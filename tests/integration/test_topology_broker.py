@@ -80,3 +80,38 @@ def test_cli_apply_json_and_mismatch_exit_code(kafka: BrokerHandle) -> None:
     assert json.loads(again.stdout)["changed"] is False
     bad = runner.invoke(app, [*args, "--partitions", "5"])
     assert bad.exit_code == 2 and "TOPOLOGY_MISMATCH" in bad.output
+
+
+def test_two_gateways_booting_at_once_both_apply_the_shared_topics(kafka: BrokerHandle) -> None:
+    """Two hosts' gateways start together on a fresh cluster: both create the shared topics
+    (roster, DLQ); the loser of that race must boot too, not fail on TOPIC_ALREADY_EXISTS."""
+    import threading
+
+    from pipeline.kafka.topics import TopicNames
+    from pipeline.kafka.topology import TopologySpec, apply_topology
+
+    for _ in range(3):  # a race is a matter of timing: try a few fresh prefixes
+        topics = TopicNames(prefix=unique_name("test.race") + ".")
+        errors: list[BaseException] = []
+        start = threading.Barrier(2)
+
+        def boot(
+            host: str,
+            topics: TopicNames = topics,
+            errors: list = errors,
+            start: threading.Barrier = start,
+        ) -> None:
+            start.wait()
+            try:
+                apply_topology(kafka.bootstrap, TopologySpec(hosts=(host,), topics=topics))
+            except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=boot, args=(h,)) for h in ("a", "b")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == []
+        again = apply_topology(kafka.bootstrap, TopologySpec(hosts=("a", "b"), topics=topics))
+        assert again.created == [], "everything both declared exists after the race"
