@@ -16,7 +16,6 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from pipeline.outbox import Relay, RowStatus, outbox, write
 from pipeline.outbox.headers import fold_headers, unpack_headers
 from pipeline.runs import Executor, RunJournal
 from pipeline.store import make_engine, session_factory
-from pipeline.testing import test_broker_dir, unique_name
+from pipeline.testing import fleet_process, test_broker_dir, unique_name
 
 
 def _topic(bootstrap: str, partitions: int = 3) -> str:
@@ -134,26 +133,8 @@ def throughput(bootstrap: str, workdir: Path, *, rows: int, rounds: int) -> dict
 
 
 def _relay_process(url: str, bootstrap: str) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pipeline",
-            "relay",
-            "run",
-            "--db",
-            url,
-            "--bootstrap",
-            bootstrap,
-            "--delivery-timeout",
-            "5",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    return fleet_process(
+        "relay", "run", "--db", url, "--bootstrap", bootstrap, "--delivery-timeout", "5"
     )
 
 

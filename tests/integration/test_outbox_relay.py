@@ -7,10 +7,8 @@ transport delivered and compares the folded state with what the runs committed.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,7 +38,7 @@ from pipeline.outbox import (
 from pipeline.runs import Executor, RunJournal, branch_key_of
 from pipeline.runs.tables import run
 from pipeline.store import make_engine, session_factory
-from pipeline.testing import BrokerHandle, unique_name
+from pipeline.testing import BrokerHandle, fleet_process, unique_name
 from tests.conftest import make_topic_factory
 
 pytestmark = pytest.mark.kafka
@@ -353,25 +351,16 @@ def test_forced_redelivery_folds_to_the_single_delivery_state(
 
 # -- 6: kill -9 of the relay process mid-batch --------------------------------------------------
 def _relay_process(url: str, bootstrap: str, *extra: str) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path.cwd()), env.get("PYTHONPATH")]))
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pipeline",
-            "relay",
-            "run",
-            "--db",
-            url,
-            "--bootstrap",
-            bootstrap,
-            "--delivery-timeout",
-            "5",
-            *extra,
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
+    return fleet_process(
+        "relay",
+        "run",
+        "--db",
+        url,
+        "--bootstrap",
+        bootstrap,
+        "--delivery-timeout",
+        "5",
+        *extra,
         stderr=subprocess.PIPE,
     )
 
