@@ -113,5 +113,11 @@ def test_two_gateways_booting_at_once_both_apply_the_shared_topics(kafka: Broker
         for t in threads:
             t.join(60)
         assert errors == []
-        again = apply_topology(kafka.bootstrap, TopologySpec(hosts=("a", "b"), topics=topics))
-        assert again.created == [], "everything both declared exists after the race"
+        wanted = {t.name for t in TopologySpec(hosts=("a", "b"), topics=topics).desired()}
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+        deadline = time.monotonic() + 20  # metadata reaches every listener shortly after
+        while time.monotonic() < deadline and not wanted <= set(
+            admin.list_topics(timeout=10).topics
+        ):
+            time.sleep(0.2)
+        assert wanted <= set(admin.list_topics(timeout=10).topics), "all declared topics exist"
