@@ -276,12 +276,24 @@ class LocalCluster:
         self.stop_all(timeout)
         (self.directory / STATE_FILE).unlink(missing_ok=True)
 
-    def leader_of(self, topic: str, partition: int = 0) -> int:
+    def leader_of(self, topic: str, partition: int = 0, *, timeout: float = 30.0) -> int:
+        """The node leading ``topic[partition]``; waits (bounded) for a just-created topic's
+        metadata to reach the node we ask and for its leader to be elected."""
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
-        md = admin.list_topics(topic=topic, timeout=10)
-        return int(md.topics[topic].partitions[partition].leader)
+        deadline = time.monotonic() + timeout
+        while True:
+            md = admin.list_topics(topic=topic, timeout=10)
+            meta = md.topics.get(topic)
+            part = meta.partitions.get(partition) if meta is not None else None
+            if part is not None and part.leader >= 0:
+                return int(part.leader)
+            if time.monotonic() > deadline:
+                raise BrokerNotReady(
+                    f"no leader for {topic}[{partition}] after {timeout:.0f}s", retriable=True
+                )
+            time.sleep(0.1)
 
 
 def reap_stale(directory: Path) -> int:
