@@ -29,6 +29,25 @@ PERMANENT_REASONS: frozenset[str] = VERIFICATION_REASONS | frozenset(
 )
 
 
+# Authenticity failures: the signature or the sender could not be established, so the record's
+# `from` may be forged and the FAILED reporter must never answer it. A narrower question than
+# VERIFICATION_REASONS above: EXPIRED, TO_MISMATCH or TTL_TOO_LONG come after a valid signature,
+# so such a dead letter is authentic and its sender does get a FAILED (seed 000 §10.1).
+AUTHENTICITY_FAILURES: frozenset[str] = frozenset(
+    {
+        "NOT_SIGNED",
+        "SIG_INVALID",
+        "UNKNOWN_KEY",
+        "SIGNER_MISMATCH",
+        "MALFORMED_HEADERS",
+        "TOO_LARGE",
+        "UNKNOWN_KIND",
+        "UNSUPPORTED_VERSION",
+        "UNKNOWN_SENDER",
+    }
+)
+
+
 def is_permanent(reason: str) -> bool:
     return reason in PERMANENT_REASONS
 

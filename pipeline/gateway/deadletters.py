@@ -14,22 +14,9 @@ from sqlalchemy.orm import Session
 
 from pipeline import outbox
 from pipeline.failures.dlq import dead_letter_headers
+from pipeline.failures.retry import AUTHENTICITY_FAILURES
 from pipeline.kafka.topics import TopicNames
 from pipeline.runtime import Record, Staged
-
-VERIFIED_REASONS_EXCLUDED = frozenset(
-    {
-        "NOT_SIGNED",
-        "SIG_INVALID",
-        "UNKNOWN_KEY",
-        "SIGNER_MISMATCH",
-        "MALFORMED_HEADERS",
-        "TOO_LARGE",
-        "UNKNOWN_KIND",
-        "UNSUPPORTED_VERSION",
-        "UNKNOWN_SENDER",
-    }
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +54,7 @@ class OutboxDeadLetterSink:
             group=self.group,
             # the envelope was authentic unless verification itself failed: the FAILED reporter
             # must never answer a forged `from`
-            verified=reason not in VERIFIED_REASONS_EXCLUDED,
+            verified=reason not in AUTHENTICITY_FAILURES,
         )
         tx.call(lambda s: self.write(s, key, headers, value))
 
