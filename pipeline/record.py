@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+Headers = list[tuple[str, bytes]]
+"""Kafka headers as the package passes them around (names are text, values bytes)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Record:

@@ -26,7 +26,7 @@ from pipeline.errors import BrokerError, EnvelopeError
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.reasons import Failure
-from pipeline.record import key_text
+from pipeline.record import Headers, key_text
 
 from .context import FailureContext
 
@@ -34,8 +34,6 @@ DLQ_HEADER = "fleet.dlq"
 SCHEMA = "dead_letter"
 MAX_ERROR_BYTES = 1024
 DLQ_WRITE_FAILED = Failure.DLQ_WRITE_FAILED
-
-Headers = list[tuple[str, bytes]]
 
 
 def bounded_error(text: str, limit: int = MAX_ERROR_BYTES) -> str:

@@ -26,12 +26,12 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pipeline.errors import ConfigError
 from pipeline.kafka.topics import check_name
+from pipeline.presence.model import ENTITY_DELIVERIES, ENTITY_ROLES, Delivery, Role
 from pipeline.reasons import Config
 
 _MISSING: Any = object()
@@ -44,21 +44,6 @@ ALL_GROUP = "all"  # every local entity is a member (seed 000 U8: ``broadcast.al
 _GID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]|\.(?=[A-Za-z0-9])){0,127}$")
 _PREFIX = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _BOOTSTRAP = re.compile(r"^[^,\s]+:\d{1,5}(,[^,\s]+:\d{1,5})*$")
-
-
-class Role(StrEnum):
-    """What an entity is in the fleet (seed 000 §4): a worker, a main, or an orchestrator."""
-
-    WORKER = "worker"
-    MAIN = "main"
-    ORCHESTRATOR = "orchestrator"
-
-
-class Delivery(StrEnum):
-    """How an entity takes delivery: ``inject`` (forward path, at-most-once) or ``pull``."""
-
-    INJECT = "inject"
-    PULL = "pull"
 
 
 def invalid(key: str, value: Any, detail: str, reason: str = Config.CONFIG_INVALID) -> ConfigError:
@@ -174,10 +159,12 @@ class EntityConfig:
 
     def __post_init__(self) -> None:
         check_gid(self.gid)
-        if not isinstance(self.role, Role):
-            raise invalid("role", self.role, f"must be one of {', '.join(Role)}")
-        if not isinstance(self.delivery, Delivery):
-            raise invalid("delivery", self.delivery, f"must be one of {', '.join(Delivery)}")
+        if self.role not in ENTITY_ROLES or not isinstance(self.role, Role):
+            raise invalid("role", self.role, f"must be one of {', '.join(ENTITY_ROLES)}")
+        if self.delivery not in ENTITY_DELIVERIES or not isinstance(self.delivery, Delivery):
+            raise invalid(
+                "delivery", self.delivery, f"must be one of {', '.join(ENTITY_DELIVERIES)}"
+            )
         for i, group in enumerate(_strings(self.groups, "groups")):
             _name(group, f"groups[{i}]", "group")
         if len(set(self.groups)) != len(self.groups):
@@ -296,8 +283,8 @@ def _entity(raw: dict[str, Any], at: str) -> EntityConfig:
     _known(raw, EntityConfig, at)
     _required(raw, ("gid", "role", "delivery"), at)
     values = dict(raw)
-    values["role"] = _enum(Role, raw["role"], at + "role")
-    values["delivery"] = _enum(Delivery, raw["delivery"], at + "delivery")
+    values["role"] = _enum(Role, ENTITY_ROLES, raw["role"], at + "role")
+    values["delivery"] = _enum(Delivery, ENTITY_DELIVERIES, raw["delivery"], at + "delivery")
     values["groups"] = _tuple(raw.get("groups", ()))
     spec = raw.get("injector")
     if spec is not None:
@@ -343,11 +330,11 @@ def _required(table: Mapping[str, Any], keys: tuple[str, ...], at: str) -> None:
             raise invalid(at + key, _MISSING, "required key is missing", Config.CONFIG_MISSING_KEY)
 
 
-def _enum(cls: type[Role] | type[Delivery], value: Any, key: str) -> Any:
-    try:
+def _enum(cls: type[Role] | type[Delivery], allowed: tuple[str, ...], value: Any, key: str) -> Any:
+    """``value`` as a member of ``cls``, accepted only if it is one of ``allowed``."""
+    if isinstance(value, str) and value in allowed:
         return cls(value)
-    except ValueError:
-        raise invalid(key, value, f"must be one of {', '.join(cls)}") from None
+    raise invalid(key, value, f"must be one of {', '.join(allowed)}")
 
 
 def _tuple(value: Any) -> Any:

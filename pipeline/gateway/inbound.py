@@ -25,10 +25,10 @@ from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
 from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
 from pipeline.outbox.headers import pack_headers
+from pipeline.presence.model import Delivery
 from pipeline.runtime import Record, Staged
 
 from . import tracking
-from .config import Delivery
 from .conversations import ABANDONED, ANSWERED, Conversations
 from .entities import LocalEntities
 from .held import held_table

@@ -15,8 +15,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from pipeline.errors import ConfigError, DeliveryError
+from pipeline.record import Headers
 
-from .headers import Headers, pack_headers
+from .headers import pack_headers
 from .tables import RowStatus, outbox, outbox_branch
 
 BRANCH_ABANDONED = "BRANCH_ABANDONED"

@@ -193,3 +193,64 @@ def test_handler_exception_maps_to_retry_then_dead_letter(sessions: Any) -> None
     assert isinstance(sink, ListSink) and len(sink.letters) == 1
     with sessions() as s:
         assert s.execute(select(func.count()).select_from(effects)).scalar() == 0
+
+
+def test_a_failed_dedupe_read_backs_the_batch_off_instead_of_escaping(
+    sessions: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 14: a store READ error (here the dedupe lookup) must not stop the inbox thread; the
+    batch is re-read after a backoff, exactly like a failed batch transaction."""
+    from sqlalchemy.exc import OperationalError
+
+    from pipeline.runtime import loop
+
+    fake = FakeConsumer()
+    for i in range(3):
+        fake.produce("t", 0, b"k", f"v{i}".encode(), [("msgId", f"m{i}".encode())])
+    handler = Script()
+    rt = make_runtime(sessions, handler, fake)
+    real = loop.seen_ids
+
+    def down(*_a: Any, **_k: Any) -> set[str]:
+        raise OperationalError("SELECT", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(loop, "seen_ids", down)
+    rt.step()  # does not raise
+    assert handler.calls == [] and fake.committed == {}
+    assert rt._paused, "the partition waits for the backoff"
+    monkeypatch.setattr(loop, "seen_ids", real)
+    rt._paused = {tp: 0.0 for tp in rt._paused}  # the backoff is over
+    rt.step()
+    rt.step()
+    assert effect_values(sessions) == ["v0", "v1", "v2"]
+    assert fake.committed == {("t", 0): 3}
+
+
+class VerifyingScript(Script):
+    """A handler with a verify stage: msgIds in ``forged`` fail it."""
+
+    def __init__(self, forged: set[str]) -> None:
+        super().__init__()
+        self.forged = forged
+
+    def verify(self, record: Record) -> DeadLetter | None:
+        if record.header_str("msgId") in self.forged and record.value == b"tampered":
+            return DeadLetter(reason="SIG_INVALID", error="tampered")
+        return None
+
+
+def test_a_duplicate_msg_id_is_verified_before_it_is_dropped(sessions: Any) -> None:
+    """Seed 000 §2.1: only a record that verifies may be dropped as a duplicate."""
+    fake = FakeConsumer()
+    fake.produce("t", 0, b"k", b"v0", [("msgId", b"m0")])
+    handler = VerifyingScript({"m0"})
+    rt = make_runtime(sessions, handler, fake)
+    rt.step()
+    fake.produce("t", 0, b"k", b"tampered", [("msgId", b"m0")])
+    fake.produce("t", 0, b"k", b"v0", [("msgId", b"m0")])
+    rt.step()
+    sink = rt.dead_letters
+    assert isinstance(sink, ListSink)
+    assert [(r.value, reason) for r, reason, _n in sink.letters] == [(b"tampered", "SIG_INVALID")]
+    assert effect_values(sessions) == ["v0"]  # the exact redelivery was dropped
+    assert fake.committed == {("t", 0): 3}
