@@ -52,6 +52,8 @@ def decide(
 
     The result is final except a ``Retry``, which always carries a concrete ``delay_s``.
     """
+    if isinstance(outcome, Ack):
+        return outcome
     holds_order = ordered and keyed
     if isinstance(outcome, Retry):
         if policy.exhausted(attempt):
@@ -65,6 +67,6 @@ def decide(
         if not holds_order or is_verification_failure(outcome.reason):
             return DeadLetter(reason=outcome.reason, error=outcome.error)
         return outcome
-    if isinstance(outcome, Ack | DeadLetter):
+    if isinstance(outcome, DeadLetter):
         return outcome
     raise TypeError(f"not an outcome: {outcome!r}")  # the type is closed

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline import reasons
-from pipeline.envelope import REPLAY, BoundedSeenSet, Envelope, Kind, Verifier
+from pipeline.envelope import EXPIRED, REPLAY, BoundedSeenSet, Envelope, Kind, Verifier
 from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
 from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
@@ -43,6 +43,7 @@ BROADCAST_PREFIX = "broadcast."
 UNKNOWN_RECIPIENT = reasons.Delivery.UNKNOWN_RECIPIENT
 HELD_CAP_EXCEEDED = reasons.Delivery.HELD_CAP_EXCEEDED
 REPLY_TTL_S = 300.0
+_STILL_A_DUPLICATE = frozenset({REPLAY, EXPIRED})
 
 
 def _pack(headers: tuple[tuple[str, bytes], ...]) -> bytes:
@@ -94,7 +95,12 @@ class InboxHandler:
         try:
             self._verify(record)
         except EnvelopeError as exc:
-            return None if exc.reason == REPLAY else self._refused(record, exc)
+            # EXPIRED is the one check that changes with time alone: an authentic copy of a
+            # message applied in time (a redelivery after a crash and a long stop) is a
+            # duplicate, not a failure -- dead-lettering it would send its sender a false FAILED.
+            if exc.reason in _STILL_A_DUPLICATE:
+                return None
+            return self._refused(record, exc)
         return None
 
     def _verify(self, record: Record) -> Verified:

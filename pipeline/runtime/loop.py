@@ -365,9 +365,12 @@ class ConsumerRuntime:
             outcome: Outcome = self.handler.handle(rec, tx)
         except Exception as exc:  # noqa: BLE001 - every handler error maps onto an outcome
             outcome = classify(exc)
-        akey = (rec.topic, rec.partition, rec.offset)
+        if isinstance(outcome, Ack):  # the hot path: nothing to decide
+            self._settle(rec, outcome, tx, batch, msg_id, now)
+            return
         attempt = 1
         if isinstance(outcome, Retry):
+            akey = (rec.topic, rec.partition, rec.offset)
             att = self._attempts.get(akey) or Tries(
                 attempts=0, first_failure_ms=now, last_failure_ms=now
             )
