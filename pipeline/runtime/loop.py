@@ -191,9 +191,8 @@ class ConsumerRuntime:
             self.quarantine.refresh(self.config.dedupe_scope)
         except SQLAlchemyError as exc:
             self._store_failed("quarantine refresh", exc)
-            if not self._stale_quarantine:
-                self._stale_quarantine = True
-                self._pause_all()
+            self._stale_quarantine = True
+            self._pause_all()  # again: an assignment may have added partitions
             return False
         if self._stale_quarantine:
             self._stale_quarantine = False
@@ -231,7 +230,12 @@ class ConsumerRuntime:
     def step(self) -> int:
         """Poll once and process what came back; returns the number of records seen."""
         if self._stale_quarantine and not self._refresh_quarantine():
-            self.consumer.poll(self.config.poll_timeout_s)  # every partition is paused
+            msg = self.consumer.poll(self.config.poll_timeout_s)  # heartbeats; all paused
+            if msg is not None and msg.error() is not None:
+                self._on_consume_error(msg.error(), msg)
+            elif msg is not None:  # fetched before the pause: rewind, so it is not lost
+                with contextlib.suppress(Exception):
+                    self.consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
             return 0
         self._resume_due()
         self._maybe_release()

@@ -254,3 +254,48 @@ def test_a_duplicate_msg_id_is_verified_before_it_is_dropped(sessions: Any) -> N
     assert [(r.value, reason) for r, reason, _n in sink.letters] == [(b"tampered", "SIG_INVALID")]
     assert effect_values(sessions) == ["v0"]  # the exact redelivery was dropped
     assert fake.committed == {("t", 0): 3}
+
+
+class FlakyQuarantine:
+    """A quarantine port whose state read fails ``fail`` times (the store is away)."""
+
+    def __init__(self, fail: int) -> None:
+        self.fail = fail
+
+    def refresh(self, scope: str) -> None:
+        from sqlalchemy.exc import OperationalError
+
+        if self.fail:
+            self.fail -= 1
+            raise OperationalError("SELECT", {}, Exception("store away"))
+
+    def is_quarantined(self, scope: str, key: str) -> bool:
+        return False
+
+    def pending_releases(self, scope: str) -> list[str]:
+        return []
+
+
+def test_a_failed_quarantine_refresh_holds_every_partition_until_it_works(sessions: Any) -> None:
+    """Issue 14: the on-assign quarantine read may fail; no record may be handled on a stale
+    cache (a key the previous owner quarantined), and the member must not crash."""
+    from confluent_kafka import TopicPartition
+
+    fake = FakeConsumer()
+    fake.produce("t", 0, b"k", b"v0", [("msgId", b"m0")])
+    handler = Script()
+    rt = ConsumerRuntime(
+        RuntimeConfig(bootstrap="fake:0", group_id="g", topics=("t",)),
+        handler=handler,
+        sessions=sessions,
+        dead_letters=ListSink(),
+        quarantine=FlakyQuarantine(fail=2),  # type: ignore[arg-type]
+        consumer_factory=lambda _conf: fake,
+    )
+    rt._on_assign(None, [TopicPartition("t", 0)])  # the refresh fails: everything paused
+    assert ("t", 0) in fake.paused
+    rt.step()  # the refresh fails again: still nothing handled
+    assert handler.calls == []
+    rt.step()  # the refresh works: resumed, and (next step) handled
+    rt.step()
+    assert effect_values(sessions) == ["v0"] and fake.committed == {("t", 0): 1}
