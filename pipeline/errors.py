@@ -22,6 +22,8 @@ The tree::
     ├── FencedError                  FENCED: another member with our static id took over; stop
     ├── OffsetsLostError             OFFSETS_LOST: the committed offset fell off retention
     ├── StoreError                   a database call failed
+    │   └── SchemaError              the store is not at this code's schema head (store/schema.py:
+    │                                STORE_SCHEMA_OUTDATED / STORE_SCHEMA_AHEAD); never retriable
     ├── DeliveryError                a send could not be routed or confirmed (unknown recipient ...)
     └── InjectError                  a local inject into a worker did not land; retriable only when
                                      nothing reached the target (TARGET_BUSY)
@@ -67,38 +69,38 @@ class FleetError(Exception):
 
 
 class ConfigError(FleetError):
-    reason = Config.CONFIG_INVALID
+    reason: str = Config.CONFIG_INVALID
 
 
 class LauncherError(FleetError):
-    reason = Launcher.LAUNCHER_FAILED
+    reason: str = Launcher.LAUNCHER_FAILED
 
 
 class JavaNotFound(LauncherError):
-    reason = Launcher.JAVA_NOT_FOUND
+    reason: str = Launcher.JAVA_NOT_FOUND
 
 
 class ArtifactUnresolved(LauncherError):
-    reason = Launcher.ARTIFACT_UNRESOLVED
+    reason: str = Launcher.ARTIFACT_UNRESOLVED
 
 
 class PortInUse(LauncherError):
-    reason = Launcher.PORT_IN_USE
+    reason: str = Launcher.PORT_IN_USE
 
 
 class BrokerNotReady(LauncherError):
-    reason = Launcher.BROKER_NOT_READY
+    reason: str = Launcher.BROKER_NOT_READY
     retriable = True
 
 
 class TopologyError(FleetError):
-    reason = Platform.TOPOLOGY_MISMATCH
+    reason: str = Platform.TOPOLOGY_MISMATCH
 
 
 class EnvelopeError(FleetError):
     """A record that failed decode or verification. ``raw`` keeps it for the dead letter."""
 
-    reason = Verification.MALFORMED_HEADERS
+    reason: str = Verification.MALFORMED_HEADERS
 
     def __init__(
         self,
@@ -113,17 +115,17 @@ class EnvelopeError(FleetError):
 
 
 class BrokerError(FleetError):
-    reason = Platform.BROKER_ERROR
+    reason: str = Platform.BROKER_ERROR
     retriable = True
 
 
 class StoreError(FleetError):
-    reason = Platform.STORE_ERROR
+    reason: str = Platform.STORE_ERROR
     retriable = True
 
 
 class DeliveryError(FleetError):
-    reason = Delivery.DELIVERY_FAILED
+    reason: str = Delivery.DELIVERY_FAILED
 
 
 class InjectError(FleetError):
@@ -134,13 +136,13 @@ class InjectError(FleetError):
     ``INJECT_BODY_INVALID``) is final: the forward path is at-most-once (seed 000 §5 invariant 5).
     """
 
-    reason = Inject.INJECT_FAILED
+    reason: str = Inject.INJECT_FAILED
 
 
 class FencedError(FleetError):
     """Another member with our ``group.instance.id`` took over (or we are a zombie): stop."""
 
-    reason = Failure.FENCED
+    reason: str = Failure.FENCED
 
 
 class OffsetsLostError(FleetError):
@@ -150,7 +152,7 @@ class OffsetsLostError(FleetError):
     partition, committed offset, log start/end and how many offsets were lost.
     """
 
-    reason = Failure.OFFSETS_LOST
+    reason: str = Failure.OFFSETS_LOST
     retriable = False
 
     def __init__(self, message: str, *, lost: Any, context: dict[str, Any]) -> None:

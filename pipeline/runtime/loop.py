@@ -36,7 +36,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline.errors import FencedError
+from pipeline.errors import FencedError, StoreError
 from pipeline.failures.context import FailureContext, Tries
 from pipeline.failures.decide import classify, decide
 from pipeline.failures.offsets import raise_if_offsets_lost
@@ -44,7 +44,8 @@ from pipeline.failures.outcomes import Ack, DeadLetter, Outcome, Quarantine, Ret
 from pipeline.failures.retry import BackoffPolicy
 from pipeline.kafka.settings import OffsetReset, consumer_config
 from pipeline.record import Record
-from pipeline.store import read_sessions
+from pipeline.store import read_sessions, with_retry
+from pipeline.store.retry import StoreRetry
 
 from .commits import commit_offsets
 from .dedupe import dedupe_table, seen_ids
@@ -55,6 +56,8 @@ from .staging import Staged
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+# A store blip is absorbed inline; a longer outage backs the batch off without blocking poll.
+_READ_RETRY = StoreRetry(initial_s=0.05, max_s=0.5, budget_s=2.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,7 +192,7 @@ class ConsumerRuntime:
             return True
         try:
             self.quarantine.refresh(self.config.dedupe_scope)
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, StoreError) as exc:
             self._store_failed("quarantine refresh", exc)
             self._stale_quarantine = True
             self._pause_all()  # again: an assignment may have added partitions
@@ -205,7 +208,7 @@ class ConsumerRuntime:
         with contextlib.suppress(Exception):
             self.consumer.pause([TopicPartition(t, p) for t, p in self._assigned])
 
-    def _store_failed(self, what: str, exc: SQLAlchemyError) -> None:
+    def _store_failed(self, what: str, exc: Exception) -> None:
         if self.metrics:
             self.metrics.store_failures.labels(self.config.group_id).inc()
         log.warning("%s failed (%s); retrying after a backoff", what, exc)
@@ -286,14 +289,18 @@ class ConsumerRuntime:
         for rec in records:
             batch.first_offset.setdefault(rec.tp, rec.offset)
         try:
-            with self.reads() as session:
-                already = seen_ids(session, scope, ids) if ids else set()
+            # a short blocking retry first (pipeline.store.retry), then the batch backs off
+            already = (
+                with_retry(lambda: self._seen(scope, ids), what="dedupe read", policy=_READ_RETRY)
+                if ids
+                else set()
+            )
             now = _now_ms()
             for rec in records:
                 if rec.tp in batch.blocked:
                     continue
                 self._decide(rec, batch, already, now, releasing=releasing)
-        except SQLAlchemyError as exc:  # a store read: back off like a failed transaction
+        except (SQLAlchemyError, StoreError) as exc:  # a store read: back off like a write
             self._store_failed("a store read", exc)
             self._back_off(batch, releasing=releasing)
             return
@@ -328,6 +335,17 @@ class ConsumerRuntime:
             for outcome, n in batch.counts.items():
                 self.metrics.records.labels(cfg.group_id, outcome).inc(n)
 
+    def _is_quarantined(self, scope: str, key: str) -> bool:
+        q = self.quarantine
+        assert q is not None
+        return with_retry(
+            lambda: q.is_quarantined(scope, key), what="quarantine read", policy=_READ_RETRY
+        )
+
+    def _seen(self, scope: str, ids: list[str]) -> set[str]:
+        with self.reads() as session:
+            return seen_ids(session, scope, ids)
+
     def _decide(
         self,
         rec: Record,
@@ -345,7 +363,7 @@ class ConsumerRuntime:
             self.quarantine is not None
             and key is not None
             and key != releasing
-            and (key in batch.quarantined or self.quarantine.is_quarantined(scope, key))
+            and (key in batch.quarantined or self._is_quarantined(scope, key))
         ):
             batch.staged.call(functools.partial(_park, self.quarantine, scope, key, rec))
             batch.next_offset[tp] = rec.offset + 1
@@ -452,7 +470,7 @@ class ConsumerRuntime:
                     and releasing not in batch.quarantined  # failed again: stays quarantined
                 ):
                     self.quarantine.complete_release(session, self.config.dedupe_scope, releasing)
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, StoreError) as exc:
             self._store_failed("the batch transaction", exc)
             self._back_off(batch, releasing=releasing)
             return False
@@ -508,5 +526,5 @@ class ConsumerRuntime:
                 records = list(q.take_for_release(self.config.dedupe_scope, key))
                 if all(r.tp in self._assigned for r in records):
                     self.process(records, releasing=key)
-        except SQLAlchemyError as exc:  # a store read: the next check tries again
+        except (SQLAlchemyError, StoreError) as exc:  # a read: the next check retries
             self._store_failed("a release check", exc)
