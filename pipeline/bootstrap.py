@@ -32,6 +32,7 @@ from pipeline.gateway.injectors import InjectMetrics
 from pipeline.gateway.maintenance import Maintenance
 from pipeline.gateway.metrics import GatewayMetrics
 from pipeline.gateway.outbound import Publisher
+from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.gateway.roster_cache import RosterEntry
 from pipeline.gateway.service import Gateway, Supervised
 from pipeline.kafka.settings import OffsetReset, consumer_config, producer_config
@@ -154,7 +155,11 @@ def build_gateway(
         fault_after_commit=fault_after_commit,
     )
     relay = Relay(
-        engine=engine, bootstrap=config.bootstrap, registry=registry, idle_wait_s=relay_poll_s
+        engine=engine,
+        bootstrap=config.bootstrap,
+        registry=registry,
+        idle_wait_s=relay_poll_s,
+        terminal_sink=RelayFailedSink(publisher=publisher, ttl_s=config.max_ttl_s),
     )
     maintenance = Maintenance(
         sessions=sessions,

@@ -18,7 +18,8 @@ from typing import Any
 from rich.console import Console
 
 from pipeline.envelope import Kind, Signer, TrustStore
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.gateway.config import EntityConfig, GatewayConfig, InjectorSpec
+from pipeline.presence.model import Delivery, Role
 
 Say = Callable[[str, str], None]
 

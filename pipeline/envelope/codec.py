@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.errors import EnvelopeError
+from pipeline.record import Headers
 
 from .body import codec_for
 from .canonical import canonical_bytes
@@ -19,8 +20,6 @@ from .keys import Signer
 from .model import Envelope
 from .reasons import COVERED, H_KEY_ID, H_SIG
 from .verify import Verified, Verifier
-
-Headers = list[tuple[str, bytes]]
 
 
 def sign_fields(fields: Mapping[str, bytes], *, topic: str, body: bytes, signer: Signer) -> Headers:

@@ -26,12 +26,13 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pipeline.errors import ConfigError
 from pipeline.kafka.topics import check_name
+from pipeline.presence.model import ENTITY_DELIVERIES, ENTITY_ROLES, Delivery, Role
+from pipeline.reasons import Config
 
 _MISSING: Any = object()
 T = TypeVar("T")
@@ -45,22 +46,7 @@ _PREFIX = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _BOOTSTRAP = re.compile(r"^[^,\s]+:\d{1,5}(,[^,\s]+:\d{1,5})*$")
 
 
-class Role(StrEnum):
-    """What an entity is in the fleet (seed 000 §4): a worker, a main, or an orchestrator."""
-
-    WORKER = "worker"
-    MAIN = "main"
-    ORCHESTRATOR = "orchestrator"
-
-
-class Delivery(StrEnum):
-    """How an entity takes delivery: ``inject`` (forward path, at-most-once) or ``pull``."""
-
-    INJECT = "inject"
-    PULL = "pull"
-
-
-def invalid(key: str, value: Any, detail: str, reason: str = "CONFIG_INVALID") -> ConfigError:
+def invalid(key: str, value: Any, detail: str, reason: str = Config.CONFIG_INVALID) -> ConfigError:
     """A ConfigError whose context carries the key path, the bad value and the detail."""
     shown = f"{key}: {detail}" if value is _MISSING else f"{key} = {value!r}: {detail}"
     ctx = {"key": key, "detail": detail} | ({} if value is _MISSING else {"value": value})
@@ -75,7 +61,7 @@ def check_gid(value: Any, *, key: str = "gid") -> str:
             value,
             "a gid uses letters, digits, '-', '_' and dots between words (max 128), "
             "and does not start with 'broadcast.'",
-            "INVALID_NAME",
+            Config.INVALID_NAME,
         )
     return value
 
@@ -141,12 +127,12 @@ class InjectorSpec:
                 raise invalid(key, value, f"does not apply to an injector of type {self.type!r}")
         if self.type == "command" and not self.command:
             raise invalid(
-                "command", _MISSING, "type command needs an argv list", "CONFIG_MISSING_KEY"
+                "command", _MISSING, "type command needs an argv list", Config.CONFIG_MISSING_KEY
             )
         if self.type == "tmux":
             if self.pane is None:
                 raise invalid(
-                    "pane", _MISSING, "type tmux needs a pane target", "CONFIG_MISSING_KEY"
+                    "pane", _MISSING, "type tmux needs a pane target", Config.CONFIG_MISSING_KEY
                 )
             _text(self.pane, "pane")
             if self.socket is not None:
@@ -173,10 +159,12 @@ class EntityConfig:
 
     def __post_init__(self) -> None:
         check_gid(self.gid)
-        if not isinstance(self.role, Role):
-            raise invalid("role", self.role, f"must be one of {', '.join(Role)}")
-        if not isinstance(self.delivery, Delivery):
-            raise invalid("delivery", self.delivery, f"must be one of {', '.join(Delivery)}")
+        if self.role not in ENTITY_ROLES or not isinstance(self.role, Role):
+            raise invalid("role", self.role, f"must be one of {', '.join(ENTITY_ROLES)}")
+        if self.delivery not in ENTITY_DELIVERIES or not isinstance(self.delivery, Delivery):
+            raise invalid(
+                "delivery", self.delivery, f"must be one of {', '.join(ENTITY_DELIVERIES)}"
+            )
         for i, group in enumerate(_strings(self.groups, "groups")):
             _name(group, f"groups[{i}]", "group")
         if len(set(self.groups)) != len(self.groups):
@@ -186,7 +174,7 @@ class EntityConfig:
                 "injector",
                 _MISSING,
                 "delivery 'inject' needs an injector",
-                "CONFIG_MISSING_INJECTOR",
+                Config.CONFIG_MISSING_INJECTOR,
             )
         if self.delivery is Delivery.PULL and self.injector is not None:
             raise invalid("injector", self.injector.type, "a pull entity takes no injector")
@@ -239,7 +227,7 @@ class GatewayConfig:
                 raise invalid(f"entities[{i}]", entity, "must be an EntityConfig")
             if entity.gid in seen:
                 raise invalid(
-                    f"entities[{i}].gid", entity.gid, "gid used twice", "CONFIG_DUPLICATE_GID"
+                    f"entities[{i}].gid", entity.gid, "gid used twice", Config.CONFIG_DUPLICATE_GID
                 )
             seen.add(entity.gid)
 
@@ -250,15 +238,15 @@ def load_config(path: str | Path, *, overrides: Mapping[str, Any] | None = None)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{file}: not UTF-8 text: {exc}", reason="CONFIG_SYNTAX") from None
+        raise ConfigError(f"{file}: not UTF-8 text: {exc}", reason=Config.CONFIG_SYNTAX) from None
     except OSError as exc:
         raise ConfigError(
-            f"{file}: cannot read: {exc.strerror}", reason="CONFIG_NOT_FOUND"
+            f"{file}: cannot read: {exc.strerror}", reason=Config.CONFIG_NOT_FOUND
         ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{file}: not valid TOML: {exc}", reason="CONFIG_SYNTAX") from None
+        raise ConfigError(f"{file}: not valid TOML: {exc}", reason=Config.CONFIG_SYNTAX) from None
     given = {k for k, v in (overrides or {}).items() if v is not None}
     try:
         return config_from_mapping(data, overrides=overrides)
@@ -277,7 +265,9 @@ def config_from_mapping(
     merged = dict(data)
     for key, value in (overrides or {}).items():
         if key == "entities" or key not in _field_names(GatewayConfig):
-            raise invalid(f"overrides.{key}", value, "not an overridable key", "CONFIG_UNKNOWN_KEY")
+            raise invalid(
+                f"overrides.{key}", value, "not an overridable key", Config.CONFIG_UNKNOWN_KEY
+            )
         if value is not None:
             merged[key] = value
     _known(merged, GatewayConfig, "")
@@ -293,8 +283,8 @@ def _entity(raw: dict[str, Any], at: str) -> EntityConfig:
     _known(raw, EntityConfig, at)
     _required(raw, ("gid", "role", "delivery"), at)
     values = dict(raw)
-    values["role"] = _enum(Role, raw["role"], at + "role")
-    values["delivery"] = _enum(Delivery, raw["delivery"], at + "delivery")
+    values["role"] = _enum(Role, ENTITY_ROLES, raw["role"], at + "role")
+    values["delivery"] = _enum(Delivery, ENTITY_DELIVERIES, raw["delivery"], at + "delivery")
     values["groups"] = _tuple(raw.get("groups", ()))
     spec = raw.get("injector")
     if spec is not None:
@@ -330,21 +320,21 @@ def _known(table: Mapping[str, Any], cls: Any, at: str) -> None:
         if key not in names:
             known = ", ".join(names)
             raise invalid(
-                at + key, table[key], f"unknown key (known: {known})", "CONFIG_UNKNOWN_KEY"
+                at + key, table[key], f"unknown key (known: {known})", Config.CONFIG_UNKNOWN_KEY
             )
 
 
 def _required(table: Mapping[str, Any], keys: tuple[str, ...], at: str) -> None:
     for key in keys:
         if key not in table:
-            raise invalid(at + key, _MISSING, "required key is missing", "CONFIG_MISSING_KEY")
+            raise invalid(at + key, _MISSING, "required key is missing", Config.CONFIG_MISSING_KEY)
 
 
-def _enum(cls: type[Role] | type[Delivery], value: Any, key: str) -> Any:
-    try:
+def _enum(cls: type[Role] | type[Delivery], allowed: tuple[str, ...], value: Any, key: str) -> Any:
+    """``value`` as a member of ``cls``, accepted only if it is one of ``allowed``."""
+    if isinstance(value, str) and value in allowed:
         return cls(value)
-    except ValueError:
-        raise invalid(key, value, f"must be one of {', '.join(cls)}") from None
+    raise invalid(key, value, f"must be one of {', '.join(allowed)}")
 
 
 def _tuple(value: Any) -> Any:

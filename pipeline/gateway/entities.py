@@ -8,17 +8,11 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from pipeline.errors import ConfigError
-from pipeline.gateway.config import (
-    ALL_GROUP,
-    Delivery,
-    EntityConfig,
-    GatewayConfig,
-    Role,
-    check_gid,
-    invalid,
-)
+from pipeline.gateway.config import ALL_GROUP, EntityConfig, GatewayConfig, check_gid, invalid
 from pipeline.gateway.injectors import InjectMetrics, Injector, build_injector
 from pipeline.kafka.topics import check_name
+from pipeline.presence.model import ENTITY_DELIVERIES, ENTITY_ROLES, Delivery, Role
+from pipeline.reasons import Config
 
 E = TypeVar("E", Role, Delivery)
 Listener = Callable[["LocalEntity", bool], None]
@@ -93,14 +87,14 @@ class LocalEntities:
         """Add an entity; ``CONFIG_DUPLICATE_GID`` if the gid is taken and not ``replace``."""
         entity = LocalEntity(
             gid=check_gid(gid),
-            role=_enum(Role, role, "role"),
-            delivery=_enum(Delivery, delivery, "delivery"),
+            role=_enum(Role, ENTITY_ROLES, role, "role"),
+            delivery=_enum(Delivery, ENTITY_DELIVERIES, delivery, "delivery"),
             groups=frozenset(check_name(g, what="group") for g in groups),
             injector=injector,
         )
         if entity.delivery is Delivery.INJECT and injector is None:
             raise invalid(
-                "injector", None, f"{gid} takes delivery by inject", "CONFIG_MISSING_INJECTOR"
+                "injector", None, f"{gid} takes delivery by inject", Config.CONFIG_MISSING_INJECTOR
             )
         if entity.delivery is Delivery.PULL and injector is not None:
             raise invalid("injector", injector, f"{gid} takes delivery by pull: no injector")
@@ -108,7 +102,7 @@ class LocalEntities:
             if gid in self._by_gid and not replace:
                 raise ConfigError(
                     f"entity {gid!r} is already registered on this host",
-                    reason="CONFIG_DUPLICATE_GID",
+                    reason=Config.CONFIG_DUPLICATE_GID,
                     context={"key": "gid", "value": gid},
                 )
             self._by_gid[gid] = entity
@@ -163,8 +157,7 @@ class LocalEntities:
         return tuple(e for e in self.all() if e.delivery is delivery)
 
 
-def _enum(cls: type[E], value: str, key: str) -> E:
-    try:
+def _enum(cls: type[E], allowed: tuple[E, ...], value: str, key: str) -> E:
+    if value in allowed:
         return cls(value)
-    except ValueError:
-        raise invalid(key, value, f"must be one of {', '.join(cls)}") from None
+    raise invalid(key, value, f"must be one of {', '.join(allowed)}")

@@ -13,19 +13,25 @@
 from __future__ import annotations
 
 import functools
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline.envelope import REPLAY, BoundedSeenSet, Envelope, Kind, Verifier
+from pipeline import reasons
+from pipeline.envelope import EXPIRED, REPLAY, BoundedSeenSet, Envelope, Kind, Verifier
+from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
 from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
 from pipeline.outbox.headers import pack_headers
+from pipeline.presence.model import Delivery
 from pipeline.runtime import Record, Staged
+from pipeline.store import with_retry
 
 from . import tracking
-from .config import Delivery
 from .conversations import ABANDONED, ANSWERED, Conversations
 from .entities import LocalEntities
 from .held import held_table
@@ -34,10 +40,14 @@ from .metrics import GatewayMetrics
 from .outbound import Publisher
 from .receipts import read_receipt
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 BROADCAST_PREFIX = "broadcast."
-UNKNOWN_RECIPIENT = "UNKNOWN_RECIPIENT"
-HELD_CAP_EXCEEDED = "HELD_CAP_EXCEEDED"
+UNKNOWN_RECIPIENT = reasons.Delivery.UNKNOWN_RECIPIENT
+HELD_CAP_EXCEEDED = reasons.Delivery.HELD_CAP_EXCEEDED
 REPLY_TTL_S = 300.0
+_STILL_A_DUPLICATE = frozenset({REPLAY, EXPIRED})
 
 
 def _pack(headers: tuple[tuple[str, bytes], ...]) -> bytes:
@@ -82,19 +92,45 @@ class InboxHandler:
         self._held = _HeldCounter()
 
     # -- entry -------------------------------------------------------------------------------
+    def verify(self, record: Record) -> DeadLetter | None:
+        """The verify stage alone (the runtime's ``Verifies``), for a record whose ``msgId`` was
+        already applied: ``None`` if it verifies (a duplicate, dropped and counted by the
+        runtime), else its dead letter. A tampered copy never passes for a duplicate."""
+        try:
+            self._verify(record)
+        except EnvelopeError as exc:
+            # EXPIRED is the one check that changes with time alone: an authentic copy of a
+            # message applied in time (a redelivery after a crash and a long stop) is a
+            # duplicate, not a failure -- dead-lettering it would send its sender a false FAILED.
+            if exc.reason in _STILL_A_DUPLICATE:
+                return None
+            return self._refused(record, exc)
+        return None
+
+    def _verify(self, record: Record) -> Verified:
+        return self.verifier.verify(
+            topic=record.topic,
+            key=record.key,
+            headers=list(record.headers),
+            value=record.value,
+        )
+
+    def _refused(self, record: Record, exc: EnvelopeError) -> DeadLetter:
+        """Seed 000 §2.1: any failed check is a dead letter with its reason, counted, logged loudly."""
+        self.metrics.verify_failure(exc.reason)
+        log.warning(
+            "inbox record %s refused: %s (dead-lettered)", record.ref, exc.reason, exc_info=False
+        )
+        return DeadLetter(reason=exc.reason, error=str(exc))
+
     def handle(self, record: Record, tx: Staged) -> Outcome:
         try:
-            verified = self.verifier.verify(
-                topic=record.topic,
-                key=record.key,
-                headers=list(record.headers),
-                value=record.value,
-            )
+            verified = self._verify(record)
         except EnvelopeError as exc:
-            self.metrics.verify_failure(exc.reason)
             if exc.reason == REPLAY:
+                self.metrics.verify_failure(exc.reason)
                 return ACK  # a msgId already applied: dropped and counted, not dead-lettered
-            return DeadLetter(reason=exc.reason, error=str(exc))
+            return self._refused(record, exc)
         env = verified.envelope
         if env.to.startswith(BROADCAST_PREFIX):
             return self._broadcast(env, record, tx)
@@ -108,19 +144,26 @@ class InboxHandler:
             return self._to_pull(env, record, tx, verified.signer_host)
         return self._to_inject(env, tx, verified.signer_host)
 
+    def _read(self, query: Callable[[Session], T]) -> T:
+        """A read retried like a write (pipeline.store.retry): a store restart is not a failure."""
+
+        def once() -> T:
+            with self.reads() as s:
+                return query(s)
+
+        return with_retry(once, what="inbox read")
+
     # -- pull path ---------------------------------------------------------------------------
     def _to_pull(self, env: Envelope, record: Record, tx: Staged, signer_host: str) -> Outcome:
         if env.kind == Kind.ASK:
-            with self.reads() as s:
-                listening = self.conversations.has_open_pull(s, env.to)
+            listening = self._read(lambda s: self.conversations.has_open_pull(s, env.to))
             if not listening:
                 self._reply(tx, env, Kind.NO_WAITER, signer_host, body=b"")
                 self.metrics.no_waiter.inc()
                 return ACK
         if env.kind in (Kind.INJECTED, Kind.FAILED):
             receipt = read_receipt(env.kind.value, env.body)
-            with self.reads() as s:
-                state = tracking.state_of(s, receipt.msg_id)
+            state = self._read(lambda s: tracking.state_of(s, receipt.msg_id))
             if env.kind == Kind.FAILED and state == tracking.FAILED:
                 return ACK  # the deadline already reported it: exactly one FAILED per send
             new_state = tracking.INJECTED if env.kind == Kind.INJECTED else tracking.FAILED
@@ -164,23 +207,22 @@ class InboxHandler:
         if now - self._held.refreshed > 1.0:
             from sqlalchemy import func, select
 
-            with self.reads() as s:
-                rows = s.execute(
-                    select(held_table.c.recipient, func.count())
-                    .where(held_table.c.drained_at_ms.is_(None))
-                    .group_by(held_table.c.recipient)
-                )
-                self._held.counts = {r[0]: int(r[1]) for r in rows}
+            stmt = (
+                select(held_table.c.recipient, func.count())
+                .where(held_table.c.drained_at_ms.is_(None))
+                .group_by(held_table.c.recipient)
+            )
+            self._held.counts = self._read(lambda s: {r[0]: int(r[1]) for r in s.execute(stmt)})
             self._held.refreshed = now
         return self._held.counts.get(recipient, 0)
 
     # -- forward path ------------------------------------------------------------------------
     def _to_inject(self, env: Envelope, tx: Staged, signer_host: str) -> Outcome:
         if env.kind == Kind.ANSWER:
-            with self.reads() as s:
-                waiting = env.turn_id is not None and self.conversations.turn_waiting(
-                    s, env.turn_id
-                )
+            turn = env.turn_id
+            waiting = turn is not None and self._read(
+                lambda s: self.conversations.turn_waiting(s, turn)
+            )
             if not waiting:
                 self._reply(tx, env, Kind.TOO_LATE, signer_host, body=b"")
                 self.metrics.too_late.inc()

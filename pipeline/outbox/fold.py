@@ -19,7 +19,9 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
-from .headers import Headers, fold_position
+from pipeline.record import Headers
+
+from .headers import fold_position
 
 T = TypeVar("T")
 

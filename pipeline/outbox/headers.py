@@ -15,12 +15,12 @@ from __future__ import annotations
 import struct
 
 from pipeline.errors import StoreError
+from pipeline.record import Headers
 
 BRANCH_HEADER = "fleet.branchKey"
 LSN_HEADER = "fleet.lsn"
 TENANT_HEADER = "fleet.tenant"
 
-Headers = list[tuple[str, bytes]]
 
 _NAME = struct.Struct(">H")
 _VALUE = struct.Struct(">I")

@@ -22,6 +22,9 @@ SCHEMA = "presence"
 
 
 class Role(enum.StrEnum):
+    """What an entity is in the fleet (seed 000 §4). Defined once: the gateway's config accepts
+    :data:`ENTITY_ROLES`; ``gateway`` names only a host's own roster entry."""
+
     WORKER = "worker"
     MAIN = "main"
     ORCHESTRATOR = "orchestrator"
@@ -29,9 +32,17 @@ class Role(enum.StrEnum):
 
 
 class Delivery(enum.StrEnum):
+    """How an entity takes delivery. Defined once: the gateway's config accepts
+    :data:`ENTITY_DELIVERIES`; ``none`` names only a host's own roster entry."""
+
     INJECT = "inject"  # forward path: at-most-once inject + INJECTED
     PULL = "pull"  # pull path: at-least-once held store
     NONE = "none"  # the host entry only
+
+
+# What a local entity (config, runtime registration) may be: everything but the host entry.
+ENTITY_ROLES: tuple[Role, ...] = (Role.WORKER, Role.MAIN, Role.ORCHESTRATOR)
+ENTITY_DELIVERIES: tuple[Delivery, ...] = (Delivery.INJECT, Delivery.PULL)
 
 
 def gateway_gid(host: str) -> str:

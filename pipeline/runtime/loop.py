@@ -2,11 +2,15 @@
 
 Per batch, in this order (``docs/runtime.md`` has the crash windows):
 
-1. **Decide** each record in partition order: parked if its key is quarantined; dropped if its
-   ``msgId`` was already applied (dedupe); else the handler stages its writes and returns an
-   outcome. ``Retry`` blocks the rest of that partition for this batch (order is kept) and is
-   rescheduled by pausing the partition (``poll`` goes on, so ``max.poll.interval.ms`` is never
-   blown). A spent retry budget becomes ``Quarantine`` (ordered flows) or ``DeadLetter``.
+1. **Decide** each record in partition order: parked if its key is quarantined; if its ``msgId``
+   was already applied, it is dropped and counted only once the handler's ``verify`` stage
+   passed (a tampered copy is dead-lettered, never taken for a duplicate); else the handler
+   stages its writes and returns an outcome, and :func:`pipeline.failures.decide.decide` says
+   what happens. ``Retry`` blocks the rest of that partition for this batch (order is kept) and
+   is rescheduled by pausing the partition (``poll`` goes on, so ``max.poll.interval.ms`` is
+   never blown). A spent retry budget becomes ``Quarantine`` (ordered flows) or ``DeadLetter``.
+   A failed store READ (dedupe lookup, quarantine state) backs the batch off exactly like a
+   failed transaction: nothing escapes the loop, the batch is re-read later.
 2. **One database transaction** for the whole batch: dedupe rows, effects, dead letters, parks.
    If it fails, nothing is committed and the batch is re-read after a backoff.
 3. **Synchronous offset commit** of each partition's handled prefix, checking every partition's
@@ -32,37 +36,28 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline.errors import FleetError
+from pipeline.errors import FencedError, StoreError
+from pipeline.failures.context import FailureContext, Tries
+from pipeline.failures.decide import classify, decide
 from pipeline.failures.offsets import raise_if_offsets_lost
-from pipeline.failures.outcomes import (
-    RETRIES_EXHAUSTED,
-    Ack,
-    DeadLetter,
-    Outcome,
-    Quarantine,
-    Retry,
-    outcome_for,
-)
+from pipeline.failures.outcomes import Ack, DeadLetter, Outcome, Quarantine, Retry
 from pipeline.failures.retry import BackoffPolicy
 from pipeline.kafka.settings import OffsetReset, consumer_config
-from pipeline.store import read_sessions
+from pipeline.record import Record
+from pipeline.store import read_sessions, with_retry
+from pipeline.store.retry import StoreRetry
 
 from .commits import commit_offsets
 from .dedupe import dedupe_table, seen_ids
 from .metrics import RuntimeMetrics
-from .ports import DeadLetterSink, Handler, QuarantinePort
-from .record import Record
+from .ports import DeadLetterSink, Handler, QuarantinePort, Verifies
 from .staging import Staged
 
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
-
-
-class FencedError(FleetError):
-    """Another member with our ``group.instance.id`` took over (or we are a zombie): stop."""
-
-    reason = "FENCED"
+# A store blip is absorbed inline; a longer outage backs the batch off without blocking poll.
+_READ_RETRY = StoreRetry(initial_s=0.05, max_s=0.5, budget_s=2.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,13 +81,6 @@ class RuntimeConfig:
     @property
     def dedupe_scope(self) -> str:
         return self.scope or self.group_id
-
-
-@dataclass
-class _Attempts:
-    count: int
-    first_ms: int
-    last_ms: int
 
 
 @dataclass
@@ -140,6 +128,8 @@ class ConsumerRuntime:
     ) -> None:
         self.config = config
         self.handler = handler
+        # the handler's verify stage, run before a dedupe drop (seed 000 §2.1 order)
+        self.verify = handler.verify if isinstance(handler, Verifies) else None
         self.sessions = sessions
         bind = sessions.kw.get("bind")
         self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
@@ -157,10 +147,11 @@ class ConsumerRuntime:
         # Fault injection for crash tests (wired only by an entry point, never by default):
         # called after a successful commit, before the batch's after-commit effects.
         self.fault_after_commit = fault_after_commit
-        self._attempts: dict[tuple[str, int, int], _Attempts] = {}
+        self._attempts: dict[tuple[str, int, int], Tries] = {}
         self._paused: dict[TP, float] = {}
         self._assigned: set[TP] = set()
         self._next_release_check = 0.0
+        self._stale_quarantine = False  # a refresh failed: hold every partition until one works
         self.batches = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -191,9 +182,36 @@ class ConsumerRuntime:
 
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         self._assigned.update((tp.topic, tp.partition) for tp in partitions)
-        if self.quarantine is not None:
-            self.quarantine.refresh(self.config.dedupe_scope)
+        self._refresh_quarantine()
         self._count_rebalance("assign")
+
+    def _refresh_quarantine(self) -> bool:
+        """Re-read quarantine state; on a store error hold every partition until it works
+        (a record of a key quarantined by the previous owner must not be handled meanwhile)."""
+        if self.quarantine is None:
+            return True
+        try:
+            self.quarantine.refresh(self.config.dedupe_scope)
+        except (SQLAlchemyError, StoreError) as exc:
+            self._store_failed("quarantine refresh", exc)
+            self._stale_quarantine = True
+            self._pause_all()  # again: an assignment may have added partitions
+            return False
+        if self._stale_quarantine:
+            self._stale_quarantine = False
+            held = [TopicPartition(t, p) for t, p in self._assigned if (t, p) not in self._paused]
+            with contextlib.suppress(Exception):  # a revoked partition: nothing to resume
+                self.consumer.resume(held)
+        return True
+
+    def _pause_all(self) -> None:
+        with contextlib.suppress(Exception):
+            self.consumer.pause([TopicPartition(t, p) for t, p in self._assigned])
+
+    def _store_failed(self, what: str, exc: Exception) -> None:
+        if self.metrics:
+            self.metrics.store_failures.labels(self.config.group_id).inc()
+        log.warning("%s failed (%s); retrying after a backoff", what, exc)
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
@@ -214,6 +232,14 @@ class ConsumerRuntime:
     # -- one step ----------------------------------------------------------------------------
     def step(self) -> int:
         """Poll once and process what came back; returns the number of records seen."""
+        if self._stale_quarantine and not self._refresh_quarantine():
+            msg = self.consumer.poll(self.config.poll_timeout_s)  # heartbeats; all paused
+            if msg is not None and msg.error() is not None:
+                self._on_consume_error(msg.error(), msg)
+            elif msg is not None:  # fetched before the pause: rewind, so it is not lost
+                with contextlib.suppress(Exception):
+                    self.consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
+            return 0
         self._resume_due()
         self._maybe_release()
         messages = self._fetch()
@@ -260,15 +286,24 @@ class ConsumerRuntime:
         scope = cfg.dedupe_scope
         batch = _Batch()
         ids = [i for r in records if (i := r.header_str(cfg.dedupe_header))]
-        with self.reads() as session:
-            already = seen_ids(session, scope, ids) if ids else set()
-        now = _now_ms()
         for rec in records:
-            tp = rec.tp
-            batch.first_offset.setdefault(tp, rec.offset)
-            if tp in batch.blocked:
-                continue
-            self._decide(rec, batch, already, now, releasing=releasing)
+            batch.first_offset.setdefault(rec.tp, rec.offset)
+        try:
+            # a short blocking retry first (pipeline.store.retry), then the batch backs off
+            already = (
+                with_retry(lambda: self._seen(scope, ids), what="dedupe read", policy=_READ_RETRY)
+                if ids
+                else set()
+            )
+            now = _now_ms()
+            for rec in records:
+                if rec.tp in batch.blocked:
+                    continue
+                self._decide(rec, batch, already, now, releasing=releasing)
+        except (SQLAlchemyError, StoreError) as exc:  # a store read: back off like a write
+            self._store_failed("a store read", exc)
+            self._back_off(batch, releasing=releasing)
+            return
         if releasing is not None and batch.blocked:
             return  # a released record still fails transiently: keep the quarantine, try later
         if not self._flush(batch, records, releasing=releasing):
@@ -300,6 +335,17 @@ class ConsumerRuntime:
             for outcome, n in batch.counts.items():
                 self.metrics.records.labels(cfg.group_id, outcome).inc(n)
 
+    def _is_quarantined(self, scope: str, key: str) -> bool:
+        q = self.quarantine
+        assert q is not None
+        return with_retry(
+            lambda: q.is_quarantined(scope, key), what="quarantine read", policy=_READ_RETRY
+        )
+
+    def _seen(self, scope: str, ids: list[str]) -> set[str]:
+        with self.reads() as session:
+            return seen_ids(session, scope, ids)
+
     def _decide(
         self,
         rec: Record,
@@ -317,7 +363,7 @@ class ConsumerRuntime:
             self.quarantine is not None
             and key is not None
             and key != releasing
-            and (key in batch.quarantined or self.quarantine.is_quarantined(scope, key))
+            and (key in batch.quarantined or self._is_quarantined(scope, key))
         ):
             batch.staged.call(functools.partial(_park, self.quarantine, scope, key, rec))
             batch.next_offset[tp] = rec.offset + 1
@@ -325,37 +371,43 @@ class ConsumerRuntime:
             return
         msg_id = rec.header_str(cfg.dedupe_header)
         if msg_id is not None and (msg_id in already or msg_id in batch.applied_ids):
-            batch.next_offset[tp] = rec.offset + 1
-            batch.count("duplicate")
-            if self.metrics:
-                self.metrics.dedupe_hits.labels(cfg.group_id).inc()
+            # Only a record that verifies may be dropped as a duplicate: a tampered copy of an
+            # applied message is a dead letter with its reason, never a silent dedupe hit.
+            refused = self.verify(rec) if self.verify is not None else None
+            if refused is None:
+                batch.next_offset[tp] = rec.offset + 1
+                batch.count("duplicate")
+                if self.metrics:
+                    self.metrics.dedupe_hits.labels(cfg.group_id).inc()
+                return
+            self._settle(rec, refused, Staged(), batch, None, now)
             return
         tx = Staged()
         try:
             outcome: Outcome = self.handler.handle(rec, tx)
         except Exception as exc:  # noqa: BLE001 - every handler error maps onto an outcome
-            outcome = outcome_for(exc)
+            outcome = classify(exc)
+        if isinstance(outcome, Ack):  # the hot path: nothing to decide
+            self._settle(rec, outcome, tx, batch, msg_id, now)
+            return
+        attempt = 1
         if isinstance(outcome, Retry):
             akey = (rec.topic, rec.partition, rec.offset)
-            att = self._attempts.get(akey) or _Attempts(0, now, now)
-            att.count += 1
-            att.last_ms = now
-            self._attempts[akey] = att
-            if not cfg.retry.exhausted(att.count):
-                delay = outcome.delay_s if outcome.delay_s is not None else None
-                batch.blocked[tp] = (
-                    rec.offset,
-                    cfg.retry.delay_for(att.count) if delay is None else delay,
-                )
-                batch.count("retry")
-                return
-            error = f"{RETRIES_EXHAUSTED} after {att.count} attempts: {outcome.error}"
-            outcome = (
-                Quarantine(reason=RETRIES_EXHAUSTED, error=error)
-                if cfg.ordered and key is not None
-                else DeadLetter(reason=RETRIES_EXHAUSTED, error=error)
+            att = self._attempts.get(akey) or Tries(
+                attempts=0, first_failure_ms=now, last_failure_ms=now
             )
-        self._settle(rec, outcome, tx, batch, msg_id, now)
+            att["attempts"] += 1
+            att["last_failure_ms"] = now
+            self._attempts[akey] = att
+            attempt = att["attempts"]
+        decision = decide(
+            outcome, attempt=attempt, policy=cfg.retry, ordered=cfg.ordered, keyed=key is not None
+        )
+        if isinstance(decision, Retry):
+            batch.blocked[tp] = (rec.offset, decision.delay_s or 0.0)
+            batch.count("retry")
+            return
+        self._settle(rec, decision, tx, batch, msg_id, now)
 
     def _settle(
         self,
@@ -383,20 +435,23 @@ class ConsumerRuntime:
                 )
             batch.count("ack")
             return
-        att_info = att_info or _Attempts(1, now, now)
+        tries = att_info or Tries(attempts=1, first_failure_ms=now, last_failure_ms=now)
+        quarantine = (
+            isinstance(outcome, Quarantine) and self.quarantine is not None and key is not None
+        )
         self.dead_letters.stage(
             batch.staged,
-            rec,
-            reason=outcome.reason,
-            error=outcome.error[:1024],
-            attempts=att_info.count,
-            first_failure_ms=att_info.first_ms,
-            last_failure_ms=att_info.last_ms,
+            FailureContext(
+                record=rec,
+                reason=outcome.reason,
+                error=outcome.error,
+                quarantined=quarantine,
+                **tries,
+            ),
         )
-        if isinstance(outcome, Quarantine) and self.quarantine is not None and key is not None:
-            ref = f"{rec.topic}/{rec.partition}/{rec.offset}"
+        if quarantine and self.quarantine is not None and key is not None:
             batch.staged.call(
-                functools.partial(_quarantine, self.quarantine, scope, key, outcome.reason, ref)
+                functools.partial(_quarantine, self.quarantine, scope, key, outcome.reason, rec.ref)
             )
             batch.quarantined.add(key)
             batch.count("quarantine")
@@ -415,16 +470,20 @@ class ConsumerRuntime:
                     and releasing not in batch.quarantined  # failed again: stays quarantined
                 ):
                     self.quarantine.complete_release(session, self.config.dedupe_scope, releasing)
-        except SQLAlchemyError as exc:
-            if self.metrics:
-                self.metrics.store_failures.labels(self.config.group_id).inc()
-            log.warning("batch transaction failed (%s); re-reading the batch after a backoff", exc)
-            if releasing is None:
-                for tp, offset in batch.first_offset.items():
-                    batch.blocked[tp] = (offset, self.config.retry.delay_for(1))
-                self._schedule_retries(batch)
+        except (SQLAlchemyError, StoreError) as exc:
+            self._store_failed("the batch transaction", exc)
+            self._back_off(batch, releasing=releasing)
             return False
         return True
+
+    def _back_off(self, batch: _Batch, *, releasing: str | None) -> None:
+        """Re-read the whole batch after a backoff (a release is simply tried again later)."""
+        if releasing is not None:
+            return
+        batch.blocked.clear()
+        for tp, offset in batch.first_offset.items():
+            batch.blocked[tp] = (offset, self.config.retry.delay_for(1))
+        self._schedule_retries(batch)
 
     # -- retries: pause the partition, keep polling ------------------------------------------
     def _schedule_retries(self, batch: _Batch) -> None:
@@ -462,7 +521,10 @@ class ConsumerRuntime:
         if now < self._next_release_check:
             return
         self._next_release_check = now + self.config.release_check_s
-        for key in q.pending_releases(self.config.dedupe_scope):
-            records = list(q.take_for_release(self.config.dedupe_scope, key))
-            if all(r.tp in self._assigned for r in records):
-                self.process(records, releasing=key)
+        try:
+            for key in q.pending_releases(self.config.dedupe_scope):
+                records = list(q.take_for_release(self.config.dedupe_scope, key))
+                if all(r.tp in self._assigned for r in records):
+                    self.process(records, releasing=key)
+        except (SQLAlchemyError, StoreError) as exc:  # a read: the next check retries
+            self._store_failed("a release check", exc)

@@ -288,3 +288,19 @@ def test_idle_pattern_may_end_in_a_space_but_not_be_empty() -> None:
     with pytest.raises(ConfigError) as info:
         InjectorSpec(type="tmux", pane="%1", idle_pattern="")
     assert (info.value.reason, info.value.context["key"]) == ("CONFIG_INVALID", "idle_pattern")
+
+
+def test_role_and_delivery_are_defined_once_and_the_host_entry_values_are_refused() -> None:
+    """Role/Delivery live in presence.model; a local entity may not claim the host entry's
+    ``gateway`` role or ``none`` delivery."""
+    from pipeline.errors import ConfigError
+    from pipeline.gateway import config
+    from pipeline.presence import model
+
+    assert config.Role is model.Role and config.Delivery is model.Delivery
+    for role, delivery in (
+        (model.Role.GATEWAY, model.Delivery.PULL),
+        (model.Role.MAIN, model.Delivery.NONE),
+    ):
+        with pytest.raises(ConfigError):
+            config.EntityConfig(gid="x", role=role, delivery=delivery)

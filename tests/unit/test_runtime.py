@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import KafkaError
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, select
 
+from pipeline.failures.context import FailureContext
 from pipeline.failures.outcomes import ACK, DeadLetter, Outcome, Retry
 from pipeline.failures.retry import BackoffPolicy
 from pipeline.runtime import ConsumerRuntime, FencedError, Record, RuntimeConfig, Staged
@@ -29,19 +30,9 @@ class ListSink:
     def __init__(self) -> None:
         self.letters: list[tuple[Record, str, int]] = []
 
-    def stage(
-        self,
-        tx: Staged,
-        record: Record,
-        *,
-        reason: str,
-        error: str,
-        attempts: int,
-        first_failure_ms: int,
-        last_failure_ms: int,
-    ) -> None:
+    def stage(self, tx: Staged, failure: FailureContext) -> None:
         tx.after_commit(lambda: None)
-        tx.call(lambda _s: self.letters.append((record, reason, attempts)))
+        tx.call(lambda _s: self.letters.append((failure.record, failure.reason, failure.attempts)))
 
 
 class Script:
@@ -202,3 +193,109 @@ def test_handler_exception_maps_to_retry_then_dead_letter(sessions: Any) -> None
     assert isinstance(sink, ListSink) and len(sink.letters) == 1
     with sessions() as s:
         assert s.execute(select(func.count()).select_from(effects)).scalar() == 0
+
+
+def test_a_failed_dedupe_read_backs_the_batch_off_instead_of_escaping(
+    sessions: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 14: a store READ error (here the dedupe lookup) must not stop the inbox thread; the
+    batch is re-read after a backoff, exactly like a failed batch transaction."""
+    from sqlalchemy.exc import OperationalError
+
+    from pipeline.runtime import loop
+
+    fake = FakeConsumer()
+    for i in range(3):
+        fake.produce("t", 0, b"k", f"v{i}".encode(), [("msgId", f"m{i}".encode())])
+    handler = Script()
+    rt = make_runtime(sessions, handler, fake)
+    real = loop.seen_ids
+
+    def down(*_a: Any, **_k: Any) -> set[str]:
+        raise OperationalError("SELECT", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(loop, "seen_ids", down)
+    rt.step()  # does not raise
+    assert handler.calls == [] and fake.committed == {}
+    assert rt._paused, "the partition waits for the backoff"
+    monkeypatch.setattr(loop, "seen_ids", real)
+    rt._paused = {tp: 0.0 for tp in rt._paused}  # the backoff is over
+    rt.step()
+    rt.step()
+    assert effect_values(sessions) == ["v0", "v1", "v2"]
+    assert fake.committed == {("t", 0): 3}
+
+
+class VerifyingScript(Script):
+    """A handler with a verify stage: msgIds in ``forged`` fail it."""
+
+    def __init__(self, forged: set[str]) -> None:
+        super().__init__()
+        self.forged = forged
+
+    def verify(self, record: Record) -> DeadLetter | None:
+        if record.header_str("msgId") in self.forged and record.value == b"tampered":
+            return DeadLetter(reason="SIG_INVALID", error="tampered")
+        return None
+
+
+def test_a_duplicate_msg_id_is_verified_before_it_is_dropped(sessions: Any) -> None:
+    """Seed 000 §2.1: only a record that verifies may be dropped as a duplicate."""
+    fake = FakeConsumer()
+    fake.produce("t", 0, b"k", b"v0", [("msgId", b"m0")])
+    handler = VerifyingScript({"m0"})
+    rt = make_runtime(sessions, handler, fake)
+    rt.step()
+    fake.produce("t", 0, b"k", b"tampered", [("msgId", b"m0")])
+    fake.produce("t", 0, b"k", b"v0", [("msgId", b"m0")])
+    rt.step()
+    sink = rt.dead_letters
+    assert isinstance(sink, ListSink)
+    assert [(r.value, reason) for r, reason, _n in sink.letters] == [(b"tampered", "SIG_INVALID")]
+    assert effect_values(sessions) == ["v0"]  # the exact redelivery was dropped
+    assert fake.committed == {("t", 0): 3}
+
+
+class FlakyQuarantine:
+    """A quarantine port whose state read fails ``fail`` times (the store is away)."""
+
+    def __init__(self, fail: int) -> None:
+        self.fail = fail
+
+    def refresh(self, scope: str) -> None:
+        from sqlalchemy.exc import OperationalError
+
+        if self.fail:
+            self.fail -= 1
+            raise OperationalError("SELECT", {}, Exception("store away"))
+
+    def is_quarantined(self, scope: str, key: str) -> bool:
+        return False
+
+    def pending_releases(self, scope: str) -> list[str]:
+        return []
+
+
+def test_a_failed_quarantine_refresh_holds_every_partition_until_it_works(sessions: Any) -> None:
+    """Issue 14: the on-assign quarantine read may fail; no record may be handled on a stale
+    cache (a key the previous owner quarantined), and the member must not crash."""
+    from confluent_kafka import TopicPartition
+
+    fake = FakeConsumer()
+    fake.produce("t", 0, b"k", b"v0", [("msgId", b"m0")])
+    handler = Script()
+    rt = ConsumerRuntime(
+        RuntimeConfig(bootstrap="fake:0", group_id="g", topics=("t",)),
+        handler=handler,
+        sessions=sessions,
+        dead_letters=ListSink(),
+        quarantine=FlakyQuarantine(fail=2),  # type: ignore[arg-type]
+        consumer_factory=lambda _conf: fake,
+    )
+    rt._on_assign(None, [TopicPartition("t", 0)])  # the refresh fails: everything paused
+    assert ("t", 0) in fake.paused
+    rt.step()  # the refresh fails again: still nothing handled
+    assert handler.calls == []
+    rt.step()  # the refresh works: resumed, and (next step) handled
+    rt.step()
+    assert effect_values(sessions) == ["v0"] and fake.committed == {("t", 0): 1}
