@@ -147,6 +147,10 @@ def test_the_gateway_tells_the_sender_failed_when_its_row_is_refused(
     a.gateway.start()
     try:
         wait_until(lambda: a.client.knows("main-b"), 30, "presence of main-b")
+        with pytest.raises(FleetError) as refused:  # what `fleet send` meets: nothing written
+            a.client.send(sender="main-a", to="main-b", body=BIG)
+        assert refused.value.reason == "TOO_LARGE"
+        assert f"limit of {DEFAULT_MAX_RECORD_BYTES} bytes" in str(refused.value)
         big = Envelope.new(kind=Kind.SEND, sender="main-a", to="main-b", body=BIG, ttl_s=60)
         topic = TopicNames(prefix=fleet.prefix).inbox("A")
         key, headers, value = encode(big, topic=topic, signer=fleet.signers["A"])
