@@ -114,3 +114,66 @@ def test_the_writer_refuses_a_record_above_the_limit_naming_it(tmp_path: Path) -
     with engine.connect() as conn:
         assert conn.execute(select(outbox.c.id)).first() is None
     engine.dispose()
+
+
+def test_the_gateway_tells_the_sender_failed_when_its_row_is_refused(
+    kafka: BrokerHandle, tmp_path: Path
+) -> None:
+    """Seed 000: a send that cannot be delivered ends in exactly one FAILED to its sender; here
+    the broker refused the row for good (too large, written past the send-side check)."""
+    from pipeline.bootstrap import build_gateway
+    from pipeline.envelope import Envelope, Kind, encode
+    from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Role
+    from pipeline.gateway.receipts import read_receipt
+    from pipeline.kafka.topics import TopicNames
+    from tests.integration.fleet_hosts import Fleet, wait_until
+
+    fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A",))
+    pull = Role.MAIN, Delivery.PULL
+    config = GatewayConfig(
+        host="A",
+        bootstrap=kafka.bootstrap,
+        store_url=f"sqlite:///{tmp_path / 'A.sqlite'}",
+        topic_prefix=fleet.prefix,
+        presence_interval_s=1.0,
+        presence_ttl_s=30.0,
+        sweep_interval_s=0.5,
+        entities=(
+            EntityConfig(gid="main-a", role=pull[0], delivery=pull[1]),
+            EntityConfig(gid="main-b", role=pull[0], delivery=pull[1]),
+        ),
+    )
+    a = build_gateway(config, signer=fleet.signers["A"], trust=fleet.trust)
+    a.gateway.start()
+    try:
+        wait_until(lambda: a.client.knows("main-b"), 30, "presence of main-b")
+        with pytest.raises(FleetError) as refused:  # what `fleet send` meets: nothing written
+            a.client.send(sender="main-a", to="main-b", body=BIG)
+        assert refused.value.reason == "TOO_LARGE"
+        assert f"limit of {DEFAULT_MAX_RECORD_BYTES} bytes" in str(refused.value)
+        big = Envelope.new(kind=Kind.SEND, sender="main-a", to="main-b", body=BIG, ttl_s=60)
+        topic = TopicNames(prefix=fleet.prefix).inbox("A")
+        key, headers, value = encode(big, topic=topic, signer=fleet.signers["A"])
+        with session_factory(a.engine).begin() as s:  # past the send-side check, on purpose
+            write(
+                s,
+                topic=topic,
+                key=key,
+                value=value,
+                headers=headers,
+                branch_key="A>main-b@A",
+                max_record_bytes=None,
+            )
+        failed: list = []
+
+        def got_failed() -> bool:
+            failed.extend(a.client.poll("main-a", kinds=["FAILED"]))
+            return bool(failed)
+
+        wait_until(got_failed, 30, "a FAILED for the refused send")
+        assert failed[0].msg_id == f"failed-{big.msg_id}"
+        receipt = read_receipt("FAILED", failed[0].body)
+        assert receipt.msg_id == big.msg_id and receipt.reason == "MSG_SIZE_TOO_LARGE"
+        assert a.client.poll("main-b") == []  # nothing reached the recipient
+    finally:
+        a.gateway.stop()
