@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
+from pipeline.envelope.model import now_ms
 from pipeline.failures.metrics import FailureMetrics
 from pipeline.failures.offsets import assign_from_committed
 from pipeline.failures.reporter import FailedReporter
@@ -32,13 +33,15 @@ from pipeline.gateway.injectors import InjectMetrics
 from pipeline.gateway.maintenance import Maintenance
 from pipeline.gateway.metrics import GatewayMetrics
 from pipeline.gateway.outbound import Publisher
-from pipeline.gateway.roster_cache import RosterEntry
+from pipeline.gateway.roster_cache import RosterEntry, RosterState
 from pipeline.gateway.service import Gateway, Supervised
 from pipeline.kafka.settings import OffsetReset, consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.outbox import Relay
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
+from pipeline.presence.follower import ConsumerFactory
+from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.publisher import ProducerLike
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.metrics import RuntimeMetrics
@@ -86,6 +89,7 @@ def build_gateway(
     relay_poll_s: float = 0.002,
     maintenance_interval_s: float | None = None,
     fault_after_commit: Callable[[int], None] | None = None,
+    roster_consumer: ConsumerFactory = Consumer,
 ) -> GatewayParts:
     """Build one host's gateway: inbox runtime, relay, presence, roster, injectors, ticker."""
     host = config.host
@@ -98,9 +102,17 @@ def build_gateway(
     reads = read_sessions(engine)
     metrics = GatewayMetrics(registry)
 
+    presence_metrics = PresenceMetrics(registry)
     roster = RosterView.build(trust=trust, topics=topics, skew_s=config.clock_skew_s)
-    follower = RosterFollower(bootstrap=config.bootstrap, view=roster, topics=topics)
+    follower = RosterFollower(
+        bootstrap=config.bootstrap,
+        view=roster,
+        topics=topics,
+        metrics=presence_metrics,
+        consumer_factory=roster_consumer,
+    )
     presence = PresencePublisher(
+        metrics=presence_metrics,
         producer=cast("ProducerLike", Producer(producer_config(config.bootstrap))),
         signer=signer,
         topics=topics,
@@ -168,20 +180,26 @@ def build_gateway(
             RosterEntry(
                 e.gid, e.host, e.role.value, e.delivery.value, tuple(e.groups), e.ts_ms + e.ttl_ms
             )
-            for e in roster.entries()
+            for e in roster.entries(include_stale=True)
         ],
+        roster_state=lambda: RosterState(
+            roster.freshness().horizon_ms,
+            roster.freshness().stale,
+            roster.freshness().why,
+            now_ms(),
+        ),
     )
     client = build_client(config, signer=signer, engine=engine)
     interval = maintenance_interval_s or config.sweep_interval_s
 
     def run_runtime(stop: Any) -> None:
-        follower.catch_up()
+        # verification step 2 needs the bindings: the inbox starts once the roster has caught
+        # up (the roster loop waits out transient broker errors meanwhile)
+        while not follower.caught_up.wait(0.2):
+            if stop.is_set():
+                return
         maintenance.refresh_roster()
         runtime.run(stop)
-
-    def run_follower(stop: Any) -> None:
-        follower.start()
-        stop.wait()
 
     def run_presence(stop: Any) -> None:
         for e in config.entities:
@@ -197,7 +215,7 @@ def build_gateway(
         host=host,
         loops=[
             Supervised("presence", run_presence),
-            Supervised("roster", run_follower),
+            Supervised("roster", follower.run),
             Supervised("inbox", run_runtime, restart=False),
             Supervised("relay", relay.run_forever),
             Supervised("maintenance", run_maintenance),
