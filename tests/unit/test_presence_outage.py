@@ -230,3 +230,21 @@ def test_step_2_uses_the_last_binding_not_liveness() -> None:
     with pytest.raises(EnvelopeError) as unknown:
         verifier.verify(**_sent(f, "nobody", "a"))
     assert unknown.value.reason == r.UNKNOWN_SENDER
+
+
+def test_librdkafka_lines_pass_once_per_kind_then_as_a_summary() -> None:
+    from pipeline.kafka.logs import RepeatFilter
+
+    filt = RepeatFilter(summary_s=3600)
+
+    def line(port: int, ms: int) -> logging.LogRecord:
+        msg = f"127.0.0.1:{port}/bootstrap: Connect failed: Connection refused (after {ms}ms)"
+        return logging.LogRecord("x", logging.ERROR, __file__, 1, msg, None, None)
+
+    passed = [filt.filter(line(9092, i % 7)) for i in range(1000)]
+    assert passed.count(True) == 1, "1000 reconnects in an outage: one line"
+    other = logging.LogRecord("x", logging.ERROR, __file__, 1, "GroupCoordinator: gone", None, None)
+    assert filt.filter(other)
+    filt.summary_s = 0
+    summary = line(9092, 1)
+    assert filt.filter(summary) and "999 identical lines held back" in summary.getMessage()
