@@ -145,3 +145,9 @@ def hosts_with_group(session: Session, group: str, now: int) -> set[str]:
     """Hosts with a live member of ``group`` (judged against the mirrored horizon)."""
     state = read_state(session)
     return {e.host for e in all_entries(session) if group in e.groups and state.is_live(e, now)}
+
+
+def live(session: Session, now: int) -> list[RosterEntry]:
+    """Every entry live as of the mirrored horizon (``now`` when none was mirrored), by gid."""
+    state = read_state(session)
+    return [e for e in all_entries(session) if state.is_live(e, now)]
