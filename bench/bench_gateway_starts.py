@@ -29,7 +29,9 @@ ENTITIES = {
 }
 
 
-def _round(bootstrap: str, root: Path, timeout_s: float) -> tuple[float | None, list[int | None]]:
+def _round(
+    bootstrap: str, root: Path, timeout_s: float
+) -> tuple[float | None, list[int | None], str]:
     prefix = unique_name("st").replace(".", "") + "."
     (root / "trusted").mkdir(exist_ok=True)
     signers = {h: Signer.generate(h) for h in ("A", "B")}
@@ -50,8 +52,8 @@ def _round(bootstrap: str, root: Path, timeout_s: float) -> tuple[float | None, 
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "pipeline", "gateway", "run", "--config", str(cfg)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stdout=(root / f"{h}.log").open("wb"),
+                stderr=subprocess.STDOUT,
             )
         )
     try:
@@ -66,7 +68,8 @@ def _round(bootstrap: str, root: Path, timeout_s: float) -> tuple[float | None, 
                 break
             time.sleep(0.05)
         exits = [p.poll() for p in procs]
-        return up, exits
+        tail = "" if up is not None else _tails(root)
+        return up, exits, tail
     finally:
         for p in procs:
             p.terminate()
@@ -77,19 +80,26 @@ def _round(bootstrap: str, root: Path, timeout_s: float) -> tuple[float | None, 
                 p.kill()
 
 
+def _tails(root: Path) -> str:
+    return "\n".join(
+        f"{h}: " + " | ".join((root / f"{h}.log").read_text(errors="replace").splitlines()[-3:])
+        for h in ("A", "B")
+    )
+
+
 def main(quick: bool = False) -> dict[str, Any]:
     env = os.environ.get("KAFKA_BOOTSTRAP")
     handle = None if env else start_test_broker(name="starts")
     bootstrap = env or (handle.bootstrap if handle else "")
     rounds = 5 if quick else 50
     times: list[float] = []
-    died: list[list[int | None]] = []
+    died: list[dict[str, Any]] = []
     try:
         for _ in range(rounds):
             with tempfile.TemporaryDirectory() as d:
-                up, exits = _round(bootstrap, Path(d), 60.0)
+                up, exits, tail = _round(bootstrap, Path(d), 60.0)
             if up is None:
-                died.append(exits)
+                died.append({"exit_codes": exits, "log_tails": tail})
             else:
                 times.append(up)
     finally:
@@ -99,7 +109,7 @@ def main(quick: bool = False) -> dict[str, Any]:
         "starts": rounds,
         "came_up": len(times),
         "did_not_come_up": len(died),
-        "exit_codes_of_failed_rounds": died,
+        "failed_rounds": died,
         "time_to_up_s": {
             "min": round(min(times), 2),
             "median": round(statistics.median(times), 2),
