@@ -7,6 +7,7 @@ frozen :class:`GatewayConfig` names.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -35,6 +36,7 @@ from pipeline.gateway.metrics import GatewayMetrics
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.roster_cache import RosterEntry, RosterState
 from pipeline.gateway.service import Gateway, Supervised
+from pipeline.kafka.errors import wait_out
 from pipeline.kafka.settings import OffsetReset, consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
@@ -46,6 +48,8 @@ from pipeline.presence.publisher import ProducerLike
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.store import make_engine, read_sessions, session_factory
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -95,8 +99,13 @@ def build_gateway(
     host = config.host
     topics = TopicNames(prefix=config.topic_prefix)
     registry = registry or CollectorRegistry()
-    if apply_topics:
-        apply_topology(config.bootstrap, TopologySpec(hosts=(host,), topics=topics))
+    if apply_topics:  # a broker still starting, or a leader not elected yet, is waited out
+        wait_out(
+            lambda: apply_topology(config.bootstrap, TopologySpec(hosts=(host,), topics=topics)),
+            what=f"gateway {host}: topology",
+            deadline_s=120.0,
+            log=log,
+        )
     engine = make_engine(config.store_url)
     sessions = session_factory(engine)
     reads = read_sessions(engine)

@@ -18,10 +18,16 @@ keeps retrying and says so beats one that stops on a code nobody listed).
 from __future__ import annotations
 
 import enum
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
 from pipeline.errors import BrokerError, FleetError
+
+T = TypeVar("T")
 
 
 class BrokerErrorClass(enum.StrEnum):
@@ -147,3 +153,35 @@ def as_fleet_error(exc: BaseException, what: str) -> FleetError:
         retriable=kind is BrokerErrorClass.TRANSIENT,
         context={"code": name},
     )
+
+
+def wait_out(
+    call: Callable[[], T],
+    *,
+    what: str,
+    deadline_s: float,
+    log: logging.Logger,
+    first_backoff_s: float = 0.2,
+    max_backoff_s: float = 10.0,
+) -> T:
+    """Run ``call``; retry retriable failures (classified here) with doubling backoff until
+    ``deadline_s``, reporting the first one and the recovery. Non-retriable errors raise at once."""
+    deadline = time.monotonic() + deadline_s
+    backoff = first_backoff_s
+    failures = 0
+    while True:
+        try:
+            result = call()
+        except (KafkaException, FleetError) as exc:
+            err = as_fleet_error(exc, what)
+            if not err.retriable or time.monotonic() + backoff > deadline:
+                raise err from exc
+            failures += 1
+            if failures == 1:
+                log.warning("%s: %s (transient: waiting it out with backoff)", what, err)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, max_backoff_s)
+            continue
+        if failures:
+            log.info("%s: succeeded after %d transient failures", what, failures)
+        return result

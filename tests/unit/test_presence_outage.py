@@ -248,3 +248,39 @@ def test_librdkafka_lines_pass_once_per_kind_then_as_a_summary() -> None:
     filt.summary_s = 0
     summary = line(9092, 1)
     assert filt.filter(summary) and "999 identical lines held back" in summary.getMessage()
+
+
+def test_wait_out_retries_transient_errors_and_raises_fatal_ones_at_once() -> None:
+    from pipeline.kafka.errors import wait_out
+
+    log = logging.getLogger("test.wait_out")
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+        return "ok"
+
+    assert wait_out(flaky, what="t", deadline_s=10, log=log, first_backoff_s=0.001) == "ok"
+    assert len(calls) == 3
+
+    def denied() -> str:
+        calls.append(1)
+        raise KafkaException(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED))
+
+    calls.clear()
+    with pytest.raises(FleetError) as info:
+        wait_out(denied, what="t", deadline_s=10, log=log, first_backoff_s=0.001)
+    assert len(calls) == 1 and not info.value.retriable
+
+
+def test_wait_out_gives_up_at_its_deadline_with_a_retriable_error() -> None:
+    from pipeline.kafka.errors import wait_out
+
+    def down() -> str:
+        raise KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+
+    with pytest.raises(FleetError) as info:
+        wait_out(down, what="t", deadline_s=0.05, log=logging.getLogger("t"), first_backoff_s=0.01)
+    assert info.value.retriable and info.value.reason == "BROKER_UNAVAILABLE"
