@@ -9,6 +9,7 @@ what the frozen configs name.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -18,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
+from pipeline.envelope.model import now_ms
 from pipeline.failures.metrics import FailureMetrics
 from pipeline.failures.offsets import assign_from_committed
 from pipeline.failures.reporter import FailedReporter
@@ -36,9 +38,10 @@ from pipeline.gateway.maintenance import Maintenance
 from pipeline.gateway.metrics import GatewayMetrics
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.relay_failed import RelayFailedSink
-from pipeline.gateway.roster_cache import RosterEntry
+from pipeline.gateway.roster_cache import RosterEntry, RosterState
 from pipeline.gateway.service import Gateway, Supervised
 from pipeline.hooks import NO_HOOKS, Hooks
+from pipeline.kafka.errors import wait_out
 from pipeline.kafka.settings import OffsetReset, consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
@@ -47,6 +50,8 @@ from pipeline.observability import build_exporter as start_exporter
 from pipeline.observability.exporter import Exporter
 from pipeline.outbox import Relay
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
+from pipeline.presence.follower import ConsumerFactory
+from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.publisher import ProducerLike
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.metrics import RuntimeMetrics
@@ -73,6 +78,8 @@ class Factories:
 
 
 DEFAULT_FACTORIES = Factories()
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -121,21 +128,35 @@ def build_gateway(
     maintenance_interval_s: float | None = None,
     factories: Factories = DEFAULT_FACTORIES,
     hooks: Hooks = NO_HOOKS,
+    roster_consumer: ConsumerFactory | None = None,
 ) -> GatewayParts:
     """Build one host's gateway: inbox runtime, relay, presence, roster, injectors, ticker."""
     host = config.host
     topics = TopicNames(prefix=config.topic_prefix)
     registry = registry or CollectorRegistry()
-    if apply_topics:
-        apply_topology(config.bootstrap, TopologySpec(hosts=(host,), topics=topics))
+    if apply_topics:  # a broker still starting, or a leader not elected yet, is waited out
+        wait_out(
+            lambda: apply_topology(config.bootstrap, TopologySpec(hosts=(host,), topics=topics)),
+            what=f"gateway {host}: topology",
+            deadline_s=120.0,
+            log=log,
+        )
     engine = factories.engine(config.store_url)
     sessions = session_factory(engine)
     reads = read_sessions(engine)
     metrics = GatewayMetrics(registry)
 
+    presence_metrics = PresenceMetrics(registry)
     roster = RosterView.build(trust=trust, topics=topics, skew_s=config.clock_skew_s)
-    follower = RosterFollower(bootstrap=config.bootstrap, view=roster, topics=topics)
+    follower = RosterFollower(
+        bootstrap=config.bootstrap,
+        view=roster,
+        topics=topics,
+        metrics=presence_metrics,
+        consumer_factory=roster_consumer or factories.consumer,
+    )
     presence = PresencePublisher(
+        metrics=presence_metrics,
         producer=cast("ProducerLike", factories.producer(producer_config(config.bootstrap))),
         signer=signer,
         topics=topics,
@@ -208,20 +229,26 @@ def build_gateway(
             RosterEntry(
                 e.gid, e.host, e.role.value, e.delivery.value, tuple(e.groups), e.ts_ms + e.ttl_ms
             )
-            for e in roster.entries()
+            for e in roster.entries(include_stale=True)
         ],
+        roster_state=lambda: RosterState(
+            roster.freshness().horizon_ms,
+            roster.freshness().stale,
+            roster.freshness().why,
+            now_ms(),
+        ),
     )
     client = build_client(config, signer=signer, engine=engine, factories=factories)
     interval = maintenance_interval_s or config.sweep_interval_s
 
     def run_runtime(stop: Any) -> None:
-        follower.catch_up()
+        # verification step 2 needs the bindings: the inbox starts once the roster has caught
+        # up (the roster loop waits out transient broker errors meanwhile)
+        while not follower.caught_up.wait(0.2):
+            if stop.is_set():
+                return
         maintenance.refresh_roster()
         runtime.run(stop)
-
-    def run_follower(stop: Any) -> None:
-        follower.start()
-        stop.wait()
 
     def run_presence(stop: Any) -> None:
         for e in config.entities:
@@ -237,7 +264,7 @@ def build_gateway(
         host=host,
         loops=[
             Supervised("presence", run_presence),
-            Supervised("roster", run_follower),
+            Supervised("roster", follower.run),
             Supervised("inbox", run_runtime, restart=False),
             Supervised("relay", relay.run_forever),
             Supervised("maintenance", run_maintenance),

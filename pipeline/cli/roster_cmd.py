@@ -1,4 +1,6 @@
-"""``fleet roster`` -- the live union view, rebuilt from the signed roster topic."""
+"""``fleet roster`` -- the live union view, rebuilt from the signed roster topic, or (with
+``--config``) the view a host's gateway mirrors into its store, which works while the broker is
+down and says STALE when that gateway's follower is cut off."""
 
 from __future__ import annotations
 
@@ -27,8 +29,14 @@ def roster(
     prefix: Annotated[str, typer.Option(help="Topic name prefix.")] = "fleet.",
     include_stale: Annotated[bool, typer.Option("--all", help="Include lapsed entries.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Show this host gateway's view.")
+    ] = None,
 ) -> None:
     """Read the roster from the beginning, verify every record, print the live entries."""
+    if config is not None:
+        _gateway_view(config, include_stale=include_stale, as_json=as_json)
+        return
     topics = TopicNames(prefix=prefix)
     view = RosterView.build(trust=TrustStore.load(trust_dir), topics=topics)
     follower = RosterFollower(bootstrap=bootstrap_from(bootstrap), view=view, topics=topics)
@@ -40,7 +48,8 @@ def roster(
     entries = view.entries(include_stale=include_stale)
     if as_json:
         emit_json({
-            "entries": [e.as_json(now) for e in entries],
+            **view.freshness().as_json(now),
+            "entries": [e.as_json(view.horizon_ms()) for e in entries],
             "hosts": sorted(view.hosts()),
             "rejected": dict(view.rejections),
         })  # fmt: skip
@@ -53,7 +62,50 @@ def roster(
     for e in entries:
         extra = ",".join(p.name for p in e.profiles) if e.profiles else ",".join(e.groups)
         table.add_row(e.host, e.gid, e.role.value, e.delivery.value, extra,
-                      f"{(now - e.ts_ms) / 1000:.0f}", "yes" if e.live(now) else "no")  # fmt: skip
+                      f"{(now - e.ts_ms) / 1000:.0f}", "yes" if view.is_live(e) else "no")  # fmt: skip
     console.print(table)
     if view.rejections:
         console.print(f"[yellow]rejected records by reason: {dict(view.rejections)}[/]")
+
+
+def _gateway_view(config: Path, *, include_stale: bool, as_json: bool) -> None:
+    from pipeline.gateway import roster_cache
+    from pipeline.gateway.config import load_config
+    from pipeline.store import make_engine, read_sessions
+
+    cfg = load_config(config)
+    engine = make_engine(cfg.store_url)
+    try:
+        with read_sessions(engine)() as s:
+            state = roster_cache.read_state(s)
+            entries = roster_cache.all_entries(s)
+    finally:
+        engine.dispose()
+    now = now_ms()
+    # the gateway rewrites its state row at least every 2 s: an older one means it is not running
+    gateway_silent = state.written_ms < now - 10_000
+    stale = state.stale or gateway_silent
+    why = state.why or ("the gateway has not refreshed its view" if gateway_silent else "")
+    rows = [(e, state.is_live(e, now)) for e in entries]
+    rows = [(e, live) for e, live in rows if include_stale or live]
+    horizon_age = None if state.horizon_ms is None else (now - state.horizon_ms) / 1000
+    if as_json:
+        emit_json({
+            "host": cfg.host, "stale": stale, "why": why, "horizon_ms": state.horizon_ms,
+            "horizon_age_s": horizon_age, "written_ms": state.written_ms,
+            "entries": [{"gid": e.gid, "host": e.host, "role": e.role, "delivery": e.delivery,
+                         "groups": list(e.groups), "expires_ms": e.expires_ms, "live": live}
+                        for e, live in rows],
+        })  # fmt: skip
+        return
+    from rich.table import Table
+
+    status = f"STALE ({why})" if stale else "current"
+    age = "" if horizon_age is None else f", read up to {horizon_age:.0f} s ago"
+    table = Table(title=f"roster as seen by {cfg.host}: {status}{age}")
+    for col in ("host", "gid", "role", "delivery", "groups", "live"):
+        table.add_column(col)
+    for e, live in rows:
+        table.add_row(e.host, e.gid, e.role, e.delivery, ",".join(e.groups),
+                      "yes" if live else "no")  # fmt: skip
+    console.print(table)

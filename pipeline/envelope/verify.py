@@ -12,8 +12,10 @@
    places ``to`` on is authentic but copied here                                 TO_MISMATCH)
 4. field syntax (signed, now safe to parse): kind, UTF-8 ids, decimal times   UNKNOWN_KIND,
                                                                                MALFORMED_HEADERS
-5. ``from`` lives on the signing host per signed presence                   UNKNOWN_SENDER,
+5. ``from`` lives on the signing host per the last signed presence binding UNKNOWN_SENDER,
    (``<host>._gateway`` is valid exactly when <host> is the signer)         SIGNER_MISMATCH
+   -- a binding, not liveness: it changes by a tombstone or a newer binding, never because
+   heartbeats went unheard during an outage (docs/presence.md "Two jobs")
 6. ``to`` == record key, and the topic is this host's inbox (or its control
    topic, for records to ``<host>._gateway``); broadcast: key = to = broadcast.<group> TO_MISMATCH
 7. not expired (``now <= expiresAt + skew``), ``ts`` not beyond ``now + skew``  EXPIRED, CLOCK_SKEW
@@ -45,6 +47,9 @@ from .seen import SeenSet
 
 @runtime_checkable
 class PresenceView(Protocol):
+    """``host_of(gid)``: the host of gid's last signed binding; None when never announced or
+    retracted by a tombstone."""
+
     def host_of(self, gid: str) -> str | None: ...
 
 
@@ -204,7 +209,12 @@ class Verifier:
             return
         lives_on = self.presence.host_of(env.sender)
         if lives_on is None:
-            fail(r.UNKNOWN_SENDER, f"no live presence for {env.sender}", raw, env)
+            fail(
+                r.UNKNOWN_SENDER,
+                f"no signed presence binding for {env.sender} (never announced, or tombstoned)",
+                raw,
+                env,
+            )
         if lives_on != signer_host:
             fail(
                 r.SIGNER_MISMATCH,

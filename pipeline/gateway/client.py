@@ -3,7 +3,10 @@
 Everything goes through the host's store, never the broker: a send is an outbox row (plus a
 forward-tracking row when the recipient takes delivery by inject) in one transaction, so it
 succeeds while the broker is down; the relay ships it later. ``to`` is resolved through the
-roster the gateway mirrors into the store: an unknown recipient is an immediate error.
+roster the gateway mirrors into the store: a recipient never announced (or retracted by a
+tombstone) is an immediate ``UNKNOWN_RECIPIENT``; one whose last signed binding is known but
+who is not heard from right now (a broker outage, a restarting host) is accepted and tracked as
+usual -- deadlines and ``expiresAt`` bound how long its messages wait (docs/presence.md).
 """
 
 from __future__ import annotations
@@ -73,15 +76,22 @@ class GatewayClient:
             )
 
     def knows(self, gid: str) -> bool:
-        """True when ``gid`` is in the live roster mirrored into this host's store."""
+        """True when ``gid`` is live in the roster mirrored into this host's store (heard from
+        within its TTL, judged against the gateway's roster horizon)."""
         with self.reads() as s:
             return roster_cache.lookup(s, gid, _now()) is not None
 
+    def binding(self, gid: str) -> roster_cache.RosterEntry | None:
+        """The last signed binding of ``gid`` this host knows, live or not."""
+        with self.reads() as s:
+            return roster_cache.lookup(s, gid)
+
     def _resolve(self, session: Session, to: str) -> roster_cache.RosterEntry:
-        entry = roster_cache.lookup(session, to, _now())
+        entry = roster_cache.lookup(session, to)
         if entry is None:
             raise DeliveryError(
-                f"unknown recipient {to!r}: not in the live roster (no presence within its TTL)",
+                f"unknown recipient {to!r}: no signed presence binding (never announced, or "
+                "retracted by a tombstone)",
                 reason=UNKNOWN_RECIPIENT,
                 context={"to": to},
             )

@@ -57,7 +57,7 @@ class EnvelopeFailedSink:
         if trusted is not None:
             return trusted.host
         sender = dead_letter.sender
-        entry = roster_cache.lookup(session, sender, 0) if sender else None
+        entry = roster_cache.lookup(session, sender) if sender else None
         return None if entry is None else entry.host
 
     def stage_failed(

@@ -6,7 +6,9 @@
   sender cannot wedge an inbox (seed 000 §10.1);
 * **purges** -- dedupe rows older than the longest redelivery window, drained held rows, stale
   waiters: every table stays bounded;
-* **roster cache** -- the live roster mirrored into the store for local clients.
+* **roster cache** -- every known binding and the follower's horizon / STALE flag mirrored into
+  the store for local clients (rewritten when they change, the state row at least every 2 s so
+  its age shows whether the gateway itself runs).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class Maintenance:
         metrics: GatewayMetrics,
         max_ttl_s: float,
         roster_entries: Callable[[], Iterable[roster_cache.RosterEntry]] | None = None,
+        roster_state: Callable[[], roster_cache.RosterState] | None = None,
     ) -> None:
         self.sessions = sessions
         self.held = held
@@ -60,6 +63,8 @@ class Maintenance:
         self.metrics = metrics
         self.max_ttl_ms = int(max_ttl_s * 1000)
         self.roster_entries = roster_entries
+        self.roster_state = roster_state
+        self._last_state: roster_cache.RosterState | None = None
         bind = sessions.kw.get("bind")
         # duties look first with a read (no write lock) and write only when there is work
         self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
@@ -160,12 +165,24 @@ class Maintenance:
             HeldStore.purge_drained(s, now - DAY_MS)
             self.conversations.purge(s, now)
 
-    def refresh_roster(self) -> None:
+    def refresh_roster(self, *, state_every_ms: int = 2000) -> None:
         if self.roster_entries is None:
             return
         entries = sorted(self.roster_entries(), key=lambda e: e.gid)
-        if entries == self._last_roster:
+        state = self.roster_state() if self.roster_state is not None else None
+        last = self._last_state
+        state_due = state is not None and (
+            last is None
+            or (state.horizon_ms, state.stale, state.why) != (last.horizon_ms, last.stale, last.why)
+            or state.written_ms - last.written_ms >= state_every_ms
+        )
+        if entries == self._last_roster and not state_due:
             return
         with self.sessions.begin() as s:
-            roster_cache.replace_all(s, entries)
+            if entries != self._last_roster:
+                roster_cache.replace_all(s, entries)
+            if state is not None and state_due:
+                roster_cache.write_state(s, state)
         self._last_roster = entries
+        if state_due:
+            self._last_state = state

@@ -2,7 +2,13 @@
 
 ``fleet send`` must succeed locally while the broker is down (it only writes the outbox), and
 an unknown recipient must still be an immediate error: so the client resolves ``to`` -> host
-from this table, which the gateway refreshes from its live roster view.
+from this table, which the gateway refreshes from its roster view.
+
+The table holds every signed **binding** the gateway knows (live or lapsed; a tombstone removes
+the row), and one state row with the follower's **horizon** and its STALE flag. A CLI process
+cannot ask the follower, so it judges liveness from these: ``expires_ms >= horizon_ms``.
+Routing accepts any known binding (an outage silences heartbeats, it does not remove anyone);
+liveness is what ``knows``, broadcast membership and ``fleet roster --config`` show.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, Column, String, Table, delete, insert, select
+from sqlalchemy import BigInteger, Boolean, Column, Integer, String, Table, delete, insert, select
 from sqlalchemy.orm import Session
 
 from pipeline.store import metadata
@@ -26,6 +32,16 @@ roster_cache_table = Table(
     Column("expires_ms", BigInteger, nullable=False),
 )
 
+roster_state_table = Table(
+    "fleet_roster_state",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("horizon_ms", BigInteger, nullable=True),
+    Column("stale", Boolean, nullable=False),
+    Column("why", String(1024), nullable=False, default=""),
+    Column("written_ms", BigInteger, nullable=False),
+)
+
 
 @dataclass(frozen=True, slots=True)
 class RosterEntry:
@@ -35,6 +51,26 @@ class RosterEntry:
     delivery: str
     groups: tuple[str, ...]
     expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RosterState:
+    """The follower's view as mirrored: horizon (None = judge by the clock), STALE flag, and when
+    the gateway last wrote it (an old ``written_ms`` means the gateway itself is not running)."""
+
+    horizon_ms: int | None
+    stale: bool
+    why: str
+    written_ms: int
+
+    def judge_ms(self, now: int) -> int:
+        return now if self.horizon_ms is None else self.horizon_ms
+
+    def is_live(self, entry: RosterEntry, now: int) -> bool:
+        return entry.expires_ms >= self.judge_ms(now)
+
+
+NO_STATE = RosterState(horizon_ms=None, stale=False, why="", written_ms=0)
 
 
 def replace_all(session: Session, entries: Iterable[RosterEntry]) -> None:
@@ -54,23 +90,64 @@ def replace_all(session: Session, entries: Iterable[RosterEntry]) -> None:
         session.execute(insert(roster_cache_table), rows)
 
 
-def lookup(session: Session, gid: str, now: int) -> RosterEntry | None:
-    row = session.execute(select(roster_cache_table).where(roster_cache_table.c.gid == gid)).first()
-    if row is None or row.expires_ms < now:
-        return None
-    return RosterEntry(
-        row.gid,
-        row.host,
-        row.role,
-        row.delivery,
-        tuple(g for g in row.groups.split(",") if g),
-        row.expires_ms,
+def write_state(session: Session, state: RosterState) -> None:
+    session.execute(delete(roster_state_table))
+    session.execute(
+        insert(roster_state_table),
+        [
+            {
+                "id": 1,
+                "horizon_ms": state.horizon_ms,
+                "stale": state.stale,
+                "why": state.why[:1024],
+                "written_ms": state.written_ms,
+            }
+        ],
     )
 
 
+def read_state(session: Session) -> RosterState:
+    row = session.execute(select(roster_state_table)).first()
+    if row is None:
+        return NO_STATE
+    return RosterState(row.horizon_ms, bool(row.stale), row.why, row.written_ms)
+
+
+def _entry(row: object) -> RosterEntry:
+    return RosterEntry(
+        row.gid,  # type: ignore[attr-defined]
+        row.host,  # type: ignore[attr-defined]
+        row.role,  # type: ignore[attr-defined]
+        row.delivery,  # type: ignore[attr-defined]
+        tuple(g for g in row.groups.split(",") if g),  # type: ignore[attr-defined]
+        row.expires_ms,  # type: ignore[attr-defined]
+    )
+
+
+def lookup(session: Session, gid: str, now: int | None = None) -> RosterEntry | None:
+    """The known binding of ``gid`` (live or not); with ``now``, only while live as of the
+    mirrored horizon (``now`` when no horizon was mirrored)."""
+    row = session.execute(select(roster_cache_table).where(roster_cache_table.c.gid == gid)).first()
+    if row is None:
+        return None
+    entry = _entry(row)
+    if now is not None and not read_state(session).is_live(entry, now):
+        return None
+    return entry
+
+
+def all_entries(session: Session) -> list[RosterEntry]:
+    rows = session.execute(select(roster_cache_table).order_by(roster_cache_table.c.gid))
+    return [_entry(r) for r in rows]
+
+
 def hosts_with_group(session: Session, group: str, now: int) -> set[str]:
-    hosts: set[str] = set()
-    for row in session.execute(select(roster_cache_table)):
-        if row.expires_ms >= now and group in row.groups.split(","):
-            hosts.add(row.host)
-    return hosts
+    """Hosts with a live member of ``group`` (judged against the mirrored horizon)."""
+    state = read_state(session)
+    return {e.host for e in all_entries(session) if group in e.groups and state.is_live(e, now)}
+
+
+def live(session: Session, now: int) -> list[RosterEntry]:
+    """Every entry live as of the mirrored horizon (``now`` when none was mirrored), by gid."""
+    state = read_state(session)
+    return [e for e in all_entries(session) if state.is_live(e, now)]

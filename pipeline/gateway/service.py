@@ -17,18 +17,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.errors import FleetError
+from pipeline.kafka.errors import BrokerErrorClass, classify, kafka_error_of
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Supervised:
-    """A named loop run in a thread; restarted after an unexpected error unless ``fatal``."""
+    """A named loop run in a thread. A retriable error (a :class:`FleetError` with
+    ``retriable``, or a broker error :func:`pipeline.kafka.errors.classify` calls transient) is
+    waited out: the loop restarts after a backoff that doubles up to ``max_backoff_s``. Any
+    other error restarts it only when ``restart``; else the gateway stops, loudly."""
 
     name: str
     body: Callable[[threading.Event], None]
     restart: bool = True
     backoff_s: float = 1.0
+    max_backoff_s: float = 10.0
     thread: threading.Thread | None = None
     crashes: int = 0
 
@@ -50,7 +55,9 @@ class Gateway:
         return self
 
     def _supervise(self, loop: Supervised) -> None:
+        backoff = loop.backoff_s
         while not self.stop_event.is_set():
+            started = time.monotonic()
             try:
                 loop.body(self.stop_event)
                 return
@@ -64,12 +71,25 @@ class Gateway:
                 log.warning("gateway %s: %s failed (%s); restarting", self.host, loop.name, exc)
             except Exception as exc:
                 loop.crashes += 1
-                log.exception("gateway %s: %s crashed", self.host, loop.name)
-                if not loop.restart:
-                    self.fatal = exc
-                    self.stop_event.set()
-                    return
-            self.stop_event.wait(loop.backoff_s)
+                broker = kafka_error_of(exc) is not None
+                if broker and classify(exc) is BrokerErrorClass.TRANSIENT:
+                    log.warning(
+                        "gateway %s: %s met a transient broker error (%s); restarting in %.1f s",
+                        self.host,
+                        loop.name,
+                        exc,
+                        backoff,
+                    )
+                else:
+                    log.exception("gateway %s: %s crashed", self.host, loop.name)
+                    if not loop.restart or (broker and classify(exc) is BrokerErrorClass.FATAL):
+                        self.fatal = exc
+                        self.stop_event.set()
+                        return
+            if time.monotonic() - started > 60:
+                backoff = loop.backoff_s  # it had been running: a new episode
+            self.stop_event.wait(backoff)
+            backoff = min(backoff * 2, loop.max_backoff_s)
 
     def stop(self, timeout: float = 10.0) -> None:
         self.stop_event.set()

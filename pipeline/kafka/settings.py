@@ -11,6 +11,8 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from .logs import LIBRDKAFKA_LOG
+
 
 class AckMode(enum.StrEnum):
     """How a consumed record is acknowledged, chosen by what a duplicate costs (seed 000 §5).
@@ -45,6 +47,7 @@ def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
         "linger.ms": 2,
         "compression.type": "none",
         "message.timeout.ms": 30000,
+        "logger": LIBRDKAFKA_LOG,  # de-duplicated: an outage must not flood the log
     }
     conf.update(overrides)
     return conf
@@ -71,6 +74,7 @@ def consumer_config(
         "heartbeat.interval.ms": 1000,
         "max.poll.interval.ms": 300000,
         "enable.partition.eof": False,
+        "logger": LIBRDKAFKA_LOG,  # de-duplicated: an outage must not flood the log
     }
     if instance_id is not None:
         conf["group.instance.id"] = instance_id  # static membership: a second gateway is fenced
@@ -106,6 +110,10 @@ def probe_consumer_config(bootstrap: str, group_id: str) -> dict[str, Any]:
 
 def admin_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
     """Admin client: topology checks at boot and from the CLI."""
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000}
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "socket.timeout.ms": 10000,
+        "logger": LIBRDKAFKA_LOG,
+    }
     conf.update(overrides)
     return conf

@@ -3,6 +3,11 @@
 Every local gid gets a signed record on the roster each ``interval_s``, and so does the host
 entry ``<host>._gateway`` with the spawn profiles. ``ttl_s`` should be about three intervals so
 one lost heartbeat does not make an agent vanish.
+
+While the broker is away every heartbeat fails (``_MSG_TIMED_OUT``): that is one warning when
+delivery starts failing and one line when it recovers (plus
+``fleet_presence_heartbeat_failures_total`` and the ``fleet_presence_publisher_failing`` gauge),
+never a line per heartbeat.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pipeline.envelope.model import now_ms
 from pipeline.errors import DeliveryError
 from pipeline.kafka.topics import TopicNames
 
+from .metrics import PresenceMetrics
 from .model import (
     Delivery,
     PresenceEntry,
@@ -49,8 +55,11 @@ class PresencePublisher:
         interval_s: float = 10.0,
         ttl_s: float = 30.0,
         clock_ms: Callable[[], int] = now_ms,
+        metrics: PresenceMetrics | None = None,
     ) -> None:
         self._producer = producer
+        self._metrics = metrics
+        self._failing_since: int | None = None  # wall ms of the first failure of this episode
         self._signer = signer
         self._topics = topics
         self._profiles = tuple(profiles)
@@ -105,9 +114,30 @@ class PresencePublisher:
         return len(entries)
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
-        if err is not None:
-            self.delivery_errors += 1
-            log.error("presence: heartbeat not delivered: %s", err)
+        if err is None:
+            if self._failing_since is not None:
+                log.info(
+                    "presence: heartbeats delivered again after %.0f s (%d undelivered so far)",
+                    (self._clock() - self._failing_since) / 1000,
+                    self.delivery_errors,
+                )
+                self._failing_since = None
+                if self._metrics is not None:
+                    self._metrics.publisher_failing.set(0)
+            return
+        self.delivery_errors += 1
+        if self._metrics is not None:
+            self._metrics.heartbeat_failures.inc()
+        if self._failing_since is None:
+            self._failing_since = self._clock()
+            if self._metrics is not None:
+                self._metrics.publisher_failing.set(1)
+            log.warning(
+                "presence: heartbeats not delivered (%s); retrying every %.0f s, quiet until "
+                "one is delivered again",
+                err,
+                self._interval_s,
+            )
 
     def _send(self, entry: PresenceEntry) -> None:
         key, headers, value = presence_record(entry, signer=self._signer, topics=self._topics)

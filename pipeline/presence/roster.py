@@ -2,8 +2,17 @@
 
 Built from the compacted roster topic: every record is verified with
 :meth:`~pipeline.envelope.Verifier.verify_presence`, its body must name the signing host, and
-the newest ``ts`` per gid wins. Liveness is ``ts + ttl`` against the clock, so a crashed
-gateway's entries lapse on their own; a signed tombstone retracts them at once.
+the newest ``ts`` per gid wins.
+
+Presence answers two questions (docs/presence.md):
+
+* **authenticity** -- :meth:`RosterView.host_of` is the last signed gid -> host *binding*. It
+  changes only through a tombstone or a newer signed binding, never because time passed while
+  nobody could hear (seed 000 §2.1 step 2 rests on it);
+* **routing / liveness** -- an entry is live while ``ts + ttl`` is not behind the follower's
+  *horizon* (the moment up to which it has read the whole roster), not the clock: an outage
+  that silences heartbeats does not make anyone lapse; one TTL of silence that the follower
+  could have heard does.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from pipeline.envelope.model import now_ms
 from pipeline.errors import EnvelopeError
 from pipeline.kafka.topics import TopicNames
 
+from .freshness import Freshness
 from .model import SCHEMA, PresenceEntry, Role, gateway_gid
 from .static import StaticPresence
 
@@ -34,7 +44,8 @@ log = logging.getLogger(__name__)
 
 
 class RosterView:
-    """Implements :class:`~pipeline.envelope.PresenceView`: ``host_of(gid)`` for live entries.
+    """Implements :class:`~pipeline.envelope.PresenceView`: ``host_of(gid)`` is the last signed
+    binding; :meth:`is_live` / :meth:`entries` judge liveness against the follower's horizon.
 
     Rejects presence not signed by the host it claims (``SIGNER_MISMATCH``), a tombstone for an
     entry another host owns, and anything the verifier rejects; rejections are counted by
@@ -52,6 +63,7 @@ class RosterView:
         self._max_ttl_ms = max_ttl_ms  # a silent host's claims must lapse in bounded time
         self._entries: dict[str, PresenceEntry] = {}
         self._lock = threading.Lock()
+        self._freshness = Freshness()
         self.rejections: Counter[str] = Counter()
 
     @classmethod
@@ -134,10 +146,41 @@ class RosterView:
                 )
             self._entries.pop(gid, None)
 
+    # -- freshness (set by the follower) ---------------------------------------------------------
+    def mark_current(self, horizon_ms: int) -> None:
+        """Every roster record produced before ``horizon_ms`` has been applied."""
+        with self._lock:
+            f = self._freshness
+            if f.horizon_ms is None or horizon_ms > f.horizon_ms:
+                self._freshness = Freshness(horizon_ms=horizon_ms, stale=f.stale, why=f.why)
+
+    def mark_stale(self, stale: bool, why: str = "") -> None:
+        with self._lock:
+            f = self._freshness
+            self._freshness = Freshness(horizon_ms=f.horizon_ms, stale=stale, why=why)
+
+    def freshness(self) -> Freshness:
+        return self._freshness
+
+    def horizon_ms(self) -> int:
+        """What liveness is judged against: the follower's horizon, else the clock."""
+        h = self._freshness.horizon_ms
+        return self._clock() if h is None else h
+
+    def is_live(self, entry: PresenceEntry) -> bool:
+        return entry.live(self.horizon_ms())
+
     # -- reading (PresenceView) -------------------------------------------------------------------
     def host_of(self, gid: str) -> str | None:
+        """The last signed binding of ``gid`` (live or not); None when never announced or
+        retracted by a tombstone. Verification step 2 asks this."""
         entry = self._entries.get(gid)
-        if entry is None or not entry.live(self._clock()):
+        return None if entry is None else entry.host
+
+    def live_host(self, gid: str) -> str | None:
+        """The host of ``gid`` while it is live (routing)."""
+        entry = self._entries.get(gid)
+        if entry is None or not self.is_live(entry):
             return None
         return entry.host
 
@@ -145,11 +188,12 @@ class RosterView:
         return self._entries.get(gid)
 
     def entries(self, *, include_stale: bool = False) -> list[PresenceEntry]:
-        now = self._clock()
+        """Live entries; ``include_stale=True`` adds the lapsed ones (every known binding)."""
+        horizon = self.horizon_ms()
         with self._lock:
             items = list(self._entries.values())
         return sorted(
-            (e for e in items if include_stale or e.live(now)), key=lambda e: (e.host, e.gid)
+            (e for e in items if include_stale or e.live(horizon)), key=lambda e: (e.host, e.gid)
         )
 
     def hosts(self) -> dict[str, PresenceEntry | None]:

@@ -40,7 +40,13 @@ class Fleet:
         return TrustStore.load(self.root / "trusted")
 
     def config_file(
-        self, host: str, entities: str, *, store: str | None = None, extra: str = ""
+        self,
+        host: str,
+        entities: str,
+        *,
+        store: str | None = None,
+        extra: str = "",
+        presence_ttl_s: float = 30.0,
     ) -> Path:
         path = self.root / f"{host}-{len(list(self.root.glob(host + '-*.toml')))}.toml"
         store_url = store or f"sqlite:///{self.root / (host + '.sqlite')}"
@@ -48,7 +54,7 @@ class Fleet:
             f'host = "{host}"\nbootstrap = "{self.bootstrap}"\nstore_url = "{store_url}"\n'
             f'topic_prefix = "{self.prefix}"\nkey_file = "{self.root / (host + ".key")}"\n'
             f'trust_dir = "{self.root / "trusted"}"\npresence_interval_s = 1.0\n'
-            f"presence_ttl_s = 30.0\nsweep_interval_s = 0.5\n{extra}\n{entities}\n"
+            f"presence_ttl_s = {presence_ttl_s}\nsweep_interval_s = 0.5\n{extra}\n{entities}\n"
         )
         return path
 

@@ -42,8 +42,43 @@ def test_live_entry_is_visible_and_lapses_after_ttl() -> None:
     assert view.host_of("w1") == "a"
     assert [e.gid for e in view.members("g1")] == ["w1"]
     f.now += 30_001
-    assert view.host_of("w1") is None
+    assert view.live_host("w1") is None and view.members("g1") == []
+    assert view.host_of("w1") == "a", "the binding outlives liveness (authenticity)"
     assert [e.gid for e in view.entries(include_stale=True)] == ["w1"]
+
+
+def test_liveness_is_judged_against_the_followers_horizon_not_the_clock() -> None:
+    """Issue 16: silence the follower could not hear is no evidence of departure. While the
+    horizon stands still (broker away), nobody lapses, however long; once the follower has read
+    past ts + ttl without a newer heartbeat, the entry lapses."""
+    f = Fleet()
+    view = make(f)
+    feed(f, view, entry(f, "w1", "a"))
+    view.mark_current(f.now)
+    f.now += 3 * 30_000  # an outage three TTLs long: the horizon did not move
+    view.mark_stale(True, "all brokers down")
+    assert view.live_host("w1") == "a" and [e.gid for e in view.entries()] == ["w1"]
+    assert view.freshness().stale and view.freshness().why == "all brokers down"
+    view.mark_current(f.now)  # caught up again, nothing new from w1 on the log
+    view.mark_stale(False)
+    assert view.live_host("w1") is None and view.host_of("w1") == "a"
+    view.mark_current(f.now - 10)  # an older horizon never moves it back
+    assert view.freshness().horizon_ms == f.now
+
+
+def test_the_binding_changes_only_by_tombstone_or_newer_binding() -> None:
+    f = Fleet()
+    view = make(f)
+    feed(f, view, entry(f, "w1", "a"))
+    view.mark_current(f.now + 10 * 30_000)
+    assert view.host_of("w1") == "a"
+    feed(f, view, entry(f, "w1", "c", ts=f.now + 1))  # moved: a newer binding signed by c
+    assert view.host_of("w1") == "c"
+    key, headers, _ = tombstone_record(
+        "w1", signer=f.signers["c"], ts_ms=f.now + 2, topics=f.topics
+    )
+    view.apply(topic=f.topics.roster, key=key, headers=headers, value=None)
+    assert view.host_of("w1") is None
 
 
 def test_presence_signed_by_another_host_is_rejected() -> None:

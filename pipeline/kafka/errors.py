@@ -1,0 +1,187 @@
+"""One place that says which broker errors are waited out and which stop a process.
+
+A gateway must survive what a healthy cluster does on its own (a partition's leader moves, a
+just-created topic's metadata has not reached every broker yet, a request times out, a broker
+restarts) and must stop, loudly, on what no amount of waiting fixes::
+
+    BrokerErrorClass
+    ├── TRANSIENT   leader moves, topic metadata not propagated yet, timeouts, transport errors,
+    │               coordinator loading: wait it out with backoff and report it
+    ├── FATAL       fencing, authentication, authorization, offsets lost: stop the process
+    └── PERMANENT   this request can never succeed as sent (record too large, bad config) but
+                    the process may go on (the relay dead-letters such a row)
+
+Unknown codes: librdkafka's own ``retriable()`` flag decides, else TRANSIENT (a gateway that
+keeps retrying and says so beats one that stops on a code nobody listed).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from confluent_kafka import KafkaError, KafkaException
+
+from pipeline.errors import BrokerError, FleetError
+
+T = TypeVar("T")
+
+
+class BrokerErrorClass(enum.StrEnum):
+    TRANSIENT = "transient"
+    FATAL = "fatal"
+    PERMANENT = "permanent"
+
+
+class BrokerReason(enum.StrEnum):
+    """Reason codes of :class:`~pipeline.errors.BrokerError` raised from a classified error."""
+
+    BROKER_UNAVAILABLE = "BROKER_UNAVAILABLE"  # transient: waited out
+    BROKER_FATAL = "BROKER_FATAL"  # fencing, authentication, authorization, offsets lost
+    BROKER_REJECTED = "BROKER_REJECTED"  # permanent for this request
+
+
+TRANSIENT_CODES = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,  # just after creation, before metadata propagates
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+        KafkaError.NETWORK_EXCEPTION,
+        KafkaError.BROKER_NOT_AVAILABLE,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.KAFKA_STORAGE_ERROR,
+        KafkaError._WAIT_COORD,
+        KafkaError._IN_PROGRESS,
+        KafkaError._NOENT,
+    }
+)
+
+FATAL_CODES = frozenset(
+    {
+        KafkaError._FATAL,
+        KafkaError._FENCED,
+        KafkaError.FENCED_INSTANCE_ID,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError._AUTHENTICATION,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError._AUTO_OFFSET_RESET,  # offsets lost to retention with reset=error
+    }
+)
+
+PERMANENT_CODES = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_MSG,
+        KafkaError.INVALID_CONFIG,
+        KafkaError.INVALID_REQUEST,
+        KafkaError._INVALID_ARG,
+    }
+)
+
+
+def kafka_error_of(exc: BaseException | KafkaError) -> KafkaError | None:
+    """The :class:`KafkaError` inside a ``KafkaException`` (or the error itself)."""
+    if isinstance(exc, KafkaError):
+        return exc
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return None
+
+
+def classify(err: KafkaError | BaseException) -> BrokerErrorClass:
+    """TRANSIENT, FATAL or PERMANENT for one broker error (see the module docstring)."""
+    kerr = kafka_error_of(err)
+    if kerr is None:
+        return BrokerErrorClass.TRANSIENT
+    code = kerr.code()
+    if kerr.fatal() or code in FATAL_CODES:
+        return BrokerErrorClass.FATAL
+    if code in TRANSIENT_CODES:
+        return BrokerErrorClass.TRANSIENT
+    if code in PERMANENT_CODES:
+        return BrokerErrorClass.PERMANENT
+    return BrokerErrorClass.TRANSIENT
+
+
+def is_transient(err: KafkaError | BaseException) -> bool:
+    return classify(err) is BrokerErrorClass.TRANSIENT
+
+
+def as_fleet_error(exc: BaseException, what: str) -> FleetError:
+    """A broker exception as a :class:`BrokerError` whose ``retriable`` follows :func:`classify`
+    (a FleetError passes through unchanged)."""
+    if isinstance(exc, FleetError):
+        return exc
+    kind = classify(exc)
+    kerr = kafka_error_of(exc)
+    detail = kerr.str() if kerr is not None else str(exc)
+    name = kerr.name() if kerr is not None else type(exc).__name__
+    reason = {
+        BrokerErrorClass.TRANSIENT: BrokerReason.BROKER_UNAVAILABLE,
+        BrokerErrorClass.FATAL: BrokerReason.BROKER_FATAL,
+        BrokerErrorClass.PERMANENT: BrokerReason.BROKER_REJECTED,
+    }[kind]
+    return BrokerError(
+        f"{what}: {name}: {detail}",
+        reason=reason.value,
+        retriable=kind is BrokerErrorClass.TRANSIENT,
+        context={"code": name},
+    )
+
+
+def wait_out(
+    call: Callable[[], T],
+    *,
+    what: str,
+    deadline_s: float,
+    log: logging.Logger,
+    first_backoff_s: float = 0.2,
+    max_backoff_s: float = 10.0,
+) -> T:
+    """Run ``call``; retry retriable failures (classified here) with doubling backoff until
+    ``deadline_s``, reporting the first one and the recovery. Non-retriable errors raise at once."""
+    deadline = time.monotonic() + deadline_s
+    backoff = first_backoff_s
+    failures = 0
+    while True:
+        try:
+            result = call()
+        except (KafkaException, FleetError) as exc:
+            err = as_fleet_error(exc, what)
+            if not err.retriable or time.monotonic() + backoff > deadline:
+                raise err from exc
+            failures += 1
+            if failures == 1:
+                log.warning("%s: %s (transient: waiting it out with backoff)", what, err)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, max_backoff_s)
+            continue
+        if failures:
+            log.info("%s: succeeded after %d transient failures", what, failures)
+        return result

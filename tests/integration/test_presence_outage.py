@@ -1,0 +1,185 @@
+"""Issue 16, on a real broker with gateways as processes: an outage is not a departure.
+
+Seed 000 §2.1 step 2 (``from`` lives on the signing host) rests on the last signed binding, and
+routing on liveness judged against what the roster follower could read; the README's promise
+"a send works while the broker is down" must hold past the presence TTL.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from pipeline.bootstrap import build_client
+from pipeline.envelope import Kind
+from pipeline.gateway.client import GatewayClient
+from pipeline.gateway.config import load_config
+from pipeline.gateway.held import held_table
+from pipeline.kafka.local import LauncherConfig, LocalCluster
+from pipeline.kafka.topics import TopicNames
+from pipeline.outbox.tables import outbox
+from pipeline.store import make_engine
+from pipeline.testing import test_broker_dir
+from tests.integration.fleet_hosts import Fleet, GatewayProcess, wait_until
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+TTL_S = 5.0
+MAIN_A = '[[entities]]\ngid = "main-a"\nrole = "main"\ndelivery = "pull"\n'
+MAIN_B = '[[entities]]\ngid = "main-b"\nrole = "main"\ndelivery = "pull"\n'
+# Lines a gateway may log during an outage of any length (measured, then given headroom): the
+# publisher's one warning, the roster's transient-error and STALE lines, the inbox consumer's
+# and relay's first transport errors, and librdkafka's own connection-refused lines, which it
+# rate-limits per broker connection. None of them is per heartbeat or per record.
+OUTAGE_LOG_BOUND = 40
+
+
+@pytest.fixture
+def procs() -> Iterator[list[GatewayProcess]]:
+    started: list[GatewayProcess] = []
+    yield started
+    for p in started:
+        p.stop()
+
+
+def _cluster(nodes: int, name: str) -> LocalCluster:
+    return LocalCluster(
+        LauncherConfig(directory=test_broker_dir(name), nodes=nodes, heap_mb=512), owned=True
+    ).start()
+
+
+def _held(url: str) -> list[str]:
+    engine = make_engine(url, create=False)
+    try:
+        with engine.connect() as c:
+            rows = c.execute(
+                select(held_table.c.msg_id)
+                .where(held_table.c.recipient == "main-b")
+                .order_by(held_table.c.id)
+            )
+            return [r.msg_id for r in rows]
+    finally:
+        engine.dispose()
+
+
+def _dead_letters(url: str, topics: TopicNames) -> int:
+    engine = make_engine(url, create=False)
+    try:
+        with engine.connect() as c:
+            return len(list(c.execute(select(outbox.c.id).where(outbox.c.topic == topics.dlq))))
+    finally:
+        engine.dispose()
+
+
+def _roster_json(config: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "pipeline", "roster", "--config", str(config), "--json", "--all"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def _cli_send(config: Path, body: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "pipeline", "send", "--config", str(config), "--from", "main-a",
+         "--to", "main-b", "--kind", "REPLY", "--json", body],
+        check=False, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    msg_id: str = json.loads(out.stdout)["msgId"]
+    return msg_id
+
+
+def _outage(
+    nodes: int, outage_s: float, tmp_path: Path, procs: list[GatewayProcess]
+) -> tuple[list[str], list[str]]:
+    """Hosts A and B as processes (SQLite stores, interval 1 s, TTL 5 s); replies main-a ->
+    main-b before and during a kill -9 of every broker node lasting ``outage_s``; the brokers
+    restart with their data. Returns (A's, B's) log lines written during the outage."""
+    cluster = _cluster(nodes, f"outage{nodes}")
+    try:
+        fleet = Fleet.create(tmp_path, cluster.bootstrap_servers, ("A", "B"))
+        cfg_a = fleet.config_file("A", MAIN_A, presence_ttl_s=TTL_S)
+        cfg_b = fleet.config_file("B", MAIN_B, presence_ttl_s=TTL_S)
+        a, b = GatewayProcess(cfg_a, tmp_path / "A.log"), GatewayProcess(cfg_b, tmp_path / "B.log")
+        procs += [a.start(), b.start()]
+        client: GatewayClient = build_client(load_config(cfg_a), signer=fleet.signers["A"])
+        wait_until(lambda: client.knows("main-b"), 90, "main-b live in A's roster")
+        sent = [
+            client.send(sender="main-a", to="main-b", kind=Kind.REPLY, body=b"before").msg_id
+            for _ in range(5)
+        ]
+        url_b = load_config(cfg_b).store_url
+        wait_until(lambda: len(_held(url_b)) == 5, 60, "the first replies held at B")
+        lines_before = (len(a.output().splitlines()), len(b.output().splitlines()))
+        for node in cluster.nodes:
+            cluster.kill(node.spec.node_id)
+        t0 = time.monotonic()
+        i = 0
+        while time.monotonic() - t0 < outage_s:
+            # every send during the outage succeeds locally, long past the TTL
+            sent.append(
+                client.send(
+                    sender="main-a", to="main-b", kind=Kind.REPLY, body=f"{i}".encode()
+                ).msg_id
+            )
+            i += 1
+            time.sleep(0.5)
+        sent.append(_cli_send(cfg_a, "via the CLI, broker still down"))
+        view = _roster_json(cfg_a)
+        assert view["stale"] is True, view
+        assert {e["gid"]: e["live"] for e in view["entries"]}["main-b"] is True, view
+        lines_during = (
+            a.output().splitlines()[lines_before[0] :],
+            b.output().splitlines()[lines_before[1] :],
+        )
+        cluster.start_again()
+        wait_until(lambda: len(_held(url_b)) >= len(sent), 180, "B to hold every reply")
+        time.sleep(3.0)  # a last redelivery window: duplicates would show up now
+        assert _held(url_b) == sent, "each reply held exactly once, in send order"
+        assert _dead_letters(url_b, TopicNames(prefix=fleet.prefix)) == 0
+        assert a.proc is not None and a.proc.poll() is None, a.output()[-2000:]
+        assert b.proc is not None and b.proc.poll() is None, b.output()[-2000:]
+        wait_until(lambda: _roster_json(cfg_a)["stale"] is False, 60, "A's roster current again")
+        for log in (a.output(), b.output()):
+            assert log.count("roster: STALE") == 1, log[-3000:]
+            assert log.count("heartbeats not delivered") == 1, log[-3000:]
+            assert "delivered again" in log
+        return lines_during
+    finally:
+        for p in procs:
+            p.stop()
+        cluster.stop()
+
+
+@pytest.mark.parametrize("nodes", [1, 3])
+def test_an_outage_three_ttls_long_loses_and_dead_letters_nothing(
+    nodes: int, tmp_path: Path, procs: list[GatewayProcess]
+) -> None:
+    """Issue 16 scenario: broker(s) kill -9'd for 3x the presence TTL. Every send succeeds
+    locally, the view says STALE and keeps main-b live; after the restart every reply is held
+    exactly once in send order and none is dead-lettered (UNKNOWN_SENDER was the bug)."""
+    _outage(nodes, 3 * TTL_S, tmp_path, procs)
+
+
+def test_a_sixty_second_outage_logs_a_bounded_number_of_lines(
+    tmp_path: Path, procs: list[GatewayProcess]
+) -> None:
+    """The gateway log during a 60 s outage holds at most OUTAGE_LOG_BOUND lines per gateway
+    (no line per heartbeat, per retry or per record)."""
+    during_a, during_b = _outage(1, 60.0, tmp_path, procs)
+    print(f"outage log lines: A={len(during_a)} B={len(during_b)}")
+    assert len(during_a) <= OUTAGE_LOG_BOUND, "\n".join(during_a)
+    assert len(during_b) <= OUTAGE_LOG_BOUND, "\n".join(during_b)

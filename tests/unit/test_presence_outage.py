@@ -1,0 +1,286 @@
+"""Issue 16 without a broker: the roster follower waits out transient broker errors (the
+one-start-in-three NOT_LEADER_FOR_PARTITION right after the roster topic is created), stops on
+fatal ones, marks the view STALE once while cut off; the publisher logs one line per episode;
+verification step 2 uses the last signed binding."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from prometheus_client import CollectorRegistry
+
+from pipeline.envelope import Envelope, Kind, encode
+from pipeline.envelope import reasons as r
+from pipeline.errors import EnvelopeError, FleetError
+from pipeline.kafka.errors import BrokerErrorClass, as_fleet_error, classify
+from pipeline.presence import (
+    Delivery,
+    PresenceEntry,
+    PresencePublisher,
+    Role,
+    RosterFollower,
+    RosterView,
+    presence_record,
+)
+from pipeline.presence.metrics import PresenceMetrics
+from tests.envelope_kit import Fleet
+
+TRANSIENT = [
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+]
+FATAL = [
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError.FENCED_INSTANCE_ID,
+    KafkaError._AUTO_OFFSET_RESET,
+]
+
+
+class _Meta:
+    def __init__(self, topic: str) -> None:
+        part = type("P", (), {})()
+        tmeta = type("T", (), {"partitions": {0: part}, "error": None})()
+        self.topics = {topic: tmeta}
+
+
+class FlakyConsumer:
+    """Answers metadata; its watermark read fails with ``code`` ``failures`` times first."""
+
+    def __init__(self, topic: str, code: int, failures: int) -> None:
+        self.topic, self.code, self.failures = topic, code, failures
+        self.calls = 0
+        self.high = 0
+
+    def list_topics(self, topic: str, timeout: float) -> _Meta:
+        return _Meta(self.topic)
+
+    def get_watermark_offsets(self, tp: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise KafkaException(KafkaError(self.code))
+        return 0, self.high
+
+    def assign(self, parts: Any) -> None:
+        pass
+
+    def position(self, tps: Any) -> list[Any]:
+        return tps  # offsets -1001 < any high: only used when high > 0
+
+    def poll(self, timeout: float) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def _follower(f: Fleet, consumer: FlakyConsumer, **kw: Any) -> tuple[RosterFollower, RosterView]:
+    view = RosterView.build(trust=f.trust, topics=f.topics, clock_ms=lambda: f.now)
+    follower = RosterFollower(
+        bootstrap="unused:1",
+        view=view,
+        topics=f.topics,
+        consumer_factory=lambda conf: consumer,
+        max_backoff_s=0.01,
+        clock_ms=lambda: f.now,
+        **kw,
+    )
+    return follower, view
+
+
+@pytest.mark.parametrize("code", TRANSIENT, ids=lambda c: KafkaError(c).name())
+def test_catch_up_waits_out_transient_watermark_errors(code: int) -> None:
+    f = Fleet()
+    consumer = FlakyConsumer(f.topics.roster, code, failures=5)
+    registry = CollectorRegistry()
+    follower, view = _follower(f, consumer, metrics=PresenceMetrics(registry))
+    follower.catch_up(timeout_s=10)
+    assert follower.caught_up.is_set() and follower.transient_errors == 5
+    assert view.freshness().horizon_ms == f.now
+    got = registry.get_sample_value(
+        "fleet_roster_broker_errors_total", {"error_class": "transient"}
+    )
+    assert got == 5
+
+
+@pytest.mark.parametrize("code", FATAL, ids=lambda c: KafkaError(c).name())
+def test_catch_up_stops_on_fatal_errors_with_a_non_retriable_error(code: int) -> None:
+    f = Fleet()
+    follower, _ = _follower(f, FlakyConsumer(f.topics.roster, code, failures=1))
+    with pytest.raises(FleetError) as info:
+        follower.run(threading.Event())
+    assert not info.value.retriable and info.value.reason == "BROKER_FATAL"
+
+
+def test_follower_marks_the_view_stale_once_and_current_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """While the log-end check fails the horizon stands still: STALE after the tolerance, one
+    warning for the whole episode, one line when it ends."""
+    f = Fleet()
+    consumer = FlakyConsumer(f.topics.roster, KafkaError._TRANSPORT, failures=0)
+    follower, view = _follower(f, consumer, check_s=0, stale_after_s=5, poll_s=0)
+    follower.catch_up(timeout_s=5)
+    consumer.failures = 10**9  # the broker goes away
+    stop = threading.Event()
+    ticks = 0
+
+    def tick_clock(timeout: float) -> None:
+        nonlocal ticks
+        ticks += 1
+        f.now += 1000
+        if ticks == 60:
+            consumer.failures = 0  # back
+        if ticks == 70:
+            stop.set()
+
+    consumer.poll = tick_clock  # type: ignore[method-assign]
+    with caplog.at_level(logging.DEBUG, logger="pipeline.presence.follower"):
+        follower.run(stop)
+    warnings = [m for m in caplog.records if m.levelno >= logging.WARNING]
+    assert [m.getMessage().split(" --")[0] for m in warnings] == [
+        "roster: log-end check: [BROKER_UNAVAILABLE] roster log-end check: _TRANSPORT: Local: "
+        "Broker transport failure (transient: waiting it out with backoff)",
+        "roster: STALE",
+    ]
+    assert any("current again" in m.getMessage() for m in caplog.records)
+    assert not view.freshness().stale and view.freshness().horizon_ms is not None
+
+
+def test_classification_table() -> None:
+    for code in TRANSIENT:
+        assert classify(KafkaException(KafkaError(code))) is BrokerErrorClass.TRANSIENT
+    for code in FATAL:
+        assert classify(KafkaError(code)) is BrokerErrorClass.FATAL
+    assert classify(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)) is BrokerErrorClass.PERMANENT
+    err = as_fleet_error(KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION)), "x")
+    assert err.retriable and err.reason == "BROKER_UNAVAILABLE"
+
+
+class FailingProducer:
+    def __init__(self) -> None:
+        self.err: Any = KafkaError(KafkaError._MSG_TIMED_OUT)
+
+    def produce(self, topic: str, **kw: Any) -> None:
+        kw["on_delivery"](self.err, None)
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def test_publisher_logs_one_line_when_failing_starts_and_one_when_it_ends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    f = Fleet()
+    producer = FailingProducer()
+    registry = CollectorRegistry()
+    pub = PresencePublisher(producer=producer, signer=f.signers["a"], topics=f.topics,
+                            clock_ms=lambda: f.now, metrics=PresenceMetrics(registry))  # fmt: skip
+    pub.register("w1", role="worker", delivery="inject")
+    with caplog.at_level(logging.INFO, logger="pipeline.presence.publisher"):
+        for _ in range(100):  # 100 heartbeat rounds into a dead broker
+            pub.heartbeat()
+        assert registry.get_sample_value("fleet_presence_publisher_failing") == 1
+        producer.err = None
+        pub.heartbeat()
+    assert len(caplog.records) == 2, [m.getMessage() for m in caplog.records]
+    assert caplog.records[0].levelno == logging.WARNING and "_MSG_TIMED_OUT" in caplog.text
+    assert "delivered again" in caplog.records[1].getMessage()
+    assert registry.get_sample_value("fleet_presence_heartbeat_failures_total") == 201
+    assert registry.get_sample_value("fleet_presence_publisher_failing") == 0
+
+
+def _sent(f: Fleet, sender: str, signer: str) -> dict[str, Any]:
+    env = Envelope.new(kind=Kind.SEND, sender=sender, to="m-b", body=b"x", ttl_s=60, now_ms=f.now)
+    key, headers, value = encode(env, topic=f.topics.inbox("b"), signer=f.signers[signer])
+    return {"topic": f.topics.inbox("b"), "key": key, "headers": headers, "value": value}
+
+
+def test_step_2_uses_the_last_binding_not_liveness() -> None:
+    """Seed 000 §2.1 step 2 after a long silence: a lapsed sender still verifies on its host;
+    a gid another host announced is SIGNER_MISMATCH; one nobody announced is UNKNOWN_SENDER."""
+    f = Fleet()
+    view = RosterView.build(trust=f.trust, topics=f.topics, clock_ms=lambda: f.now)
+    for gid, host in (("w-a", "a"), ("m-b", "b")):
+        e = PresenceEntry(gid=gid, host=host, role=Role.WORKER, delivery=Delivery.PULL,
+                          ts_ms=f.now, ttl_ms=5000)  # fmt: skip
+        key, headers, value = presence_record(e, signer=f.signers[host], topics=f.topics)
+        view.apply(topic=f.topics.roster, key=key, headers=headers, value=value)
+    f.now += 60_000
+    view.mark_current(f.now)  # the follower kept up: w-a has lapsed for routing
+    assert view.live_host("w-a") is None
+    f.presence = view  # type: ignore[assignment]
+    verifier = f.verifier("b")
+    assert verifier.verify(**_sent(f, "w-a", "a")).envelope.sender == "w-a"
+    with pytest.raises(EnvelopeError) as mismatch:
+        verifier.verify(**_sent(f, "m-b", "a"))
+    assert mismatch.value.reason == r.SIGNER_MISMATCH
+    with pytest.raises(EnvelopeError) as unknown:
+        verifier.verify(**_sent(f, "nobody", "a"))
+    assert unknown.value.reason == r.UNKNOWN_SENDER
+
+
+def test_librdkafka_lines_pass_once_per_kind_then_as_a_summary() -> None:
+    from pipeline.kafka.logs import RepeatFilter
+
+    filt = RepeatFilter(summary_s=3600)
+
+    def line(port: int, ms: int) -> logging.LogRecord:
+        msg = f"127.0.0.1:{port}/bootstrap: Connect failed: Connection refused (after {ms}ms)"
+        return logging.LogRecord("x", logging.ERROR, __file__, 1, msg, None, None)
+
+    passed = [filt.filter(line(9092, i % 7)) for i in range(1000)]
+    assert passed.count(True) == 1, "1000 reconnects in an outage: one line"
+    other = logging.LogRecord("x", logging.ERROR, __file__, 1, "GroupCoordinator: gone", None, None)
+    assert filt.filter(other)
+    filt.summary_s = 0
+    summary = line(9092, 1)
+    assert filt.filter(summary) and "999 identical lines held back" in summary.getMessage()
+
+
+def test_wait_out_retries_transient_errors_and_raises_fatal_ones_at_once() -> None:
+    from pipeline.kafka.errors import wait_out
+
+    log = logging.getLogger("test.wait_out")
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+        return "ok"
+
+    assert wait_out(flaky, what="t", deadline_s=10, log=log, first_backoff_s=0.001) == "ok"
+    assert len(calls) == 3
+
+    def denied() -> str:
+        calls.append(1)
+        raise KafkaException(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED))
+
+    calls.clear()
+    with pytest.raises(FleetError) as info:
+        wait_out(denied, what="t", deadline_s=10, log=log, first_backoff_s=0.001)
+    assert len(calls) == 1 and not info.value.retriable
+
+
+def test_wait_out_gives_up_at_its_deadline_with_a_retriable_error() -> None:
+    from pipeline.kafka.errors import wait_out
+
+    def down() -> str:
+        raise KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+
+    with pytest.raises(FleetError) as info:
+        wait_out(down, what="t", deadline_s=0.05, log=logging.getLogger("t"), first_backoff_s=0.01)
+    assert info.value.retriable and info.value.reason == "BROKER_UNAVAILABLE"
