@@ -8,6 +8,7 @@ from . import (
     demo_cmd,
     dlq_cmd,
     gateway_cmd,
+    idem_cmd,
     kafka_cmd,
     keys_cmd,
     observability_cmd,
@@ -33,6 +34,7 @@ app.add_typer(outbox_cmd.app, name="outbox")
 app.add_typer(relay_cmd.app, name="relay")
 app.add_typer(dlq_cmd.app, name="dlq")
 app.add_typer(quarantine_cmd.app, name="quarantine")
+app.add_typer(idem_cmd.app, name="idem")
 app.add_typer(gateway_cmd.app, name="gateway")
 gateway_cmd.register(app)  # fleet send | ask | answer | poll
 demo_cmd.register(app)  # fleet demo
