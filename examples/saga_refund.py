@@ -158,7 +158,7 @@ def ensure_topics(bootstrap: str, topics: SagaTopics, partitions: int = 3) -> No
     for f in futures.values():
         try:
             f.result(timeout=30)
-        except Exception as exc:  # noqa: BLE001 - already exists is fine
+        except Exception as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise
 
