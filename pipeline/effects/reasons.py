@@ -14,6 +14,7 @@ class EffectsReason(enum.StrEnum):
     # configuration time: a key store that forgets before the topic does lets a replay repeat
     RETENTION_SHORTER_THAN_REPLAY = "IDEM_RETENTION_SHORTER_THAN_REPLAY"
     UNKNOWN_KEY_CLASS = "IDEM_UNKNOWN_KEY_CLASS"
+    KEY_UNKNOWN = "IDEM_KEY_UNKNOWN"  # fleet idem show: no such key
     KEY_INVALID = "IDEM_KEY_INVALID"  # empty, or longer than 255 characters
     KEY_MISSING = "IDEM_KEY_MISSING"  # HTTP 400: a required Idempotency-Key header is absent
     IN_PROGRESS = "IDEM_IN_PROGRESS"  # HTTP 409: the first request with this key is still running
@@ -22,6 +23,7 @@ class EffectsReason(enum.StrEnum):
     # sagas
     SAGA_UNKNOWN = "SAGA_UNKNOWN"
     SAGA_NOT_IN_HUMAN_QUEUE = "SAGA_NOT_IN_HUMAN_QUEUE"
+    SAGA_NOT_AWAITING = "SAGA_NOT_AWAITING"  # a decision for a saga not waiting for one
     SAGA_DEFINITION_INVALID = "SAGA_DEFINITION_INVALID"
     COMPENSATION_EXHAUSTED = "SAGA_COMPENSATION_EXHAUSTED"
     APPROVAL_EXPIRED = "SAGA_APPROVAL_EXPIRED"

@@ -6,6 +6,7 @@ transport is :func:`pipeline.effects.drain` (outbox rows handed straight to the 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +26,6 @@ from pipeline.effects import (
     list_sagas,
     state_counts,
 )
-from pipeline.errors import ConfigError
 from pipeline.outbox import RowStatus, outbox
 from pipeline.store import make_engine, session_factory
 from tests.contract.saga_kit import (
@@ -144,8 +144,18 @@ def test_failure_at_step_3_compensates_2_then_1_once_each(engine: Engine) -> Non
     }
 
 
-def test_a_compensation_that_keeps_failing_goes_to_the_human_queue(engine: Engine) -> None:
-    """Seed 001 scenario 5: retried to a limit, then the human queue with its full state."""
+def test_a_compensation_that_keeps_failing_goes_to_the_human_queue(
+    engine: Engine, store_url: str
+) -> None:
+    """Seed 001 scenario 5: retried to a limit, then the human queue with its full state.
+
+    The operator's side goes through ``fleet saga ls | show | retry | resolve``.
+    """
+    from typer.testing import CliRunner
+
+    from pipeline.cli.main import app
+
+    url = store_url
     sessions = session_factory(engine)
     orch = SagaOrchestrator([REFUND], topics=TOPICS)
     broken = {"on": True}
@@ -165,17 +175,37 @@ def test_a_compensation_that_keeps_failing_goes_to_the_human_queue(engine: Engin
     assert rec.error is not None and rec.error.startswith("SAGA_COMPENSATION_EXHAUSTED")
     assert rec.results == {"0": {"done": "hold_payment"}, "1": {"done": "restock"}}
     assert effect_counts(engine).get(("h1", "hold_payment", "compensate")) is None  # rolled back
+    runner = CliRunner()
+    out = runner.invoke(app, ["saga", "ls", "--db", url, "--state", "human", "--json"])
+    assert out.exit_code == 0, out.output
+    listed = json.loads(out.output)
+    assert listed["counts"]["human"] == 1 and [r["saga_id"] for r in listed["sagas"]] == ["h1"]
+    out = runner.invoke(app, ["saga", "show", "h1", "--db", url])
+    shown = json.loads(out.output)
+    assert shown["state"] == "human" and not shown["pending"] and len(shown["history"]) >= 6
     broken["on"] = False
-    with sessions.begin() as s:
-        orch.retry(s, "h1")
+    out = runner.invoke(
+        app,
+        [
+            "saga",
+            "retry",
+            "h1",
+            "--db",
+            url,
+            "--prefix",
+            "t",
+            "--definitions",
+            "tests.contract.saga_kit:REFUND",
+        ],
+    )
+    assert out.exit_code == 0, out.output
     drain(sessions, handlers)
     with sessions() as s:
         (rec,) = list_sagas(s)
     assert rec.state == SagaState.ABORTED and rec.compensations == 2
     assert effect_counts(engine)[("h1", "hold_payment", "compensate")] == 1
-    with pytest.raises(ConfigError) as err, sessions.begin() as s:
-        orch.resolve(s, "h1", note="late")
-    assert err.value.reason == "SAGA_NOT_IN_HUMAN_QUEUE"
+    out = runner.invoke(app, ["saga", "resolve", "h1", "--db", url, "--note", "late"])
+    assert out.exit_code == 2 and "SAGA_NOT_IN_HUMAN_QUEUE" in out.output
 
 
 APPROVED_REFUND = SagaDefinition(
@@ -214,3 +244,18 @@ def test_an_approval_that_never_comes_expires_and_compensates(engine: Engine) ->
     assert by_id["a2"].state == SagaState.COMPLETED
     assert effect_counts(engine)[("a1", "hold_payment", "compensate")] == 1
     assert any(b'"approval.expired"' in v and b'"a1"' in v for v in _events(engine))
+
+
+def test_resolve_takes_a_saga_out_of_the_human_queue(engine: Engine) -> None:
+    sessions = session_factory(engine)
+    orch = SagaOrchestrator([REFUND], topics=TOPICS)
+    handlers = _handlers(orch, lambda name, phase, _p: name == "restock" or phase == "compensate")
+    _start(sessions, orch, ["z1"], "refund")
+    drain(sessions, handlers)
+    with sessions.begin() as s:
+        assert state_counts(s)[SagaState.HUMAN] == 1
+        orch.resolve(s, "z1", note="refunded by hand")
+    with sessions() as s:
+        (rec,) = list_sagas(s)
+    assert rec.state == SagaState.ABORTED and rec.history[-1][1].endswith("refunded by hand")
+    assert any(b'"saga.human"' in v for v in _events(engine))
