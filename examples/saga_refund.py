@@ -19,6 +19,7 @@ import threading
 import time
 from typing import Any
 
+from prometheus_client import CollectorRegistry
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select
 from sqlalchemy.orm import Session
 
@@ -30,6 +31,7 @@ from pipeline.effects import (
     Participant,
     ReplyHandler,
     SagaDefinition,
+    SagaMetrics,
     SagaOrchestrator,
     SagaState,
     SagaStep,
@@ -108,16 +110,19 @@ def make_orchestrator(topics: SagaTopics) -> SagaOrchestrator:
 
 def run_role(role: str, args: argparse.Namespace, stop: threading.Event) -> None:
     topics = topics_for(args.prefix)
+    registry = CollectorRegistry()  # serve it with prometheus_client.start_http_server if wanted
     engine = make_engine(args.db)
     ledger_meta.create_all(engine)
     if role == "orchestrator":
-        orch = make_orchestrator(topics)
+        metrics = SagaMetrics(registry)
+        orch = SagaOrchestrator([REFUND], topics=topics, metrics=metrics)
         sessions = session_factory(engine)
 
         def ticker(_engine: Any) -> Any:
-            def tick() -> None:
+            def tick() -> None:  # approvals past their deadline, and the store gauges
                 with sessions.begin() as s:
                     orch.expire_due(s)
+                    metrics.observe_store({k.value: v for k, v in state_counts(s).items()})
 
             return tick
 
@@ -128,6 +133,7 @@ def run_role(role: str, args: argparse.Namespace, stop: threading.Event) -> None
             handler=ReplyHandler(orch),
             topics=topics,
             engine=engine,
+            registry=registry,
             ticker=ticker,
         )
     else:
@@ -145,6 +151,7 @@ def run_role(role: str, args: argparse.Namespace, stop: threading.Event) -> None
             handler=handler,
             topics=topics,
             engine=engine,
+            registry=registry,
         )
     proc.run(stop)
 

@@ -12,12 +12,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.effects import (
     ReplyHandler,
     SagaDefinition,
+    SagaMetrics,
     SagaOrchestrator,
     SagaState,
     SagaStep,
@@ -222,7 +224,9 @@ def test_an_approval_that_never_comes_expires_and_compensates(engine: Engine) ->
     """Seed 001 scenario 6: expires at its deadline, emits an expiry event, compensates holds."""
     sessions = session_factory(engine)
     clock = Clock()
-    orch = SagaOrchestrator([APPROVED_REFUND], topics=TOPICS, clock=clock)
+    registry = CollectorRegistry()
+    metrics = SagaMetrics(registry)
+    orch = SagaOrchestrator([APPROVED_REFUND], topics=TOPICS, clock=clock, metrics=metrics)
     handlers = _handlers(orch, lambda *_a: False)
     _start(sessions, orch, ["a1", "a2"], "approved_refund")
     drain(sessions, handlers)
@@ -244,6 +248,17 @@ def test_an_approval_that_never_comes_expires_and_compensates(engine: Engine) ->
     assert by_id["a2"].state == SagaState.COMPLETED
     assert effect_counts(engine)[("a1", "hold_payment", "compensate")] == 1
     assert any(b'"approval.expired"' in v and b'"a1"' in v for v in _events(engine))
+    with sessions() as s:
+        metrics.observe_store({k.value: v for k, v in state_counts(s).items()})
+    sample = registry.get_sample_value
+    assert sample("fleet_saga_approvals_expired_total", {"definition": "approved_refund"}) == 1
+    assert sample("fleet_saga_compensations_total", {"definition": "approved_refund"}) == 1
+    assert (
+        sample("fleet_saga_finished_total", {"definition": "approved_refund", "state": "aborted"})
+        == 1
+    )
+    assert sample("fleet_saga_sagas", {"state": "completed"}) == 1
+    assert sample("fleet_saga_human_queue_depth") == 0
 
 
 def test_resolve_takes_a_saga_out_of_the_human_queue(engine: Engine) -> None:
