@@ -9,6 +9,7 @@ compensations applied once each), and no action or compensation may apply twice.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import signal
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.effects import SagaState, list_sagas, state_counts
+from pipeline.effects import SagaDefinition, SagaState, SagaStep, list_sagas, state_counts
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import BrokerHandle, unique_name
 
@@ -103,3 +104,111 @@ def test_sagas_survive_participants_killed_at_random(kafka: BrokerHandle, store_
         else:
             assert rec.state == SagaState.COMPLETED, rec
             assert not any(k[0] == saga_id and k[2] == "compensate" for k in ledger)
+
+
+APPROVAL = SagaDefinition(
+    name="approved_refund",
+    steps=(
+        SagaStep(name="hold_payment", participant="payments"),
+        SagaStep(name="manager", approval=True, deadline_s=1.5),
+        SagaStep(name="restock", participant="inventory"),
+    ),
+)
+# ap-2 waits an hour, so the test's approval can never lose a race against the 1.5 s deadline
+PATIENT = SagaDefinition(
+    name="patient_refund",
+    steps=(APPROVAL.steps[0], SagaStep(name="manager", approval=True), APPROVAL.steps[2]),
+)
+
+
+def test_an_approval_that_never_comes_expires_and_compensates_on_the_broker(
+    kafka: BrokerHandle, store_url: str
+) -> None:
+    """Seed 001 scenario 6: at the deadline an expiry event is published and the hold undone."""
+    from confluent_kafka import Consumer
+
+    from pipeline.bootstrap import build_saga_process
+    from pipeline.effects import ReplyHandler, SagaOrchestrator
+
+    prefix = unique_name("ap").replace(".", "-")
+    topics = saga_refund.topics_for(prefix)
+    saga_refund.ensure_topics(kafka.bootstrap, topics)
+    saga_refund.ledger_counts(store_url)
+    engine = make_engine(store_url)
+    sessions = session_factory(engine)
+    orch = SagaOrchestrator([APPROVAL, PATIENT], topics=topics)
+
+    def ticker(_engine: object) -> object:
+        def tick() -> None:
+            with sessions.begin() as s:
+                orch.expire_due(s)
+
+        return tick
+
+    procs = [
+        build_saga_process(
+            bootstrap=kafka.bootstrap,
+            store_url=store_url,
+            role="orchestrator",
+            handler=ReplyHandler(orch),
+            topics=topics,
+            ticker=ticker,
+        ),
+        *(
+            build_saga_process(
+                bootstrap=kafka.bootstrap,
+                store_url=store_url,
+                role=name,
+                handler=saga_refund.make_participant(name, topics),
+                topics=topics,
+            )
+            for name in ("payments", "inventory")
+        ),
+    ]
+    stop = threading.Event()
+    threads = [threading.Thread(target=p.run, args=(stop,), kwargs={"tick_s": 0.2}) for p in procs]
+    for t in threads:
+        t.start()
+    try:
+        with sessions.begin() as s:
+            orch.start(s, "ap-1", "approved_refund", {"saga_id": "ap-1"})
+            orch.start(s, "ap-2", "patient_refund", {"saga_id": "ap-2"})
+        deadline = time.monotonic() + 60
+        approved = False
+        while time.monotonic() < deadline:
+            with sessions.begin() as s:
+                if not approved:
+                    approved = orch.decide(s, "ap-2", approved=True)
+                recs = {r.saga_id: r for r in list_sagas(s)}
+            if len(recs) == 2 and not any(r.state.pending for r in recs.values()):
+                break
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        engine.dispose()
+    assert approved
+    assert recs["ap-1"].state == SagaState.ABORTED and recs["ap-1"].compensations == 1
+    assert recs["ap-2"].state == SagaState.COMPLETED
+    ledger = saga_refund.ledger_counts(store_url)
+    assert ledger[("ap-1", "hold_payment", "compensate")] == 1
+    assert ("ap-2", "hold_payment", "compensate") not in ledger
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka.bootstrap,
+            "group.id": unique_name("g"),
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topics.events])
+    kinds: list[str] = []
+    end = time.monotonic() + 30
+    while time.monotonic() < end and "approval.expired" not in kinds:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            body = json.loads(msg.value())
+            if body["saga_id"] == "ap-1":
+                kinds.append(body["kind"])
+    consumer.close()
+    assert "approval.requested" in kinds and "approval.expired" in kinds
