@@ -8,6 +8,7 @@ from . import (
     demo_cmd,
     dlq_cmd,
     gateway_cmd,
+    idem_cmd,
     kafka_cmd,
     keys_cmd,
     observability_cmd,
@@ -15,6 +16,7 @@ from . import (
     quarantine_cmd,
     relay_cmd,
     roster_cmd,
+    saga_cmd,
     store_cmd,
     topics_cmd,
 )
@@ -35,6 +37,8 @@ app.add_typer(relay_cmd.app, name="relay")
 app.add_typer(store_cmd.app, name="store")
 app.add_typer(dlq_cmd.app, name="dlq")
 app.add_typer(quarantine_cmd.app, name="quarantine")
+app.add_typer(idem_cmd.app, name="idem")
+app.add_typer(saga_cmd.app, name="saga")
 app.add_typer(gateway_cmd.app, name="gateway")
 gateway_cmd.register(app)  # fleet send | ask | answer | poll
 demo_cmd.register(app)  # fleet demo
