@@ -85,10 +85,11 @@ class PoolHandler:
     # -- worker thread ---------------------------------------------------------------------------
     def run(self, record: Record) -> None:
         started = _now_ms()
+        self._log_event(record, None, started)
         outcome = self._run(record, started)
         with self._lock:
             self._results[(record.topic, record.partition, record.offset)] = outcome
-        self._log_event(record, outcome)
+        self._log_event(record, outcome, started)
 
     def _run(self, record: Record, started: int) -> StepResult:
         eid = event_id(record, self.dedupe_header or "msgId")
@@ -126,11 +127,15 @@ class PoolHandler:
                 time.monotonic() - t0
             )
 
-    def _log_event(self, record: Record, r: StepResult) -> None:
+    def _log_event(self, record: Record, r: StepResult | None, started: int) -> None:
+        """One JSON line when a step starts (``start``) and when it ends (``ran``, ``reused``,
+        ``duplicate``, ``error``): a step cut by kill -9 leaves its ``start`` line."""
         if not self.events_path:
             return
         kind = (
-            "error"
+            "start"
+            if r is None
+            else "error"
             if r.error is not None
             else "duplicate"
             if r.result is None
@@ -144,8 +149,8 @@ class PoolHandler:
             "partition": record.partition,
             "offset": record.offset,
             "key": record.key_str,
-            "start_ms": r.started_ms,
-            "end_ms": r.ended_ms,
+            "start_ms": started,
+            "end_ms": None if r is None else r.ended_ms,
             "kind": kind,
         }
         with self._lock, open(self.events_path, "a", encoding="utf-8") as out:

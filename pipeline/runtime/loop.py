@@ -342,7 +342,7 @@ class ConsumerRuntime:
             if not result.ok:
                 if self.metrics:
                     self.metrics.commit_failures.labels(cfg.group_id).inc()
-                if result.fenced:
+                if result.fenced and not (cfg.instance_id is None and result.rebalancing):
                     raise FencedError(
                         f"group {cfg.group_id} member {cfg.instance_id or '(dynamic)'} was "
                         f"fenced: another gateway with the same id took over, or this one "
@@ -350,6 +350,8 @@ class ConsumerRuntime:
                         f"injected. {'; '.join(result.errors)}"
                     )
                 log.error("offset commit failed, forward effects skipped: %s", result.errors)
+                # a blocked record must still be sought back to: the position is past it
+                self._schedule_retries(batch)
                 return
             if self.fault_after_commit is not None:
                 self.fault_after_commit(len(batch.staged.effects))
