@@ -6,6 +6,7 @@ the store that no partition ran two steps at once and that no event took effect 
 
 from __future__ import annotations
 
+import itertools
 import signal
 import threading
 import time
@@ -47,7 +48,7 @@ def _no_overlap_per_partition(rows: list) -> dict[int, float]:
     for p, steps in by_part.items():
         steps.sort(key=lambda e: e.started_ms)
         longest = 0.0
-        for prev, nxt in zip(steps, steps[1:], strict=False):
+        for prev, nxt in itertools.pairwise(steps):
             assert nxt.started_ms >= prev.ended_ms, (
                 f"partition {p}: {prev.member} ran until {prev.ended_ms} but "
                 f"{nxt.member} started at {nxt.started_ms}"
