@@ -187,6 +187,10 @@ class ConsumerRuntime:
             self.metrics.rebalances.labels(self.config.group_id, kind).inc()
 
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        # librdkafka keeps an application pause across a revoke: a partition paused here before
+        # it moved away would come back paused forever (we forgot it). Assigned = unpaused.
+        with contextlib.suppress(Exception):
+            self.consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in partitions])
         self._assigned.update((tp.topic, tp.partition) for tp in partitions)
         self._refresh_quarantine()
         self._count_rebalance("assign")
