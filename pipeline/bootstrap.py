@@ -353,3 +353,77 @@ def build_pool_member(
     return PoolMember(
         runtime=runtime, handler=handler, engine=engine, registry=registry, metrics=metrics
     )
+
+
+@dataclass
+class SagaProcess:
+    """A saga orchestrator or participant process: its consumer runtime, relay and ticker."""
+
+    runtime: ConsumerRuntime
+    relay: Relay
+    engine: Engine
+    ticker: Callable[[], object] | None = None
+
+    def run(self, stop: Any, *, tick_s: float = 0.5) -> None:
+        """Run consumer, relay (and the orchestrator's approval-expiry ticker) until ``stop``."""
+        import threading
+
+        threads = [threading.Thread(target=self.relay.run_forever, args=(stop,), daemon=True)]
+        if self.ticker is not None:
+            ticker = self.ticker
+
+            def tick() -> None:
+                while not stop.wait(tick_s):
+                    ticker()
+
+            threads.append(threading.Thread(target=tick, daemon=True))
+        for t in threads:
+            t.start()
+        try:
+            self.runtime.run(stop)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=5)
+            self.relay.close()
+            self.engine.dispose()
+
+
+def build_saga_process(
+    *,
+    bootstrap: str,
+    store_url: str,
+    role: str,
+    handler: Any,
+    topics: Any,
+    topic_prefix: str = "fleet.",
+    registry: CollectorRegistry | None = None,
+    ticker: Callable[[Engine], Callable[[], object]] | None = None,
+    engine: Engine | None = None,
+) -> SagaProcess:
+    """One saga process (``docs/sagas.md``): ``role`` is ``orchestrator`` or a participant name.
+
+    The orchestrator consumes ``topics.replies`` with a :class:`ReplyHandler`; a participant
+    consumes ``topics.commands(role)`` with its :class:`Participant`. Dead letters and every
+    command/reply leave through this store's outbox, shipped by this process's relay.
+    """
+    registry = registry or CollectorRegistry()
+    engine = engine or make_engine(store_url)
+    topic = topics.replies if role == "orchestrator" else topics.commands(role)
+    group = f"{topics.prefix}.saga.{role}"
+    runtime = ConsumerRuntime(
+        RuntimeConfig(bootstrap=bootstrap, group_id=group, topics=(topic,), ordered=False),
+        handler=handler,
+        sessions=session_factory(engine),
+        dead_letters=OutboxDeadLetterSink(
+            topics=TopicNames(prefix=topic_prefix), gateway=f"saga-{role}", group=group
+        ),
+        metrics=RuntimeMetrics(registry),
+    )
+    relay = Relay(engine=engine, bootstrap=bootstrap, registry=registry, idle_wait_s=0.01)
+    return SagaProcess(
+        runtime=runtime,
+        relay=relay,
+        engine=engine,
+        ticker=None if ticker is None else ticker(engine),
+    )

@@ -8,6 +8,7 @@ from . import (
     demo_cmd,
     dlq_cmd,
     gateway_cmd,
+    idem_cmd,
     kafka_cmd,
     keys_cmd,
     observability_cmd,
@@ -16,6 +17,7 @@ from . import (
     quarantine_cmd,
     relay_cmd,
     roster_cmd,
+    saga_cmd,
     topics_cmd,
 )
 
@@ -34,6 +36,8 @@ app.add_typer(outbox_cmd.app, name="outbox")
 app.add_typer(relay_cmd.app, name="relay")
 app.add_typer(dlq_cmd.app, name="dlq")
 app.add_typer(quarantine_cmd.app, name="quarantine")
+app.add_typer(idem_cmd.app, name="idem")
+app.add_typer(saga_cmd.app, name="saga")
 app.add_typer(gateway_cmd.app, name="gateway")
 app.add_typer(pool_cmd.app, name="pool")
 gateway_cmd.register(app)  # fleet send | ask | answer | poll
