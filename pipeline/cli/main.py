@@ -13,6 +13,7 @@ from . import (
     keys_cmd,
     observability_cmd,
     outbox_cmd,
+    pool_cmd,
     quarantine_cmd,
     relay_cmd,
     roster_cmd,
@@ -40,6 +41,7 @@ app.add_typer(quarantine_cmd.app, name="quarantine")
 app.add_typer(idem_cmd.app, name="idem")
 app.add_typer(saga_cmd.app, name="saga")
 app.add_typer(gateway_cmd.app, name="gateway")
+app.add_typer(pool_cmd.app, name="pool")
 gateway_cmd.register(app)  # fleet send | ask | answer | poll
 demo_cmd.register(app)  # fleet demo
 

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.outbox import RowStatus, outbox
 from pipeline.outbox.headers import unpack_headers
+from pipeline.record import Record
 from pipeline.runtime.ports import Handler
-from pipeline.runtime.record import Record
 from pipeline.runtime.staging import Staged
 
 

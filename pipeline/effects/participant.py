@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from pipeline.errors import FleetError, StoreError
 from pipeline.failures.outcomes import ACK, Outcome
 from pipeline.outbox import write
-from pipeline.runtime.record import Record
+from pipeline.record import Record
 from pipeline.runtime.staging import Staged
 
 from .reasons import EffectsReason

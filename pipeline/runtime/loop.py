@@ -49,6 +49,7 @@ from pipeline.store.retry import StoreRetry
 
 from .commits import commit_offsets
 from .dedupe import dedupe_table, seen_ids
+from .inflight import Dispatcher
 from .metrics import RuntimeMetrics
 from .ports import DeadLetterSink, Handler, QuarantinePort, Verifies
 from .staging import Staged
@@ -69,7 +70,7 @@ class RuntimeConfig:
     topics: tuple[str, ...]
     instance_id: str | None = None
     scope: str | None = None  # dedupe/quarantine scope; defaults to the group id
-    dedupe_header: str = "msgId"
+    dedupe_header: str | None = "msgId"  # None: no dedupe rows at all (an experiment knob)
     ordered: bool = True  # spent retries quarantine the key (True) or just dead-letter (False)
     batch_size: int = 500
     poll_timeout_s: float = 0.05
@@ -125,8 +126,12 @@ class ConsumerRuntime:
         metrics: RuntimeMetrics | None = None,
         consumer_factory: Callable[[dict[str, Any]], Any] = Consumer,
         fault_after_commit: Callable[[int], None] | None = None,
+        inflight: Dispatcher | None = None,
     ) -> None:
         self.config = config
+        # Worker pools: steps run on worker threads across polls (``inflight.py``); the hook
+        # points below are marked ``# inflight:``. ``None`` = every record handled in the loop.
+        self.inflight = inflight
         self.handler = handler
         # the handler's verify stage, run before a dedupe drop (seed 000 §2.1 order)
         self.verify = handler.verify if isinstance(handler, Verifies) else None
@@ -168,8 +173,12 @@ class ConsumerRuntime:
         try:
             while not stop.is_set():
                 self.step()
+            if self.inflight is not None:  # inflight: graceful stop -- finish or give up, commit
+                self._settle_inflight({*self._assigned})
         finally:
             self.close()
+            if self.inflight is not None:
+                self.inflight.close()
 
     def close(self) -> None:
         with contextlib.suppress(RuntimeError):  # already closed
@@ -181,6 +190,10 @@ class ConsumerRuntime:
             self.metrics.rebalances.labels(self.config.group_id, kind).inc()
 
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        # librdkafka keeps an application pause across a revoke: a partition paused here before
+        # it moved away would come back paused forever (we forgot it). Assigned = unpaused.
+        with contextlib.suppress(Exception):
+            self.consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in partitions])
         self._assigned.update((tp.topic, tp.partition) for tp in partitions)
         self._refresh_quarantine()
         self._count_rebalance("assign")
@@ -221,12 +234,26 @@ class ConsumerRuntime:
         self._attempts = {k: v for k, v in self._attempts.items() if (k[0], k[1]) not in gone}
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
-        # Every batch commits synchronously before the next poll: nothing pending to flush.
+        # Every batch commits synchronously before the next poll: nothing pending to flush,
+        # except steps still in flight, which end (bounded) and commit before the partition goes.
+        self._settle_inflight({(tp.topic, tp.partition) for tp in partitions})
         self._forget(partitions)
         self._count_rebalance("revoke")
 
     def _on_lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        if self.inflight is not None:  # inflight: lost, not revoked -- nothing may be committed
+            self.inflight.forget({(tp.topic, tp.partition) for tp in partitions})
         self._forget(partitions)
+
+    def _settle_inflight(self, tps: set[TP]) -> None:
+        """Revoke rule: await the partitions' running steps (bounded), process and commit what
+        finished, give up the rest (their offsets stay uncommitted)."""
+        if self.inflight is None or not tps:
+            return
+        done = self.inflight.revoke(tps)
+        if done:
+            self.process(sorted(done, key=lambda r: (r.tp, r.offset)))
+        self.inflight.forget(tps)
         self._count_rebalance("lost")
 
     # -- one step ----------------------------------------------------------------------------
@@ -242,7 +269,10 @@ class ConsumerRuntime:
             return 0
         self._resume_due()
         self._maybe_release()
-        messages = self._fetch()
+        room = None
+        if self.inflight is not None:  # inflight: pause full partitions, bound held records
+            room = self.inflight.room(self.consumer, self._assigned, self._paused.__contains__)
+        messages = self._fetch(room)
         records: list[Record] = []
         for msg in messages:
             err = msg.error()
@@ -250,17 +280,27 @@ class ConsumerRuntime:
                 records.append(Record.from_message(msg))
                 continue
             self._on_consume_error(err, msg)
-        if records:
-            self.process(records)
+        if self.inflight is None:
+            if records:
+                self.process(records)
+            return len(records)
+        # inflight: records join their lanes; finished steps take the one process() path, in
+        # partition-offset order so a blocked record's successors are never committed past it
+        self.inflight.submit(records)
+        done = self.inflight.completed()
+        if done:
+            self.process(sorted(done, key=lambda r: (r.tp, r.offset)))
         return len(records)
 
-    def _fetch(self) -> list[Any]:
+    def _fetch(self, room: int | None = None) -> list[Any]:
         """Whatever is buffered now, else block for the FIRST record only.
 
         ``consume(n, timeout)`` waits until ``n`` records or the timeout, which adds up to the
         timeout to every record's latency at low rates; this never waits once one has arrived.
         """
-        batch = self.config.batch_size
+        batch = (
+            self.config.batch_size if room is None else max(1, min(room, self.config.batch_size))
+        )
         messages: list[Any] = self.consumer.consume(batch, 0)
         if messages:
             return messages
@@ -285,7 +325,8 @@ class ConsumerRuntime:
         cfg = self.config
         scope = cfg.dedupe_scope
         batch = _Batch()
-        ids = [i for r in records if (i := r.header_str(cfg.dedupe_header))]
+        head = cfg.dedupe_header
+        ids = [i for r in records if head and (i := r.header_str(head))]
         for rec in records:
             batch.first_offset.setdefault(rec.tp, rec.offset)
         try:
@@ -309,11 +350,14 @@ class ConsumerRuntime:
         if not self._flush(batch, records, releasing=releasing):
             return
         if releasing is None:
-            result = commit_offsets(self.consumer, batch.next_offset)
+            offsets = batch.next_offset
+            if self.inflight is not None:  # inflight: never past a record queued or running
+                offsets = self.inflight.committable(offsets, batch.blocked)
+            result = commit_offsets(self.consumer, offsets)
             if not result.ok:
                 if self.metrics:
                     self.metrics.commit_failures.labels(cfg.group_id).inc()
-                if result.fenced:
+                if result.fenced and not (cfg.instance_id is None and result.rebalancing):
                     raise FencedError(
                         f"group {cfg.group_id} member {cfg.instance_id or '(dynamic)'} was "
                         f"fenced: another gateway with the same id took over, or this one "
@@ -321,6 +365,8 @@ class ConsumerRuntime:
                         f"injected. {'; '.join(result.errors)}"
                     )
                 log.error("offset commit failed, forward effects skipped: %s", result.errors)
+                # a blocked record must still be sought back to: the position is past it
+                self._schedule_retries(batch)
                 return
             if self.fault_after_commit is not None:
                 self.fault_after_commit(len(batch.staged.effects))
@@ -369,7 +415,7 @@ class ConsumerRuntime:
             batch.next_offset[tp] = rec.offset + 1
             batch.count("parked")
             return
-        msg_id = rec.header_str(cfg.dedupe_header)
+        msg_id = rec.header_str(cfg.dedupe_header) if cfg.dedupe_header else None
         if msg_id is not None and (msg_id in already or msg_id in batch.applied_ids):
             # Only a record that verifies may be dropped as a duplicate: a tampered copy of an
             # applied message is a dead letter with its reason, never a silent dedupe hit.
@@ -488,7 +534,10 @@ class ConsumerRuntime:
     # -- retries: pause the partition, keep polling ------------------------------------------
     def _schedule_retries(self, batch: _Batch) -> None:
         now = time.monotonic()
-        for (topic, partition), (offset, delay) in batch.blocked.items():
+        for (topic, partition), (blocked_at, delay) in batch.blocked.items():
+            offset = blocked_at
+            if self.inflight is not None:  # inflight: drop its queued records, seek below them
+                offset = self.inflight.rewind((topic, partition), blocked_at)
             tp = TopicPartition(topic, partition, offset)
             try:
                 self.consumer.seek(tp)

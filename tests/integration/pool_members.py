@@ -1,0 +1,120 @@
+"""Pool members as processes (``python -m pipeline pool run``) and what their store says."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from pipeline.errors import BrokerError
+from pipeline.pool.results import effects_table
+from pipeline.pool.status import PoolStatus, pool_status
+from pipeline.testing import fleet_process
+
+
+def start_member(
+    tmp: Path, pool: str, bootstrap: str, store: str, member: str, *extra: str
+) -> subprocess.Popen[bytes]:
+    with (tmp / f"{member}.log").open("ab") as log:  # the child keeps its own descriptor
+        return _spawn(log, pool, bootstrap, store, member, tmp, *extra)
+
+
+def _spawn(
+    log: Any, pool: str, bootstrap: str, store: str, member: str, tmp: Path, *extra: str
+) -> subprocess.Popen[bytes]:
+    return fleet_process(
+        "pool",
+        "run",
+        "--pool",
+        pool,
+        "--bootstrap",
+        bootstrap,
+        "--store-url",
+        store,
+        "--member",
+        member,
+        "--events",
+        str(tmp / "events.jsonl"),
+        *extra,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+@dataclass(frozen=True)
+class Effect:
+    event_id: str
+    partition: int
+    member: str
+    started_ms: int
+    ended_ms: int
+    reused: bool
+
+
+def effects(store: str) -> list[Effect]:
+    engine = sa.create_engine(store)
+    try:
+        with engine.connect() as conn:
+            if not sa.inspect(conn).has_table(effects_table.name):
+                return []
+            rows = conn.execute(
+                sa.select(
+                    effects_table.c.event_id,
+                    effects_table.c.partition,
+                    effects_table.c.member,
+                    effects_table.c.started_ms,
+                    effects_table.c.ended_ms,
+                    effects_table.c.reused,
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    return [Effect(*r) for r in rows]
+
+
+def events(tmp: Path) -> list[dict[str, object]]:
+    path = tmp / "events.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by kill -9
+    return out
+
+
+def wait_for(cond: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.25)
+
+
+def settled(bootstrap: str, pool: str, members: int) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            st: PoolStatus = pool_status(bootstrap, pool)
+        except BrokerError:  # e.g. COORDINATOR_LOAD_IN_PROGRESS on a busy shared broker
+            return False
+        owned = sorted(p for ps in st.members.values() for p in ps)
+        return (
+            st.state == "STABLE"
+            and len(st.members) == members
+            and owned == sorted(r.partition for r in st.partitions)
+        )
+
+    return check
+
+
+def stop(proc: subprocess.Popen[bytes], *, timeout: float = 60) -> int:
+    proc.terminate()
+    return proc.wait(timeout=timeout)

@@ -1,0 +1,182 @@
+"""Worker pools on the real broker, members as processes (issue 10; seed 001).
+
+Every effect row carries the step's partition, member, start and end, so these tests check from
+the store that no partition ran two steps at once and that no event took effect twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.topology import ensure_pool_topic
+from pipeline.pool.status import pool_status
+from pipeline.pool.submit import submit
+from pipeline.testing import BrokerHandle, unique_name
+
+from .pool_members import effects, events, settled, start_member, stop, wait_for
+
+pytestmark = pytest.mark.kafka
+
+FAST_GROUP = ("--session-timeout-ms", "6000")
+
+
+def _pool(bootstrap: str, partitions: int) -> tuple[str, str]:
+    pool = unique_name("pool").replace(".", "-")
+    ensure_pool_topic(bootstrap, TopicNames(), pool, partitions=partitions)
+    return pool, TopicNames().pool(pool)
+
+
+def _lines(n: int, start: int = 0, keys: int = 64) -> list[str]:
+    return [f'k{i % keys}\t{{"n": {i}}}' for i in range(start, start + n)]
+
+
+def _no_overlap_per_partition(rows: list) -> dict[int, float]:
+    """Asserts no two steps of one partition overlapped (whatever member ran them); returns the
+    longest gap between consecutive steps per partition, in seconds."""
+    by_part: dict[int, list] = defaultdict(list)
+    for e in rows:
+        by_part[e.partition].append(e)
+    gaps: dict[int, float] = {}
+    for p, steps in by_part.items():
+        steps.sort(key=lambda e: e.started_ms)
+        longest = 0.0
+        for prev, nxt in itertools.pairwise(steps):
+            assert nxt.started_ms >= prev.ended_ms, (
+                f"partition {p}: {prev.member} ran until {prev.ended_ms} but "
+                f"{nxt.member} started at {nxt.started_ms}"
+            )
+            longest = max(longest, (nxt.started_ms - prev.ended_ms) / 1000)
+        gaps[p] = longest
+    return gaps
+
+
+@pytest.mark.slow
+def test_a_step_longer_than_max_poll_interval_causes_no_rebalance(
+    kafka: BrokerHandle, tmp_path: Path
+) -> None:
+    """Seed 001 scenario 2: slow processing must not trigger a rebalance. The member keeps
+    polling while an 8 s step runs against a 6 s max.poll.interval.ms: the step runs once, is
+    committed, and the member is never evicted (no duplicate run, no MAXPOLL in its log)."""
+    pool, _topic = _pool(kafka.bootstrap, 2)
+    store = f"sqlite:///{tmp_path / 'pool.sqlite'}"
+    m = start_member(
+        tmp_path, pool, kafka.bootstrap, store, "m1", "--sleep", "8",
+        "--max-poll-interval-ms", "6000", *FAST_GROUP,
+    )  # fmt: skip
+    try:
+        wait_for(settled(kafka.bootstrap, pool, 1), timeout=60, what="the member to join")
+        submit(kafka.bootstrap, TopicNames().pool(pool), ["a\tone", "b\ttwo", "a\tthree"])
+        wait_for(lambda: len(effects(store)) == 3, timeout=90, what="three slow steps")
+        st = pool_status(kafka.bootstrap, pool)
+        assert st.total_lag == 0
+        assert list(st.members) == ["m1"]
+    finally:
+        assert stop(m) == 0
+    runs = [e for e in events(tmp_path) if e["kind"] == "start"]
+    assert len(runs) == 3, runs  # nothing was redelivered: no eviction happened
+    log = (tmp_path / "m1.log").read_text()
+    assert "MAXPOLL" not in log and "max.poll.interval" not in log.lower(), log
+
+
+@pytest.mark.slow
+def test_kill_9_one_of_four_members_moves_its_partitions_with_no_duplicate_effect(
+    kafka: BrokerHandle, tmp_path: Path
+) -> None:
+    """Seed 001 scenario 1 (a worker crashes mid-batch): the offset is committed only after
+    processing, so the killed member's partitions move and its uncommitted records (at most
+    --max-poll-records) are redelivered; the dedupe row and the stored result make the effect
+    land once."""
+    pool, topic = _pool(kafka.bootstrap, 8)
+    store = f"sqlite:///{tmp_path / 'pool.sqlite'}"
+    args = ("--sleep", "0.2", "--max-poll-records", "6", *FAST_GROUP)
+    members = {
+        f"m{i}": start_member(tmp_path, pool, kafka.bootstrap, store, f"m{i}", *args)
+        for i in range(4)
+    }
+    try:
+        wait_for(settled(kafka.bootstrap, pool, 4), timeout=90, what="four members")
+        total = 240
+        submit(kafka.bootstrap, topic, _lines(total))
+        wait_for(lambda: len(effects(store)) >= total // 3, timeout=120, what="a third done")
+        victim = members.pop("m2")
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=10)
+        wait_for(lambda: len(effects(store)) >= total, timeout=240, what="every effect")
+        wait_for(settled(kafka.bootstrap, pool, 3), timeout=60, what="three members")
+        st = pool_status(kafka.bootstrap, pool)
+        assert "m2" not in st.members
+        assert st.total_lag == 0
+    finally:
+        for proc in members.values():
+            stop(proc)
+    rows = effects(store)
+    per_event = Counter(e.event_id for e in rows)
+    assert len(per_event) == total
+    assert max(per_event.values()) == 1, "an event took effect twice"
+    _no_overlap_per_partition(rows)
+    log = events(tmp_path)
+    started = Counter(str(e["event_id"]) for e in log if e["kind"] == "start")
+    redelivered = sum(n - 1 for n in started.values())
+    assert 1 <= redelivered <= 6, started.most_common(8)  # its uncommitted records, at most 6
+    reused = sum(1 for e in log if e["kind"] in ("reused", "duplicate"))
+    print(f"\nkill -9: redelivered {redelivered} (bound 6), reused/duplicate {reused}")
+
+
+@pytest.mark.slow
+def test_scale_one_to_four_and_back_under_load_cooperative_sticky(
+    kafka: BrokerHandle, tmp_path: Path
+) -> None:
+    """Issue 10: scaling 1 -> 4 -> 1 under load with cooperative-sticky never runs one
+    partition on two members at once (the revoke rule: a partition goes only after its
+    in-flight step ended and its offset was committed) and applies no effect twice. The longest
+    gap between steps per partition is printed (the rebalance's pause, measured)."""
+    pool, topic = _pool(kafka.bootstrap, 8)
+    store = f"sqlite:///{tmp_path / 'pool.sqlite'}"
+    args = ("--sleep", "0.25", "--assignment", "cooperative-sticky", *FAST_GROUP)
+    first = start_member(tmp_path, pool, kafka.bootstrap, store, "m0", *args)
+    extra = {}
+    stop_load = threading.Event()
+    sent = [0]
+
+    def load() -> None:  # 16 records/s, under one member's capacity of 8 / 0.25 = 32/s
+        while not stop_load.is_set():
+            submit(kafka.bootstrap, topic, _lines(8, start=sent[0]))
+            sent[0] += 8
+            time.sleep(0.5)
+
+    loader = threading.Thread(target=load, daemon=True)
+    try:
+        wait_for(settled(kafka.bootstrap, pool, 1), timeout=60, what="m0 to join")
+        loader.start()
+        time.sleep(3)
+        for i in (1, 2, 3):
+            extra[f"m{i}"] = start_member(tmp_path, pool, kafka.bootstrap, store, f"m{i}", *args)
+        wait_for(settled(kafka.bootstrap, pool, 4), timeout=90, what="four members")
+        time.sleep(3)
+        for name in list(extra):
+            assert stop(extra.pop(name)) == 0  # graceful: finish, commit, leave
+        wait_for(settled(kafka.bootstrap, pool, 1), timeout=90, what="back to one member")
+        time.sleep(2)
+        stop_load.set()
+        loader.join(timeout=30)
+        wait_for(lambda: len(effects(store)) >= sent[0], timeout=120, what="every effect")
+    finally:
+        stop_load.set()
+        for proc in extra.values():
+            stop(proc)
+        stop(first)
+    rows = effects(store)
+    per_event = Counter(e.event_id for e in rows)
+    assert len(per_event) == sent[0]
+    assert max(per_event.values()) == 1, "an event took effect twice"
+    assert {e.member for e in rows} >= {"m0", "m1"}, "the scale-out never took work"
+    gaps = _no_overlap_per_partition(rows)
+    print("\nlongest gap per partition (s):", {p: round(g, 2) for p, g in sorted(gaps.items())})
