@@ -1,0 +1,279 @@
+"""From a run's raw observations to measured numbers, set beside the model's (pure).
+
+Inputs: the ticks (lag per partition, assignment, CPU), the step log (one line per executed
+step: seq, member, partition, start, end, scheduled step time) and the producer's stats. All
+times here are scenario seconds except where a name says ``wall``.
+
+What "measured" means for each quantity, and why, is in ``docs/lab.md``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import formulas as f
+from .model import Prediction
+from .observe import Tick
+from .scenario import Scenario
+
+TOLERANCE = 0.10  # acceptance: measured within +-10% of predicted
+CPU_SATURATED = 0.90  # busy share of all cores above which the machine is the bottleneck
+STEP_OVERHEAD = 0.10  # steps taking 10% longer than scheduled: the machine, not the model
+PRODUCER_SHORTFALL = 0.05  # producing 5% under the arrival rate
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    seq: int
+    member: str
+    partition: int
+    t0: float  # scenario seconds
+    t1: float
+    scheduled_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    quantity: str
+    predicted: Any
+    measured: Any
+    ratio: float | None
+    ok: bool | None  # None: not comparable in this run (reported, not judged)
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Analysis:
+    rows: list[Row]
+    machine_bound: list[str]  # reasons; empty when the model, not the machine, decided
+    series: dict[str, list[float]] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def consumed_series(ticks: Sequence[Tick]) -> tuple[list[float], list[float]]:
+    """(times, consume rate) between consecutive ticks, from committed offsets."""
+    times, rates = [], []
+    for a, b in itertools.pairwise(ticks):
+        dt = b.t - a.t
+        if dt <= 0:
+            continue
+        moved = sum(
+            max(0, max(cb, 0) - max(ca, 0)) for ca, cb in zip(a.committed, b.committed, strict=True)
+        )
+        times.append(b.t)
+        rates.append(moved / dt)
+    return times, rates
+
+
+def _committed_total(t: Tick) -> int:
+    return sum(max(0, c) for c in t.committed)
+
+
+def _rate_between(a: Tick, b: Tick) -> float | None:
+    return None if b.t <= a.t else (_committed_total(b) - _committed_total(a)) / (b.t - a.t)
+
+
+def in_flight_series(steps: Sequence[Step], times: Sequence[float]) -> list[float]:
+    """Steps running at each time (a point sample of the step log)."""
+    return [float(sum(1 for s in steps if s.t0 <= t < s.t1)) for t in times]
+
+
+def _drain(
+    ticks: Sequence[Tick], start: float, baseline: float
+) -> tuple[float | None, Tick | None, Tick | None]:
+    """Seconds from ``start`` until total lag is back at ``baseline``; also the first tick with
+    progress (the group rejoined) and the tick where the drain ended."""
+    after = [t for t in ticks if t.t >= start]
+    if not after:
+        return None, None, None
+    first = after[0]
+    rejoined = next((t for t in after if _committed_total(t) > _committed_total(first)), None)
+    for t in after:
+        if rejoined is not None and t.t >= rejoined.t and sum(t.lag) <= baseline:
+            return t.t - start, rejoined, t
+    return None, rejoined, None
+
+
+def _row(q: str, predicted: float | None, measured: float | None, note: str = "") -> Row:
+    r = f.ratio(measured, predicted)
+    ok = None if r is None else abs(r - 1.0) <= TOLERANCE
+    return Row(quantity=q, predicted=predicted, measured=measured, ratio=r, ok=ok, note=note)
+
+
+def analyse(
+    s: Scenario,
+    p: Prediction,
+    ticks: Sequence[Tick],
+    steps: Sequence[Step],
+    producer: dict[str, Any],
+) -> Analysis:
+    rows: list[Row] = []
+    facts: dict[str, Any] = {}
+    full = [t for t in ticks if t.members_up == s.members.count and t.assignment]
+    # assignment: the last snapshot with every member up and every partition owned
+    settled = [
+        t
+        for t in full
+        if sorted(p_ for ps in t.assignment.values() for p_ in ps) == list(range(s.partitions))
+        and len(t.assignment) == s.members.count
+    ]
+    if settled:
+        measured_counts = sorted((len(v) for v in settled[-1].assignment.values()), reverse=True)
+        rows.append(
+            Row(
+                quantity="partitions per member",
+                predicted=p.counts,
+                measured=measured_counts,
+                ratio=None,
+                ok=measured_counts == p.counts,
+                note="exact",
+            )
+        )
+        facts["assignment"] = settled[-1].assignment
+    else:
+        rows.append(
+            Row(
+                quantity="partitions per member",
+                predicted=p.counts,
+                measured=None,
+                ratio=None,
+                ok=False,
+                note="no settled assignment was observed",
+            )
+        )
+    outage_windows = [(o.at_s, o.at_s + o.duration_s) for o in s.outages]
+    # steady state: members up, outside outages, second half of what precedes the first fault
+    first_fault = min([o.at_s for o in s.outages] + [r.at_s for r in s.restarts] + [s.duration_s])
+    steady = [
+        t
+        for t in ticks
+        if first_fault * 0.3 <= t.t <= first_fault and t.members_up == s.members.count
+    ]
+    if not s.lag.initial and len(steady) >= 2 and p.utilisation < 1:
+        rows.append(
+            _row(
+                "throughput at offered load (events/s)",
+                p.throughput,
+                _rate_between(steady[0], steady[-1]),
+            )
+        )
+        times = [t.t for t in steady]
+        inflight = in_flight_series(steps, times)
+        if steps:
+            rows.append(_row("in flight (Little's law)", p.in_flight, statistics.fmean(inflight)))
+    # "drained" = total lag back to its steady level (90th percentile before the first fault,
+    # which holds the records in flight and not yet committed) plus 1% of the peak backlog
+    steady_lag = sorted(sum(t.lag) for t in steady)
+    peak = max((sum(t.lag) for t in ticks), default=0)
+    baseline = (steady_lag[int(0.9 * (len(steady_lag) - 1))] if steady_lag else 0) + max(
+        1.0, 0.01 * peak
+    )
+    facts["baseline_lag"] = baseline
+    drain_starts: list[tuple[str, float, float]] = []  # (label, start, predicted)
+    for o, (_, end) in zip(p.outages, outage_windows, strict=True):
+        drain_starts.append((f"drain after outage at {o.at_s:g} s (s)", end, o.drain_s))
+    if s.lag.initial and p.lag_drain_s is not None:
+        drain_starts.append(("initial lag drain (s)", 0.0, p.lag_drain_s))
+    for label, start, predicted in drain_starts:
+        took, rejoined, done = _drain(ticks, start, baseline)
+        if math.isinf(predicted):
+            end_lag = sum(ticks[-1].lag) if ticks else 0
+            drained = took is not None
+            rows.append(
+                Row(
+                    quantity=label,
+                    predicted="never",
+                    measured=took if drained else "not drained",
+                    ratio=None,
+                    ok=not drained,
+                    note=f"lag at the end of the run: {end_lag}",
+                )
+            )
+        else:
+            note = ""
+            if rejoined is not None:
+                note = f"first progress {rejoined.t - start:.1f} s after the restart (rejoin)"
+            if took is None:  # predicted to drain, and did not by the end of the run: a miss
+                rows.append(
+                    Row(
+                        quantity=label,
+                        predicted=predicted,
+                        measured="not drained",
+                        ratio=None,
+                        ok=False,
+                        note=note,
+                    )
+                )
+            else:
+                rows.append(_row(label, predicted, took, note))
+        if rejoined is not None and done is not None and done.t > rejoined.t:
+            sat = _rate_between(rejoined, done)
+            rows.append(
+                _row(
+                    "throughput at saturation (events/s)",
+                    p.capacity,
+                    sat,
+                    "mean consume rate while the backlog drained",
+                )
+            )
+    duplicates = sum(n - 1 for n in Counter(st.seq for st in steps).values() if n > 1)
+    facts["duplicates"] = duplicates
+    if s.outages or s.restarts:
+        closeness = duplicates / p.duplicates_bound if p.duplicates_bound else None
+        rows.append(
+            Row(
+                quantity="redelivered steps (bound)",
+                predicted=p.duplicates_bound,
+                measured=duplicates,
+                ratio=closeness,
+                ok=duplicates <= p.duplicates_bound,
+                note="ratio = how close to the bound",
+            )
+        )
+    return Analysis(
+        rows=rows, machine_bound=machine_verdict(s, ticks, steps, producer, facts), facts=facts
+    )
+
+
+def machine_verdict(
+    s: Scenario,
+    ticks: Sequence[Tick],
+    steps: Sequence[Step],
+    producer: dict[str, Any],
+    facts: dict[str, Any],
+) -> list[str]:
+    """Reasons the machine, not the model, decided the result (empty: the model did)."""
+    reasons: list[str] = []
+    busy = sorted(t.cpu_busy for t in ticks if t.cpu_busy is not None)
+    if busy:
+        p90 = busy[int(0.9 * (len(busy) - 1))]
+        facts["cpu_busy_p90"] = p90
+        if p90 >= CPU_SATURATED:
+            reasons.append(f"CPU saturated: 90th percentile busy share {p90:.0%} of all cores")
+    if steps:
+        overheads = [(st.t1 - st.t0) / st.scheduled_s - 1.0 for st in steps if st.scheduled_s > 0]
+        if overheads:
+            mean = statistics.fmean(overheads)
+            facts["step_overhead"] = mean
+            if mean > STEP_OVERHEAD:
+                reasons.append(
+                    f"steps ran {mean:.0%} longer than scheduled (sleep overshoot, contention)"
+                )
+    rate = producer.get("produced_rate")
+    if rate is not None and s.arrival.mean_rate > 0:
+        short = 1.0 - rate / s.arrival.mean_rate
+        facts["producer_shortfall"] = short
+        if short > PRODUCER_SHORTFALL:
+            reasons.append(f"producer fell {short:.0%} behind the arrival rate")
+    late = producer.get("late_p99_s")
+    if late is not None and late > 0.5 * s.wall(s.step.mean_s):
+        reasons.append(
+            f"producer sends were up to {late * 1000:.0f} ms late (p99), over half a step"
+        )
+    return reasons
