@@ -36,6 +36,7 @@ class Step:
     t0: float  # scenario seconds
     t1: float
     scheduled_s: float
+    poison: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,7 +223,9 @@ def analyse(
                     "mean consume rate while the backlog drained",
                 )
             )
-    duplicates = sum(n - 1 for n in Counter(st.seq for st in steps).values() if n > 1)
+    rows += _poison_rows(s, p, steps, ticks)
+    rows.append(_rebalance_row(s, ticks))
+    duplicates = sum(n - 1 for n in Counter(st.seq for st in steps if not st.poison).values() if n > 1)
     facts["duplicates"] = duplicates
     if s.outages or s.restarts:
         closeness = duplicates / p.duplicates_bound if p.duplicates_bound else None
@@ -238,6 +241,73 @@ def analyse(
         )
     return Analysis(
         rows=rows, machine_bound=machine_verdict(s, ticks, steps, producer, facts), facts=facts
+    )
+
+
+def _poison_rows(
+    s: Scenario, p: Prediction, steps: Sequence[Step], ticks: Sequence[Tick]
+) -> list[Row]:
+    """The poison record's partition stall: first attempt's start to last attempt's end."""
+    tries = sorted((st for st in steps if st.poison), key=lambda st: st.t0)
+    if s.poison is None or p.poison_stall_s is None:
+        return []
+    if len(tries) < 2:
+        return [
+            Row(
+                quantity="poison stall (s)",
+                predicted=p.poison_stall_s,
+                measured=None,
+                ratio=None,
+                ok=False,
+                note=f"{len(tries)} attempt(s) seen in the step log",
+            )
+        ]
+    attempts_time = sum(st.t1 - st.t0 for st in tries)
+    stall = tries[-1].t1 - tries[0].t0 - (0.0 if s.poison.count_attempts else attempts_time)
+    behind = max(
+        (t.lag[tries[0].partition] for t in ticks if tries[0].t0 <= t.t <= tries[-1].t1), default=0
+    )
+    return [
+        _row("poison stall (s)", p.poison_stall_s, stall, f"{len(tries)} attempts"),
+        Row(
+            quantity="events behind the poison record",
+            predicted=p.poison_events_behind,
+            measured=behind,
+            ratio=f.ratio(float(behind), p.poison_events_behind),
+            ok=None,
+            note="peak lag of its partition (small counts: reported, not judged)",
+        ),
+    ]
+
+
+def _rebalance_row(s: Scenario, ticks: Sequence[Tick]) -> Row:
+    """Assignment changes while every member was up and no fault was due: a member that keeps
+    polling through slow steps causes none (seed 001 scenario 2)."""
+    faults = [(o.at_s, o.at_s + o.duration_s) for o in s.outages] + [
+        (r.at_s, r.at_s) for r in s.restarts
+    ]
+    changes = 0
+    last: dict[str, list[int]] | None = None
+    for t in ticks:
+        if t.members_up != s.members.count or not t.assignment:
+            last = None
+            continue
+        # a fault's own rebalance (and the settling after it) is expected: 30 scenario s or
+        # two session timeouts, whichever is longer
+        grace = max(30.0, 2 * s.members.session_timeout_ms / 1000.0 / s.time_scale)
+        if any(a <= t.t <= b + grace for a, b in faults):
+            last = None
+            continue
+        if last is not None and t.assignment != last:
+            changes += 1
+        last = t.assignment
+    return Row(
+        quantity="rebalances without a fault",
+        predicted=0,
+        measured=changes,
+        ratio=None,
+        ok=changes == 0,
+        note="assignment changes seen while every member was up",
     )
 
 

@@ -57,7 +57,7 @@ def write_plots(
 
     seen: set[int] = set()
     dup_t, dup_n, n = [0.0], [0], 0
-    for st in sorted(steps, key=lambda x: x.t0):
+    for st in sorted((x for x in steps if not x.poison), key=lambda x: x.t0):
         if st.seq in seen:
             n += 1
             dup_t.append(st.t0)

@@ -92,6 +92,7 @@ def read_steps(out: Path, start: float, scale: float) -> list[Step]:
                     t0=(d["t0"] - start) / scale,
                     t1=(d["t1"] - start) / scale,
                     scheduled_s=float(d["scheduled_s"]),
+                    poison=bool(d.get("poison")),
                 )
             )
     return steps

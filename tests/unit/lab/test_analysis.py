@@ -127,3 +127,34 @@ def test_arrivals_are_even_and_seeded() -> None:
     pre = [e for e in events(lag) if e.prefill]
     assert [sum(1 for e in pre if e.partition == p) for p in range(3)] == [50, 0, 160]
     assert list(events(lag))[:5] == list(events(lag))[:5]
+
+
+def test_poison_stall_measured_from_its_attempts() -> None:
+    """Seed 001 scenario 3: attempts at 0, 1, 3, 7, 15, 31 s (backoffs 1..16) stall 31 s."""
+    s = load_scenario(EXAMPLES / "poison.toml")
+    starts = [100.0, 101.0, 103.0, 107.0, 115.0, 131.0]
+    tries = [
+        Step(seq=7, member="m00", partition=0, t0=t, t1=t, scheduled_s=0.2, poison=True)
+        for t in starts
+    ]
+    a = analyse(s, predict(s), fluid_ticks(s), tries, {})
+    rows = {r.quantity: r for r in a.rows}
+    assert rows["poison stall (s)"].measured == pytest.approx(31.0) and rows["poison stall (s)"].ok
+
+
+def test_a_rebalance_without_a_fault_is_counted() -> None:
+    """Seed 001 scenario 2: a member that keeps polling is never dropped; an assignment change
+    while everyone is up and no fault is due is what a blown max.poll.interval looks like."""
+    s = load_scenario(EXAMPLES / "slow_batch.toml")
+    ticks = fluid_ticks(s)
+    assert {r.quantity: r for r in analyse(s, predict(s), ticks, [], {}).rows}[
+        "rebalances without a fault"
+    ].measured == 0
+    moved = [
+        Tick(**{**t.__dict__, "assignment": {"m00": [0, 1]}}) if 400 <= t.t < 450 else t
+        for t in ticks
+    ]
+    row = {r.quantity: r for r in analyse(s, predict(s), moved, [], {}).rows}[
+        "rebalances without a fault"
+    ]
+    assert row.measured == 2 and row.ok is False
