@@ -225,7 +225,9 @@ def analyse(
             )
     rows += _poison_rows(s, p, steps, ticks)
     rows.append(_rebalance_row(s, ticks))
-    duplicates = sum(n - 1 for n in Counter(st.seq for st in steps if not st.poison).values() if n > 1)
+    duplicates = sum(
+        n - 1 for n in Counter(st.seq for st in steps if not st.poison).values() if n > 1
+    )
     facts["duplicates"] = duplicates
     if s.outages or s.restarts:
         closeness = duplicates / p.duplicates_bound if p.duplicates_bound else None
