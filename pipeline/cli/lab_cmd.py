@@ -51,9 +51,11 @@ def run(
     lag per partition, and write report.md, report.json and PNG plots beside the prediction."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from pipeline.lab.runner import require_pool_command
     from pipeline.lab.runner import run as run_scenario
 
     s = load_scenario(scenario)
+    require_pool_command()
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

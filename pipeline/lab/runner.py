@@ -61,6 +61,22 @@ def _settled(tick: Tick, s: Scenario) -> bool:
     return owned == list(range(s.partitions)) and len(tick.assignment) == s.members.count
 
 
+def pool_command_available() -> bool:
+    """True when this build has ``fleet pool run`` (the members the lab starts)."""
+    from pipeline.cli.main import app
+
+    return any(g.name == "pool" for g in app.registered_groups)
+
+
+def require_pool_command() -> None:
+    if not pool_command_available():
+        raise ConfigError(
+            "fleet lab run starts pool members with 'python -m pipeline pool run', which this "
+            "build does not have (issue 10, worker pools); 'fleet lab predict' works without it",
+            reason=LabReason.RUN_FAILED,
+        )
+
+
 def _wait_settled(
     s: Scenario, observer: Observer, members: Members, out: Path, tick_s: float, timeout_s: float
 ) -> None:
@@ -108,6 +124,7 @@ def run(
     settle_timeout_s: float = 60.0,
     progress: Progress | None = None,
 ) -> tuple[Analysis, dict[str, Any]]:
+    require_pool_command()
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.toml").write_bytes(source.read_bytes())  # the producer reads this copy
     note = progress or (lambda _t, _what: None)

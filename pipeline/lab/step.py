@@ -22,8 +22,16 @@ class PoisonStep(Exception):
 _lock = threading.Lock()
 
 
-def run_step(value: bytes | None, *, partition: int = -1, offset: int = -1) -> dict[str, Any]:
-    """Sleep ``step_s x FLEET_LAB_TIME_SCALE``; append one JSON line to ``FLEET_LAB_STEP_LOG``."""
+def run_step(record: Any, *_: Any, partition: int = -1, offset: int = -1) -> dict[str, Any]:
+    """Sleep ``step_s x FLEET_LAB_TIME_SCALE``; append one JSON line to ``FLEET_LAB_STEP_LOG``.
+
+    ``record`` is a :class:`pipeline.runtime.record.Record` (or anything with ``value``,
+    ``partition`` and ``offset``) or the raw value bytes; extra positional arguments (a
+    transaction, a context) are ignored: the simulated step has no effect to stage."""
+    if isinstance(record, bytes | bytearray) or record is None:
+        value = record
+    else:  # bytes has a .partition method: only a record-like object is asked for its fields
+        value, partition, offset = record.value, int(record.partition), int(record.offset)
     event = json.loads(value or b"{}")
     scale = float(os.environ.get("FLEET_LAB_TIME_SCALE", "1"))
     t0 = time.time()

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from pipeline.cli.main import app
 from pipeline.lab.loader import load_scenario
 from pipeline.lab.observe import Observer
+from pipeline.lab.runner import pool_command_available
 from pipeline.testing import BrokerHandle, fleet_process
 
 pytestmark = pytest.mark.kafka
@@ -42,8 +43,11 @@ initial = [5, 0, 7, 0, 0, 1]
 """
 
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "lab"
+
+
 def _pool_command_exists() -> bool:
-    return any(g.name == "pool" for g in app.registered_groups)
+    return pool_command_available()
 
 
 def test_producer_keeps_the_schedule_and_the_observer_reads_its_lag(
@@ -103,3 +107,21 @@ def test_lab_run_matches_assignment_exactly_and_throughput_within_tolerance(
     assert throughput["predicted"] == 3.0
     assert 0.9 <= throughput["ratio"] <= 1.1, throughput
     assert {"lag.png", "throughput.png", "report.md"} <= {p.name for p in out.iterdir()}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _pool_command_exists(), reason="needs 'fleet pool run' (pools branch)")
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.stem)
+def test_shipped_scenario_agrees_with_the_model(
+    kafka: BrokerHandle, tmp_path: Path, path: Path
+) -> None:
+    """Issue 10 acceptance on each seed 001 scenario: assignment exactly, throughput and drain
+    within 10%, redelivered within the bound (a failure shows whether the machine decided it)."""
+    out = tmp_path / path.stem
+    result = CliRunner().invoke(
+        app, ["lab", "run", str(path), "--out", str(out), "-b", kafka.bootstrap]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    failed = [r for r in report["comparison"] if r["ok"] is False]
+    assert not failed, (failed, "machine-bound:", report["machine_bound"])
