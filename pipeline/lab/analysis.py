@@ -121,7 +121,8 @@ def analyse(
     settled = [
         t
         for t in full
-        if sorted(p_ for ps in t.assignment.values() for p_ in ps) == list(range(s.partitions))
+        if t.group_state == "STABLE"
+        and sorted(p_ for ps in t.assignment.values() for p_ in ps) == list(range(s.partitions))
         and len(t.assignment) == s.members.count
     ]
     if settled:

@@ -24,6 +24,7 @@ class Tick:
     lag: list[int]
     lag_seconds: list[float]
     assignment: dict[str, list[int]]
+    group_state: str  # the coordinator's view: STABLE, PREPARING_REBALANCE, ...
     members_up: int
     cpu_busy: float | None
 
@@ -54,6 +55,7 @@ class Observer:
         log_end = [ends.get((self._topic, p), (0, 0))[1] for p in range(self._n)]
         lag = [rows[p].lag_messages if p in rows else log_end[p] for p in range(self._n)]
         seconds = [rows[p].lag_seconds if p in rows else 0.0 for p in range(self._n)]
+        state, assignment = self._assignment()
         return Tick(
             t=t,
             wall=time.time(),
@@ -61,17 +63,18 @@ class Observer:
             log_end=log_end,
             lag=lag,
             lag_seconds=seconds,
-            assignment=self._assignment(),
+            assignment=assignment,
+            group_state=state,
             members_up=members_up,
             cpu_busy=self._cpu.busy(),
         )
 
-    def _assignment(self) -> dict[str, list[int]]:
+    def _assignment(self) -> tuple[str, dict[str, list[int]]]:
         try:
             (fut,) = self._admin.describe_consumer_groups([self._group], request_timeout=5).values()
             desc = fut.result(timeout=10)
         except (KafkaException, TimeoutError):
-            return {}
+            return "UNKNOWN", {}
         out: dict[str, list[int]] = {}
         for m in desc.members:
             name = m.group_instance_id or m.client_id or m.member_id
@@ -81,7 +84,7 @@ class Observer:
                 if tp.topic == self._topic
             ]
             out[str(name)] = sorted(parts)
-        return out
+        return str(getattr(desc.state, "name", desc.state)), out
 
     def close(self) -> None:
         self._reader.close()

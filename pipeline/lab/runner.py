@@ -54,11 +54,25 @@ def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     for f in fut.values():
         f.result(timeout=30)
+    # a just-created topic's leaders take a moment to show in metadata: wait (bounded), or the
+    # first lag reads fail with NOT_LEADER_FOR_PARTITION
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        md = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+        if md and md.error is None and len(md.partitions) == partitions:
+            if all(pm.leader >= 0 for pm in md.partitions.values()):
+                return
+        time.sleep(0.2)
 
 
-def _settled(tick: Tick, s: Scenario) -> bool:
+def settled(tick: Tick, s: Scenario) -> bool:
+    """The coordinator says STABLE, every member is in the group, every partition is owned once."""
     owned = sorted(p for ps in tick.assignment.values() for p in ps)
-    return owned == list(range(s.partitions)) and len(tick.assignment) == s.members.count
+    return (
+        tick.group_state == "STABLE"
+        and owned == list(range(s.partitions))
+        and len(tick.assignment) == s.members.count
+    )
 
 
 def pool_command_available() -> bool:
@@ -80,9 +94,16 @@ def require_pool_command() -> None:
 def _wait_settled(
     s: Scenario, observer: Observer, members: Members, out: Path, tick_s: float, timeout_s: float
 ) -> None:
-    """Every member up and every partition owned, before the first event is produced."""
+    """Every member up and every partition owned, unchanged for two seconds (a group that is
+    still joining hands everything to its first member for a moment), before the first event."""
     deadline = time.time() + timeout_s
-    while not _settled(observer.tick(t=0.0, members_up=members.up()), s):
+    same_since, last = time.time(), None
+    while True:
+        tick = observer.tick(t=0.0, members_up=members.up())
+        if tick.assignment != last:
+            same_since, last = time.time(), tick.assignment
+        if settled(tick, s) and time.time() - same_since >= 2.0:
+            return
         if time.time() > deadline or members.died():
             raise ConfigError(
                 f"the pool group never settled (members died: {members.died()}); see "
@@ -107,7 +128,7 @@ def read_steps(out: Path, start: float, scale: float) -> list[Step]:
                     partition=int(d["partition"]),
                     t0=(d["t0"] - start) / scale,
                     t1=(d["t1"] - start) / scale,
-                    scheduled_s=float(d["scheduled_s"]),
+                    scheduled_s=float(d["scheduled_s"]) / scale,  # the log holds wall seconds
                     poison=bool(d.get("poison")),
                 )
             )

@@ -43,6 +43,7 @@ def fluid_ticks(s: Scenario, *, cpu: float = 0.5, rejoin_s: float = 0.0) -> list
                 lag=[int(e) - int(c) for e, c in zip(end, done, strict=True)],
                 lag_seconds=[0.0] * n,
                 assignment={} if down else plan,
+                group_state="EMPTY" if down else "STABLE",
                 members_up=0 if down else s.members.count,
                 cpu_busy=cpu,
             )
