@@ -59,9 +59,9 @@ def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     deadline = time.time() + 30
     while time.time() < deadline:
         md = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
-        if md and md.error is None and len(md.partitions) == partitions:
-            if all(pm.leader >= 0 for pm in md.partitions.values()):
-                return
+        ready = md is not None and md.error is None and len(md.partitions) == partitions
+        if ready and all(pm.leader >= 0 for pm in md.partitions.values()):
+            return
         time.sleep(0.2)
 
 
