@@ -60,7 +60,7 @@ def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     while time.time() < deadline:
         md = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
         ready = md is not None and md.error is None and len(md.partitions) == partitions
-        if ready and all(pm.leader >= 0 for pm in md.partitions.values()):
+        if ready and md is not None and all(pm.leader >= 0 for pm in md.partitions.values()):
             return
         time.sleep(0.2)
 
