@@ -17,7 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    NewTopic,
+    OffsetSpec,
+)
 
 from pipeline.errors import ConfigError
 from pipeline.kafka.topics import TopicNames
@@ -54,15 +59,18 @@ def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     for f in fut.values():
         f.result(timeout=30)
-    # a just-created topic's leaders take a moment to show in metadata: wait (bounded), or the
-    # first lag reads fail with NOT_LEADER_FOR_PARTITION
+    # a just-created topic's leaders take a moment to answer (NOT_LEADER_FOR_PARTITION from
+    # ListOffsets): wait, bounded, until every partition's offsets can be read
     deadline = time.time() + 30
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    request = {TopicPartition(topic, p): latest for p in range(partitions)}
     while time.time() < deadline:
-        md = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
-        ready = md is not None and md.error is None and len(md.partitions) == partitions
-        if ready and md is not None and all(pm.leader >= 0 for pm in md.partitions.values()):
+        try:
+            for f in admin.list_offsets(request, request_timeout=5).values():
+                f.result(timeout=10)
             return
-        time.sleep(0.2)
+        except KafkaException:
+            time.sleep(0.2)
 
 
 def settled(tick: Tick, s: Scenario) -> bool:

@@ -4,6 +4,7 @@ covered by tests/integration/test_lab_run.py)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,7 @@ def test_worked_example_fluid_run_agrees_with_the_model(tmp_path: Path) -> None:
     rows = {r.quantity: r for r in a.rows}
     assert rows["partitions per member"].measured == [12, 12, 12, 12]
     assert rows["partitions per member"].ok
-    drain = rows["drain after outage at 60 s (s)"]
+    drain = rows["drain after outage at 120 s (s)"]
     assert drain.measured == pytest.approx(900, rel=0.02) and drain.ok
     assert rows["throughput at saturation (events/s)"].measured == pytest.approx(24, rel=0.02)
     assert rows["redelivered steps (bound)"].measured == 0
@@ -84,7 +85,8 @@ def test_a_slow_rejoin_shows_as_a_longer_drain_and_is_flagged() -> None:
     a = analyse(s, predict(s), fluid_ticks(s, rejoin_s=200), [], {})
     (drain,) = [r for r in a.rows if r.quantity.startswith("drain after")]
     assert drain.ok is False and drain.measured == "not drained"
-    assert "202.0 s after the restart" in drain.note
+    rejoin = float(re.search(r"first progress ([0-9.]+) s", drain.note).group(1))  # type: ignore[union-attr]
+    assert rejoin >= 200
 
 
 def test_never_draining_backlog_is_reported_as_not_drained() -> None:
