@@ -116,39 +116,7 @@ def analyse(
 ) -> Analysis:
     rows: list[Row] = []
     facts: dict[str, Any] = {}
-    full = [t for t in ticks if t.members_up == s.members.count and t.assignment]
-    # assignment: the last snapshot with every member up and every partition owned
-    settled = [
-        t
-        for t in full
-        if t.group_state == "STABLE"
-        and sorted(p_ for ps in t.assignment.values() for p_ in ps) == list(range(s.partitions))
-        and len(t.assignment) == s.members.count
-    ]
-    if settled:
-        measured_counts = sorted((len(v) for v in settled[-1].assignment.values()), reverse=True)
-        rows.append(
-            Row(
-                quantity="partitions per member",
-                predicted=p.counts,
-                measured=measured_counts,
-                ratio=None,
-                ok=measured_counts == p.counts,
-                note="exact",
-            )
-        )
-        facts["assignment"] = settled[-1].assignment
-    else:
-        rows.append(
-            Row(
-                quantity="partitions per member",
-                predicted=p.counts,
-                measured=None,
-                ratio=None,
-                ok=False,
-                note="no settled assignment was observed",
-            )
-        )
+    rows.append(_assignment_row(s, p, ticks, facts))
     outage_windows = [(o.at_s, o.at_s + o.duration_s) for o in s.outages]
     # steady state: members up, outside outages, second half of what precedes the first fault
     first_fault = min([o.at_s for o in s.outages] + [r.at_s for r in s.restarts] + [s.duration_s])
@@ -224,6 +192,7 @@ def analyse(
                     "mean consume rate while the backlog drained",
                 )
             )
+    rows += _moved_rows(s, p, ticks)
     rows += _poison_rows(s, p, steps, ticks)
     rows.append(_rebalance_row(s, ticks))
     duplicates = sum(
@@ -281,6 +250,93 @@ def _poison_rows(
             note="peak lag of its partition (small counts: reported, not judged)",
         ),
     ]
+
+
+def _assignment_row(
+    s: Scenario, p: Prediction, ticks: Sequence[Tick], facts: dict[str, Any]
+) -> Row:
+    """The last snapshot with every member up, the group STABLE and every partition owned."""
+    settled = [
+        t
+        for t in ticks
+        if t.members_up == s.members.count
+        and t.group_state == "STABLE"
+        # every partition owned exactly once (a dict of owners would hide a double owner)
+        and sorted(x for ps in t.assignment.values() for x in ps) == list(range(s.partitions))
+        and len(t.assignment) == s.members.count
+    ]
+    if not settled:
+        return Row(
+            quantity="partitions per member",
+            predicted=p.counts,
+            measured=None,
+            ratio=None,
+            ok=False,
+            note="no settled assignment was observed",
+        )
+    measured = sorted((len(v) for v in settled[-1].assignment.values()), reverse=True)
+    facts["assignment"] = settled[-1].assignment
+    return Row(
+        quantity="partitions per member",
+        predicted=p.counts,
+        measured=measured,
+        ratio=None,
+        ok=measured == p.counts,
+        note="exact",
+    )
+
+
+def _owners(t: Tick) -> dict[int, str]:
+    return {part: m for m, ps in t.assignment.items() for part in ps}
+
+
+def _moved_rows(s: Scenario, p: Prediction, ticks: Sequence[Tick]) -> list[Row]:
+    """Partial outages: partitions whose owner changed, last stable plan before against the
+    first stable plan of the survivors (compared exactly: the assignor is deterministic)."""
+    rows: list[Row] = []
+    for o in p.outages:
+        if len(o.members) == s.members.count:
+            continue
+        whole = list(range(s.partitions))
+        before = [
+            t
+            for t in ticks
+            if t.t < o.at_s and t.group_state == "STABLE" and sorted(_owners(t)) == whole
+        ]
+        during = [
+            t
+            for t in ticks
+            if o.at_s < t.t < o.at_s + o.duration_s
+            and t.group_state == "STABLE"
+            and sorted(_owners(t)) == whole
+            and len(t.assignment) == s.members.count - len(o.members)
+        ]
+        label = f"partitions moved at {o.at_s:g} s"
+        if not before or not during:
+            rows.append(
+                Row(
+                    quantity=label,
+                    predicted=o.moved_partitions,
+                    measured=None,
+                    ratio=None,
+                    ok=False,
+                    note="no stable assignment seen before and during the outage",
+                )
+            )
+            continue
+        old, new = _owners(before[-1]), _owners(during[0])
+        n = sum(1 for part in whole if old[part] != new[part])
+        rows.append(
+            Row(
+                quantity=label,
+                predicted=o.moved_partitions,
+                measured=n,
+                ratio=None,
+                ok=n == o.moved_partitions,
+                note="exact",
+            )
+        )
+    return rows
 
 
 def _rebalance_row(s: Scenario, ticks: Sequence[Tick]) -> Row:

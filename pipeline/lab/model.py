@@ -21,8 +21,8 @@ import math
 from dataclasses import asdict, dataclass
 
 from . import formulas as f
-from .assignors import Plan, assign, counts, member_ids
-from .scenario import Concurrency, Scenario, StopSignal
+from .assignors import Plan, assign, counts, member_ids, moved, sticky_assign
+from .scenario import Assignment, Concurrency, Scenario, StopSignal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +34,9 @@ class OutagePrediction:
     backlog: float
     drain_s: float  # after the members are back; inf = never
     duplicates_bound: int
+    # partial outages: partitions that change owner when the survivors take over (sticky: only
+    # the stopped members'; range/roundrobin recompute the whole plan)
+    moved_partitions: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +186,7 @@ def _outage(
         per_partition = [f.backlog(rate * sh, o.duration_s) for sh in shares]
         drain = _drain_after(s, plan, lanes, per_partition)
         backlog = sum(per_partition)
+        moved_n = 0
     else:
         dead = {ids[i] for i in stopped}
         orphan_share = sum(shares[p] for m in dead for p in plan[m])
@@ -192,7 +196,11 @@ def _outage(
         else:
             detect = min(o.duration_s, s.members.session_timeout_ms / 1000.0)
         survivors = [m for m in ids if m not in dead]
-        surv_plan = assign(s.members.assignment, s.partitions, survivors)
+        if s.members.assignment is Assignment.COOPERATIVE_STICKY:
+            surv_plan = sticky_assign(s.partitions, survivors, previous=plan)
+        else:
+            surv_plan = assign(s.members.assignment, s.partitions, survivors)
+        moved_n = moved(plan, surv_plan)
         surv_cap = f.capacity(sum(lanes_of(s, surv_plan).values()), s.step.mean_s)
         backlog = rate * orphan_share * detect + max(0.0, rate - surv_cap) * (o.duration_s - detect)
         drain = f.drain_seconds(backlog, cap, rate)
@@ -204,4 +212,5 @@ def _outage(
         backlog=backlog,
         drain_s=drain,
         duplicates_bound=f.duplicates_bound(len(stopped), s.members.max_poll_records),
+        moved_partitions=moved_n,
     )

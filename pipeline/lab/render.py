@@ -36,6 +36,7 @@ def prediction_lines(s: Scenario, p: Prediction) -> list[str]:
         lines.append(
             f"outage @{o.at_s:g}s   {who} for {o.duration_s:g} s ({o.signal}): backlog "
             f"{o.backlog:,.0f}, drains in {seconds(o.drain_s)}, redelivered <= {o.duplicates_bound}"
+            + (f", {o.moved_partitions} partitions change owner" if o.moved_partitions else "")
         )
     if p.outages or s.restarts:
         lines.append(f"duplicates      at most {p.duplicates_bound} redelivered over the run")

@@ -18,7 +18,7 @@ from pipeline.lab.assignors import (
 )
 from pipeline.lab.loader import load_scenario
 from pipeline.lab.model import predict
-from pipeline.lab.scenario import Keys, Members, Outage, Scenario
+from pipeline.lab.scenario import Assignment, Keys, Members, Outage, Scenario, StopSignal
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "lab"
 
@@ -131,3 +131,21 @@ def test_skew_makes_one_partition_hot() -> None:
         name="skew", partitions=s.partitions, members=s.members, keys=Keys(count=480, skew=1.0)
     )
     assert predict(skewed).hottest_partition_utilisation > 1.0
+
+
+def test_sticky_moves_only_the_stopped_members_partitions() -> None:
+    """One of four members stops: cooperative-sticky moves its 12 partitions; range recomputes
+    the plan for three members (16 each) and moves more than that."""
+
+    def moved_for(strategy: Assignment) -> int:
+        s = Scenario(
+            name="m",
+            partitions=48,
+            duration_s=400,
+            members=Members(count=4, assignment=strategy),
+            outages=(Outage(at_s=10, duration_s=60, members=(3,), signal=StopSignal.KILL),),
+        )
+        return predict(s).outages[0].moved_partitions
+
+    assert moved_for(Assignment.COOPERATIVE_STICKY) == 12
+    assert moved_for(Assignment.RANGE) > 12
