@@ -137,13 +137,18 @@ def analyse(
         inflight = in_flight_series(steps, times)
         if steps:
             rows.append(_row("in flight (Little's law)", p.in_flight, statistics.fmean(inflight)))
-    # "drained" = total lag back to its steady level (90th percentile before the first fault,
-    # which holds the records in flight and not yet committed) plus 1% of the peak backlog
-    steady_lag = sorted(sum(t.lag) for t in steady)
+    # "drained" = total lag back to its steady level plus 1% of the peak backlog. The steady
+    # level holds the records in flight and not yet committed: the 90th percentile before the
+    # first fault; with initial lag (a backlog from t = 0) the median of the run's last quarter,
+    # capped at 10% of the peak so a backlog that never drains is never called drained
     peak = max((sum(t.lag) for t in ticks), default=0)
-    baseline = (steady_lag[int(0.9 * (len(steady_lag) - 1))] if steady_lag else 0) + max(
-        1.0, 0.01 * peak
-    )
+    if s.lag.initial:
+        tail = [sum(t.lag) for t in ticks if t.t >= 0.75 * s.duration_s]
+        level = min(statistics.median(tail), 0.1 * peak) if tail else 0.0
+    else:
+        steady_lag = sorted(sum(t.lag) for t in steady)
+        level = steady_lag[int(0.9 * (len(steady_lag) - 1))] if steady_lag else 0
+    baseline = level + max(1.0, 0.01 * peak)
     facts["baseline_lag"] = baseline
     drain_starts: list[tuple[str, float, float]] = []  # (label, start, predicted)
     for o, (_, end) in zip(p.outages, outage_windows, strict=True):
@@ -168,7 +173,8 @@ def analyse(
         else:
             note = ""
             if rejoined is not None:
-                note = f"first progress {rejoined.t - start:.1f} s after the restart (rejoin)"
+                after = "the start" if start == 0.0 else "the restart (rejoin)"
+                note = f"first progress {rejoined.t - start:.1f} s after {after}"
             if took is None:  # predicted to drain, and did not by the end of the run: a miss
                 rows.append(
                     Row(
