@@ -74,6 +74,8 @@ class Prediction:
 def _finite(value: object) -> object:
     if isinstance(value, float) and math.isinf(value):
         return "never"
+    if isinstance(value, float):
+        return round(value, 6)  # 3599.9999999999995 is 3,600
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     if isinstance(value, dict):
