@@ -31,13 +31,12 @@ from sqlalchemy.orm import Session
 from pipeline.failures.dlq import DeadLetterWriter
 from pipeline.failures.outcomes import ACK, Outcome, Retry
 from pipeline.failures.quarantine import QuarantineStore, Scope
-from pipeline.failures.records import RecordCopy
 from pipeline.failures.retry import BackoffPolicy
 from pipeline.failures.runtime_ports import FailurePorts
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
+from pipeline.record import Record
 from pipeline.runtime.loop import ConsumerRuntime, RuntimeConfig
-from pipeline.runtime.record import Record
 from pipeline.runtime.staging import Staged
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import unique_name
@@ -132,14 +131,14 @@ def _park_vs_insert(n: int, tmp: Path) -> float:
     store = QuarantineStore(engine)
     scope = Scope("g", "t")
 
-    def rec(i: int) -> RecordCopy:
-        return RecordCopy(
+    def rec(i: int) -> Record:
+        return Record(
             topic="t",
             partition=0,
             offset=i,
             timestamp_ms=1,
             key=b"K",
-            headers=[("msgId", b"m")],
+            headers=(("msgId", b"m"),),
             value=b"v" * 200,
         )
 

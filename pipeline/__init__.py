@@ -39,6 +39,9 @@ _EXPORTS: dict[str, str] = {
     "DeadLetter": "pipeline.failures.outcomes",
     "Quarantine": "pipeline.failures.outcomes",
     "BackoffPolicy": "pipeline.failures.retry",
+    # dead letters: one context value, the broker sink for library users (no outbox needed)
+    "FailureContext": "pipeline.failures.context",
+    "FailurePorts": "pipeline.failures.runtime_ports",
     # the outbox
     "Relay": "pipeline.outbox",
     "Fold": "pipeline.outbox",
@@ -55,6 +58,8 @@ __all__ = [
     "DeadLetter",
     "EntityConfig",
     "Envelope",
+    "FailureContext",
+    "FailurePorts",
     "FleetError",
     "Fold",
     "GatewayClient",

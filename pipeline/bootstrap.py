@@ -16,9 +16,12 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
+from pipeline.failures.dlq import DeadLetterWriter
 from pipeline.failures.metrics import FailureMetrics
 from pipeline.failures.offsets import assign_from_committed
+from pipeline.failures.quarantine import QuarantineStore
 from pipeline.failures.reporter import FailedReporter
+from pipeline.failures.runtime_ports import FailurePorts
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import GatewayConfig
 from pipeline.gateway.conversations import Conversations
@@ -34,13 +37,22 @@ from pipeline.gateway.metrics import GatewayMetrics
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.roster_cache import RosterEntry
 from pipeline.gateway.service import Gateway, Supervised
-from pipeline.kafka.settings import OffsetReset, consumer_config, producer_config
+from pipeline.kafka.settings import (
+    OffsetReset,
+    consumer_config,
+    pool_consumer_overrides,
+    producer_config,
+)
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.topology import TopologySpec, apply_topology
+from pipeline.kafka.topology import TopologySpec, apply_topology, ensure_pool_topic
 from pipeline.outbox import Relay
+from pipeline.pool import PoolConfig, PoolHandler
+from pipeline.pool.metrics import PoolMetrics
+from pipeline.pool.steps import StepFn
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
 from pipeline.presence.publisher import ProducerLike
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
+from pipeline.runtime.inflight import Dispatcher, InflightConfig
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.store import make_engine, read_sessions, session_factory
 
@@ -254,4 +266,90 @@ def build_failed_reporter(
         sink=sink,
         metrics=FailureMetrics(registry or CollectorRegistry()),
         group=group_id,
+    )
+
+
+@dataclass
+class PoolMember:
+    """Everything :func:`build_pool_member` made: run ``runtime.run(stop)``; dispose ``engine``."""
+
+    runtime: ConsumerRuntime
+    handler: PoolHandler
+    engine: Engine
+    registry: CollectorRegistry
+    metrics: PoolMetrics
+
+
+def build_pool_member(
+    config: PoolConfig,
+    *,
+    step: StepFn,
+    registry: CollectorRegistry | None = None,
+    apply_topics: bool = True,
+    consumer_factory: Callable[[dict[str, Any]], Any] = Consumer,
+) -> PoolMember:
+    """One member of ``fleet.pool.<pool>`` on topic ``fleet.pool.<pool>`` (issue 10): the
+    consumer runtime with an in-flight dispatcher, the pool handler, failure ports."""
+    topics = TopicNames(prefix=config.topic_prefix)
+    topic, group = topics.pool(config.pool), topics.pool_group(config.pool)
+    if apply_topics:
+        ensure_pool_topic(config.bootstrap, topics, config.pool, partitions=config.partitions)
+    registry = registry or CollectorRegistry()
+    engine = make_engine(config.store_url)
+    sessions = session_factory(engine)
+    metrics = PoolMetrics(registry, pool=config.pool)
+    dedupe_header = "msgId" if config.dedupe else None
+    handler = PoolHandler(
+        step,
+        scope=group,
+        member=config.member,
+        sessions=sessions,
+        reads=read_sessions(engine),
+        dedupe_header=dedupe_header,
+        metrics=metrics,
+        events_path=config.events_path,
+    )
+    ports = FailurePorts(
+        writer=DeadLetterWriter(
+            config.bootstrap, topics, gateway=f"pool.{config.pool}", group=group
+        ),
+        store=QuarantineStore(engine),
+        metrics=FailureMetrics(registry),
+    )
+    dispatcher = Dispatcher(
+        InflightConfig(
+            mode=config.concurrency,
+            max_in_flight=config.max_in_flight,
+            max_records=config.max_poll_records,
+            depth=config.depth,
+            revoke_wait_s=config.revoke_wait_s,
+        ),
+        handler,
+        observer=metrics,
+    )
+    runtime = ConsumerRuntime(
+        RuntimeConfig(
+            bootstrap=config.bootstrap,
+            group_id=group,
+            topics=(topic,),
+            instance_id=config.instance_id,
+            dedupe_header=dedupe_header,
+            batch_size=config.max_poll_records,
+            consumer_overrides=pool_consumer_overrides(
+                assignment=config.assignment.value,
+                max_poll_interval_ms=config.max_poll_interval_ms,
+                session_timeout_ms=config.session_timeout_ms,
+                client_id=config.member,
+            ),
+        ),
+        handler=handler,
+        sessions=sessions,
+        dead_letters=ports,
+        quarantine=ports,
+        metrics=RuntimeMetrics(registry),
+        consumer_factory=consumer_factory,
+        inflight=dispatcher,
+    )
+    return PoolMember(
+        runtime=runtime, handler=handler, engine=engine, registry=registry, metrics=metrics
     )

@@ -19,10 +19,16 @@ The tree::
     ├── TopologyError                topic layout differs from what we declare (e.g. partitions)
     ├── EnvelopeError                a record failed decoding or verification; keeps the raw record
     ├── BrokerError                  a Kafka client call failed (retriable per librdkafka)
+    ├── FencedError                  FENCED: another member with our static id took over; stop
+    ├── OffsetsLostError             OFFSETS_LOST: the committed offset fell off retention
     ├── StoreError                   a database call failed
     ├── DeliveryError                a send could not be routed or confirmed (unknown recipient ...)
     └── InjectError                  a local inject into a worker did not land; retriable only when
                                      nothing reached the target (TARGET_BUSY)
+
+``FencedError`` and ``OffsetsLostError`` are the two a gateway exits on with code 3 (fenced /
+fatal): an operator must act, a restart alone does not help. Reason codes come from the registry
+``pipeline.reasons`` (one ``StrEnum`` per family).
 
 Every error keeps its context (the raw record for an envelope error) so the caller can
 dead-letter it: nothing is dropped on an error path.
@@ -32,11 +38,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.reasons import Config, Delivery, Failure, Inject, Launcher, Platform, Verification
+
 
 class FleetError(Exception):
     """Root of every error this package raises on purpose."""
 
-    reason: str = "FLEET_ERROR"
+    reason: str = Platform.FLEET_ERROR
     retriable: bool = False
 
     def __init__(
@@ -59,38 +67,38 @@ class FleetError(Exception):
 
 
 class ConfigError(FleetError):
-    reason = "CONFIG_INVALID"
+    reason = Config.CONFIG_INVALID
 
 
 class LauncherError(FleetError):
-    reason = "LAUNCHER_FAILED"
+    reason = Launcher.LAUNCHER_FAILED
 
 
 class JavaNotFound(LauncherError):
-    reason = "JAVA_NOT_FOUND"
+    reason = Launcher.JAVA_NOT_FOUND
 
 
 class ArtifactUnresolved(LauncherError):
-    reason = "ARTIFACT_UNRESOLVED"
+    reason = Launcher.ARTIFACT_UNRESOLVED
 
 
 class PortInUse(LauncherError):
-    reason = "PORT_IN_USE"
+    reason = Launcher.PORT_IN_USE
 
 
 class BrokerNotReady(LauncherError):
-    reason = "BROKER_NOT_READY"
+    reason = Launcher.BROKER_NOT_READY
     retriable = True
 
 
 class TopologyError(FleetError):
-    reason = "TOPOLOGY_MISMATCH"
+    reason = Platform.TOPOLOGY_MISMATCH
 
 
 class EnvelopeError(FleetError):
     """A record that failed decode or verification. ``raw`` keeps it for the dead letter."""
 
-    reason = "MALFORMED_HEADERS"
+    reason = Verification.MALFORMED_HEADERS
 
     def __init__(
         self,
@@ -105,17 +113,17 @@ class EnvelopeError(FleetError):
 
 
 class BrokerError(FleetError):
-    reason = "BROKER_ERROR"
+    reason = Platform.BROKER_ERROR
     retriable = True
 
 
 class StoreError(FleetError):
-    reason = "STORE_ERROR"
+    reason = Platform.STORE_ERROR
     retriable = True
 
 
 class DeliveryError(FleetError):
-    reason = "DELIVERY_FAILED"
+    reason = Delivery.DELIVERY_FAILED
 
 
 class InjectError(FleetError):
@@ -126,4 +134,25 @@ class InjectError(FleetError):
     ``INJECT_BODY_INVALID``) is final: the forward path is at-most-once (seed 000 §5 invariant 5).
     """
 
-    reason = "INJECT_FAILED"
+    reason = Inject.INJECT_FAILED
+
+
+class FencedError(FleetError):
+    """Another member with our ``group.instance.id`` took over (or we are a zombie): stop."""
+
+    reason = Failure.FENCED
+
+
+class OffsetsLostError(FleetError):
+    """The group's committed position no longer exists on the broker; never skipped silently.
+
+    ``context`` (and ``lost``, a ``pipeline.failures.offsets.LostRange``) name group, topic,
+    partition, committed offset, log start/end and how many offsets were lost.
+    """
+
+    reason = Failure.OFFSETS_LOST
+    retriable = False
+
+    def __init__(self, message: str, *, lost: Any, context: dict[str, Any]) -> None:
+        super().__init__(message, context=context)
+        self.lost = lost

@@ -17,10 +17,11 @@ from typing import Any
 import fastavro
 
 from pipeline.errors import EnvelopeError
+from pipeline.reasons import Verification
 
 MAGIC = 0
 _FILE = re.compile(r"^(?P<name>[a-z_]+)\.v(?P<v>\d+)\.avsc$")
-SCHEMA_INVALID = "SCHEMA_INVALID"
+SCHEMA_INVALID = Verification.SCHEMA_INVALID
 
 
 def schema_dir() -> Path:

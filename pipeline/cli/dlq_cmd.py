@@ -14,8 +14,9 @@ from pipeline.errors import ConfigError
 from pipeline.failures import dlq_ops
 from pipeline.failures.dlq import DeadLetterView
 from pipeline.failures.quarantine import QuarantineStore
-from pipeline.failures.records import key_text
 from pipeline.kafka.topics import TopicNames
+from pipeline.reasons import Failure
+from pipeline.record import key_text
 from pipeline.store import make_engine
 
 from . import dlq_report
@@ -105,7 +106,9 @@ def show(
         None,
     )
     if found is None:
-        raise ConfigError(f"no dead letter at {topic}:{want[0]}:{want[1]}", reason="NOT_FOUND")
+        raise ConfigError(
+            f"no dead letter at {topic}:{want[0]}:{want[1]}", reason=Failure.NOT_FOUND
+        )
     data: dict[str, Any] = found.as_dict()
     if body:
         data["body"] = None if found.value is None else found.value.decode("utf-8", "replace")

@@ -14,6 +14,7 @@ import typer
 
 from pipeline.envelope.keys import Signer, TrustStore, read_public_file
 from pipeline.errors import ConfigError
+from pipeline.reasons import Keys
 
 from .output import console, emit_json, fail_on_fleet_error
 
@@ -43,7 +44,7 @@ def init(
     signer = Signer.generate(host, key_id)
     private = directory / f"{signer.key_id}.key"
     if private.exists():
-        raise ConfigError(f"{private} exists; refusing to overwrite a key", reason="KEY_EXISTS")
+        raise ConfigError(f"{private} exists; refusing to overwrite a key", reason=Keys.KEY_EXISTS)
     signer.write_private(private)
     public = signer.write_public(directory / f"{signer.key_id}.pub")
     if trust_dir is not None:
@@ -85,7 +86,7 @@ def untrust(
     """Remove a key from a trust directory (end of a rotation overlap, or a revoked key)."""
     removed = [p for p in directory.glob("*.pub") if read_public_file(p).key_id == key_id]
     if not removed:
-        raise ConfigError(f"key {key_id} is not in {directory}", reason="KEY_UNKNOWN")
+        raise ConfigError(f"key {key_id} is not in {directory}", reason=Keys.KEY_UNKNOWN)
     for p in removed:
         p.unlink()
     console.print(f"untrusted {key_id}")

@@ -13,6 +13,7 @@ from . import (
     lab_cmd,
     observability_cmd,
     outbox_cmd,
+    pool_cmd,
     quarantine_cmd,
     relay_cmd,
     roster_cmd,
@@ -36,6 +37,7 @@ app.add_typer(relay_cmd.app, name="relay")
 app.add_typer(dlq_cmd.app, name="dlq")
 app.add_typer(quarantine_cmd.app, name="quarantine")
 app.add_typer(gateway_cmd.app, name="gateway")
+app.add_typer(pool_cmd.app, name="pool")
 gateway_cmd.register(app)  # fleet send | ask | answer | poll
 demo_cmd.register(app)  # fleet demo
 

@@ -22,6 +22,7 @@ from pipeline.observability import (
     build_exporter,
 )
 from pipeline.observability.model import LagStatus, worst
+from pipeline.reasons import Config
 
 from .output import console, emit_json, fail_on_fleet_error
 
@@ -42,7 +43,7 @@ def _bootstrap(value: str | None) -> str:
     if not found:
         raise BrokerError(
             "no bootstrap servers: pass --bootstrap or set KAFKA_BOOTSTRAP",
-            reason="CONFIG_INVALID",
+            reason=Config.CONFIG_INVALID,
             retriable=False,
         )
     return found

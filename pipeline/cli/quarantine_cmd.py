@@ -15,6 +15,7 @@ import typer
 
 from pipeline.errors import ConfigError, FleetError
 from pipeline.failures.quarantine import QuarantineStore, Scope
+from pipeline.reasons import Failure
 from pipeline.store import make_engine
 
 from .output import console, emit_json, fail_on_fleet_error
@@ -98,7 +99,7 @@ def release(
             raise ConfigError(
                 f"key {key!r} is quarantined in {len(scopes)} matching scope(s); "
                 "name one with --group and --topic",
-                reason="NOT_QUARANTINED" if not scopes else "AMBIGUOUS_SCOPE",
+                reason=Failure.NOT_QUARANTINED if not scopes else Failure.AMBIGUOUS_SCOPE,
             )
         rid = store.request_release(scopes[0], key)
         status = store.release_status(rid)
@@ -113,12 +114,12 @@ def release(
     else:
         console.print(f"release request {rid} for {key!r}: {status.state} {status.note}".rstrip())
     if status.state == "FAILED":
-        raise FleetError(f"release of {key!r} failed: {status.note}", reason="RELEASE_FAILED")
+        raise FleetError(f"release of {key!r} failed: {status.note}", reason=Failure.RELEASE_FAILED)
     if status.state == "PENDING" and not no_wait:
         raise FleetError(
             f"release of {key!r} not executed within {timeout}s: is a consumer of "
             f"{scopes[0].group} running and owning partition {status.partition}? "
             f"(request {rid} stays filed)",
-            reason="RELEASE_TIMEOUT",
+            reason=Failure.RELEASE_TIMEOUT,
             retriable=True,
         )

@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from pipeline.errors import ConfigError
 from pipeline.kafka.topics import check_name
+from pipeline.reasons import Config, Keys
 
 PRIVATE_FORMAT = "fleet-ed25519-private/v1"
 PUBLIC_FORMAT = "fleet-ed25519-public/v1"
@@ -46,7 +47,7 @@ def key_id_for(host: str, public_key_bytes: bytes) -> str:
 
 def _check_key_id(key_id: str) -> str:
     if not _KEY_ID.match(key_id):
-        raise ConfigError(f"invalid key id {key_id!r}", reason="INVALID_NAME")
+        raise ConfigError(f"invalid key id {key_id!r}", reason=Config.INVALID_NAME)
     return key_id
 
 
@@ -58,9 +59,11 @@ def _read_json(path: Path, fmt: str) -> dict[str, Any]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read key file {path}: {exc}", reason="KEY_FILE_INVALID") from exc
+        raise ConfigError(
+            f"cannot read key file {path}: {exc}", reason=Keys.KEY_FILE_INVALID
+        ) from exc
     if not isinstance(data, dict) or data.get("format") != fmt:
-        raise ConfigError(f"{path}: not a {fmt} file", reason="KEY_FILE_INVALID")
+        raise ConfigError(f"{path}: not a {fmt} file", reason=Keys.KEY_FILE_INVALID)
     return data
 
 
@@ -95,7 +98,9 @@ class Signer:
             seed = bytes.fromhex(data["private_key_hex"])
             return cls.from_seed(str(data["host"]), seed, key_id=str(data["key_id"]))
         except (KeyError, ValueError) as exc:
-            raise ConfigError(f"{path}: bad private key: {exc}", reason="KEY_FILE_INVALID") from exc
+            raise ConfigError(
+                f"{path}: bad private key: {exc}", reason=Keys.KEY_FILE_INVALID
+            ) from exc
 
     def sign(self, data: bytes) -> bytes:
         return self._key.sign(data)
@@ -150,7 +155,7 @@ def read_public_file(path: str | os.PathLike[str]) -> TrustedKey:
         raw = bytes.fromhex(data["public_key_hex"])
         host, key_id = str(data["host"]), str(data["key_id"])
     except (KeyError, ValueError) as exc:
-        raise ConfigError(f"{path}: bad public key: {exc}", reason="KEY_FILE_INVALID") from exc
+        raise ConfigError(f"{path}: bad public key: {exc}", reason=Keys.KEY_FILE_INVALID) from exc
     return _trusted(host, key_id, raw)
 
 
@@ -160,7 +165,7 @@ def _trusted(host: str, key_id: str, raw: bytes) -> TrustedKey:
     try:
         key = Ed25519PublicKey.from_public_bytes(raw)
     except ValueError as exc:
-        raise ConfigError(f"bad Ed25519 public key for {key_id}", reason="KEY_INVALID") from exc
+        raise ConfigError(f"bad Ed25519 public key for {key_id}", reason=Keys.KEY_INVALID) from exc
     return TrustedKey(host=host, key_id=key_id, public_key_bytes=raw, key=key)
 
 
@@ -178,7 +183,9 @@ class TrustStore:
         store = cls()
         folder = Path(path)
         if not folder.is_dir():
-            raise ConfigError(f"trust directory {folder} does not exist", reason="KEY_FILE_INVALID")
+            raise ConfigError(
+                f"trust directory {folder} does not exist", reason=Keys.KEY_FILE_INVALID
+            )
         for file in sorted(folder.glob("*.pub")):
             t = read_public_file(file)
             store.add(t.host, t.key_id, t.public_key_bytes)
@@ -197,7 +204,8 @@ class TrustStore:
             old = self._by_id.get(key_id)
             if old is not None and (old.host, old.public_key_bytes) != (host, public_key_bytes):
                 raise ConfigError(
-                    f"key id {key_id} already trusted for another key or host", reason="KEY_CLASH"
+                    f"key id {key_id} already trusted for another key or host",
+                    reason=Keys.KEY_CLASH,
                 )
             self._by_id[key_id] = trusted
 

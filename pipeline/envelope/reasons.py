@@ -8,40 +8,27 @@ from __future__ import annotations
 
 import enum
 
-# -- reason codes, in the order the verifier can produce them ------------------------------
-TOO_LARGE = "TOO_LARGE"  # header count, header bytes or body bytes over a bound (pre-crypto)
-NOT_SIGNED = "NOT_SIGNED"  # no headers at all, or no ``sig`` header
-MALFORMED_HEADERS = "MALFORMED_HEADERS"  # missing/duplicate/look-alike/ill-formed header values
-UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"  # ``v`` is not a canonical form this reader knows
-UNKNOWN_KEY = "UNKNOWN_KEY"  # ``keyId`` not in the trust store
-SIG_INVALID = "SIG_INVALID"  # Ed25519 signature does not verify over the canonical bytes
-UNKNOWN_KIND = "UNKNOWN_KIND"  # signed, but ``kind`` is not one of :class:`Kind`
-UNKNOWN_SENDER = "UNKNOWN_SENDER"  # no live signed presence for ``from``
-SIGNER_MISMATCH = "SIGNER_MISMATCH"  # ``from`` lives on another host than the signer
-TO_MISMATCH = "TO_MISMATCH"  # ``to`` != record key, or the topic is not this host's inbox
-EXPIRED = "EXPIRED"  # now > expiresAt + skew
-CLOCK_SKEW = "CLOCK_SKEW"  # ts is further in the future than the allowed skew
-TTL_TOO_LONG = "TTL_TOO_LONG"  # expiresAt - ts > max TTL (or expiresAt < ts)
-REPLAY = "REPLAY"  # msgId already in the seen-set
-SCHEMA_INVALID = "SCHEMA_INVALID"  # the Avro body of a structured kind does not decode
+from pipeline.reasons import Verification
 
-ALL_REASONS = (
-    TOO_LARGE,
-    NOT_SIGNED,
-    MALFORMED_HEADERS,
-    UNSUPPORTED_VERSION,
-    UNKNOWN_KEY,
-    SIG_INVALID,
-    UNKNOWN_KIND,
-    UNKNOWN_SENDER,
-    SIGNER_MISMATCH,
-    TO_MISMATCH,
-    EXPIRED,
-    CLOCK_SKEW,
-    TTL_TOO_LONG,
-    REPLAY,
-    SCHEMA_INVALID,
-)
+# -- reason codes: the ``Verification`` family of the registry (``pipeline.reasons``) --------
+TOO_LARGE = Verification.TOO_LARGE
+NOT_SIGNED = Verification.NOT_SIGNED
+MALFORMED_HEADERS = Verification.MALFORMED_HEADERS
+UNSUPPORTED_VERSION = Verification.UNSUPPORTED_VERSION
+UNKNOWN_KEY = Verification.UNKNOWN_KEY
+SIG_INVALID = Verification.SIG_INVALID
+UNKNOWN_KIND = Verification.UNKNOWN_KIND
+UNKNOWN_SENDER = Verification.UNKNOWN_SENDER
+SIGNER_MISMATCH = Verification.SIGNER_MISMATCH
+TO_MISMATCH = Verification.TO_MISMATCH
+EXPIRED = Verification.EXPIRED
+CLOCK_SKEW = Verification.CLOCK_SKEW
+TTL_TOO_LONG = Verification.TTL_TOO_LONG
+REPLAY = Verification.REPLAY
+SCHEMA_INVALID = Verification.SCHEMA_INVALID
+
+# in the order the verifier can produce them
+ALL_REASONS: tuple[str, ...] = tuple(Verification)
 
 
 class Kind(enum.StrEnum):

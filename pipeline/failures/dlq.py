@@ -25,11 +25,15 @@ from pipeline import schemas
 from pipeline.errors import BrokerError, EnvelopeError
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
+from pipeline.reasons import Failure
+from pipeline.record import key_text
+
+from .context import FailureContext
 
 DLQ_HEADER = "fleet.dlq"
 SCHEMA = "dead_letter"
 MAX_ERROR_BYTES = 1024
-DLQ_WRITE_FAILED = "DLQ_WRITE_FAILED"
+DLQ_WRITE_FAILED = Failure.DLQ_WRITE_FAILED
 
 Headers = list[tuple[str, bytes]]
 
@@ -94,7 +98,7 @@ class DeadLetterView:
         """A JSON-friendly view (bytes shown as UTF-8 with replacement) for the CLI."""
         return {
             "ref": self.ref,
-            "key": None if self.key is None else self.key.decode("utf-8", "replace"),
+            "key": None if self.key is None else key_text(self.key),
             "headers": {k: v.decode("utf-8", "replace") for k, v in self.headers},
             "value_bytes": 0 if self.value is None else len(self.value),
             **self.context,
@@ -123,45 +127,30 @@ def read_dead_letter(msg: Any) -> DeadLetterView:
     )
 
 
-def dead_letter_headers(
-    original: Sequence[tuple[str, Any]] | None,
-    *,
-    reason: str,
-    error: str,
-    topic: str,
-    partition: int,
-    offset: int,
-    timestamp_ms: int,
-    attempts: int,
-    first_failure_ms: int,
-    last_failure_ms: int,
-    gateway: str,
-    group: str | None = None,
-    verified: bool = False,
-    quarantined: bool = False,
-) -> Headers:
+def dead_letter_headers(failure: FailureContext, *, gateway: str, group: str | None) -> Headers:
     """The headers of a dead letter: the original ones, verbatim, plus our context header.
 
-    Key and body are the original ones. Any writer (the blocking one below, or an outbox row
-    shipped by the relay) must produce exactly this, keyed by the original key.
+    Key and body are the original ones. Every sink (the blocking writer below, or an outbox row
+    shipped by the relay) produces exactly this, keyed by the original key.
     """
+    rec = failure.record
     context = {
-        "reason": reason,
-        "error": bounded_error(error),
-        "topic": topic,
-        "partition": partition,
-        "offset": offset,
-        "timestamp_ms": timestamp_ms,
-        "attempts": attempts,
-        "first_failure_ms": first_failure_ms,
-        "last_failure_ms": last_failure_ms,
+        "reason": str(failure.reason),
+        "error": bounded_error(failure.error),
+        "topic": rec.topic,
+        "partition": rec.partition,
+        "offset": rec.offset,
+        "timestamp_ms": rec.timestamp_ms,
+        "attempts": failure.attempts,
+        "first_failure_ms": failure.first_failure_ms,
+        "last_failure_ms": failure.last_failure_ms,
         "gateway": gateway,
         "group": group,
-        "verified": verified,
-        "quarantined": quarantined,
+        "verified": failure.verified,
+        "quarantined": failure.quarantined,
         "dead_lettered_ms": int(time.time() * 1000),
     }
-    return [*normalise_headers(original), (DLQ_HEADER, schemas.encode(SCHEMA, context))]
+    return [*normalise_headers(rec.headers), (DLQ_HEADER, schemas.encode(SCHEMA, context))]
 
 
 class DeadLetterWriter:
@@ -189,47 +178,16 @@ class DeadLetterWriter:
         self.group = group
         self.timeout_s = timeout_s
 
-    def send(
-        self,
-        *,
-        topic: str,
-        partition: int,
-        offset: int,
-        timestamp_ms: int,
-        key: bytes | None,
-        headers: Sequence[tuple[str, Any]] | None,
-        value: bytes | None,
-        reason: str,
-        error: str,
-        attempts: int,
-        first_failure_ms: int,
-        last_failure_ms: int,
-        verified: bool = False,
-        quarantined: bool = False,
-    ) -> tuple[int, int]:
+    def send(self, failure: FailureContext) -> tuple[int, int]:
         """Produce one dead letter and wait for its delivery report; returns (partition, offset).
 
         Raises a retriable :class:`BrokerError` (``DLQ_WRITE_FAILED``) when the broker did not
         confirm in time: the caller must not commit past the record then.
         """
         out: list[tuple[str, str | bytes | None]] = list(
-            dead_letter_headers(
-                headers,
-                reason=reason,
-                error=error,
-                topic=topic,
-                partition=partition,
-                offset=offset,
-                timestamp_ms=timestamp_ms,
-                attempts=attempts,
-                first_failure_ms=first_failure_ms,
-                last_failure_ms=last_failure_ms,
-                gateway=self.gateway,
-                group=self.group,
-                verified=verified,
-                quarantined=quarantined,
-            )
+            dead_letter_headers(failure, gateway=self.gateway, group=self.group)
         )
+        key, value = failure.record.key, failure.record.value
         report: list[tuple[Any, Any]] = []
         try:
             self._producer.produce(

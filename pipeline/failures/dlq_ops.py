@@ -19,9 +19,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pipeline.errors import BrokerError
 from pipeline.kafka.settings import consumer_config, producer_config
+from pipeline.record import key_text
 
 from .dlq import DeadLetterView, read_dead_letter
-from .records import key_text
 
 REPLAY_FAILED = "REPLAY_FAILED"
 

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from .outcomes import HANDLER_ERROR, RETRIES_EXHAUSTED
-from .retry import PERMANENT_REASONS
+from pipeline import reasons
 
-OTHER = "OTHER"
-KNOWN_REASONS = PERMANENT_REASONS | {HANDLER_ERROR, RETRIES_EXHAUSTED, "OVERFLOW", "SWEPT_EXPIRED"}
+KNOWN_REASONS = reasons.DEAD_LETTER_REASONS
 
 
 def reason_label(reason: str) -> str:
     """Reason codes are a closed set on dashboards: anything unknown is counted as ``OTHER``."""
-    return reason if reason in KNOWN_REASONS else OTHER
+    return reasons.label(reason, KNOWN_REASONS)
 
 
 class FailureMetrics:

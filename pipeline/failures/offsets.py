@@ -21,9 +21,10 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from pipeline.errors import FleetError
+from pipeline.errors import OffsetsLostError
+from pipeline.reasons import Failure
 
-OFFSETS_LOST = "OFFSETS_LOST"
+OFFSETS_LOST = Failure.OFFSETS_LOST
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,33 +42,26 @@ class LostRange:
         return max(0, self.log_start - self.committed)
 
 
-class OffsetsLostError(FleetError):
-    """The group's committed position no longer exists on the broker; never skipped silently."""
-
-    reason = OFFSETS_LOST
-    retriable = False
-
-    def __init__(self, lost: LostRange) -> None:
-        if lost.committed > lost.log_end:
-            what = f"is past the log end {lost.log_end} (topic recreated or truncated?)"
-        else:
-            what = (
-                f"fell off retention: {lost.lost} offset(s) lost before log start {lost.log_start}"
-            )
-        super().__init__(
-            f"group {lost.group!r} {lost.topic}[{lost.partition}]: committed offset "
-            f"{lost.committed} {what}",
-            context={
-                "group": lost.group,
-                "topic": lost.topic,
-                "partition": lost.partition,
-                "committed": lost.committed,
-                "log_start": lost.log_start,
-                "log_end": lost.log_end,
-                "lost": lost.lost,
-            },
-        )
-        self.lost = lost
+def lost_error(lost: LostRange) -> OffsetsLostError:
+    """The loud error for ``lost``: names the group, the partition and how much is gone."""
+    if lost.committed > lost.log_end:
+        what = f"is past the log end {lost.log_end} (topic recreated or truncated?)"
+    else:
+        what = f"fell off retention: {lost.lost} offset(s) lost before log start {lost.log_start}"
+    return OffsetsLostError(
+        f"group {lost.group!r} {lost.topic}[{lost.partition}]: committed offset "
+        f"{lost.committed} {what}",
+        lost=lost,
+        context={
+            "group": lost.group,
+            "topic": lost.topic,
+            "partition": lost.partition,
+            "committed": lost.committed,
+            "log_start": lost.log_start,
+            "log_end": lost.log_end,
+            "lost": lost.lost,
+        },
+    )
 
 
 def _range(
@@ -106,7 +100,7 @@ def raise_if_offsets_lost(
             log_start=lost.log_start,
             log_end=lost.log_end,
         )
-    raise OffsetsLostError(lost)
+    raise lost_error(lost)
 
 
 def find_lost_offsets(
@@ -139,7 +133,7 @@ def assign_from_committed(
     """
     lost = find_lost_offsets(consumer, group, partitions, timeout_s=timeout_s)
     if lost:
-        raise OffsetsLostError(lost[0])
+        raise lost_error(lost[0])
     committed = consumer.committed(partitions, timeout=timeout_s)
     for tp, cm in zip(partitions, committed, strict=True):
         tp.offset = OFFSET_BEGINNING if cm.offset < 0 else cm.offset

@@ -9,16 +9,16 @@ counts as handled.
 that key are parked in order until an operator releases it.
 
 Reason strings are public API (dashboards, alert rules and runbooks key on them).
-Exceptions map onto outcomes through :func:`outcome_for`: a ``FleetError`` with
-``retriable=True`` becomes ``Retry``, any other ``FleetError`` a ``DeadLetter`` with its reason,
-and an unexpected exception a ``Retry`` (then ``DeadLetter`` once the budget is spent).
+Exceptions map onto outcomes through :func:`pipeline.failures.decide.classify`; what the runtime
+does with an outcome is :func:`pipeline.failures.decide.decide` (``docs/failures.md`` has the
+table).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.errors import FleetError
+from pipeline.reasons import Failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,14 +56,5 @@ Outcome = Ack | Retry | DeadLetter | Quarantine
 
 ACK = Ack()
 
-HANDLER_ERROR = "HANDLER_ERROR"
-RETRIES_EXHAUSTED = "RETRIES_EXHAUSTED"
-
-
-def outcome_for(exc: BaseException) -> Outcome:
-    """Map an exception raised by a handler onto an outcome via its ``retriable`` flag."""
-    if isinstance(exc, FleetError):
-        if exc.retriable:
-            return Retry(error=str(exc))
-        return DeadLetter(reason=exc.reason, error=str(exc))
-    return Retry(error=f"{type(exc).__name__}: {exc}")
+HANDLER_ERROR = Failure.HANDLER_ERROR
+RETRIES_EXHAUSTED = Failure.RETRIES_EXHAUSTED

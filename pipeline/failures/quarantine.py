@@ -19,6 +19,8 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from pipeline.record import Record
+
 from .quarantine_model import (
     FAILED,
     ParkedRecord,
@@ -30,7 +32,7 @@ from .quarantine_model import (
     where_scope,
 )
 from .quarantine_tables import parked_table, quarantine_table
-from .records import RecordCopy, encode_headers
+from .records import encode_headers
 from .release import NOT_QUARANTINED, ReleaseOps
 
 __all__ = [
@@ -82,7 +84,7 @@ class QuarantineStore(ReleaseOps):
         *,
         reason: str,
         dead_letter_ref: str,
-        record: RecordCopy | None,
+        record: Record | None,
     ) -> None:
         """Quarantine ``key`` in the caller's transaction, keeping a copy of its dead letter.
 
@@ -111,7 +113,7 @@ class QuarantineStore(ReleaseOps):
             self._finish(session, scope, key, FAILED, f"[{reason}] failed again: {dead_letter_ref}")
         on_commit(session, lambda: self._cache.setdefault(scope, set()).add(key))
 
-    def park(self, session: Session, scope: Scope, key: str, record: RecordCopy) -> int:
+    def park(self, session: Session, scope: Scope, key: str, record: Record) -> int:
         """Park ``record`` behind quarantined ``key`` in the caller's transaction; returns its
         per-key sequence. Idempotent on (partition, offset): a redelivery is parked once."""
         p = parked_table
@@ -135,7 +137,7 @@ class QuarantineStore(ReleaseOps):
         session: Session,
         scope: Scope,
         key: str,
-        rec: RecordCopy,
+        rec: Record,
         *,
         seq: int,
         dead_letter: bool,

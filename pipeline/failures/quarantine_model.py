@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Table, and_, event
 from sqlalchemy.orm import Session
 
-from .records import RecordCopy
+from pipeline.record import Record
 
 PENDING, DONE, FAILED = "PENDING", "DONE", "FAILED"
 
@@ -52,7 +52,7 @@ class QuarantineEntry:
 class ParkedRecord:
     seq: int  # per-key order; the dead-lettered record comes first
     dead_letter: bool
-    record: RecordCopy
+    record: Record
 
 
 @dataclass(frozen=True, kw_only=True)

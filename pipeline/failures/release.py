@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from pipeline.errors import FleetError
+from pipeline.record import Record
 
 from .quarantine_model import (
     DONE,
@@ -29,7 +30,7 @@ from .quarantine_model import (
     where_scope,
 )
 from .quarantine_tables import parked_table, quarantine_table, release_table
-from .records import RecordCopy, decode_headers
+from .records import decode_headers
 
 NOT_QUARANTINED = "NOT_QUARANTINED"
 UNKNOWN_REQUEST = "UNKNOWN_REQUEST"
@@ -117,7 +118,7 @@ class ReleaseOps:
             ParkedRecord(
                 seq=row.seq,
                 dead_letter=bool(row.dead_letter),
-                record=RecordCopy(
+                record=Record(
                     topic=row.src_topic,
                     partition=row.partition,
                     offset=row.offset,

@@ -3,9 +3,8 @@
 A transient failure (timeout, rate limit, broker or store briefly away) is retried with
 exponential backoff and jitter, a bounded number of times. A permanent failure (bad signature,
 bad schema, wrong ``to``, expired, ...) never succeeds on a retry, so it skips the budget and goes
-straight to the dead-letter topic. :func:`resolve` is the one place that turns what a handler
-said (an :data:`~pipeline.failures.outcomes.Outcome`) plus the attempt count into what the
-runtime does next.
+straight to the dead-letter topic. :func:`pipeline.failures.decide.decide` is the one place that turns what a
+handler said plus the attempt count into what the runtime does next.
 """
 
 from __future__ import annotations
@@ -13,39 +12,22 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from pipeline.envelope import reasons as envelope_reasons
-from pipeline.errors import FleetError
-
-from .outcomes import RETRIES_EXHAUSTED, DeadLetter, Outcome, Quarantine, Retry
+from pipeline import reasons
 
 # Envelope verification failures: the record is not a legitimate member of its key's ordered
-# stream (anyone with write access could have produced it), so it is dead-lettered but never
-# quarantines the key -- a forged record must not be able to stall a real recipient.
-VERIFICATION_REASONS: frozenset[str] = frozenset(envelope_reasons.ALL_REASONS)
+# stream (anyone with write access could have produced it, and the key is attacker-controlled),
+# so it is dead-lettered but never quarantines the key -- a forged record must not stall a real
+# recipient.
+VERIFICATION_REASONS: frozenset[str] = frozenset(reasons.Verification)
 
-# Permanent: retrying cannot help. Verification failures plus handler-level permanent codes.
-PERMANENT_REASONS: frozenset[str] = VERIFICATION_REASONS | frozenset(
-    {"UNKNOWN_RECIPIENT", "CONFIG_INVALID", "INVALID_NAME", "VALIDATION_FAILED", "HANDLER_REJECTED"}
-)
+# Permanent: retrying cannot help (derived in the registry).
+PERMANENT_REASONS: frozenset[str] = reasons.PERMANENT
 
-
-# Authenticity failures: the signature or the sender could not be established, so the record's
-# `from` may be forged and the FAILED reporter must never answer it. A narrower question than
-# VERIFICATION_REASONS above: EXPIRED, TO_MISMATCH or TTL_TOO_LONG come after a valid signature,
-# so such a dead letter is authentic and its sender does get a FAILED (seed 000 §10.1).
-AUTHENTICITY_FAILURES: frozenset[str] = frozenset(
-    {
-        "NOT_SIGNED",
-        "SIG_INVALID",
-        "UNKNOWN_KEY",
-        "SIGNER_MISMATCH",
-        "MALFORMED_HEADERS",
-        "TOO_LARGE",
-        "UNKNOWN_KIND",
-        "UNSUPPORTED_VERSION",
-        "UNKNOWN_SENDER",
-    }
-)
+# Authenticity failures (derived in the registry from the verifier's order): the record's `from`
+# may be forged, so the FAILED reporter must never answer it. Narrower than VERIFICATION_REASONS:
+# EXPIRED, TO_MISMATCH or TTL_TOO_LONG come after a valid signature, so such a dead letter is
+# authentic and its sender does get a FAILED (seed 000 §10.1).
+AUTHENTICITY_FAILURES: frozenset[str] = reasons.AUTHENTICITY
 
 
 def is_permanent(reason: str) -> bool:
@@ -98,43 +80,3 @@ class BackoffPolicy:
             min(self.max_s, self.base_s * self.factor ** (a - 1)) * (1 + self.jitter)
             for a in range(1, self.max_attempts)
         )
-
-
-def classify(exc: BaseException, *, ordered: bool = False) -> Outcome:
-    """Map an exception onto an outcome; a permanent reason wins over a ``retriable`` flag.
-
-    In an ordered flow a permanent handler failure quarantines the key (later records of it must
-    not overtake it); a verification failure never does (see :data:`VERIFICATION_REASONS`).
-    """
-    if isinstance(exc, FleetError):
-        if is_permanent(exc.reason) or not exc.retriable:
-            if ordered and not is_verification_failure(exc.reason):
-                return Quarantine(reason=exc.reason, error=str(exc))
-            return DeadLetter(reason=exc.reason, error=str(exc))
-        return Retry(error=str(exc))
-    return Retry(error=f"{type(exc).__name__}: {exc}")
-
-
-def resolve(outcome: Outcome, *, attempt: int, policy: BackoffPolicy, ordered: bool) -> Outcome:
-    """What the runtime does after ``attempt`` attempts ended in ``outcome``.
-
-    * ``Retry`` with budget left -> ``Retry`` with a concrete delay (the policy's unless given).
-    * ``Retry`` with the budget spent -> ``Quarantine(RETRIES_EXHAUSTED)`` in an ordered flow
-      (later records of the key must wait), else ``DeadLetter(RETRIES_EXHAUSTED)``.
-    * ``DeadLetter`` unchanged: the handler chose not to hold the key back.
-    * ``Quarantine`` in an unordered flow, or for a verification failure -> ``DeadLetter``
-      (no order to keep / a forged record must not stall the key).
-    * ``Ack`` unchanged.
-    """
-    if isinstance(outcome, Retry):
-        if policy.exhausted(attempt):
-            if ordered:
-                return Quarantine(reason=RETRIES_EXHAUSTED, error=outcome.error)
-            return DeadLetter(reason=RETRIES_EXHAUSTED, error=outcome.error)
-        delay = policy.delay_for(attempt) if outcome.delay_s is None else outcome.delay_s
-        return Retry(delay_s=delay, error=outcome.error)
-    if isinstance(outcome, Quarantine):
-        if not ordered or is_verification_failure(outcome.reason):
-            return DeadLetter(reason=outcome.reason, error=outcome.error)
-        return outcome
-    return outcome

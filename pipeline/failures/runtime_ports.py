@@ -1,6 +1,7 @@
 """Adapters from the consumer runtime's ports (``pipeline.runtime.ports``) to these components.
 
-``KafkaDeadLetters`` is the runtime's ``DeadLetterSink``: ``stage`` writes the dead letter to the
+The broker adapter for library users (the gateway stages dead letters in its outbox instead):
+``FailurePorts`` is the runtime's ``DeadLetterSink``: ``stage`` writes the dead letter to the
 DLQ and BLOCKS until the broker confirmed it (so the batch transaction and the offset commit
 that follow can never move past an unconfirmed dead letter). If the batch transaction then fails,
 the batch is re-read and the record dead-lettered again: a duplicate dead letter with the same
@@ -21,52 +22,22 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from pipeline.runtime.record import Record
+from pipeline.record import Record
 from pipeline.runtime.staging import Staged
 
+from .context import FailureContext
 from .dlq import DeadLetterWriter
 from .metrics import FailureMetrics
 from .quarantine import QuarantineStore, Scope
-from .records import RecordCopy
-from .retry import is_verification_failure
 
 log = logging.getLogger(__name__)
 
 ALL_TOPICS = "*"
 _REMEMBER = 10_000  # dead letters remembered for a following quarantine call (one batch's worth)
-
-
-def _copy(rec: Record) -> RecordCopy:
-    return RecordCopy(
-        topic=rec.topic,
-        partition=rec.partition,
-        offset=rec.offset,
-        timestamp_ms=rec.timestamp_ms,
-        key=rec.key,
-        headers=list(rec.headers),
-        value=rec.value,
-    )
-
-
-def _record(copy: RecordCopy) -> Record:
-    return Record(
-        topic=copy.topic,
-        partition=copy.partition,
-        offset=copy.offset,
-        key=copy.key,
-        value=copy.value,
-        headers=tuple(copy.headers),
-        timestamp_ms=copy.timestamp_ms,
-    )
-
-
-def runtime_ref(rec: Record | RecordCopy) -> str:
-    """How the runtime names a record in ``QuarantinePort.quarantine(..., ref)``."""
-    return f"{rec.topic}/{rec.partition}/{rec.offset}"
 
 
 class FailurePorts:
@@ -78,53 +49,21 @@ class FailurePorts:
         writer: DeadLetterWriter,
         store: QuarantineStore,
         metrics: FailureMetrics | None = None,
-        verified: Callable[[Record, str], bool] = lambda _rec, reason: (
-            not is_verification_failure(reason)
-        ),
     ) -> None:
         self.writer = writer
         self.store = store
         self.metrics = metrics
-        # A record the gateway dead-letters for any reason but a verification failure had
-        # passed verification (it verifies first), so by default that decides `verified`.
-        self.verified = verified
-        self._recent: OrderedDict[str, tuple[RecordCopy, str]] = OrderedDict()
+        self._recent: OrderedDict[str, tuple[Record, str]] = OrderedDict()
 
     # -- DeadLetterSink ------------------------------------------------------------------------
-    def stage(
-        self,
-        tx: Staged,
-        record: Record,
-        *,
-        reason: str,
-        error: str,
-        attempts: int,
-        first_failure_ms: int,
-        last_failure_ms: int,
-    ) -> None:
-        partition, offset = self.writer.send(
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            timestamp_ms=record.timestamp_ms,
-            key=record.key,
-            headers=list(record.headers),
-            value=record.value,
-            reason=reason,
-            error=error,
-            attempts=attempts,
-            first_failure_ms=first_failure_ms,
-            last_failure_ms=last_failure_ms,
-            verified=self.verified(record, reason),
-        )
-        self._recent[runtime_ref(record)] = (
-            _copy(record),
-            f"{self.writer.topic}:{partition}:{offset}",
-        )
+    def stage(self, tx: Staged, failure: FailureContext) -> None:
+        record = failure.record
+        partition, offset = self.writer.send(failure)
+        self._recent[record.ref] = (record, f"{self.writer.topic}:{partition}:{offset}")
         while len(self._recent) > _REMEMBER:
             self._recent.popitem(last=False)
         if self.metrics is not None:
-            self.metrics.dead_lettered(reason)
+            self.metrics.dead_lettered(failure.reason)
 
     # -- QuarantinePort ------------------------------------------------------------------------
     @staticmethod
@@ -148,13 +87,13 @@ class FailurePorts:
         )
 
     def park(self, session: Session, scope: str, key: str, record: Record) -> None:
-        self.store.park(session, self.scope(scope), key, _copy(record))
+        self.store.park(session, self.scope(scope), key, record)
 
     def pending_releases(self, scope: str) -> Sequence[str]:
         return [r.key for r in self.store.pending_releases(self.scope(scope))]
 
     def take_for_release(self, scope: str, key: str) -> Sequence[Record]:
-        return [_record(p.record) for p in self.store.take_for_release(self.scope(scope), key)]
+        return [p.record for p in self.store.take_for_release(self.scope(scope), key)]
 
     def complete_release(self, session: Session, scope: str, key: str) -> None:
         self.store.complete_release(session, self.scope(scope), key)

@@ -15,9 +15,9 @@ from confluent_kafka import Producer
 from pipeline import schemas
 from pipeline.errors import BrokerError
 from pipeline.kafka.settings import producer_config
+from pipeline.record import key_text
 
 from .dlq import DeadLetterView
-from .records import key_text
 from .reporter import failed_msg_id
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import DeliveryError
+from pipeline.reasons import Delivery
 from pipeline.store import read_sessions
 
 from . import roster_cache, tracking
@@ -24,9 +25,9 @@ from .conversations import ABANDONED, Conversations
 from .held import HeldMessage, HeldStore
 from .outbound import Publisher
 
-UNKNOWN_RECIPIENT = "UNKNOWN_RECIPIENT"
-NOT_LOCAL_SENDER = "NOT_LOCAL_SENDER"
-NO_GROUP_MEMBERS = "NO_GROUP_MEMBERS"
+UNKNOWN_RECIPIENT = Delivery.UNKNOWN_RECIPIENT
+NOT_LOCAL_SENDER = Delivery.NOT_LOCAL_SENDER
+NO_GROUP_MEMBERS = Delivery.NO_GROUP_MEMBERS
 TRACKED = frozenset({Kind.SEND, Kind.ANSWER})
 
 

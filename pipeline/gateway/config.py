@@ -32,6 +32,7 @@ from typing import Any, Literal, TypeVar
 
 from pipeline.errors import ConfigError
 from pipeline.kafka.topics import check_name
+from pipeline.reasons import Config
 
 _MISSING: Any = object()
 T = TypeVar("T")
@@ -60,7 +61,7 @@ class Delivery(StrEnum):
     PULL = "pull"
 
 
-def invalid(key: str, value: Any, detail: str, reason: str = "CONFIG_INVALID") -> ConfigError:
+def invalid(key: str, value: Any, detail: str, reason: str = Config.CONFIG_INVALID) -> ConfigError:
     """A ConfigError whose context carries the key path, the bad value and the detail."""
     shown = f"{key}: {detail}" if value is _MISSING else f"{key} = {value!r}: {detail}"
     ctx = {"key": key, "detail": detail} | ({} if value is _MISSING else {"value": value})
@@ -75,7 +76,7 @@ def check_gid(value: Any, *, key: str = "gid") -> str:
             value,
             "a gid uses letters, digits, '-', '_' and dots between words (max 128), "
             "and does not start with 'broadcast.'",
-            "INVALID_NAME",
+            Config.INVALID_NAME,
         )
     return value
 
@@ -141,12 +142,12 @@ class InjectorSpec:
                 raise invalid(key, value, f"does not apply to an injector of type {self.type!r}")
         if self.type == "command" and not self.command:
             raise invalid(
-                "command", _MISSING, "type command needs an argv list", "CONFIG_MISSING_KEY"
+                "command", _MISSING, "type command needs an argv list", Config.CONFIG_MISSING_KEY
             )
         if self.type == "tmux":
             if self.pane is None:
                 raise invalid(
-                    "pane", _MISSING, "type tmux needs a pane target", "CONFIG_MISSING_KEY"
+                    "pane", _MISSING, "type tmux needs a pane target", Config.CONFIG_MISSING_KEY
                 )
             _text(self.pane, "pane")
             if self.socket is not None:
@@ -186,7 +187,7 @@ class EntityConfig:
                 "injector",
                 _MISSING,
                 "delivery 'inject' needs an injector",
-                "CONFIG_MISSING_INJECTOR",
+                Config.CONFIG_MISSING_INJECTOR,
             )
         if self.delivery is Delivery.PULL and self.injector is not None:
             raise invalid("injector", self.injector.type, "a pull entity takes no injector")
@@ -239,7 +240,7 @@ class GatewayConfig:
                 raise invalid(f"entities[{i}]", entity, "must be an EntityConfig")
             if entity.gid in seen:
                 raise invalid(
-                    f"entities[{i}].gid", entity.gid, "gid used twice", "CONFIG_DUPLICATE_GID"
+                    f"entities[{i}].gid", entity.gid, "gid used twice", Config.CONFIG_DUPLICATE_GID
                 )
             seen.add(entity.gid)
 
@@ -250,15 +251,15 @@ def load_config(path: str | Path, *, overrides: Mapping[str, Any] | None = None)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{file}: not UTF-8 text: {exc}", reason="CONFIG_SYNTAX") from None
+        raise ConfigError(f"{file}: not UTF-8 text: {exc}", reason=Config.CONFIG_SYNTAX) from None
     except OSError as exc:
         raise ConfigError(
-            f"{file}: cannot read: {exc.strerror}", reason="CONFIG_NOT_FOUND"
+            f"{file}: cannot read: {exc.strerror}", reason=Config.CONFIG_NOT_FOUND
         ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{file}: not valid TOML: {exc}", reason="CONFIG_SYNTAX") from None
+        raise ConfigError(f"{file}: not valid TOML: {exc}", reason=Config.CONFIG_SYNTAX) from None
     given = {k for k, v in (overrides or {}).items() if v is not None}
     try:
         return config_from_mapping(data, overrides=overrides)
@@ -277,7 +278,9 @@ def config_from_mapping(
     merged = dict(data)
     for key, value in (overrides or {}).items():
         if key == "entities" or key not in _field_names(GatewayConfig):
-            raise invalid(f"overrides.{key}", value, "not an overridable key", "CONFIG_UNKNOWN_KEY")
+            raise invalid(
+                f"overrides.{key}", value, "not an overridable key", Config.CONFIG_UNKNOWN_KEY
+            )
         if value is not None:
             merged[key] = value
     _known(merged, GatewayConfig, "")
@@ -330,14 +333,14 @@ def _known(table: Mapping[str, Any], cls: Any, at: str) -> None:
         if key not in names:
             known = ", ".join(names)
             raise invalid(
-                at + key, table[key], f"unknown key (known: {known})", "CONFIG_UNKNOWN_KEY"
+                at + key, table[key], f"unknown key (known: {known})", Config.CONFIG_UNKNOWN_KEY
             )
 
 
 def _required(table: Mapping[str, Any], keys: tuple[str, ...], at: str) -> None:
     for key in keys:
         if key not in table:
-            raise invalid(at + key, _MISSING, "required key is missing", "CONFIG_MISSING_KEY")
+            raise invalid(at + key, _MISSING, "required key is missing", Config.CONFIG_MISSING_KEY)
 
 
 def _enum(cls: type[Role] | type[Delivery], value: Any, key: str) -> Any:

@@ -13,50 +13,25 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from pipeline import outbox
+from pipeline.failures.context import FailureContext
 from pipeline.failures.dlq import dead_letter_headers
-from pipeline.failures.retry import AUTHENTICITY_FAILURES
 from pipeline.kafka.topics import TopicNames
-from pipeline.runtime import Record, Staged
+from pipeline.runtime import Staged
 
 
 @dataclass(frozen=True, kw_only=True)
 class OutboxDeadLetterSink:
-    """The runtime's ``DeadLetterSink``: stages the DLQ record as an outbox row."""
+    """The runtime's ``DeadLetterSink`` for the gateway: stages the DLQ record as an outbox row
+    (``verified`` comes from the one rule in :class:`FailureContext`)."""
 
     topics: TopicNames
     gateway: str
     group: str | None = None
 
-    def stage(
-        self,
-        tx: Staged,
-        record: Record,
-        *,
-        reason: str,
-        error: str,
-        attempts: int,
-        first_failure_ms: int,
-        last_failure_ms: int,
-    ) -> None:
-        key, value = record.key, record.value
-        headers = dead_letter_headers(
-            record.headers,
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            timestamp_ms=record.timestamp_ms,
-            reason=reason,
-            error=error,
-            attempts=attempts,
-            first_failure_ms=first_failure_ms,
-            last_failure_ms=last_failure_ms,
-            gateway=self.gateway,
-            group=self.group,
-            # the envelope was authentic unless verification itself failed: the FAILED reporter
-            # must never answer a forged `from`
-            verified=reason not in AUTHENTICITY_FAILURES,
-        )
-        tx.call(lambda s: self.write(s, key, headers, value))
+    def stage(self, tx: Staged, failure: FailureContext) -> None:
+        rec = failure.record
+        headers = dead_letter_headers(failure, gateway=self.gateway, group=self.group)
+        tx.call(lambda s: self.write(s, rec.key, headers, rec.value))
 
     def write(self, session: Session, key: bytes | None, headers: Any, value: bytes | None) -> None:
         outbox.write(

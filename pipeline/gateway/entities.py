@@ -19,6 +19,7 @@ from pipeline.gateway.config import (
 )
 from pipeline.gateway.injectors import InjectMetrics, Injector, build_injector
 from pipeline.kafka.topics import check_name
+from pipeline.reasons import Config
 
 E = TypeVar("E", Role, Delivery)
 Listener = Callable[["LocalEntity", bool], None]
@@ -100,7 +101,7 @@ class LocalEntities:
         )
         if entity.delivery is Delivery.INJECT and injector is None:
             raise invalid(
-                "injector", None, f"{gid} takes delivery by inject", "CONFIG_MISSING_INJECTOR"
+                "injector", None, f"{gid} takes delivery by inject", Config.CONFIG_MISSING_INJECTOR
             )
         if entity.delivery is Delivery.PULL and injector is not None:
             raise invalid("injector", injector, f"{gid} takes delivery by pull: no injector")
@@ -108,7 +109,7 @@ class LocalEntities:
             if gid in self._by_gid and not replace:
                 raise ConfigError(
                     f"entity {gid!r} is already registered on this host",
-                    reason="CONFIG_DUPLICATE_GID",
+                    reason=Config.CONFIG_DUPLICATE_GID,
                     context={"key": "gid", "value": gid},
                 )
             self._by_gid[gid] = entity

@@ -30,8 +30,8 @@ from sqlalchemy.orm import Session
 from pipeline.envelope import Envelope, Kind, TrustStore
 from pipeline.envelope.reasons import H_KEY_ID, H_TRACE_ID
 from pipeline.failures.dlq import DeadLetterView
-from pipeline.failures.records import key_text
 from pipeline.failures.reporter import failed_msg_id
+from pipeline.record import key_text
 
 from . import roster_cache
 from .outbound import Publisher

@@ -13,12 +13,15 @@
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from pipeline import reasons
 from pipeline.envelope import REPLAY, BoundedSeenSet, Envelope, Kind, Verifier
+from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
 from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
 from pipeline.outbox.headers import pack_headers
@@ -34,9 +37,11 @@ from .metrics import GatewayMetrics
 from .outbound import Publisher
 from .receipts import read_receipt
 
+log = logging.getLogger(__name__)
+
 BROADCAST_PREFIX = "broadcast."
-UNKNOWN_RECIPIENT = "UNKNOWN_RECIPIENT"
-HELD_CAP_EXCEEDED = "HELD_CAP_EXCEEDED"
+UNKNOWN_RECIPIENT = reasons.Delivery.UNKNOWN_RECIPIENT
+HELD_CAP_EXCEEDED = reasons.Delivery.HELD_CAP_EXCEEDED
 REPLY_TTL_S = 300.0
 
 
@@ -82,19 +87,40 @@ class InboxHandler:
         self._held = _HeldCounter()
 
     # -- entry -------------------------------------------------------------------------------
+    def verify(self, record: Record) -> DeadLetter | None:
+        """The verify stage alone (the runtime's ``Verifies``), for a record whose ``msgId`` was
+        already applied: ``None`` if it verifies (a duplicate, dropped and counted by the
+        runtime), else its dead letter. A tampered copy never passes for a duplicate."""
+        try:
+            self._verify(record)
+        except EnvelopeError as exc:
+            return None if exc.reason == REPLAY else self._refused(record, exc)
+        return None
+
+    def _verify(self, record: Record) -> Verified:
+        return self.verifier.verify(
+            topic=record.topic,
+            key=record.key,
+            headers=list(record.headers),
+            value=record.value,
+        )
+
+    def _refused(self, record: Record, exc: EnvelopeError) -> DeadLetter:
+        """Seed 000 §2.1: any failed check is a dead letter with its reason, counted, logged loudly."""
+        self.metrics.verify_failure(exc.reason)
+        log.warning(
+            "inbox record %s refused: %s (dead-lettered)", record.ref, exc.reason, exc_info=False
+        )
+        return DeadLetter(reason=exc.reason, error=str(exc))
+
     def handle(self, record: Record, tx: Staged) -> Outcome:
         try:
-            verified = self.verifier.verify(
-                topic=record.topic,
-                key=record.key,
-                headers=list(record.headers),
-                value=record.value,
-            )
+            verified = self._verify(record)
         except EnvelopeError as exc:
-            self.metrics.verify_failure(exc.reason)
             if exc.reason == REPLAY:
+                self.metrics.verify_failure(exc.reason)
                 return ACK  # a msgId already applied: dropped and counted, not dead-lettered
-            return DeadLetter(reason=exc.reason, error=str(exc))
+            return self._refused(record, exc)
         env = verified.envelope
         if env.to.startswith(BROADCAST_PREFIX):
             return self._broadcast(env, record, tx)

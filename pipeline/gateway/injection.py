@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import FleetError
 from pipeline.failures.retry import BackoffPolicy
+from pipeline.reasons import Delivery, Verification
 
 from .entities import LocalEntities
 from .metrics import GatewayMetrics
@@ -126,13 +127,15 @@ class InjectionQueue:
         entity = self.entities.get(job.gid)
         injector = entity.injector if entity is not None else None
         if injector is None:
-            return self._failed(job, "NO_INJECTOR", f"{job.gid} has no injector configured")
+            return self._failed(job, Delivery.NO_INJECTOR, f"{job.gid} has no injector configured")
         attempt = 0
         while True:
             if self._stop.is_set():
                 return None  # shutting down: the sender's deadline reports the loss
             if time.time() * 1000 > env.expires_at_ms:
-                return self._failed(job, "EXPIRED", "expired while the target stayed busy")
+                return self._failed(
+                    job, Verification.EXPIRED, "expired while the target stayed busy"
+                )
             attempt += 1
             try:
                 injector.inject(

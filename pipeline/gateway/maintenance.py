@@ -19,7 +19,9 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
+from pipeline.failures.context import FailureContext
 from pipeline.outbox.headers import unpack_headers
+from pipeline.reasons import Inject, Verification
 from pipeline.runtime import Record, Staged
 from pipeline.runtime.dedupe import purge_older_than
 from pipeline.store import read_sessions
@@ -79,7 +81,7 @@ class Maintenance:
         with self.sessions.begin() as s:
             due = tracking.overdue(s, now)
             for row in due:
-                if not tracking.settle(s, row.msg_id, tracking.FAILED, "INJECT_TIMEOUT"):
+                if not tracking.settle(s, row.msg_id, tracking.FAILED, Inject.INJECT_TIMEOUT):
                     continue
                 failed = Envelope.new(
                     kind=Kind.FAILED,
@@ -88,7 +90,7 @@ class Maintenance:
                     body=failed_body(
                         row.msg_id,
                         row.recipient,
-                        reason="INJECT_TIMEOUT",
+                        reason=Inject.INJECT_TIMEOUT,
                         error=f"no INJECTED from {row.recipient} within the deadline",
                         stage="timeout",
                     ),
@@ -134,12 +136,13 @@ class Maintenance:
                 )
                 self.dead_letters.stage(
                     tx,
-                    record,
-                    reason="EXPIRED",
-                    error=f"held for {row.recipient} past expiresAt without a drain",
-                    attempts=1,
-                    first_failure_ms=now,
-                    last_failure_ms=now,
+                    FailureContext(
+                        record=record,
+                        reason=Verification.EXPIRED,
+                        error=f"held for {row.recipient} past expiresAt without a drain",
+                        first_failure_ms=now,
+                        last_failure_ms=now,
+                    ),
                 )
             tx.flush(s)
             HeldStore.delete_ids(s, [r.id for r in rows])

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from pipeline import reasons
 from pipeline.envelope import ALL_REASONS
+from pipeline.reasons import Verification
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
@@ -57,7 +59,7 @@ class GatewayMetrics:
         )
 
     def verify_failure(self, reason: str) -> None:
-        label = reason if reason in ALL_REASONS else "OTHER"
+        label = reasons.label(reason, frozenset(ALL_REASONS))
         self.verify_failures.labels(label).inc()
-        if reason == "EXPIRED":
+        if reason == Verification.EXPIRED:
             self.expiries.labels("delivery").inc()

@@ -78,6 +78,24 @@ def consumer_config(
     return conf
 
 
+def pool_consumer_overrides(
+    *, assignment: str, max_poll_interval_ms: int, session_timeout_ms: int, client_id: str
+) -> dict[str, Any]:
+    """A worker-pool member (issue 10): the knobs the scaling experiments compare."""
+    return {
+        "client.id": client_id,  # the member's name in DescribeConsumerGroups (fleet pool status)
+        # range | roundrobin | cooperative-sticky: eager strategies stop every partition on each
+        # rebalance, cooperative-sticky moves only what must move (the lab compares them)
+        "partition.assignment.strategy": assignment,
+        # members keep polling while steps run (runtime/inflight.py), so this bounds a stuck
+        # poll loop, not a slow step; the lab lowers it to show that
+        "max.poll.interval.ms": max_poll_interval_ms,
+        # how fast a kill -9'd member's partitions move; heartbeats stay at a third or less
+        "session.timeout.ms": session_timeout_ms,
+        "heartbeat.interval.ms": max(100, min(1000, session_timeout_ms // 3)),
+    }
+
+
 def merged(base: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
     out = dict(base)
     if extra:

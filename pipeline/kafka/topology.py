@@ -257,3 +257,24 @@ def _config_diffs(
         if diff:
             diffs[res.name] = diff
     return diffs
+
+
+def ensure_pool_topic(
+    bootstrap: str, topics: TopicNames, pool: str, *, partitions: int, timeout_s: float = 30.0
+) -> int:
+    """A pool member's topology: the pool topic (created with ``partitions`` when missing; an
+    existing one keeps its count -- the operator sized it) and the DLQ. Returns the count."""
+    admin = AdminClient(admin_config(bootstrap))
+    try:
+        meta = admin.list_topics(topics.pool(pool), timeout=timeout_s)
+    except Exception as exc:  # KafkaException: broker unreachable
+        raise BrokerError(f"cannot list topics: {exc}") from exc
+    have = meta.topics.get(topics.pool(pool))
+    if have is not None and have.error is None and have.partitions:
+        partitions = len(have.partitions)
+    apply_topology(
+        bootstrap,
+        TopologySpec(hosts=(), pools=(pool,), topics=topics, pool_partitions=partitions),
+        timeout_s=timeout_s,
+    )
+    return partitions

@@ -1,10 +1,10 @@
 """The consumer runtime: one loop for both ack models (see ``docs/runtime.md``)."""
 
-from pipeline.failures.offsets import OffsetsLostError
+from pipeline.errors import FencedError, OffsetsLostError
+from pipeline.record import Record
 
-from .loop import ConsumerRuntime, FencedError, RuntimeConfig
-from .ports import DeadLetterSink, Handler, QuarantinePort
-from .record import Record
+from .loop import ConsumerRuntime, RuntimeConfig
+from .ports import DeadLetterSink, Handler, QuarantinePort, Verifies
 from .staging import Staged
 
 __all__ = [
@@ -17,4 +17,5 @@ __all__ = [
     "Record",
     "RuntimeConfig",
     "Staged",
+    "Verifies",
 ]

@@ -2,11 +2,15 @@
 
 Per batch, in this order (``docs/runtime.md`` has the crash windows):
 
-1. **Decide** each record in partition order: parked if its key is quarantined; dropped if its
-   ``msgId`` was already applied (dedupe); else the handler stages its writes and returns an
-   outcome. ``Retry`` blocks the rest of that partition for this batch (order is kept) and is
-   rescheduled by pausing the partition (``poll`` goes on, so ``max.poll.interval.ms`` is never
-   blown). A spent retry budget becomes ``Quarantine`` (ordered flows) or ``DeadLetter``.
+1. **Decide** each record in partition order: parked if its key is quarantined; if its ``msgId``
+   was already applied, it is dropped and counted only once the handler's ``verify`` stage
+   passed (a tampered copy is dead-lettered, never taken for a duplicate); else the handler
+   stages its writes and returns an outcome, and :func:`pipeline.failures.decide.decide` says
+   what happens. ``Retry`` blocks the rest of that partition for this batch (order is kept) and
+   is rescheduled by pausing the partition (``poll`` goes on, so ``max.poll.interval.ms`` is
+   never blown). A spent retry budget becomes ``Quarantine`` (ordered flows) or ``DeadLetter``.
+   A failed store READ (dedupe lookup, quarantine state) backs the batch off exactly like a
+   failed transaction: nothing escapes the loop, the batch is re-read later.
 2. **One database transaction** for the whole batch: dedupe rows, effects, dead letters, parks.
    If it fails, nothing is committed and the batch is re-read after a backoff.
 3. **Synchronous offset commit** of each partition's handled prefix, checking every partition's
@@ -32,37 +36,26 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline.errors import FleetError
+from pipeline.errors import FencedError
+from pipeline.failures.context import FailureContext, Tries
+from pipeline.failures.decide import classify, decide
 from pipeline.failures.offsets import raise_if_offsets_lost
-from pipeline.failures.outcomes import (
-    RETRIES_EXHAUSTED,
-    Ack,
-    DeadLetter,
-    Outcome,
-    Quarantine,
-    Retry,
-    outcome_for,
-)
+from pipeline.failures.outcomes import Ack, DeadLetter, Outcome, Quarantine, Retry
 from pipeline.failures.retry import BackoffPolicy
 from pipeline.kafka.settings import OffsetReset, consumer_config
+from pipeline.record import Record
 from pipeline.store import read_sessions
 
 from .commits import commit_offsets
 from .dedupe import dedupe_table, seen_ids
+from .inflight import Dispatcher
 from .metrics import RuntimeMetrics
-from .ports import DeadLetterSink, Handler, QuarantinePort
-from .record import Record
+from .ports import DeadLetterSink, Handler, QuarantinePort, Verifies
 from .staging import Staged
 
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
-
-
-class FencedError(FleetError):
-    """Another member with our ``group.instance.id`` took over (or we are a zombie): stop."""
-
-    reason = "FENCED"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +67,7 @@ class RuntimeConfig:
     topics: tuple[str, ...]
     instance_id: str | None = None
     scope: str | None = None  # dedupe/quarantine scope; defaults to the group id
-    dedupe_header: str = "msgId"
+    dedupe_header: str | None = "msgId"  # None: no dedupe rows at all (an experiment knob)
     ordered: bool = True  # spent retries quarantine the key (True) or just dead-letter (False)
     batch_size: int = 500
     poll_timeout_s: float = 0.05
@@ -86,13 +79,6 @@ class RuntimeConfig:
     @property
     def dedupe_scope(self) -> str:
         return self.scope or self.group_id
-
-
-@dataclass
-class _Attempts:
-    count: int
-    first_ms: int
-    last_ms: int
 
 
 @dataclass
@@ -137,9 +123,15 @@ class ConsumerRuntime:
         metrics: RuntimeMetrics | None = None,
         consumer_factory: Callable[[dict[str, Any]], Any] = Consumer,
         fault_after_commit: Callable[[int], None] | None = None,
+        inflight: Dispatcher | None = None,
     ) -> None:
         self.config = config
+        # Worker pools: steps run on worker threads across polls (``inflight.py``); the hook
+        # points below are marked ``# inflight:``. ``None`` = every record handled in the loop.
+        self.inflight = inflight
         self.handler = handler
+        # the handler's verify stage, run before a dedupe drop (seed 000 §2.1 order)
+        self.verify = handler.verify if isinstance(handler, Verifies) else None
         self.sessions = sessions
         bind = sessions.kw.get("bind")
         self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
@@ -157,10 +149,11 @@ class ConsumerRuntime:
         # Fault injection for crash tests (wired only by an entry point, never by default):
         # called after a successful commit, before the batch's after-commit effects.
         self.fault_after_commit = fault_after_commit
-        self._attempts: dict[tuple[str, int, int], _Attempts] = {}
+        self._attempts: dict[tuple[str, int, int], Tries] = {}
         self._paused: dict[TP, float] = {}
         self._assigned: set[TP] = set()
         self._next_release_check = 0.0
+        self._stale_quarantine = False  # a refresh failed: hold every partition until one works
         self.batches = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -177,8 +170,12 @@ class ConsumerRuntime:
         try:
             while not stop.is_set():
                 self.step()
+            if self.inflight is not None:  # inflight: graceful stop -- finish or give up, commit
+                self._settle_inflight({*self._assigned})
         finally:
             self.close()
+            if self.inflight is not None:
+                self.inflight.close()
 
     def close(self) -> None:
         with contextlib.suppress(RuntimeError):  # already closed
@@ -191,9 +188,37 @@ class ConsumerRuntime:
 
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         self._assigned.update((tp.topic, tp.partition) for tp in partitions)
-        if self.quarantine is not None:
-            self.quarantine.refresh(self.config.dedupe_scope)
+        self._refresh_quarantine()
         self._count_rebalance("assign")
+
+    def _refresh_quarantine(self) -> bool:
+        """Re-read quarantine state; on a store error hold every partition until it works
+        (a record of a key quarantined by the previous owner must not be handled meanwhile)."""
+        if self.quarantine is None:
+            return True
+        try:
+            self.quarantine.refresh(self.config.dedupe_scope)
+        except SQLAlchemyError as exc:
+            self._store_failed("quarantine refresh", exc)
+            if not self._stale_quarantine:
+                self._stale_quarantine = True
+                self._pause_all()
+            return False
+        if self._stale_quarantine:
+            self._stale_quarantine = False
+            held = [TopicPartition(t, p) for t, p in self._assigned if (t, p) not in self._paused]
+            with contextlib.suppress(Exception):  # a revoked partition: nothing to resume
+                self.consumer.resume(held)
+        return True
+
+    def _pause_all(self) -> None:
+        with contextlib.suppress(Exception):
+            self.consumer.pause([TopicPartition(t, p) for t, p in self._assigned])
+
+    def _store_failed(self, what: str, exc: SQLAlchemyError) -> None:
+        if self.metrics:
+            self.metrics.store_failures.labels(self.config.group_id).inc()
+        log.warning("%s failed (%s); retrying after a backoff", what, exc)
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
@@ -203,20 +228,40 @@ class ConsumerRuntime:
         self._attempts = {k: v for k, v in self._attempts.items() if (k[0], k[1]) not in gone}
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
-        # Every batch commits synchronously before the next poll: nothing pending to flush.
+        # Every batch commits synchronously before the next poll: nothing pending to flush,
+        # except steps still in flight, which end (bounded) and commit before the partition goes.
+        self._settle_inflight({(tp.topic, tp.partition) for tp in partitions})
         self._forget(partitions)
         self._count_rebalance("revoke")
 
     def _on_lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        if self.inflight is not None:  # inflight: lost, not revoked -- nothing may be committed
+            self.inflight.forget({(tp.topic, tp.partition) for tp in partitions})
         self._forget(partitions)
+
+    def _settle_inflight(self, tps: set[TP]) -> None:
+        """Revoke rule: await the partitions' running steps (bounded), process and commit what
+        finished, give up the rest (their offsets stay uncommitted)."""
+        if self.inflight is None or not tps:
+            return
+        done = self.inflight.revoke(tps)
+        if done:
+            self.process(sorted(done, key=lambda r: (r.tp, r.offset)))
+        self.inflight.forget(tps)
         self._count_rebalance("lost")
 
     # -- one step ----------------------------------------------------------------------------
     def step(self) -> int:
         """Poll once and process what came back; returns the number of records seen."""
+        if self._stale_quarantine and not self._refresh_quarantine():
+            self.consumer.poll(self.config.poll_timeout_s)  # every partition is paused
+            return 0
         self._resume_due()
         self._maybe_release()
-        messages = self._fetch()
+        room = None
+        if self.inflight is not None:  # inflight: pause full partitions, bound held records
+            room = self.inflight.room(self.consumer, self._assigned, self._paused.__contains__)
+        messages = self._fetch(room)
         records: list[Record] = []
         for msg in messages:
             err = msg.error()
@@ -224,17 +269,27 @@ class ConsumerRuntime:
                 records.append(Record.from_message(msg))
                 continue
             self._on_consume_error(err, msg)
-        if records:
-            self.process(records)
+        if self.inflight is None:
+            if records:
+                self.process(records)
+            return len(records)
+        # inflight: records join their lanes; finished steps take the one process() path, in
+        # partition-offset order so a blocked record's successors are never committed past it
+        self.inflight.submit(records)
+        done = self.inflight.completed()
+        if done:
+            self.process(sorted(done, key=lambda r: (r.tp, r.offset)))
         return len(records)
 
-    def _fetch(self) -> list[Any]:
+    def _fetch(self, room: int | None = None) -> list[Any]:
         """Whatever is buffered now, else block for the FIRST record only.
 
         ``consume(n, timeout)`` waits until ``n`` records or the timeout, which adds up to the
         timeout to every record's latency at low rates; this never waits once one has arrived.
         """
-        batch = self.config.batch_size
+        batch = (
+            self.config.batch_size if room is None else max(1, min(room, self.config.batch_size))
+        )
         messages: list[Any] = self.consumer.consume(batch, 0)
         if messages:
             return messages
@@ -259,22 +314,31 @@ class ConsumerRuntime:
         cfg = self.config
         scope = cfg.dedupe_scope
         batch = _Batch()
-        ids = [i for r in records if (i := r.header_str(cfg.dedupe_header))]
-        with self.reads() as session:
-            already = seen_ids(session, scope, ids) if ids else set()
-        now = _now_ms()
+        head = cfg.dedupe_header
+        ids = [i for r in records if head and (i := r.header_str(head))]
         for rec in records:
-            tp = rec.tp
-            batch.first_offset.setdefault(tp, rec.offset)
-            if tp in batch.blocked:
-                continue
-            self._decide(rec, batch, already, now, releasing=releasing)
+            batch.first_offset.setdefault(rec.tp, rec.offset)
+        try:
+            with self.reads() as session:
+                already = seen_ids(session, scope, ids) if ids else set()
+            now = _now_ms()
+            for rec in records:
+                if rec.tp in batch.blocked:
+                    continue
+                self._decide(rec, batch, already, now, releasing=releasing)
+        except SQLAlchemyError as exc:  # a store read: back off like a failed transaction
+            self._store_failed("a store read", exc)
+            self._back_off(batch, releasing=releasing)
+            return
         if releasing is not None and batch.blocked:
             return  # a released record still fails transiently: keep the quarantine, try later
         if not self._flush(batch, records, releasing=releasing):
             return
         if releasing is None:
-            result = commit_offsets(self.consumer, batch.next_offset)
+            offsets = batch.next_offset
+            if self.inflight is not None:  # inflight: never past a record queued or running
+                offsets = self.inflight.committable(offsets, batch.blocked)
+            result = commit_offsets(self.consumer, offsets)
             if not result.ok:
                 if self.metrics:
                     self.metrics.commit_failures.labels(cfg.group_id).inc()
@@ -323,39 +387,42 @@ class ConsumerRuntime:
             batch.next_offset[tp] = rec.offset + 1
             batch.count("parked")
             return
-        msg_id = rec.header_str(cfg.dedupe_header)
+        msg_id = rec.header_str(cfg.dedupe_header) if cfg.dedupe_header else None
         if msg_id is not None and (msg_id in already or msg_id in batch.applied_ids):
-            batch.next_offset[tp] = rec.offset + 1
-            batch.count("duplicate")
-            if self.metrics:
-                self.metrics.dedupe_hits.labels(cfg.group_id).inc()
+            # Only a record that verifies may be dropped as a duplicate: a tampered copy of an
+            # applied message is a dead letter with its reason, never a silent dedupe hit.
+            refused = self.verify(rec) if self.verify is not None else None
+            if refused is None:
+                batch.next_offset[tp] = rec.offset + 1
+                batch.count("duplicate")
+                if self.metrics:
+                    self.metrics.dedupe_hits.labels(cfg.group_id).inc()
+                return
+            self._settle(rec, refused, Staged(), batch, None, now)
             return
         tx = Staged()
         try:
             outcome: Outcome = self.handler.handle(rec, tx)
         except Exception as exc:  # noqa: BLE001 - every handler error maps onto an outcome
-            outcome = outcome_for(exc)
+            outcome = classify(exc)
+        akey = (rec.topic, rec.partition, rec.offset)
+        attempt = 1
         if isinstance(outcome, Retry):
-            akey = (rec.topic, rec.partition, rec.offset)
-            att = self._attempts.get(akey) or _Attempts(0, now, now)
-            att.count += 1
-            att.last_ms = now
-            self._attempts[akey] = att
-            if not cfg.retry.exhausted(att.count):
-                delay = outcome.delay_s if outcome.delay_s is not None else None
-                batch.blocked[tp] = (
-                    rec.offset,
-                    cfg.retry.delay_for(att.count) if delay is None else delay,
-                )
-                batch.count("retry")
-                return
-            error = f"{RETRIES_EXHAUSTED} after {att.count} attempts: {outcome.error}"
-            outcome = (
-                Quarantine(reason=RETRIES_EXHAUSTED, error=error)
-                if cfg.ordered and key is not None
-                else DeadLetter(reason=RETRIES_EXHAUSTED, error=error)
+            att = self._attempts.get(akey) or Tries(
+                attempts=0, first_failure_ms=now, last_failure_ms=now
             )
-        self._settle(rec, outcome, tx, batch, msg_id, now)
+            att["attempts"] += 1
+            att["last_failure_ms"] = now
+            self._attempts[akey] = att
+            attempt = att["attempts"]
+        decision = decide(
+            outcome, attempt=attempt, policy=cfg.retry, ordered=cfg.ordered, keyed=key is not None
+        )
+        if isinstance(decision, Retry):
+            batch.blocked[tp] = (rec.offset, decision.delay_s or 0.0)
+            batch.count("retry")
+            return
+        self._settle(rec, decision, tx, batch, msg_id, now)
 
     def _settle(
         self,
@@ -383,20 +450,23 @@ class ConsumerRuntime:
                 )
             batch.count("ack")
             return
-        att_info = att_info or _Attempts(1, now, now)
+        tries = att_info or Tries(attempts=1, first_failure_ms=now, last_failure_ms=now)
+        quarantine = (
+            isinstance(outcome, Quarantine) and self.quarantine is not None and key is not None
+        )
         self.dead_letters.stage(
             batch.staged,
-            rec,
-            reason=outcome.reason,
-            error=outcome.error[:1024],
-            attempts=att_info.count,
-            first_failure_ms=att_info.first_ms,
-            last_failure_ms=att_info.last_ms,
+            FailureContext(
+                record=rec,
+                reason=outcome.reason,
+                error=outcome.error,
+                quarantined=quarantine,
+                **tries,
+            ),
         )
-        if isinstance(outcome, Quarantine) and self.quarantine is not None and key is not None:
-            ref = f"{rec.topic}/{rec.partition}/{rec.offset}"
+        if quarantine and self.quarantine is not None and key is not None:
             batch.staged.call(
-                functools.partial(_quarantine, self.quarantine, scope, key, outcome.reason, ref)
+                functools.partial(_quarantine, self.quarantine, scope, key, outcome.reason, rec.ref)
             )
             batch.quarantined.add(key)
             batch.count("quarantine")
@@ -416,20 +486,27 @@ class ConsumerRuntime:
                 ):
                     self.quarantine.complete_release(session, self.config.dedupe_scope, releasing)
         except SQLAlchemyError as exc:
-            if self.metrics:
-                self.metrics.store_failures.labels(self.config.group_id).inc()
-            log.warning("batch transaction failed (%s); re-reading the batch after a backoff", exc)
-            if releasing is None:
-                for tp, offset in batch.first_offset.items():
-                    batch.blocked[tp] = (offset, self.config.retry.delay_for(1))
-                self._schedule_retries(batch)
+            self._store_failed("the batch transaction", exc)
+            self._back_off(batch, releasing=releasing)
             return False
         return True
+
+    def _back_off(self, batch: _Batch, *, releasing: str | None) -> None:
+        """Re-read the whole batch after a backoff (a release is simply tried again later)."""
+        if releasing is not None:
+            return
+        batch.blocked.clear()
+        for tp, offset in batch.first_offset.items():
+            batch.blocked[tp] = (offset, self.config.retry.delay_for(1))
+        self._schedule_retries(batch)
 
     # -- retries: pause the partition, keep polling ------------------------------------------
     def _schedule_retries(self, batch: _Batch) -> None:
         now = time.monotonic()
-        for (topic, partition), (offset, delay) in batch.blocked.items():
+        for (topic, partition), (blocked_at, delay) in batch.blocked.items():
+            offset = blocked_at
+            if self.inflight is not None:  # inflight: drop its queued records, seek below them
+                offset = self.inflight.rewind((topic, partition), blocked_at)
             tp = TopicPartition(topic, partition, offset)
             try:
                 self.consumer.seek(tp)
@@ -462,7 +539,10 @@ class ConsumerRuntime:
         if now < self._next_release_check:
             return
         self._next_release_check = now + self.config.release_check_s
-        for key in q.pending_releases(self.config.dedupe_scope):
-            records = list(q.take_for_release(self.config.dedupe_scope, key))
-            if all(r.tp in self._assigned for r in records):
-                self.process(records, releasing=key)
+        try:
+            for key in q.pending_releases(self.config.dedupe_scope):
+                records = list(q.take_for_release(self.config.dedupe_scope, key))
+                if all(r.tp in self._assigned for r in records):
+                    self.process(records, releasing=key)
+        except SQLAlchemyError as exc:  # a store read: the next check tries again
+            self._store_failed("a release check", exc)

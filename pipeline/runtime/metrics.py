@@ -39,7 +39,7 @@ class RuntimeMetrics:
         )
         self.store_failures = Counter(
             "consumer_store_failures_total",
-            "Batch transactions that failed; the batch is re-read after a backoff.",
+            "Store reads and batch transactions that failed; the batch is re-read after a backoff.",
             ["group"],
             namespace=namespace,
             registry=registry,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from sqlalchemy.orm import Session
 
-from pipeline.failures.outcomes import Outcome
+from pipeline.failures.context import FailureContext
+from pipeline.failures.outcomes import DeadLetter, Outcome
+from pipeline.record import Record
 
-from .record import Record
 from .staging import Staged
 
 
@@ -23,20 +24,30 @@ class Handler(Protocol):
     def handle(self, record: Record, tx: Staged) -> Outcome: ...
 
 
-class DeadLetterSink(Protocol):
-    """Stages a dead letter in the batch transaction (e.g. an outbox row for ``fleet.dlq``)."""
+@runtime_checkable
+class Verifies(Protocol):
+    """A handler with a verify stage (the gateway's inbox: seed 000 §2.1).
 
-    def stage(
-        self,
-        tx: Staged,
-        record: Record,
-        *,
-        reason: str,
-        error: str,
-        attempts: int,
-        first_failure_ms: int,
-        last_failure_ms: int,
-    ) -> None: ...
+    The runtime calls ``verify`` for a record whose ``msgId`` was already applied, instead of
+    ``handle``: ``None`` means it verifies, so it is dropped as a duplicate and counted; a
+    ``DeadLetter`` (its verification reason) is dead-lettered. A handler without this stage
+    trusts its records, and a duplicate of an applied ``msgId`` is dropped unseen. ``handle``
+    still verifies every other record itself (verification runs once per record either way).
+    """
+
+    def verify(self, record: Record) -> DeadLetter | None: ...
+
+
+class DeadLetterSink(Protocol):
+    """The dead-letter port: ``stage`` is called inside the batch, before its transaction.
+
+    Adapters: ``pipeline.gateway.deadletters.OutboxDeadLetterSink`` stages an outbox row for the
+    DLQ in the batch transaction (the gateway); ``pipeline.failures.runtime_ports.FailurePorts``
+    writes to the DLQ topic and blocks on the broker's ack (library users without an outbox).
+    Either way the offset moves past the record only once its dead letter is durable.
+    """
+
+    def stage(self, tx: Staged, failure: FailureContext) -> None: ...
 
 
 class QuarantinePort(Protocol):

@@ -12,21 +12,21 @@ from typer.testing import CliRunner
 
 from pipeline.cli.main import app
 from pipeline.failures.quarantine import QuarantineStore, Scope
-from pipeline.failures.records import RecordCopy
+from pipeline.record import Record
 from pipeline.store import make_engine
 
 runner = CliRunner()
 SCOPE = Scope("fleet.gw.h1", "fleet.inbox.h1")
 
 
-def _rec(offset: int) -> RecordCopy:
-    return RecordCopy(
+def _rec(offset: int) -> Record:
+    return Record(
         topic=SCOPE.topic,
         partition=1,
         offset=offset,
         timestamp_ms=5,
         key=b"K",
-        headers=[("msgId", f"m{offset}".encode())],
+        headers=(("msgId", f"m{offset}".encode()),),
         value=b"v",
     )
 

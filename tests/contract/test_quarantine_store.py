@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.errors import FleetError
 from pipeline.failures.quarantine import QuarantineStore, Scope
-from pipeline.failures.records import RecordCopy
+from pipeline.record import Record
 from pipeline.store import make_engine
 
 SCOPE = Scope("fleet.gw.h1", "fleet.inbox.h1")
@@ -31,14 +31,14 @@ def engines(store_url: str) -> Iterator[Callable[[], Engine]]:
         engine.dispose()
 
 
-def rec(offset: int, key: bytes = b"K", partition: int = 3) -> RecordCopy:
-    return RecordCopy(
+def rec(offset: int, key: bytes = b"K", partition: int = 3) -> Record:
+    return Record(
         topic=SCOPE.topic,
         partition=partition,
         offset=offset,
         timestamp_ms=1000 + offset,
         key=key,
-        headers=[("msgId", f"m{offset}".encode()), ("bin", b"\x00\xff")],
+        headers=(("msgId", f"m{offset}".encode()), ("bin", b"\x00\xff")),
         value=f"v{offset}".encode(),
     )
 
@@ -188,12 +188,8 @@ def test_an_all_topics_scope_keeps_each_records_own_topic(engines: Callable[[], 
     engine = engines()
     store = QuarantineStore(engine)
     wide = Scope("fleet.gw.h1", "*")
-    a = RecordCopy(
-        topic="t.a", partition=0, offset=5, timestamp_ms=1, key=b"K", headers=[], value=b"a"
-    )
-    b = RecordCopy(
-        topic="t.b", partition=0, offset=5, timestamp_ms=1, key=b"K", headers=[], value=b"b"
-    )
+    a = Record(topic="t.a", partition=0, offset=5, timestamp_ms=1, key=b"K", headers=(), value=b"a")
+    b = Record(topic="t.b", partition=0, offset=5, timestamp_ms=1, key=b"K", headers=(), value=b"b")
     with Session(engine) as s, s.begin():
         store.quarantine(s, wide, "K", reason="X", dead_letter_ref="d:0:1", record=a)
         assert store.park(s, wide, "K", b) == 1  # same partition/offset, other topic: kept

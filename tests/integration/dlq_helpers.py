@@ -7,9 +7,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from pipeline.failures.context import FailureContext
 from pipeline.failures.dlq import DeadLetterWriter
 from pipeline.kafka.settings import consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
+from pipeline.record import Record
 from pipeline.testing import unique_name
 
 
@@ -80,19 +82,14 @@ def dead_letter_all(bootstrap: str, source: str, dlq: str, n: int, **context: An
     for msg in msgs:
         _, ts = msg.timestamp()
         writer.send(
-            topic=msg.topic(),
-            partition=msg.partition(),
-            offset=msg.offset(),
-            timestamp_ms=ts,
-            key=msg.key(),
-            headers=msg.headers(),
-            value=msg.value(),
-            reason=context.get("reason", "RETRIES_EXHAUSTED"),
-            error=context.get("error", "boom"),
-            attempts=5,
-            first_failure_ms=ts + 1,
-            last_failure_ms=ts + 2,
-            verified=context.get("verified", False),
+            FailureContext(
+                record=Record.from_message(msg),
+                reason=context.get("reason", "RETRIES_EXHAUSTED"),
+                error=context.get("error", "boom"),
+                attempts=5,
+                first_failure_ms=ts + 1,
+                last_failure_ms=ts + 2,
+            )
         )
     writer.close()
     return msgs

@@ -15,9 +15,11 @@ from typer.testing import CliRunner
 from pipeline.cli.main import app
 from pipeline.errors import BrokerError
 from pipeline.failures import dlq_ops
+from pipeline.failures.context import FailureContext
 from pipeline.failures.dlq import DLQ_HEADER, DeadLetterWriter
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
+from pipeline.record import Record
 from pipeline.testing import BrokerHandle
 
 from .dlq_helpers import dead_letter_all, high_watermarks, produce_originals, read_all
@@ -69,18 +71,21 @@ def test_writer_blocks_and_raises_retriable_when_the_broker_does_not_confirm(
     writer = DeadLetterWriter(producer, TopicNames(prefix="test.missing."), "h1", timeout_s=10)
     with pytest.raises(BrokerError) as info:
         writer.send(
-            topic="t",
-            partition=0,
-            offset=1,
-            timestamp_ms=1,
-            key=b"k",
-            headers=[],
-            value=b"v",
-            reason="X",
-            error="e",
-            attempts=1,
-            first_failure_ms=1,
-            last_failure_ms=1,
+            FailureContext(
+                record=Record(
+                    topic="t",
+                    partition=0,
+                    offset=1,
+                    timestamp_ms=1,
+                    key=b"k",
+                    headers=(),
+                    value=b"v",
+                ),
+                reason="X",
+                error="e",
+                first_failure_ms=1,
+                last_failure_ms=1,
+            )
         )
     assert info.value.retriable and info.value.reason == "DLQ_WRITE_FAILED"
 
@@ -156,7 +161,6 @@ def test_replay_with_db_skips_quarantined_keys(kafka: BrokerHandle, new_topic, t
     from sqlalchemy.orm import Session
 
     from pipeline.failures.quarantine import QuarantineStore, Scope
-    from pipeline.failures.records import RecordCopy
     from pipeline.store import make_engine
 
     source, dlq = new_topic("src"), new_topic("dlq")
@@ -171,13 +175,13 @@ def test_replay_with_db_skips_quarantined_keys(kafka: BrokerHandle, new_topic, t
             "key-1",
             reason="X",
             dead_letter_ref="r",
-            record=RecordCopy(
+            record=Record(
                 topic=source,
                 partition=0,
                 offset=1,
                 timestamp_ms=1,
                 key=b"key-1",
-                headers=[],
+                headers=(),
                 value=b"",
             ),
         )

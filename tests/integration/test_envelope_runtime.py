@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 from pipeline import schemas
 from pipeline.envelope import Kind, Signer, decode, encode
 from pipeline.envelope import reasons as r
+from pipeline.failures.context import FailureContext
 from pipeline.failures.outcomes import ACK, Outcome
 from pipeline.failures.retry import BackoffPolicy
 from pipeline.kafka.settings import producer_config
@@ -32,8 +33,8 @@ class Letters:
     def __init__(self) -> None:
         self.reasons: list[str] = []
 
-    def stage(self, tx: Staged, record: Record, *, reason: str, **_: Any) -> None:
-        tx.after_commit(lambda: self.reasons.append(reason))
+    def stage(self, tx: Staged, failure: FailureContext) -> None:
+        tx.after_commit(lambda: self.reasons.append(failure.reason))
 
 
 class Verifying:

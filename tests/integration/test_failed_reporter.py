@@ -16,11 +16,13 @@ import pytest
 from confluent_kafka import Consumer
 
 from pipeline import schemas
+from pipeline.failures.context import FailureContext
 from pipeline.failures.dlq import DeadLetterWriter
 from pipeline.failures.reporter import FailedReporter
 from pipeline.failures.sinks import TopicFailedSink
 from pipeline.kafka.settings import consumer_config
 from pipeline.kafka.topics import TopicNames
+from pipeline.record import Record
 from pipeline.store import make_engine
 from pipeline.testing import BrokerHandle, unique_name
 
@@ -46,20 +48,24 @@ def write_dead_letters(bootstrap: str, dlq: str, n: int) -> set[str]:
         headers = [("msgId", f"m-{i}".encode()), ("kind", kind.encode())]
         if has_from:
             headers.append(("from", f"sender-{i % 4}@h2".encode()))
+        # verified is derived from the reason (one rule): an authenticity failure is unverified
         writer.send(
-            topic="fleet.inbox.h1",
-            partition=0,
-            offset=i,
-            timestamp_ms=1,
-            key=f"gid-{i % 9}".encode(),
-            headers=headers,
-            value=b"brief",
-            reason="EXPIRED",
-            error="too late",
-            attempts=1,
-            first_failure_ms=1,
-            last_failure_ms=1,
-            verified=verified,
+            FailureContext(
+                record=Record(
+                    topic="fleet.inbox.h1",
+                    partition=0,
+                    offset=i,
+                    timestamp_ms=1,
+                    key=f"gid-{i % 9}".encode(),
+                    headers=tuple(headers),
+                    value=b"brief",
+                ),
+                reason="EXPIRED" if verified else "SIG_INVALID",
+                error="too late" if verified else "forged",
+                attempts=1,
+                first_failure_ms=1,
+                last_failure_ms=1,
+            )
         )
         if kind != "REPLY" and verified and has_from:
             expected.add(f"m-{i}")

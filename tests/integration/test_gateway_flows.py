@@ -180,3 +180,70 @@ def test_unknown_recipient_is_an_immediate_error(two_hosts: Any) -> None:
     with pytest.raises(DeliveryError) as info:
         a.client.send(sender="main-a", to="nobody-anywhere", body=b"x")
     assert info.value.reason == "UNKNOWN_RECIPIENT"
+
+
+def test_tampered_copies_of_an_applied_message_are_dead_lettered_not_deduped(
+    kafka: BrokerHandle, two_hosts: Any
+) -> None:
+    """Seed 000 §2.1: verification (signature, signer, to, expiry) comes BEFORE the seen-set.
+    A tampered copy of an already-applied message, carrying its msgId, is a dead letter with its
+    verification reason, never a silent dedupe hit; only an exact redelivery (which verifies)
+    is dropped and counted."""
+    from confluent_kafka import Producer
+
+    from pipeline.failures import dlq_ops
+    from pipeline.kafka.settings import producer_config
+    from pipeline.kafka.topics import TopicNames
+
+    from .dlq_helpers import read_all
+
+    a, b, _rec = two_hosts
+    sent = b.client.send(sender="worker-b", to="main-a", kind=Kind.REPLY, body=b"done")
+    assert [m.body for m in _drain(a, "main-a", 1)] == [b"done"]
+    topics = TopicNames(prefix=a.runtime.config.topics[0].removesuffix("inbox.A"))
+    [orig] = read_all(kafka.bootstrap, topics.inbox("A"), 1)
+    headers = list(orig.headers())
+    assert dict(headers)["msgId"] == sent.msg_id.encode()
+    flipped = orig.value()[:-1] + bytes([orig.value()[-1] ^ 1])
+    copies = {
+        "flipped body": (headers, flipped, "SIG_INVALID"),
+        "stripped signature": ([h for h in headers if h[0] != "sig"], orig.value(), "NOT_SIGNED"),
+        "2000 junk headers": (
+            headers + [(f"junk{i}", b"x") for i in range(2000)],
+            orig.value(),
+            "TOO_LARGE",
+        ),
+        "empty value": (headers, b"", "SIG_INVALID"),
+    }
+    group = a.runtime.config.group_id
+    hits = a.registry.get_sample_value("fleet_dedupe_hits_total", {"group": group}) or 0.0
+    producer = Producer(producer_config(kafka.bootstrap))
+    for copy_headers, value, _reason in copies.values():
+        producer.produce(topics.inbox("A"), key=orig.key(), value=value, headers=copy_headers)
+    producer.produce(topics.inbox("A"), key=orig.key(), value=orig.value(), headers=headers)
+    assert producer.flush(30) == 0
+
+    def dead() -> list[Any]:
+        return [d for d in dlq_ops.scan(kafka.bootstrap, topics.dlq) if d.msg_id == sent.msg_id]
+
+    wait_until(lambda: len(dead()) == len(copies), 30, "every tampered copy dead-lettered")
+    wait_until(
+        lambda: (
+            a.registry.get_sample_value("fleet_dedupe_hits_total", {"group": group}) == hits + 1
+        ),
+        30,
+        "the exact redelivery counted as a dedupe hit",
+    )
+    letters = dead()
+    assert sorted(d.reason for d in letters) == sorted(r for _h, _v, r in copies.values())
+    assert all(d.verified is False for d in letters)  # a forged from is never answered
+    for reason in {r for _h, _v, r in copies.values()}:
+        assert (
+            a.registry.get_sample_value(
+                "fleet_gateway_verification_failures_total", {"reason": reason}
+            )
+            or 0
+        ) >= 1
+    time.sleep(0.5)
+    assert a.client.poll("main-a") == [], "nothing was applied twice"
+    assert a.registry.get_sample_value("fleet_dedupe_hits_total", {"group": group}) == hits + 1

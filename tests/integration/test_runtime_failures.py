@@ -23,8 +23,8 @@ from pipeline.failures.retry import BackoffPolicy
 from pipeline.failures.runtime_ports import FailurePorts
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
+from pipeline.record import Record
 from pipeline.runtime.loop import ConsumerRuntime, RuntimeConfig
-from pipeline.runtime.record import Record
 from pipeline.runtime.staging import Staged
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import BrokerHandle, unique_name

@@ -5,18 +5,20 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import BrokerError, ConfigError, EnvelopeError, FleetError
-from pipeline.failures.outcomes import DeadLetter, Retry, outcome_for
+from pipeline.failures.decide import classify
+from pipeline.failures.outcomes import Quarantine, Retry
 from pipeline.kafka.settings import OffsetReset, consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
 
 
 def test_retriable_flag_decides_the_outcome_not_the_class() -> None:
-    assert isinstance(outcome_for(BrokerError("down")), Retry)
-    assert outcome_for(FleetError("x", reason="CUSTOM", retriable=False)) == DeadLetter(
+    assert isinstance(classify(BrokerError("down")), Retry)
+    # not retriable: a permanent outcome (decide() makes it a DeadLetter where no order is kept)
+    assert classify(FleetError("x", reason="CUSTOM", retriable=False)) == Quarantine(
         reason="CUSTOM", error="[CUSTOM] x"
     )
-    assert isinstance(outcome_for(FleetError("x", reason="CUSTOM", retriable=True)), Retry)
-    assert isinstance(outcome_for(ValueError("boom")), Retry)
+    assert isinstance(classify(FleetError("x", reason="CUSTOM", retriable=True)), Retry)
+    assert isinstance(classify(ValueError("boom")), Retry)
 
 
 def test_envelope_error_keeps_the_raw_record_for_the_dead_letter() -> None:

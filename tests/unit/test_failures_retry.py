@@ -7,8 +7,9 @@ import random
 import pytest
 
 from pipeline.errors import BrokerError, EnvelopeError, FleetError
+from pipeline.failures.decide import classify, decide
 from pipeline.failures.outcomes import ACK, RETRIES_EXHAUSTED, DeadLetter, Quarantine, Retry
-from pipeline.failures.retry import BackoffPolicy, classify, is_permanent, resolve
+from pipeline.failures.retry import BackoffPolicy, is_permanent
 
 
 def test_delays_grow_exponentially_within_jitter_and_cap() -> None:
@@ -37,37 +38,59 @@ def test_bad_policy_is_refused(kwargs: dict[str, float]) -> None:
         BackoffPolicy(**kwargs)  # type: ignore[arg-type]
 
 
+POLICY = BackoffPolicy(max_attempts=3, jitter=0)
+
+
+def first_try(exc: BaseException, *, ordered: bool, keyed: bool = True) -> object:
+    """What the runtime does with ``exc`` raised on a record's first attempt."""
+    return decide(classify(exc), attempt=1, policy=POLICY, ordered=ordered, keyed=keyed)
+
+
 def test_permanent_reasons_skip_retries_even_if_flagged_retriable() -> None:
     assert is_permanent("SIG_INVALID") and is_permanent("EXPIRED") and not is_permanent("X")
     forged = FleetError("bad sig", reason="SIG_INVALID", retriable=True)
-    assert classify(forged) == DeadLetter(reason="SIG_INVALID", error=str(forged))
-    # a verification failure never quarantines the key, even in an ordered flow
-    assert isinstance(classify(forged, ordered=True), DeadLetter)
+    assert first_try(forged, ordered=False) == DeadLetter(reason="SIG_INVALID", error=str(forged))
+    # a verification failure never quarantines the key (it is attacker-controlled)
+    assert isinstance(first_try(forged, ordered=True), DeadLetter)
     bad = EnvelopeError("schema", reason="SCHEMA_INVALID")
-    assert isinstance(classify(bad, ordered=True), DeadLetter)
+    assert isinstance(first_try(bad, ordered=True), DeadLetter)
 
 
 def test_transient_and_unknown_exceptions_retry_then_handler_permanent_quarantines() -> None:
-    assert isinstance(classify(BrokerError("down")), Retry)
-    assert isinstance(classify(RuntimeError("boom")), Retry)
+    assert first_try(BrokerError("down"), ordered=True) == Retry(
+        delay_s=0.2, error=str(BrokerError("down"))
+    )
+    assert isinstance(first_try(RuntimeError("boom"), ordered=True), Retry)
     rejected = FleetError("no such order", reason="HANDLER_REJECTED")
-    assert classify(rejected, ordered=True) == Quarantine(
+    # docs/failures.md: a permanent FleetError in an ordered flow quarantines its key ...
+    assert first_try(rejected, ordered=True) == Quarantine(
         reason="HANDLER_REJECTED", error=str(rejected)
     )
+    # ... and is a plain dead letter when there is no order to keep
+    assert isinstance(first_try(rejected, ordered=False), DeadLetter)
+    assert isinstance(first_try(rejected, ordered=True, keyed=False), DeadLetter)
+    custom = FleetError("x", reason="CUSTOM", retriable=False)
+    assert first_try(custom, ordered=False) == DeadLetter(reason="CUSTOM", error="[CUSTOM] x")
 
 
-def test_resolve_turns_spent_budget_into_quarantine_only_for_ordered_flows() -> None:
-    policy = BackoffPolicy(max_attempts=3, jitter=0)
-    first = resolve(Retry(error="t"), attempt=1, policy=policy, ordered=True)
+def test_decide_turns_spent_budget_into_quarantine_only_for_ordered_keyed_records() -> None:
+    first = decide(Retry(error="t"), attempt=1, policy=POLICY, ordered=True)
     assert first == Retry(delay_s=0.2, error="t")
-    assert resolve(Retry(delay_s=5), attempt=2, policy=policy, ordered=True) == Retry(delay_s=5)
-    spent = resolve(Retry(error="t"), attempt=3, policy=policy, ordered=True)
-    assert spent == Quarantine(reason=RETRIES_EXHAUSTED, error="t")
-    unordered = resolve(Retry(error="t"), attempt=3, policy=policy, ordered=False)
-    assert unordered == DeadLetter(reason=RETRIES_EXHAUSTED, error="t")
-    assert resolve(Quarantine("X"), attempt=1, policy=policy, ordered=False) == DeadLetter("X")
-    assert resolve(Quarantine("EXPIRED"), attempt=1, policy=policy, ordered=True) == DeadLetter(
-        "EXPIRED"
+    assert decide(Retry(delay_s=5), attempt=2, policy=POLICY, ordered=True) == Retry(delay_s=5)
+    spent = decide(Retry(error="t"), attempt=3, policy=POLICY, ordered=True)
+    assert spent == Quarantine(
+        reason=RETRIES_EXHAUSTED, error="RETRIES_EXHAUSTED after 3 attempts: t"
     )
-    assert resolve(DeadLetter("X"), attempt=1, policy=policy, ordered=True) == DeadLetter("X")
-    assert resolve(ACK, attempt=1, policy=policy, ordered=True) is ACK
+    unordered = decide(Retry(error="t"), attempt=3, policy=POLICY, ordered=False)
+    assert isinstance(unordered, DeadLetter) and unordered.reason == RETRIES_EXHAUSTED
+    keyless = decide(Retry(error="t"), attempt=3, policy=POLICY, ordered=True, keyed=False)
+    assert isinstance(keyless, DeadLetter)
+    assert decide(Quarantine("X"), attempt=1, policy=POLICY, ordered=False) == DeadLetter("X")
+    # the loop used to quarantine on Quarantine(SIG_INVALID): never again
+    for reason in ("SIG_INVALID", "EXPIRED"):
+        assert decide(Quarantine(reason), attempt=1, policy=POLICY, ordered=True) == DeadLetter(
+            reason
+        )
+    assert decide(Quarantine("X"), attempt=1, policy=POLICY, ordered=True) == Quarantine("X")
+    assert decide(DeadLetter("X"), attempt=1, policy=POLICY, ordered=True) == DeadLetter("X")
+    assert decide(ACK, attempt=1, policy=POLICY, ordered=True) is ACK

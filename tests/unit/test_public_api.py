@@ -10,6 +10,8 @@ EXPECTED = {
     "DeadLetter",
     "EntityConfig",
     "Envelope",
+    "FailureContext",
+    "FailurePorts",
     "FleetError",
     "Fold",
     "GatewayClient",

@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import KafkaError
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, select
 
+from pipeline.failures.context import FailureContext
 from pipeline.failures.outcomes import ACK, DeadLetter, Outcome, Retry
 from pipeline.failures.retry import BackoffPolicy
 from pipeline.runtime import ConsumerRuntime, FencedError, Record, RuntimeConfig, Staged
@@ -29,19 +30,9 @@ class ListSink:
     def __init__(self) -> None:
         self.letters: list[tuple[Record, str, int]] = []
 
-    def stage(
-        self,
-        tx: Staged,
-        record: Record,
-        *,
-        reason: str,
-        error: str,
-        attempts: int,
-        first_failure_ms: int,
-        last_failure_ms: int,
-    ) -> None:
+    def stage(self, tx: Staged, failure: FailureContext) -> None:
         tx.after_commit(lambda: None)
-        tx.call(lambda _s: self.letters.append((record, reason, attempts)))
+        tx.call(lambda _s: self.letters.append((failure.record, failure.reason, failure.attempts)))
 
 
 class Script:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 
 from pipeline.errors import ConfigError
 from pipeline.gateway.config import InjectorSpec
+from pipeline.reasons import Config
 
 from .callback import CallbackInjector
 from .command import CommandInjector
@@ -32,7 +33,7 @@ def build_injector(
             known = ", ".join(sorted(callbacks or {})) or "none"
             raise ConfigError(
                 f"injector callback {spec.callback!r} is not registered (registered: {known})",
-                reason="CONFIG_UNKNOWN_CALLBACK",
+                reason=Config.CONFIG_UNKNOWN_CALLBACK,
                 context={"key": "callback", "value": spec.callback},
             )
         injector = CallbackInjector(fn)

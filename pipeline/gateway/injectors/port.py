@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Final, Protocol
 
-TARGET_BUSY: Final = "TARGET_BUSY"  # nothing was sent; retriable
-INJECT_FAILED: Final = "INJECT_FAILED"  # target missing, command failed, callback raised
-INJECT_TIMEOUT: Final = "INJECT_TIMEOUT"  # gave up waiting; the target may hold part of it
-INJECT_BODY_INVALID: Final = "INJECT_BODY_INVALID"  # the body cannot be delivered as-is
-INJECT_REASONS: Final = (TARGET_BUSY, INJECT_FAILED, INJECT_TIMEOUT, INJECT_BODY_INVALID)
+from pipeline.reasons import Inject
+
+TARGET_BUSY: Final = Inject.TARGET_BUSY  # nothing was sent; retriable
+INJECT_FAILED: Final = Inject.INJECT_FAILED  # target missing, command failed, callback raised
+INJECT_TIMEOUT: Final = Inject.INJECT_TIMEOUT  # gave up waiting; the target may hold part of it
+INJECT_BODY_INVALID: Final = Inject.INJECT_BODY_INVALID  # the body cannot be delivered as-is
+INJECT_REASONS: Final = tuple(Inject)
 
 
 class Injector(Protocol):

@@ -1,4 +1,9 @@
-"""A consumed Kafka record as a plain, immutable value (no client objects leak upward)."""
+"""A consumed Kafka record as a plain, immutable value (no client objects leak upward).
+
+One record type for the whole package: the runtime hands it to handlers, the dead-letter sinks
+copy it verbatim, the quarantine store parks and replays it. One key-to-text rule
+(:func:`key_text`) names a key everywhere (runtime, quarantine store, CLI).
+"""
 
 from __future__ import annotations
 
@@ -54,6 +59,25 @@ class Record:
 
     @property
     def key_str(self) -> str | None:
-        if self.key is None:
-            return None
-        return self.key.decode("utf-8", errors="replace")
+        """The key as text by :func:`key_text`; ``None`` for a keyless record."""
+        return None if self.key is None else key_text(self.key)
+
+    @property
+    def ref(self) -> str:
+        """Where the record was read: ``<topic>/<partition>/<offset>``."""
+        return f"{self.topic}/{self.partition}/{self.offset}"
+
+
+def key_text(key: bytes | None) -> str:
+    """The text form of a record key, used by the runtime, the store and the CLI alike.
+
+    UTF-8 keys (gids) are themselves; anything else is ``hex:<hex>`` so no key is unrepresentable
+    and a quarantined non-UTF-8 key is shown under the name it is stored under.
+    """
+    if key is None:
+        return ""
+    try:
+        text = key.decode("utf-8")
+    except UnicodeDecodeError:
+        return "hex:" + key.hex()
+    return "hex:" + key.hex() if text.startswith("hex:") else text

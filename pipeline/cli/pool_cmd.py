@@ -1,0 +1,225 @@
+"""``fleet pool run | submit | status`` -- worker pools (issue 10, ``docs/pools.md``).
+
+``run`` parses flags and calls :func:`pipeline.bootstrap.build_pool_member`; SIGTERM/SIGINT stop
+it gracefully (in-flight steps finish or are given up within ``--revoke-wait``, offsets are
+committed, the member leaves the group).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from pipeline.errors import ConfigError
+
+from .output import console, emit_json, fail_on_fleet_error
+
+app = typer.Typer(help="Worker pools: members of consumer group fleet.pool.<NAME>.")
+
+Bootstrap = Annotated[
+    str,
+    typer.Option("--bootstrap", "-b", envvar="KAFKA_BOOTSTRAP", help="Kafka bootstrap servers."),
+]
+Pool = Annotated[str, typer.Option("--pool", help="Pool name: topic and group fleet.pool.<NAME>.")]
+
+
+@app.command("run")
+@fail_on_fleet_error
+def run(
+    pool: Pool,
+    bootstrap: Bootstrap,
+    store_url: Annotated[
+        str, typer.Option("--store-url", envvar="FLEET_STORE_URL", help="Dedupe/result store URL.")
+    ] = "sqlite:///fleet-pool.sqlite",
+    handler: Annotated[
+        str | None, typer.Option("--handler", help="Step function module:function(record).")
+    ] = None,
+    command: Annotated[
+        str | None, typer.Option("--command", help="Shell step: value on stdin, stdout = result.")
+    ] = None,
+    sleep: Annotated[
+        str | None,
+        typer.Option(
+            "--sleep",
+            help="Built-in simulated step: SECONDS | uniform:LO:HI | exp:MEAN | "
+            "lognormal:MEAN:SIGMA (a JSON value's step_s wins).",
+        ),
+    ] = None,
+    time_scale: Annotated[float, typer.Option("--time-scale", help="Multiplies --sleep.")] = 1.0,
+    instance_id: Annotated[
+        str | None, typer.Option("--instance-id", help="group.instance.id (static membership).")
+    ] = None,
+    static: Annotated[
+        bool | None,
+        typer.Option(
+            "--static/--no-static", help="Static membership (default: iff --instance-id)."
+        ),
+    ] = None,
+    member: Annotated[
+        str | None, typer.Option("--member", help="Name in logs/effects (default: id or pid).")
+    ] = None,
+    assignment: Annotated[
+        str, typer.Option("--assignment", help="range | roundrobin | cooperative-sticky.")
+    ] = "cooperative-sticky",
+    concurrency: Annotated[
+        str, typer.Option("--concurrency", help="partition (default) | key.")
+    ] = "partition",
+    max_poll_records: Annotated[
+        int, typer.Option("--max-poll-records", min=1, help="Records held uncommitted, at most.")
+    ] = 50,
+    max_in_flight: Annotated[
+        int, typer.Option("--max-in-flight", min=1, help="Worker threads (steps at once).")
+    ] = 64,
+    partition_buffer: Annotated[
+        int | None, typer.Option("--partition-buffer", min=1, help="Records held per partition.")
+    ] = None,
+    max_poll_interval_ms: Annotated[int, typer.Option("--max-poll-interval-ms", min=1)] = 300_000,
+    session_timeout_ms: Annotated[int, typer.Option("--session-timeout-ms", min=1)] = 10_000,
+    dedupe: Annotated[
+        bool, typer.Option("--dedupe/--no-dedupe", help="Dedupe rows and stored-result reuse.")
+    ] = True,
+    revoke_wait: Annotated[
+        float, typer.Option("--revoke-wait", help="Seconds a revoke/stop waits for steps.")
+    ] = 30.0,
+    partitions: Annotated[
+        int, typer.Option("--partitions", min=1, help="Only when the topic must be created.")
+    ] = 6,
+    events: Annotated[
+        Path | None, typer.Option("--events", help="Append one JSON line per step here.")
+    ] = None,
+    metrics_port: Annotated[int | None, typer.Option("--metrics-port")] = None,
+) -> None:
+    """Run one pool member until SIGTERM/SIGINT."""
+    from prometheus_client import start_http_server
+
+    from pipeline.bootstrap import build_pool_member
+    from pipeline.pool import Assignment, PoolConfig
+    from pipeline.pool.steps import CommandStep, SleepStep, StepFn, load_handler
+    from pipeline.runtime.lanes import Concurrency
+
+    chosen = [x for x in (handler, command, sleep) if x is not None]
+    if len(chosen) != 1:
+        raise ConfigError(
+            "give exactly one of --handler, --command, --sleep", reason="INVALID_HANDLER"
+        )
+    step: StepFn
+    if handler is not None:
+        step = load_handler(handler)
+    elif command is not None:
+        step = CommandStep(command)
+    else:
+        step = SleepStep(sleep or "0", scale=time_scale)
+    try:
+        strategy, mode = Assignment(assignment), Concurrency(concurrency)
+    except ValueError as exc:
+        raise ConfigError(str(exc), reason="INVALID_OPTION") from exc
+    name = member or instance_id or f"{os.uname().nodename}-{os.getpid()}"
+    if static is None:
+        static = instance_id is not None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    parts = build_pool_member(
+        PoolConfig(
+            pool=pool,
+            bootstrap=bootstrap,
+            store_url=store_url,
+            member=name,
+            instance_id=(instance_id or name) if static else None,
+            assignment=strategy,
+            concurrency=mode,
+            max_poll_records=max_poll_records,
+            max_in_flight=max_in_flight,
+            partition_buffer=partition_buffer,
+            max_poll_interval_ms=max_poll_interval_ms,
+            session_timeout_ms=session_timeout_ms,
+            dedupe=dedupe,
+            revoke_wait_s=revoke_wait,
+            partitions=partitions,
+            events_path=str(events) if events else None,
+        ),
+        step=step,
+    )
+    if metrics_port is not None:
+        start_http_server(metrics_port, registry=parts.registry)
+    stop = threading.Event()
+
+    def _stop(_signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    logging.getLogger("pipeline.pool").info("member %s of pool %s running", name, pool)
+    try:
+        parts.runtime.run(stop)
+    finally:
+        parts.engine.dispose()
+    logging.getLogger("pipeline.pool").info("member %s stopped", name)
+
+
+@app.command("submit")
+@fail_on_fleet_error
+def submit(
+    pool: Pool,
+    bootstrap: Bootstrap,
+    file: Annotated[
+        Path | None, typer.Argument(help="One record per line (default: stdin).")
+    ] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="Key every line with this (else key<TAB>body).")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the msgIds as JSON.")] = False,
+) -> None:
+    """Produce records to the pool topic, each with a fresh msgId (its event id)."""
+    from pipeline.kafka.topics import TopicNames
+    from pipeline.pool.submit import submit as do_submit
+
+    topic = TopicNames().pool(pool)
+    if file is None:
+        ids = do_submit(bootstrap, topic, sys.stdin, key=key)
+    else:
+        with file.open(encoding="utf-8") as lines:
+            ids = do_submit(bootstrap, topic, lines, key=key)
+    if json_out:
+        emit_json({"topic": topic, "msg_ids": ids})
+    else:
+        console.print(f"submitted {len(ids)} record(s) to {topic}")
+
+
+@app.command("status")
+@fail_on_fleet_error
+def status(
+    pool: Pool,
+    bootstrap: Bootstrap,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Members, assignment, committed offset and lag per partition."""
+    from rich.table import Table
+
+    from pipeline.pool.status import pool_status
+
+    st = pool_status(bootstrap, pool)
+    if json_out:
+        emit_json(st.to_json())
+        return
+    console.print(
+        f"pool {st.pool}  group {st.group}  state {st.state}  assignor {st.assignor or '-'}  "
+        f"members {len(st.members)}  lag {st.total_lag}"
+    )
+    for m, ps in sorted(st.members.items()):
+        console.print(f"  {m}: {ps}")
+    table = Table("PARTITION", "MEMBER", "COMMITTED", "LOG-END", "LAG")
+    for r in st.partitions:
+        table.add_row(
+            str(r.partition),
+            r.member or "-",
+            "-" if r.committed is None else str(r.committed),
+            str(r.log_end),
+            str(r.lag),
+        )
+    console.print(table)

@@ -1,0 +1,56 @@
+"""One pool member's configuration: a frozen, keyword-only value object (read at the edge)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from pipeline.runtime.lanes import Concurrency
+
+
+class Assignment(enum.StrEnum):
+    """``partition.assignment.strategy`` (librdkafka names); comparing them is the experiment."""
+
+    RANGE = "range"
+    ROUNDROBIN = "roundrobin"
+    COOPERATIVE_STICKY = "cooperative-sticky"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolConfig:
+    """A member of ``fleet.pool.<pool>``.
+
+    ``max_poll_records`` bounds the records a member holds fetched but uncommitted (queued or
+    running), so a crash redelivers at most that many (seed 001: "at most one batch of
+    max.poll.records"). ``instance_id`` turns static membership on. ``dedupe=False`` turns off
+    the dedupe row and the stored-result reuse (the lab's comparison)."""
+
+    pool: str
+    bootstrap: str
+    store_url: str
+    member: str
+    instance_id: str | None = None
+    assignment: Assignment = Assignment.COOPERATIVE_STICKY
+    concurrency: Concurrency = Concurrency.PARTITION
+    max_poll_records: int = 50
+    max_in_flight: int = 64
+    partition_buffer: int | None = None  # records held per partition; default by concurrency
+    max_poll_interval_ms: int = 300_000
+    session_timeout_ms: int = 10_000
+    dedupe: bool = True
+    revoke_wait_s: float = 30.0
+    topic_prefix: str = "fleet."
+    partitions: int = 6  # used only when the pool topic does not exist yet
+    events_path: str | None = None  # JSONL, one line per step (the lab and tests read it)
+
+    def __post_init__(self) -> None:
+        for name in ("max_poll_records", "max_in_flight", "max_poll_interval_ms", "partitions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+
+    @property
+    def depth(self) -> int:
+        """Partition mode: the running record plus one waiting; key mode: room for many keys."""
+        if self.partition_buffer is not None:
+            return self.partition_buffer
+        return 2 if self.concurrency is Concurrency.PARTITION else 32

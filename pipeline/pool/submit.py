@@ -1,0 +1,53 @@
+"""``fleet pool submit``: one record per input line, keyed, each with a fresh ``msgId`` (the event
+id the pool dedupes on and stores the step result against)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+from confluent_kafka import Producer
+
+from pipeline.errors import BrokerError
+from pipeline.kafka.settings import producer_config
+
+
+def parse_line(line: str, *, key: str | None) -> tuple[str | None, str]:
+    """``key<TAB>body``, or the whole line as the body when ``key`` is given (or no tab)."""
+    line = line.rstrip("\n")
+    if key is not None:
+        return key, line
+    k, sep, body = line.partition("\t")
+    return (k, body) if sep else (None, line)
+
+
+def submit(
+    bootstrap: str, topic: str, lines: Iterable[str], *, key: str | None = None
+) -> list[str]:
+    """Produce every non-empty line; returns the msgIds, after the broker confirmed all."""
+    producer = Producer(producer_config(bootstrap))
+    failures: list[str] = []
+
+    def _report(err: object, _msg: object) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    ids: list[str] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        k, body = parse_line(line, key=key)
+        msg_id = uuid.uuid4().hex
+        producer.produce(
+            topic,
+            value=body.encode(),
+            key=k.encode() if k is not None else None,
+            headers=[("msgId", msg_id.encode())],
+            on_delivery=_report,
+        )
+        producer.poll(0)
+        ids.append(msg_id)
+    left = producer.flush(30)
+    if left or failures:
+        raise BrokerError(f"{left} record(s) unconfirmed, {len(failures)} failed: {failures[:3]}")
+    return ids

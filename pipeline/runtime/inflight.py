@@ -1,0 +1,183 @@
+"""In-flight steps across polls: slow work on worker threads while the loop keeps polling.
+
+The consumer runtime (``loop.py``) calls this at four clearly marked points when a member is
+built with a :class:`Dispatcher` (worker pools); the gateway inbox runs without one.
+
+1. ``room()`` before each fetch: how many more records the member may hold (``max.poll.records``
+   bounds fetched-but-uncommitted records, hence redeliveries after a crash), and it pauses
+   partitions whose lane buffer is full / resumes those with room. ``poll`` goes on regardless,
+   so ``max.poll.interval.ms`` never expires because steps are slow (seed 001 scenario 2).
+2. ``submit(records)`` after a fetch: records join their lanes (:mod:`.lanes`); idle lanes start.
+3. ``completed()`` each turn: finished steps, in the order they finished, for the runtime's one
+   ``process()`` path (decide, one transaction, commit); ``committable()`` turns the batch's
+   handled offsets into the lanes' watermark.
+4. ``revoke(tps)`` from ``on_revoke`` (and at shutdown): queued records are dropped, running
+   steps are awaited up to ``revoke_wait_s`` and handed back to be processed and committed
+   before the partition goes; a step still running then is given up (its late result is
+   discarded, the new owner re-reads the record and reuses the stored result if it was stored).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from confluent_kafka import TopicPartition
+
+from pipeline.record import Record
+
+from .lanes import TP, Concurrency, Lanes
+
+log = logging.getLogger(__name__)
+
+
+class StepRunner(Protocol):
+    """The slow half of a pool handler, run on a worker thread (the fast half is ``handle``)."""
+
+    def run(self, record: Record) -> None: ...
+
+
+class InflightObserver(Protocol):
+    def in_flight(self, n: int) -> None: ...
+
+    def paused_count(self, n: int) -> None: ...
+
+    def given_up_count(self, n: int) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class InflightConfig:
+    """``max_records`` bounds held records per member; ``depth`` per partition (lane buffer)."""
+
+    mode: Concurrency = Concurrency.PARTITION
+    max_in_flight: int = 64
+    max_records: int = 50
+    depth: int = 2
+    revoke_wait_s: float = 30.0
+
+
+class Dispatcher:
+    """Worker threads + lanes + watermark. Every method is called from the poll thread only;
+    workers touch nothing but the done queue."""
+
+    def __init__(
+        self,
+        config: InflightConfig,
+        runner: StepRunner,
+        *,
+        observer: InflightObserver | None = None,
+    ) -> None:
+        self.config = config
+        self.runner = runner
+        self.lanes = Lanes(config.mode, depth=config.depth)
+        self.observer = observer
+        self._pool = ThreadPoolExecutor(config.max_in_flight, thread_name_prefix="step")
+        self._done: queue.SimpleQueue[Record] = queue.SimpleQueue()
+        self._finished: list[Record] = []
+        self._paused: set[TP] = set()
+
+    # 1 -- before a fetch
+    def room(self, consumer: Any, assigned: set[TP], held_elsewhere: Callable[[TP], bool]) -> int:
+        """Pause full partitions (all of them when the member holds ``max_records``), resume
+        ones with room unless a retry paused them; returns how many records may be fetched."""
+        self._collect()
+        room = max(0, self.config.max_records - self.lanes.total_held())
+        full = {tp for tp in self.lanes.partitions() if self.lanes.full(tp)}
+        if room == 0:
+            full |= assigned
+        pause = full - self._paused
+        resume = {tp for tp in self._paused - full if not held_elsewhere(tp)}
+        with contextlib.suppress(Exception):  # a revoked partition: nothing to do
+            if pause:
+                consumer.pause([TopicPartition(t, p) for t, p in pause])
+            if resume:
+                consumer.resume([TopicPartition(t, p) for t, p in resume])
+        self._paused = (self._paused | pause) - (self._paused - full)
+        if self.observer:
+            self.observer.paused_count(len(self._paused))
+        return room
+
+    # 2 -- after a fetch
+    def submit(self, records: list[Record]) -> None:
+        for rec in records:
+            self.lanes.add(rec)
+        self._start()
+
+    def _start(self) -> None:
+        busy = len(self.lanes.running())
+        for rec in self.lanes.startable(self.config.max_in_flight - busy):
+            self._pool.submit(self._work, rec)
+        if self.observer:
+            self.observer.in_flight(len(self.lanes.running()))
+
+    def _work(self, rec: Record) -> None:
+        try:
+            self.runner.run(rec)
+        except Exception:  # the runner keeps its own failures; never lose the completion
+            log.exception("step runner failed for %s", rec.ref)
+        finally:
+            self._done.put(rec)
+
+    # 3 -- each turn
+    def _collect(self, timeout: float | None = None) -> None:
+        while True:
+            try:
+                rec = self._done.get(timeout=timeout) if timeout else self._done.get_nowait()
+            except queue.Empty:
+                return
+            timeout = None
+            if self.lanes.finish(rec):
+                self._finished.append(rec)
+            self._start()
+
+    def completed(self) -> list[Record]:
+        self._collect()
+        out, self._finished = self._finished, []
+        return out
+
+    def committable(
+        self, handled: dict[TP, int], blocked: dict[TP, tuple[int, float]]
+    ) -> dict[TP, int]:
+        """The batch's handled offsets capped by the watermark (and by a blocked record)."""
+        out: dict[TP, int] = {}
+        for tp, nxt in handled.items():
+            mark = self.lanes.watermark(tp)
+            offset = nxt if mark is None else min(nxt, mark)
+            if tp in blocked:
+                offset = min(offset, blocked[tp][0])
+            out[tp] = offset
+        return out
+
+    def rewind(self, tp: TP, offset: int) -> int:
+        """Re-read ``tp`` from ``offset`` (a retry): returns where to seek (see Lanes.rewind)."""
+        self._paused.discard(tp)  # the retry's pause owns it now
+        return self.lanes.rewind(tp, offset)
+
+    # 4 -- rebalance and shutdown
+    def revoke(self, tps: set[TP]) -> list[Record]:
+        """Wait (bounded) for running steps of ``tps``; returns finished ones to process."""
+        deadline = time.monotonic() + self.config.revoke_wait_s
+        self.lanes.forget_queued(tps)
+        while self.lanes.running(tps) and (left := deadline - time.monotonic()) > 0:
+            self._collect(timeout=min(left, 0.1))
+        ready = [r for r in self._finished if r.tp in tps]
+        self._finished = [r for r in self._finished if r.tp not in tps]
+        return ready
+
+    def forget(self, tps: set[TP]) -> None:
+        gone = self.lanes.forget(tps)
+        self._paused -= tps
+        self._finished = [r for r in self._finished if r.tp not in tps]
+        if gone:
+            log.warning("gave up %d in-flight step(s) of revoked partitions", len(gone))
+            if self.observer:
+                self.observer.given_up_count(len(gone))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
