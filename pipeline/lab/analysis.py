@@ -37,6 +37,13 @@ class Step:
     t1: float
     scheduled_s: float
     poison: bool = False
+    # the pool's event kinds: ran (a real step), reused (a stored result: no second step),
+    # duplicate (already applied, dropped), error (a failed attempt)
+    kind: str = "ran"
+
+    @property
+    def stepped(self) -> bool:
+        return self.kind in ("ran", "error")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,7 +89,7 @@ def _rate_between(a: Tick, b: Tick) -> float | None:
 
 def in_flight_series(steps: Sequence[Step], times: Sequence[float]) -> list[float]:
     """Steps running at each time (a point sample of the step log)."""
-    return [float(sum(1 for s in steps if s.t0 <= t < s.t1)) for t in times]
+    return [float(sum(1 for s in steps if s.stepped and s.t0 <= t < s.t1)) for t in times]
 
 
 def _drain(
@@ -201,15 +208,13 @@ def analyse(
     rows += _moved_rows(s, p, ticks)
     rows += _poison_rows(s, p, steps, ticks)
     rows.append(_rebalance_row(s, ticks))
-    duplicates = sum(
-        n - 1 for n in Counter(st.seq for st in steps if not st.poison).values() if n > 1
-    )
-    facts["duplicates"] = duplicates
+    facts["duplicates"] = duplicates = _redelivered(steps)
+    facts["steps_paid_twice"] = _paid_twice(steps)
     if s.outages or s.restarts:
         closeness = duplicates / p.duplicates_bound if p.duplicates_bound else None
         rows.append(
             Row(
-                quantity="redelivered steps (bound)",
+                quantity="redelivered records (bound)",
                 predicted=p.duplicates_bound,
                 measured=duplicates,
                 ratio=closeness,
@@ -290,6 +295,18 @@ def _assignment_row(
         ok=measured == p.counts,
         note="exact",
     )
+
+
+def _redelivered(steps: Sequence[Step]) -> int:
+    """Records delivered to a step more than once (any kind), the poison record's retries aside."""
+    return sum(n - 1 for n in Counter(st.seq for st in steps if not st.poison).values() if n > 1)
+
+
+def _paid_twice(steps: Sequence[Step]) -> int:
+    """Events whose step really ran more than once (a second model call); the pool's stored
+    results and dedupe should keep this at 0 (seed 001: "store the result ... and reuse it")."""
+    ran = Counter(st.seq for st in steps if st.kind == "ran" and not st.poison)
+    return sum(n - 1 for n in ran.values() if n > 1)
 
 
 def _owners(t: Tick) -> dict[int, str]:
@@ -392,7 +409,11 @@ def machine_verdict(
         if p90 >= CPU_SATURATED:
             reasons.append(f"CPU saturated: 90th percentile busy share {p90:.0%} of all cores")
     if steps:
-        overheads = [(st.t1 - st.t0) / st.scheduled_s - 1.0 for st in steps if st.scheduled_s > 0]
+        overheads = [
+            (st.t1 - st.t0) / st.scheduled_s - 1.0
+            for st in steps
+            if st.scheduled_s > 0 and st.kind == "ran"
+        ]
         if overheads:
             mean = statistics.fmean(overheads)
             facts["step_overhead"] = mean

@@ -99,7 +99,7 @@ def lanes_of(s: Scenario, plan: Plan) -> dict[str, int]:
             n = sum(1 for k in range(s.keys.count) if k % s.partitions in owned)
         else:
             n = len(parts)
-        out[m] = min(n, cap) if cap else n
+        out[m] = min(n, cap)
     return out
 
 

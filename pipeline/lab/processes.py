@@ -3,7 +3,8 @@
 ``member_argv`` is the one place the lab states what it needs from ``fleet pool run``
 (issue 10, worker pools): consumer group ``fleet.pool.<NAME>`` on topic ``fleet.pool.<NAME>``,
 the assignment strategy, static membership, ``max.poll.records``/``max.poll.interval.ms``,
-concurrency, dedupe, and a handler -- the lab's simulated step :func:`pipeline.lab.step.run_step`.
+concurrency, dedupe, the built-in sleep step (the record's ``step_s``, scaled) and the events
+log the lab counts steps and redeliveries from.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from pathlib import Path
 
 from .scenario import Scenario, StopSignal
 
-STEP_HANDLER = "pipeline.lab.step:run_step"
+POISON_HANDLER = "pipeline.lab.step:run_step"  # only for scenarios with [poison]
 
 
 def member_argv(
-    s: Scenario, *, pool: str, bootstrap: str, member: str, store_url: str
+    s: Scenario, *, pool: str, bootstrap: str, member: str, store_url: str, events: Path
 ) -> list[str]:
     m = s.members
+    step = ["--handler", POISON_HANDLER] if s.poison is not None else ["--sleep", "0"]
     argv = [
         "pool",
         "run",
@@ -31,12 +33,19 @@ def member_argv(
         pool,
         "--bootstrap",
         bootstrap,
-        "--handler",
-        STEP_HANDLER,
+        *step,
+        "--time-scale",
+        repr(s.time_scale),  # the record's step_s, scaled
+        "--member",
+        member,
+        "--events",
+        str(events),
         "--assignment",
         m.assignment.value,
         "--concurrency",
         m.concurrency.value,
+        "--max-in-flight",
+        str(m.max_in_flight),
         "--max-poll-records",
         str(m.max_poll_records),
         # scenario milliseconds scaled to the machine; librdkafka wants >= session timeout
@@ -46,13 +55,10 @@ def member_argv(
         str(m.session_timeout_ms),
         "--store-url",
         store_url,
+        "--dedupe" if m.dedupe else "--no-dedupe",
     ]
-    if m.max_in_flight:
-        argv += ["--max-in-flight", str(m.max_in_flight)]
     if m.static_membership:
         argv += ["--instance-id", member]
-    if not m.dedupe:
-        argv += ["--no-dedupe"]
     return argv
 
 
@@ -82,17 +88,14 @@ class Members:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def start(self, member: str) -> None:
-        env = {
-            "FLEET_LAB_TIME_SCALE": repr(self.scenario.time_scale),
-            "FLEET_LAB_STEP_LOG": str(self.out / f"steps-{member}.jsonl"),
-            "FLEET_LAB_MEMBER": member,
-        }
+        env = {"FLEET_LAB_TIME_SCALE": repr(self.scenario.time_scale)}
         argv = member_argv(
             self.scenario,
             pool=self.pool,
             bootstrap=self.bootstrap,
             member=member,
             store_url=self.store_url,
+            events=self.out / f"events-{member}.jsonl",
         )
         self.procs[member] = spawn(argv, env=env, log=self.out / f"member-{member}.log")
 

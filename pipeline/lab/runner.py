@@ -28,6 +28,7 @@ from pipeline.errors import ConfigError
 from pipeline.kafka.topics import TopicNames
 
 from .analysis import Analysis, Step, analyse
+from .arrivals import events
 from .assignors import member_ids
 from .model import predict
 from .observe import Observer, Tick
@@ -121,23 +122,30 @@ def _wait_settled(
         time.sleep(tick_s)
 
 
-def read_steps(out: Path, start: float, scale: float) -> list[Step]:
+def read_steps(s: Scenario, out: Path, start: float) -> list[Step]:
+    """The members' events logs (``fleet pool run --events``), in scenario seconds. The event id
+    is the producer's ``msgId`` (``lab-<seq>``); the scheduled step comes from the same seeded
+    arrivals the producer sent."""
+    scheduled = {ev.seq: (ev.step_s, ev.poison) for ev in events(s)}
     steps: list[Step] = []
-    for path in sorted(out.glob("steps-*.jsonl")):
+    for path in sorted(out.glob("events-*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             try:
                 d = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by kill -9
+                seq = int(str(d["event_id"]).removeprefix("lab-"))
+            except (json.JSONDecodeError, ValueError, KeyError):
+                continue  # a line cut by kill -9, or not one of ours
+            step_s, poison = scheduled.get(seq, (0.0, False))
             steps.append(
                 Step(
-                    seq=int(d["seq"]),
+                    seq=seq,
                     member=str(d["member"]),
                     partition=int(d["partition"]),
-                    t0=(d["t0"] - start) / scale,
-                    t1=(d["t1"] - start) / scale,
-                    scheduled_s=float(d["scheduled_s"]) / scale,  # the log holds wall seconds
-                    poison=bool(d.get("poison")),
+                    t0=(d["start_ms"] / 1000.0 - start) / s.time_scale,
+                    t1=(d["end_ms"] / 1000.0 - start) / s.time_scale,
+                    scheduled_s=step_s,
+                    poison=poison,
+                    kind=str(d.get("kind", "ran")),
                 )
             )
     return steps
@@ -217,7 +225,7 @@ def run(
             producer.wait(timeout=10)
         members.stop_all()
         observer.close()
-    steps = read_steps(out, start, s.time_scale)
+    steps = read_steps(s, out, start)
     prediction = predict(s)
     analysis = analyse(s, prediction, ticks, steps, stats)
     plots = write_plots(out, s, prediction, ticks, steps)

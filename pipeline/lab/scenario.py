@@ -256,7 +256,7 @@ class Members:
     max_poll_interval_ms: int = 300_000
     session_timeout_ms: int = 10_000
     concurrency: Concurrency = Concurrency.PARTITION
-    max_in_flight: int = 0  # per member; 0 = one per assigned partition (or key), no cap
+    max_in_flight: int = 64  # per member: the pool's worker threads (its default)
     assignment: Assignment = Assignment.RANGE
     static_membership: bool = False
     dedupe: bool = True
@@ -266,7 +266,7 @@ class Members:
         whole(self.max_poll_records, "max_poll_records")
         whole(self.max_poll_interval_ms, "max_poll_interval_ms")
         whole(self.session_timeout_ms, "session_timeout_ms")
-        whole(self.max_in_flight, "max_in_flight", minimum=0)
+        whole(self.max_in_flight, "max_in_flight")
         for key in ("static_membership", "dedupe"):
             if not isinstance(getattr(self, key), bool):
                 raise bad(key, getattr(self, key), "must be true or false")

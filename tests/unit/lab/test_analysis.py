@@ -75,7 +75,7 @@ def test_worked_example_fluid_run_agrees_with_the_model(tmp_path: Path) -> None:
     drain = rows["drain after outage at 120 s (s)"]
     assert drain.measured == pytest.approx(900, rel=0.02) and drain.ok
     assert rows["throughput at saturation (events/s)"].measured == pytest.approx(24, rel=0.02)
-    assert rows["redelivered steps (bound)"].measured == 0
+    assert rows["redelivered records (bound)"].measured == 0
     assert a.machine_bound == []
     plots = write_plots(tmp_path, s, p, fluid_ticks(s), [])
     write_reports(tmp_path, s, p, a, {"producer": {}}, plots)
