@@ -46,6 +46,14 @@ def run(
         str | None, typer.Option("--bootstrap", "-b", help="Kafka (default: $KAFKA_BOOTSTRAP).")
     ] = None,
     tick: Annotated[float, typer.Option("--tick", help="Wall seconds between samples.")] = 0.5,
+    store_url: Annotated[
+        str | None,
+        typer.Option(
+            "--store-url",
+            help="The members' shared dedupe/result store (default: SQLite in --out; SQLite "
+            "serialises the members' writes -- use PostgreSQL for saturation runs).",
+        ),
+    ] = None,
 ) -> None:
     """Run the scenario on the real broker (producer, pool members, faults on schedule), sample
     lag per partition, and write report.md, report.json and PNG plots beside the prediction."""
@@ -69,6 +77,7 @@ def run(
             bootstrap=_bootstrap(bootstrap),
             out=out,
             tick_s=tick,
+            store_url=store_url,
             progress=lambda t, what: bar.update(task, completed=t, what=what),
         )
     for row in analysis.rows:

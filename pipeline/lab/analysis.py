@@ -297,6 +297,25 @@ def _assignment_row(
     )
 
 
+def _idle_lanes_with_backlog(
+    s: Scenario, ticks: Sequence[Tick], steps: Sequence[Step]
+) -> float | None:
+    """Mean share of the lanes running a step at ticks where every member is up and every
+    owned partition has at least two records waiting; None when there is no such tick."""
+    from .model import lanes_of
+
+    backlogged = [
+        t for t in ticks if t.members_up == s.members.count and t.assignment and min(t.lag) >= 2
+    ]
+    if not backlogged or not steps:
+        return None
+    lanes = sum(lanes_of(s, {m: tuple(ps) for m, ps in backlogged[0].assignment.items()}).values())
+    if lanes == 0:
+        return None
+    busy = in_flight_series(steps, [t.t for t in backlogged])
+    return statistics.fmean(busy) / lanes
+
+
 def _redelivered(steps: Sequence[Step]) -> int:
     """Records delivered to a step more than once (any kind), the poison record's retries aside."""
     return sum(n - 1 for n in Counter(st.seq for st in steps if not st.poison).values() if n > 1)
@@ -421,6 +440,14 @@ def machine_verdict(
                 reasons.append(
                     f"steps ran {mean:.0%} longer than scheduled (sleep overshoot, contention)"
                 )
+    idle = _idle_lanes_with_backlog(s, ticks, steps)
+    if idle is not None:
+        facts["lanes_busy_with_backlog"] = idle
+        if idle < 0.8:
+            reasons.append(
+                f"only {idle:.0%} of the lanes were busy while every partition had a backlog: the "
+                "members (store writes, scheduling), not the model, limited throughput"
+            )
     rate = producer.get("produced_rate")
     if rate is not None and s.arrival.mean_rate > 0:
         short = 1.0 - rate / s.arrival.mean_rate

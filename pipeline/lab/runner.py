@@ -159,6 +159,7 @@ def run(
     out: Path,
     tick_s: float = 0.5,
     settle_timeout_s: float = 60.0,
+    store_url: str | None = None,
     progress: Progress | None = None,
 ) -> tuple[Analysis, dict[str, Any]]:
     require_pool_command()
@@ -174,7 +175,7 @@ def run(
         pool=pool,
         bootstrap=bootstrap,
         out=out,
-        store_url=f"sqlite:///{(out / 'pool.sqlite').resolve()}",
+        store_url=store_url or f"sqlite:///{(out / 'pool.sqlite').resolve()}",
     )
     observer = Observer(bootstrap=bootstrap, group=group, topic=topic, partitions=s.partitions)
     ticks: list[Tick] = []
