@@ -11,6 +11,7 @@ from . import (
     idem_cmd,
     kafka_cmd,
     keys_cmd,
+    lab_cmd,
     observability_cmd,
     outbox_cmd,
     pool_cmd,
@@ -31,6 +32,7 @@ app = typer.Typer(
 app.add_typer(kafka_cmd.app, name="kafka")
 app.add_typer(observability_cmd.app)  # top-level: fleet exporter, fleet lag
 app.add_typer(keys_cmd.app, name="keys")
+app.add_typer(lab_cmd.app, name="lab")
 app.add_typer(topics_cmd.app, name="topics")
 app.add_typer(roster_cmd.app, name="roster")
 app.add_typer(outbox_cmd.app, name="outbox")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
+import time
 from typing import Annotated
 
 import typer
@@ -100,15 +102,28 @@ def lag(
     groups_prefix: Prefix = "fleet.",
     slo: Annotated[float, typer.Option("--slo", help="Time-lag SLO in seconds.")] = 300.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON.")] = False,
+    window: Annotated[
+        float,
+        typer.Option(
+            "--window",
+            help="Seconds between two samples to measure consume and arrival rates for the "
+            "time to drain (0 = one sample, no drain time).",
+        ),
+    ] = 3.0,
 ) -> None:
-    """Per group/topic/partition: committed, log end, lag, lag seconds, retention risk, status.
+    """Per group/topic/partition: committed, log end, lag, lag seconds, retention risk, status;
+    per group: time to drain the lag at the measured rates ("never" if it cannot).
 
     Exit code 1 when any partition is LOST or AT_RISK."""
     reader = KafkaOffsetReader(_bootstrap(bootstrap))
     try:
-        sample = LagSampler(
-            reader, SamplerConfig(groups_prefix=groups_prefix, dlq_topic=None)
-        ).sample()
+        sampler = LagSampler(
+            reader, SamplerConfig(groups_prefix=groups_prefix, dlq_topic=None, rate_window_s=window)
+        )
+        sample = sampler.sample()
+        if window > 0 and sample.broker_ok:
+            time.sleep(window)
+            sample = sampler.sample()
     finally:
         reader.close()
     if not sample.broker_ok:
@@ -130,13 +145,33 @@ def lag(
         }
         for r in sample.partitions
     ]
+    drain = {g.group: g.drain_seconds for g in sample.drains}
+    for row in rows:
+        row["drain_seconds"] = _drain_text(drain.get(str(row["group"])))
+    groups = [
+        {
+            "group": g.group,
+            "lag": g.lag_messages,
+            "consume_rate": g.consume_rate,
+            "arrival_rate": g.arrival_rate,
+            "drain_seconds": _drain_text(g.drain_seconds),
+        }
+        for g in sample.drains
+    ]
     overall = worst([r.status(thresholds) for r in sample.partitions])
     if as_json:
-        emit_json({"status": overall.value, "partitions": rows})
+        emit_json({"status": overall.value, "partitions": rows, "groups": groups})
     else:
         _table(rows)
     if overall in (LagStatus.LOST, LagStatus.AT_RISK):
         raise typer.Exit(1)
+
+
+def _drain_text(seconds: float | None) -> str | float | None:
+    """Seed 001's wording: a lag that cannot drain "never" does; unknown rates print "-"."""
+    if seconds is None:
+        return None
+    return "never" if math.isinf(seconds) else round(seconds, 1)
 
 
 def _table(rows: list[dict[str, object]]) -> None:
@@ -154,8 +189,11 @@ def _table(rows: list[dict[str, object]]) -> None:
         "LAG-SECONDS": "lag_seconds",
         "RETENTION-RISK": "retention_risk",
         "STATUS": "status",
+        "GROUP-DRAIN-S": "drain_seconds",
     }
-    cells = [list(cols)] + [[str(row[k]) for k in cols.values()] for row in rows]
+    cells = [list(cols)] + [
+        [("-" if row[k] is None else str(row[k])) for k in cols.values()] for row in rows
+    ]
     widths = [max(len(line[i]) for line in cells) for i in range(len(cols))]
     for line in cells:
         typer.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())

@@ -29,6 +29,13 @@ METRICS: dict[str, str] = {
     "(log start minus committed, floored at 0).",
     "fleet_consumer_retention_headroom_seconds": "retention.ms minus lag_seconds: time before the "
     "oldest unread record becomes eligible for deletion (only for topics with retention.ms).",
+    "fleet_consumer_group_drain_seconds": "Time to drain the group's lag at the measured consume "
+    "and arrival rates: lag / (consume rate - arrival rate); +Inf when consumption does not "
+    "outpace arrivals; 0 when caught up (seed 001: 210 / (45 - 30) = 14 s).",
+    "fleet_consumer_group_consume_rate": "Records per second the group committed past, over "
+    "the sampler's rate window.",
+    "fleet_consumer_group_arrival_rate": "Records per second appended to the group's partitions, "
+    "over the sampler's rate window.",
     "fleet_topic_log_end_offset": "Log-end offset (high watermark) of the partition.",
     "fleet_topic_log_start_offset": "Log-start offset (oldest retained) of the partition.",
     "fleet_dlq_depth_messages": "Records retained in the dead-letter topic (end - start, summed).",
@@ -77,10 +84,28 @@ class LagCollector(Collector):
         if sample is None:
             return
         yield from self._per_partition(sample)
+        yield from self._per_group(sample)
         yield from self._fleet(sample)
 
+    def _per_group(self, sample: LagSample) -> Iterator[Metric]:
+        drain = _gauge("fleet_consumer_group_drain_seconds", ("group",))
+        consume = _gauge("fleet_consumer_group_consume_rate", ("group",))
+        arrival = _gauge("fleet_consumer_group_arrival_rate", ("group",))
+        for g in sample.drains:
+            seconds = g.drain_seconds
+            if seconds is not None:  # +Inf renders as such: "never drains"
+                drain.add_metric([g.group], seconds)
+            if g.consume_rate is not None and g.arrival_rate is not None:
+                consume.add_metric([g.group], g.consume_rate)
+                arrival.add_metric([g.group], g.arrival_rate)
+        yield from (drain, consume, arrival)
+
     def _per_partition(self, sample: LagSample) -> Iterator[Metric]:
-        fams = {n: _gauge(n, PER_PARTITION) for n in METRICS if n.startswith("fleet_consumer_")}
+        fams = {
+            n: _gauge(n, PER_PARTITION)
+            for n in METRICS
+            if n.startswith("fleet_consumer_") and not n.startswith("fleet_consumer_group_")
+        }
         ends = _gauge("fleet_topic_log_end_offset", ("topic", "partition"))
         starts = _gauge("fleet_topic_log_start_offset", ("topic", "partition"))
         seen: set[tuple[str, int]] = set()

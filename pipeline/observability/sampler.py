@@ -11,12 +11,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline.errors import FleetError
 from pipeline.kafka.topics import TopicNames
 
+from .drain import GroupDrain, Positions, group_drains, positions
 from .model import PartitionLag, TopicDepth, age_seconds
 from .ports import OffsetReader, StoreGauges, TopicPartitionKey
 
@@ -31,6 +33,8 @@ class SamplerConfig:
     dlq_topic: str | None = TopicNames().dlq
     interval_s: float = 15.0
     retention_refresh_s: float = 300.0
+    # consume and arrival rates (for the drain time) are measured over about this window
+    rate_window_s: float = 60.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +57,7 @@ class LagSample:
     store: StoreSample | None = None
     errors: tuple[str, ...] = ()
     broker_ok: bool = True
+    drains: tuple[GroupDrain, ...] = ()  # per group: lag, rates, time to drain
 
 
 @dataclass
@@ -84,6 +89,7 @@ class LagSampler:
         self._caches = _Caches()
         self._lock = threading.Lock()
         self._latest: LagSample | None = None
+        self._history: deque[tuple[float, Positions]] = deque()
         self.cycles = 0
 
     @property
@@ -96,6 +102,7 @@ class LagSampler:
         errors: list[str] = []
         try:
             partitions, groups, dlq = self._read_kafka()
+            drains = self._drains(partitions)
             broker_ok = True
         except FleetError as exc:
             log.warning("lag sample failed: %s", exc)
@@ -106,6 +113,7 @@ class LagSampler:
             partitions = previous.partitions if previous else ()
             groups = previous.groups if previous else ()
             dlq = previous.dlq if previous else None
+            drains = previous.drains if previous else ()
             broker_ok = False
         store = self._read_store(errors)
         result = LagSample(
@@ -117,11 +125,25 @@ class LagSampler:
             store=store,
             errors=tuple(errors),
             broker_ok=broker_ok,
+            drains=drains,
         )
         with self._lock:
             self._latest = result
             self.cycles += 1
         return result
+
+    def _drains(self, rows: tuple[PartitionLag, ...]) -> tuple[GroupDrain, ...]:
+        """Rates since the newest earlier sample at least ``rate_window_s`` old (or the oldest
+        one kept, while the sampler is younger than the window)."""
+        now = self._clock()
+        window = self._config.rate_window_s
+        while len(self._history) > 1 and self._history[1][0] <= now - window:
+            self._history.popleft()
+        before = self._history[0] if self._history else None
+        self._history.append((now, positions(rows)))
+        if before is None:
+            return group_drains(rows, before=None, seconds=0.0)
+        return group_drains(rows, before=before[1], seconds=now - before[0])
 
     def _read_kafka(self) -> tuple[tuple[PartitionLag, ...], tuple[str, ...], TopicDepth | None]:
         groups = self._reader.list_groups(self._config.groups_prefix)

@@ -323,3 +323,28 @@ def test_compacted_topic_has_no_time_based_retention_risk(
     assert rows[compacted].retention_headroom_seconds is None
     assert rows[compacted].status(Thresholds()) is LagStatus.LAGGING
     assert rows[deleting].retention_ms == 3_600_000
+
+
+def test_fleet_lag_says_never_for_a_stopped_group_and_zero_when_caught_up(
+    kafka: BrokerHandle, new_topic, group_id
+) -> None:
+    """Seed 001: a lag drains at (consume - arrival) per second; a stopped group consumes
+    nothing, so its lag "never" drains, while a caught-up group has nothing to drain."""
+    topic = new_topic("drain", partitions=2)
+    produce(kafka.bootstrap, topic, {0: 10, 1: 10})
+    commit(kafka.bootstrap, group_id, [TopicPartition(topic, 0, 4), TopicPartition(topic, 1, 10)])
+    commit(
+        kafka.bootstrap,
+        group_id + ".done",
+        [TopicPartition(topic, 0, 10), TopicPartition(topic, 1, 10)],
+    )
+    env = {"KAFKA_BOOTSTRAP": kafka.bootstrap}
+    args = ["lag", "--groups-prefix", group_id, "--window", "1", "--json"]
+    result = CliRunner().invoke(app, args, env=env)
+    groups = {g["group"]: g for g in json.loads(result.stdout)["groups"]}
+    assert groups[group_id]["lag"] == 6
+    assert groups[group_id]["consume_rate"] == 0.0
+    assert groups[group_id]["drain_seconds"] == "never"
+    assert groups[group_id + ".done"]["drain_seconds"] == 0.0
+    table = CliRunner().invoke(app, args[:-1], env=env, terminal_width=200)
+    assert "GROUP-DRAIN-S" in table.stdout and "never" in table.stdout

@@ -1,0 +1,12 @@
+"""The consumer-group scaling lab (issue 10): seed 001's model, and runs that measure it.
+
+* :mod:`.scenario` / :mod:`.loader` -- the scenario file (TOML) as frozen value objects.
+* :mod:`.formulas` / :mod:`.assignors` / :mod:`.model` -- the model alone, pure.
+* ``fleet lab predict`` prints it; ``docs/lab.md`` states its assumptions.
+"""
+
+from .loader import load_scenario
+from .model import Prediction, predict
+from .scenario import LabReason, Scenario
+
+__all__ = ["LabReason", "Prediction", "Scenario", "load_scenario", "predict"]

@@ -1,0 +1,462 @@
+"""From a run's raw observations to measured numbers, set beside the model's (pure).
+
+Inputs: the ticks (lag per partition, assignment, CPU), the step log (one line per executed
+step: seq, member, partition, start, end, scheduled step time) and the producer's stats. All
+times here are scenario seconds except where a name says ``wall``.
+
+What "measured" means for each quantity, and why, is in ``docs/lab.md``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import formulas as f
+from .model import Prediction
+from .observe import Tick
+from .scenario import Scenario
+
+TOLERANCE = 0.10  # acceptance: measured within +-10% of predicted
+CPU_SATURATED = 0.90  # busy share of all cores above which the machine is the bottleneck
+STEP_OVERHEAD = 0.10  # steps taking 10% longer than scheduled: the machine, not the model
+PRODUCER_SHORTFALL = 0.05  # producing 5% under the arrival rate
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    seq: int
+    member: str
+    partition: int
+    t0: float  # scenario seconds
+    t1: float
+    scheduled_s: float
+    poison: bool = False
+    # the pool's event kinds: ran (a real step), reused (a stored result: no second step),
+    # duplicate (already applied, dropped), error (a failed attempt)
+    kind: str = "ran"
+
+    @property
+    def stepped(self) -> bool:
+        return self.kind in ("ran", "error")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    quantity: str
+    predicted: Any
+    measured: Any
+    ratio: float | None
+    ok: bool | None  # None: not comparable in this run (reported, not judged)
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Analysis:
+    rows: list[Row]
+    machine_bound: list[str]  # reasons; empty when the model, not the machine, decided
+    series: dict[str, list[float]] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def consumed_series(ticks: Sequence[Tick]) -> tuple[list[float], list[float]]:
+    """(times, consume rate) between consecutive ticks, from committed offsets."""
+    times, rates = [], []
+    for a, b in itertools.pairwise(ticks):
+        dt = b.t - a.t
+        if dt <= 0:
+            continue
+        moved = sum(
+            max(0, max(cb, 0) - max(ca, 0)) for ca, cb in zip(a.committed, b.committed, strict=True)
+        )
+        times.append(b.t)
+        rates.append(moved / dt)
+    return times, rates
+
+
+def _committed_total(t: Tick) -> int:
+    return sum(max(0, c) for c in t.committed)
+
+
+def _rate_between(a: Tick, b: Tick) -> float | None:
+    return None if b.t <= a.t else (_committed_total(b) - _committed_total(a)) / (b.t - a.t)
+
+
+def in_flight_series(steps: Sequence[Step], times: Sequence[float]) -> list[float]:
+    """Steps running at each time (a point sample of the step log)."""
+    return [float(sum(1 for s in steps if s.stepped and s.t0 <= t < s.t1)) for t in times]
+
+
+def _drain(
+    ticks: Sequence[Tick], start: float, baseline: float
+) -> tuple[float | None, Tick | None, Tick | None]:
+    """Seconds from ``start`` until total lag is back at ``baseline``; also the first tick with
+    progress (the group rejoined) and the tick where the drain ended."""
+    after = [t for t in ticks if t.t >= start]
+    if not after:
+        return None, None, None
+    first = after[0]
+    rejoined = next((t for t in after if _committed_total(t) > _committed_total(first)), None)
+    for t in after:
+        if rejoined is not None and t.t >= rejoined.t and sum(t.lag) <= baseline:
+            return t.t - start, rejoined, t
+    return None, rejoined, None
+
+
+def _row(q: str, predicted: float | None, measured: float | None, note: str = "") -> Row:
+    r = f.ratio(measured, predicted)
+    ok = None if r is None else abs(r - 1.0) <= TOLERANCE
+    return Row(quantity=q, predicted=predicted, measured=measured, ratio=r, ok=ok, note=note)
+
+
+def analyse(
+    s: Scenario,
+    p: Prediction,
+    ticks: Sequence[Tick],
+    steps: Sequence[Step],
+    producer: dict[str, Any],
+) -> Analysis:
+    rows: list[Row] = []
+    facts: dict[str, Any] = {}
+    rows.append(_assignment_row(s, p, ticks, facts))
+    outage_windows = [(o.at_s, o.at_s + o.duration_s) for o in s.outages]
+    # steady state: members up, outside outages, second half of what precedes the first fault
+    first_fault = min([o.at_s for o in s.outages] + [r.at_s for r in s.restarts] + [s.duration_s])
+    steady = [
+        t
+        for t in ticks
+        if first_fault * 0.3 <= t.t <= first_fault and t.members_up == s.members.count
+    ]
+    if not s.lag.initial and len(steady) >= 2 and p.utilisation < 1:
+        rows.append(
+            _row(
+                "throughput at offered load (events/s)",
+                p.throughput,
+                _rate_between(steady[0], steady[-1]),
+            )
+        )
+        times = [t.t for t in steady]
+        inflight = in_flight_series(steps, times)
+        if steps:
+            rows.append(_row("in flight (Little's law)", p.in_flight, statistics.fmean(inflight)))
+    # "drained" = total lag back to its steady level plus 1% of the peak backlog. The steady
+    # level holds the records in flight and not yet committed: the 90th percentile before the
+    # first fault; with initial lag (a backlog from t = 0) the median of the run's last quarter,
+    # capped at 10% of the peak so a backlog that never drains is never called drained
+    peak = max((sum(t.lag) for t in ticks), default=0)
+    if s.lag.initial:
+        tail = [sum(t.lag) for t in ticks if t.t >= 0.75 * s.duration_s]
+        level = min(statistics.median(tail), 0.1 * peak) if tail else 0.0
+    else:
+        steady_lag = sorted(sum(t.lag) for t in steady)
+        level = steady_lag[int(0.9 * (len(steady_lag) - 1))] if steady_lag else 0
+    baseline = level + max(1.0, 0.01 * peak)
+    facts["baseline_lag"] = baseline
+    drain_starts: list[tuple[str, float, float]] = []  # (label, start, predicted)
+    for o, (_, end) in zip(p.outages, outage_windows, strict=True):
+        drain_starts.append((f"drain after outage at {o.at_s:g} s (s)", end, o.drain_s))
+    if s.lag.initial and p.lag_drain_s is not None:
+        drain_starts.append(("initial lag drain (s)", 0.0, p.lag_drain_s))
+    for label, start, predicted in drain_starts:
+        took, rejoined, done = _drain(ticks, start, baseline)
+        if math.isinf(predicted):
+            end_lag = sum(ticks[-1].lag) if ticks else 0
+            drained = took is not None
+            rows.append(
+                Row(
+                    quantity=label,
+                    predicted="never",
+                    measured=took if drained else "not drained",
+                    ratio=None,
+                    ok=not drained,
+                    note=f"lag at the end of the run: {end_lag}",
+                )
+            )
+        else:
+            note = ""
+            if rejoined is not None:
+                after = "the start" if start == 0.0 else "the restart (rejoin)"
+                note = f"first progress {rejoined.t - start:.1f} s after {after}"
+            if took is None:  # predicted to drain, and did not by the end of the run: a miss
+                rows.append(
+                    Row(
+                        quantity=label,
+                        predicted=predicted,
+                        measured="not drained",
+                        ratio=None,
+                        ok=False,
+                        note=note,
+                    )
+                )
+            else:
+                rows.append(_row(label, predicted, took, note))
+        if rejoined is not None and done is not None and done.t > rejoined.t:
+            sat = _rate_between(rejoined, done)
+            rows.append(
+                _row(
+                    "throughput at saturation (events/s)",
+                    p.capacity,
+                    sat,
+                    "mean consume rate while the backlog drained",
+                )
+            )
+    rows += _moved_rows(s, p, ticks)
+    rows += _poison_rows(s, p, steps, ticks)
+    rows.append(_rebalance_row(s, ticks))
+    facts["duplicates"] = duplicates = _redelivered(steps)
+    facts["steps_paid_twice"] = _paid_twice(steps)
+    if s.outages or s.restarts:
+        closeness = duplicates / p.duplicates_bound if p.duplicates_bound else None
+        rows.append(
+            Row(
+                quantity="redelivered records (bound)",
+                predicted=p.duplicates_bound,
+                measured=duplicates,
+                ratio=closeness,
+                ok=duplicates <= p.duplicates_bound,
+                note="ratio = how close to the bound",
+            )
+        )
+    return Analysis(
+        rows=rows, machine_bound=machine_verdict(s, ticks, steps, producer, facts), facts=facts
+    )
+
+
+def _poison_rows(
+    s: Scenario, p: Prediction, steps: Sequence[Step], ticks: Sequence[Tick]
+) -> list[Row]:
+    """The poison record's partition stall: first attempt's start to last attempt's end."""
+    tries = sorted((st for st in steps if st.poison), key=lambda st: st.t0)
+    if s.poison is None or p.poison_stall_s is None:
+        return []
+    if len(tries) < 2:
+        return [
+            Row(
+                quantity="poison stall (s)",
+                predicted=p.poison_stall_s,
+                measured=None,
+                ratio=None,
+                ok=False,
+                note=f"{len(tries)} attempt(s) seen in the step log",
+            )
+        ]
+    attempts_time = sum(st.t1 - st.t0 for st in tries)
+    stall = tries[-1].t1 - tries[0].t0 - (0.0 if s.poison.count_attempts else attempts_time)
+    behind = max(
+        (t.lag[tries[0].partition] for t in ticks if tries[0].t0 <= t.t <= tries[-1].t1), default=0
+    )
+    return [
+        _row("poison stall (s)", p.poison_stall_s, stall, f"{len(tries)} attempts"),
+        Row(
+            quantity="events behind the poison record",
+            predicted=p.poison_events_behind,
+            measured=behind,
+            ratio=f.ratio(float(behind), p.poison_events_behind),
+            ok=None,
+            note="peak lag of its partition (small counts: reported, not judged)",
+        ),
+    ]
+
+
+def _assignment_row(
+    s: Scenario, p: Prediction, ticks: Sequence[Tick], facts: dict[str, Any]
+) -> Row:
+    """The last snapshot with every member up, the group STABLE and every partition owned."""
+    settled = [
+        t
+        for t in ticks
+        if t.members_up == s.members.count
+        and t.group_state == "STABLE"
+        # every partition owned exactly once (a dict of owners would hide a double owner)
+        and sorted(x for ps in t.assignment.values() for x in ps) == list(range(s.partitions))
+        and len(t.assignment) == s.members.count
+    ]
+    if not settled:
+        return Row(
+            quantity="partitions per member",
+            predicted=p.counts,
+            measured=None,
+            ratio=None,
+            ok=False,
+            note="no settled assignment was observed",
+        )
+    measured = sorted((len(v) for v in settled[-1].assignment.values()), reverse=True)
+    facts["assignment"] = settled[-1].assignment
+    return Row(
+        quantity="partitions per member",
+        predicted=p.counts,
+        measured=measured,
+        ratio=None,
+        ok=measured == p.counts,
+        note="exact",
+    )
+
+
+def _idle_lanes_with_backlog(
+    s: Scenario, ticks: Sequence[Tick], steps: Sequence[Step]
+) -> float | None:
+    """Mean share of the lanes running a step at ticks where every member is up and every
+    owned partition has at least two records waiting; None when there is no such tick."""
+    from .model import lanes_of
+
+    backlogged = [
+        t for t in ticks if t.members_up == s.members.count and t.assignment and min(t.lag) >= 2
+    ]
+    if not backlogged or not steps:
+        return None
+    lanes = sum(lanes_of(s, {m: tuple(ps) for m, ps in backlogged[0].assignment.items()}).values())
+    if lanes == 0:
+        return None
+    busy = in_flight_series(steps, [t.t for t in backlogged])
+    return statistics.fmean(busy) / lanes
+
+
+def _redelivered(steps: Sequence[Step]) -> int:
+    """Records delivered to a step more than once (any kind), the poison record's retries aside."""
+    return sum(n - 1 for n in Counter(st.seq for st in steps if not st.poison).values() if n > 1)
+
+
+def _paid_twice(steps: Sequence[Step]) -> int:
+    """Events whose step really ran more than once (a second model call); the pool's stored
+    results and dedupe should keep this at 0 (seed 001: "store the result ... and reuse it")."""
+    ran = Counter(st.seq for st in steps if st.kind == "ran" and not st.poison)
+    return sum(n - 1 for n in ran.values() if n > 1)
+
+
+def _owners(t: Tick) -> dict[int, str]:
+    return {part: m for m, ps in t.assignment.items() for part in ps}
+
+
+def _moved_rows(s: Scenario, p: Prediction, ticks: Sequence[Tick]) -> list[Row]:
+    """Partial outages: partitions whose owner changed, last stable plan before against the
+    first stable plan of the survivors (compared exactly: the assignor is deterministic)."""
+    rows: list[Row] = []
+    for o in p.outages:
+        if len(o.members) == s.members.count:
+            continue
+        whole = list(range(s.partitions))
+        before = [
+            t
+            for t in ticks
+            if t.t < o.at_s and t.group_state == "STABLE" and sorted(_owners(t)) == whole
+        ]
+        during = [
+            t
+            for t in ticks
+            if o.at_s < t.t < o.at_s + o.duration_s
+            and t.group_state == "STABLE"
+            and sorted(_owners(t)) == whole
+            and len(t.assignment) == s.members.count - len(o.members)
+        ]
+        label = f"partitions moved at {o.at_s:g} s"
+        if not before or not during:
+            rows.append(
+                Row(
+                    quantity=label,
+                    predicted=o.moved_partitions,
+                    measured=None,
+                    ratio=None,
+                    ok=False,
+                    note="no stable assignment seen before and during the outage",
+                )
+            )
+            continue
+        old, new = _owners(before[-1]), _owners(during[0])
+        n = sum(1 for part in whole if old[part] != new[part])
+        rows.append(
+            Row(
+                quantity=label,
+                predicted=o.moved_partitions,
+                measured=n,
+                ratio=None,
+                ok=n == o.moved_partitions,
+                note="exact",
+            )
+        )
+    return rows
+
+
+def _rebalance_row(s: Scenario, ticks: Sequence[Tick]) -> Row:
+    """Assignment changes while every member was up and no fault was due: a member that keeps
+    polling through slow steps causes none (seed 001 scenario 2)."""
+    faults = [(o.at_s, o.at_s + o.duration_s) for o in s.outages] + [
+        (r.at_s, r.at_s) for r in s.restarts
+    ]
+    changes = 0
+    last: dict[str, list[int]] | None = None
+    for t in ticks:
+        if t.members_up != s.members.count or not t.assignment:
+            last = None
+            continue
+        # a fault's own rebalance (and the settling after it) is expected: 30 scenario s or
+        # two session timeouts, whichever is longer
+        grace = max(30.0, 2 * s.members.session_timeout_ms / 1000.0 / s.time_scale)
+        if any(a <= t.t <= b + grace for a, b in faults):
+            last = None
+            continue
+        if last is not None and t.assignment != last:
+            changes += 1
+        last = t.assignment
+    return Row(
+        quantity="rebalances without a fault",
+        predicted=0,
+        measured=changes,
+        ratio=None,
+        ok=changes == 0,
+        note="assignment changes seen while every member was up",
+    )
+
+
+def machine_verdict(
+    s: Scenario,
+    ticks: Sequence[Tick],
+    steps: Sequence[Step],
+    producer: dict[str, Any],
+    facts: dict[str, Any],
+) -> list[str]:
+    """Reasons the machine, not the model, decided the result (empty: the model did)."""
+    reasons: list[str] = []
+    busy = sorted(t.cpu_busy for t in ticks if t.cpu_busy is not None)
+    if busy:
+        p90 = busy[int(0.9 * (len(busy) - 1))]
+        facts["cpu_busy_p90"] = p90
+        if p90 >= CPU_SATURATED:
+            reasons.append(f"CPU saturated: 90th percentile busy share {p90:.0%} of all cores")
+    if steps:
+        overheads = [
+            (st.t1 - st.t0) / st.scheduled_s - 1.0
+            for st in steps
+            if st.scheduled_s > 0 and st.kind == "ran"
+        ]
+        if overheads:
+            mean = statistics.fmean(overheads)
+            facts["step_overhead"] = mean
+            if mean > STEP_OVERHEAD:
+                reasons.append(
+                    f"steps ran {mean:.0%} longer than scheduled (sleep overshoot, contention)"
+                )
+    idle = _idle_lanes_with_backlog(s, ticks, steps)
+    if idle is not None:
+        facts["lanes_busy_with_backlog"] = idle
+        if idle < 0.8:
+            reasons.append(
+                f"only {idle:.0%} of the lanes were busy while every partition had a backlog: the "
+                "members (store writes, scheduling), not the model, limited throughput"
+            )
+    rate = producer.get("produced_rate")
+    if rate is not None and s.arrival.mean_rate > 0:
+        short = 1.0 - rate / s.arrival.mean_rate
+        facts["producer_shortfall"] = short
+        if short > PRODUCER_SHORTFALL:
+            reasons.append(f"producer fell {short:.0%} behind the arrival rate")
+    late = producer.get("late_p99_s")
+    if late is not None and late > 0.5 * s.wall(s.step.mean_s):
+        reasons.append(
+            f"producer sends were up to {late * 1000:.0f} ms late (p99), over half a step"
+        )
+    return reasons

@@ -1,0 +1,121 @@
+"""The run's child processes: pool members (``python -m pipeline pool run``) and the producer.
+
+``member_argv`` is the one place the lab states what it needs from ``fleet pool run``
+(issue 10, worker pools): consumer group ``fleet.pool.<NAME>`` on topic ``fleet.pool.<NAME>``,
+the assignment strategy, static membership, ``max.poll.records``/``max.poll.interval.ms``,
+concurrency, dedupe, the built-in sleep step (the record's ``step_s``, scaled) and the events
+log the lab counts steps and redeliveries from.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .scenario import Scenario, StopSignal
+
+POISON_HANDLER = "pipeline.lab.step:run_step"  # only for scenarios with [poison]
+
+
+def member_argv(
+    s: Scenario, *, pool: str, bootstrap: str, member: str, store_url: str, events: Path
+) -> list[str]:
+    m = s.members
+    step = ["--handler", POISON_HANDLER] if s.poison is not None else ["--sleep", "0"]
+    argv = [
+        "pool",
+        "run",
+        "--pool",
+        pool,
+        "--bootstrap",
+        bootstrap,
+        *step,
+        "--time-scale",
+        repr(s.time_scale),  # the record's step_s, scaled
+        "--member",
+        member,
+        "--events",
+        str(events),
+        "--assignment",
+        m.assignment.value,
+        "--concurrency",
+        m.concurrency.value,
+        "--max-in-flight",
+        str(m.max_in_flight),
+        "--max-poll-records",
+        str(m.max_poll_records),
+        # scenario milliseconds scaled to the machine; librdkafka wants >= session timeout
+        "--max-poll-interval-ms",
+        str(max(m.session_timeout_ms, int(s.wall(m.max_poll_interval_ms)))),
+        "--session-timeout-ms",
+        str(m.session_timeout_ms),
+        "--store-url",
+        store_url,
+        "--dedupe" if m.dedupe else "--no-dedupe",
+    ]
+    if m.static_membership:
+        argv += ["--instance-id", member]
+    return argv
+
+
+def spawn(argv: list[str], *, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """``python -m pipeline <argv>`` with this checkout first on the path; output to ``log``."""
+    full = dict(os.environ) | env
+    root = str(Path(__file__).resolve().parents[2])
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [root, full.get("PYTHONPATH")]))
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pipeline", *argv],
+            env=full,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+@dataclass
+class Members:
+    """The pool members of one run, by lab id (``m00`` ...), each restartable."""
+
+    scenario: Scenario
+    pool: str
+    bootstrap: str
+    out: Path
+    store_url: str
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, member: str) -> None:
+        env = {"FLEET_LAB_TIME_SCALE": repr(self.scenario.time_scale)}
+        argv = member_argv(
+            self.scenario,
+            pool=self.pool,
+            bootstrap=self.bootstrap,
+            member=member,
+            store_url=self.store_url,
+            events=self.out / f"events-{member}.jsonl",
+        )
+        self.procs[member] = spawn(argv, env=env, log=self.out / f"member-{member}.log")
+
+    def stop(self, member: str, how: StopSignal, *, wait_s: float = 30.0) -> None:
+        proc = self.procs.pop(member, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGKILL if how is StopSignal.KILL else signal.SIGTERM)
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # a graceful stop that hangs is reported in the member's log
+            proc.wait(timeout=10)
+
+    def up(self) -> int:
+        return sum(1 for p in self.procs.values() if p.poll() is None)
+
+    def died(self) -> list[str]:
+        return [m for m, p in self.procs.items() if p.poll() is not None]
+
+    def stop_all(self) -> None:
+        for member in list(self.procs):
+            self.stop(member, StopSignal.TERM)

@@ -1,0 +1,244 @@
+"""``fleet lab run``: a scenario on the real broker, observed, then set beside the model.
+
+Order of a run: create the pool topic; start every member and wait until the group has settled
+(every partition owned); start the producer (prefilled lag first, then arrivals on schedule);
+apply faults at their scenario times (SIGTERM / kill -9 / restart); tick every ``tick_s`` wall
+seconds (lag per partition via the project's lag reader, assignment, CPU); stop everything;
+analyse; write report.json, report.md and the plots.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    NewTopic,
+    OffsetSpec,
+)
+
+from pipeline.errors import ConfigError
+from pipeline.kafka.topics import TopicNames
+
+from .analysis import Analysis, Step, analyse
+from .arrivals import events
+from .assignors import member_ids
+from .model import predict
+from .observe import Observer, Tick
+from .plots import write_plots
+from .processes import Members, spawn
+from .report import write_reports
+from .scenario import LabReason, Scenario, StopSignal
+
+Progress = Callable[[float, str], None]  # (scenario seconds done, what happens)
+
+
+def _faults(s: Scenario) -> list[tuple[float, int, str, str, StopSignal]]:
+    """(scenario time, order, action, member, signal) -- stops before starts at equal times."""
+    ids = member_ids(s.members.count)
+    out: list[tuple[float, int, str, str, StopSignal]] = []
+    for o in s.outages:
+        for i in s.stopped(o):
+            out.append((o.at_s, 0, "stop", ids[i], o.signal))
+            out.append((o.at_s + o.duration_s, 1, "start", ids[i], o.signal))
+    for r in s.restarts:
+        out.append((r.at_s, 0, "stop", ids[r.member], r.signal))
+        out.append((r.at_s, 1, "start", ids[r.member], r.signal))
+    heapq.heapify(out)
+    return out
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    for f in fut.values():
+        f.result(timeout=30)
+    # a just-created topic's leaders take a moment to answer (NOT_LEADER_FOR_PARTITION from
+    # ListOffsets): wait, bounded, until every partition's offsets can be read
+    deadline = time.time() + 30
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    request = {TopicPartition(topic, p): latest for p in range(partitions)}
+    while time.time() < deadline:
+        try:
+            for f in admin.list_offsets(request, request_timeout=5).values():
+                f.result(timeout=10)
+            return
+        except KafkaException:
+            time.sleep(0.2)
+
+
+def settled(tick: Tick, s: Scenario) -> bool:
+    """The coordinator says STABLE, every member is in the group, every partition is owned once."""
+    owned = sorted(p for ps in tick.assignment.values() for p in ps)
+    return (
+        tick.group_state == "STABLE"
+        and owned == list(range(s.partitions))
+        and len(tick.assignment) == s.members.count
+    )
+
+
+def pool_command_available() -> bool:
+    """True when this build has ``fleet pool run`` (the members the lab starts)."""
+    from pipeline.cli.main import app
+
+    return any(g.name == "pool" for g in app.registered_groups)
+
+
+def require_pool_command() -> None:
+    if not pool_command_available():
+        raise ConfigError(
+            "fleet lab run starts pool members with 'python -m pipeline pool run', which this "
+            "build does not have (issue 10, worker pools); 'fleet lab predict' works without it",
+            reason=LabReason.RUN_FAILED,
+        )
+
+
+def _wait_settled(
+    s: Scenario, observer: Observer, members: Members, out: Path, tick_s: float, timeout_s: float
+) -> None:
+    """Every member up and every partition owned, unchanged for two seconds (a group that is
+    still joining hands everything to its first member for a moment), before the first event."""
+    deadline = time.time() + timeout_s
+    same_since, last = time.time(), None
+    while True:
+        tick = observer.tick(t=0.0, members_up=members.up())
+        if tick.assignment != last:
+            same_since, last = time.time(), tick.assignment
+        if settled(tick, s) and time.time() - same_since >= 2.0:
+            return
+        if time.time() > deadline or members.died():
+            raise ConfigError(
+                f"the pool group never settled (members died: {members.died()}); see "
+                f"{out}/member-*.log",
+                reason=LabReason.RUN_FAILED,
+            )
+        time.sleep(tick_s)
+
+
+def read_steps(s: Scenario, out: Path, start: float) -> list[Step]:
+    """The members' events logs (``fleet pool run --events``), in scenario seconds. The event id
+    is the producer's ``msgId`` (``lab-<seq>``); the scheduled step comes from the same seeded
+    arrivals the producer sent."""
+    scheduled = {ev.seq: (ev.step_s, ev.poison) for ev in events(s)}
+    steps: list[Step] = []
+    for path in sorted(out.glob("events-*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                d = json.loads(line)
+                seq = int(str(d["event_id"]).removeprefix("lab-"))
+            except (json.JSONDecodeError, ValueError, KeyError):
+                continue  # a line cut by kill -9, or not one of ours
+            step_s, poison = scheduled.get(seq, (0.0, False))
+            steps.append(
+                Step(
+                    seq=seq,
+                    member=str(d["member"]),
+                    partition=int(d["partition"]),
+                    t0=(d["start_ms"] / 1000.0 - start) / s.time_scale,
+                    t1=(d["end_ms"] / 1000.0 - start) / s.time_scale,
+                    scheduled_s=step_s,
+                    poison=poison,
+                    kind=str(d.get("kind", "ran")),
+                )
+            )
+    return steps
+
+
+def run(
+    s: Scenario,
+    *,
+    source: Path,
+    bootstrap: str,
+    out: Path,
+    tick_s: float = 0.5,
+    settle_timeout_s: float = 60.0,
+    store_url: str | None = None,
+    progress: Progress | None = None,
+) -> tuple[Analysis, dict[str, Any]]:
+    require_pool_command()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scenario.toml").write_bytes(source.read_bytes())  # the producer reads this copy
+    note = progress or (lambda _t, _what: None)
+    pool = f"lab-{uuid.uuid4().hex[:8]}"
+    names = TopicNames()
+    topic, group = names.pool(pool), names.pool_group(pool)
+    _create_topic(bootstrap, topic, s.partitions)
+    members = Members(
+        scenario=s,
+        pool=pool,
+        bootstrap=bootstrap,
+        out=out,
+        store_url=store_url or f"sqlite:///{(out / 'pool.sqlite').resolve()}",
+    )
+    observer = Observer(bootstrap=bootstrap, group=group, topic=topic, partitions=s.partitions)
+    ticks: list[Tick] = []
+    producer = None
+    try:
+        for m in member_ids(s.members.count):
+            members.start(m)
+        note(0.0, "members joining")
+        _wait_settled(s, observer, members, out, tick_s, settle_timeout_s)
+        start = time.time() + 1.0
+        stats_path = out / "producer.json"
+        producer = spawn(
+            [
+                "lab",
+                "produce",
+                str(out / "scenario.toml"),
+                "--bootstrap",
+                bootstrap,
+                "--topic",
+                topic,
+                "--start-at",
+                repr(start),
+                "--stats",
+                str(stats_path),
+            ],
+            env={},
+            log=out / "producer.log",
+        )
+        faults = _faults(s)
+        end = start + s.wall(s.duration_s)
+        while time.time() < end:
+            now_sc = (time.time() - start) / s.time_scale
+            while faults and faults[0][0] <= now_sc:
+                _at, _order, action, member, how = heapq.heappop(faults)
+                if action == "stop":
+                    members.stop(member, how)
+                else:
+                    members.start(member)
+                note(now_sc, f"{action} {member} ({how.value})")
+            ticks.append(observer.tick(t=max(0.0, now_sc), members_up=members.up()))
+            note(now_sc, f"lag {sum(ticks[-1].lag):,}")
+            time.sleep(max(0.0, tick_s - (time.time() - ticks[-1].wall)))
+        producer.wait(timeout=60)
+        stats = json.loads(stats_path.read_text(encoding="utf-8")) if stats_path.exists() else {}
+    finally:
+        if producer is not None and producer.poll() is None:
+            producer.terminate()
+            producer.wait(timeout=10)
+        members.stop_all()
+        observer.close()
+    steps = read_steps(s, out, start)
+    prediction = predict(s)
+    analysis = analyse(s, prediction, ticks, steps, stats)
+    plots = write_plots(out, s, prediction, ticks, steps)
+    extra = {
+        "producer": stats,
+        "pool": pool,
+        "topic": topic,
+        "ticks": len(ticks),
+        "steps": len(steps),
+    }
+    write_reports(out, s, prediction, analysis, extra, plots)
+    (out / "ticks.jsonl").write_text(
+        "\n".join(json.dumps(t.to_json()) for t in ticks) + "\n", encoding="utf-8"
+    )
+    return analysis, extra

@@ -1,0 +1,151 @@
+"""The lab's model against seed 001's worked numbers (pure: no broker, no clock)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from pipeline.lab import formulas as f
+from pipeline.lab.assignors import (
+    counts,
+    member_ids,
+    moved,
+    range_assign,
+    roundrobin_assign,
+    sticky_assign,
+)
+from pipeline.lab.loader import load_scenario
+from pipeline.lab.model import predict
+from pipeline.lab.scenario import Assignment, Keys, Members, Outage, Scenario, StopSignal
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "lab"
+
+
+def test_worked_example_numbers() -> None:
+    """Seed 001 worked example: capacity 24/s, 83%, backlog 3,600 drains in 900 s, <= 200."""
+    p = predict(load_scenario(EXAMPLES / "worked_example.toml"))
+    assert p.in_flight == pytest.approx(40.0)
+    assert p.capacity == pytest.approx(24.0)
+    assert p.utilisation == pytest.approx(20 / 24)
+    (outage,) = p.outages
+    assert outage.backlog == pytest.approx(3600.0)
+    assert outage.drain_s == pytest.approx(900.0)
+    assert outage.duplicates_bound == 200
+    assert p.counts == [12, 12, 12, 12]
+
+
+def test_forty_partitions_never_drain() -> None:
+    """Seed 001: with 40 partitions capacity is 20/s, equal to arrivals: never drains."""
+    p = predict(load_scenario(EXAMPLES / "never_drains.toml"))
+    assert p.capacity == pytest.approx(20.0)
+    assert math.isinf(p.outages[0].drain_s)
+    assert p.to_json()["outages"][0]["drain_s"] == "never"  # type: ignore[index]
+
+
+def test_range_assignor_six_partitions() -> None:
+    """Seed 001 Figure 6: range gives 2, 2, 1, 1 (the first members take the extra ones);
+    with eight members two own nothing."""
+    plan = range_assign(6, member_ids(4))
+    assert [len(plan[m]) for m in member_ids(4)] == [2, 2, 1, 1]
+    assert plan["m00"] == (0, 1) and plan["m03"] == (5,)
+    eight = range_assign(6, member_ids(8))
+    assert counts(eight) == [1, 1, 1, 1, 1, 1, 0, 0]
+    assert eight["m06"] == () and eight["m07"] == ()
+    assert predict(load_scenario(EXAMPLES / "six_on_eight.toml")).idle_members == 2
+
+
+def test_range_sorts_member_ids() -> None:
+    plan = range_assign(5, ["b", "a"])
+    assert plan == {"a": (0, 1, 2), "b": (3, 4)}
+
+
+def test_roundrobin_and_sticky_balance() -> None:
+    rr = roundrobin_assign(6, member_ids(4))
+    assert rr["m00"] == (0, 4) and rr["m02"] == (2,)
+    before = sticky_assign(6, member_ids(4))
+    assert counts(before) == [2, 2, 1, 1]
+    after = sticky_assign(6, member_ids(3), previous=before)
+    # only the departed member's partition moves; everyone else keeps theirs
+    assert moved(before, after) == 1
+    assert sorted(p for ps in after.values() for p in ps) == list(range(6))
+    for m in member_ids(3):
+        assert set(before[m]) <= set(after[m])
+
+
+def test_lag_drain_seed_example() -> None:
+    """Seed 001: lags 50, 0, 160 at 30/s in and 45/s out drain in 14 s."""
+    assert f.lag_drain_seconds([50, 0, 160], 30.0, 45.0) == pytest.approx(14.0)
+    assert math.isinf(f.lag_drain_seconds([10], 45.0, 45.0))
+    assert predict(load_scenario(EXAMPLES / "lag_drain.toml")).lag_drain_s == pytest.approx(
+        14.0, rel=1e-5
+    )
+
+
+def test_poison_stall() -> None:
+    """Seed 001 scenario 3: backoffs 1..16 s stall 31 s; 20/s over 48 partitions: ~13 behind."""
+    assert f.poison_stall_seconds([1, 2, 4, 8, 16]) == 31.0
+    assert f.events_behind(31.0, 20.0, 48) == pytest.approx(12.9, abs=0.05)
+    p = predict(load_scenario(EXAMPLES / "poison.toml"))
+    assert p.poison_stall_s == 31.0
+    assert round(p.poison_events_behind or 0) == 13
+
+
+def test_slow_batch_blows_poll_interval() -> None:
+    """Seed 001 scenario 2: 50 x 2 s = 100 s fits in 300 s; 50 x 7 s = 350 s does not."""
+    assert not f.exceeds_poll_interval(50, 2.0, 300_000)
+    assert f.exceeds_poll_interval(50, 7.0, 300_000)
+    p = predict(load_scenario(EXAMPLES / "slow_batch.toml"))
+    assert p.batch_s == pytest.approx(350.0)
+    assert p.naive_loop_exceeds_poll_interval
+
+
+def test_member_cap_limits_lanes() -> None:
+    """A member capped at 8 in flight runs 8 of its 12 partitions at once: 32 lanes, 16/s."""
+    s = Scenario(name="cap", partitions=48, members=Members(count=4, max_in_flight=8))
+    p = predict(s)
+    assert p.busy_lanes == 32
+    assert p.capacity == pytest.approx(16.0)
+
+
+def test_partial_outage_of_dynamic_members_moves_partitions() -> None:
+    """One of four members stops by SIGTERM (a dynamic member leaves the group at once): the
+    three survivors take 16 partitions each, 48 lanes again, so no backlog piles up; the bound
+    on redelivery is that one member's batch."""
+    s = Scenario(
+        name="partial",
+        partitions=48,
+        duration_s=400,
+        members=Members(count=4),
+        outages=(Outage(at_s=10, duration_s=180, members=(0,)),),
+    )
+    (o,) = predict(s).outages
+    assert o.backlog == pytest.approx(0.0)
+    assert o.duplicates_bound == 50
+
+
+def test_skew_makes_one_partition_hot() -> None:
+    s = load_scenario(EXAMPLES / "worked_example.toml")
+    skewed = Scenario(
+        name="skew", partitions=s.partitions, members=s.members, keys=Keys(count=480, skew=1.0)
+    )
+    assert predict(skewed).hottest_partition_utilisation > 1.0
+
+
+def test_sticky_moves_only_the_stopped_members_partitions() -> None:
+    """One of four members stops: cooperative-sticky moves its 12 partitions; range recomputes
+    the plan for three members (16 each) and moves more than that."""
+
+    def moved_for(strategy: Assignment) -> int:
+        s = Scenario(
+            name="m",
+            partitions=48,
+            duration_s=400,
+            members=Members(count=4, assignment=strategy),
+            outages=(Outage(at_s=10, duration_s=60, members=(3,), signal=StopSignal.KILL),),
+        )
+        return predict(s).outages[0].moved_partitions
+
+    assert moved_for(Assignment.COOPERATIVE_STICKY) == 12
+    assert moved_for(Assignment.RANGE) > 12
