@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, Producer
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
+from pipeline.control import ControlClient
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.failures.metrics import FailureMetrics
 from pipeline.failures.offsets import assign_from_committed
@@ -71,6 +72,20 @@ def build_client(
         sessions=session_factory(engine),
         publisher=Publisher(host=config.host, signer=signer, topics=topics),
         inject_deadline_s=config.inject_deadline_s,
+        local_senders=frozenset(e.gid for e in config.entities),
+    )
+
+
+def build_control_client(
+    config: GatewayConfig, *, signer: Signer, engine: Engine | None = None
+) -> ControlClient:
+    """The requester's control-plane API for local entities (``fleet spawn``, the MCP face)."""
+    engine = engine or make_engine(config.store_url)
+    topics = TopicNames(prefix=config.topic_prefix)
+    return ControlClient(
+        sessions=session_factory(engine),
+        publisher=Publisher(host=config.host, signer=signer, topics=topics),
+        deadline_s=config.spawn_deadline_s,
         local_senders=frozenset(e.gid for e in config.entities),
     )
 
