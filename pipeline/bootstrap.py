@@ -7,6 +7,7 @@ frozen :class:`GatewayConfig` names.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -15,7 +16,7 @@ from confluent_kafka import Consumer, Producer
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
-from pipeline.control import ControlClient
+from pipeline.control import ControlClient, SpawnDeadlines
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.failures.metrics import FailureMetrics
 from pipeline.failures.offsets import assign_from_committed
@@ -40,10 +41,13 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.outbox import Relay
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
+from pipeline.presence.model import SpawnProfile
 from pipeline.presence.publisher import ProducerLike
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.store import make_engine, read_sessions, session_factory
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -121,6 +125,7 @@ def build_gateway(
         topics=topics,
         interval_s=config.presence_interval_s,
         ttl_s=config.presence_ttl_s,
+        profiles=[SpawnProfile(name=p.name, description=p.description) for p in config.profiles],
     )
     seen = BoundedSeenSet()
     verifier = Verifier(
@@ -188,6 +193,7 @@ def build_gateway(
     )
     client = build_client(config, signer=signer, engine=engine)
     interval = maintenance_interval_s or config.sweep_interval_s
+    spawn_deadlines = SpawnDeadlines(sessions=sessions, publisher=publisher, ttl_s=config.max_ttl_s)
 
     def run_runtime(stop: Any) -> None:
         follower.catch_up()
@@ -207,6 +213,10 @@ def build_gateway(
     def run_maintenance(stop: Any) -> None:
         while not stop.wait(min(interval, 0.5)):
             maintenance.tick()
+            try:
+                spawn_deadlines.tick()
+            except Exception:
+                log.exception("maintenance duty spawn_deadlines failed")
 
     gateway = Gateway(
         host=host,

@@ -100,3 +100,21 @@ def test_a_request_settles_once(parts: Any) -> None:
         assert not requests.settle(s, req.msg_id, requests.SPAWNED)
         assert requests.overdue(s, req.deadline_ms + 1) == []
         assert requests.state_of(s, req.msg_id) == requests.FAILED
+
+
+def test_no_outcome_by_the_deadline_is_exactly_one_failed(parts: Any) -> None:
+    """Seed 000 §7.8 priced like §5: no answer in time = exactly one FAILED at the requester."""
+    from pipeline.control.deadlines import SPAWN_TIMEOUT, SpawnDeadlines
+    from pipeline.gateway.held import HeldStore
+    from pipeline.gateway.receipts import read_receipt
+
+    client, sessions, _ = parts
+    req = client.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-9")
+    duty = SpawnDeadlines(sessions=sessions, publisher=client.publisher)
+    assert duty.tick(req.deadline_ms - 1) == 0
+    assert duty.tick(req.deadline_ms + 1) == 1
+    assert duty.tick(req.deadline_ms + 2) == 0  # settled once: never a second FAILED
+    (msg,) = HeldStore(sessions).poll("main-a")
+    receipt = read_receipt("FAILED", msg.body)
+    assert (msg.kind, msg.msg_id, msg.sender) == ("FAILED", f"failed-{req.msg_id}", "A._gateway")
+    assert (receipt.msg_id, receipt.recipient, receipt.reason) == (req.msg_id, "w-9", SPAWN_TIMEOUT)
