@@ -4,13 +4,15 @@ A spawn is priced like an injection (seed 000 §7.8 / DESIGN §8): the requester
 this duty each maintenance tick. A pending request past its deadline is settled ``failed`` and,
 in the same transaction, one ``FAILED`` (reason ``SPAWN_TIMEOUT``, msgId ``failed-<SPAWN
 msgId>``) lands in the requester's own held store: it needs no broker, and the unique held row
-plus the settle-once row make a second copy impossible.
+plus the settle-once row make a second copy impossible. A dead-lettered SPAWN reported by the
+DLQ reporter carries the same msgId, so whichever arrives first is the one FAILED.
 """
 
 from __future__ import annotations
 
 import time
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
@@ -21,6 +23,14 @@ from pipeline.gateway.receipts import failed_body
 from . import requests
 
 SPAWN_TIMEOUT = "SPAWN_TIMEOUT"
+
+
+def _already_held(session: Session, recipient: str, msg_id: str) -> bool:
+    t = held_table
+    found = session.execute(
+        select(t.c.id).where(t.c.recipient == recipient, t.c.msg_id == msg_id)
+    ).first()
+    return found is not None
 
 
 class SpawnDeadlines:
@@ -41,6 +51,8 @@ class SpawnDeadlines:
             for row in requests.overdue(s, now):
                 if not requests.settle(s, row.msg_id, requests.FAILED, SPAWN_TIMEOUT):
                     continue
+                if _already_held(s, row.requester, f"failed-{row.msg_id}"):
+                    continue  # the DLQ reporter's FAILED for this SPAWN came first: keep one
                 env = Envelope.new(
                     kind=Kind.FAILED,
                     msg_id=f"failed-{row.msg_id}",

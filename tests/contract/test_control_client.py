@@ -118,3 +118,26 @@ def test_no_outcome_by_the_deadline_is_exactly_one_failed(parts: Any) -> None:
     receipt = read_receipt("FAILED", msg.body)
     assert (msg.kind, msg.msg_id, msg.sender) == ("FAILED", f"failed-{req.msg_id}", "A._gateway")
     assert (receipt.msg_id, receipt.recipient, receipt.reason) == (req.msg_id, "w-9", SPAWN_TIMEOUT)
+
+
+def test_a_reported_failed_held_first_is_not_doubled_by_the_deadline(parts: Any) -> None:
+    """The DLQ reporter's FAILED for a dead-lettered SPAWN has msgId failed-<SPAWN msgId>, as
+    the deadline's does: one FAILED, and the duty does not wedge on the unique held row."""
+    from sqlalchemy import insert
+
+    from pipeline.control.deadlines import SpawnDeadlines
+    from pipeline.gateway.held import HeldStore, held_table
+
+    client, sessions, _ = parts
+    req = client.spawn(requester="main-a", host="B", profile="shell")
+    row = {"recipient": "main-a", "msg_id": f"failed-{req.msg_id}", "kind": "FAILED",
+           "sender": "B._gateway", "trace_id": None, "turn_id": None, "body": b"x",
+           "headers": None, "topic": None, "ts_ms": 1, "expires_at_ms": FAR, "held_at_ms": 1}  # fmt: skip
+    with sessions.begin() as s:
+        s.execute(insert(held_table), [row])
+    duty = SpawnDeadlines(sessions=sessions, publisher=client.publisher)
+    assert duty.tick(req.deadline_ms + 1) == 0
+    assert duty.tick(req.deadline_ms + 2) == 0
+    assert [m.sender for m in HeldStore(sessions).poll("main-a")] == ["B._gateway"]
+    with sessions() as s:
+        assert requests.state_of(s, req.msg_id) == requests.FAILED
