@@ -1,15 +1,17 @@
 """The composition root: the one place concrete objects are built and wired.
 
-Entry points (CLI, demo, tests) call :func:`build_gateway` / :func:`build_client`; tests pass
-fakes through the same parameters. Nothing here reads the environment or files beyond what the
-frozen :class:`GatewayConfig` names.
+Entry points (CLI, demo, tests) call :func:`build_gateway`, :func:`build_client`,
+:func:`build_relay`, :func:`build_failed_reporter` and :func:`build_exporter`; they only parse
+arguments. Kafka clients and engines come from a :class:`Factories` (tests pass their own), test
+hooks from one :class:`~pipeline.hooks.Hooks`. Nothing here reads the environment or files beyond
+what the frozen configs name.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from confluent_kafka import Consumer, Producer
@@ -21,6 +23,7 @@ from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.failures.metrics import FailureMetrics
 from pipeline.failures.offsets import assign_from_committed
 from pipeline.failures.reporter import FailedReporter
+from pipeline.failures.sinks import TopicFailedSink
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import GatewayConfig
 from pipeline.gateway.conversations import Conversations
@@ -34,11 +37,16 @@ from pipeline.gateway.injectors import InjectMetrics
 from pipeline.gateway.maintenance import Maintenance
 from pipeline.gateway.metrics import GatewayMetrics
 from pipeline.gateway.outbound import Publisher
+from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.gateway.roster_cache import RosterEntry
 from pipeline.gateway.service import Gateway, Supervised
+from pipeline.hooks import NO_HOOKS, Hooks
 from pipeline.kafka.settings import OffsetReset, consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
+from pipeline.observability import ExporterConfig, KafkaOffsetReader
+from pipeline.observability import build_exporter as start_exporter
+from pipeline.observability.exporter import Exporter
 from pipeline.outbox import Relay
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
 from pipeline.presence.model import SpawnProfile
@@ -48,6 +56,28 @@ from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.store import make_engine, read_sessions, session_factory
 
 log = logging.getLogger(__name__)
+
+ClientFactory = Callable[[dict[str, Any]], Any]
+
+
+def _producer(conf: dict[str, Any]) -> Any:
+    return Producer(conf)
+
+
+def _consumer(conf: dict[str, Any]) -> Any:
+    return Consumer(conf)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Factories:
+    """Where Kafka clients and engines come from: the real ones unless a test passes its own."""
+
+    producer: ClientFactory = field(default=_producer)
+    consumer: ClientFactory = field(default=_consumer)
+    engine: Callable[[str], Engine] = field(default=make_engine)
+
+
+DEFAULT_FACTORIES = Factories()
 
 
 @dataclass
@@ -67,10 +97,14 @@ class GatewayParts:
 
 
 def build_client(
-    config: GatewayConfig, *, signer: Signer, engine: Engine | None = None
+    config: GatewayConfig,
+    *,
+    signer: Signer,
+    engine: Engine | None = None,
+    factories: Factories = DEFAULT_FACTORIES,
 ) -> GatewayClient:
     """A client for local entities of ``config.host`` (CLI `fleet send`/`poll`, libraries)."""
-    engine = engine or make_engine(config.store_url)
+    engine = engine or factories.engine(config.store_url)
     topics = TopicNames(prefix=config.topic_prefix)
     return GatewayClient(
         sessions=session_factory(engine),
@@ -104,7 +138,8 @@ def build_gateway(
     apply_topics: bool = True,
     relay_poll_s: float = 0.002,
     maintenance_interval_s: float | None = None,
-    fault_after_commit: Callable[[int], None] | None = None,
+    factories: Factories = DEFAULT_FACTORIES,
+    hooks: Hooks = NO_HOOKS,
 ) -> GatewayParts:
     """Build one host's gateway: inbox runtime, relay, presence, roster, injectors, ticker."""
     host = config.host
@@ -112,7 +147,7 @@ def build_gateway(
     registry = registry or CollectorRegistry()
     if apply_topics:
         apply_topology(config.bootstrap, TopologySpec(hosts=(host,), topics=topics))
-    engine = make_engine(config.store_url)
+    engine = factories.engine(config.store_url)
     sessions = session_factory(engine)
     reads = read_sessions(engine)
     metrics = GatewayMetrics(registry)
@@ -120,7 +155,7 @@ def build_gateway(
     roster = RosterView.build(trust=trust, topics=topics, skew_s=config.clock_skew_s)
     follower = RosterFollower(bootstrap=config.bootstrap, view=roster, topics=topics)
     presence = PresencePublisher(
-        producer=cast("ProducerLike", Producer(producer_config(config.bootstrap))),
+        producer=cast("ProducerLike", factories.producer(producer_config(config.bootstrap))),
         signer=signer,
         topics=topics,
         interval_s=config.presence_interval_s,
@@ -171,10 +206,15 @@ def build_gateway(
         sessions=sessions,
         dead_letters=dead_letters,
         metrics=RuntimeMetrics(registry),
-        fault_after_commit=fault_after_commit,
+        fault_after_commit=hooks.fault_after_commit,
     )
     relay = Relay(
-        engine=engine, bootstrap=config.bootstrap, registry=registry, idle_wait_s=relay_poll_s
+        engine=engine,
+        bootstrap=config.bootstrap,
+        registry=registry,
+        idle_wait_s=relay_poll_s,
+        terminal_sink=RelayFailedSink(publisher=publisher, ttl_s=config.max_ttl_s),
+        producer_factory=factories.producer,
     )
     maintenance = Maintenance(
         sessions=sessions,
@@ -191,7 +231,7 @@ def build_gateway(
             for e in roster.entries()
         ],
     )
-    client = build_client(config, signer=signer, engine=engine)
+    client = build_client(config, signer=signer, engine=engine, factories=factories)
     interval = maintenance_interval_s or config.sweep_interval_s
     spawn_deadlines = SpawnDeadlines(sessions=sessions, publisher=publisher, ttl_s=config.max_ttl_s)
 
@@ -253,6 +293,7 @@ def build_failed_reporter(
     group: str | None = None,
     dlq_topic: str | None = None,
     registry: CollectorRegistry | None = None,
+    factories: Factories = DEFAULT_FACTORIES,
 ) -> FailedReporter:
     """The DLQ's FAILED reporter running as ``config.host`` (seed 000 §10.1).
 
@@ -263,7 +304,9 @@ def build_failed_reporter(
     topics = TopicNames(prefix=config.topic_prefix)
     group_id = group or f"{config.topic_prefix}dlq-reporter"
     # a DLQ that retention trimmed before we reported it must fail loudly, not skip
-    consumer = Consumer(consumer_config(config.bootstrap, group_id, offset_reset=OffsetReset.ERROR))
+    consumer = factories.consumer(
+        consumer_config(config.bootstrap, group_id, offset_reset=OffsetReset.ERROR)
+    )
     consumer.subscribe(
         [dlq_topic or topics.dlq],
         on_assign=lambda c, parts: assign_from_committed(c, parts, group_id),
@@ -275,8 +318,78 @@ def build_failed_reporter(
     )
     return FailedReporter(
         consumer=consumer,
-        engine=make_engine(config.store_url),
+        engine=factories.engine(config.store_url),
         sink=sink,
         metrics=FailureMetrics(registry or CollectorRegistry()),
         group=group_id,
     )
+
+
+def build_plain_reporter(
+    *,
+    bootstrap: str,
+    store_url: str,
+    sink_topic: str,
+    prefix: str,
+    dlq_topic: str | None = None,
+    group: str | None = None,
+    registry: CollectorRegistry | None = None,
+    factories: Factories = DEFAULT_FACTORIES,
+) -> FailedReporter:
+    """The DLQ reporter with the unsigned plain-record sink (tests and local runs)."""
+    group_id = group or f"{prefix}dlq-reporter"
+    # a DLQ that retention trimmed before we reported it must fail loudly, not skip
+    consumer = factories.consumer(
+        consumer_config(bootstrap, group_id, offset_reset=OffsetReset.ERROR)
+    )
+    consumer.subscribe(
+        [dlq_topic or TopicNames(prefix=prefix).dlq],
+        on_assign=lambda c, parts: assign_from_committed(c, parts, group_id),
+    )
+    return FailedReporter(
+        consumer=consumer,
+        engine=factories.engine(store_url),
+        sink=TopicFailedSink(factories.producer(producer_config(bootstrap)), sink_topic),
+        metrics=FailureMetrics(registry or CollectorRegistry()),
+        group=group_id,
+    )
+
+
+def build_relay(
+    store_url: str,
+    *,
+    bootstrap: str,
+    tenant: str | None = None,
+    batch_size: int = 500,
+    delivery_timeout_s: float = 10.0,
+    registry: CollectorRegistry | None = None,
+    engine: Engine | None = None,
+    factories: Factories = DEFAULT_FACTORIES,
+) -> Relay:
+    """The outbox relay as its own process (``fleet relay run``, ``fleet dlq report --relay``).
+
+    Dispose ``relay.engine`` when done. Rows it makes FAILED are not reported to a sender (no
+    signer here): a gateway's own relay does that.
+    """
+    return Relay(
+        engine=engine or factories.engine(store_url),
+        bootstrap=bootstrap,
+        tenant=tenant,
+        batch_size=batch_size,
+        delivery_timeout_s=delivery_timeout_s,
+        registry=registry,
+        producer_factory=factories.producer,
+    )
+
+
+def build_exporter(
+    config: ExporterConfig,
+    *,
+    store_urls: list[str] | None = None,
+    reader: KafkaOffsetReader | None = None,
+) -> Exporter:
+    """``fleet exporter``: lag sampler and, with ``store_urls``, the store gauges; started."""
+    from pipeline.observability.store_gauges import SqlStoreGauges
+
+    store = SqlStoreGauges.from_urls(store_urls) if store_urls else None
+    return start_exporter(config, reader=reader, store=store)

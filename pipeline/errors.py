@@ -20,6 +20,8 @@ The tree::
     ├── EnvelopeError                a record failed decoding or verification; keeps the raw record
     ├── BrokerError                  a Kafka client call failed (retriable per librdkafka)
     ├── StoreError                   a database call failed
+    │   └── SchemaError              the store is not at this code's schema head (store/schema.py:
+    │                                STORE_SCHEMA_OUTDATED / STORE_SCHEMA_AHEAD); never retriable
     ├── DeliveryError                a send could not be routed or confirmed (unknown recipient ...)
     └── InjectError                  a local inject into a worker did not land; retriable only when
                                      nothing reached the target (TARGET_BUSY)

@@ -14,19 +14,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer
-from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from pipeline.errors import ConfigError
-from pipeline.failures.metrics import FailureMetrics
-from pipeline.failures.offsets import assign_from_committed
 from pipeline.failures.reporter import FailedReporter
-from pipeline.failures.sinks import TopicFailedSink
-from pipeline.kafka.settings import OffsetReset, consumer_config
-from pipeline.kafka.topics import TopicNames
-from pipeline.outbox import Relay, backlog
-from pipeline.store import make_engine
+from pipeline.outbox import backlog
 
 
 def configured_reporter(
@@ -67,19 +59,15 @@ def plain_reporter(
             "give --config fleet.toml, or --bootstrap, --db and --sink-topic (the test sink)",
             reason="CONFIG_MISSING_KEY",
         )
-    group_id = group or f"{prefix}dlq-reporter"
-    # a DLQ that retention trimmed before we reported it must fail loudly, not skip
-    consumer = Consumer(consumer_config(bootstrap, group_id, offset_reset=OffsetReset.ERROR))
-    consumer.subscribe(
-        [dlq_topic or TopicNames(prefix=prefix).dlq],
-        on_assign=lambda c, parts: assign_from_committed(c, parts, group_id),
-    )
-    return FailedReporter(
-        consumer=consumer,
-        engine=make_engine(db),
-        sink=TopicFailedSink(bootstrap, sink_topic),
-        metrics=FailureMetrics(CollectorRegistry()),
-        group=group_id,
+    from pipeline.bootstrap import build_plain_reporter
+
+    return build_plain_reporter(
+        bootstrap=bootstrap,
+        store_url=db,
+        sink_topic=sink_topic,
+        prefix=prefix,
+        dlq_topic=dlq_topic,
+        group=group,
     )
 
 
@@ -93,9 +81,10 @@ class ReporterRelay:
 
     @classmethod
     def start(cls, engine: Engine, config: Path) -> ReporterRelay:
+        from pipeline.bootstrap import build_relay
         from pipeline.gateway.config import load_config
 
-        relay = Relay(engine=engine, bootstrap=load_config(config).bootstrap)
+        relay = build_relay("", bootstrap=load_config(config).bootstrap, engine=engine)
         stop = threading.Event()
         thread = threading.Thread(target=relay.run_forever, args=(stop,), name="relay", daemon=True)
         thread.start()

@@ -6,7 +6,6 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -40,21 +39,6 @@ def _signer(cfg: GatewayConfig) -> Signer:
     return Signer.load(cfg.key_file)
 
 
-def _fault_hook(fault: str | None) -> Callable[[int], None] | None:
-    """Crash tests only: FLEET_FAULT=crash_after_commit kills the gateway (exit 137) right after
-    an offset commit that has injects pending -- the forward path's crash window."""
-    if fault is None:
-        return None
-    if fault != "crash_after_commit":
-        raise ConfigError(f"unknown FLEET_FAULT {fault!r}", reason="CONFIG_INVALID")
-
-    def crash(effects: int) -> None:
-        if effects:
-            os._exit(137)
-
-    return crash
-
-
 def _body(text: str | None) -> bytes:
     if text is None or text == "-":
         return sys.stdin.buffer.read()
@@ -72,6 +56,7 @@ def run(
     from prometheus_client import start_http_server
 
     from pipeline.bootstrap import build_gateway
+    from pipeline.hooks import hooks_from_fault
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     cfg = _load(config, host)
@@ -81,7 +66,7 @@ def run(
         cfg,
         signer=_signer(cfg),
         trust=TrustStore.load(cfg.trust_dir),
-        fault_after_commit=_fault_hook(os.environ.get("FLEET_FAULT")),
+        hooks=hooks_from_fault(os.environ.get("FLEET_FAULT")),
     )
     if metrics_port is not None:
         start_http_server(metrics_port, addr="127.0.0.1", registry=parts.registry)

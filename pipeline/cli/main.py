@@ -16,6 +16,7 @@ from . import (
     quarantine_cmd,
     relay_cmd,
     roster_cmd,
+    store_cmd,
     topics_cmd,
 )
 
@@ -32,6 +33,7 @@ app.add_typer(topics_cmd.app, name="topics")
 app.add_typer(roster_cmd.app, name="roster")
 app.add_typer(outbox_cmd.app, name="outbox")
 app.add_typer(relay_cmd.app, name="relay")
+app.add_typer(store_cmd.app, name="store")
 app.add_typer(dlq_cmd.app, name="dlq")
 app.add_typer(quarantine_cmd.app, name="quarantine")
 app.add_typer(gateway_cmd.app, name="gateway")

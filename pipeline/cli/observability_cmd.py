@@ -17,7 +17,6 @@ from pipeline.observability import (
     LagSampler,
     SamplerConfig,
     Thresholds,
-    build_exporter,
 )
 from pipeline.observability.model import LagStatus, worst
 
@@ -67,10 +66,9 @@ def exporter(
 ) -> None:
     """Serve Prometheus metrics: lag (messages, seconds), retention risk, DLQ depth, and with
     ``--store-url`` held messages, quarantined keys, outbox backlog and oldest unsent age."""
-    from pipeline.observability.store_gauges import SqlStoreGauges
+    from pipeline.bootstrap import build_exporter
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    store = SqlStoreGauges.from_urls(store_url) if store_url else None
     running = build_exporter(
         ExporterConfig(
             bootstrap=_bootstrap(bootstrap),
@@ -80,7 +78,7 @@ def exporter(
                 groups_prefix=groups_prefix, dlq_topic=dlq_topic or None, interval_s=interval
             ),
         ),
-        store=store,
+        store_urls=store_url,
     )
     console.print(f"fleet exporter on http://{address}:{running.port}/metrics")
     done = threading.Event()

@@ -38,20 +38,19 @@ def run(
     """Run the relay until SIGTERM/SIGINT."""
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from pipeline.outbox import Relay
-    from pipeline.store import make_engine
+    from pipeline.bootstrap import build_relay
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     registry = CollectorRegistry()
-    engine = make_engine(db)
-    relay = Relay(
-        engine=engine,
+    relay = build_relay(
+        db,
         bootstrap=bootstrap,
         tenant=tenant,
         batch_size=batch_size,
         delivery_timeout_s=delivery_timeout,
         registry=registry,
     )
+    engine = relay.engine
     if metrics_port is not None:
         start_http_server(metrics_port, registry=registry)
     stop = threading.Event()

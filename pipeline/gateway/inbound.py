@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -23,6 +25,7 @@ from pipeline.errors import EnvelopeError
 from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
 from pipeline.outbox.headers import pack_headers
 from pipeline.runtime import Record, Staged
+from pipeline.store import with_retry
 
 from . import tracking
 from .config import Delivery
@@ -33,6 +36,8 @@ from .injection import InjectionQueue
 from .metrics import GatewayMetrics
 from .outbound import Publisher
 from .receipts import read_receipt
+
+T = TypeVar("T")
 
 BROADCAST_PREFIX = "broadcast."
 UNKNOWN_RECIPIENT = "UNKNOWN_RECIPIENT"
@@ -108,19 +113,26 @@ class InboxHandler:
             return self._to_pull(env, record, tx, verified.signer_host)
         return self._to_inject(env, tx, verified.signer_host)
 
+    def _read(self, query: Callable[[Session], T]) -> T:
+        """A read retried like a write (pipeline.store.retry): a store restart is not a failure."""
+
+        def once() -> T:
+            with self.reads() as s:
+                return query(s)
+
+        return with_retry(once, what="inbox read")
+
     # -- pull path ---------------------------------------------------------------------------
     def _to_pull(self, env: Envelope, record: Record, tx: Staged, signer_host: str) -> Outcome:
         if env.kind == Kind.ASK:
-            with self.reads() as s:
-                listening = self.conversations.has_open_pull(s, env.to)
+            listening = self._read(lambda s: self.conversations.has_open_pull(s, env.to))
             if not listening:
                 self._reply(tx, env, Kind.NO_WAITER, signer_host, body=b"")
                 self.metrics.no_waiter.inc()
                 return ACK
         if env.kind in (Kind.INJECTED, Kind.FAILED):
             receipt = read_receipt(env.kind.value, env.body)
-            with self.reads() as s:
-                state = tracking.state_of(s, receipt.msg_id)
+            state = self._read(lambda s: tracking.state_of(s, receipt.msg_id))
             if env.kind == Kind.FAILED and state == tracking.FAILED:
                 return ACK  # the deadline already reported it: exactly one FAILED per send
             new_state = tracking.INJECTED if env.kind == Kind.INJECTED else tracking.FAILED
@@ -164,23 +176,22 @@ class InboxHandler:
         if now - self._held.refreshed > 1.0:
             from sqlalchemy import func, select
 
-            with self.reads() as s:
-                rows = s.execute(
-                    select(held_table.c.recipient, func.count())
-                    .where(held_table.c.drained_at_ms.is_(None))
-                    .group_by(held_table.c.recipient)
-                )
-                self._held.counts = {r[0]: int(r[1]) for r in rows}
+            stmt = (
+                select(held_table.c.recipient, func.count())
+                .where(held_table.c.drained_at_ms.is_(None))
+                .group_by(held_table.c.recipient)
+            )
+            self._held.counts = self._read(lambda s: {r[0]: int(r[1]) for r in s.execute(stmt)})
             self._held.refreshed = now
         return self._held.counts.get(recipient, 0)
 
     # -- forward path ------------------------------------------------------------------------
     def _to_inject(self, env: Envelope, tx: Staged, signer_host: str) -> Outcome:
         if env.kind == Kind.ANSWER:
-            with self.reads() as s:
-                waiting = env.turn_id is not None and self.conversations.turn_waiting(
-                    s, env.turn_id
-                )
+            turn = env.turn_id
+            waiting = turn is not None and self._read(
+                lambda s: self.conversations.turn_waiting(s, turn)
+            )
             if not waiting:
                 self._reply(tx, env, Kind.TOO_LATE, signer_host, body=b"")
                 self.metrics.too_late.inc()

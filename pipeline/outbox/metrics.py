@@ -61,6 +61,21 @@ class OutboxMetrics:
         )
         for reason in PublishFailure:
             self.publish_errors_total.labels(reason=reason.value)
+        self.rows_failed_total = Counter(
+            "fleet_outbox_rows_failed_total",
+            "Outbox rows made terminal FAILED by a permanent produce error, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        from pipeline.kafka.produce_errors import ProducePermanent
+
+        for permanent in ProducePermanent:
+            self.rows_failed_total.labels(reason=permanent.value)
+        self.stopped_branches = Gauge(
+            "fleet_outbox_stopped_branches",
+            "Branches stopped behind a FAILED row (nothing after it is published).",
+            registry=registry,
+        )
 
     def publish_error(self, reason: PublishFailure, count: int = 1) -> None:
         self.publish_errors_total.labels(reason=reason.value).inc(count)

@@ -9,6 +9,11 @@ the idempotent ``acks=all`` producer, wait for every delivery report, then mark 
 branch -- only the unbroken run of confirmed rows from its lowest pending lsn. A branch whose row
 failed is resent from that row on the next pass (a timed-out record may still have been written:
 the consumer's fold absorbs the copy).
+
+A *permanent* produce error (``pipeline.kafka.produce_errors``: too large, invalid record, not
+authorised ...) is not retried: the row becomes terminal ``FAILED`` with its reason and its branch
+stops loudly behind it (:mod:`.terminal`, docs/outbox.md). A row refused synchronously by
+``produce()`` holds back the rest of its branch at once, so no later row of it is published.
 """
 
 from __future__ import annotations
@@ -24,23 +29,29 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, tuple_
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import BrokerError, FleetError, StoreError
+from pipeline.kafka.produce_errors import permanent_reason
 from pipeline.kafka.settings import producer_config
 from pipeline.store import readonly
 
 from .acker import Acker
 from .batch import Batch
 from .headers import fold_headers, unpack_headers
+from .limits import DEFAULT_MAX_RECORD_BYTES
 from .metrics import OutboxMetrics, PublishFailure, classify
 from .status import backlog
 from .tables import RowStatus, outbox
+from .terminal import FailedRow, TerminalSink, fail_row, stopped_branches
 
 log = logging.getLogger(__name__)
 
 ProducerFactory = Callable[[dict[str, Any]], Any]
+# A row not handed to the producer because an earlier row of its branch was refused: it simply
+# stays pending (neither a delivery failure nor a retry of its own).
+HELD_BACK: Any = object()
 
 
 def _default_producer(conf: dict[str, Any]) -> Any:
@@ -68,6 +79,7 @@ class Relay:
         metrics_interval_s: float = 1.0,
         producer_overrides: Mapping[str, Any] | None = None,
         producer_factory: ProducerFactory | None = None,
+        terminal_sink: TerminalSink | None = None,
     ) -> None:
         self.engine = engine
         self._reader = readonly(engine)
@@ -85,6 +97,9 @@ class Relay:
             bootstrap,
             **{
                 "message.timeout.ms": int(delivery_timeout_s * 1000),
+                # the client refuses what the topic would (at produce(), synchronously), so a
+                # too-large row stops its branch before any later row of it is sent
+                "message.max.bytes": DEFAULT_MAX_RECORD_BYTES + 12,
                 "error_cb": self._on_client_error,
                 **dict(producer_overrides or {}),
             },
@@ -96,6 +111,8 @@ class Relay:
         self._next_metrics = 0.0
         self._store: ThreadPoolExecutor | None = None
         self._acker = Acker(engine, tenant=tenant)
+        self._terminal_sink = terminal_sink
+        self._stopped: set[tuple[str, str]] | None = None  # loaded on the first fetch
         c = outbox.c
         select_rows = (
             select(
@@ -201,8 +218,12 @@ class Relay:
             # acks run in order on the store thread; the guard in _ACK keeps each branch's
             # "sent" a prefix even if an earlier ack failed
             whole = confirmed is batch.rows  # the fast path: every row of the fetch confirmed
+            refused = self._refused(batch) if errors else []
+            errors = [e for e in errors if e is not HELD_BACK]
             acks.append((store.submit(self._ack, confirmed, whole_batch=whole), confirmed, errors))
-            failed += len(errors)
+            if refused:  # after this batch's acks, so each refused row heads its branch
+                acks.append((store.submit(self._fail, refused), [], []))
+            failed += len(errors) - len(refused)
             acked += self._collect(acks, wait=False)
         acked += self._collect(acks, wait=True)
         # refresh the gauges at once when the relay turns idle; otherwise on the interval (an
@@ -246,6 +267,13 @@ class Relay:
         # per-branch watermark meanwhile.
         stmt = self._select if cursor is None else self._select.where(outbox.c.id > cursor)
         try:
+            if self._stopped is None:
+                self._stopped = stopped_branches(self._reader, tenant=self.tenant)
+                self.metrics.stopped_branches.set(len(self._stopped))
+            if self._stopped:  # a stopped branch publishes nothing after its FAILED row
+                stmt = stmt.where(
+                    tuple_(outbox.c.tenant, outbox.c.branch_key).not_in(list(self._stopped))
+                )
             with self._reader.connect() as conn:  # a pure read: never takes the write lock
                 rows = list(conn.execute(stmt.limit(self.batch_size)).all())
         except SQLAlchemyError as exc:
@@ -256,7 +284,11 @@ class Relay:
     def _produce(self, rows: list[Any]) -> Batch:
         producer = self._ensure_producer()
         batch = Batch(rows)
+        stopped = self._stopped if self._stopped is not None else set()
         for i, (_id, tenant, branch, lsn, topic, key, value, blob, _created) in enumerate(rows):
+            if (tenant, branch) in stopped:
+                batch.report(i, HELD_BACK, None)
+                continue
             headers = unpack_headers(blob) + fold_headers(tenant, branch, lsn)
             callback = functools.partial(batch.report, i)
             while True:
@@ -269,6 +301,9 @@ class Relay:
                     producer.poll(0.05)  # local queue full: serve reports, then retry
                 except Exception as exc:  # noqa: BLE001 - KafkaException and friends: a failure
                     batch.report(i, exc, None)
+                    if permanent_reason(exc) is not None:
+                        stopped.add((tenant, branch))  # hold the rest of the branch back now
+                        self._stopped = stopped
                     break
         producer.poll(0)
         return batch
@@ -291,6 +326,45 @@ class Relay:
 
     def _ack(self, rows: list[Any], *, whole_batch: bool = False) -> None:
         self._acker.ack(rows, whole_batch=whole_batch)
+
+    @staticmethod
+    def _refused(batch: Batch) -> list[FailedRow]:
+        """The rows of ``batch`` the broker refused for good (first one per branch)."""
+        out: list[FailedRow] = []
+        seen: set[tuple[str, str]] = set()
+        for row, err in zip(batch.rows, batch.results, strict=True):
+            reason = permanent_reason(err) if err is not HELD_BACK else None
+            if reason is not None and (row[1], row[2]) not in seen:
+                seen.add((row[1], row[2]))
+                out.append(FailedRow.of(row, reason=reason.value, error=str(err)[:500]))
+        return out
+
+    def _fail(self, rows: list[FailedRow]) -> None:
+        stopped = self._stopped if self._stopped is not None else set()
+        for row in rows:
+            try:
+                done = fail_row(self.engine, row, self._terminal_sink)
+            except SQLAlchemyError as exc:
+                stopped.discard((row.tenant, row.branch_key))  # still pending: tried again
+                raise StoreError(f"outbox relay: cannot mark row {row.id} failed: {exc}") from exc
+            if done:
+                stopped.add((row.tenant, row.branch_key))
+                self.metrics.rows_failed_total.labels(reason=row.reason).inc()
+                log.error(
+                    "outbox relay: row %d (branch %s/%s lsn %d, topic %s) refused for good: %s "
+                    "(%s); the row is FAILED and its branch is stopped behind it",
+                    row.id,
+                    row.tenant,
+                    row.branch_key,
+                    row.lsn,
+                    row.topic,
+                    row.reason,
+                    row.error,
+                )
+            else:
+                stopped.discard((row.tenant, row.branch_key))  # an earlier row goes first
+        self._stopped = stopped
+        self.metrics.stopped_branches.set(len(stopped))
 
     # -- producer and metrics ----------------------------------------------------------------
     def _ensure_producer(self) -> Any:

@@ -33,11 +33,14 @@ _ID = BigInteger().with_variant(Integer(), "sqlite")
 
 class RowStatus(enum.IntEnum):
     """``PENDING`` -> ``SENT`` once the broker confirmed it; ``DROPPED`` when its branch was
-    abandoned (a rewind) before it shipped: a dropped row is never published."""
+    abandoned (a rewind) before it shipped: a dropped row is never published. ``FAILED``: the
+    broker refused it for good (a permanent produce error, the reason in ``error``): terminal,
+    never published, and its branch is stopped behind it (docs/outbox.md)."""
 
     PENDING = 0
     SENT = 1
     DROPPED = 2
+    FAILED = 3
 
 
 outbox = Table(
@@ -54,6 +57,7 @@ outbox = Table(
     Column("status", SmallInteger, nullable=False, default=int(RowStatus.PENDING)),
     Column("created_at", Float, nullable=False),
     Column("sent_at", Float, nullable=True),
+    Column("error", String(64), nullable=True),  # FAILED: the permanent produce error's reason
     UniqueConstraint("tenant", "branch_key", "lsn", name="uq_outbox_branch_lsn"),
 )
 
@@ -62,6 +66,9 @@ outbox = Table(
 # extra index is paid again on each ack (a tenant-scoped relay filters the same scan).
 _PENDING = text(f"status = {int(RowStatus.PENDING)}")
 Index("ix_outbox_pending", outbox.c.id, sqlite_where=_PENDING, postgresql_where=_PENDING)
+# Failed rows stop their branch: the relay lists them often, so they get their own tiny index.
+_FAILED = text(f"status = {int(RowStatus.FAILED)}")
+Index("ix_outbox_failed", outbox.c.id, sqlite_where=_FAILED, postgresql_where=_FAILED)
 
 outbox_branch = Table(
     "outbox_branch",

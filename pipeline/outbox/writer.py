@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from pipeline.errors import ConfigError, DeliveryError
 
 from .headers import Headers, pack_headers
+from .limits import DEFAULT_MAX_RECORD_BYTES, check_record_size, record_size
 from .tables import RowStatus, outbox, outbox_branch
 
 BRANCH_ABANDONED = "BRANCH_ABANDONED"
@@ -31,14 +32,22 @@ def write(
     headers: Headers | None = None,
     branch_key: str,
     tenant: str = "default",
+    max_record_bytes: int | None = DEFAULT_MAX_RECORD_BYTES,
 ) -> int:
     """Queue one Kafka record for the relay, inside the caller's transaction; return its lsn.
 
     The lsn is the next one of ``(tenant, branch_key)``, starting at 1, without gaps. All records of
     one branch should share ``(topic, key)`` so the broker keeps them on one partition, in order.
+    A record above ``max_record_bytes`` (the topic's ``max.message.bytes``; ``None``: no check)
+    is refused with ``TOO_LARGE`` before anything is written.
     """
     if not topic or not branch_key or not tenant:
         raise ConfigError("outbox.write needs a topic, a branch_key and a tenant")
+    if max_record_bytes is not None:
+        size = record_size(
+            key=key, value=value, headers=headers, tenant=tenant, branch_key=branch_key, lsn=10**12
+        )
+        check_record_size(size, max_record_bytes, topic=topic)
     lsn = _next_lsn(session, tenant, branch_key)
     session.execute(
         insert(outbox).values(

@@ -45,7 +45,7 @@ from pipeline.failures.outcomes import (
 )
 from pipeline.failures.retry import BackoffPolicy
 from pipeline.kafka.settings import OffsetReset, consumer_config
-from pipeline.store import read_sessions
+from pipeline.store import read_sessions, with_retry
 
 from .commits import commit_offsets
 from .dedupe import dedupe_table, seen_ids
@@ -260,8 +260,7 @@ class ConsumerRuntime:
         scope = cfg.dedupe_scope
         batch = _Batch()
         ids = [i for r in records if (i := r.header_str(cfg.dedupe_header))]
-        with self.reads() as session:
-            already = seen_ids(session, scope, ids) if ids else set()
+        already = with_retry(lambda: self._seen(scope, ids), what="dedupe read") if ids else set()
         now = _now_ms()
         for rec in records:
             tp = rec.tp
@@ -300,6 +299,15 @@ class ConsumerRuntime:
             for outcome, n in batch.counts.items():
                 self.metrics.records.labels(cfg.group_id, outcome).inc(n)
 
+    def _is_quarantined(self, scope: str, key: str) -> bool:
+        q = self.quarantine
+        assert q is not None
+        return with_retry(lambda: q.is_quarantined(scope, key), what="quarantine read")
+
+    def _seen(self, scope: str, ids: list[str]) -> set[str]:
+        with self.reads() as session:
+            return seen_ids(session, scope, ids)
+
     def _decide(
         self,
         rec: Record,
@@ -317,7 +325,7 @@ class ConsumerRuntime:
             self.quarantine is not None
             and key is not None
             and key != releasing
-            and (key in batch.quarantined or self.quarantine.is_quarantined(scope, key))
+            and (key in batch.quarantined or self._is_quarantined(scope, key))
         ):
             batch.staged.call(functools.partial(_park, self.quarantine, scope, key, rec))
             batch.next_offset[tp] = rec.offset + 1

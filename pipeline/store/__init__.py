@@ -1,5 +1,20 @@
-"""The SQL store: one MetaData, one engine factory; tables live beside the subsystem using them."""
+"""The SQL store: one MetaData, one engine factory, versioned schema, retried calls.
+
+Tables live beside the subsystem using them; :mod:`pipeline.store.schema` runs the Alembic
+revisions in ``migrations/``; :mod:`pipeline.store.retry` retries transient errors.
+"""
 
 from .engine import make_engine, metadata, read_sessions, readonly, session_factory
+from .retry import DEFAULT_RETRY, StoreRetry, is_transient, with_retry
 
-__all__ = ["make_engine", "metadata", "read_sessions", "readonly", "session_factory"]
+__all__ = [
+    "DEFAULT_RETRY",
+    "StoreRetry",
+    "is_transient",
+    "make_engine",
+    "metadata",
+    "read_sessions",
+    "readonly",
+    "session_factory",
+    "with_retry",
+]

@@ -1,6 +1,8 @@
 """Engine factory for SQLite (WAL, the embedded default) and PostgreSQL (by URL).
 
-Every table in the package registers on :data:`metadata`; ``create_all`` is idempotent. SQLite
+Every table in the package registers on :data:`metadata`; the schema itself is built by the Alembic
+revisions (:mod:`pipeline.store.schema`): a fresh store is created at head, any other store must
+already be at head (``fleet store upgrade``). SQLite
 gets WAL, ``synchronous=NORMAL`` (durable across process crashes, which is what kill -9 tests),
 a busy timeout, and foreign keys on.
 """
@@ -25,7 +27,11 @@ metadata = MetaData(
 
 
 def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
-    """Build an engine for ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``)."""
+    """Build an engine for ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``).
+
+    ``create`` runs the start-up schema check: a fresh store is brought to head, a store behind
+    head raises ``STORE_SCHEMA_OUTDATED`` (see :func:`pipeline.store.schema.ensure_schema`).
+    """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         kwargs.setdefault("connect_args", {"timeout": 30, "check_same_thread": False})
@@ -55,7 +61,13 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
         kwargs.setdefault("pool_pre_ping", True)
         engine = create_engine(url, **kwargs)
     if create:
-        metadata.create_all(engine)
+        from .schema import ensure_schema
+
+        try:
+            ensure_schema(engine)
+        except BaseException:
+            engine.dispose()  # a refused store must not leave pooled connections behind
+            raise
     return engine
 
 

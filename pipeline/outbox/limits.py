@@ -1,0 +1,53 @@
+"""What can be checked before a row is written: the Kafka record's size against the limit.
+
+A record above the topic's ``max.message.bytes`` can never be published; letting it into the
+outbox would only stop its branch at the relay. :func:`check_record_size` refuses it in the
+writer's transaction with ``TOO_LARGE``, naming the size and the limit. The default limit is
+1 MiB: the broker's and our topics' ``max.message.bytes`` (1 MiB plus batch framing), below which
+every record this check admits fits.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pipeline.errors import DeliveryError
+
+from .headers import Headers, fold_headers
+
+DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
+# Record framing inside a v2 batch (length, attributes, deltas, varints) plus the batch header:
+# an upper bound, so a record the check admits is never rejected for a few bytes.
+_RECORD_OVERHEAD = 128
+
+
+class SendReason(StrEnum):
+    """Reason codes of the send-side checks (public API)."""
+
+    TOO_LARGE = "TOO_LARGE"
+
+
+def record_size(
+    *,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Headers | None,
+    tenant: str,
+    branch_key: str,
+    lsn: int,
+) -> int:
+    """Bytes the record takes on the wire, with the fold headers the relay appends."""
+    all_headers = list(headers or []) + fold_headers(tenant, branch_key, lsn)
+    head = sum(len(k.encode()) + len(v) + 10 for k, v in all_headers)
+    return len(key or b"") + len(value or b"") + head + _RECORD_OVERHEAD
+
+
+def check_record_size(size: int, limit: int, *, topic: str) -> None:
+    if size > limit:
+        raise DeliveryError(
+            f"record of {size} bytes for {topic} is above the limit of {limit} bytes "
+            f"(the topic's max.message.bytes); nothing was written",
+            reason=SendReason.TOO_LARGE,
+            retriable=False,
+            context={"size": size, "limit": limit, "topic": topic},
+        )

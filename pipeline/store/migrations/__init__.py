@@ -1,0 +1,28 @@
+"""Alembic migrations for the SQL store (``versions/`` holds one revision per schema change).
+
+:data:`TABLE_MODULES` names every module that registers a table on
+:data:`pipeline.store.metadata`; autogenerate and the "head equals the code" test import them
+all, so a table added without a revision is caught.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+TABLE_MODULES = (
+    "pipeline.outbox.tables",
+    "pipeline.runs.tables",
+    "pipeline.runtime.dedupe",
+    "pipeline.failures.quarantine_tables",
+    "pipeline.failures.reporter",
+    "pipeline.gateway.held",
+    "pipeline.gateway.conversations",
+    "pipeline.gateway.roster_cache",
+    "pipeline.gateway.tracking",
+)
+
+
+def load_all_tables() -> None:
+    """Import every table module so :data:`pipeline.store.metadata` holds the whole schema."""
+    for name in TABLE_MODULES:
+        importlib.import_module(name)
