@@ -115,10 +115,14 @@ def build_client(
 
 
 def build_control_client(
-    config: GatewayConfig, *, signer: Signer, engine: Engine | None = None
+    config: GatewayConfig,
+    *,
+    signer: Signer,
+    engine: Engine | None = None,
+    factories: Factories = DEFAULT_FACTORIES,
 ) -> ControlClient:
     """The requester's control-plane API for local entities (``fleet spawn``, the MCP face)."""
-    engine = engine or make_engine(config.store_url)
+    engine = engine or factories.engine(config.store_url)
     topics = TopicNames(prefix=config.topic_prefix)
     return ControlClient(
         sessions=session_factory(engine),
