@@ -22,8 +22,9 @@ from pipeline.gateway.config import check_gid
 from pipeline.gateway.outbound import Publisher
 
 from . import requests
+from .caps import LifecycleReason
 
-UNKNOWN_HOST = "UNKNOWN_HOST"
+UNKNOWN_HOST = LifecycleReason.UNKNOWN_HOST.value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -21,8 +21,9 @@ from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.receipts import failed_body
 
 from . import requests
+from .caps import LifecycleReason
 
-SPAWN_TIMEOUT = "SPAWN_TIMEOUT"
+SPAWN_TIMEOUT = LifecycleReason.SPAWN_TIMEOUT.value
 
 
 def _already_held(session: Session, recipient: str, msg_id: str) -> bool:
