@@ -19,13 +19,15 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from pipeline.control import ControlClient, SpawnDeadlines
+from pipeline.control.handler import SpawnHandler
+from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.failures.metrics import FailureMetrics
 from pipeline.failures.offsets import assign_from_committed
 from pipeline.failures.reporter import FailedReporter
 from pipeline.failures.sinks import TopicFailedSink
 from pipeline.gateway.client import GatewayClient
-from pipeline.gateway.config import GatewayConfig
+from pipeline.gateway.config import Delivery, GatewayConfig, ProfileConfig, Role
 from pipeline.gateway.conversations import Conversations
 from pipeline.gateway.deadletters import OutboxDeadLetterSink
 from pipeline.gateway.entities import LocalEntities
@@ -33,7 +35,7 @@ from pipeline.gateway.failed_sink import EnvelopeFailedSink
 from pipeline.gateway.held import HeldStore
 from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import InjectionQueue
-from pipeline.gateway.injectors import InjectMetrics
+from pipeline.gateway.injectors import InjectMetrics, build_injector
 from pipeline.gateway.maintenance import Maintenance
 from pipeline.gateway.metrics import GatewayMetrics
 from pipeline.gateway.outbound import Publisher
@@ -53,6 +55,7 @@ from pipeline.presence.model import SpawnProfile
 from pipeline.presence.publisher import ProducerLike
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.metrics import RuntimeMetrics
+from pipeline.runtime.routing import ByTopic
 from pipeline.store import make_engine, read_sessions, session_factory
 
 log = logging.getLogger(__name__)
@@ -176,8 +179,9 @@ def build_gateway(
         max_ttl_s=config.max_ttl_s,
         skew_s=config.clock_skew_s,
     )
+    # one set of inject instruments for the configured and the spawned workers
     entities = LocalEntities.from_config(
-        config, callbacks=callbacks, metrics=InjectMetrics(registry)
+        config, callbacks=callbacks, metrics=(inject_metrics := InjectMetrics(registry))
     )
     publisher = Publisher(host=host, signer=signer, topics=topics)
     injections = InjectionQueue(
@@ -196,17 +200,20 @@ def build_gateway(
         seen=seen,
         max_held_per_recipient=config.max_held_per_recipient,
     )
+    spawn_handler, spawn_deadlines = _control_plane(
+        config, verifier, publisher, sessions, entities, presence, callbacks, inject_metrics
+    )
     group = topics.gateway_group(host)
     dead_letters = OutboxDeadLetterSink(topics=topics, gateway=host, group=group)
     runtime = ConsumerRuntime(
         RuntimeConfig(
             bootstrap=config.bootstrap,
             group_id=group,
-            topics=(topics.inbox(host),),
+            topics=(topics.inbox(host), topics.control(host)),
             instance_id=host,
             ordered=False,
         ),
-        handler=handler,
+        handler=ByTopic({topics.control(host): spawn_handler}, default=handler),
         sessions=sessions,
         dead_letters=dead_letters,
         metrics=RuntimeMetrics(registry),
@@ -237,10 +244,10 @@ def build_gateway(
     )
     client = build_client(config, signer=signer, engine=engine, factories=factories)
     interval = maintenance_interval_s or config.sweep_interval_s
-    spawn_deadlines = SpawnDeadlines(sessions=sessions, publisher=publisher, ttl_s=config.max_ttl_s)
 
     def run_runtime(stop: Any) -> None:
         follower.catch_up()
+        spawn_handler.relive()
         maintenance.refresh_roster()
         runtime.run(stop)
 
@@ -258,7 +265,8 @@ def build_gateway(
         while not stop.wait(min(interval, 0.5)):
             maintenance.tick()
             try:
-                spawn_deadlines.tick()
+                spawn_deadlines.tick()  # the requester's side of SPAWN
+                spawn_handler.launcher.reap()
             except Exception:
                 log.exception("maintenance duty spawn_deadlines failed")
 
@@ -287,6 +295,43 @@ def build_gateway(
         registry=registry,
         metrics=metrics,
     )
+
+
+def _control_plane(
+    config: GatewayConfig,
+    verifier: Verifier,
+    publisher: Publisher,
+    sessions: Any,
+    entities: LocalEntities,
+    presence: PresencePublisher,
+    callbacks: Mapping[str, Callable[..., Any]] | None,
+    inject_metrics: InjectMetrics,
+) -> tuple[SpawnHandler, SpawnDeadlines]:
+    """The control topic's handler (a launched worker becomes a local inject entity) and the
+    requester's spawn deadlines."""
+
+    def on_live(gid: str, profile: ProfileConfig, values: Mapping[str, str]) -> None:
+        spec = worker_injector(profile.injector, values)
+        entities.register(
+            gid=gid,
+            role=Role.WORKER,
+            delivery=Delivery.INJECT,
+            groups=profile.groups,
+            injector=build_injector(spec, callbacks, metrics=inject_metrics),
+            replace=True,
+        )
+        presence.register(gid, role="worker", delivery="inject", groups=profile.groups)
+
+    handler = SpawnHandler(
+        host=config.host,
+        verifier=verifier,
+        publisher=publisher,
+        sessions=sessions,
+        profiles={p.name: p for p in config.profiles},
+        launcher=Launcher(),
+        on_live=on_live,
+    )
+    return handler, SpawnDeadlines(sessions=sessions, publisher=publisher, ttl_s=config.max_ttl_s)
 
 
 def build_failed_reporter(
