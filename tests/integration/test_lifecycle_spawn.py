@@ -87,11 +87,13 @@ def _outcomes(a: GatewayParts, want: int) -> dict[str, tuple[str, str]]:
     """msgId of each SPAWN -> (kind, reason) of its one answer, once ``want`` have come."""
     got: dict[str, tuple[str, str]] = {}
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(got) < want:
+    while time.monotonic() < deadline:
         for m in a.client.poll("main-a", kinds=["INJECTED", "FAILED"]):
             receipt = read_receipt(m.kind, m.body)
             assert receipt.msg_id not in got, f"a second answer for {receipt.msg_id}"
             got[receipt.msg_id] = (m.kind, receipt.reason)
+        if len(got) >= want:
+            break
         time.sleep(0.05)
     return got
 
@@ -145,3 +147,49 @@ def test_unknown_profile_and_over_cap_are_refused_with_their_reasons(hosts: Any)
         again.msg_id: ("FAILED", "CAP_EXCEEDED"),  # a repeat is answered as the first was
     }
     assert len(list(markers.glob("launch-*"))) == 1
+
+
+def test_kill9_between_committing_a_spawn_and_launching_never_launches_and_fails_once(
+    kafka: BrokerHandle, tmp_path: Path
+) -> None:
+    """Seed 000 §7.8 priced like §5's forward path: commit BEFORE launch. B is killed -9 right
+    after committing the SPAWN (FLEET_FAULT=crash_after_commit): nothing is launched, not even
+    after B restarts, and the requester gets exactly one FAILED."""
+    from tests.integration.fleet_hosts import GatewayProcess
+
+    fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A", "B"))
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    profile = (
+        f'[[profiles]]\nname = "shell"\nlaunch = ["sh", "-c", "touch {markers}/launch-{{gid}}-$$"]\n'
+        f'[profiles.injector]\ntype = "command"\ncommand = ["sh", "-c", "cat >> {markers}/x"]\n'
+    )
+    b_cfg = fleet.config_file("B", profile)
+    crashing = GatewayProcess(b_cfg, tmp_path / "B1.log", env={"FLEET_FAULT": "crash_after_commit"})
+    crashing.start()
+    main = EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL)
+    a = _gateway(fleet, "A", tmp_path, entities=(main,))
+    a.gateway.start()
+    restarted: GatewayProcess | None = None
+    try:
+        control = build_control_client(
+            GatewayConfig(host="A", topic_prefix=fleet.prefix, entities=(main,),
+                          spawn_deadline_s=20.0),
+            signer=fleet.signers["A"],
+            engine=a.engine,
+        )  # fmt: skip
+        wait_until(lambda: a.client.knows("B._gateway"), 60, "B's gateway entry in A's roster")
+        req = control.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-k")
+        assert crashing.wait_exit(60) == 137, crashing.output()[-2000:]
+        restarted = GatewayProcess(b_cfg, tmp_path / "B2.log").start()
+        got = _outcomes(a, 1)
+        time.sleep(3.0)  # a second answer (restart's or deadline's) would arrive now
+        got.update(_outcomes(a, 0))
+        assert list(got) == [req.msg_id] and got[req.msg_id][0] == "FAILED", got
+        assert got[req.msg_id][1] in ("LAUNCH_INTERRUPTED", "SPAWN_TIMEOUT")
+        assert list(markers.glob("launch-*")) == [], "committed, so never launched"
+    finally:
+        a.gateway.stop()
+        crashing.stop()
+        if restarted is not None:
+            restarted.stop()
