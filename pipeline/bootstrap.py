@@ -21,6 +21,7 @@ from sqlalchemy import Engine
 from pipeline.control import ControlClient, SpawnDeadlines
 from pipeline.control.handler import SpawnHandler
 from pipeline.control.launcher import Launcher, worker_injector
+from pipeline.control.metrics import LifecycleMetrics
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.failures.metrics import FailureMetrics
 from pipeline.failures.offsets import assign_from_committed
@@ -201,7 +202,15 @@ def build_gateway(
         max_held_per_recipient=config.max_held_per_recipient,
     )
     spawn_handler, spawn_deadlines = _control_plane(
-        config, verifier, publisher, sessions, entities, presence, callbacks, inject_metrics
+        config,
+        verifier,
+        publisher,
+        sessions,
+        entities,
+        presence,
+        callbacks,
+        inject_metrics,
+        registry,
     )
     group = topics.gateway_group(host)
     dead_letters = OutboxDeadLetterSink(topics=topics, gateway=host, group=group)
@@ -306,6 +315,7 @@ def _control_plane(
     presence: PresencePublisher,
     callbacks: Mapping[str, Callable[..., Any]] | None,
     inject_metrics: InjectMetrics,
+    registry: CollectorRegistry,
 ) -> tuple[SpawnHandler, SpawnDeadlines]:
     """The control topic's handler (a launched worker becomes a local inject entity) and the
     requester's spawn deadlines."""
@@ -330,6 +340,7 @@ def _control_plane(
         profiles={p.name: p for p in config.profiles},
         launcher=Launcher(),
         on_live=on_live,
+        count=LifecycleMetrics(registry).count,
     )
     return handler, SpawnDeadlines(sessions=sessions, publisher=publisher, ttl_s=config.max_ttl_s)
 

@@ -54,5 +54,36 @@ def spawn(
         console.print(f"queued SPAWN {req.msg_id}: {req.spawn_id} ({profile}) on {host}")
 
 
+def workers(config: ConfigOpt, as_json: JsonOpt = False) -> None:
+    """Live workers this host spawned: gid, parent, job, profile, age (from the local store)."""
+    import time
+
+    from sqlalchemy import select
+
+    from pipeline.control.spawns import LIVE, spawns_table
+    from pipeline.store import make_engine
+
+    cfg = _load(Path(config))
+    engine = make_engine(cfg.store_url)
+    with engine.connect() as c:
+        rows = list(c.execute(select(spawns_table).where(spawns_table.c.state == LIVE)))
+    engine.dispose()
+    now = int(time.time() * 1000)
+    out = [
+        {"gid": r.spawn_id, "parent": r.parent, "job": r.job, "profile": r.profile,
+         "pid": r.pid, "ageS": round((now - r.created_ms) / 1000, 1)}
+        for r in rows
+    ]  # fmt: skip
+    if as_json:
+        emit_json(out)
+        return
+    for w in out:
+        console.print(
+            f"{w['gid']:<24} parent={w['parent']} job={w['job'] or '-'} "
+            f"profile={w['profile']} age={w['ageS']}s"
+        )
+
+
 def register(root: typer.Typer) -> None:
     root.command("spawn")(fail_on_fleet_error(spawn))
+    root.command("workers")(fail_on_fleet_error(workers))

@@ -6,6 +6,7 @@ counted by files.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +15,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from sqlalchemy import select
+from typer.testing import CliRunner
 
 from pipeline.bootstrap import GatewayParts, build_control_client, build_gateway
-from pipeline.control import ControlClient
+from pipeline.cli.main import app
 from pipeline.gateway.config import (
     Delivery,
     EntityConfig,
@@ -59,9 +61,7 @@ def _gateway(fleet: Fleet, host: str, tmp: Path, **kw: Any) -> GatewayParts:
 
 
 @pytest.fixture
-def hosts(
-    kafka: BrokerHandle, tmp_path: Path
-) -> Iterator[tuple[GatewayParts, ControlClient, Path]]:
+def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[tuple[Any, ...]]:
     fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A", "B"))
     markers = tmp_path / "markers"
     markers.mkdir()
@@ -77,7 +77,7 @@ def hosts(
     )
     try:
         wait_until(lambda: a.client.knows("B._gateway"), 60, "B's gateway entry in A's roster")
-        yield a, control, markers
+        yield a, control, markers, b
     finally:
         a.gateway.stop()
         b.gateway.stop()
@@ -98,6 +98,11 @@ def _outcomes(a: GatewayParts, want: int) -> dict[str, tuple[str, str]]:
     return got
 
 
+def _spawns(b: GatewayParts, outcome: str) -> float:
+    value = b.registry.get_sample_value("fleet_lifecycle_spawns_total", {"outcome": outcome})
+    return value or 0.0
+
+
 def _launches(markers: Path) -> list[str]:
     return sorted(
         p.name.split("-")[1] + "-" + p.name.split("-")[2] for p in markers.glob("launch-*")
@@ -107,7 +112,7 @@ def _launches(markers: Path) -> list[str]:
 def test_a_spawn_sent_twice_and_delivered_twice_starts_one_worker(hosts: Any) -> None:
     """Seed 000 §7.8: spawn deduped by spawnId. The requester sends the same spawnId twice and
     the broker carries the first SPAWN record twice: one launch, each request answered once."""
-    a, control, markers = hosts
+    a, control, markers, b = hosts
     first = control.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-1", brief="go")
     with a.engine.connect() as c:
         row = c.execute(
@@ -129,12 +134,19 @@ def test_a_spawn_sent_twice_and_delivered_twice_starts_one_worker(hosts: Any) ->
     injected = _outcomes(a, 1)
     assert injected == {brief.msg_id: ("INJECTED", "")}
     assert (markers / "w-1.in").read_bytes() == b"first brief"
+    assert _spawns(b, "spawned") == 1 and _spawns(b, "repeat") == 1
+    toml = markers.parent / "b-workers.toml"
+    toml.write_text(f'host = "B"\nstore_url = "{b.engine.url}"\n')
+    out = CliRunner().invoke(app, ["workers", "-c", str(toml), "--json"])
+    assert out.exit_code == 0, out.output
+    (w,) = json.loads(out.output)
+    assert (w["gid"], w["parent"], w["job"], w["profile"]) == ("w-1", "main-a", None, "shell")
 
 
 def test_unknown_profile_and_over_cap_are_refused_with_their_reasons(hosts: Any) -> None:
     """Seed 001 scenario 8: a cap on subagents per job -> CAP_EXCEEDED; an unknown profile has
     its own reason (UNKNOWN_PROFILE). Neither launches anything."""
-    a, control, markers = hosts
+    a, control, markers, b = hosts
     ok = control.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-j1", job="j")
     assert _outcomes(a, 1) == {ok.msg_id: ("INJECTED", "")}
     over = control.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-j2", job="j")
@@ -147,6 +159,9 @@ def test_unknown_profile_and_over_cap_are_refused_with_their_reasons(hosts: Any)
         again.msg_id: ("FAILED", "CAP_EXCEEDED"),  # a repeat is answered as the first was
     }
     assert len(list(markers.glob("launch-*"))) == 1
+    assert _spawns(b, "refused_cap_exceeded") == 1
+    assert _spawns(b, "refused_unknown_profile") == 1
+    assert _spawns(b, "repeat") == 1
 
 
 def test_kill9_between_committing_a_spawn_and_launching_never_launches_and_fails_once(
