@@ -18,6 +18,10 @@ from confluent_kafka import Consumer, Producer
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
+from pipeline.control import ControlClient, SpawnDeadlines
+from pipeline.control.handler import SpawnHandler
+from pipeline.control.launcher import Launcher, worker_injector
+from pipeline.control.metrics import LifecycleMetrics
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.envelope.model import now_ms
 from pipeline.failures.dlq import DeadLetterWriter
@@ -28,7 +32,7 @@ from pipeline.failures.reporter import FailedReporter
 from pipeline.failures.runtime_ports import FailurePorts
 from pipeline.failures.sinks import TopicFailedSink
 from pipeline.gateway.client import GatewayClient
-from pipeline.gateway.config import GatewayConfig
+from pipeline.gateway.config import GatewayConfig, ProfileConfig
 from pipeline.gateway.conversations import Conversations
 from pipeline.gateway.deadletters import OutboxDeadLetterSink
 from pipeline.gateway.entities import LocalEntities
@@ -36,7 +40,7 @@ from pipeline.gateway.failed_sink import EnvelopeFailedSink
 from pipeline.gateway.held import HeldStore
 from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import InjectionQueue
-from pipeline.gateway.injectors import InjectMetrics
+from pipeline.gateway.injectors import InjectMetrics, build_injector
 from pipeline.gateway.maintenance import Maintenance
 from pipeline.gateway.metrics import GatewayMetrics
 from pipeline.gateway.outbound import Publisher
@@ -63,11 +67,15 @@ from pipeline.pool.steps import StepFn
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
 from pipeline.presence.follower import ConsumerFactory
 from pipeline.presence.metrics import PresenceMetrics
+from pipeline.presence.model import Delivery, Role, SpawnProfile
 from pipeline.presence.publisher import ProducerLike
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.inflight import Dispatcher, InflightConfig
 from pipeline.runtime.metrics import RuntimeMetrics
+from pipeline.runtime.routing import ByTopic
 from pipeline.store import make_engine, read_sessions, session_factory
+
+log = logging.getLogger(__name__)
 
 ClientFactory = Callable[[dict[str, Any]], Any]
 
@@ -128,6 +136,24 @@ def build_client(
     )
 
 
+def build_control_client(
+    config: GatewayConfig,
+    *,
+    signer: Signer,
+    engine: Engine | None = None,
+    factories: Factories = DEFAULT_FACTORIES,
+) -> ControlClient:
+    """The requester's control-plane API for local entities (``fleet spawn``, the MCP face)."""
+    engine = engine or factories.engine(config.store_url)
+    topics = TopicNames(prefix=config.topic_prefix)
+    return ControlClient(
+        sessions=session_factory(engine),
+        publisher=Publisher(host=config.host, signer=signer, topics=topics),
+        deadline_s=config.spawn_deadline_s,
+        local_senders=frozenset(e.gid for e in config.entities),
+    )
+
+
 def build_gateway(
     config: GatewayConfig,
     *,
@@ -174,6 +200,7 @@ def build_gateway(
         topics=topics,
         interval_s=config.presence_interval_s,
         ttl_s=config.presence_ttl_s,
+        profiles=[SpawnProfile(name=p.name, description=p.description) for p in config.profiles],
     )
     seen = BoundedSeenSet()
     verifier = Verifier(
@@ -185,8 +212,9 @@ def build_gateway(
         max_ttl_s=config.max_ttl_s,
         skew_s=config.clock_skew_s,
     )
+    # one set of inject instruments for the configured and the spawned workers
     entities = LocalEntities.from_config(
-        config, callbacks=callbacks, metrics=InjectMetrics(registry)
+        config, callbacks=callbacks, metrics=(inject_metrics := InjectMetrics(registry))
     )
     publisher = Publisher(host=host, signer=signer, topics=topics)
     injections = InjectionQueue(
@@ -205,17 +233,28 @@ def build_gateway(
         seen=seen,
         max_held_per_recipient=config.max_held_per_recipient,
     )
+    spawn_handler, spawn_deadlines = _control_plane(
+        config,
+        verifier,
+        publisher,
+        sessions,
+        entities,
+        presence,
+        callbacks,
+        inject_metrics,
+        registry,
+    )
     group = topics.gateway_group(host)
     dead_letters = OutboxDeadLetterSink(topics=topics, gateway=host, group=group)
     runtime = ConsumerRuntime(
         RuntimeConfig(
             bootstrap=config.bootstrap,
             group_id=group,
-            topics=(topics.inbox(host),),
+            topics=(topics.inbox(host), topics.control(host)),
             instance_id=host,
             ordered=False,
         ),
-        handler=handler,
+        handler=ByTopic({topics.control(host): spawn_handler}, default=handler),
         sessions=sessions,
         dead_letters=dead_letters,
         metrics=RuntimeMetrics(registry),
@@ -259,6 +298,7 @@ def build_gateway(
         while not follower.caught_up.wait(0.2):
             if stop.is_set():
                 return
+        spawn_handler.relive()
         maintenance.refresh_roster()
         runtime.run(stop)
 
@@ -271,6 +311,11 @@ def build_gateway(
     def run_maintenance(stop: Any) -> None:
         while not stop.wait(min(interval, 0.5)):
             maintenance.tick()
+            try:
+                spawn_deadlines.tick()  # the requester's side of SPAWN
+                spawn_handler.launcher.reap()
+            except Exception:
+                log.exception("maintenance duty spawn_deadlines failed")
 
     gateway = Gateway(
         host=host,
@@ -297,6 +342,45 @@ def build_gateway(
         registry=registry,
         metrics=metrics,
     )
+
+
+def _control_plane(
+    config: GatewayConfig,
+    verifier: Verifier,
+    publisher: Publisher,
+    sessions: Any,
+    entities: LocalEntities,
+    presence: PresencePublisher,
+    callbacks: Mapping[str, Callable[..., Any]] | None,
+    inject_metrics: InjectMetrics,
+    registry: CollectorRegistry,
+) -> tuple[SpawnHandler, SpawnDeadlines]:
+    """The control topic's handler (a launched worker becomes a local inject entity) and the
+    requester's spawn deadlines."""
+
+    def on_live(gid: str, profile: ProfileConfig, values: Mapping[str, str]) -> None:
+        spec = worker_injector(profile.injector, values)
+        entities.register(
+            gid=gid,
+            role=Role.WORKER,
+            delivery=Delivery.INJECT,
+            groups=profile.groups,
+            injector=build_injector(spec, callbacks, metrics=inject_metrics),
+            replace=True,
+        )
+        presence.register(gid, role="worker", delivery="inject", groups=profile.groups)
+
+    handler = SpawnHandler(
+        host=config.host,
+        verifier=verifier,
+        publisher=publisher,
+        sessions=sessions,
+        profiles={p.name: p for p in config.profiles},
+        launcher=Launcher(),
+        on_live=on_live,
+        count=LifecycleMetrics(registry).count,
+    )
+    return handler, SpawnDeadlines(sessions=sessions, publisher=publisher, ttl_s=config.max_ttl_s)
 
 
 def build_failed_reporter(

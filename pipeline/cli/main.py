@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from . import (
+    control_cmd,
     demo_cmd,
     dlq_cmd,
     gateway_cmd,
@@ -46,6 +47,7 @@ app.add_typer(gateway_cmd.app, name="gateway")
 app.add_typer(pool_cmd.app, name="pool")
 gateway_cmd.register(app)  # fleet send | ask | answer | poll
 demo_cmd.register(app)  # fleet demo
+control_cmd.register(app)  # fleet spawn
 
 
 def main() -> None:  # pragma: no cover

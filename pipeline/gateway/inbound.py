@@ -22,6 +22,7 @@ from typing import TypeVar
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline import reasons
+from pipeline.control import requests as spawn_requests
 from pipeline.envelope import EXPIRED, REPLAY, BoundedSeenSet, Envelope, Kind, Verifier
 from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
@@ -163,7 +164,13 @@ class InboxHandler:
                 return ACK
         if env.kind in (Kind.INJECTED, Kind.FAILED):
             receipt = read_receipt(env.kind.value, env.body)
-            state = self._read(lambda s: tracking.state_of(s, receipt.msg_id))
+            # a receipt settles a forward send or, for a SPAWN, its spawn request
+            state = self._read(
+                lambda s: (
+                    tracking.state_of(s, receipt.msg_id)
+                    or spawn_requests.state_of(s, receipt.msg_id)
+                )
+            )
             if env.kind == Kind.FAILED and state == tracking.FAILED:
                 return ACK  # the deadline already reported it: exactly one FAILED per send
             new_state = tracking.INJECTED if env.kind == Kind.INJECTED else tracking.FAILED
@@ -262,6 +269,8 @@ class InboxHandler:
 
 def _settle(session: Session, *, msg_id: str, state: str, reason: str) -> None:
     tracking.settle(session, msg_id, state, reason or None)
+    spawned = spawn_requests.SPAWNED if state == tracking.INJECTED else spawn_requests.FAILED
+    spawn_requests.settle(session, msg_id, spawned, reason or None)
 
 
 def _close_turn(session: Session, *, turn_id: str, state: str) -> None:

@@ -1,0 +1,89 @@
+"""``fleet spawn``: ask a host's gateway to start a worker (seed 000 §7.8, requester side)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .gateway_cmd import ConfigOpt, JsonOpt, _load, _signer
+from .output import console, emit_json, fail_on_fleet_error
+
+
+def spawn(
+    config: ConfigOpt,
+    requester: Annotated[str, typer.Option("--as", help="The requesting local entity's gid.")],
+    host: Annotated[str, typer.Option("--host", help="Target host id.")],
+    profile: Annotated[str, typer.Option("--profile", help="A profile the host advertises.")],
+    spawn_id: Annotated[
+        str | None, typer.Option("--id", help="The new worker's gid (default: minted).")
+    ] = None,
+    brief: Annotated[str | None, typer.Option(help="First brief for the worker.")] = None,
+    job: Annotated[str | None, typer.Option(help="Job id (caps count per job).")] = None,
+    parent: Annotated[str | None, typer.Option(help="Parent gid (default: --as).")] = None,
+    budget: Annotated[int | None, typer.Option(help="Token budget for the worker.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Queue a SPAWN (outbox; works while the broker is down). The outcome, or one FAILED
+    (SPAWN_TIMEOUT) past spawn_deadline_s, arrives through ``fleet poll``."""
+    from pipeline.bootstrap import build_control_client
+
+    cfg = _load(Path(config))
+    req = build_control_client(cfg, signer=_signer(cfg)).spawn(
+        requester=requester,
+        host=host,
+        profile=profile,
+        spawn_id=spawn_id,
+        parent=parent,
+        job=job,
+        brief=brief,
+        budget=budget,
+    )
+    if as_json:
+        emit_json(
+            {
+                "msgId": req.msg_id,
+                "spawnId": req.spawn_id,
+                "host": req.host,
+                "profile": req.profile,
+                "deadline": req.deadline_ms,
+            }
+        )
+    else:
+        console.print(f"queued SPAWN {req.msg_id}: {req.spawn_id} ({profile}) on {host}")
+
+
+def workers(config: ConfigOpt, as_json: JsonOpt = False) -> None:
+    """Live workers this host spawned: gid, parent, job, profile, age (from the local store)."""
+    import time
+
+    from sqlalchemy import select
+
+    from pipeline.control.spawns import LIVE, spawns_table
+    from pipeline.store import make_engine
+
+    cfg = _load(Path(config))
+    engine = make_engine(cfg.store_url)
+    with engine.connect() as c:
+        rows = list(c.execute(select(spawns_table).where(spawns_table.c.state == LIVE)))
+    engine.dispose()
+    now = int(time.time() * 1000)
+    out = [
+        {"gid": r.spawn_id, "parent": r.parent, "job": r.job, "profile": r.profile,
+         "pid": r.pid, "ageS": round((now - r.created_ms) / 1000, 1)}
+        for r in rows
+    ]  # fmt: skip
+    if as_json:
+        emit_json(out)
+        return
+    for w in out:
+        console.print(
+            f"{w['gid']:<24} parent={w['parent']} job={w['job'] or '-'} "
+            f"profile={w['profile']} age={w['ageS']}s"
+        )
+
+
+def register(root: typer.Typer) -> None:
+    root.command("spawn")(fail_on_fleet_error(spawn))
+    root.command("workers")(fail_on_fleet_error(workers))

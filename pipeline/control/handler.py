@@ -1,0 +1,253 @@
+"""The target gateway's SPAWN handler on ``fleet.control.<host>`` (seed 000 §7.8).
+
+Priced like the forward path: the decision (a ``fleet_spawns`` row keyed by ``spawnId``) is
+written in the batch transaction, the offset is committed, and only then the worker is launched
+(an after-commit effect). So a crash between commit and launch never launches twice: the row
+stays ``launching`` and :meth:`SpawnHandler.recover` fails it at the next boot.
+
+* a **repeated** SPAWN (same ``spawnId``, any msgId) starts nothing and is answered from the
+  stored outcome once the first one's launch has run;
+* an unknown profile is refused ``UNKNOWN_PROFILE``, a spawn over a cap ``CAP_EXCEEDED``; the
+  refusal is stored (a repeat is refused the same way) and answered in the same transaction;
+* a launched worker is registered as a local inject entity (its profile's injector, filled),
+  its presence published, and the requester gets ``INJECTED`` for its SPAWN's msgId (a spawn
+  lands like an injection); a launch that cannot start is ``FAILED`` (``LAUNCH_FAILED``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import insert
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipeline import schemas
+from pipeline.envelope import REPLAY, Envelope, Kind, Verifier
+from pipeline.errors import EnvelopeError
+from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
+from pipeline.gateway.config import ProfileConfig
+from pipeline.gateway.outbound import Publisher
+from pipeline.gateway.receipts import failed_body, injected_body
+from pipeline.runtime import Record, Staged
+
+from . import spawns
+from .caps import Counts, admit
+from .launcher import Launcher
+
+log = logging.getLogger(__name__)
+
+LAUNCH_FAILED = "LAUNCH_FAILED"
+LAUNCH_INTERRUPTED = "LAUNCH_INTERRUPTED"
+NOT_A_CONTROL_KIND = "NOT_A_CONTROL_KIND"
+ANSWER_TTL_S = 3600.0
+
+OnLive = Callable[[str, ProfileConfig, Mapping[str, str]], None]
+
+
+@dataclass
+class _Decision:
+    launch: bool = False
+
+
+@dataclass(frozen=True)
+class _Request:
+    env: Envelope
+    requester_host: str
+    body: dict[str, Any]
+
+
+class SpawnHandler:
+    """Handles one control record (the runtime's ``Handler``)."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        verifier: Verifier,
+        publisher: Publisher,
+        sessions: sessionmaker[Session],
+        profiles: Mapping[str, ProfileConfig],
+        launcher: Launcher,
+        on_live: OnLive,
+        count: Callable[[str], None] = lambda outcome: None,
+    ) -> None:
+        self.host = host
+        self.verifier = verifier
+        self.publisher = publisher
+        self.sessions = sessions
+        self.profiles = dict(profiles)
+        self.launcher = launcher
+        self.on_live = on_live
+        self.count = count
+
+    def handle(self, record: Record, tx: Staged) -> Outcome:
+        try:
+            verified = self.verifier.verify(
+                topic=record.topic, key=record.key, headers=list(record.headers), value=record.value
+            )
+            env = verified.envelope
+            if env.kind is not Kind.SPAWN or env.spawn_id is None:
+                return DeadLetter(reason=NOT_A_CONTROL_KIND, error=f"{env.kind} on {record.topic}")
+            body = schemas.decode("spawn", env.body)
+        except EnvelopeError as exc:
+            return ACK if exc.reason == REPLAY else DeadLetter(reason=exc.reason, error=str(exc))
+        if body["spawn_id"] != env.spawn_id:
+            return DeadLetter(reason="SCHEMA_INVALID", error="body spawn_id != header spawnId")
+        request = _Request(env, verified.signer_host, body)
+        decision = _Decision()
+        tx.call(functools.partial(self._decide, request=request, decision=decision))
+        tx.after_commit(functools.partial(self._after_commit, request, decision))
+        return ACK
+
+    # -- in the batch transaction ------------------------------------------------------------
+    def _decide(self, session: Session, *, request: _Request, decision: _Decision) -> None:
+        env, body = request.env, request.body
+        gid = str(env.spawn_id)
+        if spawns.get(session, gid) is not None:
+            return  # a repeat: answered after commit, from the stored outcome
+        parent, job = body.get("parent") or env.sender, body.get("job")
+        profile = str(body["profile"])
+        running = spawns.RUNNING
+        counts = Counts(
+            live_of_parent=spawns.count(session, states=running, parent=parent, profile=profile),
+            live_of_job=spawns.count(session, states=running, job=job, profile=profile)
+            if job
+            else 0,
+            spawned_of_job=spawns.count(session, states=spawns.ADMITTED, job=job, profile=profile)
+            if job
+            else 0,
+        )
+        verdict = admit(self.profiles, profile, counts, job=job)
+        session.execute(
+            insert(spawns.spawns_table).values(
+                spawn_id=gid,
+                request_msg_id=env.msg_id,
+                requester=env.sender,
+                requester_host=request.requester_host,
+                profile=profile,
+                parent=parent,
+                job=job,
+                state=spawns.LAUNCHING if verdict.admitted else spawns.REFUSED,
+                reason=None if verdict.reason is None else verdict.reason.value,
+                created_ms=int(time.time() * 1000),
+            )
+        )
+        if verdict.admitted:
+            decision.launch = True
+            return
+        self.count(f"refused_{str(verdict.reason).lower()}")
+        self._answer(session, request, str(verdict.reason), verdict.detail)
+
+    # -- after the offset commit -------------------------------------------------------------
+    def _after_commit(self, request: _Request, decision: _Decision) -> None:
+        if decision.launch:
+            self._launch(request)
+            return
+        gid = str(request.env.spawn_id)
+        with self.sessions.begin() as s:
+            row = spawns.get(s, gid)
+            if row is None or row.request_msg_id == request.env.msg_id:
+                return  # the first request's own refusal was answered in its transaction
+            self.count("repeat")
+            if row.state in (spawns.LIVE, spawns.REAPED):
+                self._answer(s, request, None, "")
+            else:
+                self._answer(s, request, row.reason or LAUNCH_FAILED, f"spawn {gid} {row.state}")
+
+    def _launch(self, request: _Request) -> None:
+        env, body = request.env, request.body
+        gid = str(env.spawn_id)
+        profile = self.profiles[str(body["profile"])]
+        values = self.values(
+            gid, profile, parent=body.get("parent") or env.sender, job=body.get("job"),
+            budget=body.get("budget"),
+        )  # fmt: skip
+        try:
+            pid = self.launcher.launch(profile, values, body.get("brief"))
+        except OSError as exc:
+            log.warning("spawn %s: launch failed: %s", gid, exc)
+            with self.sessions.begin() as s:
+                spawns.set_state(s, gid, spawns.FAILED, reason=LAUNCH_FAILED)
+                self._answer(s, request, LAUNCH_FAILED, str(exc))
+            self.count("failed")
+            return
+        self.on_live(gid, profile, values)
+        with self.sessions.begin() as s:
+            spawns.set_state(s, gid, spawns.LIVE, pid=pid)
+            self._answer(s, request, None, "")
+        self.count("spawned")
+
+    def values(
+        self,
+        gid: str,
+        profile: ProfileConfig,
+        *,
+        parent: str | None,
+        job: str | None,
+        budget: int | None = None,
+    ) -> dict[str, str]:
+        """The placeholder values of the profile's templates for one worker."""
+        return {
+            "gid": gid,
+            "host": self.host,
+            "profile": profile.name,
+            "parent": parent or "",
+            "job": job or "",
+            "budget": "" if budget is None else str(budget),
+            "brief_file": self.launcher.brief_file(gid),
+        }
+
+    def relive(self) -> int:
+        """At boot, after :meth:`recover`: register the live workers again (entity, presence)."""
+        rows = self.recover()
+        for row in rows:
+            profile = self.profiles.get(row.profile)
+            if profile is not None:
+                values = self.values(row.spawn_id, profile, parent=row.parent, job=row.job)
+                self.on_live(row.spawn_id, profile, values)
+        return len(rows)
+
+    def recover(self) -> list[Any]:
+        """At boot: fail rows a crash left ``launching`` (never relaunch); return live rows."""
+        with self.sessions.begin() as s:
+            for row in spawns.interrupted(s):
+                spawns.set_state(s, row.spawn_id, spawns.FAILED, reason=LAUNCH_INTERRUPTED)
+                env = Envelope.new(
+                    kind=Kind.SPAWN,
+                    msg_id=row.request_msg_id,
+                    sender=row.requester,
+                    to=self.publisher.gateway_id,
+                    spawn_id=row.spawn_id,
+                    ttl_s=ANSWER_TTL_S,
+                )
+                request = _Request(env, row.requester_host, {})
+                self._answer(s, request, LAUNCH_INTERRUPTED, "the gateway stopped before launch")
+            return spawns.live(s)
+
+    def _answer(self, session: Session, request: _Request, reason: str | None, error: str) -> None:
+        env = request.env
+        gid = str(env.spawn_id)
+        if reason is None:
+            kind, msg_id, body = (
+                Kind.INJECTED,
+                f"injected-{env.msg_id}",
+                injected_body(env.msg_id, gid),
+            )
+        else:
+            body = failed_body(env.msg_id, gid, reason=reason, error=error, stage="spawn")
+            kind, msg_id = Kind.FAILED, f"failed-{env.msg_id}"
+        answer = Envelope.new(
+            kind=kind,
+            msg_id=msg_id,
+            sender=self.publisher.gateway_id,
+            to=env.sender,
+            body=body,
+            ttl_s=ANSWER_TTL_S,
+            trace_id=env.trace_id,
+        )
+        self.publisher.stage(session, answer, to_host=request.requester_host)
