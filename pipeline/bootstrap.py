@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from confluent_kafka import Consumer, Producer
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
+from pipeline.errors import ConfigError
 from pipeline.failures.metrics import FailureMetrics
 from pipeline.failures.offsets import assign_from_committed
 from pipeline.failures.reporter import FailedReporter
 from pipeline.gateway.client import GatewayClient
-from pipeline.gateway.config import GatewayConfig
+from pipeline.gateway.config import Delivery, GatewayConfig
 from pipeline.gateway.conversations import Conversations
 from pipeline.gateway.deadletters import OutboxDeadLetterSink
 from pipeline.gateway.entities import LocalEntities
@@ -28,9 +29,10 @@ from pipeline.gateway.failed_sink import EnvelopeFailedSink
 from pipeline.gateway.held import HeldStore
 from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import InjectionQueue
-from pipeline.gateway.injectors import InjectMetrics
+from pipeline.gateway.injectors import InjectMetrics, Injector, build_injector
 from pipeline.gateway.maintenance import Maintenance
 from pipeline.gateway.metrics import GatewayMetrics
+from pipeline.gateway.nudge import Nudger
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.roster_cache import RosterEntry
 from pipeline.gateway.service import Gateway, Supervised
@@ -43,6 +45,9 @@ from pipeline.presence.publisher import ProducerLike
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.store import make_engine, read_sessions, session_factory
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
 
 @dataclass
@@ -57,14 +62,19 @@ class GatewayParts:
     roster: RosterView
     injections: InjectionQueue
     maintenance: Maintenance
+    nudger: Nudger
     registry: CollectorRegistry
     metrics: GatewayMetrics
 
 
 def build_client(
-    config: GatewayConfig, *, signer: Signer, engine: Engine | None = None
+    config: GatewayConfig,
+    *,
+    signer: Signer,
+    engine: Engine | None = None,
+    metrics: GatewayMetrics | None = None,
 ) -> GatewayClient:
-    """A client for local entities of ``config.host`` (CLI `fleet send`/`poll`, libraries)."""
+    """A client for local entities of ``config.host`` (CLI `fleet send`/`poll`, MCP, libraries)."""
     engine = engine or make_engine(config.store_url)
     topics = TopicNames(prefix=config.topic_prefix)
     return GatewayClient(
@@ -72,6 +82,7 @@ def build_client(
         publisher=Publisher(host=config.host, signer=signer, topics=topics),
         inject_deadline_s=config.inject_deadline_s,
         local_senders=frozenset(e.gid for e in config.entities),
+        metrics=metrics,
     )
 
 
@@ -170,8 +181,22 @@ def build_gateway(
             )
             for e in roster.entries()
         ],
+        entities=entities,
+        injections=injections,
     )
-    client = build_client(config, signer=signer, engine=engine)
+    nudge_targets: dict[str, Injector] = {
+        e.gid: build_injector(e.nudge, callbacks) for e in config.entities if e.nudge is not None
+    }
+    nudger = Nudger(
+        targets=nudge_targets,
+        reads=reads,
+        conversations=conversations,
+        metrics=metrics,
+        gateway_id=publisher.gateway_id,
+        initial_s=config.nudge_initial_s,
+        max_s=config.nudge_max_s,
+    )
+    client = build_client(config, signer=signer, engine=engine, metrics=metrics)
     interval = maintenance_interval_s or config.sweep_interval_s
 
     def run_runtime(stop: Any) -> None:
@@ -193,6 +218,10 @@ def build_gateway(
         while not stop.wait(min(interval, 0.5)):
             maintenance.tick()
 
+    def run_nudger(stop: Any) -> None:  # its own thread: a slow nudge target delays no sweep
+        while not stop.wait(min(config.nudge_initial_s, 0.5)):
+            nudger.tick()
+
     gateway = Gateway(
         host=host,
         loops=[
@@ -201,6 +230,7 @@ def build_gateway(
             Supervised("inbox", run_runtime, restart=False),
             Supervised("relay", relay.run_forever),
             Supervised("maintenance", run_maintenance),
+            *([Supervised("nudge", run_nudger)] if nudge_targets else []),
         ],
     )
     gateway.on_stop.extend(
@@ -215,6 +245,7 @@ def build_gateway(
         roster=roster,
         injections=injections,
         maintenance=maintenance,
+        nudger=nudger,
         registry=registry,
         metrics=metrics,
     )
@@ -255,3 +286,18 @@ def build_failed_reporter(
         metrics=FailureMetrics(registry or CollectorRegistry()),
         group=group_id,
     )
+
+
+def build_mcp_server(config: GatewayConfig, *, signer: Signer, gid: str) -> MCPServer:
+    """The stdio MCP server of main ``gid`` (``fleet mcp --as``): a pull entity of this host."""
+    from pipeline.mcp import build_server
+
+    entity = next((e for e in config.entities if e.gid == gid), None)
+    if entity is None or entity.delivery is not Delivery.PULL:
+        what = "not an entity" if entity is None else "an inject entity, not a pull entity"
+        raise ConfigError(
+            f"--as {gid}: {what} of host {config.host}; a main over MCP is a local pull entity",
+            reason="CONFIG_INVALID",
+            context={"key": "as", "value": gid},
+        )
+    return build_server(build_client(config, signer=signer), gid=gid)

@@ -34,7 +34,7 @@ app.add_typer(relay_cmd.app, name="relay")
 app.add_typer(dlq_cmd.app, name="dlq")
 app.add_typer(quarantine_cmd.app, name="quarantine")
 app.add_typer(gateway_cmd.app, name="gateway")
-gateway_cmd.register(app)  # fleet send | ask | answer | poll
+gateway_cmd.register(app)  # fleet send | ask | answer | abandon | poll | mcp
 demo_cmd.register(app)  # fleet demo
 
 

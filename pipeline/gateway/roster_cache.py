@@ -74,3 +74,23 @@ def hosts_with_group(session: Session, group: str, now: int) -> set[str]:
         if row.expires_ms >= now and group in row.groups.split(","):
             hosts.add(row.host)
     return hosts
+
+
+def live(session: Session, now: int) -> list[RosterEntry]:
+    """Every entry still within its TTL, by gid."""
+    rows = session.execute(
+        select(roster_cache_table)
+        .where(roster_cache_table.c.expires_ms >= now)
+        .order_by(roster_cache_table.c.gid)
+    )
+    return [
+        RosterEntry(
+            r.gid,
+            r.host,
+            r.role,
+            r.delivery,
+            tuple(g for g in r.groups.split(",") if g),
+            r.expires_ms,
+        )
+        for r in rows
+    ]
