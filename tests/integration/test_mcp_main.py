@@ -247,3 +247,33 @@ def _reply() -> Any:
     from pipeline.envelope import Kind
 
     return Kind.REPLY
+
+
+def test_two_mains_on_one_gateway_each_drain_only_their_own(hosts: Hosts) -> None:
+    """Seed 000 §9 (U6/U7): N message-addressable MCP clients per gateway, each its own gid."""
+
+    async def scenario() -> None:
+        async with (
+            main_session(hosts.a_config, "main-a") as one,
+            main_session(hosts.a_config, "main-a2") as two,
+        ):
+            for gid in ("main-a", "main-a2"):
+                hosts.b.client.send(sender="worker-b", to=gid, kind=_reply(), body=gid.encode())
+            got_one = await poll_until(one, lambda ms: len(ms) >= 1)
+            got_two = await poll_until(two, lambda ms: len(ms) >= 1)
+            assert [(m["to"], m["body"]) for m in got_one] == [("main-a", "main-a")]
+            assert [(m["to"], m["body"]) for m in got_two] == [("main-a2", "main-a2")]
+            refused = await one.call_tool("send", {"to": "worker-b", "body": "x", "kind": "ASK"})
+            assert refused.is_error, "the schema admits SEND and REPLY only"
+
+    anyio.run(scenario)
+
+
+def test_mcp_refuses_a_gid_that_is_not_a_local_pull_entity(hosts: Hosts) -> None:
+    """``--as`` must name a local pull entity: a worker is not a main (CONFIG_INVALID)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pipeline", "mcp", "--config", str(hosts.b_config),
+         "--as", "worker-b"],
+        check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2 and "[CONFIG_INVALID]" in out.stderr
