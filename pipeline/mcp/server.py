@@ -73,16 +73,27 @@ def build_server(
         return lambda fn: server.tool(description=description)(_reasoned(fn))
 
     @tool("Send a message (a brief to a worker, a reply to a main). Returns its msgId; a "
-          "worker's gateway answers with INJECTED or FAILED, which poll shows.")  # fmt: skip
+          "worker's gateway answers with INJECTED or FAILED, which poll shows. With wait_s > 0 "
+          "this is an open send: it also waits that long for the recipient's first message "
+          "back and returns it in replies.")  # fmt: skip
     def send(
         to: Gid,
         body: Body,
         ttl_s: Annotated[float | None, Field(gt=0, description="Seconds until it expires.")] = None,
         kind: Annotated[str, Field(pattern="^(SEND|REPLY)$")] = "SEND",
+        wait_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S)] = 0.0,
     ) -> CallToolResult:
         env = client.send(sender=gid, to=to, body=body.encode(), kind=Kind(kind), ttl_s=ttl_s)
-        data = {"msgId": env.msg_id, "traceId": env.trace_id, "to": to, "kind": kind}
-        return ok(f"queued {kind} {env.msg_id} to {to}", data)
+        data: dict[str, Any] = {"msgId": env.msg_id, "traceId": env.trace_id, "to": to}
+        data["kind"] = kind
+        text = f"queued {kind} {env.msg_id} to {to}"
+        if wait_s > 0:  # seed 000 §3 "resolve an open send": an open pull filtered on `to`
+            got = client.poll(gid, sender=to, wait_s=wait_s)
+            data["replies"] = [render.held_dict(m) for m in got]
+            text = "\n".join([text, *(render.held_line(m) for m in got)])
+            if not got:
+                text += f"\nno message from {to} within {wait_s:g}s (poll later)"
+        return ok(text, data)
 
     @tool("Ask another entity a question; its answer comes back through poll while the turn "
           "waits. Returns the turnId.")  # fmt: skip

@@ -139,6 +139,12 @@ def test_a_main_over_mcp_briefs_a_worker_and_reads_injected_and_the_reply(hosts:
             got = await poll_until(s, lambda ms: any(m["kind"] == "REPLY" for m in ms))
             reply = next(m for m in got if m["kind"] == "REPLY")
             assert reply["body"] == "built" and reply["from"] == "worker-b"
+            # an open send: the brief goes out and the call returns with the worker's answer
+            replier = threading.Thread(target=reply_once, args=(hosts,))
+            replier.start()
+            opened = await call(s, "send", to="worker-b", body="second brief", wait_s=30.0)
+            replier.join()
+            assert [(m["kind"], m["body"]) for m in opened["replies"]] == [("REPLY", "again")]
             bad = await s.call_tool("send", {"to": "nobody-anywhere", "body": "x"})
             assert bad.is_error and bad.structured_content is not None
             assert bad.structured_content["error"]["reason"] == "UNKNOWN_RECIPIENT"
@@ -233,6 +239,11 @@ def test_broadcast_to_an_empty_group_is_counted_silence(hosts: Hosts) -> None:
     assert hosts.a.client.broadcast(sender="main-a", group="nobody-here", body=b"hi") == 0
     count = hosts.a.registry.get_sample_value("fleet_gateway_empty_broadcasts_total")
     assert count == 1
+
+
+def reply_once(hosts: Hosts) -> None:
+    wait_until(lambda: len(hosts.rec.of("worker-b", "SEND")) == 2, 30, "the second brief")
+    hosts.b.client.send(sender="worker-b", to="main-a", kind=_reply(), body=b"again")
 
 
 def pull_open(parts: GatewayParts, gid: str) -> None:
