@@ -7,6 +7,7 @@ frozen :class:`GatewayConfig` names.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -15,6 +16,7 @@ from confluent_kafka import Consumer, Producer
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
+from pipeline.control import ControlClient, SpawnDeadlines
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.errors import ConfigError
 from pipeline.failures.metrics import FailureMetrics
@@ -41,6 +43,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.outbox import Relay
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
+from pipeline.presence.model import SpawnProfile
 from pipeline.presence.publisher import ProducerLike
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.metrics import RuntimeMetrics
@@ -48,6 +51,8 @@ from pipeline.store import make_engine, read_sessions, session_factory
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -86,6 +91,43 @@ def build_client(
     )
 
 
+def build_control_client(
+    config: GatewayConfig, *, signer: Signer, engine: Engine | None = None
+) -> ControlClient:
+    """The requester's control-plane API for local entities (``fleet spawn``, the MCP face)."""
+    engine = engine or make_engine(config.store_url)
+    topics = TopicNames(prefix=config.topic_prefix)
+    return ControlClient(
+        sessions=session_factory(engine),
+        publisher=Publisher(host=config.host, signer=signer, topics=topics),
+        deadline_s=config.spawn_deadline_s,
+        local_senders=frozenset(e.gid for e in config.entities),
+    )
+
+
+def _build_nudger(
+    config: GatewayConfig,
+    callbacks: Mapping[str, Callable[..., Any]] | None,
+    reads: Any,
+    conversations: Conversations,
+    metrics: GatewayMetrics,
+    publisher: Publisher,
+) -> Nudger:
+    """Hold and nudge: one target per pull entity with ``[entities.nudge]``."""
+    targets: dict[str, Injector] = {
+        e.gid: build_injector(e.nudge, callbacks) for e in config.entities if e.nudge is not None
+    }
+    return Nudger(
+        targets=targets,
+        reads=reads,
+        conversations=conversations,
+        metrics=metrics,
+        gateway_id=publisher.gateway_id,
+        initial_s=config.nudge_initial_s,
+        max_s=config.nudge_max_s,
+    )
+
+
 def build_gateway(
     config: GatewayConfig,
     *,
@@ -117,6 +159,7 @@ def build_gateway(
         topics=topics,
         interval_s=config.presence_interval_s,
         ttl_s=config.presence_ttl_s,
+        profiles=[SpawnProfile(name=p.name, description=p.description) for p in config.profiles],
     )
     seen = BoundedSeenSet()
     verifier = Verifier(
@@ -184,20 +227,10 @@ def build_gateway(
         entities=entities,
         injections=injections,
     )
-    nudge_targets: dict[str, Injector] = {
-        e.gid: build_injector(e.nudge, callbacks) for e in config.entities if e.nudge is not None
-    }
-    nudger = Nudger(
-        targets=nudge_targets,
-        reads=reads,
-        conversations=conversations,
-        metrics=metrics,
-        gateway_id=publisher.gateway_id,
-        initial_s=config.nudge_initial_s,
-        max_s=config.nudge_max_s,
-    )
+    nudger = _build_nudger(config, callbacks, reads, conversations, metrics, publisher)
     client = build_client(config, signer=signer, engine=engine, metrics=metrics)
     interval = maintenance_interval_s or config.sweep_interval_s
+    spawn_deadlines = SpawnDeadlines(sessions=sessions, publisher=publisher, ttl_s=config.max_ttl_s)
 
     def run_runtime(stop: Any) -> None:
         follower.catch_up()
@@ -217,10 +250,10 @@ def build_gateway(
     def run_maintenance(stop: Any) -> None:
         while not stop.wait(min(interval, 0.5)):
             maintenance.tick()
-
-    def run_nudger(stop: Any) -> None:  # its own thread: a slow nudge target delays no sweep
-        while not stop.wait(min(config.nudge_initial_s, 0.5)):
-            nudger.tick()
+            try:
+                spawn_deadlines.tick()
+            except Exception:
+                log.exception("maintenance duty spawn_deadlines failed")
 
     gateway = Gateway(
         host=host,
@@ -230,7 +263,7 @@ def build_gateway(
             Supervised("inbox", run_runtime, restart=False),
             Supervised("relay", relay.run_forever),
             Supervised("maintenance", run_maintenance),
-            *([Supervised("nudge", run_nudger)] if nudge_targets else []),
+            *([Supervised("nudge", nudger.run)] if nudger.targets else []),
         ],
     )
     gateway.on_stop.extend(
@@ -300,4 +333,9 @@ def build_mcp_server(config: GatewayConfig, *, signer: Signer, gid: str) -> MCPS
             reason="CONFIG_INVALID",
             context={"key": "as", "value": gid},
         )
-    return build_server(build_client(config, signer=signer), gid=gid)
+    engine = make_engine(config.store_url)
+    return build_server(
+        build_client(config, signer=signer, engine=engine),
+        gid=gid,
+        control=build_control_client(config, signer=signer, engine=engine),
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from . import (
+    control_cmd,
     demo_cmd,
     dlq_cmd,
     gateway_cmd,
@@ -36,6 +37,7 @@ app.add_typer(quarantine_cmd.app, name="quarantine")
 app.add_typer(gateway_cmd.app, name="gateway")
 gateway_cmd.register(app)  # fleet send | ask | answer | abandon | poll | mcp
 demo_cmd.register(app)  # fleet demo
+control_cmd.register(app)  # fleet spawn
 
 
 def main() -> None:  # pragma: no cover

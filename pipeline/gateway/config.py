@@ -200,6 +200,62 @@ class EntityConfig:
             raise invalid("nudge", self.nudge.type, "only a pull entity is nudged")
 
 
+PLACEHOLDERS = ("gid", "host", "profile", "parent", "job", "budget", "brief_file")
+_PLACEHOLDER = re.compile(r"{([^{}]*)}")
+
+
+def _template(argv: Any, key: str) -> tuple[str, ...]:
+    """An argv template: only :data:`PLACEHOLDERS` may appear in braces."""
+    for i, part in enumerate(_strings(argv, key)):
+        for name in _PLACEHOLDER.findall(part):
+            if name not in PLACEHOLDERS:
+                raise invalid(
+                    f"{key}[{i}]",
+                    part,
+                    f"unknown placeholder {{{name}}} (known: "
+                    + ", ".join("{" + n + "}" for n in PLACEHOLDERS)
+                    + ")",
+                )
+    return tuple(argv)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileConfig:
+    """A spawn profile (seed 000 §7.8, §8 step 5): how this host launches, stops and injects a
+    worker, and its caps (seed 001 scenario 8: a cap on subagents per parent and per job, and a
+    spawn budget per job). ``launch``/``stop``/``check`` and the injector's strings are argv
+    templates over :data:`PLACEHOLDERS`."""
+
+    name: str
+    description: str = ""
+    launch: tuple[str, ...]
+    stop: tuple[str, ...] = ()
+    check: tuple[str, ...] = ()
+    injector: InjectorSpec
+    groups: tuple[str, ...] = ()
+    max_live_per_parent: int = 8
+    max_live_per_job: int = 32
+    max_spawns_per_job: int = 64
+
+    def __post_init__(self) -> None:
+        _name(self.name, "name", "profile name")
+        if not isinstance(self.description, str):
+            raise invalid("description", self.description, "must be a string")
+        if not self.launch:
+            raise invalid("launch", _MISSING, "a profile needs a launch argv", "CONFIG_MISSING_KEY")
+        for key in ("launch", "stop", "check"):
+            _template(getattr(self, key), key)
+        if not isinstance(self.injector, InjectorSpec):
+            raise invalid("injector", self.injector, "must be an injector table")
+        _template(self.injector.command, "injector.command")
+        for i, group in enumerate(_strings(self.groups, "groups")):
+            _name(group, f"groups[{i}]", "group")
+        for key in ("max_live_per_parent", "max_live_per_job", "max_spawns_per_job"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise invalid(key, value, "must be an integer >= 1")
+
+
 @dataclass(frozen=True, kw_only=True)
 class GatewayConfig:
     """One host's gateway. ``<host>`` in ``store_url``/``key_file``/``trust_dir`` is replaced."""
@@ -220,6 +276,8 @@ class GatewayConfig:
     nudge_initial_s: float = 5.0
     nudge_max_s: float = 300.0
     entities: tuple[EntityConfig, ...] = ()
+    profiles: tuple[ProfileConfig, ...] = ()
+    spawn_deadline_s: float = 60.0
 
     def __post_init__(self) -> None:
         _name(self.host, "host", "host id")
@@ -232,7 +290,14 @@ class GatewayConfig:
             _text(value, key, optional=key != "store_url")
             if value is not None:
                 object.__setattr__(self, key, value.replace("<host>", self.host))
+        names = [p.name for p in self.profiles if isinstance(p, ProfileConfig)]
+        if len(names) != len(self.profiles):
+            raise invalid("profiles", self.profiles, "must be a list of profile tables")
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise invalid(f"profiles[{i}].name", name, "profile name used twice")
         for key in (
+            "spawn_deadline_s",
             "inject_deadline_s",
             "max_ttl_s",
             "presence_interval_s",
@@ -293,7 +358,7 @@ def config_from_mapping(
     """Build a :class:`GatewayConfig` from parsed TOML (the same rules as :func:`load_config`)."""
     merged = dict(data)
     for key, value in (overrides or {}).items():
-        if key == "entities" or key not in _field_names(GatewayConfig):
+        if key in ("entities", "profiles") or key not in _field_names(GatewayConfig):
             raise invalid(f"overrides.{key}", value, "not an overridable key", "CONFIG_UNKNOWN_KEY")
         if value is not None:
             merged[key] = value
@@ -303,6 +368,10 @@ def config_from_mapping(
     if not isinstance(entities, list) or not all(isinstance(e, dict) for e in entities):
         raise invalid("entities", entities, "must be an array of tables ([[entities]])")
     merged["entities"] = tuple(_entity(raw, f"entities[{i}].") for i, raw in enumerate(entities))
+    profiles = merged.get("profiles", [])
+    if not isinstance(profiles, list) or not all(isinstance(p, dict) for p in profiles):
+        raise invalid("profiles", profiles, "must be an array of tables ([[profiles]])")
+    merged["profiles"] = tuple(_profile(raw, f"profiles[{i}].") for i, raw in enumerate(profiles))
     return _build(GatewayConfig, merged, "")
 
 
@@ -329,6 +398,21 @@ def _injector(spec: Any, gid: str, at: str) -> InjectorSpec:
     if spec["type"] == "callback":
         spec.setdefault("callback", gid)  # a code-registered callable, named by gid
     return _build(InjectorSpec, spec, at + ".")
+
+
+def _profile(raw: dict[str, Any], at: str) -> ProfileConfig:
+    _known(raw, ProfileConfig, at)
+    _required(raw, ("name", "launch", "injector"), at)
+    values = {k: _tuple(v) for k, v in raw.items()}
+    spec = raw["injector"]
+    if not isinstance(spec, dict):
+        raise invalid(at + "injector", spec, "must be a table ([profiles.injector])")
+    _known(spec, InjectorSpec, at + "injector.")
+    _required(spec, ("type",), at + "injector.")
+    values["injector"] = _build(
+        InjectorSpec, dict(spec, command=_tuple(spec.get("command", ()))), at + "injector."
+    )
+    return _build(ProfileConfig, values, at)
 
 
 def _build(cls: type[T], values: Mapping[str, Any], at: str) -> T:

@@ -20,6 +20,7 @@ needs no sleeping.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -85,6 +86,12 @@ class Nudger:
         self.clock = clock
         self.wall_ms = wall_ms
         self.schedules = {gid: NudgeSchedule(initial_s, max_s) for gid in self.targets}
+
+    def run(self, stop: threading.Event) -> None:
+        """The gateway loop: its own thread, so a slow nudge target delays no sweep."""
+        every = min(next(iter(self.schedules.values())).initial_s, 0.5) if self.schedules else 0.5
+        while not stop.wait(every):
+            self.tick()
 
     def tick(self) -> int:
         """Check every target once; returns how many nudges were attempted."""

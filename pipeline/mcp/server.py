@@ -22,6 +22,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
+from pipeline.control import ControlClient
 from pipeline.envelope import Kind
 from pipeline.errors import FleetError
 from pipeline.gateway import render
@@ -64,9 +65,13 @@ def _reasoned(fn: Callable[..., CallToolResult]) -> Callable[..., CallToolResult
 
 
 def build_server(
-    client: GatewayClient, *, gid: str, extra_tools: Callable[[MCPServer], None] | None = None
+    client: GatewayClient,
+    *,
+    gid: str,
+    control: ControlClient | None = None,
+    extra_tools: Callable[[MCPServer], None] | None = None,
 ) -> MCPServer:
-    """The MCP server for main ``gid`` (``extra_tools`` adds e.g. the lifecycle tools)."""
+    """The MCP server for main ``gid``; ``control`` adds the lifecycle tool ``spawn``."""
     server: MCPServer = MCPServer("fleet", instructions=INSTRUCTIONS.format(gid=gid))
 
     def tool(description: str) -> Callable[[Callable[..., CallToolResult]], Any]:
@@ -146,6 +151,25 @@ def build_server(
         text = "\n".join(f"{e['gid']} on {e['host']} ({e['role']}, {e['delivery']})"
                          for e in entries) or "nobody live"  # fmt: skip
         return ok(text, {"entries": entries})
+
+    if control is not None:
+
+        @tool("Spawn a worker on a live host with one of its profiles (see roster: the host's "
+              "_gateway entry). Returns spawnId, the new worker's gid; the outcome arrives "
+              "through poll (a FAILED with the reason when it is refused or times out).")  # fmt: skip
+        def spawn(
+            host: Annotated[str, Field(description="Target host id.")],
+            profile: Annotated[str, Field(description="A profile that host advertises.")],
+            brief: Annotated[str | None, Field(description="First brief for the worker.")] = None,
+            spawn_id: Annotated[str | None, Field(description="The new gid (else minted).")] = None,
+            job: Annotated[str | None, Field(description="Job id, for the caps.")] = None,
+        ) -> CallToolResult:
+            req = control.spawn(
+                requester=gid, host=host, profile=profile, spawn_id=spawn_id, job=job, brief=brief
+            )
+            data = {"spawnId": req.spawn_id, "msgId": req.msg_id, "host": req.host,
+                    "profile": req.profile, "deadlineMs": req.deadline_ms}  # fmt: skip
+            return ok(f"spawn {req.spawn_id} ({profile}) requested on {host}", data)
 
     if extra_tools is not None:
         extra_tools(server)

@@ -123,7 +123,8 @@ def test_a_main_over_mcp_briefs_a_worker_and_reads_injected_and_the_reply(hosts:
     async def scenario() -> None:
         async with main_session(hosts.a_config, "main-a") as s:
             tools = {t.name: t for t in (await s.list_tools()).tools}
-            assert {"send", "ask", "answer", "abandon", "poll", "roster", "broadcast"} <= set(tools)
+            want = {"send", "ask", "answer", "abandon", "poll", "roster", "broadcast", "spawn"}
+            assert want <= set(tools)
             assert tools["send"].input_schema["required"] == ["to", "body"]
             roster = await call(s, "roster")
             assert {"gid": "worker-b", "host": "B"}.items() <= next(
@@ -148,6 +149,9 @@ def test_a_main_over_mcp_briefs_a_worker_and_reads_injected_and_the_reply(hosts:
             bad = await s.call_tool("send", {"to": "nobody-anywhere", "body": "x"})
             assert bad.is_error and bad.structured_content is not None
             assert bad.structured_content["error"]["reason"] == "UNKNOWN_RECIPIENT"
+            nowhere = await s.call_tool("spawn", {"host": "nowhere", "profile": "shell"})
+            assert nowhere.is_error and nowhere.structured_content is not None
+            assert nowhere.structured_content["error"]["reason"] == "UNKNOWN_HOST"
 
     anyio.run(scenario)
 
