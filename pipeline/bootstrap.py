@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from confluent_kafka import Consumer, Producer
 from prometheus_client import CollectorRegistry
@@ -24,6 +24,7 @@ from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.envelope.model import now_ms
+from pipeline.errors import ConfigError
 from pipeline.failures.dlq import DeadLetterWriter
 from pipeline.failures.metrics import FailureMetrics
 from pipeline.failures.offsets import assign_from_committed
@@ -40,9 +41,10 @@ from pipeline.gateway.failed_sink import EnvelopeFailedSink
 from pipeline.gateway.held import HeldStore
 from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import InjectionQueue
-from pipeline.gateway.injectors import InjectMetrics, build_injector
+from pipeline.gateway.injectors import InjectMetrics, Injector, build_injector
 from pipeline.gateway.maintenance import Maintenance
 from pipeline.gateway.metrics import GatewayMetrics
+from pipeline.gateway.nudge import Nudger
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.gateway.roster_cache import RosterEntry, RosterState
@@ -74,6 +76,9 @@ from pipeline.runtime.inflight import Dispatcher, InflightConfig
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.runtime.routing import ByTopic
 from pipeline.store import make_engine, read_sessions, session_factory
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +119,7 @@ class GatewayParts:
     roster: RosterView
     injections: InjectionQueue
     maintenance: Maintenance
+    nudger: Nudger
     registry: CollectorRegistry
     metrics: GatewayMetrics
 
@@ -124,8 +130,9 @@ def build_client(
     signer: Signer,
     engine: Engine | None = None,
     factories: Factories = DEFAULT_FACTORIES,
+    metrics: GatewayMetrics | None = None,
 ) -> GatewayClient:
-    """A client for local entities of ``config.host`` (CLI `fleet send`/`poll`, libraries)."""
+    """A client for local entities of ``config.host`` (CLI `fleet send`/`poll`, MCP, libraries)."""
     engine = engine or factories.engine(config.store_url)
     topics = TopicNames(prefix=config.topic_prefix)
     return GatewayClient(
@@ -133,6 +140,7 @@ def build_client(
         publisher=Publisher(host=config.host, signer=signer, topics=topics),
         inject_deadline_s=config.inject_deadline_s,
         local_senders=frozenset(e.gid for e in config.entities),
+        metrics=metrics,
     )
 
 
@@ -151,6 +159,29 @@ def build_control_client(
         publisher=Publisher(host=config.host, signer=signer, topics=topics),
         deadline_s=config.spawn_deadline_s,
         local_senders=frozenset(e.gid for e in config.entities),
+    )
+
+
+def _build_nudger(
+    config: GatewayConfig,
+    callbacks: Mapping[str, Callable[..., Any]] | None,
+    reads: Any,
+    conversations: Conversations,
+    metrics: GatewayMetrics,
+    publisher: Publisher,
+) -> Nudger:
+    """Hold and nudge: one target per pull entity with ``[entities.nudge]``."""
+    targets: dict[str, Injector] = {
+        e.gid: build_injector(e.nudge, callbacks) for e in config.entities if e.nudge is not None
+    }
+    return Nudger(
+        targets=targets,
+        reads=reads,
+        conversations=conversations,
+        metrics=metrics,
+        gateway_id=publisher.gateway_id,
+        initial_s=config.nudge_initial_s,
+        max_s=config.nudge_max_s,
     )
 
 
@@ -288,8 +319,13 @@ def build_gateway(
             roster.freshness().why,
             now_ms(),
         ),
+        entities=entities,
+        injections=injections,
     )
-    client = build_client(config, signer=signer, engine=engine, factories=factories)
+    nudger = _build_nudger(config, callbacks, reads, conversations, metrics, publisher)
+    client = build_client(
+        config, signer=signer, engine=engine, factories=factories, metrics=metrics
+    )
     interval = maintenance_interval_s or config.sweep_interval_s
 
     def run_runtime(stop: Any) -> None:
@@ -325,6 +361,7 @@ def build_gateway(
             Supervised("inbox", run_runtime, restart=False),
             Supervised("relay", relay.run_forever),
             Supervised("maintenance", run_maintenance),
+            *([Supervised("nudge", nudger.run)] if nudger.targets else []),
         ],
     )
     gateway.on_stop.extend(
@@ -339,6 +376,7 @@ def build_gateway(
         roster=roster,
         injections=injections,
         maintenance=maintenance,
+        nudger=nudger,
         registry=registry,
         metrics=metrics,
     )
@@ -650,4 +688,24 @@ def build_saga_process(
         relay=relay,
         engine=engine,
         ticker=None if ticker is None else ticker(engine),
+    )
+
+
+def build_mcp_server(config: GatewayConfig, *, signer: Signer, gid: str) -> MCPServer:
+    """The stdio MCP server of main ``gid`` (``fleet mcp --as``): a pull entity of this host."""
+    from pipeline.mcp import build_server
+
+    entity = next((e for e in config.entities if e.gid == gid), None)
+    if entity is None or entity.delivery is not Delivery.PULL:
+        what = "not an entity" if entity is None else "an inject entity, not a pull entity"
+        raise ConfigError(
+            f"--as {gid}: {what} of host {config.host}; a main over MCP is a local pull entity",
+            reason="CONFIG_INVALID",
+            context={"key": "as", "value": gid},
+        )
+    engine = make_engine(config.store_url)
+    return build_server(
+        build_client(config, signer=signer, engine=engine),
+        gid=gid,
+        control=build_control_client(config, signer=signer, engine=engine),
     )

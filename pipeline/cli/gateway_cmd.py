@@ -1,4 +1,4 @@
-"""``fleet gateway run`` and the entity commands ``fleet send|ask|answer|poll``."""
+"""``fleet gateway run`` and the entity commands ``fleet send|ask|answer|abandon|poll|mcp``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import typer
 
 from pipeline.envelope import Kind, Signer, TrustStore
 from pipeline.errors import ConfigError
+from pipeline.gateway import render
 from pipeline.gateway.config import GatewayConfig, load_config
 
 from .output import console, emit_json, err_console, fail_on_fleet_error
@@ -149,6 +150,24 @@ def answer(
         console.print(f"answered turn {turn}")
 
 
+def abandon(
+    config: ConfigOpt,
+    sender: Annotated[str, typer.Option("--from", help="The asker (a local entity).")],
+    to: Annotated[str, typer.Option("--to", help="Who was asked.")],
+    turn: Annotated[str, typer.Option("--turn")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Give up a turn you asked: the asked side gets ABANDONED, a late ANSWER gets TOO_LATE."""
+    from pipeline.bootstrap import build_client
+
+    cfg = _load(config)
+    env = build_client(cfg, signer=_signer(cfg)).abandon(sender=sender, to=to, turn_id=turn)
+    if as_json:
+        emit_json({"msgId": env.msg_id, "turnId": turn})
+    else:
+        console.print(f"abandoned turn {turn}")
+
+
 def poll(
     config: ConfigOpt,
     recipient: Annotated[str, typer.Option("--as", help="The pulling entity's gid.")],
@@ -165,12 +184,24 @@ def poll(
         recipient, sender=sender, limit=limit, wait_s=wait
     )
     if as_json:
-        emit_json([m.as_dict() for m in got])
+        emit_json([render.held_dict(m) for m in got])
         return
     for m in got:
-        console.print(f"{m.kind:<9} {m.msg_id} from {m.sender}: {m.body.decode(errors='replace')}")
+        console.print(render.held_line(m), markup=False, highlight=False)
+
+
+def mcp(
+    config: ConfigOpt,
+    gid: Annotated[str, typer.Option("--as", help="The main's gid (a local pull entity).")],
+) -> None:
+    """Serve one main over MCP on stdio (send, ask, answer, abandon, broadcast, poll, roster)."""
+    from pipeline.bootstrap import build_mcp_server
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # stdout is the protocol
+    cfg = _load(config)
+    build_mcp_server(cfg, signer=_signer(cfg), gid=gid).run("stdio")
 
 
 def register(root: typer.Typer) -> None:
-    for fn in (send, ask, answer, poll):
+    for fn in (send, ask, answer, abandon, poll, mcp):
         root.command(fn.__name__)(fail_on_fleet_error(fn))

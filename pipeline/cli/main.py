@@ -46,6 +46,7 @@ app.add_typer(saga_cmd.app, name="saga")
 app.add_typer(gateway_cmd.app, name="gateway")
 app.add_typer(pool_cmd.app, name="pool")
 gateway_cmd.register(app)  # fleet send | ask | answer | poll
+gateway_cmd.register(app)  # fleet send | ask | answer | abandon | poll | mcp
 demo_cmd.register(app)  # fleet demo
 control_cmd.register(app)  # fleet spawn
 

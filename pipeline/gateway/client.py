@@ -26,11 +26,11 @@ from pipeline.store import read_sessions
 from . import roster_cache, tracking
 from .conversations import ABANDONED, Conversations
 from .held import HeldMessage, HeldStore
+from .metrics import GatewayMetrics
 from .outbound import Publisher
 
 UNKNOWN_RECIPIENT = Delivery.UNKNOWN_RECIPIENT
 NOT_LOCAL_SENDER = Delivery.NOT_LOCAL_SENDER
-NO_GROUP_MEMBERS = Delivery.NO_GROUP_MEMBERS
 TRACKED = frozenset({Kind.SEND, Kind.ANSWER})
 
 
@@ -52,7 +52,9 @@ class GatewayClient:
         inject_deadline_s: float = 30.0,
         default_ttl_s: float = 3600.0,
         local_senders: frozenset[str] | None = None,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
+        self.metrics = metrics
         self.sessions = sessions
         self.publisher = publisher
         self.inject_deadline_s = inject_deadline_s
@@ -85,6 +87,11 @@ class GatewayClient:
         """The last signed binding of ``gid`` this host knows, live or not."""
         with self.reads() as s:
             return roster_cache.lookup(s, gid)
+
+    def roster(self) -> list[roster_cache.RosterEntry]:
+        """The live roster as this host's gateway last mirrored it into the store."""
+        with self.reads() as s:
+            return roster_cache.live(s, _now())
 
     def _resolve(self, session: Session, to: str) -> roster_cache.RosterEntry:
         entry = roster_cache.lookup(session, to)
@@ -169,7 +176,12 @@ class GatewayClient:
         return self.send(sender=sender, to=to, body=b"", kind=Kind.ABANDONED, turn_id=turn_id)
 
     def broadcast(self, *, sender: str, group: str, body: bytes, ttl_s: float | None = None) -> int:
-        """One record per host with members of ``group`` (key ``broadcast.<group>``)."""
+        """One record per host with members of ``group`` (key ``broadcast.<group>``).
+
+        Returns the number of hosts. A group with no live member is legal silence (seed 000 §8
+        step 6: ``mandatory`` is false only for BROADCAST): nothing is sent, 0 is returned, and
+        ``fleet_gateway_empty_broadcasts_total`` counts it.
+        """
         self._check_sender(sender)
         to = f"broadcast.{group}"
         env = Envelope.new(
@@ -178,7 +190,9 @@ class GatewayClient:
         with self.sessions.begin() as s:
             hosts = roster_cache.hosts_with_group(s, group, _now())
             if not hosts:
-                raise DeliveryError(f"no live member of group {group!r}", reason=NO_GROUP_MEMBERS)
+                if self.metrics is not None:
+                    self.metrics.empty_broadcasts.inc()
+                return 0
             for host in sorted(hosts):
                 self.publisher.stage(s, env, to_host=host)
         return len(hosts)

@@ -149,13 +149,19 @@ class InjectorSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class EntityConfig:
-    """One local entity; ``injector`` is required exactly when ``delivery`` is ``inject``."""
+    """One local entity; ``injector`` is required exactly when ``delivery`` is ``inject``.
+
+    ``nudge`` (pull entities only) is where the gateway nudges the entity when messages wait
+    for it and it has no open pull (seed 000 §3: "hold + nudge"), e.g. the tmux pane of the
+    agent whose MCP client drains it.
+    """
 
     gid: str
     role: Role
     delivery: Delivery
     groups: tuple[str, ...] = ()
     injector: InjectorSpec | None = None
+    nudge: InjectorSpec | None = None
 
     def __post_init__(self) -> None:
         check_gid(self.gid)
@@ -178,6 +184,8 @@ class EntityConfig:
             )
         if self.delivery is Delivery.PULL and self.injector is not None:
             raise invalid("injector", self.injector.type, "a pull entity takes no injector")
+        if self.delivery is Delivery.INJECT and self.nudge is not None:
+            raise invalid("nudge", self.nudge.type, "only a pull entity is nudged")
 
 
 PLACEHOLDERS = ("gid", "host", "profile", "parent", "job", "budget", "brief_file")
@@ -253,6 +261,8 @@ class GatewayConfig:
     presence_interval_s: float = 5.0
     presence_ttl_s: float = 20.0
     sweep_interval_s: float = 5.0
+    nudge_initial_s: float = 5.0
+    nudge_max_s: float = 300.0
     entities: tuple[EntityConfig, ...] = ()
     profiles: tuple[ProfileConfig, ...] = ()
     spawn_deadline_s: float = 60.0
@@ -280,8 +290,10 @@ class GatewayConfig:
             "max_ttl_s",
             "presence_interval_s",
             "sweep_interval_s",
+            "nudge_initial_s",
         ):
             _number(getattr(self, key), key)
+        _number(self.nudge_max_s, "nudge_max_s", minimum=self.nudge_initial_s, strict=False)
         _number(self.clock_skew_s, "clock_skew_s", strict=False)
         _number(self.presence_ttl_s, "presence_ttl_s", minimum=self.presence_interval_s)
         if not isinstance(self.max_held_per_recipient, int):
@@ -360,17 +372,22 @@ def _entity(raw: dict[str, Any], at: str) -> EntityConfig:
     values["role"] = _enum(Role, ENTITY_ROLES, raw["role"], at + "role")
     values["delivery"] = _enum(Delivery, ENTITY_DELIVERIES, raw["delivery"], at + "delivery")
     values["groups"] = _tuple(raw.get("groups", ()))
-    spec = raw.get("injector")
-    if spec is not None:
-        if not isinstance(spec, dict):
-            raise invalid(at + "injector", spec, "must be a table ([entities.injector])")
-        _known(spec, InjectorSpec, at + "injector.")
-        _required(spec, ("type",), at + "injector.")
-        spec = dict(spec, command=_tuple(spec.get("command", ())))
-        if spec["type"] == "callback":
-            spec.setdefault("callback", raw["gid"])  # a code-registered callable, named by gid
-        values["injector"] = _build(InjectorSpec, spec, at + "injector.")
+    for name in ("injector", "nudge"):
+        spec = raw.get(name)
+        if spec is not None:
+            values[name] = _injector(spec, raw["gid"], f"{at}{name}")
     return _build(EntityConfig, values, at)
+
+
+def _injector(spec: Any, gid: str, at: str) -> InjectorSpec:
+    if not isinstance(spec, dict):
+        raise invalid(at, spec, f"must be a table ([entities.{at.rsplit('.', 1)[-1]}])")
+    _known(spec, InjectorSpec, at + ".")
+    _required(spec, ("type",), at + ".")
+    spec = dict(spec, command=_tuple(spec.get("command", ())))
+    if spec["type"] == "callback":
+        spec.setdefault("callback", gid)  # a code-registered callable, named by gid
+    return _build(InjectorSpec, spec, at + ".")
 
 
 def _profile(raw: dict[str, Any], at: str) -> ProfileConfig:

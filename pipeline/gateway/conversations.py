@@ -11,6 +11,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 from sqlalchemy import BigInteger, Column, String, Table, delete, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -38,7 +39,7 @@ turns_table = Table(
     Column("state", String(16), nullable=False),  # waiting | answered | abandoned | expired
 )
 
-WAITING, ANSWERED, ABANDONED = "waiting", "answered", "abandoned"
+WAITING, ANSWERED, ABANDONED, EXPIRED = "waiting", "answered", "abandoned", "expired"
 
 
 def _now() -> int:
@@ -114,6 +115,18 @@ class Conversations:
             .values(state=state)
         )
         return bool(getattr(result, "rowcount", 0))
+
+    @staticmethod
+    def expired_turns(session: Session, now: int, limit: int = 500) -> list[Any]:
+        """Turns still waiting past their ASK's ``expiresAt``: the asker must hear of them."""
+        return list(
+            session.execute(
+                select(turns_table)
+                .where(turns_table.c.state == WAITING, turns_table.c.expires_at_ms < now)
+                .order_by(turns_table.c.expires_at_ms)
+                .limit(limit)
+            )
+        )
 
     def purge(self, session: Session, now: int) -> None:
         session.execute(delete(waiters_table).where(waiters_table.c.expires_ms < now))

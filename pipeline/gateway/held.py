@@ -131,13 +131,20 @@ class HeldStore:
 
         ``sender`` filters on the envelope's ``from``: the per-worker drain of seed 000 §3.
         An empty store is answered by a read (no write lock), so a waiting poll loop is cheap.
+        A message past its ``expiresAt`` is never handed out, swept or not (seed 000 §7.4: expiry
+        is enforced at delivery; the sweeper dead-letters it).
         """
-        if self.reads is not None and not self._anything(recipient):
+        now = now_ms()
+        if self.reads is not None and not self._anything(recipient, now):
             return []
         with self.sessions.begin() as session:
             q = (
                 select(held_table)
-                .where(held_table.c.recipient == recipient, held_table.c.drained_at_ms.is_(None))
+                .where(
+                    held_table.c.recipient == recipient,
+                    held_table.c.drained_at_ms.is_(None),
+                    held_table.c.expires_at_ms >= now,
+                )
                 .order_by(held_table.c.id)
                 .limit(limit)
                 # PostgreSQL: concurrent drains skip each other's rows instead of handing the
@@ -153,19 +160,35 @@ class HeldStore:
                 session.execute(
                     update(held_table)
                     .where(held_table.c.id.in_([r.id for r in rows]))
-                    .values(drained_at_ms=now_ms())
+                    .values(drained_at_ms=now)
                 )
         return rows
 
-    def _anything(self, recipient: str) -> bool:
+    def _anything(self, recipient: str, now: int) -> bool:
         assert self.reads is not None
         with self.reads() as s:
             row = s.execute(
                 select(held_table.c.id)
-                .where(held_table.c.recipient == recipient, held_table.c.drained_at_ms.is_(None))
+                .where(
+                    held_table.c.recipient == recipient,
+                    held_table.c.drained_at_ms.is_(None),
+                    held_table.c.expires_at_ms >= now,
+                )
                 .limit(1)
             ).first()
         return row is not None
+
+    @staticmethod
+    def pending_stats(session: Session, recipient: str, now: int) -> tuple[int, int | None]:
+        """Undrained, unexpired messages for ``recipient``: their count and the oldest held_at."""
+        row = session.execute(
+            select(func.count(), func.min(held_table.c.held_at_ms)).where(
+                held_table.c.recipient == recipient,
+                held_table.c.drained_at_ms.is_(None),
+                held_table.c.expires_at_ms >= now,
+            )
+        ).one()
+        return int(row[0]), None if row[1] is None else int(row[1])
 
     def expired(self, session: Session, now: int, limit: int = 500) -> list[Any]:
         q = (

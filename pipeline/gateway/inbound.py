@@ -5,8 +5,8 @@
 * **Inject** recipients (workers): the inject is an after-commit effect -> the offset is committed
   before it, so a crash loses it visibly (no ``INJECTED`` -> ``FAILED``) and never doubles it.
 * Conversations (seed 000 §7.4): an ``ASK`` to a main with no open pull is answered
-  ``NO_WAITER`` on arrival; an ``ANSWER`` to a worker is injected only while its turn waits,
-  else ``TOO_LATE`` goes back to the answerer.
+  ``NO_WAITER`` on arrival; an ``ANSWER`` (to a worker or a main) is delivered only while its
+  turn waits, else ``TOO_LATE`` goes back to the answerer.
 * Any verification failure is a ``DeadLetter`` with its reason code: never a crash, never a wedge.
 """
 
@@ -156,6 +156,13 @@ class InboxHandler:
 
     # -- pull path ---------------------------------------------------------------------------
     def _to_pull(self, env: Envelope, record: Record, tx: Staged, signer_host: str) -> Outcome:
+        if env.kind == Kind.ANSWER and env.turn_id is not None:
+            # a main that asked may have abandoned (or let expire) its turn: same rule as workers
+            if not self._turn_waiting(env.turn_id):
+                self._reply(tx, env, Kind.TOO_LATE, signer_host, body=b"")
+                self.metrics.too_late.inc()
+                return ACK
+            tx.call(functools.partial(_close_turn, turn_id=env.turn_id, state=ANSWERED))
         if env.kind == Kind.ASK:
             listening = self._read(lambda s: self.conversations.has_open_pull(s, env.to))
             if not listening:
@@ -180,6 +187,10 @@ class InboxHandler:
                 )
             )
         return self._hold(env, record, tx, env.to)
+
+    def _turn_waiting(self, turn_id: str) -> bool:
+        with self.reads() as s:
+            return self.conversations.turn_waiting(s, turn_id)
 
     def _hold(self, env: Envelope, record: Record, tx: Staged, recipient: str) -> Outcome:
         if self._pending(recipient) >= self.max_held:

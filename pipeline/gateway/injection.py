@@ -26,6 +26,7 @@ from .entities import LocalEntities
 from .metrics import GatewayMetrics
 from .outbound import Publisher
 from .receipts import failed_body, injected_body
+from .render import for_injector
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ class InjectionQueue:
         injector = entity.injector if entity is not None else None
         if injector is None:
             return self._failed(job, Delivery.NO_INJECTOR, f"{job.gid} has no injector configured")
+        body = for_injector(env, job.gid)  # a control kind lands as a sentence, not raw bytes
         attempt = 0
         while True:
             if self._stop.is_set():
@@ -143,7 +145,7 @@ class InjectionQueue:
                     msg_id=env.msg_id,
                     kind=env.kind.value,
                     sender=env.sender,
-                    body=env.body,
+                    body=body,
                 )
             except FleetError as exc:
                 if exc.retriable:

@@ -2,6 +2,9 @@
 
 * **deadlines** -- a forward send still pending at its deadline becomes exactly one ``FAILED`` in
   the sender's own pull store (local: it needs no broker), and a metric;
+* **turn expiry** -- an ASK whose turn is still waiting past its ``expiresAt`` ends the turn and
+  tells the asker: one ``FAILED`` about the ASK, reason ``EXPIRED``, stage ``expiry`` (injected
+  into a worker, held for a main), so no question vanishes without a word;
 * **sweeper** -- held messages past ``expiresAt`` are dead-lettered ``EXPIRED`` so an abandoned
   sender cannot wedge an inbox (seed 000 §10.1);
 * **purges** -- dedupe rows older than the longest redelivery window, drained held rows, stale
@@ -23,15 +26,18 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline.envelope import Envelope, Kind
 from pipeline.failures.context import FailureContext
 from pipeline.outbox.headers import unpack_headers
+from pipeline.presence.model import Delivery
 from pipeline.reasons import Inject, Verification
 from pipeline.runtime import Record, Staged
 from pipeline.runtime.dedupe import purge_older_than
 from pipeline.store import read_sessions
 
 from . import roster_cache, tracking
-from .conversations import Conversations
+from .conversations import EXPIRED, Conversations
 from .deadletters import OutboxDeadLetterSink
+from .entities import LocalEntities
 from .held import HeldStore, held_table
+from .injection import InjectionQueue
 from .metrics import GatewayMetrics
 from .outbound import Publisher
 from .receipts import failed_body
@@ -54,7 +60,11 @@ class Maintenance:
         max_ttl_s: float,
         roster_entries: Callable[[], Iterable[roster_cache.RosterEntry]] | None = None,
         roster_state: Callable[[], roster_cache.RosterState] | None = None,
+        entities: LocalEntities | None = None,
+        injections: InjectionQueue | None = None,
     ) -> None:
+        self.entities = entities
+        self.injections = injections
         self.sessions = sessions
         self.held = held
         self.conversations = conversations
@@ -72,7 +82,8 @@ class Maintenance:
         self._next_purge = 0.0
 
     def tick(self) -> None:
-        for duty in (self.deadlines, self.sweep, self.refresh_roster, self.purge):
+        duties = (self.deadlines, self.expire_turns, self.sweep, self.refresh_roster, self.purge)
+        for duty in duties:
             try:
                 duty()
             except Exception:
@@ -102,24 +113,46 @@ class Maintenance:
                     ttl_s=self.max_ttl_ms / 1000,
                     trace_id=row.trace_id,
                 )
-                s.execute(
-                    held_table.insert().values(
-                        recipient=row.sender,
-                        msg_id=f"failed-{row.msg_id}",
-                        kind="FAILED",
-                        sender=failed.sender,
-                        trace_id=row.trace_id,
-                        turn_id=None,
-                        body=failed.body,
-                        headers=None,
-                        topic=None,
-                        ts_ms=failed.ts_ms,
-                        expires_at_ms=failed.expires_at_ms,
-                        held_at_ms=now,
-                    )
-                )
+                _hold_local(s, failed, f"failed-{row.msg_id}", now)
                 self.metrics.injected_timeouts.inc()
         return len(due)
+
+    def expire_turns(self) -> int:
+        """End every turn still waiting past its ASK's expiry, with a notice to the asker."""
+        now = int(time.time() * 1000)
+        with self.reads() as r:
+            if not Conversations.expired_turns(r, now, limit=1):
+                return 0
+        to_inject: list[Envelope] = []
+        with self.sessions.begin() as s:
+            for row in Conversations.expired_turns(s, now):
+                if not Conversations.close_turn(s, row.turn_id, EXPIRED):
+                    continue
+                notice = Envelope.new(
+                    kind=Kind.FAILED,
+                    msg_id=f"expired-{row.ask_msg_id}",
+                    sender=self.publisher.gateway_id,
+                    to=row.asker,
+                    body=failed_body(
+                        row.ask_msg_id,
+                        row.asked,
+                        reason="EXPIRED",
+                        error=f"no answer from {row.asked} before the ASK expired",
+                        stage="expiry",
+                    ),
+                    ttl_s=self.max_ttl_ms / 1000,
+                    turn_id=row.turn_id,
+                )
+                entity = self.entities.get(row.asker) if self.entities is not None else None
+                if entity is not None and entity.delivery is Delivery.INJECT:
+                    to_inject.append(notice)
+                else:
+                    _hold_local(s, notice, notice.msg_id, now)
+                self.metrics.expiries.labels("turn").inc()
+        for notice in to_inject:  # after the commit: the turn is closed before the asker hears
+            assert self.injections is not None
+            self.injections.submit(notice.to, notice, reply_host=None)
+        return len(to_inject)
 
     def sweep(self) -> int:
         now = int(time.time() * 1000)
@@ -186,3 +219,23 @@ class Maintenance:
         self._last_roster = entries
         if state_due:
             self._last_state = state
+
+
+def _hold_local(session: Session, env: Envelope, msg_id: str, now: int) -> None:
+    """A gateway notice for a local pull entity, straight into its held store (no broker)."""
+    session.execute(
+        held_table.insert().values(
+            recipient=env.to,
+            msg_id=msg_id,
+            kind=env.kind.value,
+            sender=env.sender,
+            trace_id=env.trace_id,
+            turn_id=env.turn_id,
+            body=env.body,
+            headers=None,
+            topic=None,
+            ts_ms=env.ts_ms,
+            expires_at_ms=env.expires_at_ms,
+            held_at_ms=now,
+        )
+    )

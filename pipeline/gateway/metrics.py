@@ -5,12 +5,13 @@ Inject latency and inject failures are ``InjectMetrics`` (``pipeline.gateway.inj
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from pipeline import reasons
 from pipeline.envelope import ALL_REASONS
 from pipeline.reasons import Verification
 
+NUDGE_OUTCOMES = ("sent", "failed")
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
@@ -50,6 +51,24 @@ class GatewayMetrics:
         )
         self.too_late = Counter(
             f"{ns}_too_late_total", "ANSWERs refused with TOO_LATE.", registry=registry
+        )
+        self.empty_broadcasts = Counter(
+            f"{ns}_empty_broadcasts_total",
+            "Broadcasts to a group with no live member: legal silence, nothing sent.",
+            registry=registry,
+        )
+        self.nudges = Counter(
+            f"{ns}_nudges_total",
+            "Nudges to pull entities with held messages and no open pull, by outcome.",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in NUDGE_OUTCOMES:
+            self.nudges.labels(outcome)
+        self.held_oldest_age = Gauge(
+            f"{ns}_held_oldest_age_seconds",
+            "Age of the oldest undrained held message across this host's pull entities.",
+            registry=registry,
         )
         self.sends = Counter(
             f"{ns}_sends_total",

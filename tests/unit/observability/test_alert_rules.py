@@ -23,6 +23,8 @@ EXTERNAL = {
     "fleet_consumer_commit_failures_total",
     "fleet_gateway_inject_seconds_bucket",
     "fleet_gateway_inject_failures_total",
+    "fleet_gateway_held_oldest_age_seconds",  # gateway nudger (alert FleetMainNotDraining)
+    "fleet_gateway_nudges_total",
 }
 
 
