@@ -19,6 +19,11 @@ TABLE_MODULES = (
     "pipeline.gateway.conversations",
     "pipeline.gateway.roster_cache",
     "pipeline.gateway.tracking",
+    "pipeline.control.requests",
+    "pipeline.control.spawns",
+    "pipeline.effects.tables",
+    "pipeline.effects.saga_tables",
+    "pipeline.pool.results",
 )
 
 
