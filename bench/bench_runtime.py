@@ -36,8 +36,8 @@ from sqlalchemy import Column, Integer, LargeBinary, MetaData, String, Table
 
 from pipeline.failures.outcomes import ACK, Outcome
 from pipeline.kafka.settings import consumer_config, producer_config
+from pipeline.record import Record
 from pipeline.runtime.loop import ConsumerRuntime, RuntimeConfig
-from pipeline.runtime.record import Record
 from pipeline.runtime.staging import Staged
 from pipeline.store import make_engine, metadata, session_factory
 from pipeline.testing import unique_name
