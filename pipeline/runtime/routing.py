@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pipeline.failures.outcomes import Outcome
+from pipeline.failures.outcomes import DeadLetter, Outcome
 from pipeline.record import Record
 
-from .ports import Handler
+from .ports import Handler, Verifies
 from .staging import Staged
 
 
@@ -21,3 +21,9 @@ class ByTopic:
 
     def handle(self, record: Record, tx: Staged) -> Outcome:
         return self.routes.get(record.topic, self.default).handle(record, tx)
+
+    def verify(self, record: Record) -> DeadLetter | None:
+        """The routed handler's verify stage (seed 000 §2.1: verify before dedupe); a route
+        without one trusts its records, as the runtime does for such a handler."""
+        route = self.routes.get(record.topic, self.default)
+        return route.verify(record) if isinstance(route, Verifies) else None
