@@ -99,6 +99,12 @@ def group_id() -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The shipped lab scenarios take minutes each: `make lab` runs them, `make test` does not.
+    if os.environ.get("FLEET_LAB_SCENARIOS") != "1":
+        lab = pytest.mark.skip(reason="shipped lab scenarios run with `make lab`")
+        for item in items:
+            if "lab_scenarios" in item.keywords:
+                item.add_marker(lab)
     # Allow a quick unit-only run: FLEET_SKIP_KAFKA=1 deselects real-broker tests explicitly.
     if os.environ.get("FLEET_SKIP_KAFKA") == "1":
         skip = pytest.mark.skip(reason="FLEET_SKIP_KAFKA=1")

@@ -135,6 +135,8 @@ def read_steps(s: Scenario, out: Path, start: float) -> list[Step]:
                 seq = int(str(d["event_id"]).removeprefix("lab-"))
             except (json.JSONDecodeError, ValueError, KeyError):
                 continue  # a line cut by kill -9, or not one of ours
+            if d.get("end_ms") is None:
+                continue  # a step's start line; its end line follows unless the member died
             step_s, poison = scheduled.get(seq, (0.0, False))
             steps.append(
                 Step(

@@ -110,6 +110,7 @@ def test_lab_run_matches_assignment_exactly_and_throughput_within_tolerance(
 
 
 @pytest.mark.slow
+@pytest.mark.lab_scenarios
 @pytest.mark.skipif(not _pool_command_exists(), reason="needs 'fleet pool run' (pools branch)")
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.stem)
 def test_shipped_scenario_agrees_with_the_model(
