@@ -27,7 +27,7 @@ from pipeline.kafka.local import LauncherConfig, LocalCluster
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import outbox
 from pipeline.store import make_engine
-from pipeline.testing import test_broker_dir
+from pipeline.testing import test_broker_dir as broker_dir
 from tests.integration.fleet_hosts import Fleet, GatewayProcess, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -52,7 +52,7 @@ def procs() -> Iterator[list[GatewayProcess]]:
 
 def _cluster(nodes: int, name: str) -> LocalCluster:
     return LocalCluster(
-        LauncherConfig(directory=test_broker_dir(name), nodes=nodes, heap_mb=512), owned=True
+        LauncherConfig(directory=broker_dir(name), nodes=nodes, heap_mb=512), owned=True
     ).start()
 
 
