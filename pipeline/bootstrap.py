@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, Producer
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
-from pipeline.control import ControlClient, SpawnDeadlines
+from pipeline.control import ControlClient, SpawnDeadlines, spawns
 from pipeline.control.handler import SpawnHandler
 from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
@@ -48,6 +48,7 @@ from pipeline.gateway.nudge import Nudger
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.gateway.roster_cache import RosterEntry, RosterState
+from pipeline.gateway.senders import LocalSenders
 from pipeline.gateway.service import Gateway, Supervised
 from pipeline.hooks import NO_HOOKS, Hooks
 from pipeline.kafka.errors import wait_out
@@ -124,6 +125,15 @@ class GatewayParts:
     metrics: GatewayMetrics
 
 
+def local_senders(config: GatewayConfig) -> LocalSenders:
+    """Who this host signs for: its configured entities and the workers it spawned (store)."""
+    return LocalSenders(
+        host=config.host,
+        configured=frozenset(e.gid for e in config.entities),
+        spawned=spawns.is_local_worker,
+    )
+
+
 def build_client(
     config: GatewayConfig,
     *,
@@ -139,7 +149,7 @@ def build_client(
         sessions=session_factory(engine),
         publisher=Publisher(host=config.host, signer=signer, topics=topics),
         inject_deadline_s=config.inject_deadline_s,
-        local_senders=frozenset(e.gid for e in config.entities),
+        local_senders=local_senders(config),
         metrics=metrics,
     )
 
@@ -158,7 +168,7 @@ def build_control_client(
         sessions=session_factory(engine),
         publisher=Publisher(host=config.host, signer=signer, topics=topics),
         deadline_s=config.spawn_deadline_s,
-        local_senders=frozenset(e.gid for e in config.entities),
+        local_senders=local_senders(config),
     )
 
 
