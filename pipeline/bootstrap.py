@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, Producer
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
-from pipeline.control import ControlClient, SpawnDeadlines, spawns
+from pipeline.control import SPAWN, ControlClient, spawns
 from pipeline.control.handler import SpawnHandler
 from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
@@ -50,6 +50,7 @@ from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.gateway.roster_cache import RosterEntry, RosterState
 from pipeline.gateway.senders import LocalSenders
 from pipeline.gateway.service import Gateway, Supervised
+from pipeline.gateway.tracking import FORWARD
 from pipeline.hooks import NO_HOOKS, Hooks
 from pipeline.kafka.errors import wait_out
 from pipeline.kafka.settings import (
@@ -273,8 +274,9 @@ def build_gateway(
         metrics=metrics,
         seen=seen,
         max_held_per_recipient=config.max_held_per_recipient,
+        tracked=(tracked := (FORWARD, SPAWN)),
     )
-    spawn_handler, spawn_deadlines = _control_plane(
+    spawn_handler = _control_plane(
         config,
         verifier,
         publisher,
@@ -331,6 +333,7 @@ def build_gateway(
         ),
         entities=entities,
         injections=injections,
+        tracked=tracked,
     )
     nudger = _build_nudger(config, callbacks, reads, conversations, metrics, publisher)
     client = build_client(
@@ -358,10 +361,9 @@ def build_gateway(
         while not stop.wait(min(interval, 0.5)):
             maintenance.tick()
             try:
-                spawn_deadlines.tick()  # the requester's side of SPAWN
                 spawn_handler.launcher.reap()
             except Exception:
-                log.exception("maintenance duty spawn_deadlines failed")
+                log.exception("maintenance duty launcher.reap failed")
 
     gateway = Gateway(
         host=host,
@@ -402,9 +404,8 @@ def _control_plane(
     callbacks: Mapping[str, Callable[..., Any]] | None,
     inject_metrics: InjectMetrics,
     registry: CollectorRegistry,
-) -> tuple[SpawnHandler, SpawnDeadlines]:
-    """The control topic's handler (a launched worker becomes a local inject entity) and the
-    requester's spawn deadlines."""
+) -> SpawnHandler:
+    """The control topic's handler (a launched worker becomes a local inject entity)."""
 
     def on_live(gid: str, profile: ProfileConfig, values: Mapping[str, str]) -> None:
         spec = worker_injector(profile.injector, values)
@@ -428,7 +429,7 @@ def _control_plane(
         on_live=on_live,
         count=LifecycleMetrics(registry).count,
     )
-    return handler, SpawnDeadlines(sessions=sessions, publisher=publisher, ttl_s=config.max_ttl_s)
+    return handler
 
 
 def build_failed_reporter(

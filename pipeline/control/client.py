@@ -17,7 +17,7 @@ from pipeline import outbox, schemas
 from pipeline.envelope import Envelope, Kind, encode
 from pipeline.envelope.model import now_ms
 from pipeline.errors import DeliveryError
-from pipeline.gateway import roster_cache
+from pipeline.gateway import deadlines, roster_cache
 from pipeline.gateway.config import check_gid
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.senders import LocalSenders
@@ -115,8 +115,9 @@ class ControlClient:
                 headers=headers,
                 branch_key=f"{self.publisher.host}>{to}",
             )
-            requests.track(
+            deadlines.track(
                 s,
+                requests.SPAWN,
                 msg_id=env.msg_id,
                 spawn_id=gid,
                 requester=requester,

@@ -1,7 +1,8 @@
 """The gateway's periodic duties, each one short transaction:
 
-* **deadlines** -- a forward send still pending at its deadline becomes exactly one ``FAILED`` in
-  the sender's own pull store (local: it needs no broker), and a metric;
+* **deadlines** -- a tracked send (a forward send, a SPAWN) still pending at its deadline becomes
+  exactly one ``FAILED`` in the sender's own pull store (local: it needs no broker), and a
+  metric (:mod:`.deadlines`, the one tracker);
 * **turn expiry** -- an ASK whose turn is still waiting past its ``expiresAt`` ends the turn and
   tells the asker: one ``FAILED`` about the ASK, reason ``EXPIRED``, stage ``expiry`` (injected
   into a worker, held for a main), so no question vanishes without a word;
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -27,20 +28,22 @@ from pipeline.envelope import Envelope, Kind
 from pipeline.failures.context import FailureContext
 from pipeline.outbox.headers import unpack_headers
 from pipeline.presence.model import Delivery
-from pipeline.reasons import Inject, Verification
+from pipeline.reasons import Verification
 from pipeline.runtime import Record, Staged
 from pipeline.runtime.dedupe import purge_older_than
 from pipeline.store import read_sessions
 
-from . import roster_cache, tracking
+from . import roster_cache
 from .conversations import EXPIRED, Conversations
 from .deadletters import OutboxDeadLetterSink
+from .deadlines import Deadlines, Tracked
 from .entities import LocalEntities
-from .held import HeldStore, held_table
+from .held import HeldStore, hold_notice
 from .injection import InjectionQueue
 from .metrics import GatewayMetrics
 from .outbound import Publisher
 from .receipts import failed_body
+from .tracking import FORWARD
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,7 @@ class Maintenance:
         roster_state: Callable[[], roster_cache.RosterState] | None = None,
         entities: LocalEntities | None = None,
         injections: InjectionQueue | None = None,
+        tracked: Sequence[Tracked] = (FORWARD,),
     ) -> None:
         self.entities = entities
         self.injections = injections
@@ -79,6 +83,14 @@ class Maintenance:
         # duties look first with a read (no write lock) and write only when there is work
         self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
         self._last_roster: list[roster_cache.RosterEntry] | None = None
+        self.tracker = Deadlines(
+            sessions=sessions,
+            reads=self.reads,
+            gateway_id=publisher.gateway_id,
+            kinds=tracked,
+            ttl_s=max_ttl_s,
+            on_timeout={FORWARD.name: metrics.injected_timeouts.inc},
+        )
         self._next_purge = 0.0
 
     def tick(self) -> None:
@@ -90,32 +102,8 @@ class Maintenance:
                 log.exception("maintenance duty %s failed", duty.__name__)
 
     def deadlines(self) -> int:
-        now = int(time.time() * 1000)
-        with self.reads() as r:
-            if not tracking.overdue(r, now, limit=1):
-                return 0
-        with self.sessions.begin() as s:
-            due = tracking.overdue(s, now)
-            for row in due:
-                if not tracking.settle(s, row.msg_id, tracking.FAILED, Inject.INJECT_TIMEOUT):
-                    continue
-                failed = Envelope.new(
-                    kind=Kind.FAILED,
-                    sender=self.publisher.gateway_id,
-                    to=row.sender,
-                    body=failed_body(
-                        row.msg_id,
-                        row.recipient,
-                        reason=Inject.INJECT_TIMEOUT,
-                        error=f"no INJECTED from {row.recipient} within the deadline",
-                        stage="timeout",
-                    ),
-                    ttl_s=self.max_ttl_ms / 1000,
-                    trace_id=row.trace_id,
-                )
-                _hold_local(s, failed, f"failed-{row.msg_id}", now)
-                self.metrics.injected_timeouts.inc()
-        return len(due)
+        """Every tracked send past its deadline (forward sends, SPAWNs): one FAILED each."""
+        return self.tracker.tick()
 
     def expire_turns(self) -> int:
         """End every turn still waiting past its ASK's expiry, with a notice to the asker."""
@@ -147,7 +135,7 @@ class Maintenance:
                 if entity is not None and entity.delivery is Delivery.INJECT:
                     to_inject.append(notice)
                 else:
-                    _hold_local(s, notice, notice.msg_id, now)
+                    hold_notice(s, notice, now)
                 self.metrics.expiries.labels("turn").inc()
         for notice in to_inject:  # after the commit: the turn is closed before the asker hears
             assert self.injections is not None
@@ -219,23 +207,3 @@ class Maintenance:
         self._last_roster = entries
         if state_due:
             self._last_state = state
-
-
-def _hold_local(session: Session, env: Envelope, msg_id: str, now: int) -> None:
-    """A gateway notice for a local pull entity, straight into its held store (no broker)."""
-    session.execute(
-        held_table.insert().values(
-            recipient=env.to,
-            msg_id=msg_id,
-            kind=env.kind.value,
-            sender=env.sender,
-            trace_id=env.trace_id,
-            turn_id=env.turn_id,
-            body=env.body,
-            headers=None,
-            topic=None,
-            ts_ms=env.ts_ms,
-            expires_at_ms=env.expires_at_ms,
-            held_at_ms=now,
-        )
-    )
