@@ -12,6 +12,9 @@ stays ``launching`` and :meth:`SpawnHandler.recover` fails it at the next boot.
 * a launched worker is registered as a local inject entity (its profile's injector, filled),
   its presence published, and the requester gets ``INJECTED`` for its SPAWN's msgId (a spawn
   lands like an injection); a launch that cannot start is ``FAILED`` (``LAUNCH_FAILED``).
+
+A ``STOP`` on the same topic goes to :class:`~pipeline.control.stop_handler.StopHandler`; both
+answer through :func:`stage_answer`.
 """
 
 from __future__ import annotations
