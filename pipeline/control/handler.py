@@ -164,7 +164,7 @@ class SpawnHandler:
             if row is None or row.request_msg_id == request.env.msg_id:
                 return  # the first request's own refusal was answered in its transaction
             self.count("repeat")
-            if row.state in (spawns.LIVE, spawns.REAPED):
+            if row.state in (spawns.LIVE, spawns.STOPPING, spawns.REAPED):
                 self._answer(s, request, None, "")
             else:
                 self._answer(s, request, row.reason or LAUNCH_FAILED, f"spawn {gid} {row.state}")

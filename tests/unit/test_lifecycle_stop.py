@@ -159,3 +159,45 @@ def test_fleet_stop_needs_as_when_the_requester_is_ambiguous(tmp_path: Path) -> 
     )
     out = CliRunner().invoke(app, ["stop", "-c", str(_config(tmp_path, two)), "--gid", "w-7"])
     assert out.exit_code != 0 and "--as" in out.output
+
+
+def test_the_mcp_stop_and_workers_tools_queue_and_list_with_reason_coded_errors(
+    tmp_path: Path,
+) -> None:
+    """The MCP face's ``stop`` and ``workers`` (no broker: both only touch the host's store)."""
+    import asyncio
+
+    from pipeline.bootstrap import build_client, build_control_client
+    from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Role
+    from pipeline.mcp.server import build_server
+
+    signer = Signer.generate("A")
+    main = EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL)
+    cfg = GatewayConfig(host="A", store_url=f"sqlite:///{tmp_path / 'A.sqlite'}", entities=(main,))
+    engine = make_engine(cfg.store_url)
+    with session_factory(engine).begin() as s:
+        roster_cache.replace_all(s, [
+            roster_cache.RosterEntry("B._gateway", "B", "gateway", "none", (), FAR),
+            roster_cache.RosterEntry("w-7", "B", "worker", "inject", (), FAR),
+        ])  # fmt: skip
+    control = build_control_client(cfg, signer=signer, engine=engine)
+    server = build_server(
+        build_client(cfg, signer=signer, engine=engine), gid="main-a", control=control
+    )
+    control.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-9", job="j")
+
+    async def session() -> tuple[Any, ...]:
+        tools = {t.name: t for t in await server.list_tools()}
+        ok = await server.call_tool("stop", {"worker": "w-7", "stop_id": "stop-x"})
+        bad = await server.call_tool("stop", {"worker": "w-8"})
+        listed = await server.call_tool("workers", {})
+        return tools, ok, bad, listed
+
+    tools, ok, bad, listed = asyncio.run(session())
+    assert {"worker", "reason", "host", "stop_id"} <= set(tools["stop"].input_schema["properties"])
+    assert ok.structured_content["stopId"] == "stop-x" and ok.structured_content["host"] == "B"
+    assert bad.is_error and bad.structured_content["error"]["reason"] == "UNKNOWN_WORKER"
+    (w,) = listed.structured_content["workers"]
+    assert (w["gid"], w["host"], w["job"], w["state"], w["live"]) == ("w-9", "B", "j", "pending",
+                                                                      False)  # fmt: skip
+    engine.dispose()
