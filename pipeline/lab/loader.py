@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pipeline.errors import ConfigError
+from pipeline.pool.config import Assignment
 from pipeline.reasons import Lab
+from pipeline.runtime.lanes import Concurrency
 
 from .scenario import (
     Arrival,
     ArrivalKind,
-    Assignment,
-    Concurrency,
     Keys,
     LagSeed,
     Members,

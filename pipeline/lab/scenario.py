@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.errors import ConfigError
+from pipeline.pool.config import Assignment
 from pipeline.reasons import Lab
+from pipeline.runtime.lanes import Concurrency
 
 
 def bad(key: str, value: Any, detail: str, reason: Lab = Lab.LAB_INVALID_VALUE) -> ConfigError:
@@ -54,21 +56,6 @@ class ArrivalKind(enum.StrEnum):
     CONSTANT = "constant"
     POISSON = "poisson"
     BURSTS = "bursts"
-
-
-class Assignment(enum.StrEnum):
-    """``partition.assignment.strategy`` of the members (librdkafka names)."""
-
-    RANGE = "range"
-    ROUNDROBIN = "roundrobin"
-    COOPERATIVE_STICKY = "cooperative-sticky"
-
-
-class Concurrency(enum.StrEnum):
-    """What a member runs in parallel: one record per partition, or one per key."""
-
-    PARTITION = "partition"
-    KEY = "key"
 
 
 class StopSignal(enum.StrEnum):

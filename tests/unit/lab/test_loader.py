@@ -9,7 +9,9 @@ import pytest
 from pipeline.errors import ConfigError
 from pipeline.lab.loader import load_scenario, scenario_from_mapping
 from pipeline.lab.scenario import ArrivalKind, StepKind, StopSignal
+from pipeline.pool.config import Assignment
 from pipeline.reasons import Lab
+from pipeline.runtime.lanes import Concurrency
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "lab"
 
@@ -100,3 +102,21 @@ def test_file_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_scenario(typo)
     assert str(typo) in str(info.value) and "keys.skw" in str(info.value)
+
+
+def test_members_use_the_pools_own_option_types() -> None:
+    """The lab passes ``assignment``/``concurrency`` to ``fleet pool run``: one enum each, the
+    pool's, so a strategy the pool drops or renames fails the scenario load, not a run."""
+    s = scenario_from_mapping(
+        {
+            "name": "x",
+            "partitions": 4,
+            "members": {"assignment": "cooperative-sticky", "concurrency": "key"},
+        }
+    )
+    assert type(s.members.assignment) is Assignment
+    assert type(s.members.concurrency) is Concurrency
+    assert (s.members.assignment, s.members.concurrency) == (
+        Assignment.COOPERATIVE_STICKY,
+        Concurrency.KEY,
+    )
