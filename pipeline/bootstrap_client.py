@@ -14,9 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pipeline.control import spawns
 from pipeline.control.client import ControlClient
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.outbound import Publisher
+from pipeline.gateway.senders import LocalSenders
 from pipeline.kafka.topics import TopicNames
 from pipeline.store import make_engine, session_factory
 
@@ -55,6 +57,15 @@ class Factories:
 DEFAULT_FACTORIES = Factories()
 
 
+def local_senders(config: GatewayConfig) -> LocalSenders:
+    """Who this host signs for: its configured entities and the workers it spawned (store)."""
+    return LocalSenders(
+        host=config.host,
+        configured=frozenset(e.gid for e in config.entities),
+        spawned=spawns.is_local_worker,
+    )
+
+
 def build_client(
     config: GatewayConfig,
     *,
@@ -70,7 +81,7 @@ def build_client(
         sessions=session_factory(engine),
         publisher=Publisher(host=config.host, signer=signer, topics=topics),
         inject_deadline_s=config.inject_deadline_s,
-        local_senders=frozenset(e.gid for e in config.entities),
+        local_senders=local_senders(config),
         metrics=metrics,
     )
 
@@ -89,5 +100,5 @@ def build_control_client(
         sessions=session_factory(engine),
         publisher=Publisher(host=config.host, signer=signer, topics=topics),
         deadline_s=config.spawn_deadline_s,
-        local_senders=frozenset(e.gid for e in config.entities),
+        local_senders=local_senders(config),
     )
