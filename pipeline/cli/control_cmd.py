@@ -28,7 +28,7 @@ def spawn(
 ) -> None:
     """Queue a SPAWN (outbox; works while the broker is down). The outcome, or one FAILED
     (SPAWN_TIMEOUT) past spawn_deadline_s, arrives through ``fleet poll``."""
-    from pipeline.bootstrap import build_control_client
+    from pipeline.bootstrap_client import build_control_client
 
     cfg = _load(Path(config))
     req = build_control_client(cfg, signer=_signer(cfg)).spawn(
@@ -74,7 +74,7 @@ def stop(
     """Queue a STOP for a spawned worker (outbox; works while the broker is down). Its host
     stops it, tombstones its presence and marks it reaped; the outcome (INJECTED = stopped, or
     FAILED with the reason) arrives through ``fleet poll``."""
-    from pipeline.bootstrap import build_control_client
+    from pipeline.bootstrap_client import build_control_client
     from pipeline.gateway.config import invalid
     from pipeline.presence.model import Delivery
 

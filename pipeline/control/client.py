@@ -21,6 +21,7 @@ from pipeline.errors import DeliveryError
 from pipeline.gateway import roster_cache
 from pipeline.gateway.config import check_gid
 from pipeline.gateway.outbound import Publisher
+from pipeline.gateway.senders import LocalSenders
 from pipeline.presence.model import gateway_gid
 
 from . import requests
@@ -61,7 +62,7 @@ class ControlClient:
         sessions: sessionmaker[Session],
         publisher: Publisher,
         deadline_s: float = 60.0,
-        local_senders: frozenset[str] | None = None,
+        local_senders: LocalSenders | None = None,
     ) -> None:
         self.sessions = sessions
         self.publisher = publisher
@@ -82,7 +83,6 @@ class ControlClient:
         groups: tuple[str, ...] = (),
     ) -> SpawnRequest:
         """Queue a SPAWN to ``host``; ``UNKNOWN_HOST`` when its gateway entry is not live."""
-        self._check_requester(requester)
         gid = check_gid(spawn_id or f"w-{uuid.uuid4().hex[:12]}", key="spawn_id")
         body = schemas.encode(
             "spawn",
@@ -145,7 +145,6 @@ class ControlClient:
         given). ``UNKNOWN_WORKER`` when no binding of ``gid`` is known (never announced, or
         already stopped: its presence was tombstoned); ``UNKNOWN_HOST`` as for spawn. The
         outcome (``INJECTED`` = stopped, or ``FAILED`` with the reason) arrives through poll."""
-        self._check_requester(requester)
         stop_id = check_gid(stop_id or f"stop-{uuid.uuid4().hex[:12]}", key="stop_id")
         with self.sessions.begin() as s:
             if host is None:
@@ -190,16 +189,12 @@ class ControlClient:
                 for r in rows
             ]  # fmt: skip
 
-    def _check_requester(self, requester: str) -> None:
-        if self.local_senders is not None and requester not in self.local_senders:
-            raise DeliveryError(
-                f"{requester} is not an entity of host {self.publisher.host}",
-                reason="NOT_LOCAL_SENDER",
-            )
-
     def _queue(self, session: Session, env: Envelope, host: str) -> None:
         """One control record to ``host``'s gateway through the outbox; ``UNKNOWN_HOST`` (and
-        nothing written) when that gateway's entry is not live."""
+        nothing written) when that gateway's entry is not live; ``NOT_LOCAL_SENDER`` when the
+        requester is no local entity (configured, or a live worker spawned here)."""
+        if self.local_senders is not None:
+            self.local_senders.check(session, env.sender)
         if roster_cache.lookup(session, env.to, now_ms()) is None:
             raise DeliveryError(
                 f"unknown host {host!r}: no live gateway entry {env.to} in the roster",

@@ -92,3 +92,19 @@ def held_for_gone(session: Session) -> list[Any]:
     t, h = spawns_table, held_table
     pending = select(h.c.id).where(h.c.recipient == t.c.spawn_id, h.c.drained_at_ms.is_(None))
     return list(session.execute(select(t.c.spawn_id).where(t.c.state == REAPED, pending.exists())))
+
+
+SIGNABLE = (LAUNCHING, LIVE)  # a local entity of this host: it may send, its gateway signs
+
+
+def is_local_worker(session: Session, gid: str) -> bool:
+    """True when ``gid`` is a worker this host spawned and has not stopped or reaped.
+
+    ``launching`` counts: the row is committed before the process starts, and a worker may send
+    before its gateway has marked it ``live``. This is the one place a spawned worker's
+    locality is decided (the sender check of every client on this host reads it).
+    """
+    row = session.execute(
+        select(spawns_table.c.state).where(spawns_table.c.spawn_id == gid)
+    ).first()
+    return row is not None and row.state in SIGNABLE
