@@ -216,6 +216,7 @@ class SpawnHandler:
         """Each maintenance tick: reap workers whose process died, collect exited children."""
         if self.stops is not None:
             self.stops.reaper.sweep()
+            self.stops.retry_stalled()
         self.launcher.reap()
 
     def relive(self) -> int:

@@ -42,6 +42,7 @@ from .reaper import ReapCause, Reaper, begin_stopping
 log = logging.getLogger(__name__)
 
 UNKNOWN_WORKER = LifecycleReason.UNKNOWN_WORKER.value
+STALLED_S = 60.0  # well past the stop command's own bound (reaper.STOP_TIMEOUT_S)
 
 
 class StopVerdict(enum.StrEnum):
@@ -160,7 +161,7 @@ class StopHandler:
             self.reaper.end_process(row)
         answer = functools.partial(self._answer_row, stop)
         if not self.reaper.finish(stop.gid, ReapCause.STOP, answer=answer):
-            with self.sessions.begin() as s:  # reaped meanwhile (it died): still answered
+            with self.sessions.begin() as s:  # reaped meanwhile (it died, or a retry won)
                 answer(s)
 
     def _answer_row(self, stop: Any, session: Session) -> None:
@@ -173,8 +174,8 @@ class StopHandler:
             trace_id=stop.trace_id,
             ttl_s=ANSWER_TTL_S,
         )
-        stops.finish(session, stop.stop_id)
-        self._answer(session, env, stop.requester_host, None)
+        if stops.finish(session, stop.stop_id):  # conditional: one answer per STOP, ever
+            self._answer(session, env, stop.requester_host, None)
 
     def _answer(
         self, session: Session, env: Envelope, requester_host: str, reason: str | None,
@@ -192,6 +193,18 @@ class StopHandler:
             error=error,
             stage="stop",
         )
+
+    def retry_stalled(self, *, older_than_s: float = STALLED_S) -> int:
+        """Each maintenance tick: a STOP still ``stopping`` long after its commit (its
+        after-commit step raised) is finished again; the conditional ``reaped`` update keeps
+        its answer single."""
+        cutoff = int(time.time() * 1000) - round(older_than_s * 1000)
+        with self.sessions() as s:
+            stalled = [r.stop_id for r in stops.stopping(s) if r.created_ms < cutoff]
+        for stop_id in stalled:
+            log.warning("STOP %s still stopping: finishing it again", stop_id)
+            self._stop(stop_id)
+        return len(stalled)
 
     def recover(self) -> None:
         """At boot: finish the STOPs a crash interrupted after their commit (their answer

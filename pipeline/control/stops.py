@@ -41,8 +41,13 @@ def add(session: Session, **row: Any) -> None:
     session.execute(insert(stops_table).values(**row))
 
 
-def finish(session: Session, stop_id: str) -> None:
-    session.execute(update(stops_table).where(stops_table.c.stop_id == stop_id).values(state=DONE))
+def finish(session: Session, stop_id: str) -> bool:
+    """``stopping`` -> ``done``; False when it was done already (its answer went out then)."""
+    t = stops_table
+    result = session.execute(
+        update(t).where(t.c.stop_id == stop_id, t.c.state == STOPPING).values(state=DONE)
+    )
+    return bool(getattr(result, "rowcount", 0))
 
 
 def stopping(session: Session) -> list[Any]:

@@ -201,3 +201,54 @@ def test_the_mcp_stop_and_workers_tools_queue_and_list_with_reason_coded_errors(
     assert (w["gid"], w["host"], w["job"], w["state"], w["live"]) == ("w-9", "B", "j", "pending",
                                                                       False)  # fmt: skip
     engine.dispose()
+
+
+class _Publisher:
+    """Records what the stop handler stages (the answer path's only side effect)."""
+
+    host = "B"
+    gateway_id = "B._gateway"
+
+    def __init__(self) -> None:
+        self.staged: list[Any] = []
+
+    def stage(self, session: Any, env: Any, *, to_host: str) -> None:
+        self.staged.append((env.kind.value, env.to, to_host))
+
+
+def test_a_stalled_stop_finished_twice_answers_once(tmp_path: Path) -> None:
+    """Crash window: a STOP left ``stopping`` (its after-commit step raised) is finished again
+    by the tick, racing nothing or a second finish: the worker is reaped once and the
+    requester gets one answer (``stopping`` -> ``done`` is conditional)."""
+    from pipeline.control import stops
+    from pipeline.control.stop_handler import StopHandler
+
+    engine = _store(tmp_path)
+    sessions = session_factory(engine)
+    with sessions.begin() as s:
+        s.execute(spawns.spawns_table.update().where(spawns.spawns_table.c.spawn_id == "w-alive")
+                  .values(state=spawns.STOPPING, reason="stop"))  # fmt: skip
+        stops.add(s, stop_id="stop-1", gid="w-alive", request_msg_id="m-stop",
+                  requester="main-a", requester_host="A", trace_id="t", state=stops.STOPPING,
+                  created_ms=1)  # fmt: skip
+    forgotten = _Forgotten()
+    reaper = Reaper(
+        sessions=sessions,
+        profiles={"alive": _profile(name="alive", stop=("true",))},
+        launcher=Launcher(str(tmp_path)),
+        values=lambda row, profile: {"gid": row.spawn_id},
+        forget=forgotten,
+        drop_held=lambda session, gid: 0,
+    )
+    publisher = _Publisher()
+    handler = StopHandler(publisher=publisher, sessions=sessions, reaper=reaper)  # type: ignore[arg-type]
+    assert handler.retry_stalled(older_than_s=0) == 1
+    handler._stop("stop-1")  # the late after-commit step of the same STOP
+    assert handler.retry_stalled(older_than_s=0) == 0
+    assert publisher.staged == [("INJECTED", "main-a", "A")]
+    with engine.connect() as c:
+        row = c.execute(select(spawns.spawns_table).where(
+            spawns.spawns_table.c.spawn_id == "w-alive")).one()  # fmt: skip
+        (stop,) = c.execute(select(stops.stops_table)).all()
+    assert (row.state, row.reason, stop.state) == ("reaped", "stop", "done")
+    engine.dispose()
