@@ -37,6 +37,7 @@ from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import load_config
 from pipeline.gateway.held import held_table
 from pipeline.gateway.receipts import read_receipt
+from pipeline.gateway.roster_cache import roster_cache_table
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.headers import pack_headers
 from pipeline.store import make_engine
@@ -89,6 +90,8 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[Hosts]:
     reporting.start()
     try:
         wait_until(lambda: client.knows("B._gateway"), 60, "B's gateway entry in A's roster")
+        # B verifies main-a's SPAWNs against its own roster: an unheard sender is UNKNOWN_SENDER
+        wait_until(lambda: _b_knows(b_store, "main-a"), 60, "main-a in B's roster")
         yield Hosts(fleet, a_toml, client, control, markers, b_store)
     finally:
         stop.set()
@@ -102,6 +105,14 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[Hosts]:
                 os.kill(int(pidfile.read_text()), signal.SIGKILL)
         a_store.dispose()
         b_store.dispose()
+
+
+def _b_knows(b_store: Any, gid: str) -> bool:
+    with b_store.connect() as c:
+        return (
+            c.execute(select(roster_cache_table).where(roster_cache_table.c.gid == gid)).first()
+            is not None
+        )
 
 
 def _answers(h: Hosts, want: int, timeout: float = 60) -> dict[str, tuple[str, str]]:
