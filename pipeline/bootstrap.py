@@ -5,23 +5,36 @@ Entry points (CLI, demo, tests) call :func:`build_gateway`, :func:`build_client`
 arguments. Kafka clients and engines come from a :class:`Factories` (tests pass their own), test
 hooks from one :class:`~pipeline.hooks.Hooks`. Nothing here reads the environment or files beyond
 what the frozen configs name.
+
+The client half (:func:`build_client`, :func:`build_control_client`, :class:`Factories`) lives in
+:mod:`pipeline.bootstrap_client` and is re-exported here: a one-shot ``fleet send`` imports that
+module alone, not the graph this one wires.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
-from pipeline.control import SPAWN, ControlClient, spawns
+from pipeline.bootstrap_client import (  # the client half, re-exported (see the docstring)
+    DEFAULT_FACTORIES,
+    Factories,
+    build_client,
+    build_control_client,
+)
+from pipeline.control import SPAWN
+from pipeline.control.caps import LifecycleReason
 from pipeline.control.handler import SpawnHandler
 from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
+from pipeline.control.reaper import Reaper
+from pipeline.control.stop_handler import StopHandler
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.envelope.model import now_ms
 from pipeline.errors import ConfigError
@@ -35,7 +48,7 @@ from pipeline.failures.sinks import TopicFailedSink
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import GatewayConfig, ProfileConfig
 from pipeline.gateway.conversations import Conversations
-from pipeline.gateway.deadletters import OutboxDeadLetterSink
+from pipeline.gateway.deadletters import OutboxDeadLetterSink, dead_letter_held, undrained
 from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.failed_sink import EnvelopeFailedSink
 from pipeline.gateway.held import HeldStore
@@ -48,7 +61,6 @@ from pipeline.gateway.nudge import Nudger
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.gateway.roster_cache import RosterEntry, RosterState
-from pipeline.gateway.senders import LocalSenders
 from pipeline.gateway.service import Gateway, Supervised
 from pipeline.gateway.tracking import FORWARD
 from pipeline.hooks import NO_HOOKS, Hooks
@@ -73,6 +85,7 @@ from pipeline.presence.follower import ConsumerFactory
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Role, SpawnProfile
 from pipeline.presence.publisher import ProducerLike
+from pipeline.reasons import Config
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.inflight import Dispatcher, InflightConfig
 from pipeline.runtime.metrics import RuntimeMetrics
@@ -84,27 +97,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ClientFactory = Callable[[dict[str, Any]], Any]
-
-
-def _producer(conf: dict[str, Any]) -> Any:
-    return Producer(conf)
-
-
-def _consumer(conf: dict[str, Any]) -> Any:
-    return Consumer(conf)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Factories:
-    """Where Kafka clients and engines come from: the real ones unless a test passes its own."""
-
-    producer: ClientFactory = field(default=_producer)
-    consumer: ClientFactory = field(default=_consumer)
-    engine: Callable[[str], Engine] = field(default=make_engine)
-
-
-DEFAULT_FACTORIES = Factories()
 
 log = logging.getLogger(__name__)
 
@@ -124,53 +116,6 @@ class GatewayParts:
     nudger: Nudger
     registry: CollectorRegistry
     metrics: GatewayMetrics
-
-
-def local_senders(config: GatewayConfig) -> LocalSenders:
-    """Who this host signs for: its configured entities and the workers it spawned (store)."""
-    return LocalSenders(
-        host=config.host,
-        configured=frozenset(e.gid for e in config.entities),
-        spawned=spawns.is_local_worker,
-    )
-
-
-def build_client(
-    config: GatewayConfig,
-    *,
-    signer: Signer,
-    engine: Engine | None = None,
-    factories: Factories = DEFAULT_FACTORIES,
-    metrics: GatewayMetrics | None = None,
-) -> GatewayClient:
-    """A client for local entities of ``config.host`` (CLI `fleet send`/`poll`, MCP, libraries)."""
-    engine = engine or factories.engine(config.store_url)
-    topics = TopicNames(prefix=config.topic_prefix)
-    return GatewayClient(
-        sessions=session_factory(engine),
-        publisher=Publisher(host=config.host, signer=signer, topics=topics),
-        inject_deadline_s=config.inject_deadline_s,
-        local_senders=local_senders(config),
-        metrics=metrics,
-    )
-
-
-def build_control_client(
-    config: GatewayConfig,
-    *,
-    signer: Signer,
-    engine: Engine | None = None,
-    factories: Factories = DEFAULT_FACTORIES,
-) -> ControlClient:
-    """The requester's control-plane API for local entities (``fleet spawn``, the MCP face)."""
-    engine = engine or factories.engine(config.store_url)
-    topics = TopicNames(prefix=config.topic_prefix)
-    return ControlClient(
-        sessions=session_factory(engine),
-        publisher=Publisher(host=config.host, signer=signer, topics=topics),
-        deadline_s=config.spawn_deadline_s,
-        local_senders=local_senders(config),
-    )
 
 
 def _build_nudger(
@@ -274,8 +219,11 @@ def build_gateway(
         metrics=metrics,
         seen=seen,
         max_held_per_recipient=config.max_held_per_recipient,
+        lifecycle=(lifecycle := LifecycleMetrics(registry)),
         tracked=(tracked := (FORWARD, SPAWN)),
     )
+    group = topics.gateway_group(host)
+    dead_letters = OutboxDeadLetterSink(topics=topics, gateway=host, group=group)
     spawn_handler = _control_plane(
         config,
         verifier,
@@ -285,10 +233,9 @@ def build_gateway(
         presence,
         callbacks,
         inject_metrics,
-        registry,
+        lifecycle,
+        dead_letters,
     )
-    group = topics.gateway_group(host)
-    dead_letters = OutboxDeadLetterSink(topics=topics, gateway=host, group=group)
     runtime = ConsumerRuntime(
         RuntimeConfig(
             bootstrap=config.bootstrap,
@@ -361,9 +308,9 @@ def build_gateway(
         while not stop.wait(min(interval, 0.5)):
             maintenance.tick()
             try:
-                spawn_handler.launcher.reap()
+                spawn_handler.sweep()  # reap workers whose process died (§8 step 7)
             except Exception:
-                log.exception("maintenance duty launcher.reap failed")
+                log.exception("maintenance duty spawn_handler.sweep failed")
 
     gateway = Gateway(
         host=host,
@@ -403,9 +350,11 @@ def _control_plane(
     presence: PresencePublisher,
     callbacks: Mapping[str, Callable[..., Any]] | None,
     inject_metrics: InjectMetrics,
-    registry: CollectorRegistry,
+    lifecycle: LifecycleMetrics,
+    dead_letters: OutboxDeadLetterSink,
 ) -> SpawnHandler:
-    """The control topic's handler (a launched worker becomes a local inject entity)."""
+    """The control topic's handler (a launched worker becomes a local inject entity; a STOP or
+    a death takes it out again: tombstone + reaped)."""
 
     def on_live(gid: str, profile: ProfileConfig, values: Mapping[str, str]) -> None:
         spec = worker_injector(profile.injector, values)
@@ -419,15 +368,46 @@ def _control_plane(
         )
         presence.register(gid, role="worker", delivery="inject", groups=profile.groups)
 
+    def forget(gid: str) -> None:
+        entities.unregister(gid)
+        presence.unregister(gid)  # the tombstone: gone from every roster within a heartbeat
+
+    def drop_held(session: Any, gid: str) -> int:
+        return dead_letter_held(
+            session,
+            dead_letters,
+            undrained(session, gid),
+            reason=LifecycleReason.RECIPIENT_GONE,
+            error="held for {recipient}, which was stopped or reaped",
+        )
+
+    profiles = {p.name: p for p in config.profiles}
+    launcher = Launcher()
+    handler: SpawnHandler | None = None
+
+    def values(row: Any, profile: ProfileConfig) -> Mapping[str, str]:
+        assert handler is not None
+        return handler.values(row.spawn_id, profile, parent=row.parent, job=row.job)
+
+    reaper = Reaper(
+        sessions=sessions,
+        profiles=profiles,
+        launcher=launcher,
+        values=values,
+        forget=forget,
+        drop_held=drop_held,
+        metrics=lifecycle,
+    )
     handler = SpawnHandler(
         host=config.host,
         verifier=verifier,
         publisher=publisher,
         sessions=sessions,
-        profiles={p.name: p for p in config.profiles},
-        launcher=Launcher(),
+        profiles=profiles,
+        launcher=launcher,
         on_live=on_live,
-        count=LifecycleMetrics(registry).count,
+        count=lifecycle.count,
+        stops=StopHandler(publisher=publisher, sessions=sessions, reaper=reaper, metrics=lifecycle),
     )
     return handler
 
@@ -711,7 +691,7 @@ def build_mcp_server(config: GatewayConfig, *, signer: Signer, gid: str) -> MCPS
         what = "not an entity" if entity is None else "an inject entity, not a pull entity"
         raise ConfigError(
             f"--as {gid}: {what} of host {config.host}; a main over MCP is a local pull entity",
-            reason="CONFIG_INVALID",
+            reason=Config.CONFIG_INVALID,
             context={"key": "as", "value": gid},
         )
     engine = make_engine(config.store_url)

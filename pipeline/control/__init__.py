@@ -1,14 +1,18 @@
-"""The control plane (seed 000 §7.8): SPAWN requests on ``fleet.control.<host>``.
+"""The control plane (seed 000 §7.8, §8 steps 5 and 7): SPAWN and STOP on
+``fleet.control.<host>``.
 
-Requester side: :class:`ControlClient` stages a signed SPAWN through the outbox and tracks its
-deadline as a :data:`~pipeline.control.requests.SPAWN` row of the one deadline tracker
+Requester side: :class:`ControlClient` stages a signed SPAWN or STOP through the outbox; a
+SPAWN's deadline is a :data:`~pipeline.control.requests.SPAWN` row of the one deadline tracker
 (:mod:`pipeline.gateway.deadlines`): no outcome in time is exactly one ``FAILED``
-(``SPAWN_TIMEOUT``) at the requester. :func:`admit` is the target's pure admission check (profile, caps); the
-target gateway that consumes ``fleet.control.<host>`` is not built yet (docs/lifecycle.md).
+(``SPAWN_TIMEOUT``) at the requester. Target side:
+:class:`~pipeline.control.handler.SpawnHandler` (dedupe by ``spawnId``, :func:`admit`'s caps,
+launch after commit), :class:`~pipeline.control.stop_handler.StopHandler` (dedupe by
+``stopId``) and :class:`~pipeline.control.reaper.Reaper` (stop or death -> tombstone +
+``reaped``). See docs/lifecycle.md.
 """
 
 from .caps import Admission, Counts, LifecycleReason, admit
-from .client import UNKNOWN_HOST, ControlClient, SpawnRequest
+from .client import UNKNOWN_HOST, ControlClient, SpawnRequest, StopRequest
 from .requests import SPAWN, SPAWN_TIMEOUT, spawn_requests_table
 
 __all__ = [
@@ -20,6 +24,7 @@ __all__ = [
     "Counts",
     "LifecycleReason",
     "SpawnRequest",
+    "StopRequest",
     "admit",
     "spawn_requests_table",
 ]

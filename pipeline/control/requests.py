@@ -8,7 +8,10 @@ is the table (with what was asked: host, profile, parent, job) and its :data:`SP
 
 from __future__ import annotations
 
-from sqlalchemy import Column, String, Table
+from typing import Any
+
+from sqlalchemy import Column, String, Table, select
+from sqlalchemy.orm import Session
 
 from pipeline.gateway.deadlines import FAILED, PENDING, Tracked, tracked_columns
 from pipeline.store import metadata
@@ -42,4 +45,15 @@ SPAWN = Tracked(
     describe=lambda row: f"no outcome from {row.host} for spawn {row.spawn_id} in time",
 )
 
-__all__ = ["FAILED", "PENDING", "SPAWN", "SPAWNED", "SPAWN_TIMEOUT", "spawn_requests_table"]
+
+def of_requester(session: Session, requester: str, limit: int = 1000) -> list[Any]:
+    """The spawns ``requester`` asked for, newest first."""
+    t = spawn_requests_table
+    query = select(t).where(t.c.requester == requester).order_by(t.c.sent_ms.desc())
+    return list(session.execute(query.limit(limit)))
+
+
+__all__ = [
+    "FAILED", "PENDING", "SPAWN", "SPAWNED", "SPAWN_TIMEOUT", "of_requester",
+    "spawn_requests_table",
+]  # fmt: skip

@@ -25,17 +25,14 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
-from pipeline.failures.context import FailureContext
-from pipeline.outbox.headers import unpack_headers
 from pipeline.presence.model import Delivery
 from pipeline.reasons import Verification
-from pipeline.runtime import Record, Staged
 from pipeline.runtime.dedupe import purge_older_than
 from pipeline.store import read_sessions
 
 from . import roster_cache
 from .conversations import EXPIRED, Conversations
-from .deadletters import OutboxDeadLetterSink
+from .deadletters import OutboxDeadLetterSink, dead_letter_held
 from .deadlines import Deadlines, Tracked
 from .entities import LocalEntities
 from .held import HeldStore, hold_notice
@@ -124,7 +121,7 @@ class Maintenance:
                     body=failed_body(
                         row.ask_msg_id,
                         row.asked,
-                        reason="EXPIRED",
+                        reason=Verification.EXPIRED,
                         error=f"no answer from {row.asked} before the ASK expired",
                         stage="expiry",
                     ),
@@ -149,29 +146,13 @@ class Maintenance:
                 return 0
         with self.sessions.begin() as s:
             rows = self.held.expired(s, now)
-            tx = Staged()
-            for row in rows:
-                record = Record(
-                    topic=row.topic or "",
-                    partition=-1,
-                    offset=-1,
-                    key=row.recipient.encode(),
-                    value=bytes(row.body),
-                    headers=tuple(unpack_headers(row.headers)),
-                    timestamp_ms=row.ts_ms,
-                )
-                self.dead_letters.stage(
-                    tx,
-                    FailureContext(
-                        record=record,
-                        reason=Verification.EXPIRED,
-                        error=f"held for {row.recipient} past expiresAt without a drain",
-                        first_failure_ms=now,
-                        last_failure_ms=now,
-                    ),
-                )
-            tx.flush(s)
-            HeldStore.delete_ids(s, [r.id for r in rows])
+            dead_letter_held(
+                s,
+                self.dead_letters,
+                rows,
+                reason=Verification.EXPIRED,
+                error="held for {recipient} past expiresAt without a drain",
+            )
         if rows:
             self.metrics.expiries.labels("held").inc(len(rows))
         return len(rows)
