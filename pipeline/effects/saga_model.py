@@ -62,7 +62,7 @@ class SagaDefinition:
     def compensation_delay_s(self, failures: int) -> float:
         """How long to wait before the next attempt after ``failures`` failed attempts."""
         return min(
-            self.compensation_backoff_max_s, self.compensation_backoff_s * 2 ** (failures - 1)
+            self.compensation_backoff_max_s, self.compensation_backoff_s * 2.0 ** (failures - 1)
         )
 
     def __post_init__(self) -> None:
