@@ -10,6 +10,7 @@ from . import (
     dlq_cmd,
     gateway_cmd,
     idem_cmd,
+    init_cmd,
     kafka_cmd,
     keys_cmd,
     lab_cmd,
@@ -49,6 +50,7 @@ gateway_cmd.register(app)  # fleet send | ask | answer | poll
 gateway_cmd.register(app)  # fleet send | ask | answer | abandon | poll | mcp
 demo_cmd.register(app)  # fleet demo
 control_cmd.register(app)  # fleet spawn
+init_cmd.register(app)  # fleet init --host H
 
 
 def main() -> None:  # pragma: no cover
