@@ -8,7 +8,7 @@ waiting turns (docs/store.md, bounded stores).
 Two kinds of rows are *dedupe* rows -- they make a redelivered or replayed record a no-op -- and
 seed 001's rule decides their horizon: "key retention must cover the longest period over which
 one event can be redelivered or replayed" (the same rule :class:`pipeline.effects.KeyClass`
-enforces for idempotency keys, through :func:`pipeline.effects.retention.covers`):
+enforces for idempotency keys; both use :func:`covers`):
 
 * ``dedupe_s`` >= the inbox topic's ``retention.ms`` (``inbox_topic_s``, which the gateway
   declares on its inbox and control topics) + ``replay_window_s``, else
@@ -21,13 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.effects.retention import covers
 from pipeline.errors import ConfigError
-from pipeline.kafka.topology import TopologySpec
 from pipeline.reasons import Config, Retention
 
+# Light on purpose: gateway.config imports this, and `fleet send` must not load Kafka or SQL.
 DAY_S = 86_400.0
-DLQ_RETENTION_S = TopologySpec.dlq_retention_ms / 1000.0  # what the topology declares
+DLQ_RETENTION_S = 14 * DAY_S  # TopologySpec.dlq_retention_ms (a unit test holds them equal)
 _DURATIONS = (
     "outbox_sent_s",
     "tracking_finished_s",
@@ -110,6 +109,16 @@ class RetentionConfig:
             reason,
             horizon_s=window,
         )
+
+
+def covers(retention_s: float | None, replay_window_s: float | None) -> bool:
+    """Seed 001's rule: rows kept ``retention_s`` (``None``: forever) outlive every redelivery
+    or replay within ``replay_window_s`` (``None``: the topic keeps records forever)."""
+    if retention_s is None:
+        return True
+    if replay_window_s is None:
+        return False
+    return retention_s >= replay_window_s
 
 
 def _invalid(key: str, value: object, detail: str, reason: str, **extra: object) -> ConfigError:

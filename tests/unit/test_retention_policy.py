@@ -13,6 +13,7 @@ from pipeline.gateway.config import load_config
 from pipeline.kafka.topology import TopologySpec
 from pipeline.reasons import Config, Retention
 from pipeline.retention import RetentionConfig
+from pipeline.retention.policy import DLQ_RETENTION_S
 
 DAY = 86_400.0
 
@@ -22,6 +23,7 @@ def test_defaults_cover_the_declared_topics() -> None:
     assert policy.dedupe_s >= policy.inbox_topic_s + policy.replay_window_s
     assert policy.inbox_retention_ms == TopologySpec(hosts=()).inbox_retention_ms
     assert policy.failed_reported_s >= TopologySpec(hosts=()).dlq_retention_ms / 1000
+    assert TopologySpec(hosts=()).dlq_retention_ms == DLQ_RETENTION_S * 1000
 
 
 def test_seed_001_numbers_are_refused() -> None:
