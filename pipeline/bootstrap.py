@@ -82,6 +82,8 @@ from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Role, SpawnProfile
 from pipeline.presence.publisher import ProducerLike
 from pipeline.reasons import Config
+from pipeline.retention.metrics import RetentionMetrics
+from pipeline.retention.purger import Purger
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.inflight import Dispatcher, InflightConfig
 from pipeline.runtime.metrics import RuntimeMetrics
@@ -157,7 +159,14 @@ def build_gateway(
     registry = registry or CollectorRegistry()
     if apply_topics:  # a broker still starting, or a leader not elected yet, is waited out
         wait_out(
-            lambda: apply_topology(config.bootstrap, TopologySpec(hosts=(host,), topics=topics)),
+            lambda: apply_topology(
+                config.bootstrap,
+                TopologySpec(
+                    hosts=(host,),
+                    topics=topics,
+                    inbox_retention_ms=config.retention.inbox_retention_ms,
+                ),
+            ),
             what=f"gateway {host}: topology",
             deadline_s=120.0,
             log=log,
@@ -273,6 +282,7 @@ def build_gateway(
         ),
         entities=entities,
         injections=injections,
+        purger=Purger(engine=engine, policy=config.retention, metrics=RetentionMetrics(registry)),
     )
     nudger = _build_nudger(config, callbacks, reads, conversations, metrics, publisher)
     client = build_client(
