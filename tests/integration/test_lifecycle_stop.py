@@ -84,20 +84,25 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[Hosts]:
     a_store, b_store = make_engine(a_cfg.store_url), make_engine(b_cfg.store_url)
     client = build_client(a_cfg, signer=fleet.signers["A"], engine=a_store)
     control = build_control_client(a_cfg, signer=fleet.signers["A"], engine=a_store)
-    reporter = build_failed_reporter(b_cfg, signer=fleet.signers["B"], trust=fleet.trust)
     stop = threading.Event()
-    reporting = threading.Thread(target=reporter.run, kwargs={"should_stop": stop.is_set})
-    reporting.start()
+    reporter: Any = None
+    reporting: threading.Thread | None = None
     try:
         wait_until(lambda: client.knows("B._gateway"), 60, "B's gateway entry in A's roster")
         # B verifies main-a's SPAWNs against its own roster: an unheard sender is UNKNOWN_SENDER
         wait_until(lambda: _b_knows(b_store, "main-a"), 60, "main-a in B's roster")
+        # the gateways created the topology (the DLQ among it) by now
+        reporter = build_failed_reporter(b_cfg, signer=fleet.signers["B"], trust=fleet.trust)
+        reporting = threading.Thread(target=reporter.run, kwargs={"should_stop": stop.is_set})
+        reporting.start()
         yield Hosts(fleet, a_toml, client, control, markers, b_store)
     finally:
         stop.set()
-        reporting.join(30)
-        reporter.consumer.close()
-        reporter.engine.dispose()
+        if reporting is not None:
+            reporting.join(30)
+        if reporter is not None:
+            reporter.consumer.close()
+            reporter.engine.dispose()
         a.stop()
         b.stop()
         for pidfile in markers.glob("*.pid"):  # workers outlive their gateway (own session)
