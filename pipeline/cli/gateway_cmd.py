@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -50,6 +50,17 @@ def _signer(cfg: GatewayConfig) -> Signer:
     return Signer.load(cfg.key_file)
 
 
+def serve_metrics(registry: Any, *, port: int, address: str) -> Any:
+    """Serve ``registry`` on ``address:port``; a port in use or a bad address is a ConfigError."""
+    from prometheus_client import start_http_server
+
+    try:
+        server, _thread = start_http_server(port, addr=address, registry=registry)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--metrics-address {address} --metrics-port {port}: {exc}") from None
+    return server
+
+
 def _body(text: str | None) -> bytes:
     if text is None or text == "-":
         return sys.stdin.buffer.read()
@@ -62,10 +73,14 @@ def run(
     config: ConfigOpt,
     host: Annotated[str | None, typer.Option(help="Host id (overrides the file).")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
+    metrics_address: Annotated[
+        str,
+        typer.Option(
+            help="Address /metrics listens on (0.0.0.0: every interface, for a remote scraper)."
+        ),
+    ] = "127.0.0.1",
 ) -> None:
     """Run the gateway until SIGTERM/SIGINT; exits 3 when fenced or on a fatal error."""
-    from prometheus_client import start_http_server
-
     from pipeline.bootstrap import build_gateway
     from pipeline.envelope import TrustStore
     from pipeline.hooks import hooks_from_fault
@@ -81,7 +96,7 @@ def run(
         hooks=hooks_from_fault(os.environ.get("FLEET_FAULT")),
     )
     if metrics_port is not None:
-        start_http_server(metrics_port, addr="127.0.0.1", registry=parts.registry)
+        serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
     gw = parts.gateway.start()
     signal.signal(signal.SIGTERM, lambda *_: gw.stop_event.set())
     signal.signal(signal.SIGINT, lambda *_: gw.stop_event.set())

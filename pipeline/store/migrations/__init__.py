@@ -24,7 +24,7 @@ TABLE_MODULES = (
     "pipeline.control.stops",
     "pipeline.effects.tables",
     "pipeline.effects.saga_tables",
-    "pipeline.pool.results",
+    "pipeline.pool.tables",
 )
 
 

@@ -1,7 +1,7 @@
 """fleet_stops + fleet_spawns.ended_ms: STOP and reap (issue 15, seed 000 §8 step 7)
 
-Revision ID: 0006_spawn_stops
-Revises: 0005_wave2_tables
+Revision ID: 0007_spawn_stops
+Revises: 0006_pool_steps_via_effects
 Create Date: 2026-12-01
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006_spawn_stops"
-down_revision: str | None = "0005_wave2_tables"
+revision: str = "0007_spawn_stops"
+down_revision: str | None = "0006_pool_steps_via_effects"
 branch_labels: str | None = None
 depends_on: str | None = None
 
