@@ -32,6 +32,7 @@ from pipeline.control import SpawnDeadlines
 from pipeline.control.handler import SpawnHandler
 from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
+from pipeline.effects import IdempotencyMetrics, IdempotencyStore, KeyClass
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.envelope.model import now_ms
 from pipeline.errors import ConfigError
@@ -74,6 +75,8 @@ from pipeline.observability import build_exporter as start_exporter
 from pipeline.observability.exporter import Exporter
 from pipeline.outbox import Relay
 from pipeline.pool import PoolConfig, PoolHandler
+from pipeline.pool.claims import StepClaims
+from pipeline.pool.heartbeat import Heartbeat as PoolHeartbeat
 from pipeline.pool.metrics import PoolMetrics
 from pipeline.pool.steps import StepFn
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
@@ -495,13 +498,24 @@ def build_exporter(
 
 @dataclass
 class PoolMember:
-    """Everything :func:`build_pool_member` made: run ``runtime.run(stop)``; dispose ``engine``."""
+    """Everything :func:`build_pool_member` made: ``run(stop)``, then dispose ``engine``."""
 
     runtime: ConsumerRuntime
     handler: PoolHandler
     engine: Engine
     registry: CollectorRegistry
     metrics: PoolMetrics
+    heartbeat: PoolHeartbeat
+
+    def run(self, stop: Any) -> None:
+        """The heartbeat (lease renewal, lanes row) around the consumer runtime."""
+        self.heartbeat.start()
+        try:
+            self.runtime.run(stop)
+        finally:
+            if self.handler.claims is not None:
+                self.handler.claims.stopping.set()
+            self.heartbeat.close()
 
 
 def build_pool_member(
@@ -523,15 +537,34 @@ def build_pool_member(
     sessions = session_factory(engine)
     metrics = PoolMetrics(registry, pool=config.pool)
     dedupe_header = "msgId" if config.dedupe else None
+    step_keys = KeyClass.for_topic(
+        config.key_class,
+        retention_s=config.replay_window_ms / 1000,
+        topic_retention_ms=config.replay_window_ms,
+        lease_s=config.step_lease_s,
+    )
+    claims = StepClaims(
+        IdempotencyStore([step_keys], metrics=IdempotencyMetrics(registry)),
+        sessions,
+        key_class=step_keys.name,
+    )
     handler = PoolHandler(
         step,
         scope=group,
         member=config.member,
-        sessions=sessions,
         reads=read_sessions(engine),
+        claims=claims,
         dedupe_header=dedupe_header,
         metrics=metrics,
         events_path=config.events_path,
+    )
+    heartbeat = PoolHeartbeat(
+        claims=handler.claims,
+        sessions=sessions,
+        pool=config.pool,
+        member=config.member,
+        running=handler.running_since,
+        period_s=config.heartbeat_s,
     )
     ports = FailurePorts(
         writer=DeadLetterWriter(
@@ -575,7 +608,12 @@ def build_pool_member(
         inflight=dispatcher,
     )
     return PoolMember(
-        runtime=runtime, handler=handler, engine=engine, registry=registry, metrics=metrics
+        runtime=runtime,
+        handler=handler,
+        engine=engine,
+        registry=registry,
+        metrics=metrics,
+        heartbeat=heartbeat,
     )
 
 
