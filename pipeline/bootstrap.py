@@ -311,7 +311,7 @@ def build_gateway(
 
     def run_maintenance(stop: Any) -> None:
         while not stop.wait(min(interval, 0.5)):
-            maintenance.tick()
+            maintenance.tick(stop)  # a stop ends a purge pass between two batches
             try:
                 spawn_deadlines.tick()  # the requester's side of SPAWN
                 spawn_handler.launcher.reap()

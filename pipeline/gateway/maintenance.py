@@ -17,9 +17,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
+from threading import Event
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -81,13 +83,13 @@ class Maintenance:
         self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
         self._last_roster: list[roster_cache.RosterEntry] | None = None
 
-    def tick(self) -> None:
-        duties = (self.deadlines, self.expire_turns, self.sweep, self.refresh_roster, self.purge)
-        for duty in duties:
+    def tick(self, stop: Event | None = None) -> None:
+        duties = (self.deadlines, self.expire_turns, self.sweep, self.refresh_roster)
+        for duty in (*duties, functools.partial(self.purge, stop)):
             try:
                 duty()
             except Exception:
-                log.exception("maintenance duty %s failed", duty.__name__)
+                log.exception("maintenance duty %s failed", getattr(duty, "__name__", "purge"))
 
     def deadlines(self) -> int:
         now = int(time.time() * 1000)
@@ -188,10 +190,11 @@ class Maintenance:
             self.metrics.expiries.labels("held").inc(len(rows))
         return len(rows)
 
-    def purge(self) -> None:
-        """One purge pass when due (the purger paces itself: ``[retention] every_s``)."""
+    def purge(self, stop: Event | None = None) -> None:
+        """One purge pass when due (the purger paces itself: ``[retention] every_s``); ``stop``
+        ends it between two batches."""
         if self.purger is not None and self.purger.due():
-            self.purger.run()
+            self.purger.run(stop=stop)
 
     def refresh_roster(self, *, state_every_ms: int = 2000) -> None:
         if self.roster_entries is None:
