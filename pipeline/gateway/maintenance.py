@@ -27,17 +27,14 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
-from pipeline.failures.context import FailureContext
-from pipeline.outbox.headers import unpack_headers
 from pipeline.presence.model import Delivery
 from pipeline.reasons import Inject, Verification
 from pipeline.retention.purger import Purger
-from pipeline.runtime import Record, Staged
 from pipeline.store import read_sessions
 
 from . import roster_cache, tracking
 from .conversations import EXPIRED, Conversations
-from .deadletters import OutboxDeadLetterSink
+from .deadletters import OutboxDeadLetterSink, dead_letter_held
 from .entities import LocalEntities
 from .held import HeldStore, held_table
 from .injection import InjectionQueue
@@ -163,29 +160,13 @@ class Maintenance:
                 return 0
         with self.sessions.begin() as s:
             rows = self.held.expired(s, now)
-            tx = Staged()
-            for row in rows:
-                record = Record(
-                    topic=row.topic or "",
-                    partition=-1,
-                    offset=-1,
-                    key=row.recipient.encode(),
-                    value=bytes(row.body),
-                    headers=tuple(unpack_headers(row.headers)),
-                    timestamp_ms=row.ts_ms,
-                )
-                self.dead_letters.stage(
-                    tx,
-                    FailureContext(
-                        record=record,
-                        reason=Verification.EXPIRED,
-                        error=f"held for {row.recipient} past expiresAt without a drain",
-                        first_failure_ms=now,
-                        last_failure_ms=now,
-                    ),
-                )
-            tx.flush(s)
-            HeldStore.delete_ids(s, [r.id for r in rows])
+            dead_letter_held(
+                s,
+                self.dead_letters,
+                rows,
+                reason=Verification.EXPIRED,
+                error="held for {recipient} past expiresAt without a drain",
+            )
         if rows:
             self.metrics.expiries.labels("held").inc(len(rows))
         return len(rows)
