@@ -319,7 +319,7 @@ def build_gateway(
 
     def run_maintenance(stop: Any) -> None:
         while not stop.wait(min(interval, 0.5)):
-            maintenance.tick()
+            maintenance.tick(stop)  # a stop ends a purge pass between two batches
             try:
                 spawn_handler.sweep()  # reap workers whose process died (§8 step 7)
             except Exception:

@@ -18,9 +18,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from threading import Event
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -90,13 +92,13 @@ class Maintenance:
             on_timeout={FORWARD.name: metrics.injected_timeouts.inc},
         )
 
-    def tick(self) -> None:
-        duties = (self.deadlines, self.expire_turns, self.sweep, self.refresh_roster, self.purge)
-        for duty in duties:
+    def tick(self, stop: Event | None = None) -> None:
+        duties = (self.deadlines, self.expire_turns, self.sweep, self.refresh_roster)
+        for duty in (*duties, functools.partial(self.purge, stop)):
             try:
                 duty()
             except Exception:
-                log.exception("maintenance duty %s failed", duty.__name__)
+                log.exception("maintenance duty %s failed", getattr(duty, "__name__", "purge"))
 
     def deadlines(self) -> int:
         """Every tracked send past its deadline (forward sends, SPAWNs): one FAILED each."""
@@ -157,10 +159,11 @@ class Maintenance:
             self.metrics.expiries.labels("held").inc(len(rows))
         return len(rows)
 
-    def purge(self) -> None:
-        """One purge pass when due (the purger paces itself: ``[retention] every_s``)."""
+    def purge(self, stop: Event | None = None) -> None:
+        """One purge pass when due (the purger paces itself: ``[retention] every_s``); ``stop``
+        ends it between two batches."""
         if self.purger is not None and self.purger.due():
-            self.purger.run()
+            self.purger.run(stop=stop)
 
     def refresh_roster(self, *, state_every_ms: int = 2000) -> None:
         if self.roster_entries is None:
