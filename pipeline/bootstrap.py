@@ -29,7 +29,6 @@ from pipeline.bootstrap_client import (  # the client half, re-exported (see the
     build_control_client,
 )
 from pipeline.control import SPAWN
-from pipeline.control.caps import LifecycleReason
 from pipeline.control.handler import SpawnHandler
 from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
@@ -88,7 +87,7 @@ from pipeline.presence.follower import ConsumerFactory
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Role, SpawnProfile
 from pipeline.presence.publisher import ProducerLike
-from pipeline.reasons import Config
+from pipeline.reasons import Config, Lifecycle
 from pipeline.retention.metrics import RetentionMetrics
 from pipeline.retention.purger import Purger
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
@@ -390,7 +389,7 @@ def _control_plane(
             session,
             dead_letters,
             undrained(session, gid),
-            reason=LifecycleReason.RECIPIENT_GONE,
+            reason=Lifecycle.RECIPIENT_GONE,
             error="held for {recipient}, which was stopped or reaped",
         )
 

@@ -11,7 +11,7 @@ launch after commit), :class:`~pipeline.control.stop_handler.StopHandler` (dedup
 ``reaped``). See docs/lifecycle.md.
 """
 
-from .caps import Admission, Counts, LifecycleReason, admit
+from .caps import Admission, Counts, admit
 from .client import UNKNOWN_HOST, ControlClient, SpawnRequest, StopRequest
 from .requests import SPAWN, SPAWN_TIMEOUT, spawn_requests_table
 
@@ -22,7 +22,6 @@ __all__ = [
     "Admission",
     "ControlClient",
     "Counts",
-    "LifecycleReason",
     "SpawnRequest",
     "StopRequest",
     "admit",

@@ -23,11 +23,11 @@ from pipeline.gateway.config import check_gid
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.senders import LocalSenders
 from pipeline.presence.model import gateway_gid
+from pipeline.reasons import Lifecycle
 
 from . import requests
-from .caps import LifecycleReason
 
-UNKNOWN_HOST = LifecycleReason.UNKNOWN_HOST.value
+UNKNOWN_HOST = Lifecycle.UNKNOWN_HOST.value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -154,7 +154,7 @@ class ControlClient:
                     raise DeliveryError(
                         f"no presence binding for {gid!r}: never announced, or already "
                         "stopped (tombstoned); pass its host to ask anyway",
-                        reason=LifecycleReason.UNKNOWN_WORKER.value,
+                        reason=Lifecycle.UNKNOWN_WORKER.value,
                         context={"gid": gid},
                     )
                 host = entry.host

@@ -14,9 +14,8 @@ from sqlalchemy import Column, String, Table, select
 from sqlalchemy.orm import Session
 
 from pipeline.gateway.deadlines import FAILED, PENDING, Tracked, tracked_columns
+from pipeline.reasons import Lifecycle
 from pipeline.store import metadata
-
-from .caps import LifecycleReason
 
 spawn_requests_table = Table(
     "fleet_spawn_requests",
@@ -32,7 +31,7 @@ spawn_requests_table = Table(
 )
 
 SPAWNED = "spawned"
-SPAWN_TIMEOUT = LifecycleReason.SPAWN_TIMEOUT.value
+SPAWN_TIMEOUT = Lifecycle.SPAWN_TIMEOUT.value
 
 SPAWN = Tracked(
     name="spawn",

@@ -23,7 +23,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline import reasons
 from pipeline.control import spawns
-from pipeline.control.caps import LifecycleReason
 from pipeline.control.metrics import LifecycleMetrics
 from pipeline.envelope import EXPIRED, REPLAY, BoundedSeenSet, Envelope, Kind, Verifier
 from pipeline.envelope.verify import Verified
@@ -31,6 +30,7 @@ from pipeline.errors import EnvelopeError
 from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
 from pipeline.outbox.headers import pack_headers
 from pipeline.presence.model import Delivery
+from pipeline.reasons import Lifecycle
 from pipeline.runtime import Record, Staged
 from pipeline.store import with_retry
 
@@ -50,7 +50,7 @@ T = TypeVar("T")
 BROADCAST_PREFIX = "broadcast."
 UNKNOWN_RECIPIENT = reasons.Delivery.UNKNOWN_RECIPIENT
 HELD_CAP_EXCEEDED = reasons.Delivery.HELD_CAP_EXCEEDED
-RECIPIENT_GONE = LifecycleReason.RECIPIENT_GONE
+RECIPIENT_GONE = Lifecycle.RECIPIENT_GONE
 REPLY_TTL_S = 300.0
 _STILL_A_DUPLICATE = frozenset({REPLAY, EXPIRED})
 
