@@ -35,11 +35,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from pipeline.errors import BrokerError, FleetError, StoreError
 from pipeline.kafka.produce_errors import permanent_reason
 from pipeline.kafka.settings import producer_config
+from pipeline.record_headers import unpack_headers
 from pipeline.store import readonly
 
 from .acker import Acker
 from .batch import Batch
-from .headers import fold_headers, unpack_headers
+from .headers import fold_headers
 from .limits import DEFAULT_MAX_RECORD_BYTES
 from .metrics import OutboxMetrics, PublishFailure, classify
 from .status import backlog
