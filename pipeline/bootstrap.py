@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
@@ -83,7 +82,6 @@ from pipeline.pool.heartbeat import Heartbeat as PoolHeartbeat
 from pipeline.pool.metrics import PoolMetrics
 from pipeline.pool.steps import StepFn
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
-from pipeline.presence.follower import ConsumerFactory
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Role, SpawnProfile
 from pipeline.presence.publisher import ProducerLike
@@ -98,9 +96,6 @@ from pipeline.store import make_engine, read_sessions, session_factory
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
-
-log = logging.getLogger(__name__)
-
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +152,6 @@ def build_gateway(
     maintenance_interval_s: float | None = None,
     factories: Factories = DEFAULT_FACTORIES,
     hooks: Hooks = NO_HOOKS,
-    roster_consumer: ConsumerFactory | None = None,
 ) -> GatewayParts:
     """Build one host's gateway: inbox runtime, relay, presence, roster, injectors, ticker."""
     host = config.host
@@ -172,6 +166,7 @@ def build_gateway(
                     topics=topics,
                     inbox_retention_ms=config.retention.inbox_retention_ms,
                 ),
+                admin_factory=factories.admin,
             ),
             what=f"gateway {host}: topology",
             deadline_s=120.0,
@@ -189,7 +184,7 @@ def build_gateway(
         view=roster,
         topics=topics,
         metrics=presence_metrics,
-        consumer_factory=roster_consumer or factories.consumer,
+        consumer_factory=factories.consumer,
     )
     presence = PresencePublisher(
         metrics=presence_metrics,
@@ -259,6 +254,7 @@ def build_gateway(
         sessions=sessions,
         dead_letters=dead_letters,
         metrics=RuntimeMetrics(registry),
+        consumer_factory=factories.consumer,
         fault_after_commit=hooks.fault_after_commit,
     )
     relay = Relay(
@@ -526,11 +522,15 @@ def build_exporter(
     *,
     store_urls: list[str] | None = None,
     reader: KafkaOffsetReader | None = None,
+    factories: Factories = DEFAULT_FACTORIES,
 ) -> Exporter:
     """``fleet exporter``: lag sampler and, with ``store_urls``, the store gauges; started."""
     from pipeline.observability.store_gauges import SqlStoreGauges
 
     store = SqlStoreGauges.from_urls(store_urls) if store_urls else None
+    reader = reader or KafkaOffsetReader(
+        config.bootstrap, admin_factory=factories.admin, consumer_factory=factories.consumer
+    )
     return start_exporter(config, reader=reader, store=store)
 
 
@@ -562,16 +562,22 @@ def build_pool_member(
     step: StepFn,
     registry: CollectorRegistry | None = None,
     apply_topics: bool = True,
-    consumer_factory: Callable[[dict[str, Any]], Any] = Consumer,
+    factories: Factories = DEFAULT_FACTORIES,
 ) -> PoolMember:
     """One member of ``fleet.pool.<pool>`` on topic ``fleet.pool.<pool>`` (issue 10): the
     consumer runtime with an in-flight dispatcher, the pool handler, failure ports."""
     topics = TopicNames(prefix=config.topic_prefix)
     topic, group = topics.pool(config.pool), topics.pool_group(config.pool)
     if apply_topics:
-        ensure_pool_topic(config.bootstrap, topics, config.pool, partitions=config.partitions)
+        ensure_pool_topic(
+            config.bootstrap,
+            topics,
+            config.pool,
+            partitions=config.partitions,
+            admin_factory=factories.admin,
+        )
     registry = registry or CollectorRegistry()
-    engine = make_engine(config.store_url)
+    engine = factories.engine(config.store_url)
     sessions = session_factory(engine)
     metrics = PoolMetrics(registry, pool=config.pool)
     dedupe_header = "msgId" if config.dedupe else None
@@ -606,7 +612,10 @@ def build_pool_member(
     )
     ports = FailurePorts(
         writer=DeadLetterWriter(
-            config.bootstrap, topics, gateway=f"pool.{config.pool}", group=group
+            factories.producer(producer_config(config.bootstrap)),
+            topics,
+            gateway=f"pool.{config.pool}",
+            group=group,
         ),
         store=QuarantineStore(engine),
         metrics=FailureMetrics(registry),
@@ -642,7 +651,7 @@ def build_pool_member(
         dead_letters=ports,
         quarantine=ports,
         metrics=RuntimeMetrics(registry),
-        consumer_factory=consumer_factory,
+        consumer_factory=factories.consumer,
         inflight=dispatcher,
     )
     return PoolMember(
@@ -700,6 +709,7 @@ def build_saga_process(
     registry: CollectorRegistry | None = None,
     ticker: Callable[[Engine], Callable[[], object]] | None = None,
     engine: Engine | None = None,
+    factories: Factories = DEFAULT_FACTORIES,
 ) -> SagaProcess:
     """One saga process (``docs/sagas.md``): ``role`` is ``orchestrator`` or a participant name.
 
@@ -708,7 +718,7 @@ def build_saga_process(
     command/reply leave through this store's outbox, shipped by this process's relay.
     """
     registry = registry or CollectorRegistry()
-    engine = engine or make_engine(store_url)
+    engine = engine or factories.engine(store_url)
     topic = topics.replies if role == "orchestrator" else topics.commands(role)
     group = f"{topics.prefix}.saga.{role}"
     runtime = ConsumerRuntime(
@@ -719,8 +729,15 @@ def build_saga_process(
             topics=TopicNames(prefix=topic_prefix), gateway=f"saga-{role}", group=group
         ),
         metrics=RuntimeMetrics(registry),
+        consumer_factory=factories.consumer,
     )
-    relay = Relay(engine=engine, bootstrap=bootstrap, registry=registry, idle_wait_s=0.01)
+    relay = Relay(
+        engine=engine,
+        bootstrap=bootstrap,
+        registry=registry,
+        idle_wait_s=0.01,
+        producer_factory=factories.producer,
+    )
     return SagaProcess(
         runtime=runtime,
         relay=relay,

@@ -19,7 +19,7 @@ from pipeline import outbox
 from pipeline.failures.context import FailureContext
 from pipeline.failures.dlq import dead_letter_headers
 from pipeline.kafka.topics import TopicNames
-from pipeline.outbox.headers import unpack_headers
+from pipeline.record_headers import unpack_headers
 from pipeline.runtime import Record, Staged
 
 from .held import HeldStore, held_table

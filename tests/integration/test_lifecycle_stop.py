@@ -39,7 +39,7 @@ from pipeline.gateway.held import held_table
 from pipeline.gateway.receipts import read_receipt
 from pipeline.gateway.roster_cache import roster_cache_table
 from pipeline.kafka.topics import TopicNames
-from pipeline.outbox.headers import pack_headers
+from pipeline.record_headers import pack_headers
 from pipeline.store import make_engine
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, GatewayProcess, wait_until
