@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
@@ -51,11 +52,15 @@ from pipeline.gateway.roster_cache import RosterEntry, RosterState
 from pipeline.gateway.service import Gateway, Supervised
 from pipeline.hooks import NO_HOOKS, Hooks
 from pipeline.kafka.errors import wait_out
+from pipeline.kafka.refusals import check_access
+from pipeline.kafka.security import PLAINTEXT, KafkaSecurity
 from pipeline.kafka.settings import (
     OffsetReset,
+    admin_config,
     consumer_config,
     pool_consumer_overrides,
     producer_config,
+    with_security,
 )
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology, ensure_pool_topic
@@ -93,13 +98,48 @@ def _consumer(conf: dict[str, Any]) -> Any:
     return Consumer(conf)
 
 
+def _admin(conf: dict[str, Any]) -> Any:
+    return AdminClient(conf)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Factories:
-    """Where Kafka clients and engines come from: the real ones unless a test passes its own."""
+    """Where Kafka clients and engines come from: the real ones unless a test passes its own.
+
+    ``security`` is the ``[kafka]`` table these factories apply; :meth:`secured` returns
+    factories that put it on every client they build (``with_security``, the one place).
+    """
 
     producer: ClientFactory = field(default=_producer)
     consumer: ClientFactory = field(default=_consumer)
+    admin: ClientFactory = field(default=_admin)
     engine: Callable[[str], Engine] = field(default=make_engine)
+    security: KafkaSecurity = PLAINTEXT
+
+    def secured(self, security: KafkaSecurity) -> Factories:
+        """These factories with ``security`` applied to every producer, consumer and admin."""
+        if security == self.security:
+            return self
+        if self.security != PLAINTEXT:
+            raise ConfigError("these factories are already secured with another [kafka] table")
+        p, c, a = self.producer, self.consumer, self.admin
+        return replace(
+            self,
+            producer=lambda conf: p(with_security(conf, security)),
+            consumer=lambda conf: c(with_security(conf, security)),
+            admin=lambda conf: a(with_security(conf, security)),
+            security=security,
+        )
+
+    def check_access(self, bootstrap: str, *, timeout_s: float = 15.0) -> None:
+        """Fail fast (AUTH_FAILED, TLS_FAILED, PROTOCOL_MISMATCH) when the cluster refuses our
+        login, instead of letting librdkafka retry it for ever (``pipeline.kafka.refusals``)."""
+        check_access(
+            admin_config(bootstrap),
+            security=self.security,
+            admin=self.admin,
+            timeout_s=timeout_s,
+        )
 
 
 DEFAULT_FACTORIES = Factories()

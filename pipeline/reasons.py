@@ -127,9 +127,21 @@ class Launcher(enum.StrEnum):
     BROKER_NOT_READY = "BROKER_NOT_READY"
 
 
+class Security(enum.StrEnum):
+    """A secured cluster refused us, or the ``[kafka]`` table is unsafe (``docs/security.md``)."""
+
+    AUTH_FAILED = "AUTH_FAILED"  # SASL login refused (wrong password, unknown user, mechanism)
+    TLS_FAILED = "TLS_FAILED"  # TLS handshake failed (unknown CA, bad certificate, hostname)
+    PROTOCOL_MISMATCH = "PROTOCOL_MISMATCH"  # e.g. a plaintext client on a TLS/SASL listener
+    NOT_AUTHORIZED = "NOT_AUTHORIZED"  # an ACL denies this operation on this resource
+    SECRET_INLINE = "SECRET_INLINE"  # a password written into the file: refused
+    SECRET_UNREADABLE = "SECRET_UNREADABLE"  # sasl_password_file / _env missing or empty
+    PROPERTY_OWNED = "PROPERTY_OWNED"  # [kafka.properties] sets a key fleet-pipeline owns
+
+
 FAMILIES: dict[str, type[enum.StrEnum]] = {
     f.__name__: f
-    for f in (Verification, Delivery, Inject, Failure, Platform, Config, Keys, Launcher)
+    for f in (Verification, Delivery, Inject, Failure, Platform, Config, Keys, Launcher, Security)
 }
 
 _order = list(Verification)
