@@ -76,6 +76,7 @@ from pipeline.presence.follower import ConsumerFactory
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Role, SpawnProfile
 from pipeline.presence.publisher import ProducerLike
+from pipeline.reasons import Config
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.inflight import Dispatcher, InflightConfig
 from pipeline.runtime.metrics import RuntimeMetrics
@@ -740,7 +741,7 @@ def build_mcp_server(config: GatewayConfig, *, signer: Signer, gid: str) -> MCPS
         what = "not an entity" if entity is None else "an inject entity, not a pull entity"
         raise ConfigError(
             f"--as {gid}: {what} of host {config.host}; a main over MCP is a local pull entity",
-            reason="CONFIG_INVALID",
+            reason=Config.CONFIG_INVALID,
             context={"key": "as", "value": gid},
         )
     engine = make_engine(config.store_url)

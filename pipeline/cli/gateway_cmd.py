@@ -15,6 +15,7 @@ from pipeline.envelope import Kind, Signer, TrustStore
 from pipeline.errors import ConfigError
 from pipeline.gateway import render
 from pipeline.gateway.config import GatewayConfig, load_config
+from pipeline.reasons import Config, Verification
 
 from .output import console, emit_json, err_console, fail_on_fleet_error
 
@@ -35,7 +36,7 @@ def _signer(cfg: GatewayConfig) -> Signer:
     if not cfg.key_file:
         raise ConfigError(
             f"{cfg.host}: key_file is not set (create one: fleet keys init --host {cfg.host})",
-            reason="CONFIG_MISSING_KEY",
+            reason=Config.CONFIG_MISSING_KEY,
         )
     return Signer.load(cfg.key_file)
 
@@ -62,7 +63,7 @@ def run(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     cfg = _load(config, host)
     if not cfg.trust_dir:
-        raise ConfigError("trust_dir is not set", reason="CONFIG_MISSING_TRUST")
+        raise ConfigError("trust_dir is not set", reason=Config.CONFIG_MISSING_TRUST)
     parts = build_gateway(
         cfg,
         signer=_signer(cfg),
@@ -98,7 +99,7 @@ def send(
     try:
         k = Kind(kind.upper())
     except ValueError:
-        raise ConfigError(f"unknown kind {kind!r}", reason="UNKNOWN_KIND") from None
+        raise ConfigError(f"unknown kind {kind!r}", reason=Verification.UNKNOWN_KIND) from None
     env = build_client(cfg, signer=_signer(cfg)).send(
         sender=sender, to=to, body=_body(body), kind=k, ttl_s=ttl
     )

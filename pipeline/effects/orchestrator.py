@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session
 
 from pipeline.errors import ConfigError
 from pipeline.outbox import write
+from pipeline.reasons import Saga
 
 from .metrics import SagaMetrics
-from .reasons import EffectsReason
 from .saga_model import Command, Phase, SagaDefinition, SagaState, step_key
 from .saga_record import SagaRecord, load, save
 from .saga_tables import saga
@@ -55,7 +55,7 @@ class SagaOrchestrator:
         if d is None:
             raise ConfigError(
                 f"saga {rec.saga_id}: unknown definition {rec.definition!r}",
-                reason=EffectsReason.SAGA_DEFINITION_INVALID,
+                reason=Saga.SAGA_DEFINITION_INVALID,
             )
         return d
 
@@ -66,7 +66,7 @@ class SagaOrchestrator:
         if definition not in self.definitions:
             raise ConfigError(
                 f"unknown saga definition {definition!r}",
-                reason=EffectsReason.SAGA_DEFINITION_INVALID,
+                reason=Saga.SAGA_DEFINITION_INVALID,
             )
         now = self._now()
         session.execute(
@@ -119,7 +119,7 @@ class SagaOrchestrator:
             rec.step += 1
             self._enter_step(session, rec, now)
         elif phase == Phase.ACTION:
-            rec.error = f"{EffectsReason.STEP_FAILED}: step {d.steps[step].name}: {error}"
+            rec.error = f"{Saga.SAGA_STEP_FAILED}: step {d.steps[step].name}: {error}"
             rec.note(now, rec.error)
             self._compensate_below(session, rec, step, now)
         elif ok:
@@ -136,7 +136,7 @@ class SagaOrchestrator:
             self._send(session, rec, d)
         else:
             rec.state = SagaState.HUMAN
-            rec.error = f"{EffectsReason.COMPENSATION_EXHAUSTED}: {d.steps[step].name}: {error}"
+            rec.error = f"{Saga.SAGA_COMPENSATION_EXHAUSTED}: {d.steps[step].name}: {error}"
             rec.note(now, rec.error)
             self._event(session, rec, "saga.human")
             self._finished(rec)
@@ -156,7 +156,7 @@ class SagaOrchestrator:
             rec.deadline_ms = None
             self._enter_step(session, rec, now)
         else:
-            rec.error = f"{EffectsReason.APPROVAL_REJECTED}: {note}"
+            rec.error = f"{Saga.SAGA_APPROVAL_REJECTED}: {note}"
             rec.note(now, rec.error)
             self._compensate_below(session, rec, step, now)
         save(session, rec, now)
@@ -179,7 +179,7 @@ class SagaOrchestrator:
             rec = load(session, saga_id)
             if rec.state != SagaState.AWAITING_APPROVAL or (rec.deadline_ms or 0) > now:
                 continue
-            rec.error = f"{EffectsReason.APPROVAL_EXPIRED}: no decision by the deadline"
+            rec.error = f"{Saga.SAGA_APPROVAL_EXPIRED}: no decision by the deadline"
             rec.note(now, rec.error)
             self._event(session, rec, "approval.expired")
             if self.metrics:
@@ -212,7 +212,7 @@ class SagaOrchestrator:
         if rec.state != SagaState.HUMAN:
             raise ConfigError(
                 f"saga {saga_id} is {rec.state.value}, not in the human queue",
-                reason=EffectsReason.SAGA_NOT_IN_HUMAN_QUEUE,
+                reason=Saga.SAGA_NOT_IN_HUMAN_QUEUE,
             )
         return rec
 

@@ -13,8 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pipeline.errors import ConfigError
-
-from .reasons import EffectsReason
+from pipeline.reasons import Idempotency
 
 FOREVER: float | None = None  # retention_s / replay_window_s: no expiry (topic retention.ms=-1)
 
@@ -40,7 +39,7 @@ class KeyClass:
         if not self.name or len(self.name) > 64:
             raise ConfigError(
                 f"key class name must be 1..64 characters: {self.name!r}",
-                reason=EffectsReason.KEY_INVALID,
+                reason=Idempotency.IDEM_KEY_INVALID,
             )
         if self.lease_s <= 0:
             raise ConfigError(f"key class {self.name!r}: lease_s must be > 0")
@@ -50,7 +49,7 @@ class KeyClass:
                 f"replayed for {_fmt(self.replay_window_s)}; a replay after the keys expire would "
                 "repeat the effect (seed 001: 24 h keys under a 7-day topic). Keep keys at least "
                 "as long as the replay window.",
-                reason=EffectsReason.RETENTION_SHORTER_THAN_REPLAY,
+                reason=Idempotency.IDEM_RETENTION_SHORTER_THAN_REPLAY,
                 context={
                     "key_class": self.name,
                     "retention_s": self.retention_s,

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.errors import ConfigError
+from pipeline.reasons import Saga
 
 from .keys import key_from_identity
-from .reasons import EffectsReason
 
 
 class SagaState(enum.StrEnum):
@@ -68,7 +68,7 @@ class SagaDefinition:
         if problems:
             raise ConfigError(
                 f"saga {self.name!r}: {'; '.join(problems)}",
-                reason=EffectsReason.SAGA_DEFINITION_INVALID,
+                reason=Saga.SAGA_DEFINITION_INVALID,
             )
 
 

@@ -232,7 +232,9 @@ class ProfileConfig:
         if not isinstance(self.description, str):
             raise invalid("description", self.description, "must be a string")
         if not self.launch:
-            raise invalid("launch", _MISSING, "a profile needs a launch argv", "CONFIG_MISSING_KEY")
+            raise invalid(
+                "launch", _MISSING, "a profile needs a launch argv", Config.CONFIG_MISSING_KEY
+            )
         for key in ("launch", "stop", "check"):
             _template(getattr(self, key), key)
         if not isinstance(self.injector, InjectorSpec):

@@ -136,7 +136,7 @@ class Maintenance:
                     body=failed_body(
                         row.ask_msg_id,
                         row.asked,
-                        reason="EXPIRED",
+                        reason=Verification.EXPIRED,
                         error=f"no answer from {row.asked} before the ASK expired",
                         stage="expiry",
                     ),

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import LauncherError
+from pipeline.reasons import Launcher
 
 from .classpath import BrokerClasspath
 from .java import JavaRuntime
@@ -172,7 +173,7 @@ class KafkaNode:
                 output = self.spec.secure.redact(output)
             raise LauncherError(
                 f"formatting KRaft storage for node {self.spec.node_id} failed:\n{output}",
-                reason="STORAGE_FORMAT_FAILED",
+                reason=Launcher.STORAGE_FORMAT_FAILED,
             )
 
     # -- lifecycle ---------------------------------------------------------------------------
