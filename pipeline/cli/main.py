@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from . import (
+    acls_cmd,
     control_cmd,
     demo_cmd,
     dlq_cmd,
@@ -45,6 +46,7 @@ app.add_typer(idem_cmd.app, name="idem")
 app.add_typer(saga_cmd.app, name="saga")
 app.add_typer(gateway_cmd.app, name="gateway")
 app.add_typer(pool_cmd.app, name="pool")
+app.add_typer(acls_cmd.app, name="acls")
 gateway_cmd.register(app)  # fleet send | ask | answer | poll
 gateway_cmd.register(app)  # fleet send | ask | answer | abandon | poll | mcp
 demo_cmd.register(app)  # fleet demo

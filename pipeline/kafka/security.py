@@ -339,3 +339,22 @@ def _member(cls: type[E], value: Any, key: str) -> E:
         return cls(value)
     except ValueError:
         raise _invalid(key, value, f"one of {', '.join(cls)}") from None
+
+
+def load_kafka_file(path: str | Path, *, environ: Mapping[str, str]) -> KafkaSecurity:
+    """The ``[kafka]`` table of a TOML file (a fleet.toml, or ``<login>.kafka.toml`` written by
+    ``fleet kafka up --secure``), for commands that take ``--kafka-config``; an edge reader."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(
+            f"{path}: cannot read a [kafka] table: {exc}", reason=Config.CONFIG_NOT_FOUND
+        ) from None
+    try:
+        return security_from_table(data.get("kafka", {}), environ=environ)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{path}: {exc.args[0]}", reason=exc.reason, context=exc.context
+        ) from None
