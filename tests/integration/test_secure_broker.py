@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
@@ -25,16 +26,22 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from pipeline.bootstrap import Factories
+from pipeline.bootstrap import Factories, build_gateway
+from pipeline.envelope import Kind
 from pipeline.errors import FleetError, SecurityError
+from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.kafka.acls import apply_grants, gateway_grants
 from pipeline.kafka.errors import as_fleet_error
 from pipeline.kafka.local import LauncherConfig, LocalCluster
 from pipeline.kafka.local.secure import ADMIN, make_tls
 from pipeline.kafka.security import PLAINTEXT, KafkaSecurity, Secret
 from pipeline.kafka.settings import admin_config, consumer_config, producer_config
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.reasons import Security
 from pipeline.testing import test_broker_dir as broker_dir
 from pipeline.testing import unique_name
+from tests.integration.fleet_hosts import Fleet, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -167,6 +174,99 @@ def test_a_login_without_an_acl_is_not_authorized(secure: LocalCluster) -> None:
     _SEEN.append(str(err))
     assert err.reason == Security.NOT_AUTHORIZED and not err.retriable
     assert err.context["resource_type"] == "topic"
+
+
+def _gateway_config(
+    secure: LocalCluster, fleet: Fleet, host: str, entity: EntityConfig, root: Path
+) -> GatewayConfig:
+    return GatewayConfig(
+        host=host,
+        bootstrap=secure.bootstrap_servers,
+        store_url=f"sqlite:///{root / (host + '.sqlite')}",
+        topic_prefix=fleet.prefix,
+        inject_deadline_s=10,
+        presence_interval_s=1.0,
+        presence_ttl_s=30.0,
+        sweep_interval_s=0.5,
+        entities=(entity,),
+        kafka=login(secure, host),
+    )
+
+
+def test_two_gateways_with_their_logins_and_only_the_planned_acls(
+    secure: LocalCluster, tmp_path: Path
+) -> None:
+    """Issue 13 acceptance on seed 000 §10.2: per-host logins over TLS and only the ACLs of
+    ``fleet acls plan``; the forward path (send -> inject -> INJECTED) and the pull path
+    (reply held, then pulled) work; gateway a cannot read inbox.b nor join gw.b."""
+    fleet = Fleet.create(tmp_path, secure.bootstrap_servers, ("a", "b"))
+    names = TopicNames(prefix=fleet.prefix)
+    admin = Factories().secured(login(secure, ADMIN))
+    apply_topology(
+        secure.bootstrap_servers,
+        TopologySpec(hosts=("a", "b"), topics=names),
+        admin_factory=admin.admin,
+    )
+    for host in ("a", "b"):
+        apply_grants(
+            admin.admin(admin_config(secure.bootstrap_servers)), gateway_grants(host, names)
+        )
+    injected: list[bytes] = []
+
+    def worker(*, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
+        injected.append(body)
+
+    main = EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL)
+    work = EntityConfig(
+        gid="worker-b",
+        role=Role.WORKER,
+        delivery=Delivery.INJECT,
+        injector=InjectorSpec(type="callback", callback="worker-b"),
+    )
+    a = build_gateway(
+        _gateway_config(secure, fleet, "a", main, tmp_path),
+        signer=fleet.signers["a"],
+        trust=fleet.trust,
+    )
+    b = build_gateway(
+        _gateway_config(secure, fleet, "b", work, tmp_path),
+        signer=fleet.signers["b"],
+        trust=fleet.trust,
+        callbacks={"worker-b": worker},
+    )
+    a.gateway.start()
+    b.gateway.start()
+    try:
+        wait_until(lambda: a.client.knows("worker-b") and b.client.knows("main-a"), 60, "presence")
+        a.client.send(sender="main-a", to="worker-b", body=b"brief")
+        wait_until(lambda: injected == [b"brief"], 30, "the inject on b")
+        b.client.send(sender="worker-b", to="main-a", kind=Kind.REPLY, body=b"done")
+        got: list[Any] = []
+        wait_until(lambda: got.extend(a.client.poll("main-a")) or len(got) >= 2, 30, "pull on a")
+        assert sorted(m.kind for m in got) == ["INJECTED", "REPLY"]
+        assert a.gateway.stop_event.is_set() is False and b.gateway.stop_event.is_set() is False
+    finally:
+        a.gateway.stop()
+        b.gateway.stop()
+
+    # gateway a's login, the gateway's own consumer settings, b's inbox and group
+    spy = (
+        Factories()
+        .secured(login(secure, "a"))
+        .consumer(consumer_config(secure.bootstrap_servers, names.gateway_group("b")))
+    )
+    spy.subscribe([names.inbox("b")])
+    refused: FleetError | None = None
+    for _ in range(60):
+        msg = spy.poll(0.5)
+        if msg is not None and msg.error() is not None:
+            refused = as_fleet_error(msg.error(), f"read {names.inbox('b')}")
+            break
+    spy.close()
+    assert refused is not None, "a read b's inbox, or no refusal within the bound"
+    _SEEN.append(str(refused))
+    assert refused.reason == Security.NOT_AUTHORIZED
+    assert refused.context["resource_type"] in ("topic", "group")
 
 
 def test_zz_no_password_in_any_output(secure: LocalCluster) -> None:
