@@ -45,12 +45,12 @@ def refusal_reason(err: KafkaError) -> Security | None:
         return Security.AUTH_FAILED
     if code in RESOURCE_OF:
         return Security.NOT_AUTHORIZED
+    if code == KafkaError._TRANSPORT and "security.protocol" in text:
+        return Security.PROTOCOL_MISMATCH  # librdkafka's own hint, or RefusalWatch's
     if code == KafkaError._SSL or (
         code == KafkaError._TRANSPORT and any(w in text for w in _TLS_WORDS)
     ):
         return Security.TLS_FAILED
-    if code == KafkaError._TRANSPORT and "security.protocol" in text:
-        return Security.PROTOCOL_MISMATCH
     return None
 
 
@@ -97,10 +97,20 @@ _HINTS = {
 
 
 class RefusalWatch:
-    """An ``error_cb`` that keeps the first security refusal a client reports."""
+    """An ``error_cb`` and ``logger`` that keep the first security refusal a client reports.
 
-    def __init__(self) -> None:
+    librdkafka reports a refused login (``_AUTHENTICATION``) and a refused handshake (``_SSL``)
+    to the ``error_cb``. A plaintext client on a TLS listener only sees the connection closed
+    during its first request, logged, not reported; :data:`MISMATCH_AFTER` such closes in a row
+    count as PROTOCOL_MISMATCH. Log lines are passed on to ``inner`` (the package's logger).
+    """
+
+    MISMATCH_AFTER = 3
+
+    def __init__(self, inner: Any = None) -> None:
+        self.inner = inner
         self._first: KafkaError | None = None
+        self._closes = 0
         self._lock = threading.Lock()
 
     def __call__(self, err: KafkaError) -> None:
@@ -109,10 +119,27 @@ class RefusalWatch:
                 if self._first is None:
                     self._first = err
 
+    def log(self, level: int, fmt: str, *args: object) -> None:
+        if self.inner is not None:
+            self.inner.log(level, fmt, *args)
+        line = str(args[-1]) if args else fmt
+        if "Disconnected" in line and "state APIVERSION_QUERY" in line:
+            with self._lock:
+                self._closes += 1
+                closes = self._closes
+            if closes >= self.MISMATCH_AFTER:
+                self(KafkaError(KafkaError._TRANSPORT, f"{line}: {_CLOSED_EARLY}"))
+
     @property
     def first(self) -> KafkaError | None:
         with self._lock:
             return self._first
+
+
+_CLOSED_EARLY = (
+    "the listener closed every connection at the first request, as a TLS or SASL listener does "
+    "with a client of another security.protocol"
+)
 
 
 def check_access(
@@ -122,21 +149,22 @@ def check_access(
     admin: Callable[[dict[str, Any]], Any],
     timeout_s: float = 15.0,
 ) -> None:
-    """Connect once with the full client ``conf`` (already :func:`with_security`'d) and fail
+    """Connect once with the client settings ``conf`` (``admin`` applies the login) and fail
     within ``timeout_s`` with AUTH_FAILED / TLS_FAILED / PROTOCOL_MISMATCH when the cluster
     refuses us. A cluster that is merely down is not a refusal: then this returns after the
     bound and the caller's own waiting (``wait_out``) reports it."""
-    watch = RefusalWatch()
-    client = admin(dict(conf, error_cb=watch))
+    watch = RefusalWatch(inner=conf.get("logger"))
+    client = admin(dict(conf, error_cb=watch, logger=watch))
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        client.poll(0.1)  # serves error_cb and the log lines
         if watch.first is not None:
             break
         try:
             client.list_topics(timeout=0.5)
             return
         except Exception:  # noqa: BLE001 - not yet; the watch says whether it is a refusal
-            time.sleep(0.05)
+            continue
     first = watch.first
     if first is not None:
         error = security_error(first, "connecting to Kafka", security=security)

@@ -15,7 +15,7 @@ from pipeline.bootstrap import Factories
 from pipeline.errors import ConfigError, SecurityError
 from pipeline.gateway.config import load_config
 from pipeline.kafka.errors import as_fleet_error
-from pipeline.kafka.refusals import refusal_reason, security_error
+from pipeline.kafka.refusals import RefusalWatch, refusal_reason, security_error
 from pipeline.kafka.security import KafkaSecurity, Secret, security_from_table
 from pipeline.kafka.settings import consumer_config, producer_config, with_security
 from pipeline.reasons import Config, Security
@@ -236,3 +236,24 @@ def test_a_refusal_text_never_carries_the_password() -> None:
         KafkaError(KafkaError._AUTHENTICATION, f"echo {PASSWORD}"), "connect", security=sasl()
     )
     assert err is not None and PASSWORD not in str(err)
+
+
+def test_repeated_early_closes_are_a_protocol_mismatch() -> None:
+    """A plaintext client on a TLS listener is only told "connection closed" (a log line)."""
+    seen: list[str] = []
+
+    class Inner:
+        def log(self, level: int, fmt: str, *args: object) -> None:
+            seen.append(str(args[-1]))
+
+    watch = RefusalWatch(inner=Inner())
+    line = "b:1/bootstrap: Disconnected: connection closed by peer (after 5ms in state APIVERSION_QUERY)"
+    for _ in range(RefusalWatch.MISMATCH_AFTER - 1):
+        watch.log(6, "%s [%s] %s", "FAIL", "rdkafka#producer-1", line)
+    assert watch.first is None
+    watch.log(6, "%s [%s] %s", "FAIL", "rdkafka#producer-1", line)
+    assert watch.first is not None
+    assert refusal_reason(watch.first) == Security.PROTOCOL_MISMATCH
+    assert len(seen) == RefusalWatch.MISMATCH_AFTER  # still passed on to the package's log
+    watch(KafkaError(KafkaError._AUTHENTICATION, "later"))
+    assert refusal_reason(watch.first) == Security.PROTOCOL_MISMATCH  # the first one is kept
