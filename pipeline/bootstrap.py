@@ -14,8 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
@@ -51,6 +49,7 @@ from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.gateway.roster_cache import RosterEntry, RosterState
 from pipeline.gateway.service import Gateway, Supervised
 from pipeline.hooks import NO_HOOKS, Hooks
+from pipeline.kafka.clients import ClientFactory, new_admin, new_consumer, new_producer
 from pipeline.kafka.errors import wait_out
 from pipeline.kafka.refusals import check_access
 from pipeline.kafka.security import PLAINTEXT, KafkaSecurity
@@ -72,7 +71,6 @@ from pipeline.pool import PoolConfig, PoolHandler
 from pipeline.pool.metrics import PoolMetrics
 from pipeline.pool.steps import StepFn
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
-from pipeline.presence.follower import ConsumerFactory
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Role, SpawnProfile
 from pipeline.presence.publisher import ProducerLike
@@ -88,32 +86,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ClientFactory = Callable[[dict[str, Any]], Any]
-
-
-def _producer(conf: dict[str, Any]) -> Any:
-    return Producer(conf)
-
-
-def _consumer(conf: dict[str, Any]) -> Any:
-    return Consumer(conf)
-
-
-def _admin(conf: dict[str, Any]) -> Any:
-    return AdminClient(conf)
-
 
 @dataclass(frozen=True, kw_only=True)
 class Factories:
     """Where Kafka clients and engines come from: the real ones unless a test passes its own.
 
+    Every client a built process uses is made here: the runtime's and the roster follower's
+    consumers, the relay's, presence's and dead-letter producers, the admin clients of the
+    topology check and the lag reader. Each factory takes the client's librdkafka settings, so a
+    wrapper (a secured cluster's extra settings, a fault-injecting fake) sees all of them.
+
     ``security`` is the ``[kafka]`` table these factories apply; :meth:`secured` returns
     factories that put it on every client they build (``with_security``, the one place).
     """
 
-    producer: ClientFactory = field(default=_producer)
-    consumer: ClientFactory = field(default=_consumer)
-    admin: ClientFactory = field(default=_admin)
+    producer: ClientFactory = field(default=new_producer)
+    consumer: ClientFactory = field(default=new_consumer)
+    admin: ClientFactory = field(default=new_admin)
     engine: Callable[[str], Engine] = field(default=make_engine)
     security: KafkaSecurity = PLAINTEXT
 
@@ -248,7 +237,6 @@ def build_gateway(
     maintenance_interval_s: float | None = None,
     factories: Factories = DEFAULT_FACTORIES,
     hooks: Hooks = NO_HOOKS,
-    roster_consumer: ConsumerFactory | None = None,
 ) -> GatewayParts:
     """Build one host's gateway: inbox runtime, relay, presence, roster, injectors, ticker."""
     # every client below carries the [kafka] login; a refused one stops the start here
@@ -257,7 +245,11 @@ def build_gateway(
     registry = registry or CollectorRegistry()
     if apply_topics:  # a broker still starting, or a leader not elected yet, is waited out
         wait_out(
-            lambda: apply_topology(config.bootstrap, TopologySpec(hosts=(host,), topics=topics)),
+            lambda: apply_topology(
+                config.bootstrap,
+                TopologySpec(hosts=(host,), topics=topics),
+                admin_factory=factories.admin,
+            ),
             what=f"gateway {host}: topology",
             deadline_s=120.0,
             log=log,
@@ -274,7 +266,7 @@ def build_gateway(
         view=roster,
         topics=topics,
         metrics=presence_metrics,
-        consumer_factory=roster_consumer or factories.consumer,
+        consumer_factory=factories.consumer,
     )
     presence = PresencePublisher(
         metrics=presence_metrics,
@@ -341,6 +333,7 @@ def build_gateway(
         sessions=sessions,
         dead_letters=dead_letters,
         metrics=RuntimeMetrics(registry),
+        consumer_factory=factories.consumer,
         fault_after_commit=hooks.fault_after_commit,
     )
     relay = Relay(
@@ -575,11 +568,15 @@ def build_exporter(
     *,
     store_urls: list[str] | None = None,
     reader: KafkaOffsetReader | None = None,
+    factories: Factories = DEFAULT_FACTORIES,
 ) -> Exporter:
     """``fleet exporter``: lag sampler and, with ``store_urls``, the store gauges; started."""
     from pipeline.observability.store_gauges import SqlStoreGauges
 
     store = SqlStoreGauges.from_urls(store_urls) if store_urls else None
+    reader = reader or KafkaOffsetReader(
+        config.bootstrap, admin_factory=factories.admin, consumer_factory=factories.consumer
+    )
     return start_exporter(config, reader=reader, store=store)
 
 
@@ -600,16 +597,22 @@ def build_pool_member(
     step: StepFn,
     registry: CollectorRegistry | None = None,
     apply_topics: bool = True,
-    consumer_factory: Callable[[dict[str, Any]], Any] = Consumer,
+    factories: Factories = DEFAULT_FACTORIES,
 ) -> PoolMember:
     """One member of ``fleet.pool.<pool>`` on topic ``fleet.pool.<pool>`` (issue 10): the
     consumer runtime with an in-flight dispatcher, the pool handler, failure ports."""
     topics = TopicNames(prefix=config.topic_prefix)
     topic, group = topics.pool(config.pool), topics.pool_group(config.pool)
     if apply_topics:
-        ensure_pool_topic(config.bootstrap, topics, config.pool, partitions=config.partitions)
+        ensure_pool_topic(
+            config.bootstrap,
+            topics,
+            config.pool,
+            partitions=config.partitions,
+            admin_factory=factories.admin,
+        )
     registry = registry or CollectorRegistry()
-    engine = make_engine(config.store_url)
+    engine = factories.engine(config.store_url)
     sessions = session_factory(engine)
     metrics = PoolMetrics(registry, pool=config.pool)
     dedupe_header = "msgId" if config.dedupe else None
@@ -625,7 +628,10 @@ def build_pool_member(
     )
     ports = FailurePorts(
         writer=DeadLetterWriter(
-            config.bootstrap, topics, gateway=f"pool.{config.pool}", group=group
+            factories.producer(producer_config(config.bootstrap)),
+            topics,
+            gateway=f"pool.{config.pool}",
+            group=group,
         ),
         store=QuarantineStore(engine),
         metrics=FailureMetrics(registry),
@@ -661,7 +667,7 @@ def build_pool_member(
         dead_letters=ports,
         quarantine=ports,
         metrics=RuntimeMetrics(registry),
-        consumer_factory=consumer_factory,
+        consumer_factory=factories.consumer,
         inflight=dispatcher,
     )
     return PoolMember(
@@ -714,6 +720,7 @@ def build_saga_process(
     registry: CollectorRegistry | None = None,
     ticker: Callable[[Engine], Callable[[], object]] | None = None,
     engine: Engine | None = None,
+    factories: Factories = DEFAULT_FACTORIES,
 ) -> SagaProcess:
     """One saga process (``docs/sagas.md``): ``role`` is ``orchestrator`` or a participant name.
 
@@ -722,7 +729,7 @@ def build_saga_process(
     command/reply leave through this store's outbox, shipped by this process's relay.
     """
     registry = registry or CollectorRegistry()
-    engine = engine or make_engine(store_url)
+    engine = engine or factories.engine(store_url)
     topic = topics.replies if role == "orchestrator" else topics.commands(role)
     group = f"{topics.prefix}.saga.{role}"
     runtime = ConsumerRuntime(
@@ -733,8 +740,15 @@ def build_saga_process(
             topics=TopicNames(prefix=topic_prefix), gateway=f"saga-{role}", group=group
         ),
         metrics=RuntimeMetrics(registry),
+        consumer_factory=factories.consumer,
     )
-    relay = Relay(engine=engine, bootstrap=bootstrap, registry=registry, idle_wait_s=0.01)
+    relay = Relay(
+        engine=engine,
+        bootstrap=bootstrap,
+        registry=registry,
+        idle_wait_s=0.01,
+        producer_factory=factories.producer,
+    )
     return SagaProcess(
         runtime=runtime,
         relay=relay,

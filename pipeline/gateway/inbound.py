@@ -27,8 +27,8 @@ from pipeline.envelope import EXPIRED, REPLAY, BoundedSeenSet, Envelope, Kind, V
 from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
 from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
-from pipeline.outbox.headers import pack_headers
 from pipeline.presence.model import Delivery
+from pipeline.record_headers import pack_headers
 from pipeline.runtime import Record, Staged
 from pipeline.store import with_retry
 
@@ -49,10 +49,6 @@ UNKNOWN_RECIPIENT = reasons.Delivery.UNKNOWN_RECIPIENT
 HELD_CAP_EXCEEDED = reasons.Delivery.HELD_CAP_EXCEEDED
 REPLY_TTL_S = 300.0
 _STILL_A_DUPLICATE = frozenset({REPLAY, EXPIRED})
-
-
-def _pack(headers: tuple[tuple[str, bytes], ...]) -> bytes:
-    return pack_headers(list(headers)) or b""
 
 
 @dataclass
@@ -209,7 +205,7 @@ class InboxHandler:
                 "trace_id": env.trace_id,
                 "turn_id": env.turn_id,
                 "body": env.body,
-                "headers": _pack(record.headers),
+                "headers": pack_headers(record.headers),
                 "topic": record.topic,
                 "ts_ms": env.ts_ms,
                 "expires_at_ms": env.expires_at_ms,

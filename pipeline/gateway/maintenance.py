@@ -25,9 +25,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.failures.context import FailureContext
-from pipeline.outbox.headers import unpack_headers
 from pipeline.presence.model import Delivery
 from pipeline.reasons import Inject, Verification
+from pipeline.record_headers import unpack_headers
 from pipeline.runtime import Record, Staged
 from pipeline.runtime.dedupe import purge_older_than
 from pipeline.store import read_sessions

@@ -26,6 +26,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 
 from pipeline.errors import BrokerError, TopologyError
 
+from .clients import ClientFactory, new_admin
 from .settings import admin_config
 from .topics import TopicNames
 
@@ -165,10 +166,15 @@ def _check_raced(admin: Any, specs: list[TopicSpec], timeout_s: float) -> None:
 
 
 def apply_topology(
-    bootstrap: str, spec: TopologySpec, *, dry_run: bool = False, timeout_s: float = 30.0
+    bootstrap: str,
+    spec: TopologySpec,
+    *,
+    dry_run: bool = False,
+    timeout_s: float = 30.0,
+    admin_factory: ClientFactory = new_admin,
 ) -> TopologyReport:
     """Create what is missing, set differing configs, refuse partition/replication mismatches."""
-    admin = AdminClient(admin_config(bootstrap))
+    admin = admin_factory(admin_config(bootstrap))
     desired = spec.desired()
     try:
         meta = admin.list_topics(timeout=timeout_s)
@@ -260,11 +266,17 @@ def _config_diffs(
 
 
 def ensure_pool_topic(
-    bootstrap: str, topics: TopicNames, pool: str, *, partitions: int, timeout_s: float = 30.0
+    bootstrap: str,
+    topics: TopicNames,
+    pool: str,
+    *,
+    partitions: int,
+    timeout_s: float = 30.0,
+    admin_factory: ClientFactory = new_admin,
 ) -> int:
     """A pool member's topology: the pool topic (created with ``partitions`` when missing; an
     existing one keeps its count -- the operator sized it) and the DLQ. Returns the count."""
-    admin = AdminClient(admin_config(bootstrap))
+    admin = admin_factory(admin_config(bootstrap))
     try:
         meta = admin.list_topics(topics.pool(pool), timeout=timeout_s)
     except Exception as exc:  # KafkaException: broker unreachable
@@ -276,5 +288,6 @@ def ensure_pool_topic(
         bootstrap,
         TopologySpec(hosts=(), pools=(pool,), topics=topics, pool_partitions=partitions),
         timeout_s=timeout_s,
+        admin_factory=admin_factory,
     )
     return partitions

@@ -16,9 +16,9 @@ from pipeline.errors import DeliveryError
 from pipeline.gateway import roster_cache
 from pipeline.gateway.outbound import Publisher
 from pipeline.kafka.topics import TopicNames
-from pipeline.outbox.headers import unpack_headers
 from pipeline.outbox.tables import outbox
 from pipeline.presence.static import StaticPresence
+from pipeline.record_headers import unpack_headers
 from pipeline.store import make_engine, session_factory
 
 pytestmark = pytest.mark.postgres

@@ -28,8 +28,8 @@ from pipeline.gateway.config import (
     Role,
 )
 from pipeline.gateway.receipts import read_receipt
-from pipeline.outbox.headers import unpack_headers
 from pipeline.outbox.tables import outbox
+from pipeline.record_headers import unpack_headers
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until
 
