@@ -19,14 +19,17 @@ import pytest
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import (
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     NewTopic,
     ResourcePatternType,
     ResourceType,
 )
+from typer.testing import CliRunner
 
 from pipeline.bootstrap import Factories, build_gateway
+from pipeline.cli.main import app
 from pipeline.envelope import Kind
 from pipeline.errors import FleetError, SecurityError
 from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
@@ -267,6 +270,55 @@ def test_two_gateways_with_their_logins_and_only_the_planned_acls(
     _SEEN.append(str(refused))
     assert refused.reason == Security.NOT_AUTHORIZED
     assert refused.context["resource_type"] in ("topic", "group")
+
+
+def test_fleet_acls_apply_creates_the_planned_set_as_admin(secure: LocalCluster) -> None:
+    """``fleet acls apply`` logs in with a [kafka] table file and is idempotent."""
+    assert secure.secure is not None
+    prefix = unique_name("acl").replace(".", "") + "."
+    args = ["acls", "apply", "--host", "a", "--prefix", prefix, "--bootstrap"]
+    args += [
+        secure.bootstrap_servers,
+        "--kafka-config",
+        str(secure.secure.folder / "admin.kafka.toml"),
+    ]
+    for _ in range(2):
+        result = CliRunner().invoke(app, args)
+        _SEEN.append(result.output)
+        assert result.exit_code == 0, result.output
+    planned = gateway_grants("a", TopicNames(prefix=prefix))
+    assert f"{len(planned)} ACLs in place for User:a" in result.output
+    admin = Factories().secured(login(secure, ADMIN)).admin(admin_config(secure.bootstrap_servers))
+    found = admin.describe_acls(
+        AclBindingFilter(
+            ResourceType.ANY,
+            None,
+            ResourcePatternType.ANY,
+            "User:a",
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+    ).result(30)
+    mine = [b for b in found if b.name.startswith(prefix)]
+    assert len(mine) == len([g for g in planned if g.name.startswith(prefix)])
+    denied = CliRunner().invoke(
+        app,
+        [
+            "acls",
+            "apply",
+            "--host",
+            "b",
+            "--prefix",
+            prefix,
+            "--bootstrap",
+            secure.bootstrap_servers,
+            "--kafka-config",
+            str(secure.secure.folder / "a.kafka.toml"),
+        ],
+    )
+    _SEEN.append(denied.output)
+    assert denied.exit_code != 0 and "NOT_AUTHORIZED" in denied.output
 
 
 def test_zz_no_password_in_any_output(secure: LocalCluster) -> None:
