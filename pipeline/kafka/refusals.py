@@ -84,7 +84,10 @@ def security_error(
         f" {context['resource_type']} {resource}" if resource and "resource_type" in context else ""
     )
     return SecurityError(
-        f"{what}{target}: {detail} ({hint})", reason=reason.value, retriable=False, context=context
+        f"{what}{target}: {err.name()}: {detail} ({hint})",
+        reason=reason.value,
+        retriable=False,
+        context=context,
     )
 
 
