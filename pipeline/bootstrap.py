@@ -5,22 +5,33 @@ Entry points (CLI, demo, tests) call :func:`build_gateway`, :func:`build_client`
 arguments. Kafka clients and engines come from a :class:`Factories` (tests pass their own), test
 hooks from one :class:`~pipeline.hooks.Hooks`. Nothing here reads the environment or files beyond
 what the frozen configs name.
+
+The client half (:func:`build_client`, :func:`build_control_client`, :class:`Factories`) lives in
+:mod:`pipeline.bootstrap_client` and is re-exported here: a one-shot ``fleet send`` imports that
+module alone, not the graph this one wires.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
-from pipeline.control import ControlClient, SpawnDeadlines
+from pipeline.bootstrap_client import (  # the client half, re-exported (see the docstring)
+    DEFAULT_FACTORIES,
+    Factories,
+    build_client,
+    build_control_client,
+)
+from pipeline.control import SpawnDeadlines
 from pipeline.control.handler import SpawnHandler
 from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
+from pipeline.effects import IdempotencyMetrics, IdempotencyStore, KeyClass
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.envelope.model import now_ms
 from pipeline.errors import ConfigError
@@ -49,17 +60,12 @@ from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.gateway.roster_cache import RosterEntry, RosterState
 from pipeline.gateway.service import Gateway, Supervised
 from pipeline.hooks import NO_HOOKS, Hooks
-from pipeline.kafka.clients import ClientFactory, new_admin, new_consumer, new_producer
 from pipeline.kafka.errors import wait_out
-from pipeline.kafka.refusals import check_access
-from pipeline.kafka.security import PLAINTEXT, KafkaSecurity
 from pipeline.kafka.settings import (
     OffsetReset,
-    admin_config,
     consumer_config,
     pool_consumer_overrides,
     producer_config,
-    with_security,
 )
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology, ensure_pool_topic
@@ -68,6 +74,8 @@ from pipeline.observability import build_exporter as start_exporter
 from pipeline.observability.exporter import Exporter
 from pipeline.outbox import Relay
 from pipeline.pool import PoolConfig, PoolHandler
+from pipeline.pool.claims import StepClaims
+from pipeline.pool.heartbeat import Heartbeat as PoolHeartbeat
 from pipeline.pool.metrics import PoolMetrics
 from pipeline.pool.steps import StepFn
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
@@ -75,6 +83,8 @@ from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Role, SpawnProfile
 from pipeline.presence.publisher import ProducerLike
 from pipeline.reasons import Config
+from pipeline.retention.metrics import RetentionMetrics
+from pipeline.retention.purger import Purger
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.inflight import Dispatcher, InflightConfig
 from pipeline.runtime.metrics import RuntimeMetrics
@@ -86,53 +96,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True, kw_only=True)
-class Factories:
-    """Where Kafka clients and engines come from: the real ones unless a test passes its own.
-
-    Every client a built process uses is made here: the runtime's and the roster follower's
-    consumers, the relay's, presence's and dead-letter producers, the admin clients of the
-    topology check and the lag reader. Each factory takes the client's librdkafka settings, so a
-    wrapper (a secured cluster's extra settings, a fault-injecting fake) sees all of them.
-
-    ``security`` is the ``[kafka]`` table these factories apply; :meth:`secured` returns
-    factories that put it on every client they build (``with_security``, the one place).
-    """
-
-    producer: ClientFactory = field(default=new_producer)
-    consumer: ClientFactory = field(default=new_consumer)
-    admin: ClientFactory = field(default=new_admin)
-    engine: Callable[[str], Engine] = field(default=make_engine)
-    security: KafkaSecurity = PLAINTEXT
-
-    def secured(self, security: KafkaSecurity) -> Factories:
-        """These factories with ``security`` applied to every producer, consumer and admin."""
-        if security == self.security:
-            return self
-        if self.security != PLAINTEXT:
-            raise ConfigError("these factories are already secured with another [kafka] table")
-        p, c, a = self.producer, self.consumer, self.admin
-        return replace(
-            self,
-            producer=lambda conf: p(with_security(conf, security)),
-            consumer=lambda conf: c(with_security(conf, security)),
-            admin=lambda conf: a(with_security(conf, security)),
-            security=security,
-        )
-
-    def check_access(self, bootstrap: str, *, timeout_s: float = 15.0) -> None:
-        """Fail fast (AUTH_FAILED, TLS_FAILED, PROTOCOL_MISMATCH) when the cluster refuses our
-        login, instead of letting librdkafka retry it for ever (``pipeline.kafka.refusals``)."""
-        check_access(
-            admin_config(bootstrap),
-            security=self.security,
-            admin=self.admin,
-            timeout_s=timeout_s,
-        )
-
-
-DEFAULT_FACTORIES = Factories()
 
 log = logging.getLogger(__name__)
 
@@ -152,44 +115,6 @@ class GatewayParts:
     nudger: Nudger
     registry: CollectorRegistry
     metrics: GatewayMetrics
-
-
-def build_client(
-    config: GatewayConfig,
-    *,
-    signer: Signer,
-    engine: Engine | None = None,
-    factories: Factories = DEFAULT_FACTORIES,
-    metrics: GatewayMetrics | None = None,
-) -> GatewayClient:
-    """A client for local entities of ``config.host`` (CLI `fleet send`/`poll`, MCP, libraries)."""
-    engine = engine or factories.engine(config.store_url)
-    topics = TopicNames(prefix=config.topic_prefix)
-    return GatewayClient(
-        sessions=session_factory(engine),
-        publisher=Publisher(host=config.host, signer=signer, topics=topics),
-        inject_deadline_s=config.inject_deadline_s,
-        local_senders=frozenset(e.gid for e in config.entities),
-        metrics=metrics,
-    )
-
-
-def build_control_client(
-    config: GatewayConfig,
-    *,
-    signer: Signer,
-    engine: Engine | None = None,
-    factories: Factories = DEFAULT_FACTORIES,
-) -> ControlClient:
-    """The requester's control-plane API for local entities (``fleet spawn``, the MCP face)."""
-    engine = engine or factories.engine(config.store_url)
-    topics = TopicNames(prefix=config.topic_prefix)
-    return ControlClient(
-        sessions=session_factory(engine),
-        publisher=Publisher(host=config.host, signer=signer, topics=topics),
-        deadline_s=config.spawn_deadline_s,
-        local_senders=frozenset(e.gid for e in config.entities),
-    )
 
 
 def _build_nudger(
@@ -247,7 +172,11 @@ def build_gateway(
         wait_out(
             lambda: apply_topology(
                 config.bootstrap,
-                TopologySpec(hosts=(host,), topics=topics),
+                TopologySpec(
+                    hosts=(host,),
+                    topics=topics,
+                    inbox_retention_ms=config.retention.inbox_retention_ms,
+                ),
                 admin_factory=factories.admin,
             ),
             what=f"gateway {host}: topology",
@@ -366,6 +295,7 @@ def build_gateway(
         ),
         entities=entities,
         injections=injections,
+        purger=Purger(engine=engine, policy=config.retention, metrics=RetentionMetrics(registry)),
     )
     nudger = _build_nudger(config, callbacks, reads, conversations, metrics, publisher)
     client = build_client(
@@ -582,13 +512,24 @@ def build_exporter(
 
 @dataclass
 class PoolMember:
-    """Everything :func:`build_pool_member` made: run ``runtime.run(stop)``; dispose ``engine``."""
+    """Everything :func:`build_pool_member` made: ``run(stop)``, then dispose ``engine``."""
 
     runtime: ConsumerRuntime
     handler: PoolHandler
     engine: Engine
     registry: CollectorRegistry
     metrics: PoolMetrics
+    heartbeat: PoolHeartbeat
+
+    def run(self, stop: Any) -> None:
+        """The heartbeat (lease renewal, lanes row) around the consumer runtime."""
+        self.heartbeat.start()
+        try:
+            self.runtime.run(stop)
+        finally:
+            if self.handler.claims is not None:
+                self.handler.claims.stopping.set()
+            self.heartbeat.close()
 
 
 def build_pool_member(
@@ -616,15 +557,34 @@ def build_pool_member(
     sessions = session_factory(engine)
     metrics = PoolMetrics(registry, pool=config.pool)
     dedupe_header = "msgId" if config.dedupe else None
+    step_keys = KeyClass.for_topic(
+        config.key_class,
+        retention_s=config.replay_window_ms / 1000,
+        topic_retention_ms=config.replay_window_ms,
+        lease_s=config.step_lease_s,
+    )
+    claims = StepClaims(
+        IdempotencyStore([step_keys], metrics=IdempotencyMetrics(registry)),
+        sessions,
+        key_class=step_keys.name,
+    )
     handler = PoolHandler(
         step,
         scope=group,
         member=config.member,
-        sessions=sessions,
         reads=read_sessions(engine),
+        claims=claims,
         dedupe_header=dedupe_header,
         metrics=metrics,
         events_path=config.events_path,
+    )
+    heartbeat = PoolHeartbeat(
+        claims=handler.claims,
+        sessions=sessions,
+        pool=config.pool,
+        member=config.member,
+        running=handler.running_since,
+        period_s=config.heartbeat_s,
     )
     ports = FailurePorts(
         writer=DeadLetterWriter(
@@ -671,7 +631,12 @@ def build_pool_member(
         inflight=dispatcher,
     )
     return PoolMember(
-        runtime=runtime, handler=handler, engine=engine, registry=registry, metrics=metrics
+        runtime=runtime,
+        handler=handler,
+        engine=engine,
+        registry=registry,
+        metrics=metrics,
+        heartbeat=heartbeat,
     )
 
 

@@ -285,3 +285,14 @@ def known(code: str) -> bool:
 def label(code: str, allowed: frozenset[str] | set[str]) -> str:
     """A metric label from a closed set: ``code`` itself when allowed, else ``OTHER``."""
     return code if code in allowed else OTHER
+
+
+class Retention(enum.StrEnum):
+    """A store retention policy refused at load (``docs/store.md``, bounded stores); never
+    retriable. Seed 001: a key must outlive the longest time its record can come back."""
+
+    DEDUPE_HORIZON_TOO_SHORT = "DEDUPE_HORIZON_TOO_SHORT"  # dedupe < inbox retention + replay
+    REPORTED_HORIZON_TOO_SHORT = "REPORTED_HORIZON_TOO_SHORT"  # reporter rows < DLQ retention
+
+
+FAMILIES[Retention.__name__] = Retention

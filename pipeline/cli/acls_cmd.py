@@ -64,7 +64,7 @@ def apply(
     prefix: PrefixOpt = "fleet.",
 ) -> None:
     """Create the planned ACLs for HOST (idempotent: existing ACLs are kept)."""
-    from pipeline.bootstrap import Factories
+    from pipeline.bootstrap_client import Factories
     from pipeline.kafka.settings import admin_config
 
     security = load_kafka_file(kafka_config, environ=os.environ) if kafka_config else PLAINTEXT

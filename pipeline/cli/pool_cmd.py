@@ -89,6 +89,15 @@ def run(
     revoke_wait: Annotated[
         float, typer.Option("--revoke-wait", help="Seconds a revoke/stop waits for steps.")
     ] = 30.0,
+    step_lease: Annotated[
+        float,
+        typer.Option(
+            "--step-lease",
+            min=0.1,
+            help="Seconds a claimed step key stays held without a heartbeat (renewed every "
+            "third of it while the step runs); a killed member's steps move after it.",
+        ),
+    ] = 30.0,
     partitions: Annotated[
         int, typer.Option("--partitions", min=1, help="Only when the topic must be created.")
     ] = 6,
@@ -143,6 +152,7 @@ def run(
             revoke_wait_s=revoke_wait,
             partitions=partitions,
             events_path=str(events) if events else None,
+            step_lease_s=step_lease,
         ),
         step=step,
     )
@@ -157,7 +167,7 @@ def run(
     signal.signal(signal.SIGINT, _stop)
     logging.getLogger("pipeline.pool").info("member %s of pool %s running", name, pool)
     try:
-        parts.runtime.run(stop)
+        parts.run(stop)
     finally:
         parts.engine.dispose()
     logging.getLogger("pipeline.pool").info("member %s stopped", name)
@@ -197,14 +207,22 @@ def submit(
 def status(
     pool: Pool,
     bootstrap: Bootstrap,
+    store_url: Annotated[
+        str | None,
+        typer.Option(
+            "--store-url",
+            envvar="FLEET_STORE_URL",
+            help="The members' store: adds each member's in-flight steps (lanes rows).",
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Members, assignment, committed offset and lag per partition."""
+    """Members, assignment, in-flight steps per member, committed offset and lag per partition."""
     from rich.table import Table
 
     from pipeline.pool.status import pool_status
 
-    st = pool_status(bootstrap, pool)
+    st = pool_status(bootstrap, pool, store_url=store_url)
     if json_out:
         emit_json(st.to_json())
         return
@@ -213,7 +231,18 @@ def status(
         f"members {len(st.members)}  lag {st.total_lag}"
     )
     for m, ps in sorted(st.members.items()):
-        console.print(f"  {m}: {ps}")
+        lanes = st.lanes.get(m)
+        busy = ""
+        if lanes is not None:
+            oldest = lanes.oldest_running_s
+            busy = f"  running {lanes.running}" + (
+                f" (oldest {oldest:.1f} s)" if oldest is not None else ""
+            )
+        console.print(f"  {m}: {ps}{busy}")
+    for name, lanes in sorted(st.lanes.items()):
+        if name not in st.members:
+            state = "stale" if lanes.stale else "not in the group"
+            console.print(f"  {name}: {state}, last beat {lanes.beat_age_s:.1f} s ago")
     table = Table("PARTITION", "MEMBER", "COMMITTED", "LOG-END", "LAG")
     for r in st.partitions:
         table.add_row(

@@ -5,9 +5,11 @@ writing the next command/event with :func:`pipeline.outbox.write` -- state and m
 together or not at all. A reply that does not match the record's current ``(step, phase,
 attempt)`` is stale (a redelivery, a superseded attempt) and changes nothing, so replies can
 arrive any number of times. Forward: step 1..n; a failure at step k compensates k-1 ... 1 in
-reverse (approval steps hold nothing to undo). A compensation failing ``max_compensation_attempts``
-times moves the saga to ``HUMAN`` with its full history. An approval waits until its deadline;
-``expire_due`` then emits ``approval.expired`` and compensates what was held (scenario 6).
+reverse (approval steps hold nothing to undo). A failed compensation is sent again after its
+definition's backoff (``deadline_ms`` holds when; :meth:`SagaOrchestrator.tick` sends it); failing
+``max_compensation_attempts`` times moves the saga to ``HUMAN`` with its full history. An
+approval waits until its deadline; ``tick`` then emits ``approval.expired`` and compensates what
+was held (scenario 6).
 """
 
 from __future__ import annotations
@@ -129,11 +131,17 @@ class SagaOrchestrator:
                 self.metrics.compensations.labels(rec.definition).inc()
             self._compensate_below(session, rec, step, now)
         elif attempt < d.max_compensation_attempts:
+            delay_ms = int(d.compensation_delay_s(attempt) * 1000)
             rec.attempt += 1
             rec.note(
-                now, f"compensation {d.steps[step].name} failed ({error}); attempt {rec.attempt}"
+                now,
+                f"compensation {d.steps[step].name} failed ({error}); attempt {rec.attempt} "
+                f"in {delay_ms / 1000:g} s",
             )
-            self._send(session, rec, d)
+            if delay_ms > 0:
+                rec.deadline_ms = now + delay_ms  # sent by retry_due (tick) once due
+            else:
+                self._send(session, rec, d)
         else:
             rec.state = SagaState.HUMAN
             rec.error = f"{Saga.SAGA_COMPENSATION_EXHAUSTED}: {d.steps[step].name}: {error}"
@@ -189,11 +197,40 @@ class SagaOrchestrator:
             expired += 1
         return expired
 
+    def retry_due(self, session: Session) -> int:
+        """Send the compensations whose backoff has run out; returns how many were sent."""
+        now = self._now()
+        ids = (
+            session.execute(
+                select(saga.c.saga_id).where(
+                    saga.c.state == SagaState.COMPENSATING.value, saga.c.deadline_ms <= now
+                )
+            )
+            .scalars()
+            .all()
+        )
+        sent = 0
+        for saga_id in ids:
+            rec = load(session, saga_id)
+            if rec.state != SagaState.COMPENSATING or rec.deadline_ms is None:
+                continue
+            if rec.deadline_ms > now:
+                continue
+            rec.deadline_ms = None
+            self._send(session, rec, self._definition(rec))
+            save(session, rec, now)
+            sent += 1
+        return sent
+
+    def tick(self, session: Session) -> int:
+        """What is due now: approvals past their deadline, compensations past their backoff."""
+        return self.expire_due(session) + self.retry_due(session)
+
     def retry(self, session: Session, saga_id: str) -> None:
         """Human queue -> compensate again from the step that kept failing, attempts reset."""
         rec = self._human(session, saga_id)
         now = self._now()
-        rec.state, rec.attempt = SagaState.COMPENSATING, 1
+        rec.state, rec.attempt, rec.deadline_ms = SagaState.COMPENSATING, 1, None
         rec.note(now, "retried by an operator")
         self._send(session, rec, self._definition(rec))
         save(session, rec, now)

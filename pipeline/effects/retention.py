@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pipeline.errors import ConfigError
 from pipeline.reasons import Idempotency
+from pipeline.retention.policy import covers  # one rule for keys, dedupe and reporter rows
 
 FOREVER: float | None = None  # retention_s / replay_window_s: no expiry (topic retention.ms=-1)
 
@@ -69,14 +70,6 @@ class KeyClass:
         """A class whose replay window is a topic's ``retention.ms`` (``-1``: forever)."""
         window = None if topic_retention_ms < 0 else topic_retention_ms / 1000.0
         return cls(name=name, retention_s=retention_s, replay_window_s=window, lease_s=lease_s)
-
-
-def covers(retention_s: float | None, replay_window_s: float | None) -> bool:
-    if retention_s is None:
-        return True
-    if replay_window_s is None:
-        return False
-    return retention_s >= replay_window_s
 
 
 def _fmt(seconds: float | None) -> str:

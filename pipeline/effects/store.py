@@ -167,18 +167,38 @@ class IdempotencyStore:
         }
 
     # -- complete / fail / release ------------------------------------------------------------
-    def complete(self, session: Session, key: str, result: Any, *, key_class: str) -> None:
-        """Store ``result`` (JSON-serialisable) in the caller's transaction, with the effect."""
-        self._finish(session, key, key_class, KeyState.SUCCEEDED, {"value": result})
+    def complete(
+        self,
+        session: Session,
+        key: str,
+        result: Any,
+        *,
+        key_class: str,
+        attempt: int | None = None,
+    ) -> None:
+        """Store ``result`` (JSON-serialisable) in the caller's transaction, with the effect.
 
-    def fail(self, session: Session, key: str, error: StoredError, *, key_class: str) -> None:
+        ``attempt`` (the :class:`FirstUse` one): refuse unless the caller still holds that
+        attempt, so a holder whose lease was taken over never overwrites the new holder."""
+        self._finish(session, key, key_class, KeyState.SUCCEEDED, {"value": result}, attempt)
+
+    def fail(
+        self,
+        session: Session,
+        key: str,
+        error: StoredError,
+        *,
+        key_class: str,
+        attempt: int | None = None,
+    ) -> None:
         """Store a failure: every retry with this key gets it back as ``Done(error=...)``."""
         body = {"error": {"reason": error.reason, "message": error.message}}
-        self._finish(session, key, key_class, KeyState.FAILED, body)
+        self._finish(session, key, key_class, KeyState.FAILED, body, attempt)
 
-    def _finish(
-        self, session: Session, key: str, key_class: str, state: KeyState, body: dict[str, Any]
-    ) -> None:
+    def renew(self, session: Session, key: str, *, key_class: str, attempt: int) -> bool:
+        """Extend an in-progress key's lease by its class's ``lease_s`` (a heartbeat from a
+        holder whose work is still running). False: the key is no longer held at ``attempt``
+        (completed, released, or taken over after the lease ran out)."""
         kc = self.key_class(key_class)
         result = session.execute(
             update(idempotency)
@@ -186,7 +206,32 @@ class IdempotencyStore:
                 idempotency.c.key_class == kc.name,
                 idempotency.c.idem_key == key,
                 idempotency.c.state == int(KeyState.IN_PROGRESS),
+                idempotency.c.attempt == attempt,
             )
+            .values(lease_until_ms=self._now_ms() + int(kc.lease_s * 1000))
+        )
+        return int(getattr(result, "rowcount", 0) or 0) == 1
+
+    def _finish(
+        self,
+        session: Session,
+        key: str,
+        key_class: str,
+        state: KeyState,
+        body: dict[str, Any],
+        attempt: int | None,
+    ) -> None:
+        kc = self.key_class(key_class)
+        held = [
+            idempotency.c.key_class == kc.name,
+            idempotency.c.idem_key == key,
+            idempotency.c.state == int(KeyState.IN_PROGRESS),
+        ]
+        if attempt is not None:
+            held.append(idempotency.c.attempt == attempt)
+        result = session.execute(
+            update(idempotency)
+            .where(*held)
             .values(state=int(state), result=json.dumps(body), completed_at_ms=self._now_ms())
         )
         if int(getattr(result, "rowcount", 0) or 0) != 1:
@@ -197,16 +242,20 @@ class IdempotencyStore:
                 retriable=False,
             )
 
-    def release(self, session: Session, key: str, *, key_class: str) -> None:
-        """Forget an in-progress key whose work never began (validation failed): retriable."""
+    def release(
+        self, session: Session, key: str, *, key_class: str, attempt: int | None = None
+    ) -> None:
+        """Forget an in-progress key whose work never began (validation failed) or failed in a
+        way the caller retries itself: the next ``reserve`` is a first use again."""
         kc = self.key_class(key_class)
-        session.execute(
-            delete(idempotency).where(
-                idempotency.c.key_class == kc.name,
-                idempotency.c.idem_key == key,
-                idempotency.c.state == int(KeyState.IN_PROGRESS),
-            )
-        )
+        held = [
+            idempotency.c.key_class == kc.name,
+            idempotency.c.idem_key == key,
+            idempotency.c.state == int(KeyState.IN_PROGRESS),
+        ]
+        if attempt is not None:
+            held.append(idempotency.c.attempt == attempt)
+        session.execute(delete(idempotency).where(*held))
 
     def purge_expired(self, session: Session) -> int:
         """Delete keys past their retention (they would start a new request anyway)."""

@@ -26,7 +26,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -35,6 +35,7 @@ from pipeline.kafka.security import PLAINTEXT, KafkaSecurity, security_from_tabl
 from pipeline.kafka.topics import check_name
 from pipeline.presence.model import ENTITY_DELIVERIES, ENTITY_ROLES, Delivery, Role
 from pipeline.reasons import Config
+from pipeline.retention.policy import RetentionConfig
 
 _MISSING: Any = object()
 T = TypeVar("T")
@@ -270,10 +271,14 @@ class GatewayConfig:
     entities: tuple[EntityConfig, ...] = ()
     profiles: tuple[ProfileConfig, ...] = ()
     spawn_deadline_s: float = 60.0
+    # [retention]: docs/store.md, bounded stores
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
     kafka: KafkaSecurity = PLAINTEXT  # the [kafka] table: login, TLS, pass-through properties
 
     def __post_init__(self) -> None:
         _name(self.host, "host", "host id")
+        if not isinstance(self.retention, RetentionConfig):
+            raise invalid("retention", self.retention, "must be a table ([retention])")
         if not isinstance(self.kafka, KafkaSecurity):
             raise invalid("kafka", type(self.kafka).__name__, "must be a [kafka] table")
         if not isinstance(self.bootstrap, str) or not _BOOTSTRAP.match(self.bootstrap):
@@ -364,7 +369,8 @@ def config_from_mapping(
     """Build a :class:`GatewayConfig` from parsed TOML (the same rules as :func:`load_config`)."""
     merged = dict(data)
     for key, value in (overrides or {}).items():
-        if key in ("entities", "profiles", "kafka") or key not in _field_names(GatewayConfig):
+        tables = ("entities", "profiles", "retention", "kafka")
+        if key in tables or key not in _field_names(GatewayConfig):
             raise invalid(
                 f"overrides.{key}", value, "not an overridable key", Config.CONFIG_UNKNOWN_KEY
             )
@@ -380,6 +386,11 @@ def config_from_mapping(
     if not isinstance(profiles, list) or not all(isinstance(p, dict) for p in profiles):
         raise invalid("profiles", profiles, "must be an array of tables ([[profiles]])")
     merged["profiles"] = tuple(_profile(raw, f"profiles[{i}].") for i, raw in enumerate(profiles))
+    retention = merged.get("retention", {})
+    if not isinstance(retention, dict):
+        raise invalid("retention", retention, "must be a table ([retention])")
+    _known(retention, RetentionConfig, "retention.")
+    merged["retention"] = _build(RetentionConfig, retention, "retention.")
     if "kafka" in merged:
         merged["kafka"] = security_from_table(merged["kafka"], environ=environ or {})
     return _build(GatewayConfig, merged, "")

@@ -87,9 +87,9 @@ def settled(tick: Tick, s: Scenario) -> bool:
 
 def pool_command_available() -> bool:
     """True when this build has ``fleet pool run`` (the members the lab starts)."""
-    from pipeline.cli.main import app
+    from pipeline.cli.main import COMMANDS
 
-    return any(g.name == "pool" for g in app.registered_groups)
+    return any(c.name == "pool" for c in COMMANDS)
 
 
 def require_pool_command() -> None:

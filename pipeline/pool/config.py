@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from pipeline.kafka.topology import DAY_MS
 from pipeline.runtime.lanes import Concurrency
 
 
@@ -23,7 +24,13 @@ class PoolConfig:
     ``max_poll_records`` bounds the records a member holds fetched but uncommitted (queued or
     running), so a crash redelivers at most that many (seed 001: "at most one batch of
     max.poll.records"). ``instance_id`` turns static membership on. ``dedupe=False`` turns off
-    the dedupe row and the stored-result reuse (the lab's comparison)."""
+    the dedupe row and the stored-result reuse (the lab's comparison).
+
+    ``step_lease_s``: how long a step key claimed through :mod:`pipeline.effects` stays held
+    without a heartbeat; the member renews it every ``heartbeat_s`` (at most a third of it) while
+    the step runs, so a step may take longer than the lease, and a member killed -9 frees its
+    steps ``step_lease_s`` after its last beat. ``replay_window_ms``: the pool topic's
+    ``retention.ms`` (what the topology creates); step keys are kept that long."""
 
     pool: str
     bootstrap: str
@@ -42,11 +49,25 @@ class PoolConfig:
     topic_prefix: str = "fleet."
     partitions: int = 6  # used only when the pool topic does not exist yet
     events_path: str | None = None  # JSONL, one line per step (the lab and tests read it)
+    step_lease_s: float = 30.0
+    replay_window_ms: int = 7 * DAY_MS
 
     def __post_init__(self) -> None:
         for name in ("max_poll_records", "max_in_flight", "max_poll_interval_ms", "partitions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.step_lease_s <= 0:
+            raise ValueError("step_lease_s must be > 0")
+
+    @property
+    def key_class(self) -> str:
+        """The idempotency key class of this pool's steps."""
+        return f"pool.{self.pool}"
+
+    @property
+    def heartbeat_s(self) -> float:
+        """Lease renewal and lanes-row period: a third of the lease, at most 2 s."""
+        return min(self.step_lease_s / 3, 2.0)
 
     @property
     def depth(self) -> int:

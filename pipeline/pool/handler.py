@@ -2,8 +2,9 @@
 the runtime's one ``process()`` path.
 
 ``run`` (seed 001: "dedupe before the model call"): an event whose dedupe row exists is not run
-at all (the runtime drops it as a duplicate); an event with a stored result reuses it (counted,
-no step); else the step runs and its result is stored at once in its own transaction.
+at all (the runtime drops it as a duplicate); else its step key is claimed through
+:mod:`pipeline.effects` (:mod:`.claims`): a stored outcome is replayed (counted, no step), a key
+held by another member is waited for, a first use runs the step and stores its result at once.
 ``handle`` then stages the effect row; the runtime adds the dedupe row in the same transaction
 and commits the offset after it (commit after processing).
 """
@@ -19,14 +20,18 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from pipeline.effects import Done, FirstUse, Mismatch
+from pipeline.errors import FleetError
 from pipeline.failures.outcomes import Ack, Outcome
+from pipeline.reasons import Idempotency
 from pipeline.record import Record
 from pipeline.runtime.dedupe import seen_ids
 from pipeline.runtime.staging import Staged
 
+from .claims import StepClaims, outcome_value
 from .metrics import PoolMetrics
-from .results import effects_table, store_result, stored_result
 from .steps import StepFn
+from .tables import effects_table
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +70,8 @@ class PoolHandler:
         *,
         scope: str,
         member: str,
-        sessions: sessionmaker[Session],
         reads: sessionmaker[Session],
+        claims: StepClaims | None,
         dedupe_header: str | None = "msgId",
         metrics: PoolMetrics | None = None,
         events_path: str | None = None,
@@ -74,52 +79,69 @@ class PoolHandler:
         self.step = step
         self.scope = scope
         self.member = member
-        self.sessions = sessions
         self.reads = reads
+        self.claims = claims if dedupe_header is not None else None
         self.dedupe_header = dedupe_header
         self.metrics = metrics
         self.events_path = events_path
         self._lock = threading.Lock()
         self._results: dict[Ref, StepResult] = {}
+        self._running: dict[Ref, int] = {}
+
+    def running_since(self) -> list[int]:
+        """Start times (epoch ms) of the steps on worker threads now: the heartbeat's lanes."""
+        with self._lock:
+            return list(self._running.values())
 
     # -- worker thread ---------------------------------------------------------------------------
     def run(self, record: Record) -> None:
         started = _now_ms()
-        self._log_event(record, None, started)
-        outcome = self._run(record, started)
+        ref = (record.topic, record.partition, record.offset)
         with self._lock:
-            self._results[(record.topic, record.partition, record.offset)] = outcome
+            self._running[ref] = started
+        try:
+            self._log_event(record, None, started)
+            outcome = self._run(record, started)
+        finally:
+            with self._lock:
+                self._running.pop(ref, None)
+        with self._lock:
+            self._results[ref] = outcome
         self._log_event(record, outcome, started)
 
     def _run(self, record: Record, started: int) -> StepResult:
         eid = event_id(record, self.dedupe_header or "msgId")
-        if self.dedupe_header is not None:
+        claims, payload = self.claims, record.value or b""
+        if claims is not None:
             with self.reads() as session:
                 if seen_ids(session, self.scope, [eid]):
                     return StepResult(started, _now_ms())
-                prior = stored_result(session, self.scope, eid)
-            if prior is not None:
-                if self.metrics:
-                    self.metrics.reused.labels(self.metrics.pool).inc()
-                return StepResult(started, _now_ms(), result=prior, reused=True)
+            answer = claims.claim(eid, payload)
+            if isinstance(answer, Done):
+                return self._reused(started, outcome_value(answer))
+            if isinstance(answer, Mismatch):
+                return StepResult(started, _now_ms(), error=_mismatch(eid))
+            if not isinstance(answer, FirstUse):  # the member is stopping while another holds it
+                return StepResult(started, _now_ms(), error=_stopping(eid))
         t0 = time.monotonic()
         try:
             value = encode_result(self.step(record))
         except Exception as exc:  # noqa: BLE001 - the runtime's failure decision classifies it
             self._observe(t0, "error")
+            if claims is not None:
+                claims.release(eid)  # the runtime's retry runs the step again
             return StepResult(started, _now_ms(), error=exc)
         self._observe(t0, "ok")
-        ended = _now_ms()
-        if self.dedupe_header is not None:
-            value = store_result(
-                self.sessions,
-                scope=self.scope,
-                event_id=eid,
-                result=value,
-                member=self.member,
-                now_ms=ended,
-            )
-        return StepResult(started, ended, result=value)
+        if claims is not None:
+            stored = claims.complete(eid, value, payload)
+            if stored != value:  # taken over while it ran: the other holder's outcome wins
+                return self._reused(started, stored)
+        return StepResult(started, _now_ms(), result=value)
+
+    def _reused(self, started: int, value: str) -> StepResult:
+        if self.metrics:
+            self.metrics.reused.labels(self.metrics.pool).inc()
+        return StepResult(started, _now_ms(), result=value, reused=True)
 
     def _observe(self, t0: float, result: str) -> None:
         if self.metrics:
@@ -188,6 +210,22 @@ class PoolHandler:
             },
         )
         return Ack()
+
+
+def _mismatch(eid: str) -> FleetError:
+    return FleetError(
+        f"event id {eid!r} was already used for a different record value",
+        reason=Idempotency.IDEM_PAYLOAD_MISMATCH,
+        retriable=False,
+    )
+
+
+def _stopping(eid: str) -> FleetError:
+    return FleetError(
+        f"member stopping while another member holds step {eid!r}",
+        reason=Idempotency.IDEM_IN_PROGRESS,
+        retriable=True,
+    )
 
 
 def _now_ms() -> int:

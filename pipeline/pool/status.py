@@ -1,5 +1,6 @@
 """``fleet pool status``: members and their assignment (DescribeConsumerGroups), committed
-offset, log end and lag per partition through the project's lag reader."""
+offset, log end and lag per partition through the project's lag reader; with the members' store,
+each member's in-flight steps (the lanes rows its heartbeat writes, :mod:`.heartbeat`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from pipeline.errors import BrokerError
 from pipeline.kafka.settings import admin_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.observability.kafka_reader import KafkaOffsetReader
+from pipeline.store import make_engine, read_sessions
+
+from .heartbeat import MemberLanes, member_lanes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +37,7 @@ class PoolStatus:
     assignor: str
     members: dict[str, list[int]] = field(default_factory=dict)
     partitions: list[PartitionRow] = field(default_factory=list)
+    lanes: dict[str, MemberLanes] = field(default_factory=dict)  # by member name
 
     @property
     def total_lag(self) -> int:
@@ -42,7 +47,14 @@ class PoolStatus:
         return asdict(self) | {"total_lag": self.total_lag}
 
 
-def pool_status(bootstrap: str, pool: str, *, topics: TopicNames | None = None) -> PoolStatus:
+def pool_status(
+    bootstrap: str,
+    pool: str,
+    *,
+    topics: TopicNames | None = None,
+    store_url: str | None = None,
+) -> PoolStatus:
+    """``store_url``: also read the members' lanes rows (in-flight steps per member)."""
     names = topics or TopicNames()
     topic, group = names.pool(pool), names.pool_group(pool)
     admin = AdminClient(admin_config(bootstrap))
@@ -91,4 +103,14 @@ def pool_status(bootstrap: str, pool: str, *, topics: TopicNames | None = None) 
         assignor=str(desc.partition_assignor or ""),
         members=members,
         partitions=rows,
+        lanes=_lanes(store_url, pool) if store_url else {},
     )
+
+
+def _lanes(store_url: str, pool: str) -> dict[str, MemberLanes]:
+    engine = make_engine(store_url)
+    try:
+        with read_sessions(engine)() as session:
+            return {m.member: m for m in member_lanes(session, pool)}
+    finally:
+        engine.dispose()

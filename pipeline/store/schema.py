@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from pathlib import Path
 
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -25,8 +24,8 @@ from sqlalchemy import Connection, Engine, inspect, text
 from pipeline.errors import StoreError
 from pipeline.reasons import Store
 
-SCRIPT_LOCATION = Path(__file__).parent / "migrations"
-VERSION_TABLE = "alembic_version"
+from .version import SCRIPT_LOCATION
+
 # The tables v0.1.0 created (its create_all): any of them without a version table is a v0.1.0
 # store, which must be upgraded on purpose rather than silently taken over.
 _V010_TABLES = frozenset(

@@ -13,8 +13,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from pipeline.errors import BrokerError
-from pipeline.pool.results import effects_table
 from pipeline.pool.status import PoolStatus, pool_status
+from pipeline.pool.tables import effects_table
 from pipeline.testing import fleet_process
 
 
@@ -118,3 +118,38 @@ def settled(bootstrap: str, pool: str, members: int) -> Callable[[], bool]:
 def stop(proc: subprocess.Popen[bytes], *, timeout: float = 60) -> int:
     proc.terminate()
     return proc.wait(timeout=timeout)
+
+
+def produce_to(bootstrap: str, topic: str, partition: int, value: str) -> str:
+    """One record on ``partition`` with a fresh ``msgId`` (as ``fleet pool submit`` sets one)."""
+    import uuid
+
+    from confluent_kafka import Producer
+
+    from pipeline.kafka.settings import producer_config
+
+    msg_id = uuid.uuid4().hex
+    producer = Producer(producer_config(bootstrap))
+    producer.produce(
+        topic, value=value.encode(), partition=partition, headers=[("msgId", msg_id.encode())]
+    )
+    if producer.flush(30):
+        raise AssertionError("the broker did not confirm the record")
+    return msg_id
+
+
+def step_keys(store: str, pool: str) -> dict[str, tuple[int, int]]:
+    """The pool's step keys in ``fleet_idempotency``: key -> (state, attempt)."""
+    from pipeline.effects import idempotency
+
+    engine = sa.create_engine(store)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(idempotency.c.idem_key, idempotency.c.state, idempotency.c.attempt).where(
+                    idempotency.c.key_class == f"pool.{pool}"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    return {str(k): (int(s), int(a)) for k, s, a in rows}

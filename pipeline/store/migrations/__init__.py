@@ -23,7 +23,7 @@ TABLE_MODULES = (
     "pipeline.control.spawns",
     "pipeline.effects.tables",
     "pipeline.effects.saga_tables",
-    "pipeline.pool.results",
+    "pipeline.pool.tables",
 )
 
 

@@ -1,0 +1,131 @@
+"""The composition root's client half: what a one-shot ``fleet send|ask|answer|abandon|poll|spawn``
+process builds -- an engine on the host's store, a publisher signing with the host's key, a
+client -- and where every builder's Kafka clients and engines come from (:class:`Factories`).
+
+:mod:`pipeline.bootstrap` re-exports all of it. It lives apart so that such a process imports the
+store and the envelope, not the gateway's whole graph (runtime, relay, presence follower, pools,
+exporter): agents run these commands from their shells, and each call pays its imports
+(docs/cli.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from pipeline.control import spawns
+from pipeline.control.client import ControlClient
+from pipeline.errors import ConfigError
+from pipeline.gateway.client import GatewayClient
+from pipeline.gateway.outbound import Publisher
+from pipeline.gateway.senders import LocalSenders
+from pipeline.kafka.clients import ClientFactory, new_admin, new_consumer, new_producer
+from pipeline.kafka.security import PLAINTEXT, KafkaSecurity
+from pipeline.kafka.settings import admin_config, with_security
+from pipeline.kafka.topics import TopicNames
+from pipeline.store import make_engine, session_factory
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from pipeline.envelope import Signer
+    from pipeline.gateway.config import GatewayConfig
+    from pipeline.gateway.metrics import GatewayMetrics
+
+
+@dataclass(frozen=True, kw_only=True)
+class Factories:
+    """Where Kafka clients and engines come from: the real ones unless a test passes its own.
+
+    Every client a built process uses is made here: the runtime's and the roster follower's
+    consumers, the relay's, presence's and dead-letter producers, the admin clients of the
+    topology check and the lag reader. Each factory takes the client's librdkafka settings, so a
+    wrapper (a secured cluster's extra settings, a fault-injecting fake) sees all of them.
+
+    ``security`` is the ``[kafka]`` table these factories apply; :meth:`secured` returns
+    factories that put it on every client they build (``with_security``, the one place).
+    """
+
+    producer: ClientFactory = field(default=new_producer)
+    consumer: ClientFactory = field(default=new_consumer)
+    admin: ClientFactory = field(default=new_admin)
+    engine: Callable[[str], Engine] = field(default=make_engine)
+    security: KafkaSecurity = PLAINTEXT
+
+    def secured(self, security: KafkaSecurity) -> Factories:
+        """These factories with ``security`` applied to every producer, consumer and admin."""
+        if security == self.security:
+            return self
+        if self.security != PLAINTEXT:
+            raise ConfigError("these factories are already secured with another [kafka] table")
+        p, c, a = self.producer, self.consumer, self.admin
+        return replace(
+            self,
+            producer=lambda conf: p(with_security(conf, security)),
+            consumer=lambda conf: c(with_security(conf, security)),
+            admin=lambda conf: a(with_security(conf, security)),
+            security=security,
+        )
+
+    def check_access(self, bootstrap: str, *, timeout_s: float = 15.0) -> None:
+        """Fail fast (AUTH_FAILED, TLS_FAILED, PROTOCOL_MISMATCH) when the cluster refuses our
+        login, instead of letting librdkafka retry it for ever (``pipeline.kafka.refusals``)."""
+        from pipeline.kafka.refusals import check_access  # loads librdkafka: only when asked
+
+        check_access(
+            admin_config(bootstrap),
+            security=self.security,
+            admin=self.admin,
+            timeout_s=timeout_s,
+        )
+
+
+DEFAULT_FACTORIES = Factories()
+
+
+def local_senders(config: GatewayConfig) -> LocalSenders:
+    """Who this host signs for: its configured entities and the workers it spawned (store)."""
+    return LocalSenders(
+        host=config.host,
+        configured=frozenset(e.gid for e in config.entities),
+        spawned=spawns.is_local_worker,
+    )
+
+
+def build_client(
+    config: GatewayConfig,
+    *,
+    signer: Signer,
+    engine: Engine | None = None,
+    factories: Factories = DEFAULT_FACTORIES,
+    metrics: GatewayMetrics | None = None,
+) -> GatewayClient:
+    """A client for local entities of ``config.host`` (CLI `fleet send`/`poll`, MCP, libraries)."""
+    engine = engine or factories.engine(config.store_url)
+    topics = TopicNames(prefix=config.topic_prefix)
+    return GatewayClient(
+        sessions=session_factory(engine),
+        publisher=Publisher(host=config.host, signer=signer, topics=topics),
+        inject_deadline_s=config.inject_deadline_s,
+        local_senders=local_senders(config),
+        metrics=metrics,
+    )
+
+
+def build_control_client(
+    config: GatewayConfig,
+    *,
+    signer: Signer,
+    engine: Engine | None = None,
+    factories: Factories = DEFAULT_FACTORIES,
+) -> ControlClient:
+    """The requester's control-plane API for local entities (``fleet spawn``, the MCP face)."""
+    engine = engine or factories.engine(config.store_url)
+    topics = TopicNames(prefix=config.topic_prefix)
+    return ControlClient(
+        sessions=session_factory(engine),
+        publisher=Publisher(host=config.host, signer=signer, topics=topics),
+        deadline_s=config.spawn_deadline_s,
+        local_senders=local_senders(config),
+    )

@@ -1,0 +1,147 @@
+"""Pool step keys through ``pipeline.effects`` (issues 10 and 11): SQLite (WAL) and PostgreSQL.
+
+The code production runs (``StepClaims``, ``Heartbeat``, ``IdempotencyStore``) against a real
+store: a stored outcome is replayed; a key held by a live member (its heartbeat renewing the
+lease) is waited for, never taken over, however long the step runs; a holder that stops renewing
+(killed) is taken over once its lease ends, by exactly one of two racing members; a holder whose
+lease was taken over cannot overwrite the new holder's outcome.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipeline.effects import Done, FirstUse, IdempotencyStore, KeyClass, KeyState
+from pipeline.pool.claims import StepClaims
+from pipeline.pool.heartbeat import Heartbeat, member_lanes
+from pipeline.store import make_engine, session_factory
+
+LEASE_S = 0.6
+KC = "pool.t"
+
+
+@pytest.fixture
+def engine(store_url: str) -> Iterator[Engine]:
+    eng = make_engine(store_url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def sessions(engine: Engine) -> sessionmaker[Session]:
+    return session_factory(engine)
+
+
+def _claims(sessions: sessionmaker[Session], lease_s: float = LEASE_S) -> StepClaims:
+    kc = KeyClass(name=KC, retention_s=None, replay_window_s=None, lease_s=lease_s)
+    return StepClaims(IdempotencyStore([kc]), sessions, key_class=KC, poll_s=0.05)
+
+
+def _beat(
+    sessions: sessionmaker[Session], claims: StepClaims, member: str, lease_s: float = LEASE_S
+) -> Heartbeat:
+    return Heartbeat(
+        claims=claims,
+        sessions=sessions,
+        pool="t",
+        member=member,
+        running=lambda: [int(time.time() * 1000) - 5000],
+        period_s=lease_s / 3,
+    )
+
+
+def test_a_completed_step_is_replayed_not_run(sessions: sessionmaker[Session]) -> None:
+    a, b = _claims(sessions), _claims(sessions)
+    assert isinstance(a.claim("e1", b"v"), FirstUse)
+    assert a.complete("e1", '{"answer": 42}', b"v") == '{"answer": 42}'
+    again = b.claim("e1", b"v")
+    assert isinstance(again, Done) and again.value == '{"answer": 42}'
+    assert a.held() == [] and b.held() == []
+
+
+def test_a_live_holder_keeps_its_step_past_the_lease_and_the_waiter_replays_it(
+    sessions: sessionmaker[Session],
+) -> None:
+    """The step runs 3 leases long; the heartbeat renews it (a third of the lease), so the second
+    member waits (no takeover, no second run) and then replays the stored outcome."""
+    lease = 2.0  # a beat may be late by up to two periods on a loaded machine
+    a, b = _claims(sessions, lease), _claims(sessions, lease)
+    beat = _beat(sessions, a, "a", lease)
+    assert isinstance(a.claim("e2", b"v"), FirstUse)
+    beat.start()
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(b.claim("e2", b"v")))
+    waiter.start()
+    time.sleep(3 * lease)
+    assert waiter.is_alive(), f"the waiter did not wait: {got}"
+    assert a.complete("e2", "done-by-a", b"v") == "done-by-a"
+    waiter.join(timeout=10)
+    beat.close()
+    assert len(got) == 1 and isinstance(got[0], Done) and got[0].value == "done-by-a"
+
+
+def test_a_dead_holder_is_taken_over_by_exactly_one_member_after_its_lease(
+    sessions: sessionmaker[Session],
+) -> None:
+    dead = _claims(sessions)
+    first = dead.claim("e3", b"v")
+    assert isinstance(first, FirstUse) and first.attempt == 1
+    racers = [_claims(sessions) for _ in range(3)]
+    answers: list[object] = []
+    lock = threading.Lock()
+
+    def race(c: StepClaims) -> None:
+        r = c.claim("e3", b"v")
+        with lock:
+            answers.append(r)
+        if isinstance(r, FirstUse):
+            c.complete("e3", "ran-once", b"v")
+
+    threads = [threading.Thread(target=race, args=(c,)) for c in racers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    takers = [r for r in answers if isinstance(r, FirstUse)]
+    assert len(takers) == 1 and takers[0].restarted and takers[0].attempt == 2, answers
+    assert sum(isinstance(r, Done) and r.value == "ran-once" for r in answers) == 2, answers
+    # the dead holder wakes up late: it may not overwrite, it replays the winner's outcome
+    assert dead.complete("e3", "late", b"v") == "ran-once"
+    with sessions() as s:
+        rec = dead.store.get(s, "e3", key_class=KC)
+    assert (
+        rec is not None and rec.state is KeyState.SUCCEEDED and rec.result == {"value": "ran-once"}
+    )
+
+
+def test_a_failed_step_releases_its_key_for_the_runtime_retry(
+    sessions: sessionmaker[Session],
+) -> None:
+    a = _claims(sessions)
+    assert isinstance(a.claim("e4", b"v"), FirstUse)
+    a.release("e4")
+    assert isinstance(a.claim("e4", b"v"), FirstUse)
+
+
+def test_the_heartbeat_publishes_the_members_lanes_and_a_stop_removes_them(
+    sessions: sessionmaker[Session],
+) -> None:
+    a = _claims(sessions)
+    beat = _beat(sessions, a, "m-a")
+    beat.beat()
+    with sessions() as s:
+        (row,) = member_lanes(s, "t")
+    assert row.member == "m-a" and row.running == 1 and not row.stale
+    assert row.oldest_running_s is not None and row.oldest_running_s >= 5
+    with sessions() as s:
+        (late,) = member_lanes(s, "t", now_ms=int(time.time() * 1000) + 10_000)
+    assert late.stale  # no beat for three periods: its member died without a goodbye
+    beat.close()
+    with sessions() as s:
+        assert member_lanes(s, "t") == []
