@@ -412,7 +412,7 @@ def build_failed_reporter(
     the reporter's dedupe row; this host's gateway relay ships them (the relay drains the whole
     store). Close ``reporter.consumer`` and dispose ``reporter.engine`` when done.
     """
-    topics = TopicNames(prefix=config.topic_prefix)
+    topics, factories = TopicNames(prefix=config.topic_prefix), factories.secured(config.kafka)
     group_id = group or f"{config.topic_prefix}dlq-reporter"
     # a DLQ that retention trimmed before we reported it must fail loudly, not skip
     consumer = factories.consumer(

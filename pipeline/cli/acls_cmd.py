@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from pipeline.kafka.acls import apply_grants, gateway_grants
-from pipeline.kafka.security import PLAINTEXT, load_kafka_file
 from pipeline.kafka.topics import TopicNames
 
 from .output import console, emit_json, fail_on_fleet_error
-from .topics_cmd import BootstrapOpt, bootstrap_from
+from .topics_cmd import BootstrapOpt, KafkaConfigOpt, bootstrap_from, secured_factories
 
 app = typer.Typer(help="Least-privilege ACLs per gateway login.", no_args_is_help=True)
 
@@ -53,22 +50,14 @@ def plan(
 @fail_on_fleet_error
 def apply(
     host: HostOpt,
-    kafka_config: Annotated[
-        Path | None,
-        typer.Option(
-            "--kafka-config",
-            help="A TOML file whose [kafka] table logs in as a super user (e.g. admin.kafka.toml).",
-        ),
-    ] = None,
+    kafka_config: KafkaConfigOpt = None,
     bootstrap: BootstrapOpt = None,
     prefix: PrefixOpt = "fleet.",
 ) -> None:
     """Create the planned ACLs for HOST (idempotent: existing ACLs are kept)."""
-    from pipeline.bootstrap_client import Factories
     from pipeline.kafka.settings import admin_config
 
-    security = load_kafka_file(kafka_config, environ=os.environ) if kafka_config else PLAINTEXT
-    factories = Factories().secured(security)
+    factories = secured_factories(kafka_config)  # a super user's login, e.g. admin.kafka.toml
     server = bootstrap_from(bootstrap)
     factories.check_access(server)
     count = apply_grants(

@@ -273,7 +273,8 @@ def test_two_gateways_with_their_logins_and_only_the_planned_acls(
 
 
 def test_fleet_acls_apply_creates_the_planned_set_as_admin(secure: LocalCluster) -> None:
-    """``fleet acls apply`` logs in with a [kafka] table file and is idempotent."""
+    """``fleet topics apply`` and ``fleet acls apply`` log in with a [kafka] table file (the
+    operator's ``admin``); applying the ACLs twice is a no-op."""
     assert secure.secure is not None
     prefix = unique_name("acl").replace(".", "") + "."
     args = ["acls", "apply", "--host", "a", "--prefix", prefix, "--bootstrap"]
@@ -282,6 +283,10 @@ def test_fleet_acls_apply_creates_the_planned_set_as_admin(secure: LocalCluster)
         "--kafka-config",
         str(secure.secure.folder / "admin.kafka.toml"),
     ]
+    topics = ["topics", "apply", "--host", "a", "--prefix", prefix, "--bootstrap"]
+    topics += [secure.bootstrap_servers, "--kafka-config", args[-1]]
+    created = CliRunner().invoke(app, topics)
+    assert created.exit_code == 0, created.output
     for _ in range(2):
         result = CliRunner().invoke(app, args)
         _SEEN.append(result.output)
