@@ -58,7 +58,7 @@ def up(
         if cluster.secure is not None:
             console.print(
                 f"SASL_SSL with ACLs; client file {cluster.secure.folder / 'client.json'}, "
-                f"a [kafka] table per login in {cluster.secure.folder}/<login>.kafka.toml"
+                f"a \\[kafka] table per login in {cluster.secure.folder}/<login>.kafka.toml"
             )
         typer.echo(cluster.bootstrap_servers)
 

@@ -287,6 +287,10 @@ def test_fleet_acls_apply_creates_the_planned_set_as_admin(secure: LocalCluster)
     topics += [secure.bootstrap_servers, "--kafka-config", args[-1]]
     created = CliRunner().invoke(app, topics)
     assert created.exit_code == 0, created.output
+    host_login = str(secure.secure.folder / "a.kafka.toml")
+    refused = CliRunner().invoke(app, [*topics[:-1], host_login, "--host", "c"])
+    _SEEN.append(refused.output)
+    assert refused.exit_code != 0 and "NOT_AUTHORIZED" in refused.output  # a gateway creates none
     for _ in range(2):
         result = CliRunner().invoke(app, args)
         _SEEN.append(result.output)
