@@ -114,6 +114,7 @@ class RefusalWatch:
         self.inner = inner
         self._first: KafkaError | None = None
         self._closes = 0
+        self.down = False
         self._lock = threading.Lock()
 
     def __call__(self, err: KafkaError) -> None:
@@ -121,6 +122,8 @@ class RefusalWatch:
             with self._lock:
                 if self._first is None:
                     self._first = err
+        elif "Connection refused" in (err.str() or ""):
+            self.down = True  # nobody listens: an outage, not a refusal (wait_out's job)
 
     def log(self, level: int, fmt: str, *args: object) -> None:
         if self.inner is not None:
@@ -163,6 +166,8 @@ def check_access(
         client.poll(0.1)  # serves error_cb and the log lines
         if watch.first is not None:
             break
+        if watch.down:
+            return  # a broker that is down is waited out by the caller, not here
         try:
             client.list_topics(timeout=0.5)
             return

@@ -257,3 +257,31 @@ def test_repeated_early_closes_are_a_protocol_mismatch() -> None:
     assert len(seen) == RefusalWatch.MISMATCH_AFTER  # still passed on to the package's log
     watch(KafkaError(KafkaError._AUTHENTICATION, "later"))
     assert refusal_reason(watch.first) == Security.PROTOCOL_MISMATCH  # the first one is kept
+
+
+def test_an_outage_is_not_a_refusal_and_ends_the_check_at_once() -> None:
+    """A broker that is down is the caller's to wait out (wait_out), not a security failure."""
+
+    class DownAdmin:
+        def __init__(self, conf: dict[str, Any]) -> None:
+            self.error_cb = conf["error_cb"]
+            self.polls = 0
+
+        def poll(self, _timeout: float) -> int:
+            self.polls += 1
+            self.error_cb(
+                KafkaError(KafkaError._TRANSPORT, "b:1: Connect failed: Connection refused")
+            )
+            return 0
+
+        def list_topics(self, timeout: float) -> Any:
+            raise AssertionError("not reached: the first poll already saw the outage")
+
+    made: list[DownAdmin] = []
+
+    def admin(conf: dict[str, Any]) -> DownAdmin:
+        made.append(DownAdmin(conf))
+        return made[-1]
+
+    Factories(admin=admin).check_access("b:1", timeout_s=60)
+    assert made[0].polls == 1
