@@ -41,7 +41,9 @@ class Factories:
     Every client a built process uses is made here: the runtime's and the roster follower's
     consumers, the relay's, presence's and dead-letter producers, the admin clients of the
     topology check and the lag reader. Each factory takes the client's librdkafka settings, so a
-    wrapper (a secured cluster's extra settings, a fault-injecting fake) sees all of them.
+    wrapper (a secured cluster's extra settings, a fault-injecting fake) sees all of them. The
+    defaults (``pipeline.kafka.clients``) load confluent_kafka only when a client is made: a
+    ``fleet send`` makes none.
 
     ``security`` is the ``[kafka]`` table these factories apply; :meth:`secured` returns
     factories that put it on every client they build (``with_security``, the one place).

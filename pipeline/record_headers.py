@@ -2,7 +2,7 @@
 
 Every table that keeps Kafka headers stores this form: the outbox (``outbox.headers``), the held
 store (``fleet_held.headers``) and the quarantine's parked records (``fleet_parked.headers``,
-JSON of base64 pairs until store revision ``0006_parked_headers_binary`` converted it).
+JSON of base64 pairs until store revision ``0008_parked_headers_binary`` converted it).
 
 Per header: ``u16`` name length, the UTF-8 name, ``u32`` value length, the value. No headers is
 the empty blob. A blob that does not decode is a :class:`~pipeline.errors.StoreError` with

@@ -21,6 +21,7 @@ class LifecycleReason(enum.StrEnum):
     UNKNOWN_PROFILE = "UNKNOWN_PROFILE"  # target: the host has no profile of that name
     CAP_EXCEEDED = "CAP_EXCEEDED"  # target: over a per-parent/per-job cap or the job budget
     RECIPIENT_GONE = "RECIPIENT_GONE"  # target: mail for a stopped or reaped worker
+    UNKNOWN_WORKER = "UNKNOWN_WORKER"  # target: STOP for a gid that is no worker spawned here
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

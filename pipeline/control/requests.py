@@ -65,3 +65,10 @@ def overdue(session: Session, now: int, limit: int = 500) -> list[Any]:
             .limit(limit)
         )
     )
+
+
+def of_requester(session: Session, requester: str, limit: int = 1000) -> list[Any]:
+    """The spawns ``requester`` asked for, newest first."""
+    t = spawn_requests_table
+    query = select(t).where(t.c.requester == requester).order_by(t.c.sent_ms.desc())
+    return list(session.execute(query.limit(limit)))

@@ -23,6 +23,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline import reasons
 from pipeline.control import requests as spawn_requests
+from pipeline.control import spawns
+from pipeline.control.caps import LifecycleReason
+from pipeline.control.metrics import LifecycleMetrics
 from pipeline.envelope import EXPIRED, REPLAY, BoundedSeenSet, Envelope, Kind, Verifier
 from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
@@ -47,6 +50,7 @@ T = TypeVar("T")
 BROADCAST_PREFIX = "broadcast."
 UNKNOWN_RECIPIENT = reasons.Delivery.UNKNOWN_RECIPIENT
 HELD_CAP_EXCEEDED = reasons.Delivery.HELD_CAP_EXCEEDED
+RECIPIENT_GONE = LifecycleReason.RECIPIENT_GONE
 REPLY_TTL_S = 300.0
 _STILL_A_DUPLICATE = frozenset({REPLAY, EXPIRED})
 
@@ -75,7 +79,9 @@ class InboxHandler:
         metrics: GatewayMetrics,
         seen: BoundedSeenSet,
         max_held_per_recipient: int = 10_000,
+        lifecycle: LifecycleMetrics | None = None,
     ) -> None:
+        self.lifecycle = lifecycle
         self.seen = seen  # the verifier's bounded seen-set; the store's dedupe rows back it
         self.host = host
         self.verifier = verifier
@@ -133,13 +139,25 @@ class InboxHandler:
             return self._broadcast(env, record, tx)
         entity = self.entities.get(env.to)
         if entity is None:
-            return DeadLetter(
-                reason=UNKNOWN_RECIPIENT, error=f"{env.to} is not a local entity of {self.host}"
-            )
+            return self._no_entity(env)
         tx.after_commit(functools.partial(self.seen.add, env.msg_id))
         if entity.delivery == Delivery.PULL:
             return self._to_pull(env, record, tx, verified.signer_host)
         return self._to_inject(env, tx, verified.signer_host)
+
+    def _no_entity(self, env: Envelope) -> DeadLetter:
+        """Seed 000 §8 step 7: a worker stopped or reaped here has no inbox any more, so its
+        mail is ``RECIPIENT_GONE`` (the FAILED reporter tells the sender once); anyone else
+        unknown here is ``UNKNOWN_RECIPIENT``."""
+        if self._read(lambda s: spawns.is_gone(s, env.to)):
+            if self.lifecycle is not None:
+                self.lifecycle.recipient_gone.labels("inbox").inc()
+            return DeadLetter(
+                reason=RECIPIENT_GONE, error=f"{env.to} was stopped or reaped on {self.host}"
+            )
+        return DeadLetter(
+            reason=UNKNOWN_RECIPIENT, error=f"{env.to} is not a local entity of {self.host}"
+        )
 
     def _read(self, query: Callable[[Session], T]) -> T:
         """A read retried like a write (pipeline.store.retry): a store restart is not a failure."""

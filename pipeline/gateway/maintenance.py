@@ -17,25 +17,24 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
+from threading import Event
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
-from pipeline.failures.context import FailureContext
 from pipeline.presence.model import Delivery
 from pipeline.reasons import Inject, Verification
-from pipeline.record_headers import unpack_headers
 from pipeline.retention.purger import Purger
-from pipeline.runtime import Record, Staged
 from pipeline.store import read_sessions
 
 from . import roster_cache, tracking
 from .conversations import EXPIRED, Conversations
-from .deadletters import OutboxDeadLetterSink
+from .deadletters import OutboxDeadLetterSink, dead_letter_held
 from .entities import LocalEntities
 from .held import HeldStore, held_table
 from .injection import InjectionQueue
@@ -81,13 +80,13 @@ class Maintenance:
         self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
         self._last_roster: list[roster_cache.RosterEntry] | None = None
 
-    def tick(self) -> None:
-        duties = (self.deadlines, self.expire_turns, self.sweep, self.refresh_roster, self.purge)
-        for duty in duties:
+    def tick(self, stop: Event | None = None) -> None:
+        duties = (self.deadlines, self.expire_turns, self.sweep, self.refresh_roster)
+        for duty in (*duties, functools.partial(self.purge, stop)):
             try:
                 duty()
             except Exception:
-                log.exception("maintenance duty %s failed", duty.__name__)
+                log.exception("maintenance duty %s failed", getattr(duty, "__name__", "purge"))
 
     def deadlines(self) -> int:
         now = int(time.time() * 1000)
@@ -161,37 +160,22 @@ class Maintenance:
                 return 0
         with self.sessions.begin() as s:
             rows = self.held.expired(s, now)
-            tx = Staged()
-            for row in rows:
-                record = Record(
-                    topic=row.topic or "",
-                    partition=-1,
-                    offset=-1,
-                    key=row.recipient.encode(),
-                    value=bytes(row.body),
-                    headers=tuple(unpack_headers(row.headers)),
-                    timestamp_ms=row.ts_ms,
-                )
-                self.dead_letters.stage(
-                    tx,
-                    FailureContext(
-                        record=record,
-                        reason=Verification.EXPIRED,
-                        error=f"held for {row.recipient} past expiresAt without a drain",
-                        first_failure_ms=now,
-                        last_failure_ms=now,
-                    ),
-                )
-            tx.flush(s)
-            HeldStore.delete_ids(s, [r.id for r in rows])
+            dead_letter_held(
+                s,
+                self.dead_letters,
+                rows,
+                reason=Verification.EXPIRED,
+                error="held for {recipient} past expiresAt without a drain",
+            )
         if rows:
             self.metrics.expiries.labels("held").inc(len(rows))
         return len(rows)
 
-    def purge(self) -> None:
-        """One purge pass when due (the purger paces itself: ``[retention] every_s``)."""
+    def purge(self, stop: Event | None = None) -> None:
+        """One purge pass when due (the purger paces itself: ``[retention] every_s``); ``stop``
+        ends it between two batches."""
         if self.purger is not None and self.purger.due():
-            self.purger.run()
+            self.purger.run(stop=stop)
 
     def refresh_roster(self, *, state_every_ms: int = 2000) -> None:
         if self.roster_entries is None:

@@ -40,6 +40,7 @@ def _profile(markers: Path, **caps: int) -> ProfileConfig:
     return ProfileConfig(
         name="shell",
         launch=("sh", "-c", f"touch {markers}/launch-{{gid}}-$$"),
+        check=("true",),  # the launch exits at once: without a check the reaper would reap it
         injector=InjectorSpec(type="command", command=("sh", "-c", f"cat >> {markers}/{{gid}}.in")),
         **caps,
     )

@@ -5,8 +5,8 @@ records kept JSON ``[[name, base64(value)], ...]`` in a TEXT column. One stored 
 codec: every parked row is converted here, in the upgrade's transaction, so no reader has to
 know the old form. The old form's decoder lives only in this file (frozen).
 
-Revision ID: 0007_parked_headers_binary
-Revises: 0006_pool_steps_via_effects
+Revision ID: 0008_parked_headers_binary
+Revises: 0007_spawn_stops
 Create Date: 2026-12-01
 """
 
@@ -22,8 +22,8 @@ from alembic import op
 
 from pipeline.record_headers import pack_headers, unpack_headers
 
-revision: str = "0007_parked_headers_binary"
-down_revision: str | None = "0006_pool_steps_via_effects"
+revision: str = "0008_parked_headers_binary"
+down_revision: str | None = "0007_spawn_stops"
 branch_labels: str | None = None
 depends_on: str | None = None
 
