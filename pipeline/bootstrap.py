@@ -27,8 +27,7 @@ from pipeline.bootstrap_client import (  # the client half, re-exported (see the
     build_client,
     build_control_client,
 )
-from pipeline.control import SpawnDeadlines
-from pipeline.control.caps import LifecycleReason
+from pipeline.control import SPAWN
 from pipeline.control.handler import SpawnHandler
 from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
@@ -62,6 +61,7 @@ from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.gateway.roster_cache import RosterEntry, RosterState
 from pipeline.gateway.service import Gateway, Supervised
+from pipeline.gateway.tracking import FORWARD
 from pipeline.hooks import NO_HOOKS, Hooks
 from pipeline.kafka.errors import wait_out
 from pipeline.kafka.settings import (
@@ -85,7 +85,7 @@ from pipeline.presence import PresencePublisher, RosterFollower, RosterView
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Role, SpawnProfile
 from pipeline.presence.publisher import ProducerLike
-from pipeline.reasons import Config
+from pipeline.reasons import Config, Lifecycle
 from pipeline.retention.metrics import RetentionMetrics
 from pipeline.retention.purger import Purger
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
@@ -237,10 +237,11 @@ def build_gateway(
         seen=seen,
         max_held_per_recipient=config.max_held_per_recipient,
         lifecycle=(lifecycle := LifecycleMetrics(registry)),
+        tracked=(tracked := (FORWARD, SPAWN)),
     )
     group = topics.gateway_group(host)
     dead_letters = OutboxDeadLetterSink(topics=topics, gateway=host, group=group)
-    spawn_handler, spawn_deadlines = _control_plane(
+    spawn_handler = _control_plane(
         config,
         verifier,
         publisher,
@@ -297,6 +298,7 @@ def build_gateway(
         ),
         entities=entities,
         injections=injections,
+        tracked=tracked,
         purger=Purger(engine=engine, policy=config.retention, metrics=RetentionMetrics(registry)),
     )
     nudger = _build_nudger(config, callbacks, reads, conversations, metrics, publisher)
@@ -325,10 +327,9 @@ def build_gateway(
         while not stop.wait(min(interval, 0.5)):
             maintenance.tick(stop)  # a stop ends a purge pass between two batches
             try:
-                spawn_deadlines.tick()  # the requester's side of SPAWN
                 spawn_handler.sweep()  # reap workers whose process died (§8 step 7)
             except Exception:
-                log.exception("maintenance duty spawn_deadlines failed")
+                log.exception("maintenance duty spawn_handler.sweep failed")
 
     gateway = Gateway(
         host=host,
@@ -370,9 +371,9 @@ def _control_plane(
     inject_metrics: InjectMetrics,
     lifecycle: LifecycleMetrics,
     dead_letters: OutboxDeadLetterSink,
-) -> tuple[SpawnHandler, SpawnDeadlines]:
+) -> SpawnHandler:
     """The control topic's handler (a launched worker becomes a local inject entity; a STOP or
-    a death takes it out again: tombstone + reaped) and the requester's spawn deadlines."""
+    a death takes it out again: tombstone + reaped)."""
 
     def on_live(gid: str, profile: ProfileConfig, values: Mapping[str, str]) -> None:
         spec = worker_injector(profile.injector, values)
@@ -395,7 +396,7 @@ def _control_plane(
             session,
             dead_letters,
             undrained(session, gid),
-            reason=LifecycleReason.RECIPIENT_GONE,
+            reason=Lifecycle.RECIPIENT_GONE,
             error="held for {recipient}, which was stopped or reaped",
         )
 
@@ -427,7 +428,7 @@ def _control_plane(
         count=lifecycle.count,
         stops=StopHandler(publisher=publisher, sessions=sessions, reaper=reaper, metrics=lifecycle),
     )
-    return handler, SpawnDeadlines(sessions=sessions, publisher=publisher, ttl_s=config.max_ttl_s)
+    return handler
 
 
 def build_failed_reporter(

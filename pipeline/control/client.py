@@ -18,16 +18,16 @@ from pipeline import outbox, schemas
 from pipeline.envelope import Envelope, Kind, encode
 from pipeline.envelope.model import now_ms
 from pipeline.errors import DeliveryError
-from pipeline.gateway import roster_cache
+from pipeline.gateway import deadlines, roster_cache
 from pipeline.gateway.config import check_gid
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.senders import LocalSenders
 from pipeline.presence.model import gateway_gid
+from pipeline.reasons import Lifecycle
 
 from . import requests
-from .caps import LifecycleReason
 
-UNKNOWN_HOST = LifecycleReason.UNKNOWN_HOST.value
+UNKNOWN_HOST = Lifecycle.UNKNOWN_HOST.value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -110,8 +110,9 @@ class ControlClient:
         deadline = env.ts_ms + round(self.deadline_s * 1000)
         with self.sessions.begin() as s:
             self._queue(s, env, host)
-            requests.track(
+            deadlines.track(
                 s,
+                requests.SPAWN,
                 msg_id=env.msg_id,
                 spawn_id=gid,
                 requester=requester,
@@ -153,7 +154,7 @@ class ControlClient:
                     raise DeliveryError(
                         f"no presence binding for {gid!r}: never announced, or already "
                         "stopped (tombstoned); pass its host to ask anyway",
-                        reason=LifecycleReason.UNKNOWN_WORKER.value,
+                        reason=Lifecycle.UNKNOWN_WORKER.value,
                         context={"gid": gid},
                     )
                 host = entry.host

@@ -36,6 +36,7 @@ from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
 from pipeline.gateway.config import ProfileConfig
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.receipts import failed_body, injected_body
+from pipeline.reasons import Lifecycle
 from pipeline.runtime import Record, Staged
 
 from . import spawns
@@ -47,9 +48,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LAUNCH_FAILED = "LAUNCH_FAILED"
-LAUNCH_INTERRUPTED = "LAUNCH_INTERRUPTED"
-NOT_A_CONTROL_KIND = "NOT_A_CONTROL_KIND"
+LAUNCH_FAILED = Lifecycle.LAUNCH_FAILED
+LAUNCH_INTERRUPTED = Lifecycle.LAUNCH_INTERRUPTED
+NOT_A_CONTROL_KIND = Lifecycle.NOT_A_CONTROL_KIND
 ANSWER_TTL_S = 3600.0
 
 OnLive = Callable[[str, ProfileConfig, Mapping[str, str]], None]

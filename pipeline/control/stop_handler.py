@@ -31,17 +31,17 @@ from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
 from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
 from pipeline.gateway.outbound import Publisher
+from pipeline.reasons import Lifecycle
 from pipeline.runtime import Staged
 
 from . import spawns, stops
-from .caps import LifecycleReason
 from .handler import ANSWER_TTL_S, stage_answer
 from .metrics import LifecycleMetrics
 from .reaper import ReapCause, Reaper, begin_stopping
 
 log = logging.getLogger(__name__)
 
-UNKNOWN_WORKER = LifecycleReason.UNKNOWN_WORKER.value
+UNKNOWN_WORKER = Lifecycle.UNKNOWN_WORKER.value
 STALLED_S = 60.0  # well past the stop command's own bound (reaper.STOP_TIMEOUT_S)
 
 

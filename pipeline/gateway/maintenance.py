@@ -1,7 +1,8 @@
 """The gateway's periodic duties, each one short transaction:
 
-* **deadlines** -- a forward send still pending at its deadline becomes exactly one ``FAILED`` in
-  the sender's own pull store (local: it needs no broker), and a metric;
+* **deadlines** -- a tracked send (a forward send, a SPAWN) still pending at its deadline becomes
+  exactly one ``FAILED`` in the sender's own pull store (local: it needs no broker), and a
+  metric (:mod:`.deadlines`, the one tracker);
 * **turn expiry** -- an ASK whose turn is still waiting past its ``expiresAt`` ends the turn and
   tells the asker: one ``FAILED`` about the ASK, reason ``EXPIRED``, stage ``expiry`` (injected
   into a worker, held for a main), so no question vanishes without a word;
@@ -20,7 +21,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from threading import Event
 
 from sqlalchemy import Engine
@@ -28,19 +29,21 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.presence.model import Delivery
-from pipeline.reasons import Inject, Verification
+from pipeline.reasons import Verification
 from pipeline.retention.purger import Purger
 from pipeline.store import read_sessions
 
-from . import roster_cache, tracking
+from . import roster_cache
 from .conversations import EXPIRED, Conversations
 from .deadletters import OutboxDeadLetterSink, dead_letter_held
+from .deadlines import Deadlines, Tracked
 from .entities import LocalEntities
-from .held import HeldStore, held_table
+from .held import HeldStore, hold_notice
 from .injection import InjectionQueue
 from .metrics import GatewayMetrics
 from .outbound import Publisher
 from .receipts import failed_body
+from .tracking import FORWARD
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,7 @@ class Maintenance:
         roster_state: Callable[[], roster_cache.RosterState] | None = None,
         entities: LocalEntities | None = None,
         injections: InjectionQueue | None = None,
+        tracked: Sequence[Tracked] = (FORWARD,),
         purger: Purger | None = None,
     ) -> None:
         self.purger = purger
@@ -79,6 +83,14 @@ class Maintenance:
         # duties look first with a read (no write lock) and write only when there is work
         self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
         self._last_roster: list[roster_cache.RosterEntry] | None = None
+        self.tracker = Deadlines(
+            sessions=sessions,
+            reads=self.reads,
+            gateway_id=publisher.gateway_id,
+            kinds=tracked,
+            ttl_s=max_ttl_s,
+            on_timeout={FORWARD.name: metrics.injected_timeouts.inc},
+        )
 
     def tick(self, stop: Event | None = None) -> None:
         duties = (self.deadlines, self.expire_turns, self.sweep, self.refresh_roster)
@@ -89,32 +101,8 @@ class Maintenance:
                 log.exception("maintenance duty %s failed", getattr(duty, "__name__", "purge"))
 
     def deadlines(self) -> int:
-        now = int(time.time() * 1000)
-        with self.reads() as r:
-            if not tracking.overdue(r, now, limit=1):
-                return 0
-        with self.sessions.begin() as s:
-            due = tracking.overdue(s, now)
-            for row in due:
-                if not tracking.settle(s, row.msg_id, tracking.FAILED, Inject.INJECT_TIMEOUT):
-                    continue
-                failed = Envelope.new(
-                    kind=Kind.FAILED,
-                    sender=self.publisher.gateway_id,
-                    to=row.sender,
-                    body=failed_body(
-                        row.msg_id,
-                        row.recipient,
-                        reason=Inject.INJECT_TIMEOUT,
-                        error=f"no INJECTED from {row.recipient} within the deadline",
-                        stage="timeout",
-                    ),
-                    ttl_s=self.max_ttl_ms / 1000,
-                    trace_id=row.trace_id,
-                )
-                _hold_local(s, failed, f"failed-{row.msg_id}", now)
-                self.metrics.injected_timeouts.inc()
-        return len(due)
+        """Every tracked send past its deadline (forward sends, SPAWNs): one FAILED each."""
+        return self.tracker.tick()
 
     def expire_turns(self) -> int:
         """End every turn still waiting past its ASK's expiry, with a notice to the asker."""
@@ -146,7 +134,7 @@ class Maintenance:
                 if entity is not None and entity.delivery is Delivery.INJECT:
                     to_inject.append(notice)
                 else:
-                    _hold_local(s, notice, notice.msg_id, now)
+                    hold_notice(s, notice, now)
                 self.metrics.expiries.labels("turn").inc()
         for notice in to_inject:  # after the commit: the turn is closed before the asker hears
             assert self.injections is not None
@@ -198,23 +186,3 @@ class Maintenance:
         self._last_roster = entries
         if state_due:
             self._last_state = state
-
-
-def _hold_local(session: Session, env: Envelope, msg_id: str, now: int) -> None:
-    """A gateway notice for a local pull entity, straight into its held store (no broker)."""
-    session.execute(
-        held_table.insert().values(
-            recipient=env.to,
-            msg_id=msg_id,
-            kind=env.kind.value,
-            sender=env.sender,
-            trace_id=env.trace_id,
-            turn_id=env.turn_id,
-            body=env.body,
-            headers=None,
-            topic=None,
-            ts_ms=env.ts_ms,
-            expires_at_ms=env.expires_at_ms,
-            held_at_ms=now,
-        )
-    )

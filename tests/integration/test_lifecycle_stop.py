@@ -32,7 +32,7 @@ from pipeline.control.spawns import spawns_table
 from pipeline.control.stops import stops_table
 from pipeline.envelope import Envelope, Kind, encode
 from pipeline.errors import DeliveryError
-from pipeline.gateway import tracking
+from pipeline.gateway import deadlines, tracking
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import load_config
 from pipeline.gateway.held import held_table
@@ -170,7 +170,7 @@ def _brief_past_the_roster(h: Hosts, to: str, body: bytes) -> Envelope:
     env = Envelope.new(kind=Kind.SEND, sender="main-a", to=to, body=body, ttl_s=3600)
     with h.client.sessions.begin() as s:
         h.client.publisher.stage(s, env, to_host="B")
-        tracking.track(s, msg_id=env.msg_id, sender="main-a", recipient=to,
+        deadlines.track(s, tracking.FORWARD, msg_id=env.msg_id, sender="main-a", recipient=to,
                        trace_id=env.trace_id, sent_ms=env.ts_ms, deadline_ms=env.ts_ms + 60_000)  # fmt: skip
     return env
 
