@@ -140,6 +140,16 @@ def _build_nudger(
     )
 
 
+def _secured(factories: Factories, config: GatewayConfig, *, check: bool) -> Factories:
+    """``factories`` with the ``[kafka]`` login on every client; with ``check``, a refused login
+    or handshake stops the start at once with its reason (docs/security.md), where waiting for a
+    broker that is still starting would go on for minutes."""
+    factories = factories.secured(config.kafka)
+    if check:
+        factories.check_access(config.bootstrap)
+    return factories
+
+
 def build_gateway(
     config: GatewayConfig,
     *,
@@ -154,7 +164,8 @@ def build_gateway(
     hooks: Hooks = NO_HOOKS,
 ) -> GatewayParts:
     """Build one host's gateway: inbox runtime, relay, presence, roster, injectors, ticker."""
-    host = config.host
+    # every client below carries the [kafka] login; a refused one stops the start here
+    host, factories = config.host, _secured(factories, config, check=apply_topics)
     topics = TopicNames(prefix=config.topic_prefix)
     registry = registry or CollectorRegistry()
     if apply_topics:  # a broker still starting, or a leader not elected yet, is waited out
@@ -436,7 +447,7 @@ def build_failed_reporter(
     the reporter's dedupe row; this host's gateway relay ships them (the relay drains the whole
     store). Close ``reporter.consumer`` and dispose ``reporter.engine`` when done.
     """
-    topics = TopicNames(prefix=config.topic_prefix)
+    topics, factories = TopicNames(prefix=config.topic_prefix), factories.secured(config.kafka)
     group_id = group or f"{config.topic_prefix}dlq-reporter"
     # a DLQ that retention trimmed before we reported it must fail loudly, not skip
     consumer = factories.consumer(

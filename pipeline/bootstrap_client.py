@@ -11,15 +11,18 @@ exporter): agents run these commands from their shells, and each call pays its i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from pipeline.control import spawns
 from pipeline.control.client import ControlClient
+from pipeline.errors import ConfigError
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.senders import LocalSenders
 from pipeline.kafka.clients import ClientFactory, new_admin, new_consumer, new_producer
+from pipeline.kafka.security import PLAINTEXT, KafkaSecurity
+from pipeline.kafka.settings import admin_config, with_security
 from pipeline.kafka.topics import TopicNames
 from pipeline.store import make_engine, session_factory
 
@@ -41,12 +44,43 @@ class Factories:
     wrapper (a secured cluster's extra settings, a fault-injecting fake) sees all of them. The
     defaults (``pipeline.kafka.clients``) load confluent_kafka only when a client is made: a
     ``fleet send`` makes none.
+
+    ``security`` is the ``[kafka]`` table these factories apply; :meth:`secured` returns
+    factories that put it on every client they build (``with_security``, the one place).
     """
 
     producer: ClientFactory = field(default=new_producer)
     consumer: ClientFactory = field(default=new_consumer)
     admin: ClientFactory = field(default=new_admin)
     engine: Callable[[str], Engine] = field(default=make_engine)
+    security: KafkaSecurity = PLAINTEXT
+
+    def secured(self, security: KafkaSecurity) -> Factories:
+        """These factories with ``security`` applied to every producer, consumer and admin."""
+        if security == self.security:
+            return self
+        if self.security != PLAINTEXT:
+            raise ConfigError("these factories are already secured with another [kafka] table")
+        p, c, a = self.producer, self.consumer, self.admin
+        return replace(
+            self,
+            producer=lambda conf: p(with_security(conf, security)),
+            consumer=lambda conf: c(with_security(conf, security)),
+            admin=lambda conf: a(with_security(conf, security)),
+            security=security,
+        )
+
+    def check_access(self, bootstrap: str, *, timeout_s: float = 15.0) -> None:
+        """Fail fast (AUTH_FAILED, TLS_FAILED, PROTOCOL_MISMATCH) when the cluster refuses our
+        login, instead of letting librdkafka retry it for ever (``pipeline.kafka.refusals``)."""
+        from pipeline.kafka.refusals import check_access  # loads librdkafka: only when asked
+
+        check_access(
+            admin_config(bootstrap),
+            security=self.security,
+            admin=self.admin,
+            timeout_s=timeout_s,
+        )
 
 
 DEFAULT_FACTORIES = Factories()

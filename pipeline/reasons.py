@@ -238,6 +238,18 @@ class Lifecycle(enum.StrEnum):
     NOT_A_CONTROL_KIND = "NOT_A_CONTROL_KIND"  # target: a control record that is no SPAWN/STOP
 
 
+class Security(enum.StrEnum):
+    """A secured cluster refused us, or the ``[kafka]`` table is unsafe (``docs/security.md``)."""
+
+    AUTH_FAILED = "AUTH_FAILED"  # SASL login refused (wrong password, unknown user, mechanism)
+    TLS_FAILED = "TLS_FAILED"  # TLS handshake failed (unknown CA, bad certificate, hostname)
+    PROTOCOL_MISMATCH = "PROTOCOL_MISMATCH"  # e.g. a plaintext client on a TLS/SASL listener
+    NOT_AUTHORIZED = "NOT_AUTHORIZED"  # an ACL denies this operation on this resource
+    SECRET_INLINE = "SECRET_INLINE"  # a password written into the file: refused
+    SECRET_UNREADABLE = "SECRET_UNREADABLE"  # sasl_password_file / _env missing or empty
+    PROPERTY_OWNED = "PROPERTY_OWNED"  # [kafka.properties] sets a key fleet-pipeline owns
+
+
 FAMILIES: dict[str, type[enum.StrEnum]] = {
     f.__name__: f
     for f in (
@@ -259,6 +271,7 @@ FAMILIES: dict[str, type[enum.StrEnum]] = {
         Pool,
         Runs,
         Lifecycle,
+        Security,
     )
 }
 

@@ -27,6 +27,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 from pipeline.errors import BrokerError, TopologyError
 
 from .clients import ClientFactory, new_admin
+from .refusals import security_error
 from .settings import admin_config
 from .topics import TopicNames
 
@@ -221,7 +222,12 @@ def apply_topology(
                 if not (
                     isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS
                 ):
-                    raise BrokerError(f"create {name}: {exc}") from exc
+                    refused = (
+                        security_error(err, "create", resource=name)
+                        if isinstance(err, KafkaError)
+                        else None
+                    )
+                    raise refused or BrokerError(f"create {name}: {exc}") from exc
                 raced.append(name)  # another gateway booting at the same time created it
             except Exception as exc:  # a timeout: the create may or may not have happened
                 raise BrokerError(f"create {name}: {exc}") from exc

@@ -98,7 +98,9 @@ def test_an_authorization_error_stops_the_gateway_loudly(
     gw = parts.gateway.start()
     try:
         fatal = gw.wait()
-        assert fatal is not None and getattr(fatal, "reason", "") == "BROKER_FATAL"
+        # a missing ACL has its own reason (issue 13, docs/security.md); still fatal
+        assert fatal is not None and getattr(fatal, "reason", "") == "NOT_AUTHORIZED"
+        assert not getattr(fatal, "retriable", True)
         assert "TOPIC_AUTHORIZATION_FAILED" in str(fatal)
     finally:
         gw.stop()
