@@ -49,3 +49,30 @@ class RepeatFilter(logging.Filter):
 
 LIBRDKAFKA_LOG = logging.getLogger("pipeline.kafka.librdkafka")
 LIBRDKAFKA_LOG.addFilter(RepeatFilter())
+
+
+class ClientLog:
+    """One client's ``logger``: forwards to :data:`LIBRDKAFKA_LOG` and remembers when the client
+    last timed out its own group session (``SESSTMOUT``).
+
+    With static membership, librdkafka answers a session timeout by re-joining under a new
+    member id, which fences the id it still holds: the next heartbeat or commit then fails with
+    ``FENCED_INSTANCE_ID``, fatally, although no other member exists (librdkafka issue #3437;
+    seen after a whole-cluster outage). The runtime tells that self-fencing from a real second
+    member by asking :meth:`timed_out_within` when it is fenced.
+    """
+
+    def __init__(self) -> None:
+        self._session_timeout_at: float | None = None
+
+    def log(self, level: int, fmt: str, *args: object) -> None:
+        # confluent-kafka calls log(level, "%s [%s] %s", facility, client name, line)
+        if args and args[0] == "SESSTMOUT":
+            self._session_timeout_at = time.monotonic()
+        LIBRDKAFKA_LOG.log(level, fmt, *args)
+
+    def timed_out_within(self, window_s: float) -> bool:
+        """Whether the client timed out its session in the last ``window_s``; forgets it, so one
+        session timeout excuses at most one fencing."""
+        at, self._session_timeout_at = self._session_timeout_at, None
+        return at is not None and time.monotonic() - at <= window_s

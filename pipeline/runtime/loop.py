@@ -42,6 +42,7 @@ from pipeline.failures.decide import classify, decide
 from pipeline.failures.offsets import raise_if_offsets_lost
 from pipeline.failures.outcomes import Ack, DeadLetter, Outcome, Quarantine, Retry
 from pipeline.failures.retry import BackoffPolicy
+from pipeline.kafka.logs import ClientLog
 from pipeline.kafka.settings import OffsetReset, consumer_config
 from pipeline.record import Record
 from pipeline.store import read_sessions, with_retry
@@ -59,6 +60,8 @@ log = logging.getLogger(__name__)
 TP = tuple[str, int]
 # A store blip is absorbed inline; a longer outage backs the batch off without blocking poll.
 _READ_RETRY = StoreRetry(initial_s=0.05, max_s=0.5, budget_s=2.0)
+# Fenced within this long after the client's own session timeout = fenced by itself.
+_SELF_FENCE_WINDOW_S = 30.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,14 +144,18 @@ class ConsumerRuntime:
         self.dead_letters = dead_letters
         self.quarantine = quarantine
         self.metrics = metrics
-        conf = consumer_config(
+        # the client's log, to tell librdkafka's self-fencing after a session timeout from a
+        # real second member with our group.instance.id (see step())
+        self.client_log = ClientLog()
+        self._conf = consumer_config(
             config.bootstrap,
             config.group_id,
             offset_reset=config.offset_reset,
             instance_id=config.instance_id,
-            **dict(config.consumer_overrides),
+            **{"logger": self.client_log, **dict(config.consumer_overrides)},
         )
-        self.consumer = consumer_factory(conf)
+        self._consumer_factory = consumer_factory
+        self.consumer = consumer_factory(self._conf)
         # Fault injection for crash tests (wired only by an entry point, never by default):
         # called after a successful commit, before the batch's after-commit effects.
         self.fault_after_commit = fault_after_commit
@@ -258,7 +265,40 @@ class ConsumerRuntime:
 
     # -- one step ----------------------------------------------------------------------------
     def step(self) -> int:
-        """Poll once and process what came back; returns the number of records seen."""
+        """Poll once and process what came back; returns the number of records seen.
+
+        A static member fenced right after timing out its own session was fenced by itself
+        (:class:`pipeline.kafka.logs.ClientLog`): it re-joins with a fresh client instead of
+        stopping. Any other fencing is a second member with our id, and stops this one.
+        """
+        try:
+            return self._step()
+        except FencedError:
+            if self.config.instance_id is None or not self.client_log.timed_out_within(
+                _SELF_FENCE_WINDOW_S
+            ):
+                raise
+        self._rejoin()
+        return 0
+
+    def _rejoin(self) -> None:
+        """Drop the fenced client as if every partition was lost (nothing more is committed
+        through it), then join again under the same group.instance.id."""
+        log.warning(
+            "group %s member %s: fenced right after its own session timeout (librdkafka "
+            "re-joined under a new member id and fenced the old one); joining again with a "
+            "fresh client",
+            self.config.group_id,
+            self.config.instance_id,
+        )
+        lost = [TopicPartition(t, p) for t, p in self._assigned]
+        self._on_lost(self.consumer, lost)
+        self.close()
+        self.consumer = self._consumer_factory(self._conf)
+        self.subscribe()
+        self._count_rebalance("rejoin")
+
+    def _step(self) -> int:
         if self._stale_quarantine and not self._refresh_quarantine():
             msg = self.consumer.poll(self.config.poll_timeout_s)  # heartbeats; all paused
             if msg is not None and msg.error() is not None:

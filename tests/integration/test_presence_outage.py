@@ -28,7 +28,8 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import outbox
 from pipeline.store import make_engine
 from pipeline.testing import test_broker_dir as broker_dir
-from tests.integration.fleet_hosts import Fleet, GatewayProcess, wait_until
+from tests.integration.fleet_hosts import Fleet, GatewayProcess
+from tests.integration.fleet_hosts import wait_until as wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -116,6 +117,16 @@ def _outage(
         a, b = GatewayProcess(cfg_a, tmp_path / "A.log"), GatewayProcess(cfg_b, tmp_path / "B.log")
         procs += [a.start(), b.start()]
         client: GatewayClient = build_client(load_config(cfg_a), signer=fleet.signers["A"])
+
+        def wait_until(cond: Any, timeout: float, what: str) -> None:
+            try:
+                wait_for(cond, timeout, what)
+            except AssertionError as exc:  # the gateways' own account of what went wrong
+                raise AssertionError(
+                    f"{exc}\n--- A.log (tail) ---\n{a.output()[-4000:]}"
+                    f"\n--- B.log (tail) ---\n{b.output()[-4000:]}"
+                ) from None
+
         wait_until(lambda: client.knows("main-b"), 90, "main-b live in A's roster")
         sent = [
             client.send(sender="main-a", to="main-b", kind=Kind.REPLY, body=b"before").msg_id

@@ -35,6 +35,7 @@ def test_leader_kill9_loses_no_acknowledged_record_and_group_carries_on(
         (failed if err else acked).append(int(msg.value()))
 
     consumed: list[int] = []
+    log_at: dict[int, int] = {}  # offset -> value: what the log holds, redeliveries folded
     consumer = Consumer(consumer_config(kafka3.bootstrap, group))
     consumer.subscribe([topic])
     stop = threading.Event()
@@ -45,6 +46,7 @@ def test_leader_kill9_loses_no_acknowledged_record_and_group_carries_on(
             if msg is None or msg.error():
                 continue
             consumed.append(int(msg.value()))
+            log_at[msg.offset()] = int(msg.value())
             consumer.commit(message=msg, asynchronous=True)
 
     reader = threading.Thread(target=consume, daemon=True)
@@ -74,5 +76,7 @@ def test_leader_kill9_loses_no_acknowledged_record_and_group_carries_on(
     assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
     # the group kept consuming past the kill: records produced after it arrived too
     assert max(consumed) > total // 3
-    # idempotent producer: the log holds no duplicates of acknowledged records
-    assert len(consumed) == len(set(consumed))
+    # idempotent producer: the log holds no duplicates of acknowledged records. The consumer
+    # itself is at-least-once (a session lost to the kill re-reads from the last commit), so
+    # duplicates are counted per log offset, not per delivery.
+    assert len(log_at) == len(set(log_at.values())), "one record appended twice to the log"

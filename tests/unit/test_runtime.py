@@ -135,6 +135,41 @@ def test_fencing_stops_the_member_loudly_and_injects_nothing(sessions: Any) -> N
     assert handler.injected == []
 
 
+def test_fenced_right_after_its_own_session_timeout_rejoins_once_with_a_fresh_client(
+    sessions: Any,
+) -> None:
+    """librdkafka #3437, seen after a whole-cluster outage (issue 16): a static member that timed
+    out its own session re-joins under a new member id and is fenced as the old one. That member
+    joins again with a fresh client; the next fencing without a session timeout stops it."""
+    fake = FakeConsumer()
+    fake.produce("t", 0, b"k", b"brief", [("msgId", b"m1")])
+    confs: list[dict[str, Any]] = []
+
+    def factory(conf: dict[str, Any]) -> FakeConsumer:
+        confs.append(conf)
+        return fake
+
+    handler = Script()
+    rt = ConsumerRuntime(
+        RuntimeConfig(bootstrap="fake:0", group_id="g", topics=("t",), instance_id="hostA"),
+        handler=handler,
+        sessions=sessions,
+        dead_letters=ListSink(),
+        consumer_factory=factory,
+    )
+    rt.subscribe()
+    confs[0]["logger"].log(4, "%s [%s] %s", "SESSTMOUT", "rdkafka#consumer-1", "timed out")
+    fake.fail_commits = KafkaError(KafkaError.FENCED_INSTANCE_ID)
+    rt.step()  # fenced by itself: no exception
+    assert len(confs) == 2, "a fresh client joined"
+    assert confs[1]["group.instance.id"] == "hostA"
+    assert handler.injected == [], "nothing is injected through a fenced commit"
+    fake.produce("t", 0, b"k", b"brief2", [("msgId", b"m2")])
+    with pytest.raises(FencedError, match="fenced"):
+        rt.step()  # fenced again, no session timeout of its own: a real second member
+    assert len(confs) == 2
+
+
 def test_retry_pauses_only_its_partition_and_keeps_order(sessions: Any) -> None:
     """Seed 001 scenario 3: retry with backoff without blocking other partitions."""
     fake = FakeConsumer()
