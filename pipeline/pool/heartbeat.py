@@ -78,7 +78,11 @@ class Heartbeat:
                 self.beat()
             except SQLAlchemyError as exc:  # the store is down: the next beat tries again
                 log.warning("pool heartbeat failed: %s", exc)
-            if self._stop.wait(self.period_s) and not self._holding():
+            if not self._stop.is_set():
+                self._stop.wait(self.period_s)
+            elif self._holding():
+                time.sleep(self.period_s)  # stopping, but a given-up step still runs
+            else:
                 return
 
     def _holding(self) -> bool:

@@ -145,3 +145,27 @@ def test_the_heartbeat_publishes_the_members_lanes_and_a_stop_removes_them(
     beat.close()
     with sessions() as s:
         assert member_lanes(s, "t") == []
+
+
+def test_a_stopping_member_keeps_renewing_a_given_up_step_until_it_ends(
+    sessions: sessionmaker[Session],
+) -> None:
+    """A step given up at a stop still runs on its thread: the heartbeat keeps its lease (no
+    other member may take it over) until the step stores its outcome, then stops."""
+    lease = 2.0  # a beat may be late by up to two periods on a loaded machine
+    a, b = _claims(sessions, lease), _claims(sessions, lease)
+    beat = _beat(sessions, a, "a", lease)
+    assert isinstance(a.claim("e5", b"v"), FirstUse)
+    beat.start()
+    closer = threading.Thread(target=beat.close)
+    closer.start()
+    time.sleep(2 * lease)
+    assert closer.is_alive(), "the heartbeat stopped while its member still held a step"
+    with sessions.begin() as s:
+        still = b.store.reserve(s, "e5", b"v", key_class=KC)
+    assert not isinstance(still, FirstUse), "a held step was taken over during the stop"
+    a.complete("e5", "finished-late", b"v")
+    closer.join(timeout=10)
+    assert not closer.is_alive()
+    again = b.claim("e5", b"v")
+    assert isinstance(again, Done) and again.value == "finished-late"
