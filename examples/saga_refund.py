@@ -121,7 +121,7 @@ def run_role(role: str, args: argparse.Namespace, stop: threading.Event) -> None
         def ticker(_engine: Any) -> Any:
             def tick() -> None:  # approvals past their deadline, and the store gauges
                 with sessions.begin() as s:
-                    orch.expire_due(s)
+                    orch.tick(s)
                     metrics.observe_store({k.value: v for k, v in state_counts(s).items()})
 
             return tick

@@ -28,7 +28,7 @@ _EXPORTS: dict[str, str] = {
     "load_config": "pipeline.gateway.config",
     "GatewayClient": "pipeline.gateway.client",
     "build_gateway": "pipeline.bootstrap",
-    "build_client": "pipeline.bootstrap",
+    "build_client": "pipeline.bootstrap_client",
     # the consumer runtime and handler outcomes
     "ConsumerRuntime": "pipeline.runtime",
     "RuntimeConfig": "pipeline.runtime",

@@ -5,20 +5,30 @@ Entry points (CLI, demo, tests) call :func:`build_gateway`, :func:`build_client`
 arguments. Kafka clients and engines come from a :class:`Factories` (tests pass their own), test
 hooks from one :class:`~pipeline.hooks.Hooks`. Nothing here reads the environment or files beyond
 what the frozen configs name.
+
+The client half (:func:`build_client`, :func:`build_control_client`, :class:`Factories`) lives in
+:mod:`pipeline.bootstrap_client` and is re-exported here: a one-shot ``fleet send`` imports that
+module alone, not the graph this one wires.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
-from pipeline.control import ControlClient, SpawnDeadlines
+from pipeline.bootstrap_client import (  # the client half, re-exported (see the docstring)
+    DEFAULT_FACTORIES,
+    Factories,
+    build_client,
+    build_control_client,
+)
+from pipeline.control import SpawnDeadlines
 from pipeline.control.handler import SpawnHandler
 from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
@@ -74,6 +84,9 @@ from pipeline.presence.follower import ConsumerFactory
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Role, SpawnProfile
 from pipeline.presence.publisher import ProducerLike
+from pipeline.reasons import Config
+from pipeline.retention.metrics import RetentionMetrics
+from pipeline.retention.purger import Purger
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.inflight import Dispatcher, InflightConfig
 from pipeline.runtime.metrics import RuntimeMetrics
@@ -85,27 +98,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ClientFactory = Callable[[dict[str, Any]], Any]
-
-
-def _producer(conf: dict[str, Any]) -> Any:
-    return Producer(conf)
-
-
-def _consumer(conf: dict[str, Any]) -> Any:
-    return Consumer(conf)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Factories:
-    """Where Kafka clients and engines come from: the real ones unless a test passes its own."""
-
-    producer: ClientFactory = field(default=_producer)
-    consumer: ClientFactory = field(default=_consumer)
-    engine: Callable[[str], Engine] = field(default=make_engine)
-
-
-DEFAULT_FACTORIES = Factories()
 
 log = logging.getLogger(__name__)
 
@@ -125,44 +117,6 @@ class GatewayParts:
     nudger: Nudger
     registry: CollectorRegistry
     metrics: GatewayMetrics
-
-
-def build_client(
-    config: GatewayConfig,
-    *,
-    signer: Signer,
-    engine: Engine | None = None,
-    factories: Factories = DEFAULT_FACTORIES,
-    metrics: GatewayMetrics | None = None,
-) -> GatewayClient:
-    """A client for local entities of ``config.host`` (CLI `fleet send`/`poll`, MCP, libraries)."""
-    engine = engine or factories.engine(config.store_url)
-    topics = TopicNames(prefix=config.topic_prefix)
-    return GatewayClient(
-        sessions=session_factory(engine),
-        publisher=Publisher(host=config.host, signer=signer, topics=topics),
-        inject_deadline_s=config.inject_deadline_s,
-        local_senders=frozenset(e.gid for e in config.entities),
-        metrics=metrics,
-    )
-
-
-def build_control_client(
-    config: GatewayConfig,
-    *,
-    signer: Signer,
-    engine: Engine | None = None,
-    factories: Factories = DEFAULT_FACTORIES,
-) -> ControlClient:
-    """The requester's control-plane API for local entities (``fleet spawn``, the MCP face)."""
-    engine = engine or factories.engine(config.store_url)
-    topics = TopicNames(prefix=config.topic_prefix)
-    return ControlClient(
-        sessions=session_factory(engine),
-        publisher=Publisher(host=config.host, signer=signer, topics=topics),
-        deadline_s=config.spawn_deadline_s,
-        local_senders=frozenset(e.gid for e in config.entities),
-    )
 
 
 def _build_nudger(
@@ -208,7 +162,14 @@ def build_gateway(
     registry = registry or CollectorRegistry()
     if apply_topics:  # a broker still starting, or a leader not elected yet, is waited out
         wait_out(
-            lambda: apply_topology(config.bootstrap, TopologySpec(hosts=(host,), topics=topics)),
+            lambda: apply_topology(
+                config.bootstrap,
+                TopologySpec(
+                    hosts=(host,),
+                    topics=topics,
+                    inbox_retention_ms=config.retention.inbox_retention_ms,
+                ),
+            ),
             what=f"gateway {host}: topology",
             deadline_s=120.0,
             log=log,
@@ -324,6 +285,7 @@ def build_gateway(
         ),
         entities=entities,
         injections=injections,
+        purger=Purger(engine=engine, policy=config.retention, metrics=RetentionMetrics(registry)),
     )
     nudger = _build_nudger(config, callbacks, reads, conversations, metrics, publisher)
     client = build_client(
@@ -738,7 +700,7 @@ def build_mcp_server(config: GatewayConfig, *, signer: Signer, gid: str) -> MCPS
         what = "not an entity" if entity is None else "an inject entity, not a pull entity"
         raise ConfigError(
             f"--as {gid}: {what} of host {config.host}; a main over MCP is a local pull entity",
-            reason="CONFIG_INVALID",
+            reason=Config.CONFIG_INVALID,
             context={"key": "as", "value": gid},
         )
     engine = make_engine(config.store_url)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipeline.errors import ConfigError
+from pipeline.reasons import Config
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,7 +30,7 @@ def hooks_from_fault(fault: str | None) -> Hooks:
     if fault is None:
         return NO_HOOKS
     if fault != "crash_after_commit":
-        raise ConfigError(f"unknown FLEET_FAULT {fault!r}", reason="CONFIG_INVALID")
+        raise ConfigError(f"unknown FLEET_FAULT {fault!r}", reason=Config.CONFIG_INVALID)
 
     def crash(effects: int) -> None:
         if effects:

@@ -82,6 +82,8 @@ class Failure(enum.StrEnum):
     NOT_QUARANTINED = "NOT_QUARANTINED"  # release of a key that is not quarantined
     AMBIGUOUS_SCOPE = "AMBIGUOUS_SCOPE"  # the key is quarantined in more than one scope
     NOT_FOUND = "NOT_FOUND"  # no dead letter at the given position
+    UNKNOWN_REQUEST = "UNKNOWN_REQUEST"  # no release request with that id
+    REPLAY_FAILED = "REPLAY_FAILED"  # a dead letter replayed to its source was not confirmed
 
 
 class Platform(enum.StrEnum):
@@ -104,6 +106,7 @@ class Config(enum.StrEnum):
     CONFIG_DUPLICATE_GID = "CONFIG_DUPLICATE_GID"
     CONFIG_MISSING_INJECTOR = "CONFIG_MISSING_INJECTOR"
     CONFIG_UNKNOWN_CALLBACK = "CONFIG_UNKNOWN_CALLBACK"
+    CONFIG_MISSING_TRUST = "CONFIG_MISSING_TRUST"  # no trust_dir: nothing could be verified
     INVALID_NAME = "INVALID_NAME"
 
 
@@ -125,11 +128,122 @@ class Launcher(enum.StrEnum):
     ARTIFACT_UNRESOLVED = "ARTIFACT_UNRESOLVED"
     PORT_IN_USE = "PORT_IN_USE"
     BROKER_NOT_READY = "BROKER_NOT_READY"
+    NO_CLUSTER = "NO_CLUSTER"  # stop/status of a cluster directory that holds none
+    CLUSTER_IN_USE = "CLUSTER_IN_USE"  # the cluster directory is owned by a live launcher
+    MAVEN_NOT_FOUND = "MAVEN_NOT_FOUND"  # the broker's jars must be fetched, and mvn is missing
+    STORAGE_FORMAT_FAILED = "STORAGE_FORMAT_FAILED"  # kafka-storage format exited non-zero
+
+
+class Broker(enum.StrEnum):
+    """A classified broker error (``pipeline.kafka.errors``): transient, fatal or permanent."""
+
+    BROKER_UNAVAILABLE = "BROKER_UNAVAILABLE"  # transient: waited out
+    BROKER_FATAL = "BROKER_FATAL"  # fencing, authentication, authorization, offsets lost
+    BROKER_REJECTED = "BROKER_REJECTED"  # permanent for this request
+
+
+class ProducePermanent(enum.StrEnum):
+    """A produce error that sending the same record again cannot pass (``docs/outbox.md``).
+
+    The relay makes it the row's terminal reason instead of retrying forever."""
+
+    MSG_SIZE_TOO_LARGE = "MSG_SIZE_TOO_LARGE"
+    INVALID_RECORD = "INVALID_RECORD"
+    CORRUPT_MESSAGE = "CORRUPT_MESSAGE"
+    RECORD_LIST_TOO_LARGE = "RECORD_LIST_TOO_LARGE"
+    TOPIC_AUTHORIZATION_FAILED = "TOPIC_AUTHORIZATION_FAILED"
+    INVALID_TOPIC = "INVALID_TOPIC"
+    UNSUPPORTED_FOR_MESSAGE_FORMAT = "UNSUPPORTED_FOR_MESSAGE_FORMAT"
+    INVALID_ARG = "INVALID_ARG"
+
+
+class Outbox(enum.StrEnum):
+    """The outbox's own refusals: at write time, and rows the relay cannot read."""
+
+    TOO_LARGE = "TOO_LARGE"  # the record is above the topic's limit: nothing was written
+    BRANCH_ABANDONED = "BRANCH_ABANDONED"  # a write to a branch that was abandoned
+    OUTBOX_CORRUPT = "OUTBOX_CORRUPT"  # a stored headers blob does not decode
+
+
+class Store(enum.StrEnum):
+    """The store's schema check (``docs/store.md``); never retriable."""
+
+    STORE_SCHEMA_OUTDATED = "STORE_SCHEMA_OUTDATED"  # run ``fleet store upgrade``
+    STORE_SCHEMA_AHEAD = "STORE_SCHEMA_AHEAD"  # written by a newer release
+
+
+class Idempotency(enum.StrEnum):
+    """Why an idempotency-key operation was refused (seed 001: idempotency keys)."""
+
+    # configuration time: a key store that forgets before the topic does lets a replay repeat
+    IDEM_RETENTION_SHORTER_THAN_REPLAY = "IDEM_RETENTION_SHORTER_THAN_REPLAY"
+    IDEM_UNKNOWN_KEY_CLASS = "IDEM_UNKNOWN_KEY_CLASS"
+    IDEM_KEY_UNKNOWN = "IDEM_KEY_UNKNOWN"  # fleet idem show: no such key
+    IDEM_KEY_INVALID = "IDEM_KEY_INVALID"  # empty, or longer than 255 characters
+    IDEM_KEY_MISSING = "IDEM_KEY_MISSING"  # HTTP 400: a required Idempotency-Key is absent
+    IDEM_IN_PROGRESS = "IDEM_IN_PROGRESS"  # HTTP 409: the first request with the key still runs
+    IDEM_PAYLOAD_MISMATCH = "IDEM_PAYLOAD_MISMATCH"  # HTTP 422: same key, different payload
+    IDEM_NOT_RESERVED = "IDEM_NOT_RESERVED"  # complete/fail on a key nobody holds in progress
+
+
+class Saga(enum.StrEnum):
+    """Why a saga step, decision or definition was refused (seed 001: sagas)."""
+
+    SAGA_UNKNOWN = "SAGA_UNKNOWN"
+    SAGA_NOT_IN_HUMAN_QUEUE = "SAGA_NOT_IN_HUMAN_QUEUE"
+    SAGA_NOT_AWAITING = "SAGA_NOT_AWAITING"  # a decision for a saga not waiting for one
+    SAGA_DEFINITION_INVALID = "SAGA_DEFINITION_INVALID"
+    SAGA_COMPENSATION_EXHAUSTED = "SAGA_COMPENSATION_EXHAUSTED"
+    SAGA_APPROVAL_EXPIRED = "SAGA_APPROVAL_EXPIRED"
+    SAGA_APPROVAL_REJECTED = "SAGA_APPROVAL_REJECTED"
+    SAGA_STEP_FAILED = "SAGA_STEP_FAILED"
+
+
+class Lab(enum.StrEnum):
+    """The lab's scenario loader and runner (``docs/lab.md``)."""
+
+    LAB_SCENARIO_NOT_FOUND = "LAB_SCENARIO_NOT_FOUND"  # the file cannot be read
+    LAB_SCENARIO_SYNTAX = "LAB_SCENARIO_SYNTAX"  # not TOML / not UTF-8
+    LAB_UNKNOWN_KEY = "LAB_UNKNOWN_KEY"  # a key this version does not know
+    LAB_MISSING_KEY = "LAB_MISSING_KEY"  # a required key is absent
+    LAB_INVALID_VALUE = "LAB_INVALID_VALUE"  # wrong type or out of range
+    LAB_RUN_FAILED = "LAB_RUN_FAILED"  # a run could not start or a process died unexpectedly
+
+
+class Pool(enum.StrEnum):
+    """``fleet pool run``'s own inputs (``docs/pools.md``)."""
+
+    INVALID_HANDLER = "INVALID_HANDLER"  # --handler is not an importable callable
+    INVALID_OPTION = "INVALID_OPTION"  # an option out of range, or options that exclude each other
+
+
+class Runs(enum.StrEnum):
+    """The run journal (``fleet run``)."""
+
+    RUN_UNKNOWN = "RUN_UNKNOWN"  # no run with that id for the tenant
 
 
 FAMILIES: dict[str, type[enum.StrEnum]] = {
     f.__name__: f
-    for f in (Verification, Delivery, Inject, Failure, Platform, Config, Keys, Launcher)
+    for f in (
+        Verification,
+        Delivery,
+        Inject,
+        Failure,
+        Platform,
+        Config,
+        Keys,
+        Launcher,
+        Broker,
+        ProducePermanent,
+        Outbox,
+        Store,
+        Idempotency,
+        Saga,
+        Lab,
+        Pool,
+        Runs,
+    )
 }
 
 _order = list(Verification)
@@ -158,3 +272,14 @@ def known(code: str) -> bool:
 def label(code: str, allowed: frozenset[str] | set[str]) -> str:
     """A metric label from a closed set: ``code`` itself when allowed, else ``OTHER``."""
     return code if code in allowed else OTHER
+
+
+class Retention(enum.StrEnum):
+    """A store retention policy refused at load (``docs/store.md``, bounded stores); never
+    retriable. Seed 001: a key must outlive the longest time its record can come back."""
+
+    DEDUPE_HORIZON_TOO_SHORT = "DEDUPE_HORIZON_TOO_SHORT"  # dedupe < inbox retention + replay
+    REPORTED_HORIZON_TOO_SHORT = "REPORTED_HORIZON_TOO_SHORT"  # reporter rows < DLQ retention
+
+
+FAMILIES[Retention.__name__] = Retention

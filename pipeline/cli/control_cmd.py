@@ -27,7 +27,7 @@ def spawn(
 ) -> None:
     """Queue a SPAWN (outbox; works while the broker is down). The outcome, or one FAILED
     (SPAWN_TIMEOUT) past spawn_deadline_s, arrives through ``fleet poll``."""
-    from pipeline.bootstrap import build_control_client
+    from pipeline.bootstrap_client import build_control_client
 
     cfg = _load(Path(config))
     req = build_control_client(cfg, signer=_signer(cfg)).spawn(

@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 from pipeline.errors import ConfigError
 from pipeline.failures.reporter import FailedReporter
 from pipeline.outbox import backlog
+from pipeline.reasons import Config
 
 
 def configured_reporter(
@@ -33,7 +34,7 @@ def configured_reporter(
     if not cfg.key_file or not cfg.trust_dir:
         raise ConfigError(
             f"{config}: the reporter signs its FAILEDs: key_file and trust_dir must be set",
-            reason="CONFIG_MISSING_KEY",
+            reason=Config.CONFIG_MISSING_KEY,
         )
     return build_failed_reporter(
         cfg,
@@ -57,7 +58,7 @@ def plain_reporter(
     if not (bootstrap and db and sink_topic):
         raise ConfigError(
             "give --config fleet.toml, or --bootstrap, --db and --sink-topic (the test sink)",
-            reason="CONFIG_MISSING_KEY",
+            reason=Config.CONFIG_MISSING_KEY,
         )
     from pipeline.bootstrap import build_plain_reporter
 

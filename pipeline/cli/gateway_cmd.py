@@ -1,4 +1,8 @@
-"""``fleet gateway run`` and the entity commands ``fleet send|ask|answer|abandon|poll|mcp``."""
+"""``fleet gateway run`` and the entity commands ``fleet send|ask|answer|abandon|poll|mcp``.
+
+The config loader, the envelope and the store are imported by the functions that use them:
+``fleet send --help`` (or a mistyped option) answers without loading any of them.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +11,18 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pipeline.envelope import Kind, Signer, TrustStore
 from pipeline.errors import ConfigError
-from pipeline.gateway import render
-from pipeline.gateway.config import GatewayConfig, load_config
+from pipeline.reasons import Config, Verification
 
 from .output import console, emit_json, err_console, fail_on_fleet_error
+
+if TYPE_CHECKING:
+    from pipeline.envelope import Signer
+    from pipeline.gateway.config import GatewayConfig
 
 app = typer.Typer(help="Run a host's gateway: the per-host inbox with the dual ack model.")
 
@@ -27,17 +33,32 @@ EXIT_FATAL = 3
 
 
 def _load(config: Path, host: str | None = None) -> GatewayConfig:
+    from pipeline.gateway.config import load_config
+
     overrides = {"host": host} if host else None
     return load_config(config, overrides=overrides)
 
 
 def _signer(cfg: GatewayConfig) -> Signer:
+    from pipeline.envelope import Signer
+
     if not cfg.key_file:
         raise ConfigError(
             f"{cfg.host}: key_file is not set (create one: fleet keys init --host {cfg.host})",
-            reason="CONFIG_MISSING_KEY",
+            reason=Config.CONFIG_MISSING_KEY,
         )
     return Signer.load(cfg.key_file)
+
+
+def serve_metrics(registry: Any, *, port: int, address: str) -> Any:
+    """Serve ``registry`` on ``address:port``; a port in use or a bad address is a ConfigError."""
+    from prometheus_client import start_http_server
+
+    try:
+        server, _thread = start_http_server(port, addr=address, registry=registry)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--metrics-address {address} --metrics-port {port}: {exc}") from None
+    return server
 
 
 def _body(text: str | None) -> bytes:
@@ -52,17 +73,22 @@ def run(
     config: ConfigOpt,
     host: Annotated[str | None, typer.Option(help="Host id (overrides the file).")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
+    metrics_address: Annotated[
+        str,
+        typer.Option(
+            help="Address /metrics listens on (0.0.0.0: every interface, for a remote scraper)."
+        ),
+    ] = "127.0.0.1",
 ) -> None:
     """Run the gateway until SIGTERM/SIGINT; exits 3 when fenced or on a fatal error."""
-    from prometheus_client import start_http_server
-
     from pipeline.bootstrap import build_gateway
+    from pipeline.envelope import TrustStore
     from pipeline.hooks import hooks_from_fault
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     cfg = _load(config, host)
     if not cfg.trust_dir:
-        raise ConfigError("trust_dir is not set", reason="CONFIG_MISSING_TRUST")
+        raise ConfigError("trust_dir is not set", reason=Config.CONFIG_MISSING_TRUST)
     parts = build_gateway(
         cfg,
         signer=_signer(cfg),
@@ -70,7 +96,7 @@ def run(
         hooks=hooks_from_fault(os.environ.get("FLEET_FAULT")),
     )
     if metrics_port is not None:
-        start_http_server(metrics_port, addr="127.0.0.1", registry=parts.registry)
+        serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
     gw = parts.gateway.start()
     signal.signal(signal.SIGTERM, lambda *_: gw.stop_event.set())
     signal.signal(signal.SIGINT, lambda *_: gw.stop_event.set())
@@ -92,13 +118,14 @@ def send(
     as_json: JsonOpt = False,
 ) -> None:
     """Send a message (works while the broker is down: it is queued in the outbox)."""
-    from pipeline.bootstrap import build_client
+    from pipeline.bootstrap_client import build_client
+    from pipeline.envelope import Kind
 
     cfg = _load(config)
     try:
         k = Kind(kind.upper())
     except ValueError:
-        raise ConfigError(f"unknown kind {kind!r}", reason="UNKNOWN_KIND") from None
+        raise ConfigError(f"unknown kind {kind!r}", reason=Verification.UNKNOWN_KIND) from None
     env = build_client(cfg, signer=_signer(cfg)).send(
         sender=sender, to=to, body=_body(body), kind=k, ttl_s=ttl
     )
@@ -117,7 +144,7 @@ def ask(
     as_json: JsonOpt = False,
 ) -> None:
     """A worker asks a main; the answer is injected into the worker while its turn waits."""
-    from pipeline.bootstrap import build_client
+    from pipeline.bootstrap_client import build_client
 
     cfg = _load(config)
     env = build_client(cfg, signer=_signer(cfg)).ask(
@@ -138,7 +165,7 @@ def answer(
     as_json: JsonOpt = False,
 ) -> None:
     """Answer an ASK (TOO_LATE comes back if the asker's turn has ended)."""
-    from pipeline.bootstrap import build_client
+    from pipeline.bootstrap_client import build_client
 
     cfg = _load(config)
     env = build_client(cfg, signer=_signer(cfg)).answer(
@@ -158,7 +185,7 @@ def abandon(
     as_json: JsonOpt = False,
 ) -> None:
     """Give up a turn you asked: the asked side gets ABANDONED, a late ANSWER gets TOO_LATE."""
-    from pipeline.bootstrap import build_client
+    from pipeline.bootstrap_client import build_client
 
     cfg = _load(config)
     env = build_client(cfg, signer=_signer(cfg)).abandon(sender=sender, to=to, turn_id=turn)
@@ -177,7 +204,8 @@ def poll(
     as_json: JsonOpt = False,
 ) -> None:
     """Drain held messages (an open pull while waiting: ASKs surface here)."""
-    from pipeline.bootstrap import build_client
+    from pipeline.bootstrap_client import build_client
+    from pipeline.gateway import render
 
     cfg = _load(config)
     got = build_client(cfg, signer=_signer(cfg)).poll(

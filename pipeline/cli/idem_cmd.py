@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 
-from pipeline.effects import EffectsReason, KeyRecord, KeyState, find_key, list_keys
+from pipeline.effects import KeyRecord, KeyState, find_key, list_keys
 from pipeline.errors import ConfigError
+from pipeline.reasons import Idempotency
 from pipeline.store import make_engine, read_sessions
 
 from .output import console, emit_json, fail_on_fleet_error
@@ -92,5 +93,5 @@ def show(
     finally:
         engine.dispose()
     if not rows:
-        raise ConfigError(f"no idempotency key {key!r}", reason=EffectsReason.KEY_UNKNOWN)
+        raise ConfigError(f"no idempotency key {key!r}", reason=Idempotency.IDEM_KEY_UNKNOWN)
     emit_json([_as_dict(r) for r in rows])

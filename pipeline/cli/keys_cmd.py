@@ -40,6 +40,21 @@ def init(
     as_json: JsonOpt = False,
 ) -> None:
     """Create a key pair: <key_id>.key (mode 0600) and <key_id>.pub."""
+    out = create_key(host, directory, key_id=key_id, trust_dir=trust_dir)
+    if as_json:
+        emit_json(out)
+    else:
+        console.print(
+            f"key id {out['key_id']}\nprivate {out['private']} (0600)\npublic  {out['public']}"
+        )
+
+
+def create_key(
+    host: str, directory: Path, *, key_id: str | None = None, trust_dir: Path | None = None
+) -> dict[str, str]:
+    """Write ``<key_id>.key`` (0600) and ``<key_id>.pub`` in ``directory``; trust the public key
+    in ``trust_dir`` if given. The file name is the key id (``<host>.<hash>`` by default): the
+    ``key_file`` a fleet.toml names (``fleet init`` writes both)."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     signer = Signer.generate(host, key_id)
     private = directory / f"{signer.key_id}.key"
@@ -49,11 +64,7 @@ def init(
     public = signer.write_public(directory / f"{signer.key_id}.pub")
     if trust_dir is not None:
         _trust(public, trust_dir)
-    out = {"host": host, "key_id": signer.key_id, "private": str(private), "public": str(public)}
-    if as_json:
-        emit_json(out)
-    else:
-        console.print(f"key id {signer.key_id}\nprivate {private} (0600)\npublic  {public}")
+    return {"host": host, "key_id": signer.key_id, "private": str(private), "public": str(public)}
 
 
 def _trust(public: Path, trust_dir: Path) -> str:

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+from pipeline import reasons
 from pipeline.errors import ConfigError
 
 from .output import console, emit_json, fail_on_fleet_error
@@ -116,7 +117,7 @@ def run(
     chosen = [x for x in (handler, command, sleep) if x is not None]
     if len(chosen) != 1:
         raise ConfigError(
-            "give exactly one of --handler, --command, --sleep", reason="INVALID_HANDLER"
+            "give exactly one of --handler, --command, --sleep", reason=reasons.Pool.INVALID_HANDLER
         )
     step: StepFn
     if handler is not None:
@@ -128,7 +129,7 @@ def run(
     try:
         strategy, mode = Assignment(assignment), Concurrency(concurrency)
     except ValueError as exc:
-        raise ConfigError(str(exc), reason="INVALID_OPTION") from exc
+        raise ConfigError(str(exc), reason=reasons.Pool.INVALID_OPTION) from exc
     name = member or instance_id or f"{os.uname().nodename}-{os.getpid()}"
     if static is None:
         static = instance_id is not None

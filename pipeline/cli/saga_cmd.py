@@ -12,7 +12,6 @@ from typing import Annotated, Any
 import typer
 
 from pipeline.effects import (
-    EffectsReason,
     SagaDefinition,
     SagaOrchestrator,
     SagaState,
@@ -22,6 +21,7 @@ from pipeline.effects import (
 )
 from pipeline.effects.saga_record import load
 from pipeline.errors import ConfigError
+from pipeline.reasons import Saga
 from pipeline.store import make_engine, read_sessions, session_factory
 
 from .output import console, emit_json, fail_on_fleet_error
@@ -170,6 +170,6 @@ def decide(
     )
     if not done[0]:
         raise ConfigError(
-            f"saga {saga_id} is not waiting for a decision", reason=EffectsReason.SAGA_NOT_AWAITING
+            f"saga {saga_id} is not waiting for a decision", reason=Saga.SAGA_NOT_AWAITING
         )
     console.print(f"saga {saga_id}: {'approved' if approve else 'rejected'}")

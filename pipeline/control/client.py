@@ -20,6 +20,7 @@ from pipeline.errors import DeliveryError
 from pipeline.gateway import roster_cache
 from pipeline.gateway.config import check_gid
 from pipeline.gateway.outbound import Publisher
+from pipeline.gateway.senders import LocalSenders
 
 from . import requests
 from .caps import LifecycleReason
@@ -48,7 +49,7 @@ class ControlClient:
         sessions: sessionmaker[Session],
         publisher: Publisher,
         deadline_s: float = 60.0,
-        local_senders: frozenset[str] | None = None,
+        local_senders: LocalSenders | None = None,
     ) -> None:
         self.sessions = sessions
         self.publisher = publisher
@@ -69,11 +70,6 @@ class ControlClient:
         groups: tuple[str, ...] = (),
     ) -> SpawnRequest:
         """Queue a SPAWN to ``host``; ``UNKNOWN_HOST`` when its gateway entry is not live."""
-        if self.local_senders is not None and requester not in self.local_senders:
-            raise DeliveryError(
-                f"{requester} is not an entity of host {self.publisher.host}",
-                reason="NOT_LOCAL_SENDER",
-            )
         gid = check_gid(spawn_id or f"w-{uuid.uuid4().hex[:12]}", key="spawn_id")
         body = schemas.encode(
             "spawn",
@@ -102,6 +98,8 @@ class ControlClient:
         topic = self.publisher.topics.control(host)
         deadline = env.ts_ms + round(self.deadline_s * 1000)
         with self.sessions.begin() as s:
+            if self.local_senders is not None:
+                self.local_senders.check(s, requester)
             if roster_cache.lookup(s, to, now_ms()) is None:
                 raise DeliveryError(
                     f"unknown host {host!r}: no live gateway entry {to} in the roster",

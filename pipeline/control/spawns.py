@@ -70,3 +70,19 @@ def live(session: Session) -> list[Any]:
 def interrupted(session: Session) -> list[Any]:
     """Rows left ``launching`` by a crash: never relaunched (at-most-once), failed at boot."""
     return list(session.execute(select(spawns_table).where(spawns_table.c.state == LAUNCHING)))
+
+
+SIGNABLE = (LAUNCHING, LIVE)  # a local entity of this host: it may send, its gateway signs
+
+
+def is_local_worker(session: Session, gid: str) -> bool:
+    """True when ``gid`` is a worker this host spawned and has not stopped or reaped.
+
+    ``launching`` counts: the row is committed before the process starts, and a worker may send
+    before its gateway has marked it ``live``. This is the one place a spawned worker's
+    locality is decided (the sender check of every client on this host reads it).
+    """
+    row = session.execute(
+        select(spawns_table.c.state).where(spawns_table.c.spawn_id == gid)
+    ).first()
+    return row is not None and row.state in SIGNABLE

@@ -15,7 +15,6 @@ from .keys import key_from_identity, key_from_msg_id, payload_hash
 from .metrics import IdempotencyMetrics, ReserveOutcome, SagaMetrics
 from .orchestrator import SagaOrchestrator
 from .participant import SAGA_KEY_CLASS, Participant, ReplyHandler, StepFailed
-from .reasons import EffectsReason
 from .reservation import Done, FirstUse, InProgress, Mismatch, Reservation, StoredError
 from .retention import KeyClass
 from .saga_model import Command, Phase, Reply, SagaDefinition, SagaState, SagaStep, step_key
@@ -28,7 +27,6 @@ __all__ = [
     "SAGA_KEY_CLASS",
     "Command",
     "Done",
-    "EffectsReason",
     "FirstUse",
     "IdempotencyMetrics",
     "IdempotencyStore",

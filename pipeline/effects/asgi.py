@@ -20,8 +20,8 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.errors import FleetError
+from pipeline.reasons import Idempotency
 
-from .reasons import EffectsReason
 from .reservation import Done, InProgress, Mismatch, Reservation
 from .store import IdempotencyStore
 
@@ -56,7 +56,9 @@ class IdempotencyMiddleware:
         key = _header(scope, b"idempotency-key")
         if key is None:
             if self.required:
-                await _answer(send, 400, EffectsReason.KEY_MISSING, "Idempotency-Key is required")
+                await _answer(
+                    send, 400, Idempotency.IDEM_KEY_MISSING, "Idempotency-Key is required"
+                )
                 return
             await self.app(scope, receive, send)
             return
@@ -74,11 +76,11 @@ class IdempotencyMiddleware:
             return
         if isinstance(answer, InProgress):
             await _answer(
-                send, 409, EffectsReason.IN_PROGRESS, "the first request is still running"
+                send, 409, Idempotency.IDEM_IN_PROGRESS, "the first request is still running"
             )
         elif isinstance(answer, Mismatch):
             await _answer(
-                send, 422, EffectsReason.PAYLOAD_MISMATCH, "key reused with another payload"
+                send, 422, Idempotency.IDEM_PAYLOAD_MISMATCH, "key reused with another payload"
             )
         elif isinstance(answer, Done):
             stored = answer.value or {}

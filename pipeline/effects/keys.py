@@ -13,8 +13,7 @@ import json
 from typing import Any
 
 from pipeline.errors import ConfigError
-
-from .reasons import EffectsReason
+from pipeline.reasons import Idempotency
 
 MAX_KEY_LENGTH = 255  # Stripe's bound; the column is sized for it
 
@@ -23,7 +22,7 @@ def check_key(key: str) -> str:
     if not key or len(key) > MAX_KEY_LENGTH:
         raise ConfigError(
             f"idempotency key must be 1..{MAX_KEY_LENGTH} characters, got {len(key)}",
-            reason=EffectsReason.KEY_INVALID,
+            reason=Idempotency.IDEM_KEY_INVALID,
         )
     return key
 
@@ -42,7 +41,7 @@ def key_from_identity(namespace: str, *parts: object) -> str:
     if not namespace or not parts:
         raise ConfigError(
             "key_from_identity needs a namespace and at least one identity part",
-            reason=EffectsReason.KEY_INVALID,
+            reason=Idempotency.IDEM_KEY_INVALID,
         )
     canonical = json.dumps([namespace, *[str(p) for p in parts]], separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -5,9 +5,11 @@ writing the next command/event with :func:`pipeline.outbox.write` -- state and m
 together or not at all. A reply that does not match the record's current ``(step, phase,
 attempt)`` is stale (a redelivery, a superseded attempt) and changes nothing, so replies can
 arrive any number of times. Forward: step 1..n; a failure at step k compensates k-1 ... 1 in
-reverse (approval steps hold nothing to undo). A compensation failing ``max_compensation_attempts``
-times moves the saga to ``HUMAN`` with its full history. An approval waits until its deadline;
-``expire_due`` then emits ``approval.expired`` and compensates what was held (scenario 6).
+reverse (approval steps hold nothing to undo). A failed compensation is sent again after its
+definition's backoff (``deadline_ms`` holds when; :meth:`SagaOrchestrator.tick` sends it); failing
+``max_compensation_attempts`` times moves the saga to ``HUMAN`` with its full history. An
+approval waits until its deadline; ``tick`` then emits ``approval.expired`` and compensates what
+was held (scenario 6).
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from sqlalchemy.orm import Session
 
 from pipeline.errors import ConfigError
 from pipeline.outbox import write
+from pipeline.reasons import Saga
 
 from .metrics import SagaMetrics
-from .reasons import EffectsReason
 from .saga_model import Command, Phase, SagaDefinition, SagaState, step_key
 from .saga_record import SagaRecord, load, save
 from .saga_tables import saga
@@ -55,7 +57,7 @@ class SagaOrchestrator:
         if d is None:
             raise ConfigError(
                 f"saga {rec.saga_id}: unknown definition {rec.definition!r}",
-                reason=EffectsReason.SAGA_DEFINITION_INVALID,
+                reason=Saga.SAGA_DEFINITION_INVALID,
             )
         return d
 
@@ -66,7 +68,7 @@ class SagaOrchestrator:
         if definition not in self.definitions:
             raise ConfigError(
                 f"unknown saga definition {definition!r}",
-                reason=EffectsReason.SAGA_DEFINITION_INVALID,
+                reason=Saga.SAGA_DEFINITION_INVALID,
             )
         now = self._now()
         session.execute(
@@ -119,7 +121,7 @@ class SagaOrchestrator:
             rec.step += 1
             self._enter_step(session, rec, now)
         elif phase == Phase.ACTION:
-            rec.error = f"{EffectsReason.STEP_FAILED}: step {d.steps[step].name}: {error}"
+            rec.error = f"{Saga.SAGA_STEP_FAILED}: step {d.steps[step].name}: {error}"
             rec.note(now, rec.error)
             self._compensate_below(session, rec, step, now)
         elif ok:
@@ -129,14 +131,20 @@ class SagaOrchestrator:
                 self.metrics.compensations.labels(rec.definition).inc()
             self._compensate_below(session, rec, step, now)
         elif attempt < d.max_compensation_attempts:
+            delay_ms = int(d.compensation_delay_s(attempt) * 1000)
             rec.attempt += 1
             rec.note(
-                now, f"compensation {d.steps[step].name} failed ({error}); attempt {rec.attempt}"
+                now,
+                f"compensation {d.steps[step].name} failed ({error}); attempt {rec.attempt} "
+                f"in {delay_ms / 1000:g} s",
             )
-            self._send(session, rec, d)
+            if delay_ms > 0:
+                rec.deadline_ms = now + delay_ms  # sent by retry_due (tick) once due
+            else:
+                self._send(session, rec, d)
         else:
             rec.state = SagaState.HUMAN
-            rec.error = f"{EffectsReason.COMPENSATION_EXHAUSTED}: {d.steps[step].name}: {error}"
+            rec.error = f"{Saga.SAGA_COMPENSATION_EXHAUSTED}: {d.steps[step].name}: {error}"
             rec.note(now, rec.error)
             self._event(session, rec, "saga.human")
             self._finished(rec)
@@ -156,7 +164,7 @@ class SagaOrchestrator:
             rec.deadline_ms = None
             self._enter_step(session, rec, now)
         else:
-            rec.error = f"{EffectsReason.APPROVAL_REJECTED}: {note}"
+            rec.error = f"{Saga.SAGA_APPROVAL_REJECTED}: {note}"
             rec.note(now, rec.error)
             self._compensate_below(session, rec, step, now)
         save(session, rec, now)
@@ -179,7 +187,7 @@ class SagaOrchestrator:
             rec = load(session, saga_id)
             if rec.state != SagaState.AWAITING_APPROVAL or (rec.deadline_ms or 0) > now:
                 continue
-            rec.error = f"{EffectsReason.APPROVAL_EXPIRED}: no decision by the deadline"
+            rec.error = f"{Saga.SAGA_APPROVAL_EXPIRED}: no decision by the deadline"
             rec.note(now, rec.error)
             self._event(session, rec, "approval.expired")
             if self.metrics:
@@ -189,11 +197,40 @@ class SagaOrchestrator:
             expired += 1
         return expired
 
+    def retry_due(self, session: Session) -> int:
+        """Send the compensations whose backoff has run out; returns how many were sent."""
+        now = self._now()
+        ids = (
+            session.execute(
+                select(saga.c.saga_id).where(
+                    saga.c.state == SagaState.COMPENSATING.value, saga.c.deadline_ms <= now
+                )
+            )
+            .scalars()
+            .all()
+        )
+        sent = 0
+        for saga_id in ids:
+            rec = load(session, saga_id)
+            if rec.state != SagaState.COMPENSATING or rec.deadline_ms is None:
+                continue
+            if rec.deadline_ms > now:
+                continue
+            rec.deadline_ms = None
+            self._send(session, rec, self._definition(rec))
+            save(session, rec, now)
+            sent += 1
+        return sent
+
+    def tick(self, session: Session) -> int:
+        """What is due now: approvals past their deadline, compensations past their backoff."""
+        return self.expire_due(session) + self.retry_due(session)
+
     def retry(self, session: Session, saga_id: str) -> None:
         """Human queue -> compensate again from the step that kept failing, attempts reset."""
         rec = self._human(session, saga_id)
         now = self._now()
-        rec.state, rec.attempt = SagaState.COMPENSATING, 1
+        rec.state, rec.attempt, rec.deadline_ms = SagaState.COMPENSATING, 1, None
         rec.note(now, "retried by an operator")
         self._send(session, rec, self._definition(rec))
         save(session, rec, now)
@@ -212,7 +249,7 @@ class SagaOrchestrator:
         if rec.state != SagaState.HUMAN:
             raise ConfigError(
                 f"saga {saga_id} is {rec.state.value}, not in the human queue",
-                reason=EffectsReason.SAGA_NOT_IN_HUMAN_QUEUE,
+                reason=Saga.SAGA_NOT_IN_HUMAN_QUEUE,
             )
         return rec
 

@@ -21,10 +21,10 @@ from sqlalchemy.orm import Session
 from pipeline.errors import FleetError, StoreError
 from pipeline.failures.outcomes import ACK, Outcome
 from pipeline.outbox import write
+from pipeline.reasons import Idempotency, Saga
 from pipeline.record import Record
 from pipeline.runtime.staging import Staged
 
-from .reasons import EffectsReason
 from .reservation import Done, FirstUse, InProgress, Mismatch, StoredError
 from .saga_model import Command, Phase, Reply
 from .saga_topics import SagaTopics
@@ -37,7 +37,7 @@ SAGA_KEY_CLASS = "saga"
 class StepFailed(FleetError):
     """Raised by an action or compensation that did not take effect (a business refusal)."""
 
-    reason = EffectsReason.STEP_FAILED
+    reason = Saga.SAGA_STEP_FAILED
 
 
 class Participant:
@@ -74,7 +74,7 @@ class Participant:
         if isinstance(answer, InProgress):
             raise StoreError(f"step key {cmd.key} in progress elsewhere", retriable=True)
         if isinstance(answer, Mismatch):
-            reply = self._reply(cmd, ok=False, error=EffectsReason.PAYLOAD_MISMATCH)
+            reply = self._reply(cmd, ok=False, error=Idempotency.IDEM_PAYLOAD_MISMATCH)
         elif isinstance(answer, Done):
             reply = self._reply(
                 cmd,

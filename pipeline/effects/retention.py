@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pipeline.errors import ConfigError
-
-from .reasons import EffectsReason
+from pipeline.reasons import Idempotency
+from pipeline.retention.policy import covers  # one rule for keys, dedupe and reporter rows
 
 FOREVER: float | None = None  # retention_s / replay_window_s: no expiry (topic retention.ms=-1)
 
@@ -40,7 +40,7 @@ class KeyClass:
         if not self.name or len(self.name) > 64:
             raise ConfigError(
                 f"key class name must be 1..64 characters: {self.name!r}",
-                reason=EffectsReason.KEY_INVALID,
+                reason=Idempotency.IDEM_KEY_INVALID,
             )
         if self.lease_s <= 0:
             raise ConfigError(f"key class {self.name!r}: lease_s must be > 0")
@@ -50,7 +50,7 @@ class KeyClass:
                 f"replayed for {_fmt(self.replay_window_s)}; a replay after the keys expire would "
                 "repeat the effect (seed 001: 24 h keys under a 7-day topic). Keep keys at least "
                 "as long as the replay window.",
-                reason=EffectsReason.RETENTION_SHORTER_THAN_REPLAY,
+                reason=Idempotency.IDEM_RETENTION_SHORTER_THAN_REPLAY,
                 context={
                     "key_class": self.name,
                     "retention_s": self.retention_s,
@@ -70,14 +70,6 @@ class KeyClass:
         """A class whose replay window is a topic's ``retention.ms`` (``-1``: forever)."""
         window = None if topic_retention_ms < 0 else topic_retention_ms / 1000.0
         return cls(name=name, retention_s=retention_s, replay_window_s=window, lease_s=lease_s)
-
-
-def covers(retention_s: float | None, replay_window_s: float | None) -> bool:
-    if retention_s is None:
-        return True
-    if replay_window_s is None:
-        return False
-    return retention_s >= replay_window_s
 
 
 def _fmt(seconds: float | None) -> str:

@@ -3,7 +3,8 @@
 A definition is an ordered list of steps; each names the participant that runs its action and its
 compensation, or is an **approval** that waits for a decision until a deadline. A failure at step
 k runs compensations k-1 ... 1 in reverse; a compensation retried ``max_compensation_attempts``
-times without success moves the saga to the **human queue** with its full state.
+times without success moves the saga to the **human queue** with its full state; between
+attempts it waits an exponential backoff (``compensation_backoff_s``, doubled, capped).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.errors import ConfigError
+from pipeline.reasons import Saga
 
 from .keys import key_from_identity
-from .reasons import EffectsReason
 
 
 class SagaState(enum.StrEnum):
@@ -53,6 +54,16 @@ class SagaDefinition:
     name: str
     steps: tuple[SagaStep, ...]
     max_compensation_attempts: int = 5
+    # a failed compensation is sent again after base * 2**(n-1) s (n = failures so far), capped:
+    # a participant that is down or overloaded is not hammered; 0 = at once
+    compensation_backoff_s: float = 1.0
+    compensation_backoff_max_s: float = 60.0
+
+    def compensation_delay_s(self, failures: int) -> float:
+        """How long to wait before the next attempt after ``failures`` failed attempts."""
+        return min(
+            self.compensation_backoff_max_s, self.compensation_backoff_s * 2.0 ** (failures - 1)
+        )
 
     def __post_init__(self) -> None:
         problems = []
@@ -65,10 +76,12 @@ class SagaDefinition:
             problems.append("step names must be unique")
         if self.max_compensation_attempts < 1:
             problems.append("max_compensation_attempts must be >= 1")
+        if self.compensation_backoff_s < 0 or self.compensation_backoff_max_s < 0:
+            problems.append("compensation backoff must be >= 0")
         if problems:
             raise ConfigError(
                 f"saga {self.name!r}: {'; '.join(problems)}",
-                reason=EffectsReason.SAGA_DEFINITION_INVALID,
+                reason=Saga.SAGA_DEFINITION_INVALID,
             )
 
 

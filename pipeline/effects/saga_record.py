@@ -10,8 +10,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.errors import ConfigError, StoreError
+from pipeline.reasons import Saga
 
-from .reasons import EffectsReason
 from .saga_model import Phase, SagaState
 from .saga_tables import saga
 
@@ -71,7 +71,7 @@ def load(session: Session, saga_id: str, *, lock: bool = True) -> SagaRecord:
     stmt = select(saga).where(saga.c.saga_id == saga_id)
     row = session.execute(stmt.with_for_update() if lock else stmt).first()
     if row is None:
-        raise ConfigError(f"no saga {saga_id!r}", reason=EffectsReason.SAGA_UNKNOWN)
+        raise ConfigError(f"no saga {saga_id!r}", reason=Saga.SAGA_UNKNOWN)
     return _from_row(row)
 
 

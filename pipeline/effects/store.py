@@ -32,10 +32,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from pipeline.errors import ConfigError, StoreError
+from pipeline.reasons import Idempotency
 
 from .keys import check_key, payload_hash
 from .metrics import IdempotencyMetrics, ReserveOutcome
-from .reasons import EffectsReason
 from .reservation import Done, FirstUse, InProgress, Mismatch, Reservation, StoredError
 from .retention import KeyClass, class_map
 from .tables import KeyState, idempotency
@@ -78,7 +78,7 @@ class IdempotencyStore:
         if kc is None:
             raise ConfigError(
                 f"unknown idempotency key class {name!r}; declared: {sorted(self.classes)}",
-                reason=EffectsReason.UNKNOWN_KEY_CLASS,
+                reason=Idempotency.IDEM_UNKNOWN_KEY_CLASS,
             )
         return kc
 
@@ -238,7 +238,7 @@ class IdempotencyStore:
             raise StoreError(
                 f"idempotency key {key!r} ({kc.name}) is not held in progress: reserve it first "
                 "(or its lease ran out and another caller took it over)",
-                reason=EffectsReason.NOT_RESERVED,
+                reason=Idempotency.IDEM_NOT_RESERVED,
                 retriable=False,
             )
 

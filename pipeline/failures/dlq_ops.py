@@ -19,11 +19,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pipeline.errors import BrokerError
 from pipeline.kafka.settings import consumer_config, producer_config
+from pipeline.reasons import Failure, Platform
 from pipeline.record import key_text
 
 from .dlq import DeadLetterView, read_dead_letter
-
-REPLAY_FAILED = "REPLAY_FAILED"
 
 
 def scan(bootstrap: str, dlq_topic: str, *, timeout_s: float = 30.0) -> Iterator[DeadLetterView]:
@@ -32,7 +31,9 @@ def scan(bootstrap: str, dlq_topic: str, *, timeout_s: float = 30.0) -> Iterator
     try:
         meta = consumer.list_topics(dlq_topic, timeout=timeout_s).topics[dlq_topic]
         if meta.error is not None:
-            raise BrokerError(f"cannot read {dlq_topic}: {meta.error}", reason="BROKER_ERROR")
+            raise BrokerError(
+                f"cannot read {dlq_topic}: {meta.error}", reason=Platform.BROKER_ERROR
+            )
         for partition in sorted(meta.partitions):
             yield from _scan_partition(consumer, dlq_topic, partition, timeout_s)
     finally:
@@ -141,7 +142,7 @@ def replay(
         raise BrokerError(
             f"replay: {len(errors)} delivery error(s), {left} unconfirmed; first: "
             f"{errors[0] if errors else 'timeout'}",
-            reason=REPLAY_FAILED,
+            reason=Failure.REPLAY_FAILED,
             retriable=True,
         )
     return result

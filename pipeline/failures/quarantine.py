@@ -33,10 +33,9 @@ from .quarantine_model import (
 )
 from .quarantine_tables import parked_table, quarantine_table
 from .records import encode_headers
-from .release import NOT_QUARANTINED, ReleaseOps
+from .release import ReleaseOps
 
 __all__ = [
-    "NOT_QUARANTINED",
     "ParkedRecord",
     "QuarantineEntry",
     "QuarantineStore",

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from pipeline.errors import FleetError
+from pipeline.reasons import Failure
 from pipeline.record import Record
 
 from .quarantine_model import (
@@ -31,9 +32,6 @@ from .quarantine_model import (
 )
 from .quarantine_tables import parked_table, quarantine_table, release_table
 from .records import decode_headers
-
-NOT_QUARANTINED = "NOT_QUARANTINED"
-UNKNOWN_REQUEST = "UNKNOWN_REQUEST"
 
 
 class ReleaseOps:
@@ -52,7 +50,7 @@ class ReleaseOps:
             if found is None:
                 raise FleetError(
                     f"key {key!r} is not quarantined in {scope.group}/{scope.topic}",
-                    reason=NOT_QUARANTINED,
+                    reason=Failure.NOT_QUARANTINED,
                 )
             pending = session.execute(
                 select(r.c.id).where(where_scope(r, scope, key), r.c.state == PENDING)
@@ -79,7 +77,7 @@ class ReleaseOps:
     def release_status(self, request_id: int) -> ReleaseRequest:
         found = self._requests(release_table.c.id == request_id)
         if not found:
-            raise FleetError(f"no release request {request_id}", reason=UNKNOWN_REQUEST)
+            raise FleetError(f"no release request {request_id}", reason=Failure.UNKNOWN_REQUEST)
         return found[0]
 
     def _requests(self, *conds: Any) -> list[ReleaseRequest]:

@@ -28,9 +28,9 @@ from .conversations import ABANDONED, Conversations
 from .held import HeldMessage, HeldStore
 from .metrics import GatewayMetrics
 from .outbound import Publisher
+from .senders import LocalSenders
 
 UNKNOWN_RECIPIENT = Delivery.UNKNOWN_RECIPIENT
-NOT_LOCAL_SENDER = Delivery.NOT_LOCAL_SENDER
 TRACKED = frozenset({Kind.SEND, Kind.ANSWER})
 
 
@@ -51,7 +51,7 @@ class GatewayClient:
         publisher: Publisher,
         inject_deadline_s: float = 30.0,
         default_ttl_s: float = 3600.0,
-        local_senders: frozenset[str] | None = None,
+        local_senders: LocalSenders | None = None,
         metrics: GatewayMetrics | None = None,
     ) -> None:
         self.metrics = metrics
@@ -69,13 +69,9 @@ class GatewayClient:
     def host(self) -> str:
         return self.publisher.host
 
-    def _check_sender(self, sender: str) -> None:
-        if self.local_senders is not None and sender not in self.local_senders:
-            raise DeliveryError(
-                f"{sender} is not an entity of host {self.host}: a gateway signs only for its "
-                "own entities",
-                reason=NOT_LOCAL_SENDER,
-            )
+    def _check_sender(self, session: Session, sender: str) -> None:
+        if self.local_senders is not None:
+            self.local_senders.check(session, sender)
 
     def knows(self, gid: str) -> bool:
         """True when ``gid`` is live in the roster mirrored into this host's store (heard from
@@ -116,7 +112,6 @@ class GatewayClient:
         turn_id: str | None = None,
     ) -> Envelope:
         """Queue one message; returns its envelope (``msg_id`` correlates receipts)."""
-        self._check_sender(sender)
         env = Envelope.new(
             kind=kind,
             sender=sender,
@@ -127,6 +122,7 @@ class GatewayClient:
             turn_id=turn_id,
         )
         with self.sessions.begin() as s:
+            self._check_sender(s, sender)
             entry = self._resolve(s, to)
             self.publisher.stage(s, env, to_host=entry.host)
             if kind in TRACKED and entry.delivery == "inject":
@@ -182,12 +178,12 @@ class GatewayClient:
         step 6: ``mandatory`` is false only for BROADCAST): nothing is sent, 0 is returned, and
         ``fleet_gateway_empty_broadcasts_total`` counts it.
         """
-        self._check_sender(sender)
         to = f"broadcast.{group}"
         env = Envelope.new(
             kind=Kind.BROADCAST, sender=sender, to=to, body=body, ttl_s=ttl_s or self.default_ttl_s
         )
         with self.sessions.begin() as s:
+            self._check_sender(s, sender)
             hosts = roster_cache.hosts_with_group(s, group, _now())
             if not hosts:
                 if self.metrics is not None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -33,6 +33,7 @@ from pipeline.errors import ConfigError
 from pipeline.kafka.topics import check_name
 from pipeline.presence.model import ENTITY_DELIVERIES, ENTITY_ROLES, Delivery, Role
 from pipeline.reasons import Config
+from pipeline.retention.policy import RetentionConfig
 
 _MISSING: Any = object()
 T = TypeVar("T")
@@ -230,7 +231,9 @@ class ProfileConfig:
         if not isinstance(self.description, str):
             raise invalid("description", self.description, "must be a string")
         if not self.launch:
-            raise invalid("launch", _MISSING, "a profile needs a launch argv", "CONFIG_MISSING_KEY")
+            raise invalid(
+                "launch", _MISSING, "a profile needs a launch argv", Config.CONFIG_MISSING_KEY
+            )
         for key in ("launch", "stop", "check"):
             _template(getattr(self, key), key)
         if not isinstance(self.injector, InjectorSpec):
@@ -266,9 +269,13 @@ class GatewayConfig:
     entities: tuple[EntityConfig, ...] = ()
     profiles: tuple[ProfileConfig, ...] = ()
     spawn_deadline_s: float = 60.0
+    # [retention]: docs/store.md, bounded stores
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
 
     def __post_init__(self) -> None:
         _name(self.host, "host", "host id")
+        if not isinstance(self.retention, RetentionConfig):
+            raise invalid("retention", self.retention, "must be a table ([retention])")
         if not isinstance(self.bootstrap, str) or not _BOOTSTRAP.match(self.bootstrap):
             raise invalid("bootstrap", self.bootstrap, "must be host:port[,host:port...]")
         if not isinstance(self.topic_prefix, str) or not _PREFIX.match(self.topic_prefix):
@@ -346,7 +353,7 @@ def config_from_mapping(
     """Build a :class:`GatewayConfig` from parsed TOML (the same rules as :func:`load_config`)."""
     merged = dict(data)
     for key, value in (overrides or {}).items():
-        if key in ("entities", "profiles") or key not in _field_names(GatewayConfig):
+        if key in ("entities", "profiles", "retention") or key not in _field_names(GatewayConfig):
             raise invalid(
                 f"overrides.{key}", value, "not an overridable key", Config.CONFIG_UNKNOWN_KEY
             )
@@ -362,6 +369,11 @@ def config_from_mapping(
     if not isinstance(profiles, list) or not all(isinstance(p, dict) for p in profiles):
         raise invalid("profiles", profiles, "must be an array of tables ([[profiles]])")
     merged["profiles"] = tuple(_profile(raw, f"profiles[{i}].") for i, raw in enumerate(profiles))
+    retention = merged.get("retention", {})
+    if not isinstance(retention, dict):
+        raise invalid("retention", retention, "must be a table ([retention])")
+    _known(retention, RetentionConfig, "retention.")
+    merged["retention"] = _build(RetentionConfig, retention, "retention.")
     return _build(GatewayConfig, merged, "")
 
 

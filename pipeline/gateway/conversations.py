@@ -127,6 +127,3 @@ class Conversations:
                 .limit(limit)
             )
         )
-
-    def purge(self, session: Session, now: int) -> None:
-        session.execute(delete(waiters_table).where(waiters_table.c.expires_ms < now))

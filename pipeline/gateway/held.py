@@ -203,12 +203,3 @@ class HeldStore:
     def delete_ids(session: Session, ids: Sequence[int]) -> None:
         if ids:
             session.execute(delete(held_table).where(held_table.c.id.in_(list(ids))))
-
-    @staticmethod
-    def purge_drained(session: Session, cutoff_ms: int) -> int:
-        result = session.execute(
-            delete(held_table).where(
-                held_table.c.drained_at_ms.is_not(None), held_table.c.drained_at_ms < cutoff_ms
-            )
-        )
-        return int(getattr(result, "rowcount", 0) or 0)

@@ -7,8 +7,9 @@
   into a worker, held for a main), so no question vanishes without a word;
 * **sweeper** -- held messages past ``expiresAt`` are dead-lettered ``EXPIRED`` so an abandoned
   sender cannot wedge an inbox (seed 000 §10.1);
-* **purges** -- dedupe rows older than the longest redelivery window, drained held rows, stale
-  waiters: every table stays bounded;
+* **purges** -- finished rows past their retention, per table, in small batches
+  (:class:`pipeline.retention.purger.Purger`; dedupe rows only past seed 001's horizon, and
+  never an unsent outbox row or an undrained held message): every table stays bounded;
 * **roster cache** -- every known binding and the follower's horizon / STALE flag mirrored into
   the store for local clients (rewritten when they change, the state row at least every 2 s so
   its age shows whether the gateway itself runs).
@@ -28,8 +29,8 @@ from pipeline.failures.context import FailureContext
 from pipeline.outbox.headers import unpack_headers
 from pipeline.presence.model import Delivery
 from pipeline.reasons import Inject, Verification
+from pipeline.retention.purger import Purger
 from pipeline.runtime import Record, Staged
-from pipeline.runtime.dedupe import purge_older_than
 from pipeline.store import read_sessions
 
 from . import roster_cache, tracking
@@ -43,8 +44,6 @@ from .outbound import Publisher
 from .receipts import failed_body
 
 log = logging.getLogger(__name__)
-
-DAY_MS = 86_400_000
 
 
 class Maintenance:
@@ -62,7 +61,9 @@ class Maintenance:
         roster_state: Callable[[], roster_cache.RosterState] | None = None,
         entities: LocalEntities | None = None,
         injections: InjectionQueue | None = None,
+        purger: Purger | None = None,
     ) -> None:
+        self.purger = purger
         self.entities = entities
         self.injections = injections
         self.sessions = sessions
@@ -79,7 +80,6 @@ class Maintenance:
         # duties look first with a read (no write lock) and write only when there is work
         self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
         self._last_roster: list[roster_cache.RosterEntry] | None = None
-        self._next_purge = 0.0
 
     def tick(self) -> None:
         duties = (self.deadlines, self.expire_turns, self.sweep, self.refresh_roster, self.purge)
@@ -136,7 +136,7 @@ class Maintenance:
                     body=failed_body(
                         row.ask_msg_id,
                         row.asked,
-                        reason="EXPIRED",
+                        reason=Verification.EXPIRED,
                         error=f"no answer from {row.asked} before the ASK expired",
                         stage="expiry",
                     ),
@@ -188,15 +188,10 @@ class Maintenance:
             self.metrics.expiries.labels("held").inc(len(rows))
         return len(rows)
 
-    def purge(self, *, every_s: float = 60.0) -> None:
-        if time.monotonic() < self._next_purge:
-            return
-        self._next_purge = time.monotonic() + every_s
-        now = int(time.time() * 1000)
-        with self.sessions.begin() as s:
-            purge_older_than(s, now - self.max_ttl_ms - DAY_MS)
-            HeldStore.purge_drained(s, now - DAY_MS)
-            self.conversations.purge(s, now)
+    def purge(self) -> None:
+        """One purge pass when due (the purger paces itself: ``[retention] every_s``)."""
+        if self.purger is not None and self.purger.due():
+            self.purger.run()
 
     def refresh_roster(self, *, state_every_ms: int = 2000) -> None:
         if self.roster_entries is None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from pipeline import schemas
 from pipeline.errors import EnvelopeError
+from pipeline.reasons import Verification
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,4 +52,4 @@ def read_receipt(kind: str, body: bytes) -> Receipt:
             stage=str(record.get("stage", "")),
         )
     except KeyError as exc:
-        raise EnvelopeError(f"{kind} body lacks {exc}", reason="SCHEMA_INVALID") from exc
+        raise EnvelopeError(f"{kind} body lacks {exc}", reason=Verification.SCHEMA_INVALID) from exc

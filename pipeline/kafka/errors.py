@@ -26,6 +26,7 @@ from typing import TypeVar
 from confluent_kafka import KafkaError, KafkaException
 
 from pipeline.errors import BrokerError, FleetError
+from pipeline.reasons import Broker
 
 T = TypeVar("T")
 
@@ -34,14 +35,6 @@ class BrokerErrorClass(enum.StrEnum):
     TRANSIENT = "transient"
     FATAL = "fatal"
     PERMANENT = "permanent"
-
-
-class BrokerReason(enum.StrEnum):
-    """Reason codes of :class:`~pipeline.errors.BrokerError` raised from a classified error."""
-
-    BROKER_UNAVAILABLE = "BROKER_UNAVAILABLE"  # transient: waited out
-    BROKER_FATAL = "BROKER_FATAL"  # fencing, authentication, authorization, offsets lost
-    BROKER_REJECTED = "BROKER_REJECTED"  # permanent for this request
 
 
 TRANSIENT_CODES = frozenset(
@@ -143,9 +136,9 @@ def as_fleet_error(exc: BaseException, what: str) -> FleetError:
     detail = kerr.str() if kerr is not None else str(exc)
     name = kerr.name() if kerr is not None else type(exc).__name__
     reason = {
-        BrokerErrorClass.TRANSIENT: BrokerReason.BROKER_UNAVAILABLE,
-        BrokerErrorClass.FATAL: BrokerReason.BROKER_FATAL,
-        BrokerErrorClass.PERMANENT: BrokerReason.BROKER_REJECTED,
+        BrokerErrorClass.TRANSIENT: Broker.BROKER_UNAVAILABLE,
+        BrokerErrorClass.FATAL: Broker.BROKER_FATAL,
+        BrokerErrorClass.PERMANENT: Broker.BROKER_REJECTED,
     }[kind]
     return BrokerError(
         f"{what}: {name}: {detail}",

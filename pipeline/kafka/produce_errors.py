@@ -7,21 +7,9 @@ Everything not listed as permanent is treated as transient (the safe side: a ret
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any
 
-
-class ProducePermanent(StrEnum):
-    """Reason codes of permanent produce errors (public API: the row's terminal reason)."""
-
-    MSG_SIZE_TOO_LARGE = "MSG_SIZE_TOO_LARGE"
-    INVALID_RECORD = "INVALID_RECORD"
-    CORRUPT_MESSAGE = "CORRUPT_MESSAGE"
-    RECORD_LIST_TOO_LARGE = "RECORD_LIST_TOO_LARGE"
-    TOPIC_AUTHORIZATION_FAILED = "TOPIC_AUTHORIZATION_FAILED"
-    INVALID_TOPIC = "INVALID_TOPIC"
-    UNSUPPORTED_FOR_MESSAGE_FORMAT = "UNSUPPORTED_FOR_MESSAGE_FORMAT"
-    INVALID_ARG = "INVALID_ARG"
+from pipeline.reasons import ProducePermanent
 
 
 def _codes() -> dict[int, ProducePermanent]:

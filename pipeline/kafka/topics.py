@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from pipeline.errors import ConfigError
+from pipeline.reasons import Config
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,100}$")
 
@@ -15,7 +16,7 @@ def check_name(value: str, *, what: str) -> str:
     if not _NAME.match(value):
         raise ConfigError(
             f"invalid {what} {value!r}: use letters, digits, '-' or '_' (max 101 chars)",
-            reason="INVALID_NAME",
+            reason=Config.INVALID_NAME,
         )
     return value
 

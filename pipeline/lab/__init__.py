@@ -7,6 +7,6 @@
 
 from .loader import load_scenario
 from .model import Prediction, predict
-from .scenario import LabReason, Scenario
+from .scenario import Scenario
 
-__all__ = ["LabReason", "Prediction", "Scenario", "load_scenario", "predict"]
+__all__ = ["Prediction", "Scenario", "load_scenario", "predict"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .scenario import Assignment
+from pipeline.pool.config import Assignment
 
 Plan = dict[str, tuple[int, ...]]
 

@@ -2,7 +2,7 @@
 
 Unknown keys are errors, never ignored: a typo in ``max_poll_records`` must not silently run
 the default. Every message names the file, the key path (``outages[1].signal``) and the reason
-code (:class:`~pipeline.lab.scenario.LabReason`). The layout::
+code (the ``Lab`` family of :mod:`pipeline.reasons`). The layout::
 
     name, description, partitions, time_scale, duration_s, seed      (top level)
     [members]   count, max_poll_records, max_poll_interval_ms, session_timeout_ms,
@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pipeline.errors import ConfigError
+from pipeline.pool.config import Assignment
+from pipeline.reasons import Lab
+from pipeline.runtime.lanes import Concurrency
 
 from .scenario import (
     Arrival,
     ArrivalKind,
-    Assignment,
-    Concurrency,
     Keys,
-    LabReason,
     LagSeed,
     Members,
     Outage,
@@ -71,16 +71,16 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{file}: not UTF-8: {exc}", reason=LabReason.SCENARIO_SYNTAX) from None
+        raise ConfigError(f"{file}: not UTF-8: {exc}", reason=Lab.LAB_SCENARIO_SYNTAX) from None
     except OSError as exc:
         raise ConfigError(
-            f"{file}: cannot read: {exc.strerror}", reason=LabReason.SCENARIO_NOT_FOUND
+            f"{file}: cannot read: {exc.strerror}", reason=Lab.LAB_SCENARIO_NOT_FOUND
         ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(
-            f"{file}: not valid TOML: {exc}", reason=LabReason.SCENARIO_SYNTAX
+            f"{file}: not valid TOML: {exc}", reason=Lab.LAB_SCENARIO_SYNTAX
         ) from None
     try:
         return scenario_from_mapping(data)
@@ -95,7 +95,7 @@ def scenario_from_mapping(data: Mapping[str, Any]) -> Scenario:
     _known(data, Scenario, "")
     if "name" not in data or "partitions" not in data:
         missing = "name" if "name" not in data else "partitions"
-        raise bad(missing, None, "required key is missing", LabReason.MISSING_KEY)
+        raise bad(missing, None, "required key is missing", Lab.LAB_MISSING_KEY)
     values: dict[str, Any] = dict(data)
     for key, cls in _TABLES.items():
         if key in data:
@@ -160,10 +160,10 @@ def _build(cls: type[T], values: Mapping[str, Any], at: str) -> T:
             at + key,
             exc.context.get("value"),
             str(exc.context.get("detail", "")),
-            LabReason(exc.reason),
+            Lab(exc.reason),
         ) from None
     except TypeError as exc:  # a required field is absent
-        raise bad(at.rstrip("."), None, f"incomplete table: {exc}", LabReason.MISSING_KEY) from None
+        raise bad(at.rstrip("."), None, f"incomplete table: {exc}", Lab.LAB_MISSING_KEY) from None
 
 
 def _known(table: Mapping[str, Any], cls: Any, at: str) -> None:
@@ -174,5 +174,5 @@ def _known(table: Mapping[str, Any], cls: Any, at: str) -> None:
                 at + key,
                 table[key],
                 f"unknown key (known: {', '.join(names)})",
-                LabReason.UNKNOWN_KEY,
+                Lab.LAB_UNKNOWN_KEY,
             )

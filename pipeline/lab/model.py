@@ -20,9 +20,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from pipeline.pool.config import Assignment
+from pipeline.runtime.lanes import Concurrency
+
 from . import formulas as f
 from .assignors import Plan, assign, counts, member_ids, moved, sticky_assign
-from .scenario import Assignment, Concurrency, Scenario, StopSignal
+from .scenario import Scenario, StopSignal
 
 
 @dataclass(frozen=True, kw_only=True)

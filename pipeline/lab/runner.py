@@ -26,6 +26,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from pipeline.errors import ConfigError
 from pipeline.kafka.topics import TopicNames
+from pipeline.reasons import Lab
 
 from .analysis import Analysis, Step, analyse
 from .arrivals import events
@@ -35,7 +36,7 @@ from .observe import Observer, Tick
 from .plots import write_plots
 from .processes import Members, spawn
 from .report import write_reports
-from .scenario import LabReason, Scenario, StopSignal
+from .scenario import Scenario, StopSignal
 
 Progress = Callable[[float, str], None]  # (scenario seconds done, what happens)
 
@@ -86,9 +87,9 @@ def settled(tick: Tick, s: Scenario) -> bool:
 
 def pool_command_available() -> bool:
     """True when this build has ``fleet pool run`` (the members the lab starts)."""
-    from pipeline.cli.main import app
+    from pipeline.cli.main import COMMANDS
 
-    return any(g.name == "pool" for g in app.registered_groups)
+    return any(c.name == "pool" for c in COMMANDS)
 
 
 def require_pool_command() -> None:
@@ -96,7 +97,7 @@ def require_pool_command() -> None:
         raise ConfigError(
             "fleet lab run starts pool members with 'python -m pipeline pool run', which this "
             "build does not have (issue 10, worker pools); 'fleet lab predict' works without it",
-            reason=LabReason.RUN_FAILED,
+            reason=Lab.LAB_RUN_FAILED,
         )
 
 
@@ -117,7 +118,7 @@ def _wait_settled(
             raise ConfigError(
                 f"the pool group never settled (members died: {members.died()}); see "
                 f"{out}/member-*.log",
-                reason=LabReason.RUN_FAILED,
+                reason=Lab.LAB_RUN_FAILED,
             )
         time.sleep(tick_s)
 

@@ -6,7 +6,7 @@ steps, 20 events/s, a 180 s outage). ``time_scale`` maps it onto the machine: a 
 ``time_scale = 0.01`` runs a 2 s step as a 20 ms sleep and 20 events/s as 2,000/s. The model
 (:mod:`pipeline.lab.model`) works in scenario time; only the runner converts.
 
-Reason codes: see :class:`LabReason`. Unknown keys are errors (the loader names the key path).
+Reason codes: the ``Lab`` family of :mod:`pipeline.reasons`. Unknown keys are errors (the loader names the key path).
 """
 
 from __future__ import annotations
@@ -17,22 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.errors import ConfigError
+from pipeline.pool.config import Assignment
+from pipeline.reasons import Lab
+from pipeline.runtime.lanes import Concurrency
 
 
-class LabReason(enum.StrEnum):
-    """Stable reason codes of the lab (public API; the lead folds them into the registry)."""
-
-    SCENARIO_NOT_FOUND = "LAB_SCENARIO_NOT_FOUND"  # the file cannot be read
-    SCENARIO_SYNTAX = "LAB_SCENARIO_SYNTAX"  # not TOML / not UTF-8
-    UNKNOWN_KEY = "LAB_UNKNOWN_KEY"  # a key this version does not know
-    MISSING_KEY = "LAB_MISSING_KEY"  # a required key is absent
-    INVALID_VALUE = "LAB_INVALID_VALUE"  # wrong type or out of range
-    RUN_FAILED = "LAB_RUN_FAILED"  # a run could not start or a process died unexpectedly
-
-
-def bad(
-    key: str, value: Any, detail: str, reason: LabReason = LabReason.INVALID_VALUE
-) -> ConfigError:
+def bad(key: str, value: Any, detail: str, reason: Lab = Lab.LAB_INVALID_VALUE) -> ConfigError:
     """A ConfigError whose message and context carry the key path and the reason code."""
     return ConfigError(
         f"{key} = {value!r}: {detail}",
@@ -68,21 +58,6 @@ class ArrivalKind(enum.StrEnum):
     BURSTS = "bursts"
 
 
-class Assignment(enum.StrEnum):
-    """``partition.assignment.strategy`` of the members (librdkafka names)."""
-
-    RANGE = "range"
-    ROUNDROBIN = "roundrobin"
-    COOPERATIVE_STICKY = "cooperative-sticky"
-
-
-class Concurrency(enum.StrEnum):
-    """What a member runs in parallel: one record per partition, or one per key."""
-
-    PARTITION = "partition"
-    KEY = "key"
-
-
 class StopSignal(enum.StrEnum):
     TERM = "term"  # SIGTERM: graceful -- finish or give up in-flight steps, commit, leave
     KILL = "kill"  # SIGKILL (kill -9): nothing committed after the last commit
@@ -106,7 +81,7 @@ class StepTime:
         if self.kind is StepKind.UNIFORM:
             lo, hi = self.min_s, self.max_s
             if lo is None or hi is None:
-                raise bad("min_s", lo, "uniform needs min_s and max_s", LabReason.MISSING_KEY)
+                raise bad("min_s", lo, "uniform needs min_s and max_s", Lab.LAB_MISSING_KEY)
             positive(lo, "min_s", allow_zero=True)
             positive(hi, "max_s")
             if not lo <= self.mean_s <= hi or not math.isclose(self.mean_s, (lo + hi) / 2):
@@ -150,7 +125,7 @@ class Arrival:
                     "burst_rate",
                     self.burst_rate,
                     "bursts need burst_rate, burst_every_s and burst_length_s",
-                    LabReason.MISSING_KEY,
+                    Lab.LAB_MISSING_KEY,
                 )
             positive(self.burst_rate, "burst_rate")
             every = positive(self.burst_every_s, "burst_every_s")

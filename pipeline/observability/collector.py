@@ -39,6 +39,8 @@ METRICS: dict[str, str] = {
     "fleet_topic_log_end_offset": "Log-end offset (high watermark) of the partition.",
     "fleet_topic_log_start_offset": "Log-start offset (oldest retained) of the partition.",
     "fleet_dlq_depth_messages": "Records retained in the dead-letter topic (end - start, summed).",
+    "fleet_dlq_oldest_age_seconds": "Age of the oldest record retained in the dead-letter topic "
+    "(0 when empty; seed 001: alarm on DLQ depth and age).",
     "fleet_held_messages": "Messages in the gateways' held stores waiting to be drained.",
     "fleet_quarantined_keys": "Keys currently quarantined (parked behind a dead letter).",
     "fleet_outbox_backlog_rows": "Outbox rows not yet confirmed sent by the relay.",
@@ -139,6 +141,8 @@ class LagCollector(Collector):
         yield one("fleet_exporter_groups", float(len(sample.groups)))
         if sample.dlq is not None:
             yield one("fleet_dlq_depth_messages", float(sample.dlq.messages))
+            if sample.dlq.oldest_age_seconds is not None:
+                yield one("fleet_dlq_oldest_age_seconds", sample.dlq.oldest_age_seconds)
         if sample.store is not None:
             yield one("fleet_held_messages", float(sample.store.held_messages))
             yield one("fleet_quarantined_keys", float(sample.store.quarantined_keys))

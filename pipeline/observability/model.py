@@ -128,7 +128,10 @@ def age_seconds(now_ms: int, record_ts_ms: int | None, lag_messages: int) -> flo
 
 @dataclass(frozen=True, kw_only=True)
 class TopicDepth:
-    """Retained records of one topic (the DLQ depth): sum over partitions of end - start."""
+    """Retained records of one topic (the DLQ depth): sum over partitions of end - start, and
+    the age of the oldest retained record (seed 001: "alarm on depth and age"): 0 when empty,
+    ``None`` when no retained record's timestamp could be read."""
 
     topic: str
     messages: int
+    oldest_age_seconds: float | None = 0.0

@@ -23,6 +23,7 @@ from .model import PartitionLag, TopicDepth, age_seconds
 from .ports import OffsetReader, StoreGauges, TopicPartitionKey
 
 log = logging.getLogger(__name__)
+_DLQ_OLDEST = "\0dlq-oldest"  # not a valid group id: never collides with a real group
 
 Clock = Callable[[], float]  # wall-clock seconds (record timestamps are wall-clock ms)
 
@@ -155,7 +156,10 @@ class LagSampler:
         marks = self._reader.watermarks(wanted | set(dlq_parts))
         retention = self._retention({t for t, _ in wanted})
         now = self._clock()
-        stamps, markers_only = self._timestamps(committed, marks)
+        # the DLQ's oldest retained record, timed like a group sitting at the log start (the
+        # key cannot be a group id: one fetch round and the same timestamp cache serve both)
+        dlq_oldest = {k: marks[k][0] for k in dlq_parts if k in marks and marks[k][1] > marks[k][0]}
+        stamps, markers_only = self._timestamps({**committed, _DLQ_OLDEST: dlq_oldest}, marks)
         rows: list[PartitionLag] = []
         seen: set[tuple[str, str, int, int]] = set()
         for group in sorted(committed):
@@ -187,7 +191,10 @@ class LagSampler:
         dlq = None
         if self._config.dlq_topic and dlq_parts:
             depth = sum(marks[k][1] - marks[k][0] for k in dlq_parts if k in marks)
-            dlq = TopicDepth(topic=self._config.dlq_topic, messages=depth)
+            read = [stamps.get((t, p, o)) for (t, p), o in dlq_oldest.items()]
+            known = [ts for ts in read if ts is not None]
+            age = max(0.0, now - min(known) / 1000.0) if known else (None if depth else 0.0)
+            dlq = TopicDepth(topic=self._config.dlq_topic, messages=depth, oldest_age_seconds=age)
         return tuple(rows), tuple(groups), dlq
 
     def _timestamps(

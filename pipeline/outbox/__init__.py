@@ -14,10 +14,9 @@ from .metrics import OutboxMetrics, PublishFailure
 from .relay import Relay
 from .status import BranchStatus, OutboxStatus, backlog, outbox_status
 from .tables import RowStatus, outbox, outbox_branch
-from .writer import BRANCH_ABANDONED, abandon_branch, branch_positions, write
+from .writer import abandon_branch, branch_positions, write
 
 __all__ = [
-    "BRANCH_ABANDONED",
     "BRANCH_HEADER",
     "LSN_HEADER",
     "TENANT_HEADER",

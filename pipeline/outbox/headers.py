@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 
 from pipeline.errors import StoreError
+from pipeline.reasons import Outbox
 from pipeline.record import Headers
 
 BRANCH_HEADER = "fleet.branchKey"
@@ -56,7 +57,7 @@ def unpack_headers(blob: bytes | None) -> Headers:
             pos += m
     except (struct.error, UnicodeDecodeError) as exc:
         raise StoreError(
-            f"outbox headers blob is corrupt: {exc}", reason="OUTBOX_CORRUPT", retriable=False
+            f"outbox headers blob is corrupt: {exc}", reason=Outbox.OUTBOX_CORRUPT, retriable=False
         ) from exc
     return out
 

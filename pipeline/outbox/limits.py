@@ -9,9 +9,8 @@ every record this check admits fits.
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pipeline.errors import DeliveryError
+from pipeline.reasons import Outbox
 from pipeline.record import Headers
 
 from .headers import fold_headers
@@ -20,12 +19,6 @@ DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
 # Record framing inside a v2 batch (length, attributes, deltas, varints) plus the batch header:
 # an upper bound, so a record the check admits is never rejected for a few bytes.
 _RECORD_OVERHEAD = 128
-
-
-class SendReason(StrEnum):
-    """Reason codes of the send-side checks (public API)."""
-
-    TOO_LARGE = "TOO_LARGE"
 
 
 def record_size(
@@ -48,7 +41,7 @@ def check_record_size(size: int, limit: int, *, topic: str) -> None:
         raise DeliveryError(
             f"record of {size} bytes for {topic} is above the limit of {limit} bytes "
             f"(the topic's max.message.bytes); nothing was written",
-            reason=SendReason.TOO_LARGE,
+            reason=Outbox.TOO_LARGE,
             retriable=False,
             context={"size": size, "limit": limit, "topic": topic},
         )

@@ -11,6 +11,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from pipeline.reasons import ProducePermanent
+
 
 class PublishFailure(enum.StrEnum):
     """Why a delivery report failed, folded into a closed set (never a raw broker message)."""
@@ -67,8 +69,6 @@ class OutboxMetrics:
             ["reason"],
             registry=registry,
         )
-        from pipeline.kafka.produce_errors import ProducePermanent
-
         for permanent in ProducePermanent:
             self.rows_failed_total.labels(reason=permanent.value)
         self.stopped_branches = Gauge(

@@ -24,7 +24,7 @@ from .tables import RowStatus, outbox
 
 @dataclass(frozen=True, kw_only=True)
 class FailedRow:
-    """The row the broker refused, and why (a :class:`ProducePermanent` value)."""
+    """The row the broker refused, and why (a :class:`~pipeline.reasons.ProducePermanent` value)."""
 
     id: int
     tenant: str

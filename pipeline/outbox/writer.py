@@ -15,13 +15,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from pipeline.errors import ConfigError, DeliveryError
+from pipeline.reasons import Outbox
 from pipeline.record import Headers
 
 from .headers import pack_headers
 from .limits import DEFAULT_MAX_RECORD_BYTES, check_record_size, record_size
 from .tables import RowStatus, outbox, outbox_branch
-
-BRANCH_ABANDONED = "BRANCH_ABANDONED"
 
 
 def write(
@@ -80,7 +79,7 @@ def _next_lsn(session: Session, tenant: str, branch_key: str) -> int:
     if abandoned:
         raise DeliveryError(
             f"branch {branch_key!r} of tenant {tenant!r} was abandoned; write to the live branch",
-            reason=BRANCH_ABANDONED,
+            reason=Outbox.BRANCH_ABANDONED,
             context={"tenant": tenant, "branch_key": branch_key},
         )
     return int(lsn)

@@ -20,9 +20,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline.effects import Done, EffectsReason, FirstUse, Mismatch
+from pipeline.effects import Done, FirstUse, Mismatch
 from pipeline.errors import FleetError
 from pipeline.failures.outcomes import Ack, Outcome
+from pipeline.reasons import Idempotency
 from pipeline.record import Record
 from pipeline.runtime.dedupe import seen_ids
 from pipeline.runtime.staging import Staged
@@ -216,7 +217,7 @@ class PoolHandler:
 def _mismatch(eid: str) -> FleetError:
     return FleetError(
         f"event id {eid!r} was already used for a different record value",
-        reason=EffectsReason.PAYLOAD_MISMATCH,
+        reason=Idempotency.IDEM_PAYLOAD_MISMATCH,
         retriable=False,
     )
 
@@ -224,7 +225,7 @@ def _mismatch(eid: str) -> FleetError:
 def _stopping(eid: str) -> FleetError:
     return FleetError(
         f"member stopping while another member holds step {eid!r}",
-        reason=EffectsReason.IN_PROGRESS,
+        reason=Idempotency.IDEM_IN_PROGRESS,
         retriable=True,
     )
 

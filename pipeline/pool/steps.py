@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pipeline.errors import ConfigError
+from pipeline.reasons import Pool
 from pipeline.record import Record
 
 StepFn = Callable[[Record], Any]
@@ -25,13 +26,15 @@ def load_handler(spec: str) -> StepFn:
     """``package.module:function``, called with the record."""
     module, sep, name = spec.partition(":")
     if not sep or not module or not name:
-        raise ConfigError(f"--handler {spec!r}: expected module:function", reason="INVALID_HANDLER")
+        raise ConfigError(
+            f"--handler {spec!r}: expected module:function", reason=Pool.INVALID_HANDLER
+        )
     try:
         fn = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"--handler {spec!r}: {exc}", reason="INVALID_HANDLER") from exc
+        raise ConfigError(f"--handler {spec!r}: {exc}", reason=Pool.INVALID_HANDLER) from exc
     if not callable(fn):
-        raise ConfigError(f"--handler {spec!r} is not callable", reason="INVALID_HANDLER")
+        raise ConfigError(f"--handler {spec!r} is not callable", reason=Pool.INVALID_HANDLER)
     return fn  # type: ignore[no-any-return]
 
 
@@ -100,7 +103,7 @@ class SleepStep:
             pass
         raise ConfigError(
             f"--sleep {spec!r}: expected SECONDS, uniform:LO:HI, exp:MEAN or lognormal:MEAN:SIGMA",
-            reason="INVALID_HANDLER",
+            reason=Pool.INVALID_HANDLER,
         )
 
     def __call__(self, record: Record) -> dict[str, Any]:

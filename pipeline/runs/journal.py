@@ -23,10 +23,9 @@ from sqlalchemy.orm import Session
 from pipeline import outbox, schemas
 from pipeline.errors import ConfigError
 from pipeline.kafka.topics import check_name
+from pipeline.reasons import Runs
 
 from .tables import run, run_branch, run_step
-
-RUN_UNKNOWN = "RUN_UNKNOWN"
 
 
 def branch_key_of(tenant: str, run_id: str, branch: int) -> str:
@@ -212,7 +211,7 @@ class RunJournal:
             .with_for_update()
         ).scalar()
         if branch is None:
-            raise ConfigError(f"no run {run_id!r} for tenant {tenant!r}", reason=RUN_UNKNOWN)
+            raise ConfigError(f"no run {run_id!r} for tenant {tenant!r}", reason=Runs.RUN_UNKNOWN)
         return int(branch)
 
     def _touch(self, session: Session, tenant: str, run_id: str) -> None:

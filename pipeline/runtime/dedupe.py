@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import BigInteger, Column, String, Table, delete, select
+from sqlalchemy import BigInteger, Column, String, Table, select
 from sqlalchemy.orm import Session
 
 from pipeline.store import metadata
@@ -39,9 +39,3 @@ def seen_ids(session: Session, scope: str, msg_ids: Iterable[str]) -> set[str]:
         )
         found.update(r[0] for r in rows)
     return found
-
-
-def purge_older_than(session: Session, cutoff_ms: int) -> int:
-    """Bound the table: rows older than every possible redelivery window can go."""
-    result = session.execute(delete(dedupe_table).where(dedupe_table.c.seen_at_ms < cutoff_ms))
-    return int(getattr(result, "rowcount", 0) or 0)

@@ -15,6 +15,8 @@ from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from .version import at_head
+
 READONLY_OPTION = "fleet_readonly"
 
 metadata = MetaData(
@@ -30,7 +32,8 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
     """Build an engine for ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``).
 
     ``create`` runs the start-up schema check: a fresh store is brought to head, a store behind
-    head raises ``STORE_SCHEMA_OUTDATED`` (see :func:`pipeline.store.schema.ensure_schema`).
+    head raises ``STORE_SCHEMA_OUTDATED`` (see :func:`pipeline.store.schema.ensure_schema`). A
+    store already at head is recognised with one query, without Alembic (:mod:`.version`).
     """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -61,10 +64,12 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
         kwargs.setdefault("pool_pre_ping", True)
         engine = create_engine(url, **kwargs)
     if create:
-        from .schema import ensure_schema
-
         try:
-            ensure_schema(engine)
+            if not at_head(readonly(engine)):
+                # Alembic loads only here: a store that is fresh, behind or ahead of this code
+                from .schema import ensure_schema
+
+                ensure_schema(engine)
         except BaseException:
             engine.dispose()  # a refused store must not leave pooled connections behind
             raise

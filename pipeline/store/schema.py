@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from enum import StrEnum
-from pathlib import Path
 
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -24,9 +22,10 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect, text
 
 from pipeline.errors import StoreError
+from pipeline.reasons import Store
 
-SCRIPT_LOCATION = Path(__file__).parent / "migrations"
-VERSION_TABLE = "alembic_version"
+from .version import SCRIPT_LOCATION
+
 # The tables v0.1.0 created (its create_all): any of them without a version table is a v0.1.0
 # store, which must be upgraded on purpose rather than silently taken over.
 _V010_TABLES = frozenset(
@@ -51,17 +50,10 @@ _V010_TABLES = frozenset(
 _PG_LOCK_ID = 0x464C4545  # "FLEE": one advisory lock id for schema changes
 
 
-class StoreReason(StrEnum):
-    """Reason codes of the store's schema check (public API)."""
-
-    STORE_SCHEMA_OUTDATED = "STORE_SCHEMA_OUTDATED"
-    STORE_SCHEMA_AHEAD = "STORE_SCHEMA_AHEAD"
-
-
 class SchemaError(StoreError):
     """The store's schema is not the one this code expects; never retriable."""
 
-    reason = StoreReason.STORE_SCHEMA_OUTDATED
+    reason = Store.STORE_SCHEMA_OUTDATED
     retriable = False
 
 
@@ -154,7 +146,7 @@ def ensure_schema(engine: Engine) -> None:
         raise SchemaError(
             f"the store's schema revision {state.current} is newer than this fleet-pipeline "
             f"(head {state.head}): upgrade fleet-pipeline",
-            reason=StoreReason.STORE_SCHEMA_AHEAD,
+            reason=Store.STORE_SCHEMA_AHEAD,
             context={"current": state.current, "head": state.head},
         )
     url = engine.url.render_as_string(hide_password=True)

@@ -43,6 +43,7 @@ REFUND = SagaDefinition(
         SagaStep(name="book_pickup", participant="carrier"),
     ),
     max_compensation_attempts=3,
+    compensation_backoff_s=0.0,  # at once: drain() alone runs a saga to its end
 )
 OWNERS = {s.name: s.participant for s in REFUND.steps}
 Fails = Callable[[str, str, dict[str, Any]], bool]  # (name, phase, payload) -> fail now?

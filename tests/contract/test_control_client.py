@@ -15,6 +15,7 @@ from pipeline.envelope import BoundedSeenSet, Kind, Signer, TrustStore, Verifier
 from pipeline.errors import DeliveryError
 from pipeline.gateway import roster_cache
 from pipeline.gateway.outbound import Publisher
+from pipeline.gateway.senders import LocalSenders
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.headers import unpack_headers
 from pipeline.outbox.tables import outbox
@@ -42,7 +43,7 @@ def parts(store_url: str) -> Any:
         sessions=sessions,
         publisher=Publisher(host="A", signer=a, topics=TopicNames()),
         deadline_s=30.0,
-        local_senders=frozenset({"main-a"}),
+        local_senders=LocalSenders(host="A", configured=frozenset({"main-a"})),
     )
     trust = TrustStore()
     for signer in (a, b):

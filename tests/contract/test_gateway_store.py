@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from pipeline.gateway import roster_cache, tracking
 from pipeline.gateway.conversations import ANSWERED, Conversations
 from pipeline.gateway.held import HeldStore, held_table
-from pipeline.runtime.dedupe import dedupe_table, purge_older_than, seen_ids
+from pipeline.runtime.dedupe import dedupe_table, seen_ids
 from pipeline.store import make_engine, session_factory
 
 pytestmark = pytest.mark.postgres
@@ -168,15 +168,3 @@ def test_roster_cache_lookup_honours_ttl(sessions: Any) -> None:
         assert entry is not None and entry.host == "H1" and entry.groups == ("g",)
         assert roster_cache.lookup(s, "b", now) is None, "stale presence is not a route"
         assert roster_cache.hosts_with_group(s, "g", now) == {"H1"}
-
-
-def test_dedupe_purge_bounds_the_table(sessions: Any) -> None:
-    with sessions.begin() as s:
-        s.execute(
-            insert(dedupe_table),
-            [{"scope": "g", "msg_id": str(i), "seen_at_ms": i} for i in range(10)],
-        )
-    with sessions.begin() as s:
-        assert purge_older_than(s, 5) == 5
-    with sessions() as s:
-        assert seen_ids(s, "g", [str(i) for i in range(10)]) == {str(i) for i in range(5, 10)}

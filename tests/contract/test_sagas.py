@@ -210,6 +210,47 @@ def test_a_compensation_that_keeps_failing_goes_to_the_human_queue(
     assert out.exit_code == 2 and "SAGA_NOT_IN_HUMAN_QUEUE" in out.output
 
 
+def test_a_failing_compensation_waits_its_backoff_before_each_retry(engine: Engine) -> None:
+    """Seed 001 scenario 5: compensations are retried to a limit -- here 1 s then 2 s apart
+    (doubling), so a participant that is down is not hammered; nothing is sent before it is due,
+    and the third failure moves the saga to the human queue."""
+    sessions = session_factory(engine)
+    clock = Clock()
+    backing_off = SagaDefinition(
+        name="refund",
+        steps=REFUND.steps,
+        max_compensation_attempts=3,
+        compensation_backoff_s=1.0,
+        compensation_backoff_max_s=60.0,
+    )
+    orch = SagaOrchestrator([backing_off], topics=TOPICS, clock=clock)
+    tries: list[float] = []
+
+    def fails(name: str, phase: str, _p: Any) -> bool:
+        if phase == "compensate" and name == "restock":
+            tries.append(clock.now)
+            return True
+        return phase == "action" and name == "book_pickup"
+
+    handlers = _handlers(orch, fails)
+    _start(sessions, orch, ["b1"], "refund")
+    drain(sessions, handlers)
+    assert len(tries) == 1
+    for wait_s, expect_tries in ((0.999, 1), (0.001, 2), (1.999, 2), (0.001, 3)):
+        clock.now += wait_s
+        with sessions.begin() as s:
+            orch.tick(s)
+        drain(sessions, handlers)
+        assert len(tries) == expect_tries, (wait_s, tries)
+    assert [round(t - tries[0], 3) for t in tries] == [0.0, 1.0, 3.0]
+    with sessions() as s:
+        (rec,) = list_sagas(s)
+    assert rec.state == SagaState.HUMAN and rec.deadline_ms is None
+    clock.now += 3600
+    with sessions.begin() as s:
+        assert orch.tick(s) == 0, "nothing is retried out of the human queue by itself"
+
+
 APPROVED_REFUND = SagaDefinition(
     name="approved_refund",
     steps=(

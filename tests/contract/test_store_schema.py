@@ -19,10 +19,11 @@ from typer.testing import CliRunner
 from pipeline.cli.main import app
 from pipeline.errors import FleetError
 from pipeline.outbox import outbox_status
+from pipeline.reasons import Store
 from pipeline.runtime.dedupe import seen_ids
 from pipeline.store import make_engine, metadata, session_factory
 from pipeline.store.migrations import load_all_tables
-from pipeline.store.schema import StoreReason, head_revision, schema_state
+from pipeline.store.schema import head_revision, schema_state
 
 from .v0_1_0_schema import POSTGRESQL, SQLITE
 
@@ -115,7 +116,7 @@ def test_a_v010_store_is_refused_then_upgraded_and_keeps_its_rows(store_url: str
     _write_v010_rows(store_url)
     with pytest.raises(FleetError) as caught:
         make_engine(store_url)
-    assert caught.value.reason == StoreReason.STORE_SCHEMA_OUTDATED
+    assert caught.value.reason == Store.STORE_SCHEMA_OUTDATED
     assert caught.value.retriable is False
     assert "fleet store upgrade --url" in str(caught.value)
 
@@ -170,4 +171,4 @@ def test_a_store_newer_than_the_code_is_refused(store_url: str) -> None:
     engine.dispose()
     with pytest.raises(FleetError) as caught:
         make_engine(store_url)
-    assert caught.value.reason == StoreReason.STORE_SCHEMA_AHEAD
+    assert caught.value.reason == Store.STORE_SCHEMA_AHEAD

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from pipeline.effects import (
-    EffectsReason,
     KeyClass,
     key_from_identity,
     key_from_msg_id,
     payload_hash,
 )
 from pipeline.errors import ConfigError
+from pipeline.reasons import Idempotency
 
 DAY = 86_400
 
@@ -20,7 +20,7 @@ def test_seed_001_24h_keys_under_a_7_day_topic_are_refused() -> None:
     """Seed 001: 24 h keys, 7-day topic, a 48 h pause replays expired keys -> refused at config."""
     with pytest.raises(ConfigError) as err:
         KeyClass.for_topic("refunds", retention_s=DAY, topic_retention_ms=7 * DAY * 1000)
-    assert err.value.reason == EffectsReason.RETENTION_SHORTER_THAN_REPLAY
+    assert err.value.reason == Idempotency.IDEM_RETENTION_SHORTER_THAN_REPLAY
     assert "24 h" in str(err.value) and "168 h" in str(err.value)
     ok = KeyClass.for_topic("refunds", retention_s=7 * DAY, topic_retention_ms=7 * DAY * 1000)
     assert ok.replay_window_s == 7 * DAY

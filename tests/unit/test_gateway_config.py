@@ -50,7 +50,7 @@ def test_example_file_loads_with_every_entity_kind() -> None:
     config = load_config(EXAMPLE)
     assert config.host == "A"
     assert config.store_url == "sqlite:///fleet-A.sqlite"
-    assert config.key_file == "keys/A.ed25519"
+    assert config.key_file == "keys/A.0123456789abcdef.key"  # as `fleet keys init` names it
     kinds = {e.gid: (e.delivery, e.injector and e.injector.type) for e in config.entities}
     assert kinds == {
         "A-main": (Delivery.PULL, None),

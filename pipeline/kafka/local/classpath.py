@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import ArtifactUnresolved, LauncherError
+from pipeline.reasons import Launcher
 
 KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.24.3"
@@ -85,7 +86,7 @@ def resolve_classpath(
         raise LauncherError(
             "Maven (mvn) not found: it is needed once to fetch the Kafka broker jars "
             f"org.apache.kafka:kafka_{SCALA_BINARY}:{kafka_version}; install Maven 3.8+",
-            reason="MAVEN_NOT_FOUND",
+            reason=Launcher.MAVEN_NOT_FOUND,
         )
     root.mkdir(parents=True, exist_ok=True)
     staging = root / "lib.partial"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import BrokerNotReady, ConfigError, LauncherError
+from pipeline.reasons import Launcher
 
 from .classpath import KAFKA_VERSION, BrokerClasspath, resolve_classpath
 from .java import find_java
@@ -203,7 +204,7 @@ class LocalCluster:
         if not path.exists():
             raise ConfigError(
                 f"no local Kafka cluster recorded in {directory} (no {STATE_FILE})",
-                reason="NO_CLUSTER",
+                reason=Launcher.NO_CLUSTER,
             )
         data = json.loads(path.read_text())
         nodes_data = data["nodes"]
@@ -312,7 +313,7 @@ def reap_stale(directory: Path) -> int:
         raise LauncherError(
             f"a local Kafka cluster in {directory} belongs to the running process {owner}; "
             "use another --dir (or stop that process)",
-            reason="CLUSTER_IN_USE",
+            reason=Launcher.CLUSTER_IN_USE,
             context={"owner_pid": owner},
         )
     stale.stop(timeout=10)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import LauncherError
+from pipeline.reasons import Launcher
 
 from .classpath import BrokerClasspath
 from .java import JavaRuntime
@@ -161,7 +162,7 @@ class KafkaNode:
             raise LauncherError(
                 f"formatting KRaft storage for node {self.spec.node_id} failed:\n"
                 f"{(proc.stdout + proc.stderr).strip()[-2000:]}",
-                reason="STORAGE_FORMAT_FAILED",
+                reason=Launcher.STORAGE_FORMAT_FAILED,
             )
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from pipeline.lab.model import predict
 from pipeline.lab.observe import Tick
 from pipeline.lab.plots import write_plots
 from pipeline.lab.report import write_reports
-from pipeline.lab.scenario import Concurrency, Scenario
+from pipeline.lab.scenario import Scenario
+from pipeline.runtime.lanes import Concurrency
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "lab"
 

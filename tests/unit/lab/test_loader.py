@@ -8,7 +8,10 @@ import pytest
 
 from pipeline.errors import ConfigError
 from pipeline.lab.loader import load_scenario, scenario_from_mapping
-from pipeline.lab.scenario import ArrivalKind, LabReason, StepKind, StopSignal
+from pipeline.lab.scenario import ArrivalKind, StepKind, StopSignal
+from pipeline.pool.config import Assignment
+from pipeline.reasons import Lab
+from pipeline.runtime.lanes import Concurrency
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "lab"
 
@@ -29,7 +32,7 @@ def _err(data: dict[str, object]) -> ConfigError:
 
 def test_unknown_keys_name_their_path() -> None:
     e = _err({"name": "x", "partitions": 4, "members": {"cuont": 2}})
-    assert e.reason == LabReason.UNKNOWN_KEY
+    assert e.reason == Lab.LAB_UNKNOWN_KEY
     assert e.context["key"] == "members.cuont"
     e = _err(
         {"name": "x", "partitions": 4, "outages": [{"at_s": 1, "duration_s": 2, "sig": "kill"}]}
@@ -40,13 +43,13 @@ def test_unknown_keys_name_their_path() -> None:
 
 def test_bad_values_name_their_path() -> None:
     e = _err({"name": "x", "partitions": 0})
-    assert (e.reason, e.context["key"]) == (LabReason.INVALID_VALUE, "partitions")
+    assert (e.reason, e.context["key"]) == (Lab.LAB_INVALID_VALUE, "partitions")
     e = _err({"name": "x", "partitions": 4, "step": {"kind": "gamma"}})
     assert e.context["key"] == "step.kind"
     e = _err({"name": "x", "partitions": 4, "step": {"mean_s": -1}})
     assert e.context["key"] == "step.mean_s"
     e = _err({"name": "x", "partitions": 4, "arrival": {"kind": "bursts", "rate": 1}})
-    assert (e.reason, e.context["key"]) == (LabReason.MISSING_KEY, "arrival.burst_rate")
+    assert (e.reason, e.context["key"]) == (Lab.LAB_MISSING_KEY, "arrival.burst_rate")
     e = _err(
         {"name": "x", "partitions": 4, "outages": [{"at_s": 1, "duration_s": 2, "members": [7]}]}
     )
@@ -57,7 +60,7 @@ def test_bad_values_name_their_path() -> None:
     assert e.context["key"] == "outages[0].at_s"
     e = _err({"name": "x", "partitions": 3, "lag": {"initial": [1, 2]}})
     assert e.context["key"] == "lag.initial"
-    assert _err({"partitions": 3}).reason == LabReason.MISSING_KEY
+    assert _err({"partitions": 3}).reason == Lab.LAB_MISSING_KEY
 
 
 def test_full_scenario_round_trip() -> None:
@@ -88,14 +91,32 @@ def test_full_scenario_round_trip() -> None:
 def test_file_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_scenario(tmp_path / "missing.toml")
-    assert info.value.reason == LabReason.SCENARIO_NOT_FOUND
+    assert info.value.reason == Lab.LAB_SCENARIO_NOT_FOUND
     bad = tmp_path / "bad.toml"
     bad.write_text("name = [", encoding="utf-8")
     with pytest.raises(ConfigError) as info:
         load_scenario(bad)
-    assert info.value.reason == LabReason.SCENARIO_SYNTAX
+    assert info.value.reason == Lab.LAB_SCENARIO_SYNTAX
     typo = tmp_path / "typo.toml"
     typo.write_text('name = "t"\npartitions = 2\n[keys]\ncount = 2\nskw = 1\n', encoding="utf-8")
     with pytest.raises(ConfigError) as info:
         load_scenario(typo)
     assert str(typo) in str(info.value) and "keys.skw" in str(info.value)
+
+
+def test_members_use_the_pools_own_option_types() -> None:
+    """The lab passes ``assignment``/``concurrency`` to ``fleet pool run``: one enum each, the
+    pool's, so a strategy the pool drops or renames fails the scenario load, not a run."""
+    s = scenario_from_mapping(
+        {
+            "name": "x",
+            "partitions": 4,
+            "members": {"assignment": "cooperative-sticky", "concurrency": "key"},
+        }
+    )
+    assert type(s.members.assignment) is Assignment
+    assert type(s.members.concurrency) is Concurrency
+    assert (s.members.assignment, s.members.concurrency) == (
+        Assignment.COOPERATIVE_STICKY,
+        Concurrency.KEY,
+    )

@@ -18,7 +18,8 @@ from pipeline.lab.assignors import (
 )
 from pipeline.lab.loader import load_scenario
 from pipeline.lab.model import predict
-from pipeline.lab.scenario import Assignment, Keys, Members, Outage, Scenario, StopSignal
+from pipeline.lab.scenario import Keys, Members, Outage, Scenario, StopSignal
+from pipeline.pool.config import Assignment
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "lab"
 

@@ -21,6 +21,7 @@ def fleet(topics: int, partitions: int, groups: int) -> FakeReader:
     for g in range(groups):
         r.committed[f"fleet.g{g}"] = {tp: 40 for tp in r.marks}
     r.marks[("fleet.dlq", 0)] = (2, 9)
+    r.stamps[("fleet.dlq", 0, 2)] = int((NOW - 60) * 1000)
     return r
 
 
@@ -50,7 +51,7 @@ def test_lag_seconds_from_record_at_committed_offset_and_cached() -> None:
 def test_caught_up_partition_needs_no_fetch_and_reads_zero() -> None:
     r = fleet(1, 1, 1)
     r.committed["fleet.g0"][("fleet.t0", 0)] = 100
-    sample = sampler(r).sample()
+    sample = sampler(r, dlq_topic=None).sample()  # (a DLQ's oldest record is read once)
     assert sample.partitions[0].lag_seconds == 0.0
     assert "record_timestamps" not in r.calls
 
@@ -68,6 +69,30 @@ def test_unreadable_record_falls_back_to_first_seen_lower_bound() -> None:
 def test_dlq_depth_is_end_minus_start() -> None:
     sample = sampler(fleet(1, 1, 1)).sample()
     assert sample.dlq is not None and sample.dlq.messages == 7
+
+
+def test_dlq_age_is_the_oldest_retained_record_and_fetched_once() -> None:
+    """Seed 001: alarm on DLQ depth AND age -- age of the oldest retained dead letter."""
+    r = fleet(1, 1, 1)
+    r.marks[("fleet.dlq", 1)] = (0, 3)
+    r.stamps[("fleet.dlq", 0, 2)] = int((NOW - 500) * 1000)
+    r.stamps[("fleet.dlq", 1, 0)] = int((NOW - 900) * 1000)
+    s = sampler(r)
+    first = s.sample()
+    assert first.dlq is not None and first.dlq.oldest_age_seconds == 900.0
+    s.sample()
+    assert r.calls["record_timestamps"] == 1, "the same oldest records are not read again"
+    r.marks[("fleet.dlq", 1)] = (3, 3)  # partition 1 drained by retention: 0 is next oldest
+    assert s.sample().dlq.oldest_age_seconds == 500.0  # type: ignore[union-attr]
+
+
+def test_empty_dlq_has_age_zero_and_unreadable_age_is_unknown() -> None:
+    r = fleet(1, 1, 1)
+    r.marks[("fleet.dlq", 0)] = (9, 9)
+    assert sampler(r).sample().dlq.oldest_age_seconds == 0.0  # type: ignore[union-attr]
+    r.marks[("fleet.dlq", 0)] = (2, 9)  # records, but no timestamp readable
+    del r.stamps[("fleet.dlq", 0, 2)]
+    assert sampler(r).sample().dlq.oldest_age_seconds is None  # type: ignore[union-attr]
 
 
 def test_broker_down_keeps_last_positions_and_reports_broker_down() -> None:

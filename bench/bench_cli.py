@@ -1,0 +1,93 @@
+"""Wall time of one ``fleet`` process, as a ratio over ``python -c pass`` measured in the same run.
+
+Agents call ``fleet send`` from their shells, so a process's start-up is paid per message (issue
+17: 0.67-0.74 s before subcommands loaded on use). Three commands, each run ``repeats`` times
+interleaved with the baseline: ``fleet --help``, ``fleet send --help``, and a real
+``fleet send`` (a SQLite store already at head, the recipient in the roster cache; the message
+waits in the outbox, so no broker is needed). Absolute seconds on this shared machine are noisy:
+the ratios travel. Run: ``python -m bench cli`` (three repeats; ``--quick`` changes nothing).
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline.envelope import Signer
+from pipeline.gateway import roster_cache
+from pipeline.store import make_engine, session_factory
+
+FAR_MS = 10**15
+
+
+def _fleet() -> list[str]:
+    script = Path(sys.executable).with_name("fleet")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "pipeline"]
+
+
+def _host(root: Path) -> Path:
+    """A host A config whose store is at head and knows main-b (as a gateway would have left it)."""
+    Signer.generate("A").write_private(root / "A.key")
+    store = f"sqlite:///{root / 'A.sqlite'}"
+    config = root / "fleet.toml"
+    config.write_text(
+        f'host = "A"\nstore_url = "{store}"\nkey_file = "{root / "A.key"}"\n'
+        '[[entities]]\ngid = "main-a"\nrole = "main"\ndelivery = "pull"\n'
+    )
+    engine = make_engine(store)
+    with session_factory(engine).begin() as s:
+        entry = roster_cache.RosterEntry("main-b", "B", "main", "pull", (), FAR_MS)
+        roster_cache.replace_all(s, [entry])
+    engine.dispose()
+    return config
+
+
+def _wall(argv: list[str]) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, check=False, timeout=120)
+    elapsed = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"{argv} exited {done.returncode}: {done.stderr.decode()[-500:]}")
+    return elapsed
+
+
+def _summary(times: list[float], base: float) -> dict[str, Any]:
+    return {
+        "s": {
+            "min": round(min(times), 3),
+            "median": round(statistics.median(times), 3),
+            "max": round(max(times), 3),
+        },
+        "ratio_over_python": round(statistics.median(times) / base, 1),
+    }
+
+
+def main(quick: bool = False) -> dict[str, Any]:
+    repeats = 3
+    fleet = _fleet()
+    with tempfile.TemporaryDirectory(prefix="fleet-bench-cli-") as d:
+        config = _host(Path(d))
+        send = ["send", "-c", str(config), "--from", "main-a", "--to", "main-b", "bench"]
+        runs = {
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "fleet --help": [*fleet, "--help"],
+            "fleet send --help": [*fleet, "send", "--help"],
+            "fleet send": [*fleet, *send],
+        }
+        _wall(runs["fleet send"])  # warm the page cache and the store once, untimed
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for _ in range(repeats):
+            for name, argv in runs.items():
+                times[name].append(_wall(argv))
+    base = statistics.median(times["python -c pass"])
+    return {
+        "repeats": repeats,
+        "command": " ".join(fleet),
+        "baseline_python_s": _summary(times["python -c pass"], base)["s"],
+        **{name: _summary(t, base) for name, t in times.items() if name != "python -c pass"},
+    }

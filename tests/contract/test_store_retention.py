@@ -1,0 +1,305 @@
+"""Store contract suite for bounded stores: the purger's rules and batches on SQLite and
+PostgreSQL. Seed 001's rule decides the dedupe horizon; rows in use are never purged."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+from sqlalchemy import Engine, func, insert, select
+
+from pipeline.effects.tables import KeyState, idempotency
+from pipeline.failures.reporter import reported_table
+from pipeline.gateway import tracking
+from pipeline.gateway.conversations import ANSWERED, WAITING, turns_table, waiters_table
+from pipeline.gateway.held import held_table
+from pipeline.outbox.tables import RowStatus, outbox
+from pipeline.retention import RetentionConfig
+from pipeline.retention.metrics import RetentionMetrics
+from pipeline.retention.purger import Purger
+from pipeline.retention.rules import StoreTable
+from pipeline.retention.stats import store_stats
+from pipeline.runtime.dedupe import dedupe_table
+from pipeline.store import make_engine
+
+pytestmark = pytest.mark.postgres
+
+NOW_S = 2_000_000_000.0  # the purger's clock (epoch seconds)
+NOW = int(NOW_S * 1000)
+HOUR = 3_600_000
+DLQ_S = 14 * 86400 + 3600  # reporter rows: the DLQ's 14 days + the 1 h replay window
+# every finished row older than an hour may go; the dedupe horizon is 10 h (9 h topic + 1 h)
+POLICY = RetentionConfig(
+    outbox_sent_s=3600,
+    tracking_finished_s=3600,
+    failed_reported_s=DLQ_S,
+    held_drained_s=3600,
+    turns_closed_s=3600,
+    dedupe_s=10 * 3600,
+    inbox_topic_s=9 * 3600,
+    replay_window_s=3600,
+    batch_rows=3,
+    max_batches=100,
+)
+
+
+@pytest.fixture
+def engine(store_url: str) -> Iterator[Engine]:
+    eng = make_engine(store_url)
+    yield eng
+    eng.dispose()
+
+
+def _outbox(lsn: int, status: RowStatus, age_ms: int, branch: str = "b") -> dict[str, Any]:
+    at = (NOW - age_ms) / 1000.0
+    return {
+        "tenant": "t",
+        "branch_key": branch,
+        "lsn": lsn,
+        "topic": "x",
+        "key": b"k",
+        "value": b"v" * 100,
+        "headers": None,
+        "status": int(status),
+        "created_at": at,
+        "sent_at": at if status is RowStatus.SENT else None,
+    }
+
+
+def _held(i: int, *, drained_ago_ms: int | None) -> dict[str, Any]:
+    return {
+        "recipient": "r",
+        "msg_id": f"m{i}",
+        "kind": "SEND",
+        "sender": "s",
+        "trace_id": None,
+        "turn_id": None,
+        "body": b"x",
+        "headers": None,
+        "topic": None,
+        "ts_ms": NOW - 10 * HOUR,
+        "expires_at_ms": NOW + HOUR,
+        "held_at_ms": NOW - 10 * HOUR,
+        "drained_at_ms": None if drained_ago_ms is None else NOW - drained_ago_ms,
+    }
+
+
+def _seed(engine: Engine) -> None:
+    """Per table: rows that may go (old and finished) and rows that must stay."""
+    old, young = 2 * HOUR, HOUR // 2
+    with engine.begin() as conn:
+        conn.execute(
+            insert(outbox),
+            [_outbox(i + 1, RowStatus.SENT, old) for i in range(7)]  # 7 purgeable
+            + [_outbox(8, RowStatus.SENT, young)]  # sent, too young
+            + [_outbox(9, RowStatus.PENDING, 100 * HOUR)]  # unsent: never
+            + [_outbox(1, RowStatus.FAILED, 100 * HOUR, "f")]  # refused, unsent: never
+            + [_outbox(2, RowStatus.PENDING, 100 * HOUR, "f")]  # held back behind it: never
+            + [_outbox(1, RowStatus.DROPPED, old, "d")],  # never to be sent: purgeable
+        )
+        conn.execute(
+            insert(held_table),
+            [_held(i, drained_ago_ms=old) for i in range(5)]  # 5 purgeable
+            + [_held(5, drained_ago_ms=young)]
+            + [_held(6 + i, drained_ago_ms=None) for i in range(4)],  # undrained: never
+        )
+        conn.execute(
+            insert(tracking.forward_table),
+            [
+                {
+                    "msg_id": f"f{i}",
+                    "sender": "s",
+                    "recipient": "r",
+                    "trace_id": "t",
+                    "sent_ms": NOW - 100 * HOUR,
+                    "deadline_ms": NOW - (old if i < 4 else young),
+                    "state": tracking.INJECTED if state == "x" else state,
+                }
+                for i, state in enumerate(
+                    (tracking.INJECTED, tracking.FAILED, tracking.INJECTED, tracking.PENDING, "x")
+                )
+            ],  # 3 purgeable; the pending one past its deadline stays (its FAILED is due)
+        )
+        conn.execute(
+            insert(turns_table),
+            [
+                {
+                    "turn_id": f"t{i}",
+                    "asker": "a",
+                    "asked": "b",
+                    "ask_msg_id": f"a{i}",
+                    "opened_ms": NOW - 100 * HOUR,
+                    "expires_at_ms": NOW - old,
+                    "state": ANSWERED if i < 2 else WAITING,
+                }
+                for i in range(3)
+            ],  # 2 purgeable; a waiting turn stays even past expiry (its notice is due)
+        )
+        conn.execute(
+            insert(dedupe_table),
+            [
+                {"scope": "g", "msg_id": f"d{i}", "seen_at_ms": NOW - (11 if i < 6 else 9) * HOUR}
+                for i in range(8)
+            ],  # 6 past the 10 h horizon, 2 inside it
+        )
+        conn.execute(
+            insert(reported_table),
+            [
+                {
+                    "original_msg_id": f"o{i}",
+                    "failed_msg_id": f"failed-o{i}",
+                    "sender": "s",
+                    "reason": "EXPIRED",
+                    "dead_letter_ref": "dlq:0:1",
+                    "reported_ms": NOW - (DLQ_S * 1000 + HOUR if i == 0 else HOUR),
+                }
+                for i in range(2)
+            ],  # 1 purgeable
+        )
+        conn.execute(
+            insert(waiters_table),
+            [
+                {"waiter_id": "w0", "gid": "g", "opened_ms": NOW - HOUR, "expires_ms": NOW - 1},
+                {"waiter_id": "w1", "gid": "g", "opened_ms": NOW, "expires_ms": NOW + HOUR},
+            ],
+        )
+        conn.execute(
+            insert(idempotency),
+            [
+                {
+                    "key_class": "c",
+                    "idem_key": f"k{i}",
+                    "payload_hash": "h",
+                    "state": int(KeyState.SUCCEEDED),
+                    "result": None,
+                    "attempt": 1,
+                    "created_at_ms": NOW - HOUR,
+                    "completed_at_ms": NOW - HOUR,
+                    "lease_until_ms": NOW,
+                    "expires_at_ms": exp,
+                }
+                for i, exp in enumerate([NOW - 1, None, NOW + HOUR])
+            ],
+        )
+
+
+PURGEABLE = {
+    StoreTable.OUTBOX: 8,
+    StoreTable.HELD: 5,
+    StoreTable.TRACKING: 3,
+    StoreTable.TURNS: 2,
+    StoreTable.DEDUPE: 6,
+    StoreTable.FAILED_REPORTED: 1,
+    StoreTable.WAITERS: 1,
+    StoreTable.IDEMPOTENCY: 1,
+}
+LEFT = {
+    StoreTable.OUTBOX: 4,
+    StoreTable.HELD: 5,
+    StoreTable.TRACKING: 2,
+    StoreTable.TURNS: 1,
+    StoreTable.DEDUPE: 2,
+    StoreTable.FAILED_REPORTED: 1,
+    StoreTable.WAITERS: 1,
+    StoreTable.IDEMPOTENCY: 2,
+}
+
+
+def _count(engine: Engine, table: Any, *where: Any) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one())
+
+
+def test_purge_deletes_exactly_the_finished_rows_past_retention(engine: Engine) -> None:
+    """Seed 001: dedupe rows go only past the horizon; unsent and undrained rows never go."""
+    _seed(engine)
+    registry = CollectorRegistry()
+    purger = Purger(
+        engine=engine, policy=POLICY, metrics=RetentionMetrics(registry), clock=lambda: NOW_S
+    )
+    dry = purger.run(dry_run=True)
+    assert dry.rows == PURGEABLE
+    assert purger.row_counts() == {t: PURGEABLE[t] + LEFT[t] for t in StoreTable}, "dry run"
+
+    report = purger.run()
+    assert report.rows == PURGEABLE
+    assert purger.row_counts() == LEFT
+    c = outbox.c
+    assert _count(engine, outbox, c.status == int(RowStatus.PENDING)) == 2
+    assert _count(engine, outbox, c.status == int(RowStatus.FAILED)) == 1
+    assert _count(engine, held_table, held_table.c.drained_at_ms.is_(None)) == 4
+    assert _count(engine, tracking.forward_table, tracking.forward_table.c.state == "pending") == 1
+    for table, n in PURGEABLE.items():
+        assert registry.get_sample_value("fleet_store_rows_purged_total", {"table": table}) == n
+        assert registry.get_sample_value("fleet_store_rows", {"table": table}) == LEFT[table]
+    assert purger.run().total == 0, "a second pass finds nothing"
+
+
+def test_a_pass_is_bounded_to_max_batches_of_batch_rows(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            insert(dedupe_table),
+            [{"scope": "g", "msg_id": f"d{i}", "seen_at_ms": NOW - 11 * HOUR} for i in range(11)],
+        )
+    small = RetentionConfig(**{**_fields(POLICY), "batch_rows": 2, "max_batches": 2})
+    purger = Purger(engine=engine, policy=small, clock=lambda: NOW_S, pause_s=0)
+    passes = [purger.run().rows[StoreTable.DEDUPE] for _ in range(4)]
+    assert passes == [4, 4, 3, 0]
+    assert _count(engine, dedupe_table) == 0
+
+
+def test_stats_report_rows_oldest_age_and_size(engine: Engine) -> None:
+    _seed(engine)
+    stats = store_stats(engine, now=NOW_S)
+    by_name = {t.table: t for t in stats.tables}
+    assert by_name["outbox"].rows == 12
+    assert by_name["outbox"].oldest_age_s == pytest.approx(100 * 3600)
+    assert by_name["fleet_dedupe"].oldest_age_s == pytest.approx(11 * 3600)
+    assert by_name["fleet_roster_cache"].rows == 0
+    assert by_name["fleet_roster_cache"].oldest_age_s is None
+    assert stats.db_bytes > 0 and stats.used_bytes <= stats.db_bytes
+    assert stats.to_dict()["tables"][0]["table"] == stats.tables[0].table
+
+
+def _fields(policy: RetentionConfig) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(policy)
+
+
+def test_fleet_store_purge_and_stats_cli(engine: Engine, store_url: str) -> None:
+    """``fleet store purge --dry-run`` counts, ``purge`` deletes (default policy: dedupe rows
+    older than 8 days), ``stats --json`` shows what is left."""
+    import json
+    import time
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli.main import app
+
+    now = int(time.time() * 1000)
+    with engine.begin() as conn:
+        conn.execute(
+            insert(dedupe_table),
+            [
+                {
+                    "scope": "g",
+                    "msg_id": f"d{i}",
+                    "seen_at_ms": now - (9 if i < 3 else 7) * 86_400_000,
+                }
+                for i in range(5)
+            ],
+        )
+    runner = CliRunner()
+    dry = runner.invoke(app, ["store", "purge", "--url", store_url, "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.stdout)["rows"]["fleet_dedupe"] == 3
+    assert _count(engine, dedupe_table) == 5
+    done = runner.invoke(app, ["store", "purge", "--url", store_url, "--json"])
+    assert json.loads(done.stdout) | {"rows": None} == {"dry_run": False, "rows": None, "total": 3}
+    stats = json.loads(runner.invoke(app, ["store", "stats", "--url", store_url, "--json"]).stdout)
+    dedupe = next(t for t in stats["tables"] if t["table"] == "fleet_dedupe")
+    assert dedupe["rows"] == 2
+    assert 7 * 86400 - 60 < dedupe["oldest_age_s"] < 7 * 86400 + 60
