@@ -28,10 +28,12 @@ from pipeline.bootstrap_client import (  # the client half, re-exported (see the
     build_client,
     build_control_client,
 )
-from pipeline.control import SpawnDeadlines
+from pipeline.control import SPAWN
 from pipeline.control.handler import SpawnHandler
 from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
+from pipeline.control.reaper import Reaper
+from pipeline.control.stop_handler import StopHandler
 from pipeline.effects import IdempotencyMetrics, IdempotencyStore, KeyClass
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.envelope.model import now_ms
@@ -46,7 +48,7 @@ from pipeline.failures.sinks import TopicFailedSink
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import GatewayConfig, ProfileConfig
 from pipeline.gateway.conversations import Conversations
-from pipeline.gateway.deadletters import OutboxDeadLetterSink
+from pipeline.gateway.deadletters import OutboxDeadLetterSink, dead_letter_held, undrained
 from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.failed_sink import EnvelopeFailedSink
 from pipeline.gateway.held import HeldStore
@@ -60,6 +62,7 @@ from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.gateway.roster_cache import RosterEntry, RosterState
 from pipeline.gateway.service import Gateway, Supervised
+from pipeline.gateway.tracking import FORWARD
 from pipeline.hooks import NO_HOOKS, Hooks
 from pipeline.kafka.errors import wait_out
 from pipeline.kafka.settings import (
@@ -84,7 +87,7 @@ from pipeline.presence.follower import ConsumerFactory
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Role, SpawnProfile
 from pipeline.presence.publisher import ProducerLike
-from pipeline.reasons import Config
+from pipeline.reasons import Config, Lifecycle
 from pipeline.retention.metrics import RetentionMetrics
 from pipeline.retention.purger import Purger
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
@@ -227,8 +230,12 @@ def build_gateway(
         metrics=metrics,
         seen=seen,
         max_held_per_recipient=config.max_held_per_recipient,
+        lifecycle=(lifecycle := LifecycleMetrics(registry)),
+        tracked=(tracked := (FORWARD, SPAWN)),
     )
-    spawn_handler, spawn_deadlines = _control_plane(
+    group = topics.gateway_group(host)
+    dead_letters = OutboxDeadLetterSink(topics=topics, gateway=host, group=group)
+    spawn_handler = _control_plane(
         config,
         verifier,
         publisher,
@@ -237,10 +244,9 @@ def build_gateway(
         presence,
         callbacks,
         inject_metrics,
-        registry,
+        lifecycle,
+        dead_letters,
     )
-    group = topics.gateway_group(host)
-    dead_letters = OutboxDeadLetterSink(topics=topics, gateway=host, group=group)
     runtime = ConsumerRuntime(
         RuntimeConfig(
             bootstrap=config.bootstrap,
@@ -285,6 +291,7 @@ def build_gateway(
         ),
         entities=entities,
         injections=injections,
+        tracked=tracked,
         purger=Purger(engine=engine, policy=config.retention, metrics=RetentionMetrics(registry)),
     )
     nudger = _build_nudger(config, callbacks, reads, conversations, metrics, publisher)
@@ -311,12 +318,11 @@ def build_gateway(
 
     def run_maintenance(stop: Any) -> None:
         while not stop.wait(min(interval, 0.5)):
-            maintenance.tick()
+            maintenance.tick(stop)  # a stop ends a purge pass between two batches
             try:
-                spawn_deadlines.tick()  # the requester's side of SPAWN
-                spawn_handler.launcher.reap()
+                spawn_handler.sweep()  # reap workers whose process died (§8 step 7)
             except Exception:
-                log.exception("maintenance duty spawn_deadlines failed")
+                log.exception("maintenance duty spawn_handler.sweep failed")
 
     gateway = Gateway(
         host=host,
@@ -356,10 +362,11 @@ def _control_plane(
     presence: PresencePublisher,
     callbacks: Mapping[str, Callable[..., Any]] | None,
     inject_metrics: InjectMetrics,
-    registry: CollectorRegistry,
-) -> tuple[SpawnHandler, SpawnDeadlines]:
-    """The control topic's handler (a launched worker becomes a local inject entity) and the
-    requester's spawn deadlines."""
+    lifecycle: LifecycleMetrics,
+    dead_letters: OutboxDeadLetterSink,
+) -> SpawnHandler:
+    """The control topic's handler (a launched worker becomes a local inject entity; a STOP or
+    a death takes it out again: tombstone + reaped)."""
 
     def on_live(gid: str, profile: ProfileConfig, values: Mapping[str, str]) -> None:
         spec = worker_injector(profile.injector, values)
@@ -373,17 +380,48 @@ def _control_plane(
         )
         presence.register(gid, role="worker", delivery="inject", groups=profile.groups)
 
+    def forget(gid: str) -> None:
+        entities.unregister(gid)
+        presence.unregister(gid)  # the tombstone: gone from every roster within a heartbeat
+
+    def drop_held(session: Any, gid: str) -> int:
+        return dead_letter_held(
+            session,
+            dead_letters,
+            undrained(session, gid),
+            reason=Lifecycle.RECIPIENT_GONE,
+            error="held for {recipient}, which was stopped or reaped",
+        )
+
+    profiles = {p.name: p for p in config.profiles}
+    launcher = Launcher()
+    handler: SpawnHandler | None = None
+
+    def values(row: Any, profile: ProfileConfig) -> Mapping[str, str]:
+        assert handler is not None
+        return handler.values(row.spawn_id, profile, parent=row.parent, job=row.job)
+
+    reaper = Reaper(
+        sessions=sessions,
+        profiles=profiles,
+        launcher=launcher,
+        values=values,
+        forget=forget,
+        drop_held=drop_held,
+        metrics=lifecycle,
+    )
     handler = SpawnHandler(
         host=config.host,
         verifier=verifier,
         publisher=publisher,
         sessions=sessions,
-        profiles={p.name: p for p in config.profiles},
-        launcher=Launcher(),
+        profiles=profiles,
+        launcher=launcher,
         on_live=on_live,
-        count=LifecycleMetrics(registry).count,
+        count=lifecycle.count,
+        stops=StopHandler(publisher=publisher, sessions=sessions, reaper=reaper, metrics=lifecycle),
     )
-    return handler, SpawnDeadlines(sessions=sessions, publisher=publisher, ttl_s=config.max_ttl_s)
+    return handler
 
 
 def build_failed_reporter(
