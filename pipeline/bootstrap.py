@@ -620,6 +620,7 @@ def build_pool_member(
         member=config.member,
         running=handler.running_since,
         period_s=config.heartbeat_s,
+        metrics=metrics,
     )
     ports = FailurePorts(
         writer=DeadLetterWriter(
