@@ -201,7 +201,8 @@ def test_two_gateways_with_their_logins_and_only_the_planned_acls(
 ) -> None:
     """Issue 13 acceptance on seed 000 §10.2: per-host logins over TLS and only the ACLs of
     ``fleet acls plan``; the forward path (send -> inject -> INJECTED) and the pull path
-    (reply held, then pulled) work; gateway a cannot read inbox.b nor join gw.b."""
+    (reply held, then pulled) and a failed inject's FAILED work; gateway a cannot read inbox.b
+    nor join gw.b."""
     fleet = Fleet.create(tmp_path, secure.bootstrap_servers, ("a", "b"))
     names = TopicNames(prefix=fleet.prefix)
     admin = Factories().secured(login(secure, ADMIN))
@@ -217,6 +218,8 @@ def test_two_gateways_with_their_logins_and_only_the_planned_acls(
     injected: list[bytes] = []
 
     def worker(*, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
+        if body == b"boom":
+            raise RuntimeError("the worker refuses this brief")
         injected.append(body)
 
     main = EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL)
@@ -247,6 +250,17 @@ def test_two_gateways_with_their_logins_and_only_the_planned_acls(
         got: list[Any] = []
         wait_until(lambda: got.extend(a.client.poll("main-a")) or len(got) >= 2, 30, "pull on a")
         assert sorted(m.kind for m in got) == ["INJECTED", "REPLY"]
+        # the FAILED flow: an inject that fails comes back to the sender as one FAILED
+        a.client.send(sender="main-a", to="worker-b", body=b"boom")
+        failed: list[Any] = []
+        wait_until(
+            lambda: (
+                failed.extend(a.client.poll("main-a")) or any(m.kind == "FAILED" for m in failed)
+            ),
+            30,
+            "FAILED on a",
+        )
+        assert [m.kind for m in failed if m.kind != "FAILED"] == []
         assert a.gateway.stop_event.is_set() is False and b.gateway.stop_event.is_set() is False
     finally:
         a.gateway.stop()
