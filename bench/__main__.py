@@ -14,12 +14,15 @@ from pathlib import Path
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    args = [a for a in sys.argv[1:] if not a.startswith("-")]
     quick = "--quick" in sys.argv
     here = Path(__file__).parent
-    names = args or sorted(
-        m.name for m in pkgutil.iter_modules([str(here)]) if m.name.startswith("bench_")
-    )
+    known = sorted(m.name for m in pkgutil.iter_modules([str(here)]) if m.name.startswith("bench_"))
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__.strip().splitlines()[0])
+        print("benchmarks:", " ".join(n.removeprefix("bench_") for n in known))
+        return
+    names = args or known
     out = here / "results"
     out.mkdir(exist_ok=True)
     for name in names:

@@ -28,7 +28,8 @@ from sqlalchemy import select, update
 from pipeline.kafka.local import LauncherConfig, LocalCluster
 from pipeline.kafka.settings import producer_config
 from pipeline.outbox import Relay, RowStatus, outbox, write
-from pipeline.outbox.headers import fold_headers, unpack_headers
+from pipeline.outbox.headers import fold_headers
+from pipeline.record_headers import unpack_headers
 from pipeline.runs import Executor, RunJournal
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import fleet_process, test_broker_dir, unique_name

@@ -3,9 +3,10 @@
 Two in-process gateways (A sends to ``main-b`` on B, which drains it) at a steady rate, with a
 short ``[retention]`` (finished rows kept 5 s, dedupe rows 8 s = the inbox topic's 6 s + a 2 s
 replay window, a purge pass every second). ``fleet store stats`` is read from both stores every
-2 s. The figure is ``growth_ratio``: growth in the second half of the run over growth in the
-first half, for the rows of the bounded tables and for the bytes the databases use (SQLite:
-pages minus the free pages a purge left for reuse). Before the horizon the store grows; after it
+2 s. The figure is ``growth_ratio``: the growth rate (a least-squares slope, so the sawtooth of one
+purge pass a second does not count) in the second half of the run over the first half, for the
+rows of the bounded tables and for the bytes the databases use (SQLite: pages minus the free
+pages a purge left for reuse). Before the horizon the store grows; after it
 the purger deletes as fast as traffic writes, so the second half is flat: the ratio is ~0 (a
 store without retention would show ~1).
 
@@ -23,7 +24,8 @@ from typing import Any
 
 from pipeline.bootstrap import GatewayParts, build_gateway
 from pipeline.envelope import Signer, TrustStore
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Role
+from pipeline.gateway.config import EntityConfig, GatewayConfig
+from pipeline.presence.model import Delivery, Role
 from pipeline.retention import RetentionConfig
 from pipeline.retention.rules import StoreTable
 from pipeline.retention.stats import StoreStats, store_stats
@@ -82,10 +84,19 @@ def _size(stats: list[StoreStats]) -> tuple[int, int]:
     return rows, sum(s.used_bytes for s in stats)
 
 
+def _slope(points: list[tuple[float, int, int]], col: int) -> float:
+    """Least-squares growth per second: robust to the sawtooth of one purge pass a second."""
+    n = len(points)
+    mt = sum(p[0] for p in points) / n
+    mv = sum(p[col] for p in points) / n
+    var = sum((p[0] - mt) ** 2 for p in points)
+    return sum((p[0] - mt) * (p[col] - mv) for p in points) / var if var else 0.0
+
+
 def _ratio(series: list[tuple[float, int, int]], col: int) -> float | None:
+    """Growth rate in the second half over the first half (~0: flat once the horizon passed)."""
     mid = len(series) // 2
-    first = series[mid][col] - series[0][col]
-    second = series[-1][col] - series[mid][col]
+    first, second = _slope(series[: mid + 1], col), _slope(series[mid:], col)
     return None if first <= 0 else round(second / first, 3)
 
 
@@ -117,6 +128,12 @@ def main(quick: bool) -> dict[str, Any]:
         "rows_start_mid_end": [series[0][1], series[len(series) // 2][1], series[-1][1]],
         "used_bytes_start_mid_end": [series[0][2], series[len(series) // 2][2], series[-1][2]],
         "rows_peak": max(r for _, r, _ in series),
+        "rows_second_half_min_max": [
+            min(r for _, r, _ in series[len(series) // 2 :]),
+            max(r for _, r, _ in series[len(series) // 2 :]),
+        ],
+        "rows_per_s_first_half": round(_slope(series[: len(series) // 2 + 1], 1), 2),
+        "rows_per_s_second_half": round(_slope(series[len(series) // 2 :], 1), 2),
         "growth_ratio_rows": _ratio(series, 1),
         "growth_ratio_bytes": _ratio(series, 2),
     }

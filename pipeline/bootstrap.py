@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
@@ -28,10 +27,12 @@ from pipeline.bootstrap_client import (  # the client half, re-exported (see the
     build_client,
     build_control_client,
 )
-from pipeline.control import SpawnDeadlines
+from pipeline.control import SPAWN
 from pipeline.control.handler import SpawnHandler
 from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
+from pipeline.control.reaper import Reaper
+from pipeline.control.stop_handler import StopHandler
 from pipeline.effects import IdempotencyMetrics, IdempotencyStore, KeyClass
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.envelope.model import now_ms
@@ -46,7 +47,7 @@ from pipeline.failures.sinks import TopicFailedSink
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import GatewayConfig, ProfileConfig
 from pipeline.gateway.conversations import Conversations
-from pipeline.gateway.deadletters import OutboxDeadLetterSink
+from pipeline.gateway.deadletters import OutboxDeadLetterSink, dead_letter_held, undrained
 from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.failed_sink import EnvelopeFailedSink
 from pipeline.gateway.held import HeldStore
@@ -60,6 +61,7 @@ from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.gateway.roster_cache import RosterEntry, RosterState
 from pipeline.gateway.service import Gateway, Supervised
+from pipeline.gateway.tracking import FORWARD
 from pipeline.hooks import NO_HOOKS, Hooks
 from pipeline.kafka.errors import wait_out
 from pipeline.kafka.settings import (
@@ -80,11 +82,10 @@ from pipeline.pool.heartbeat import Heartbeat as PoolHeartbeat
 from pipeline.pool.metrics import PoolMetrics
 from pipeline.pool.steps import StepFn
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
-from pipeline.presence.follower import ConsumerFactory
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Role, SpawnProfile
 from pipeline.presence.publisher import ProducerLike
-from pipeline.reasons import Config
+from pipeline.reasons import Config, Lifecycle
 from pipeline.retention.metrics import RetentionMetrics
 from pipeline.retention.purger import Purger
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
@@ -95,9 +96,6 @@ from pipeline.store import make_engine, read_sessions, session_factory
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
-
-log = logging.getLogger(__name__)
-
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +140,16 @@ def _build_nudger(
     )
 
 
+def _secured(factories: Factories, config: GatewayConfig, *, check: bool) -> Factories:
+    """``factories`` with the ``[kafka]`` login on every client; with ``check``, a refused login
+    or handshake stops the start at once with its reason (docs/security.md), where waiting for a
+    broker that is still starting would go on for minutes."""
+    factories = factories.secured(config.kafka)
+    if check:
+        factories.check_access(config.bootstrap)
+    return factories
+
+
 def build_gateway(
     config: GatewayConfig,
     *,
@@ -154,10 +162,10 @@ def build_gateway(
     maintenance_interval_s: float | None = None,
     factories: Factories = DEFAULT_FACTORIES,
     hooks: Hooks = NO_HOOKS,
-    roster_consumer: ConsumerFactory | None = None,
 ) -> GatewayParts:
     """Build one host's gateway: inbox runtime, relay, presence, roster, injectors, ticker."""
-    host = config.host
+    # every client below carries the [kafka] login; a refused one stops the start here
+    host, factories = config.host, _secured(factories, config, check=apply_topics)
     topics = TopicNames(prefix=config.topic_prefix)
     registry = registry or CollectorRegistry()
     if apply_topics:  # a broker still starting, or a leader not elected yet, is waited out
@@ -169,6 +177,7 @@ def build_gateway(
                     topics=topics,
                     inbox_retention_ms=config.retention.inbox_retention_ms,
                 ),
+                admin_factory=factories.admin,
             ),
             what=f"gateway {host}: topology",
             deadline_s=120.0,
@@ -186,7 +195,7 @@ def build_gateway(
         view=roster,
         topics=topics,
         metrics=presence_metrics,
-        consumer_factory=roster_consumer or factories.consumer,
+        consumer_factory=factories.consumer,
     )
     presence = PresencePublisher(
         metrics=presence_metrics,
@@ -227,8 +236,12 @@ def build_gateway(
         metrics=metrics,
         seen=seen,
         max_held_per_recipient=config.max_held_per_recipient,
+        lifecycle=(lifecycle := LifecycleMetrics(registry)),
+        tracked=(tracked := (FORWARD, SPAWN)),
     )
-    spawn_handler, spawn_deadlines = _control_plane(
+    group = topics.gateway_group(host)
+    dead_letters = OutboxDeadLetterSink(topics=topics, gateway=host, group=group)
+    spawn_handler = _control_plane(
         config,
         verifier,
         publisher,
@@ -237,10 +250,9 @@ def build_gateway(
         presence,
         callbacks,
         inject_metrics,
-        registry,
+        lifecycle,
+        dead_letters,
     )
-    group = topics.gateway_group(host)
-    dead_letters = OutboxDeadLetterSink(topics=topics, gateway=host, group=group)
     runtime = ConsumerRuntime(
         RuntimeConfig(
             bootstrap=config.bootstrap,
@@ -253,6 +265,7 @@ def build_gateway(
         sessions=sessions,
         dead_letters=dead_letters,
         metrics=RuntimeMetrics(registry),
+        consumer_factory=factories.consumer,
         fault_after_commit=hooks.fault_after_commit,
     )
     relay = Relay(
@@ -285,6 +298,7 @@ def build_gateway(
         ),
         entities=entities,
         injections=injections,
+        tracked=tracked,
         purger=Purger(engine=engine, policy=config.retention, metrics=RetentionMetrics(registry)),
     )
     nudger = _build_nudger(config, callbacks, reads, conversations, metrics, publisher)
@@ -311,12 +325,11 @@ def build_gateway(
 
     def run_maintenance(stop: Any) -> None:
         while not stop.wait(min(interval, 0.5)):
-            maintenance.tick()
+            maintenance.tick(stop)  # a stop ends a purge pass between two batches
             try:
-                spawn_deadlines.tick()  # the requester's side of SPAWN
-                spawn_handler.launcher.reap()
+                spawn_handler.sweep()  # reap workers whose process died (§8 step 7)
             except Exception:
-                log.exception("maintenance duty spawn_deadlines failed")
+                log.exception("maintenance duty spawn_handler.sweep failed")
 
     gateway = Gateway(
         host=host,
@@ -356,10 +369,11 @@ def _control_plane(
     presence: PresencePublisher,
     callbacks: Mapping[str, Callable[..., Any]] | None,
     inject_metrics: InjectMetrics,
-    registry: CollectorRegistry,
-) -> tuple[SpawnHandler, SpawnDeadlines]:
-    """The control topic's handler (a launched worker becomes a local inject entity) and the
-    requester's spawn deadlines."""
+    lifecycle: LifecycleMetrics,
+    dead_letters: OutboxDeadLetterSink,
+) -> SpawnHandler:
+    """The control topic's handler (a launched worker becomes a local inject entity; a STOP or
+    a death takes it out again: tombstone + reaped)."""
 
     def on_live(gid: str, profile: ProfileConfig, values: Mapping[str, str]) -> None:
         spec = worker_injector(profile.injector, values)
@@ -373,17 +387,48 @@ def _control_plane(
         )
         presence.register(gid, role="worker", delivery="inject", groups=profile.groups)
 
+    def forget(gid: str) -> None:
+        entities.unregister(gid)
+        presence.unregister(gid)  # the tombstone: gone from every roster within a heartbeat
+
+    def drop_held(session: Any, gid: str) -> int:
+        return dead_letter_held(
+            session,
+            dead_letters,
+            undrained(session, gid),
+            reason=Lifecycle.RECIPIENT_GONE,
+            error="held for {recipient}, which was stopped or reaped",
+        )
+
+    profiles = {p.name: p for p in config.profiles}
+    launcher = Launcher()
+    handler: SpawnHandler | None = None
+
+    def values(row: Any, profile: ProfileConfig) -> Mapping[str, str]:
+        assert handler is not None
+        return handler.values(row.spawn_id, profile, parent=row.parent, job=row.job)
+
+    reaper = Reaper(
+        sessions=sessions,
+        profiles=profiles,
+        launcher=launcher,
+        values=values,
+        forget=forget,
+        drop_held=drop_held,
+        metrics=lifecycle,
+    )
     handler = SpawnHandler(
         host=config.host,
         verifier=verifier,
         publisher=publisher,
         sessions=sessions,
-        profiles={p.name: p for p in config.profiles},
-        launcher=Launcher(),
+        profiles=profiles,
+        launcher=launcher,
         on_live=on_live,
-        count=LifecycleMetrics(registry).count,
+        count=lifecycle.count,
+        stops=StopHandler(publisher=publisher, sessions=sessions, reaper=reaper, metrics=lifecycle),
     )
-    return handler, SpawnDeadlines(sessions=sessions, publisher=publisher, ttl_s=config.max_ttl_s)
+    return handler
 
 
 def build_failed_reporter(
@@ -402,7 +447,7 @@ def build_failed_reporter(
     the reporter's dedupe row; this host's gateway relay ships them (the relay drains the whole
     store). Close ``reporter.consumer`` and dispose ``reporter.engine`` when done.
     """
-    topics = TopicNames(prefix=config.topic_prefix)
+    topics, factories = TopicNames(prefix=config.topic_prefix), factories.secured(config.kafka)
     group_id = group or f"{config.topic_prefix}dlq-reporter"
     # a DLQ that retention trimmed before we reported it must fail loudly, not skip
     consumer = factories.consumer(
@@ -488,11 +533,15 @@ def build_exporter(
     *,
     store_urls: list[str] | None = None,
     reader: KafkaOffsetReader | None = None,
+    factories: Factories = DEFAULT_FACTORIES,
 ) -> Exporter:
     """``fleet exporter``: lag sampler and, with ``store_urls``, the store gauges; started."""
     from pipeline.observability.store_gauges import SqlStoreGauges
 
     store = SqlStoreGauges.from_urls(store_urls) if store_urls else None
+    reader = reader or KafkaOffsetReader(
+        config.bootstrap, admin_factory=factories.admin, consumer_factory=factories.consumer
+    )
     return start_exporter(config, reader=reader, store=store)
 
 
@@ -524,16 +573,22 @@ def build_pool_member(
     step: StepFn,
     registry: CollectorRegistry | None = None,
     apply_topics: bool = True,
-    consumer_factory: Callable[[dict[str, Any]], Any] = Consumer,
+    factories: Factories = DEFAULT_FACTORIES,
 ) -> PoolMember:
     """One member of ``fleet.pool.<pool>`` on topic ``fleet.pool.<pool>`` (issue 10): the
     consumer runtime with an in-flight dispatcher, the pool handler, failure ports."""
     topics = TopicNames(prefix=config.topic_prefix)
     topic, group = topics.pool(config.pool), topics.pool_group(config.pool)
     if apply_topics:
-        ensure_pool_topic(config.bootstrap, topics, config.pool, partitions=config.partitions)
+        ensure_pool_topic(
+            config.bootstrap,
+            topics,
+            config.pool,
+            partitions=config.partitions,
+            admin_factory=factories.admin,
+        )
     registry = registry or CollectorRegistry()
-    engine = make_engine(config.store_url)
+    engine = factories.engine(config.store_url)
     sessions = session_factory(engine)
     metrics = PoolMetrics(registry, pool=config.pool)
     dedupe_header = "msgId" if config.dedupe else None
@@ -565,10 +620,14 @@ def build_pool_member(
         member=config.member,
         running=handler.running_since,
         period_s=config.heartbeat_s,
+        metrics=metrics,
     )
     ports = FailurePorts(
         writer=DeadLetterWriter(
-            config.bootstrap, topics, gateway=f"pool.{config.pool}", group=group
+            factories.producer(producer_config(config.bootstrap)),
+            topics,
+            gateway=f"pool.{config.pool}",
+            group=group,
         ),
         store=QuarantineStore(engine),
         metrics=FailureMetrics(registry),
@@ -604,7 +663,7 @@ def build_pool_member(
         dead_letters=ports,
         quarantine=ports,
         metrics=RuntimeMetrics(registry),
-        consumer_factory=consumer_factory,
+        consumer_factory=factories.consumer,
         inflight=dispatcher,
     )
     return PoolMember(
@@ -662,6 +721,7 @@ def build_saga_process(
     registry: CollectorRegistry | None = None,
     ticker: Callable[[Engine], Callable[[], object]] | None = None,
     engine: Engine | None = None,
+    factories: Factories = DEFAULT_FACTORIES,
 ) -> SagaProcess:
     """One saga process (``docs/sagas.md``): ``role`` is ``orchestrator`` or a participant name.
 
@@ -670,7 +730,7 @@ def build_saga_process(
     command/reply leave through this store's outbox, shipped by this process's relay.
     """
     registry = registry or CollectorRegistry()
-    engine = engine or make_engine(store_url)
+    engine = engine or factories.engine(store_url)
     topic = topics.replies if role == "orchestrator" else topics.commands(role)
     group = f"{topics.prefix}.saga.{role}"
     runtime = ConsumerRuntime(
@@ -681,8 +741,15 @@ def build_saga_process(
             topics=TopicNames(prefix=topic_prefix), gateway=f"saga-{role}", group=group
         ),
         metrics=RuntimeMetrics(registry),
+        consumer_factory=factories.consumer,
     )
-    relay = Relay(engine=engine, bootstrap=bootstrap, registry=registry, idle_wait_s=0.01)
+    relay = Relay(
+        engine=engine,
+        bootstrap=bootstrap,
+        registry=registry,
+        idle_wait_s=0.01,
+        producer_factory=factories.producer,
+    )
     return SagaProcess(
         runtime=runtime,
         relay=relay,

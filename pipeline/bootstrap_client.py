@@ -11,14 +11,18 @@ exporter): agents run these commands from their shells, and each call pays its i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from pipeline.control import spawns
 from pipeline.control.client import ControlClient
+from pipeline.errors import ConfigError
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.senders import LocalSenders
+from pipeline.kafka.clients import ClientFactory, new_admin, new_consumer, new_producer
+from pipeline.kafka.security import PLAINTEXT, KafkaSecurity
+from pipeline.kafka.settings import admin_config, with_security
 from pipeline.kafka.topics import TopicNames
 from pipeline.store import make_engine, session_factory
 
@@ -29,29 +33,54 @@ if TYPE_CHECKING:
     from pipeline.gateway.config import GatewayConfig
     from pipeline.gateway.metrics import GatewayMetrics
 
-ClientFactory = Callable[[dict[str, Any]], Any]
-
-
-def _producer(conf: dict[str, Any]) -> Any:
-    # confluent_kafka loads in the processes that make a Kafka client; `fleet send` makes none
-    from confluent_kafka import Producer
-
-    return Producer(conf)
-
-
-def _consumer(conf: dict[str, Any]) -> Any:
-    from confluent_kafka import Consumer
-
-    return Consumer(conf)
-
 
 @dataclass(frozen=True, kw_only=True)
 class Factories:
-    """Where Kafka clients and engines come from: the real ones unless a test passes its own."""
+    """Where Kafka clients and engines come from: the real ones unless a test passes its own.
 
-    producer: ClientFactory = field(default=_producer)
-    consumer: ClientFactory = field(default=_consumer)
+    Every client a built process uses is made here: the runtime's and the roster follower's
+    consumers, the relay's, presence's and dead-letter producers, the admin clients of the
+    topology check and the lag reader. Each factory takes the client's librdkafka settings, so a
+    wrapper (a secured cluster's extra settings, a fault-injecting fake) sees all of them. The
+    defaults (``pipeline.kafka.clients``) load confluent_kafka only when a client is made: a
+    ``fleet send`` makes none.
+
+    ``security`` is the ``[kafka]`` table these factories apply; :meth:`secured` returns
+    factories that put it on every client they build (``with_security``, the one place).
+    """
+
+    producer: ClientFactory = field(default=new_producer)
+    consumer: ClientFactory = field(default=new_consumer)
+    admin: ClientFactory = field(default=new_admin)
     engine: Callable[[str], Engine] = field(default=make_engine)
+    security: KafkaSecurity = PLAINTEXT
+
+    def secured(self, security: KafkaSecurity) -> Factories:
+        """These factories with ``security`` applied to every producer, consumer and admin."""
+        if security == self.security:
+            return self
+        if self.security != PLAINTEXT:
+            raise ConfigError("these factories are already secured with another [kafka] table")
+        p, c, a = self.producer, self.consumer, self.admin
+        return replace(
+            self,
+            producer=lambda conf: p(with_security(conf, security)),
+            consumer=lambda conf: c(with_security(conf, security)),
+            admin=lambda conf: a(with_security(conf, security)),
+            security=security,
+        )
+
+    def check_access(self, bootstrap: str, *, timeout_s: float = 15.0) -> None:
+        """Fail fast (AUTH_FAILED, TLS_FAILED, PROTOCOL_MISMATCH) when the cluster refuses our
+        login, instead of letting librdkafka retry it for ever (``pipeline.kafka.refusals``)."""
+        from pipeline.kafka.refusals import check_access  # loads librdkafka: only when asked
+
+        check_access(
+            admin_config(bootstrap),
+            security=self.security,
+            admin=self.admin,
+            timeout_s=timeout_s,
+        )
 
 
 DEFAULT_FACTORIES = Factories()

@@ -19,6 +19,8 @@ The tree::
     ├── TopologyError                topic layout differs from what we declare (e.g. partitions)
     ├── EnvelopeError                a record failed decoding or verification; keeps the raw record
     ├── BrokerError                  a Kafka client call failed (retriable per librdkafka)
+    │   └── SecurityError            the cluster refused us: AUTH_FAILED, TLS_FAILED,
+    │                                PROTOCOL_MISMATCH, NOT_AUTHORIZED; never retriable
     ├── FencedError                  FENCED: another member with our static id took over; stop
     ├── OffsetsLostError             OFFSETS_LOST: the committed offset fell off retention
     ├── StoreError                   a database call failed
@@ -40,7 +42,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.reasons import Config, Delivery, Failure, Inject, Launcher, Platform, Verification
+from pipeline.reasons import (
+    Config,
+    Delivery,
+    Failure,
+    Inject,
+    Launcher,
+    Platform,
+    Security,
+    Verification,
+)
 
 
 class FleetError(Exception):
@@ -117,6 +128,16 @@ class EnvelopeError(FleetError):
 class BrokerError(FleetError):
     reason: str = Platform.BROKER_ERROR
     retriable = True
+
+
+class SecurityError(BrokerError):
+    """A secured cluster refused this client; waiting does not help, an operator must act.
+
+    ``context`` names ``resource`` and ``operation`` for NOT_AUTHORIZED where known; it never
+    holds a credential."""
+
+    reason: str = Security.AUTH_FAILED
+    retriable = False
 
 
 class StoreError(FleetError):

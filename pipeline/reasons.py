@@ -223,6 +223,33 @@ class Runs(enum.StrEnum):
     RUN_UNKNOWN = "RUN_UNKNOWN"  # no run with that id for the tenant
 
 
+class Lifecycle(enum.StrEnum):
+    """Spawn, stop and reap (``docs/lifecycle.md``; seed 000 §7.8, §8 steps 5 and 7; seed 001
+    scenario 8). Dashboards and FAILED bodies key on them."""
+
+    UNKNOWN_HOST = "UNKNOWN_HOST"  # requester: no live <host>._gateway entry
+    SPAWN_TIMEOUT = "SPAWN_TIMEOUT"  # requester: no outcome within spawn_deadline_s
+    UNKNOWN_PROFILE = "UNKNOWN_PROFILE"  # target: the host has no profile of that name
+    CAP_EXCEEDED = "CAP_EXCEEDED"  # target: over a per-parent/per-job cap or the job budget
+    RECIPIENT_GONE = "RECIPIENT_GONE"  # target: mail for a stopped or reaped worker
+    UNKNOWN_WORKER = "UNKNOWN_WORKER"  # target: STOP for a gid that is no worker spawned here
+    LAUNCH_FAILED = "LAUNCH_FAILED"  # target: the launch command could not be started
+    LAUNCH_INTERRUPTED = "LAUNCH_INTERRUPTED"  # target: stopped between admit and launch
+    NOT_A_CONTROL_KIND = "NOT_A_CONTROL_KIND"  # target: a control record that is no SPAWN/STOP
+
+
+class Security(enum.StrEnum):
+    """A secured cluster refused us, or the ``[kafka]`` table is unsafe (``docs/security.md``)."""
+
+    AUTH_FAILED = "AUTH_FAILED"  # SASL login refused (wrong password, unknown user, mechanism)
+    TLS_FAILED = "TLS_FAILED"  # TLS handshake failed (unknown CA, bad certificate, hostname)
+    PROTOCOL_MISMATCH = "PROTOCOL_MISMATCH"  # e.g. a plaintext client on a TLS/SASL listener
+    NOT_AUTHORIZED = "NOT_AUTHORIZED"  # an ACL denies this operation on this resource
+    SECRET_INLINE = "SECRET_INLINE"  # a password written into the file: refused
+    SECRET_UNREADABLE = "SECRET_UNREADABLE"  # sasl_password_file / _env missing or empty
+    PROPERTY_OWNED = "PROPERTY_OWNED"  # [kafka.properties] sets a key fleet-pipeline owns
+
+
 FAMILIES: dict[str, type[enum.StrEnum]] = {
     f.__name__: f
     for f in (
@@ -243,6 +270,8 @@ FAMILIES: dict[str, type[enum.StrEnum]] = {
         Lab,
         Pool,
         Runs,
+        Lifecycle,
+        Security,
     )
 }
 
@@ -255,6 +284,8 @@ PERMANENT: frozenset[str] = frozenset(Verification) | {
     Config.INVALID_NAME,
     Failure.VALIDATION_FAILED,
     Failure.HANDLER_REJECTED,
+    Lifecycle.RECIPIENT_GONE,
+    Lifecycle.NOT_A_CONTROL_KIND,
 }
 
 DEAD_LETTER_REASONS: frozenset[str] = PERMANENT | {

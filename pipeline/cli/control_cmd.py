@@ -1,4 +1,5 @@
-"""``fleet spawn``: ask a host's gateway to start a worker (seed 000 §7.8, requester side)."""
+"""``fleet spawn`` / ``fleet stop`` / ``fleet workers``: the lifecycle from the command line
+(seed 000 §7.8 and §8 step 7, requester side; ``workers`` reads this host's own store)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,44 @@ def spawn(
         console.print(f"queued SPAWN {req.msg_id}: {req.spawn_id} ({profile}) on {host}")
 
 
+def stop(
+    config: ConfigOpt,
+    gid: Annotated[str, typer.Option("--gid", help="The worker to stop.")],
+    requester: Annotated[
+        str | None,
+        typer.Option("--as", help="The requesting local entity (default: the one pull entity)."),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Its host (default: from the roster).")
+    ] = None,
+    reason: Annotated[str | None, typer.Option(help="Why (kept in the target's logs).")] = None,
+    stop_id: Annotated[
+        str | None, typer.Option("--id", help="The stopId (dedupe key; default: minted).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Queue a STOP for a spawned worker (outbox; works while the broker is down). Its host
+    stops it, tombstones its presence and marks it reaped; the outcome (INJECTED = stopped, or
+    FAILED with the reason) arrives through ``fleet poll``."""
+    from pipeline.bootstrap_client import build_control_client
+    from pipeline.gateway.config import invalid
+    from pipeline.presence.model import Delivery
+
+    cfg = _load(Path(config))
+    if requester is None:
+        pulls = [e.gid for e in cfg.entities if e.delivery is Delivery.PULL]
+        if len(pulls) != 1:
+            raise invalid("--as", None, f"name the requester: pull entities here are {pulls}")
+        requester = pulls[0]
+    req = build_control_client(cfg, signer=_signer(cfg)).stop(
+        requester=requester, gid=gid, host=host, reason=reason, stop_id=stop_id
+    )
+    if as_json:
+        emit_json({"msgId": req.msg_id, "stopId": req.stop_id, "gid": req.gid, "host": req.host})
+    else:
+        console.print(f"queued STOP {req.msg_id}: {req.gid} on {req.host} (stopId {req.stop_id})")
+
+
 def workers(config: ConfigOpt, as_json: JsonOpt = False) -> None:
     """Live workers this host spawned: gid, parent, job, profile, age (from the local store)."""
     import time
@@ -86,4 +125,5 @@ def workers(config: ConfigOpt, as_json: JsonOpt = False) -> None:
 
 def register(root: typer.Typer) -> None:
     root.command("spawn")(fail_on_fleet_error(spawn))
+    root.command("stop")(fail_on_fleet_error(stop))
     root.command("workers")(fail_on_fleet_error(workers))

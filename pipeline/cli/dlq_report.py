@@ -83,9 +83,12 @@ class ReporterRelay:
     @classmethod
     def start(cls, engine: Engine, config: Path) -> ReporterRelay:
         from pipeline.bootstrap import build_relay
+        from pipeline.bootstrap_client import Factories
         from pipeline.gateway.config import load_config
 
-        relay = build_relay("", bootstrap=load_config(config).bootstrap, engine=engine)
+        cfg = load_config(config)
+        factories = Factories().secured(cfg.kafka)  # the host's [kafka] login
+        relay = build_relay("", bootstrap=cfg.bootstrap, engine=engine, factories=factories)
         stop = threading.Event()
         thread = threading.Thread(target=relay.run_forever, args=(stop,), name="relay", daemon=True)
         thread.start()

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from pipeline.errors import ConfigError
 from pipeline.kafka.local import LauncherConfig, LocalCluster, default_cluster_dir
 
 from .output import console, fail_on_fleet_error
@@ -26,15 +27,39 @@ def up(
         int | None, typer.Option(help="First broker port (default: free ports).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the state as JSON.")] = False,
+    secure: Annotated[
+        bool,
+        typer.Option(
+            "--secure",
+            help="SASL_SSL (SCRAM-SHA-512) with local TLS files, ACLs enforced, "
+            "an `admin` super user and one login per --host (docs/security.md).",
+        ),
+    ] = False,
+    hosts: Annotated[
+        list[str] | None,
+        typer.Option("--host", help="With --secure: create a login for this host (repeat)."),
+    ] = None,
 ) -> None:
     """Start a local cluster in the background and print its bootstrap servers."""
+    if hosts and not secure:
+        raise ConfigError("--host creates a login: it needs --secure", reason="CONFIG_INVALID")
     cluster = LocalCluster(
-        LauncherConfig(directory=directory or default_cluster_dir(), nodes=nodes, port=port)
+        LauncherConfig(
+            directory=directory or default_cluster_dir(),
+            nodes=nodes,
+            port=port,
+            secure_hosts=tuple(hosts or ()) if secure else None,
+        )
     ).start()
     if as_json:
         typer.echo(json.dumps({**cluster.state(), "version": cluster.version()}))
     else:
         console.print(f"Kafka {cluster.version()} ready ({nodes} node(s)) in {cluster.directory}")
+        if cluster.secure is not None:
+            console.print(
+                f"SASL_SSL with ACLs; client file {cluster.secure.folder / 'client.json'}, "
+                f"a \\[kafka] table per login in {cluster.secure.folder}/<login>.kafka.toml"
+            )
         typer.echo(cluster.bootstrap_servers)
 
 

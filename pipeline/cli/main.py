@@ -23,6 +23,7 @@ COMMANDS = (
     command("demo", "demo_cmd", "Main on host A briefs a worker on host B; INJECTED and the REPLY come back, live."),
     command("init", "init_cmd", "Write a working fleet.toml, a signing key and a trust folder for host H."),
     command("spawn", "control_cmd", "Queue a SPAWN (outbox; works while the broker is down). The outcome, or one FAILED\n(SPAWN_TIMEOUT) past spawn_deadline_s, arrives through ``fleet poll``."),
+    command("stop", "control_cmd", "Queue a STOP for a spawned worker (outbox; works while the broker is down). Its host\nstops it, tombstones its presence and marks it reaped; the outcome (INJECTED = stopped, or\nFAILED with the reason) arrives through ``fleet poll``."),
     command("workers", "control_cmd", "Live workers this host spawned: gid, parent, job, profile, age (from the local store)."),
     group("kafka", "kafka_cmd", "Run a local Apache Kafka (KRaft) from Maven Central jars; no Docker."),
     command("exporter", "observability_cmd", "Serve Prometheus metrics: lag (messages, seconds), retention risk, DLQ depth, and with\n``--store-url`` held messages, quarantined keys, outbox backlog and oldest unsent age."),
@@ -40,6 +41,7 @@ COMMANDS = (
     group("saga", "saga_cmd", "Sagas: list, show, and work the human queue."),
     group("gateway", "gateway_cmd", "Run a host's gateway: the per-host inbox with the dual ack model."),
     group("pool", "pool_cmd", "Worker pools: members of consumer group fleet.pool.<NAME>."),
+    group("acls", "acls_cmd", "Least-privilege ACLs per gateway login."),
 )
 # fmt: on
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -28,6 +29,23 @@ def bootstrap_from(value: str | None) -> str:
 BootstrapOpt = Annotated[
     str | None, typer.Option("--bootstrap", help="Kafka bootstrap servers (or KAFKA_BOOTSTRAP).")
 ]
+KafkaConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--kafka-config",
+        help="A TOML file whose [kafka] table is the login to use (docs/security.md).",
+    ),
+]
+
+
+def secured_factories(kafka_config: Path | None) -> Any:
+    """Factories with the ``[kafka]`` login of ``kafka_config`` (plaintext without one)."""
+    from pipeline.bootstrap_client import Factories
+    from pipeline.kafka.security import load_kafka_file
+
+    if kafka_config is None:
+        return Factories()
+    return Factories().secured(load_kafka_file(kafka_config, environ=os.environ))
 
 
 @app.command()
@@ -44,6 +62,7 @@ def apply(
     dlq_retention_bytes: Annotated[int, typer.Option(help="DLQ cap per partition.")] = 1 << 30,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report only.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Create missing topics, set differing configs; refuse partition/replication mismatches."""
     spec = TopologySpec(
@@ -56,7 +75,10 @@ def apply(
         min_insync_replicas=min_insync,
         dlq_retention_bytes=dlq_retention_bytes,
     )
-    report = apply_topology(bootstrap_from(bootstrap), spec, dry_run=dry_run)
+    factories = secured_factories(kafka_config)
+    server = bootstrap_from(bootstrap)
+    factories.check_access(server)  # a refused login stops here with its reason
+    report = apply_topology(server, spec, dry_run=dry_run, admin_factory=factories.admin)
     if as_json:
         emit_json(report.as_json())
         return

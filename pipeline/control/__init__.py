@@ -1,25 +1,29 @@
-"""The control plane (seed 000 §7.8): SPAWN requests on ``fleet.control.<host>``.
+"""The control plane (seed 000 §7.8, §8 steps 5 and 7): SPAWN and STOP on
+``fleet.control.<host>``.
 
-Requester side only so far: :class:`ControlClient` stages a signed SPAWN through the outbox and
-tracks its deadline in :mod:`pipeline.control.requests`; :class:`SpawnDeadlines` turns a
-missing outcome into exactly one ``FAILED`` (``SPAWN_TIMEOUT``) at the requester. :func:`admit` is the target's pure admission check (profile, caps); the
-target gateway that consumes ``fleet.control.<host>`` is not built yet (docs/lifecycle.md).
+Requester side: :class:`ControlClient` stages a signed SPAWN or STOP through the outbox; a
+SPAWN's deadline is a :data:`~pipeline.control.requests.SPAWN` row of the one deadline tracker
+(:mod:`pipeline.gateway.deadlines`): no outcome in time is exactly one ``FAILED``
+(``SPAWN_TIMEOUT``) at the requester. Target side:
+:class:`~pipeline.control.handler.SpawnHandler` (dedupe by ``spawnId``, :func:`admit`'s caps,
+launch after commit), :class:`~pipeline.control.stop_handler.StopHandler` (dedupe by
+``stopId``) and :class:`~pipeline.control.reaper.Reaper` (stop or death -> tombstone +
+``reaped``). See docs/lifecycle.md.
 """
 
-from .caps import Admission, Counts, LifecycleReason, admit
-from .client import UNKNOWN_HOST, ControlClient, SpawnRequest
-from .deadlines import SPAWN_TIMEOUT, SpawnDeadlines
-from .requests import spawn_requests_table
+from .caps import Admission, Counts, admit
+from .client import UNKNOWN_HOST, ControlClient, SpawnRequest, StopRequest
+from .requests import SPAWN, SPAWN_TIMEOUT, spawn_requests_table
 
 __all__ = [
+    "SPAWN",
     "SPAWN_TIMEOUT",
     "UNKNOWN_HOST",
     "Admission",
     "ControlClient",
     "Counts",
-    "LifecycleReason",
-    "SpawnDeadlines",
     "SpawnRequest",
+    "StopRequest",
     "admit",
     "spawn_requests_table",
 ]

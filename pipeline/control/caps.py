@@ -1,26 +1,16 @@
 """Spawn admission (seed 001 failure scenario 8: "a cap on subagents and a budget per job").
 
 Pure core, no I/O: the target gateway counts its own workers and asks :func:`admit` whether a
-SPAWN may start one. Refusals carry a stable reason from :class:`LifecycleReason`.
+SPAWN may start one. Refusals carry a stable reason from :class:`pipeline.reasons.Lifecycle`.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pipeline.gateway.config import ProfileConfig
-
-
-class LifecycleReason(enum.StrEnum):
-    """Reason codes of the lifecycle (public API: dashboards and FAILED bodies key on them)."""
-
-    UNKNOWN_HOST = "UNKNOWN_HOST"  # requester: no live <host>._gateway entry
-    SPAWN_TIMEOUT = "SPAWN_TIMEOUT"  # requester: no outcome within spawn_deadline_s
-    UNKNOWN_PROFILE = "UNKNOWN_PROFILE"  # target: the host has no profile of that name
-    CAP_EXCEEDED = "CAP_EXCEEDED"  # target: over a per-parent/per-job cap or the job budget
-    RECIPIENT_GONE = "RECIPIENT_GONE"  # target: mail for a stopped or reaped worker
+from pipeline.reasons import Lifecycle
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -35,7 +25,7 @@ class Counts:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Admission:
     admitted: bool
-    reason: LifecycleReason | None = None
+    reason: Lifecycle | None = None
     detail: str = ""
 
 
@@ -48,7 +38,7 @@ def admit(
         known = ", ".join(sorted(profiles)) or "none"
         return Admission(
             admitted=False,
-            reason=LifecycleReason.UNKNOWN_PROFILE,
+            reason=Lifecycle.UNKNOWN_PROFILE,
             detail=f"no profile {profile!r} on this host (known: {known})",
         )
     checks = [("live workers of this parent", counts.live_of_parent, spec.max_live_per_parent)]
@@ -61,7 +51,7 @@ def admit(
         if have >= cap:
             return Admission(
                 admitted=False,
-                reason=LifecycleReason.CAP_EXCEEDED,
+                reason=Lifecycle.CAP_EXCEEDED,
                 detail=f"{what}: {have} of {cap} ({spec.name})",
             )
     return Admission(admitted=True)

@@ -1,4 +1,4 @@
-"""The requester's API for the control plane: ``spawn`` (seed 000 §7.8).
+"""The requester's API for the control plane: ``spawn`` and ``stop`` (seed 000 §7.8, §8).
 
 A SPAWN is an envelope of kind ``SPAWN`` from the requester to ``<host>._gateway``, keyed by
 that id on ``fleet.control.<host>``, with header ``spawnId`` = the new worker's gid and an Avro
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -17,15 +18,16 @@ from pipeline import outbox, schemas
 from pipeline.envelope import Envelope, Kind, encode
 from pipeline.envelope.model import now_ms
 from pipeline.errors import DeliveryError
-from pipeline.gateway import roster_cache
+from pipeline.gateway import deadlines, roster_cache
 from pipeline.gateway.config import check_gid
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.senders import LocalSenders
+from pipeline.presence.model import gateway_gid
+from pipeline.reasons import Lifecycle
 
 from . import requests
-from .caps import LifecycleReason
 
-UNKNOWN_HOST = LifecycleReason.UNKNOWN_HOST.value
+UNKNOWN_HOST = Lifecycle.UNKNOWN_HOST.value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -40,8 +42,19 @@ class SpawnRequest:
     deadline_ms: int
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StopRequest:
+    """What ``stop`` queued: ``msg_id`` correlates the outcome."""
+
+    msg_id: str
+    stop_id: str
+    gid: str
+    host: str
+    trace_id: str
+
+
 class ControlClient:
-    """Spawn workers on any live host (the CLI, libraries and the MCP face call this)."""
+    """Spawn and stop workers on any live host (the CLI, libraries and the MCP face call this)."""
 
     def __init__(
         self,
@@ -86,37 +99,20 @@ class ControlClient:
                 "budget": budget,
             },
         )
-        to = f"{host}._gateway"
         env = Envelope.new(
             kind=Kind.SPAWN,
             sender=requester,
-            to=to,
+            to=gateway_gid(host),
             body=body,
             ttl_s=self.deadline_s,
             spawn_id=gid,
         )
-        topic = self.publisher.topics.control(host)
         deadline = env.ts_ms + round(self.deadline_s * 1000)
         with self.sessions.begin() as s:
-            if self.local_senders is not None:
-                self.local_senders.check(s, requester)
-            if roster_cache.lookup(s, to, now_ms()) is None:
-                raise DeliveryError(
-                    f"unknown host {host!r}: no live gateway entry {to} in the roster",
-                    reason=UNKNOWN_HOST,
-                    context={"host": host},
-                )
-            key, headers, value = encode(env, topic=topic, signer=self.publisher.signer)
-            outbox.write(
+            self._queue(s, env, host)
+            deadlines.track(
                 s,
-                topic=topic,
-                key=key,
-                value=value,
-                headers=headers,
-                branch_key=f"{self.publisher.host}>{to}",
-            )
-            requests.track(
-                s,
+                requests.SPAWN,
                 msg_id=env.msg_id,
                 spawn_id=gid,
                 requester=requester,
@@ -135,4 +131,84 @@ class ControlClient:
             profile=profile,
             trace_id=env.trace_id,
             deadline_ms=deadline,
+        )
+
+    def stop(
+        self,
+        *,
+        requester: str,
+        gid: str,
+        host: str | None = None,
+        reason: str | None = None,
+        stop_id: str | None = None,
+    ) -> StopRequest:
+        """Queue a STOP for worker ``gid`` to its host (from the roster unless ``host`` is
+        given). ``UNKNOWN_WORKER`` when no binding of ``gid`` is known (never announced, or
+        already stopped: its presence was tombstoned); ``UNKNOWN_HOST`` as for spawn. The
+        outcome (``INJECTED`` = stopped, or ``FAILED`` with the reason) arrives through poll."""
+        stop_id = check_gid(stop_id or f"stop-{uuid.uuid4().hex[:12]}", key="stop_id")
+        with self.sessions.begin() as s:
+            if host is None:
+                entry = roster_cache.lookup(s, gid)
+                if entry is None:
+                    raise DeliveryError(
+                        f"no presence binding for {gid!r}: never announced, or already "
+                        "stopped (tombstoned); pass its host to ask anyway",
+                        reason=Lifecycle.UNKNOWN_WORKER.value,
+                        context={"gid": gid},
+                    )
+                host = entry.host
+            body = schemas.encode(
+                "stop", {"stop_id": stop_id, "gid": gid, "requested_by": requester,
+                         "reason": reason},
+            )  # fmt: skip
+            env = Envelope.new(
+                kind=Kind.STOP,
+                sender=requester,
+                to=gateway_gid(host),
+                body=body,
+                ttl_s=self.deadline_s,
+                spawn_id=gid,
+            )
+            self._queue(s, env, host)
+        return StopRequest(
+            msg_id=env.msg_id, stop_id=stop_id, gid=gid, host=host, trace_id=env.trace_id
+        )
+
+    def workers(self, requester: str) -> list[dict[str, Any]]:
+        """The workers ``requester`` spawned (newest first): gid, host, profile, job, the
+        request's state (pending | spawned | failed, with its reason) and whether the gid is
+        live in the roster now (a stopped or reaped worker is not: its presence is gone)."""
+        now = now_ms()
+        with self.sessions() as s:
+            rows = requests.of_requester(s, requester)
+            return [
+                {"gid": r.spawn_id, "host": r.host, "profile": r.profile, "job": r.job,
+                 "parent": r.parent, "state": r.state, "reason": r.reason,
+                 "live": roster_cache.lookup(s, r.spawn_id, now) is not None,
+                 "ageS": round((now - r.sent_ms) / 1000, 1)}
+                for r in rows
+            ]  # fmt: skip
+
+    def _queue(self, session: Session, env: Envelope, host: str) -> None:
+        """One control record to ``host``'s gateway through the outbox; ``UNKNOWN_HOST`` (and
+        nothing written) when that gateway's entry is not live; ``NOT_LOCAL_SENDER`` when the
+        requester is no local entity (configured, or a live worker spawned here)."""
+        if self.local_senders is not None:
+            self.local_senders.check(session, env.sender)
+        if roster_cache.lookup(session, env.to, now_ms()) is None:
+            raise DeliveryError(
+                f"unknown host {host!r}: no live gateway entry {env.to} in the roster",
+                reason=UNKNOWN_HOST,
+                context={"host": host},
+            )
+        topic = self.publisher.topics.control(host)
+        key, headers, value = encode(env, topic=topic, signer=self.publisher.signer)
+        outbox.write(
+            session,
+            topic=topic,
+            key=key,
+            value=value,
+            headers=headers,
+            branch_key=f"{self.publisher.host}>{env.to}",
         )

@@ -12,6 +12,9 @@ stays ``launching`` and :meth:`SpawnHandler.recover` fails it at the next boot.
 * a launched worker is registered as a local inject entity (its profile's injector, filled),
   its presence published, and the requester gets ``INJECTED`` for its SPAWN's msgId (a spawn
   lands like an injection); a launch that cannot start is ``FAILED`` (``LAUNCH_FAILED``).
+
+A ``STOP`` on the same topic goes to :class:`~pipeline.control.stop_handler.StopHandler`; both
+answer through :func:`stage_answer`.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import insert
 from sqlalchemy.orm import Session, sessionmaker
@@ -33,17 +36,21 @@ from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
 from pipeline.gateway.config import ProfileConfig
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.receipts import failed_body, injected_body
+from pipeline.reasons import Lifecycle
 from pipeline.runtime import Record, Staged
 
 from . import spawns
 from .caps import Counts, admit
 from .launcher import Launcher
 
+if TYPE_CHECKING:
+    from .stop_handler import StopHandler
+
 log = logging.getLogger(__name__)
 
-LAUNCH_FAILED = "LAUNCH_FAILED"
-LAUNCH_INTERRUPTED = "LAUNCH_INTERRUPTED"
-NOT_A_CONTROL_KIND = "NOT_A_CONTROL_KIND"
+LAUNCH_FAILED = Lifecycle.LAUNCH_FAILED
+LAUNCH_INTERRUPTED = Lifecycle.LAUNCH_INTERRUPTED
+NOT_A_CONTROL_KIND = Lifecycle.NOT_A_CONTROL_KIND
 ANSWER_TTL_S = 3600.0
 
 OnLive = Callable[[str, ProfileConfig, Mapping[str, str]], None]
@@ -75,7 +82,9 @@ class SpawnHandler:
         launcher: Launcher,
         on_live: OnLive,
         count: Callable[[str], None] = lambda outcome: None,
+        stops: StopHandler | None = None,
     ) -> None:
+        self.stops = stops
         self.host = host
         self.verifier = verifier
         self.publisher = publisher
@@ -91,6 +100,8 @@ class SpawnHandler:
                 topic=record.topic, key=record.key, headers=list(record.headers), value=record.value
             )
             env = verified.envelope
+            if env.kind is Kind.STOP and self.stops is not None:
+                return self.stops.handle(verified, tx)
             if env.kind is not Kind.SPAWN or env.spawn_id is None:
                 return DeadLetter(reason=NOT_A_CONTROL_KIND, error=f"{env.kind} on {record.topic}")
             body = schemas.decode("spawn", env.body)
@@ -154,7 +165,7 @@ class SpawnHandler:
             if row is None or row.request_msg_id == request.env.msg_id:
                 return  # the first request's own refusal was answered in its transaction
             self.count("repeat")
-            if row.state in (spawns.LIVE, spawns.REAPED):
+            if row.state in (spawns.LIVE, spawns.STOPPING, spawns.REAPED):
                 self._answer(s, request, None, "")
             else:
                 self._answer(s, request, row.reason or LAUNCH_FAILED, f"spawn {gid} {row.state}")
@@ -202,8 +213,18 @@ class SpawnHandler:
             "brief_file": self.launcher.brief_file(gid),
         }
 
+    def sweep(self) -> None:
+        """Each maintenance tick: reap workers whose process died, collect exited children."""
+        if self.stops is not None:
+            self.stops.reaper.sweep()
+            self.stops.retry_stalled()
+        self.launcher.reap()
+
     def relive(self) -> int:
-        """At boot, after :meth:`recover`: register the live workers again (entity, presence)."""
+        """At boot: finish interrupted stops, fail interrupted launches (:meth:`recover`), and
+        register the live workers again (entity, presence)."""
+        if self.stops is not None:
+            self.stops.recover()
         rows = self.recover()
         for row in rows:
             profile = self.profiles.get(row.profile)
@@ -231,23 +252,48 @@ class SpawnHandler:
 
     def _answer(self, session: Session, request: _Request, reason: str | None, error: str) -> None:
         env = request.env
-        gid = str(env.spawn_id)
-        if reason is None:
-            kind, msg_id, body = (
-                Kind.INJECTED,
-                f"injected-{env.msg_id}",
-                injected_body(env.msg_id, gid),
-            )
-        else:
-            body = failed_body(env.msg_id, gid, reason=reason, error=error, stage="spawn")
-            kind, msg_id = Kind.FAILED, f"failed-{env.msg_id}"
-        answer = Envelope.new(
-            kind=kind,
-            msg_id=msg_id,
-            sender=self.publisher.gateway_id,
-            to=env.sender,
-            body=body,
-            ttl_s=ANSWER_TTL_S,
+        stage_answer(
+            self.publisher,
+            session,
+            request_msg_id=env.msg_id,
+            requester=env.sender,
+            requester_host=request.requester_host,
+            gid=str(env.spawn_id),
             trace_id=env.trace_id,
+            reason=reason,
+            error=error,
         )
-        self.publisher.stage(session, answer, to_host=request.requester_host)
+
+
+def stage_answer(
+    publisher: Publisher,
+    session: Session,
+    *,
+    request_msg_id: str,
+    requester: str,
+    requester_host: str,
+    gid: str,
+    trace_id: str,
+    reason: str | None,
+    error: str,
+    stage: str = "spawn",
+) -> None:
+    """The one answer path of the control plane (SPAWN and STOP): ``INJECTED`` for the
+    request's msgId on success, else ``FAILED`` with the reason; msgIds are derived from the
+    request's, so a re-staged answer is the same message to the requester's dedupe."""
+    if reason is None:
+        kind, msg_id = Kind.INJECTED, f"injected-{request_msg_id}"
+        body = injected_body(request_msg_id, gid)
+    else:
+        body = failed_body(request_msg_id, gid, reason=reason, error=error, stage=stage)
+        kind, msg_id = Kind.FAILED, f"failed-{request_msg_id}"
+    answer = Envelope.new(
+        kind=kind,
+        msg_id=msg_id,
+        sender=publisher.gateway_id,
+        to=requester,
+        body=body,
+        ttl_s=ANSWER_TTL_S,
+        trace_id=trace_id,
+    )
+    publisher.stage(session, answer, to_host=requester_host)

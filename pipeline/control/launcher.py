@@ -45,6 +45,29 @@ class Launcher:
         self.pids[values["gid"]] = pid
         return pid
 
+    def running(self, gid: str, pid: int | None) -> bool:
+        """Whether the worker's launch process still runs: our child is asked with ``waitpid``
+        (which also collects it), any other pid (a worker launched before a gateway restart)
+        with signal 0. No pid known: counted running."""
+        if pid is None:
+            return True
+        if self.pids.get(gid) == pid:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if not done:
+                return True
+            del self.pids[gid]
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
     def reap(self) -> None:
         """Collect exited children (no zombies left behind by short-lived launchers)."""
         for gid, pid in list(self.pids.items()):

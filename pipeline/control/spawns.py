@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import BigInteger, Column, Integer, String, Table, func, select, update
 from sqlalchemy.orm import Session
 
+from pipeline.gateway.held import held_table
 from pipeline.store import metadata
 
 spawns_table = Table(
@@ -30,11 +31,14 @@ spawns_table = Table(
     Column("reason", String(64), nullable=True),
     Column("pid", Integer, nullable=True),
     Column("created_ms", BigInteger, nullable=False),
+    Column("ended_ms", BigInteger, nullable=True),  # when it was reaped (stopped or died)
 )
 
-LAUNCHING, LIVE, REFUSED, FAILED, REAPED = "launching", "live", "refused", "failed", "reaped"
-ADMITTED = (LAUNCHING, LIVE, FAILED, REAPED)  # counted against the job's spawn budget
-RUNNING = (LAUNCHING, LIVE)  # counted against the live caps
+LAUNCHING, LIVE, REFUSED, FAILED = "launching", "live", "refused", "failed"
+STOPPING, REAPED = "stopping", "reaped"
+ADMITTED = (LAUNCHING, LIVE, STOPPING, FAILED, REAPED)  # counted against the job's spawn budget
+RUNNING = (LAUNCHING, LIVE, STOPPING)  # counted against the live caps
+GONE = (STOPPING, REAPED)  # its inbox went away: mail for it is RECIPIENT_GONE
 
 
 def get(session: Session, spawn_id: str) -> Any:
@@ -56,8 +60,9 @@ def set_state(
     *,
     reason: str | None = None,
     pid: int | None = None,
+    **more: Any,
 ) -> None:
-    values: dict[str, Any] = {"state": state, "reason": reason}
+    values: dict[str, Any] = {"state": state, "reason": reason, **more}
     if pid is not None:
         values["pid"] = pid
     session.execute(update(spawns_table).where(spawns_table.c.spawn_id == spawn_id).values(values))
@@ -67,9 +72,26 @@ def live(session: Session) -> list[Any]:
     return list(session.execute(select(spawns_table).where(spawns_table.c.state == LIVE)))
 
 
+def in_state(session: Session, state: str) -> list[Any]:
+    return list(session.execute(select(spawns_table).where(spawns_table.c.state == state)))
+
+
+def is_gone(session: Session, gid: str) -> bool:
+    """True when ``gid`` is a worker this host stopped or reaped (or is stopping)."""
+    row = get(session, gid)
+    return row is not None and row.state in GONE
+
+
 def interrupted(session: Session) -> list[Any]:
     """Rows left ``launching`` by a crash: never relaunched (at-most-once), failed at boot."""
     return list(session.execute(select(spawns_table).where(spawns_table.c.state == LAUNCHING)))
+
+
+def held_for_gone(session: Session) -> list[Any]:
+    """Reaped gids that still have undrained held messages (mail that raced the reap)."""
+    t, h = spawns_table, held_table
+    pending = select(h.c.id).where(h.c.recipient == t.c.spawn_id, h.c.drained_at_ms.is_(None))
+    return list(session.execute(select(t.c.spawn_id).where(t.c.state == REAPED, pending.exists())))
 
 
 SIGNABLE = (LAUNCHING, LIVE)  # a local entity of this host: it may send, its gateway signs

@@ -15,8 +15,8 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.outbox import RowStatus, outbox
-from pipeline.outbox.headers import unpack_headers
 from pipeline.record import Record
+from pipeline.record_headers import unpack_headers
 from pipeline.runtime.ports import Handler
 from pipeline.runtime.staging import Staged
 

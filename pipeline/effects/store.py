@@ -38,7 +38,7 @@ from .keys import check_key, payload_hash
 from .metrics import IdempotencyMetrics, ReserveOutcome
 from .reservation import Done, FirstUse, InProgress, Mismatch, Reservation, StoredError
 from .retention import KeyClass, class_map
-from .tables import KeyState, idempotency
+from .tables import KeyState, expired, idempotency
 
 Clock = Callable[[], float]
 
@@ -259,12 +259,7 @@ class IdempotencyStore:
 
     def purge_expired(self, session: Session) -> int:
         """Delete keys past their retention (they would start a new request anyway)."""
-        now = self._now_ms()
-        result = session.execute(
-            delete(idempotency).where(
-                idempotency.c.expires_at_ms.is_not(None), idempotency.c.expires_at_ms <= now
-            )
-        )
+        result = session.execute(delete(idempotency).where(expired(self._now_ms())))
         return int(getattr(result, "rowcount", 0) or 0)
 
     # -- reads --------------------------------------------------------------------------------

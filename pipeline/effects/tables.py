@@ -10,7 +10,17 @@ from __future__ import annotations
 
 import enum
 
-from sqlalchemy import BigInteger, Column, Integer, SmallInteger, String, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    ColumnElement,
+    Integer,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    and_,
+)
 
 from pipeline.store import metadata
 
@@ -35,3 +45,9 @@ idempotency = Table(
     Column("lease_until_ms", BigInteger, nullable=False),
     Column("expires_at_ms", BigInteger, nullable=True, index=True),
 )
+
+
+def expired(now_ms: int) -> ColumnElement[bool]:
+    """Keys past the retention their class published (``purge_expired`` and the store purger)."""
+    c = idempotency.c
+    return and_(c.expires_at_ms.is_not(None), c.expires_at_ms <= now_ms)

@@ -49,6 +49,7 @@ class AvroBody:
 STRUCTURED: dict[Kind, str] = {
     Kind.PRESENCE: "presence",
     Kind.SPAWN: "spawn",
+    Kind.STOP: "stop",
     Kind.INJECTED: "injected",
     Kind.FAILED: "failed",
 }

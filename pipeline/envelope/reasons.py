@@ -46,6 +46,7 @@ class Kind(enum.StrEnum):
     BROADCAST = "BROADCAST"
     PRESENCE = "PRESENCE"
     SPAWN = "SPAWN"
+    STOP = "STOP"
 
 
 # -- header names ---------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from confluent_kafka import KafkaException, Producer
 
 from pipeline import schemas
 from pipeline.errors import BrokerError, EnvelopeError
+from pipeline.kafka.clients import new_producer
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.reasons import Failure
@@ -169,7 +170,7 @@ class DeadLetterWriter:
         topic: str | None = None,
     ) -> None:
         self._producer = (
-            Producer(producer_config(producer)) if isinstance(producer, str) else producer
+            new_producer(producer_config(producer)) if isinstance(producer, str) else producer
         )
         self.topic = topic or topics.dlq
         self.gateway = gateway

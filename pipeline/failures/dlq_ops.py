@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pipeline.errors import BrokerError
+from pipeline.kafka.clients import new_consumer, new_producer
 from pipeline.kafka.settings import consumer_config, producer_config
 from pipeline.reasons import Failure, Platform
 from pipeline.record import key_text
@@ -27,7 +28,7 @@ from .dlq import DeadLetterView, read_dead_letter
 
 def scan(bootstrap: str, dlq_topic: str, *, timeout_s: float = 30.0) -> Iterator[DeadLetterView]:
     """Every dead letter present now, partition by partition, in offset order. Commits nothing."""
-    consumer = Consumer(consumer_config(bootstrap, f"fleet-dlq-scan.{uuid.uuid4().hex[:8]}"))
+    consumer = new_consumer(consumer_config(bootstrap, f"fleet-dlq-scan.{uuid.uuid4().hex[:8]}"))
     try:
         meta = consumer.list_topics(dlq_topic, timeout=timeout_s).topics[dlq_topic]
         if meta.error is not None:
@@ -111,7 +112,7 @@ def replay(
     if producer is None:
         if bootstrap is None:
             raise ValueError("replay needs a bootstrap or a producer")
-        producer = Producer(producer_config(bootstrap))
+        producer = new_producer(producer_config(bootstrap))
     result = ReplayResult()
     errors: list[Any] = []
 

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from pipeline.record import Record
+from pipeline.record_headers import pack_headers
 
 from .quarantine_model import (
     FAILED,
@@ -32,7 +33,6 @@ from .quarantine_model import (
     where_scope,
 )
 from .quarantine_tables import parked_table, quarantine_table
-from .records import encode_headers
 from .release import ReleaseOps
 
 __all__ = [
@@ -153,7 +153,7 @@ class QuarantineStore(ReleaseOps):
                 offset=rec.offset,
                 timestamp_ms=rec.timestamp_ms,
                 record_key=rec.key,
-                headers=encode_headers(rec.headers),
+                headers=pack_headers(rec.headers),
                 value=rec.value,
                 parked_ms=now_ms(),
             )

@@ -16,7 +16,6 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Table,
-    Text,
     UniqueConstraint,
 )
 
@@ -51,7 +50,7 @@ parked_table = Table(
     Column("offset", BigInteger, nullable=False),
     Column("timestamp_ms", BigInteger, nullable=False),
     Column("record_key", LargeBinary, nullable=True),
-    Column("headers", Text, nullable=False),  # JSON list of [name, base64 value], order kept
+    Column("headers", LargeBinary, nullable=False),  # pipeline.record_headers form, order kept
     Column("value", LargeBinary, nullable=True),
     Column("parked_ms", BigInteger, nullable=False),
     UniqueConstraint("grp", "topic", "key", "seq", name="uq_fleet_parked_key_seq"),

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from pipeline.errors import FleetError
 from pipeline.reasons import Failure
 from pipeline.record import Record
+from pipeline.record_headers import unpack_headers
 
 from .quarantine_model import (
     DONE,
@@ -31,7 +32,6 @@ from .quarantine_model import (
     where_scope,
 )
 from .quarantine_tables import parked_table, quarantine_table, release_table
-from .records import decode_headers
 
 
 class ReleaseOps:
@@ -122,7 +122,7 @@ class ReleaseOps:
                     offset=row.offset,
                     timestamp_ms=row.timestamp_ms,
                     key=row.record_key,
-                    headers=decode_headers(row.headers),
+                    headers=tuple(unpack_headers(row.headers)),
                     value=row.value,
                 ),
             )

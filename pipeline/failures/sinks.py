@@ -14,6 +14,7 @@ from confluent_kafka import Producer
 
 from pipeline import schemas
 from pipeline.errors import BrokerError
+from pipeline.kafka.clients import new_producer
 from pipeline.kafka.settings import producer_config
 from pipeline.record import key_text
 
@@ -27,7 +28,7 @@ class TopicFailedSink:
 
     def __init__(self, producer: Producer | str, topic: str, *, timeout_s: float = 30.0) -> None:
         self._producer = (
-            Producer(producer_config(producer)) if isinstance(producer, str) else producer
+            new_producer(producer_config(producer)) if isinstance(producer, str) else producer
         )
         self.topic = topic
         self.timeout_s = timeout_s

@@ -23,12 +23,13 @@ from pipeline.errors import DeliveryError
 from pipeline.reasons import Delivery
 from pipeline.store import read_sessions
 
-from . import roster_cache, tracking
+from . import deadlines, roster_cache
 from .conversations import ABANDONED, Conversations
 from .held import HeldMessage, HeldStore
 from .metrics import GatewayMetrics
 from .outbound import Publisher
 from .senders import LocalSenders
+from .tracking import FORWARD
 
 UNKNOWN_RECIPIENT = Delivery.UNKNOWN_RECIPIENT
 TRACKED = frozenset({Kind.SEND, Kind.ANSWER})
@@ -127,8 +128,9 @@ class GatewayClient:
             self.publisher.stage(s, env, to_host=entry.host)
             if kind in TRACKED and entry.delivery == "inject":
                 deadline = min(env.expires_at_ms, env.ts_ms + int(self.inject_deadline_s * 1000))
-                tracking.track(
+                deadlines.track(
                     s,
+                    FORWARD,
                     msg_id=env.msg_id,
                     sender=sender,
                     recipient=to,

@@ -22,6 +22,7 @@ Every message names the file, the key path (``entities[1].injector.pane``) and t
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pipeline.errors import ConfigError
+from pipeline.kafka.security import PLAINTEXT, KafkaSecurity, security_from_table
 from pipeline.kafka.topics import check_name
 from pipeline.presence.model import ENTITY_DELIVERIES, ENTITY_ROLES, Delivery, Role
 from pipeline.reasons import Config
@@ -271,11 +273,14 @@ class GatewayConfig:
     spawn_deadline_s: float = 60.0
     # [retention]: docs/store.md, bounded stores
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    kafka: KafkaSecurity = PLAINTEXT  # the [kafka] table: login, TLS, pass-through properties
 
     def __post_init__(self) -> None:
         _name(self.host, "host", "host id")
         if not isinstance(self.retention, RetentionConfig):
             raise invalid("retention", self.retention, "must be a table ([retention])")
+        if not isinstance(self.kafka, KafkaSecurity):
+            raise invalid("kafka", type(self.kafka).__name__, "must be a [kafka] table")
         if not isinstance(self.bootstrap, str) or not _BOOTSTRAP.match(self.bootstrap):
             raise invalid("bootstrap", self.bootstrap, "must be host:port[,host:port...]")
         if not isinstance(self.topic_prefix, str) or not _PREFIX.match(self.topic_prefix):
@@ -321,8 +326,14 @@ class GatewayConfig:
             seen.add(entity.gid)
 
 
-def load_config(path: str | Path, *, overrides: Mapping[str, Any] | None = None) -> GatewayConfig:
-    """Read a gateway TOML file; ``overrides`` (e.g. CLI flags) replace top-level keys."""
+def load_config(
+    path: str | Path,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> GatewayConfig:
+    """Read a gateway TOML file; ``overrides`` (e.g. CLI flags) replace top-level keys.
+    ``environ`` (default: the process environment) is where ``sasl_password_env`` is looked up."""
     file = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -338,7 +349,9 @@ def load_config(path: str | Path, *, overrides: Mapping[str, Any] | None = None)
         raise ConfigError(f"{file}: not valid TOML: {exc}", reason=Config.CONFIG_SYNTAX) from None
     given = {k for k, v in (overrides or {}).items() if v is not None}
     try:
-        return config_from_mapping(data, overrides=overrides)
+        return config_from_mapping(
+            data, overrides=overrides, environ=os.environ if environ is None else environ
+        )
     except ConfigError as exc:
         key = str(exc.context.get("key", ""))
         source = "overrides" if re.split(r"[.\[]", key)[0] in given else file
@@ -348,12 +361,16 @@ def load_config(path: str | Path, *, overrides: Mapping[str, Any] | None = None)
 
 
 def config_from_mapping(
-    data: Mapping[str, Any], *, overrides: Mapping[str, Any] | None = None
+    data: Mapping[str, Any],
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> GatewayConfig:
     """Build a :class:`GatewayConfig` from parsed TOML (the same rules as :func:`load_config`)."""
     merged = dict(data)
     for key, value in (overrides or {}).items():
-        if key in ("entities", "profiles", "retention") or key not in _field_names(GatewayConfig):
+        tables = ("entities", "profiles", "retention", "kafka")
+        if key in tables or key not in _field_names(GatewayConfig):
             raise invalid(
                 f"overrides.{key}", value, "not an overridable key", Config.CONFIG_UNKNOWN_KEY
             )
@@ -374,6 +391,8 @@ def config_from_mapping(
         raise invalid("retention", retention, "must be a table ([retention])")
     _known(retention, RetentionConfig, "retention.")
     merged["retention"] = _build(RetentionConfig, retention, "retention.")
+    if "kafka" in merged:
+        merged["kafka"] = security_from_table(merged["kafka"], environ=environ or {})
     return _build(GatewayConfig, merged, "")
 
 

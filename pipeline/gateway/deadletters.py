@@ -7,16 +7,22 @@ broker is away right now. Format: ``pipeline.failures.dlq`` (original headers an
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from pipeline import outbox
 from pipeline.failures.context import FailureContext
 from pipeline.failures.dlq import dead_letter_headers
 from pipeline.kafka.topics import TopicNames
-from pipeline.runtime import Staged
+from pipeline.record_headers import unpack_headers
+from pipeline.runtime import Record, Staged
+
+from .held import HeldStore, held_table
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,3 +48,44 @@ class OutboxDeadLetterSink:
             headers=headers,
             branch_key=f"dlq>{self.gateway}",
         )
+
+
+def held_record(row: Any) -> Record:
+    """A held row as the record it arrived as (headers and body kept verbatim)."""
+    return Record(
+        topic=row.topic or "",
+        partition=-1,
+        offset=-1,
+        key=row.recipient.encode(),
+        value=bytes(row.body),
+        headers=tuple(unpack_headers(row.headers)),
+        timestamp_ms=row.ts_ms,
+    )
+
+
+def dead_letter_held(
+    session: Session, sink: OutboxDeadLetterSink, rows: Sequence[Any], *, reason: str, error: str
+) -> int:
+    """Dead-letter held rows with ``reason`` and delete them, in ``session``'s transaction."""
+    now = int(time.time() * 1000)
+    tx = Staged()
+    for row in rows:
+        sink.stage(
+            tx,
+            FailureContext(
+                record=held_record(row),
+                reason=reason,
+                error=error.format(recipient=row.recipient),
+                first_failure_ms=now,
+                last_failure_ms=now,
+            ),
+        )
+    tx.flush(session)
+    HeldStore.delete_ids(session, [r.id for r in rows])
+    return len(rows)
+
+
+def undrained(session: Session, recipient: str) -> list[Any]:
+    t = held_table
+    query = select(t).where(t.c.recipient == recipient, t.c.drained_at_ms.is_(None))
+    return list(session.execute(query.order_by(t.c.id)))

@@ -29,6 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session, sessionmaker
 
+from pipeline.envelope import Envelope
 from pipeline.store import metadata
 
 held_table = Table(
@@ -101,6 +102,35 @@ def _message(row: Any) -> HeldMessage:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def hold_notice(session: Session, env: Envelope, now: int) -> bool:
+    """A gateway notice (``FAILED``, an expiry) for a local pull entity, straight into its held
+    store: it needs no broker. A notice with the same msgId already held for the recipient (the
+    DLQ reporter's ``FAILED`` about the same send) is kept as the one: False, nothing written."""
+    t = held_table
+    found = session.execute(
+        select(t.c.id).where(t.c.recipient == env.to, t.c.msg_id == env.msg_id)
+    ).first()
+    if found is not None:
+        return False
+    session.execute(
+        t.insert().values(
+            recipient=env.to,
+            msg_id=env.msg_id,
+            kind=env.kind.value,
+            sender=env.sender,
+            trace_id=env.trace_id,
+            turn_id=env.turn_id,
+            body=env.body,
+            headers=None,
+            topic=None,
+            ts_ms=env.ts_ms,
+            expires_at_ms=env.expires_at_ms,
+            held_at_ms=now,
+        )
+    )
+    return True
 
 
 class HeldStore:

@@ -15,24 +15,26 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline import reasons
-from pipeline.control import requests as spawn_requests
+from pipeline.control import spawns
+from pipeline.control.metrics import LifecycleMetrics
 from pipeline.envelope import EXPIRED, REPLAY, BoundedSeenSet, Envelope, Kind, Verifier
 from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
 from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
-from pipeline.outbox.headers import pack_headers
 from pipeline.presence.model import Delivery
+from pipeline.reasons import Lifecycle
+from pipeline.record_headers import pack_headers
 from pipeline.runtime import Record, Staged
 from pipeline.store import with_retry
 
-from . import tracking
+from . import deadlines
 from .conversations import ABANDONED, ANSWERED, Conversations
 from .entities import LocalEntities
 from .held import held_table
@@ -40,6 +42,7 @@ from .injection import InjectionQueue
 from .metrics import GatewayMetrics
 from .outbound import Publisher
 from .receipts import read_receipt
+from .tracking import FORWARD
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -47,12 +50,9 @@ T = TypeVar("T")
 BROADCAST_PREFIX = "broadcast."
 UNKNOWN_RECIPIENT = reasons.Delivery.UNKNOWN_RECIPIENT
 HELD_CAP_EXCEEDED = reasons.Delivery.HELD_CAP_EXCEEDED
+RECIPIENT_GONE = Lifecycle.RECIPIENT_GONE
 REPLY_TTL_S = 300.0
 _STILL_A_DUPLICATE = frozenset({REPLAY, EXPIRED})
-
-
-def _pack(headers: tuple[tuple[str, bytes], ...]) -> bytes:
-    return pack_headers(list(headers)) or b""
 
 
 @dataclass
@@ -79,7 +79,11 @@ class InboxHandler:
         metrics: GatewayMetrics,
         seen: BoundedSeenSet,
         max_held_per_recipient: int = 10_000,
+        lifecycle: LifecycleMetrics | None = None,
+        tracked: Sequence[deadlines.Tracked] = (FORWARD,),
     ) -> None:
+        self.lifecycle = lifecycle
+        self.tracked = tuple(tracked)  # the kinds of tracked send a receipt may settle
         self.seen = seen  # the verifier's bounded seen-set; the store's dedupe rows back it
         self.host = host
         self.verifier = verifier
@@ -137,13 +141,25 @@ class InboxHandler:
             return self._broadcast(env, record, tx)
         entity = self.entities.get(env.to)
         if entity is None:
-            return DeadLetter(
-                reason=UNKNOWN_RECIPIENT, error=f"{env.to} is not a local entity of {self.host}"
-            )
+            return self._no_entity(env)
         tx.after_commit(functools.partial(self.seen.add, env.msg_id))
         if entity.delivery == Delivery.PULL:
             return self._to_pull(env, record, tx, verified.signer_host)
         return self._to_inject(env, tx, verified.signer_host)
+
+    def _no_entity(self, env: Envelope) -> DeadLetter:
+        """Seed 000 §8 step 7: a worker stopped or reaped here has no inbox any more, so its
+        mail is ``RECIPIENT_GONE`` (the FAILED reporter tells the sender once); anyone else
+        unknown here is ``UNKNOWN_RECIPIENT``."""
+        if self._read(lambda s: spawns.is_gone(s, env.to)):
+            if self.lifecycle is not None:
+                self.lifecycle.recipient_gone.labels("inbox").inc()
+            return DeadLetter(
+                reason=RECIPIENT_GONE, error=f"{env.to} was stopped or reaped on {self.host}"
+            )
+        return DeadLetter(
+            reason=UNKNOWN_RECIPIENT, error=f"{env.to} is not a local entity of {self.host}"
+        )
 
     def _read(self, query: Callable[[Session], T]) -> T:
         """A read retried like a write (pipeline.store.retry): a store restart is not a failure."""
@@ -171,19 +187,17 @@ class InboxHandler:
                 return ACK
         if env.kind in (Kind.INJECTED, Kind.FAILED):
             receipt = read_receipt(env.kind.value, env.body)
-            # a receipt settles a forward send or, for a SPAWN, its spawn request
-            state = self._read(
-                lambda s: (
-                    tracking.state_of(s, receipt.msg_id)
-                    or spawn_requests.state_of(s, receipt.msg_id)
-                )
-            )
-            if env.kind == Kind.FAILED and state == tracking.FAILED:
+            # a receipt settles the tracked send it is about: a forward send or a SPAWN
+            state = self._read(lambda s: deadlines.answered(s, self.tracked, receipt.msg_id))
+            if env.kind == Kind.FAILED and state == deadlines.FAILED:
                 return ACK  # the deadline already reported it: exactly one FAILED per send
-            new_state = tracking.INJECTED if env.kind == Kind.INJECTED else tracking.FAILED
             tx.call(
                 functools.partial(
-                    _settle, msg_id=receipt.msg_id, state=new_state, reason=receipt.reason
+                    deadlines.settle_answer,
+                    kinds=self.tracked,
+                    msg_id=receipt.msg_id,
+                    injected=env.kind == Kind.INJECTED,
+                    reason=receipt.reason,
                 )
             )
         return self._hold(env, record, tx, env.to)
@@ -209,7 +223,7 @@ class InboxHandler:
                 "trace_id": env.trace_id,
                 "turn_id": env.turn_id,
                 "body": env.body,
-                "headers": _pack(record.headers),
+                "headers": pack_headers(record.headers),
                 "topic": record.topic,
                 "ts_ms": env.ts_ms,
                 "expires_at_ms": env.expires_at_ms,
@@ -276,12 +290,6 @@ class InboxHandler:
             turn_id=env.turn_id,
         )
         tx.call(lambda s: self.publisher.stage(s, reply, to_host=to_host))
-
-
-def _settle(session: Session, *, msg_id: str, state: str, reason: str) -> None:
-    tracking.settle(session, msg_id, state, reason or None)
-    spawned = spawn_requests.SPAWNED if state == tracking.INJECTED else spawn_requests.FAILED
-    spawn_requests.settle(session, msg_id, spawned, reason or None)
 
 
 def _close_turn(session: Session, *, turn_id: str, state: str) -> None:

@@ -1,7 +1,8 @@
 """The gateway's periodic duties, each one short transaction:
 
-* **deadlines** -- a forward send still pending at its deadline becomes exactly one ``FAILED`` in
-  the sender's own pull store (local: it needs no broker), and a metric;
+* **deadlines** -- a tracked send (a forward send, a SPAWN) still pending at its deadline becomes
+  exactly one ``FAILED`` in the sender's own pull store (local: it needs no broker), and a
+  metric (:mod:`.deadlines`, the one tracker);
 * **turn expiry** -- an ASK whose turn is still waiting past its ``expiresAt`` ends the turn and
   tells the asker: one ``FAILED`` about the ASK, reason ``EXPIRED``, stage ``expiry`` (injected
   into a worker, held for a main), so no question vanishes without a word;
@@ -17,31 +18,32 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from threading import Event
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
-from pipeline.failures.context import FailureContext
-from pipeline.outbox.headers import unpack_headers
 from pipeline.presence.model import Delivery
-from pipeline.reasons import Inject, Verification
+from pipeline.reasons import Verification
 from pipeline.retention.purger import Purger
-from pipeline.runtime import Record, Staged
 from pipeline.store import read_sessions
 
-from . import roster_cache, tracking
+from . import roster_cache
 from .conversations import EXPIRED, Conversations
-from .deadletters import OutboxDeadLetterSink
+from .deadletters import OutboxDeadLetterSink, dead_letter_held
+from .deadlines import Deadlines, Tracked
 from .entities import LocalEntities
-from .held import HeldStore, held_table
+from .held import HeldStore, hold_notice
 from .injection import InjectionQueue
 from .metrics import GatewayMetrics
 from .outbound import Publisher
 from .receipts import failed_body
+from .tracking import FORWARD
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,7 @@ class Maintenance:
         roster_state: Callable[[], roster_cache.RosterState] | None = None,
         entities: LocalEntities | None = None,
         injections: InjectionQueue | None = None,
+        tracked: Sequence[Tracked] = (FORWARD,),
         purger: Purger | None = None,
     ) -> None:
         self.purger = purger
@@ -80,42 +83,26 @@ class Maintenance:
         # duties look first with a read (no write lock) and write only when there is work
         self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
         self._last_roster: list[roster_cache.RosterEntry] | None = None
+        self.tracker = Deadlines(
+            sessions=sessions,
+            reads=self.reads,
+            gateway_id=publisher.gateway_id,
+            kinds=tracked,
+            ttl_s=max_ttl_s,
+            on_timeout={FORWARD.name: metrics.injected_timeouts.inc},
+        )
 
-    def tick(self) -> None:
-        duties = (self.deadlines, self.expire_turns, self.sweep, self.refresh_roster, self.purge)
-        for duty in duties:
+    def tick(self, stop: Event | None = None) -> None:
+        duties = (self.deadlines, self.expire_turns, self.sweep, self.refresh_roster)
+        for duty in (*duties, functools.partial(self.purge, stop)):
             try:
                 duty()
             except Exception:
-                log.exception("maintenance duty %s failed", duty.__name__)
+                log.exception("maintenance duty %s failed", getattr(duty, "__name__", "purge"))
 
     def deadlines(self) -> int:
-        now = int(time.time() * 1000)
-        with self.reads() as r:
-            if not tracking.overdue(r, now, limit=1):
-                return 0
-        with self.sessions.begin() as s:
-            due = tracking.overdue(s, now)
-            for row in due:
-                if not tracking.settle(s, row.msg_id, tracking.FAILED, Inject.INJECT_TIMEOUT):
-                    continue
-                failed = Envelope.new(
-                    kind=Kind.FAILED,
-                    sender=self.publisher.gateway_id,
-                    to=row.sender,
-                    body=failed_body(
-                        row.msg_id,
-                        row.recipient,
-                        reason=Inject.INJECT_TIMEOUT,
-                        error=f"no INJECTED from {row.recipient} within the deadline",
-                        stage="timeout",
-                    ),
-                    ttl_s=self.max_ttl_ms / 1000,
-                    trace_id=row.trace_id,
-                )
-                _hold_local(s, failed, f"failed-{row.msg_id}", now)
-                self.metrics.injected_timeouts.inc()
-        return len(due)
+        """Every tracked send past its deadline (forward sends, SPAWNs): one FAILED each."""
+        return self.tracker.tick()
 
     def expire_turns(self) -> int:
         """End every turn still waiting past its ASK's expiry, with a notice to the asker."""
@@ -147,7 +134,7 @@ class Maintenance:
                 if entity is not None and entity.delivery is Delivery.INJECT:
                     to_inject.append(notice)
                 else:
-                    _hold_local(s, notice, notice.msg_id, now)
+                    hold_notice(s, notice, now)
                 self.metrics.expiries.labels("turn").inc()
         for notice in to_inject:  # after the commit: the turn is closed before the asker hears
             assert self.injections is not None
@@ -161,37 +148,22 @@ class Maintenance:
                 return 0
         with self.sessions.begin() as s:
             rows = self.held.expired(s, now)
-            tx = Staged()
-            for row in rows:
-                record = Record(
-                    topic=row.topic or "",
-                    partition=-1,
-                    offset=-1,
-                    key=row.recipient.encode(),
-                    value=bytes(row.body),
-                    headers=tuple(unpack_headers(row.headers)),
-                    timestamp_ms=row.ts_ms,
-                )
-                self.dead_letters.stage(
-                    tx,
-                    FailureContext(
-                        record=record,
-                        reason=Verification.EXPIRED,
-                        error=f"held for {row.recipient} past expiresAt without a drain",
-                        first_failure_ms=now,
-                        last_failure_ms=now,
-                    ),
-                )
-            tx.flush(s)
-            HeldStore.delete_ids(s, [r.id for r in rows])
+            dead_letter_held(
+                s,
+                self.dead_letters,
+                rows,
+                reason=Verification.EXPIRED,
+                error="held for {recipient} past expiresAt without a drain",
+            )
         if rows:
             self.metrics.expiries.labels("held").inc(len(rows))
         return len(rows)
 
-    def purge(self) -> None:
-        """One purge pass when due (the purger paces itself: ``[retention] every_s``)."""
+    def purge(self, stop: Event | None = None) -> None:
+        """One purge pass when due (the purger paces itself: ``[retention] every_s``); ``stop``
+        ends it between two batches."""
         if self.purger is not None and self.purger.due():
-            self.purger.run()
+            self.purger.run(stop=stop)
 
     def refresh_roster(self, *, state_every_ms: int = 2000) -> None:
         if self.roster_entries is None:
@@ -214,23 +186,3 @@ class Maintenance:
         self._last_roster = entries
         if state_due:
             self._last_state = state
-
-
-def _hold_local(session: Session, env: Envelope, msg_id: str, now: int) -> None:
-    """A gateway notice for a local pull entity, straight into its held store (no broker)."""
-    session.execute(
-        held_table.insert().values(
-            recipient=env.to,
-            msg_id=msg_id,
-            kind=env.kind.value,
-            sender=env.sender,
-            trace_id=env.trace_id,
-            turn_id=env.turn_id,
-            body=env.body,
-            headers=None,
-            topic=None,
-            ts_ms=env.ts_ms,
-            expires_at_ms=env.expires_at_ms,
-            held_at_ms=now,
-        )
-    )

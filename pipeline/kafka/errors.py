@@ -28,6 +28,8 @@ from confluent_kafka import KafkaError, KafkaException
 from pipeline.errors import BrokerError, FleetError
 from pipeline.reasons import Broker
 
+from .refusals import security_error
+
 T = TypeVar("T")
 
 
@@ -83,6 +85,7 @@ FATAL_CODES = frozenset(
         KafkaError.CLUSTER_AUTHORIZATION_FAILED,
         KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         KafkaError._AUTO_OFFSET_RESET,  # offsets lost to retention with reset=error
+        KafkaError._SSL,  # a refused TLS handshake does not heal by waiting
     }
 )
 
@@ -133,6 +136,9 @@ def as_fleet_error(exc: BaseException, what: str) -> FleetError:
         return exc
     kind = classify(exc)
     kerr = kafka_error_of(exc)
+    refused = security_error(kerr, what) if kerr is not None else None
+    if refused is not None:
+        return refused  # AUTH_FAILED, TLS_FAILED, NOT_AUTHORIZED ...: never waited out
     detail = kerr.str() if kerr is not None else str(exc)
     name = kerr.name() if kerr is not None else type(exc).__name__
     reason = {

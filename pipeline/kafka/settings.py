@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .logs import LIBRDKAFKA_LOG
+from .security import KafkaSecurity
 
 
 class AckMode(enum.StrEnum):
@@ -135,3 +136,14 @@ def admin_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
     }
     conf.update(overrides)
     return conf
+
+
+def with_security(conf: Mapping[str, Any], security: KafkaSecurity) -> dict[str, Any]:
+    """``conf`` plus the ``[kafka]`` table's login, TLS files and pass-through properties: the
+    one function every client, producer, consumer and admin alike, goes through (the
+    :class:`~pipeline.bootstrap.Factories`). Owned keys cannot be overridden here (the table
+    refuses them), so the ack model's settings above always win. Never log the result: it holds
+    the password."""
+    out = dict(conf)
+    out.update(security.client_properties())
+    return out

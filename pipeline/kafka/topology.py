@@ -26,6 +26,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 
 from pipeline.errors import BrokerError, TopologyError
 
+from .clients import ClientFactory, new_admin
+from .refusals import security_error
 from .settings import admin_config
 from .topics import TopicNames
 
@@ -165,10 +167,15 @@ def _check_raced(admin: Any, specs: list[TopicSpec], timeout_s: float) -> None:
 
 
 def apply_topology(
-    bootstrap: str, spec: TopologySpec, *, dry_run: bool = False, timeout_s: float = 30.0
+    bootstrap: str,
+    spec: TopologySpec,
+    *,
+    dry_run: bool = False,
+    timeout_s: float = 30.0,
+    admin_factory: ClientFactory = new_admin,
 ) -> TopologyReport:
     """Create what is missing, set differing configs, refuse partition/replication mismatches."""
-    admin = AdminClient(admin_config(bootstrap))
+    admin = admin_factory(admin_config(bootstrap))
     desired = spec.desired()
     try:
         meta = admin.list_topics(timeout=timeout_s)
@@ -215,7 +222,12 @@ def apply_topology(
                 if not (
                     isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS
                 ):
-                    raise BrokerError(f"create {name}: {exc}") from exc
+                    refused = (
+                        security_error(err, "create", resource=name)
+                        if isinstance(err, KafkaError)
+                        else None
+                    )
+                    raise refused or BrokerError(f"create {name}: {exc}") from exc
                 raced.append(name)  # another gateway booting at the same time created it
             except Exception as exc:  # a timeout: the create may or may not have happened
                 raise BrokerError(f"create {name}: {exc}") from exc
@@ -260,11 +272,17 @@ def _config_diffs(
 
 
 def ensure_pool_topic(
-    bootstrap: str, topics: TopicNames, pool: str, *, partitions: int, timeout_s: float = 30.0
+    bootstrap: str,
+    topics: TopicNames,
+    pool: str,
+    *,
+    partitions: int,
+    timeout_s: float = 30.0,
+    admin_factory: ClientFactory = new_admin,
 ) -> int:
     """A pool member's topology: the pool topic (created with ``partitions`` when missing; an
     existing one keeps its count -- the operator sized it) and the DLQ. Returns the count."""
-    admin = AdminClient(admin_config(bootstrap))
+    admin = admin_factory(admin_config(bootstrap))
     try:
         meta = admin.list_topics(topics.pool(pool), timeout=timeout_s)
     except Exception as exc:  # KafkaException: broker unreachable
@@ -276,5 +294,6 @@ def ensure_pool_topic(
         bootstrap,
         TopologySpec(hosts=(), pools=(pool,), topics=topics, pool_partitions=partitions),
         timeout_s=timeout_s,
+        admin_factory=admin_factory,
     )
     return partitions

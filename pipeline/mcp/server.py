@@ -28,6 +28,8 @@ from pipeline.errors import FleetError
 from pipeline.gateway import render
 from pipeline.gateway.client import GatewayClient
 
+from .lifecycle_tools import add_stop_and_workers
+
 MAX_WAIT_S = 300.0
 INSTRUCTIONS = (
     "You are {gid}, a main on the fleet messaging fabric. send/ask/answer/abandon/broadcast queue "
@@ -71,7 +73,8 @@ def build_server(
     control: ControlClient | None = None,
     extra_tools: Callable[[MCPServer], None] | None = None,
 ) -> MCPServer:
-    """The MCP server for main ``gid``; ``control`` adds the lifecycle tool ``spawn``."""
+    """The MCP server for main ``gid``; ``control`` adds the lifecycle tools ``spawn``,
+    ``stop`` and ``workers``."""
     server: MCPServer = MCPServer("fleet", instructions=INSTRUCTIONS.format(gid=gid))
 
     def tool(description: str) -> Callable[[Callable[..., CallToolResult]], Any]:
@@ -170,6 +173,8 @@ def build_server(
             data = {"spawnId": req.spawn_id, "msgId": req.msg_id, "host": req.host,
                     "profile": req.profile, "deadlineMs": req.deadline_ms}  # fmt: skip
             return ok(f"spawn {req.spawn_id} ({profile}) requested on {host}", data)
+
+        add_stop_and_workers(tool, gid=gid, control=control)
 
     if extra_tools is not None:
         extra_tools(server)

@@ -17,21 +17,20 @@ from concurrent.futures import Future
 from typing import Any
 
 from confluent_kafka import (
-    Consumer,
     ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     TopicPartition,
 )
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # runtime re-exports
-    AdminClient,
     ConfigResource,
     OffsetSpec,
     ResourceType,
 )
 
 from pipeline.errors import BrokerError
-from pipeline.kafka.settings import probe_consumer_config
+from pipeline.kafka.clients import ClientFactory, new_admin, new_consumer
+from pipeline.kafka.settings import admin_config, probe_consumer_config
 
 from .ports import TopicPartitionKey
 
@@ -57,13 +56,20 @@ class KafkaOffsetReader:
     """Admin-API reader; counts its broker calls per kind so the flat-cost claim is checkable."""
 
     def __init__(
-        self, bootstrap: str, *, timeout_s: float = 10.0, fetch_budget_s: float = 2.0
+        self,
+        bootstrap: str,
+        *,
+        timeout_s: float = 10.0,
+        fetch_budget_s: float = 2.0,
+        admin_factory: ClientFactory = new_admin,
+        consumer_factory: ClientFactory = new_consumer,
     ) -> None:
         self._bootstrap = bootstrap
         self._timeout = timeout_s
         self._fetch_budget = fetch_budget_s
-        self._admin = AdminClient({"bootstrap.servers": bootstrap})
-        self._probe: Consumer | None = None
+        self._new_consumer = consumer_factory
+        self._admin = admin_factory(admin_config(bootstrap))
+        self._probe: Any = None
         self.calls: dict[str, int] = {}
 
     def _count(self, kind: str, n: int = 1) -> None:
@@ -171,10 +177,10 @@ class KafkaOffsetReader:
             probe.unassign()
         return found
 
-    def _probe_consumer(self) -> Consumer:
+    def _probe_consumer(self) -> Any:
         if self._probe is None:
             # assign() only, never subscribe or commit: this group id never shows on the broker.
-            self._probe = Consumer(
+            self._probe = self._new_consumer(
                 probe_consumer_config(
                     self._bootstrap, f"_fleet-exporter-probe.{uuid.uuid4().hex[:8]}"
                 )

@@ -24,7 +24,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -33,13 +33,15 @@ from sqlalchemy import Engine, select, tuple_
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import BrokerError, FleetError, StoreError
+from pipeline.kafka.clients import ClientFactory, new_producer
 from pipeline.kafka.produce_errors import permanent_reason
 from pipeline.kafka.settings import producer_config
+from pipeline.record_headers import unpack_headers
 from pipeline.store import readonly
 
 from .acker import Acker
 from .batch import Batch
-from .headers import fold_headers, unpack_headers
+from .headers import fold_headers
 from .limits import DEFAULT_MAX_RECORD_BYTES
 from .metrics import OutboxMetrics, PublishFailure, classify
 from .status import backlog
@@ -48,16 +50,9 @@ from .terminal import FailedRow, TerminalSink, fail_row, stopped_branches
 
 log = logging.getLogger(__name__)
 
-ProducerFactory = Callable[[dict[str, Any]], Any]
 # A row not handed to the producer because an earlier row of its branch was refused: it simply
 # stays pending (neither a delivery failure nor a retry of its own).
 HELD_BACK: Any = object()
-
-
-def _default_producer(conf: dict[str, Any]) -> Any:
-    from confluent_kafka import Producer
-
-    return Producer(conf)
 
 
 class Relay:
@@ -78,7 +73,7 @@ class Relay:
         idle_wait_s: float = 0.05,
         metrics_interval_s: float = 1.0,
         producer_overrides: Mapping[str, Any] | None = None,
-        producer_factory: ProducerFactory | None = None,
+        producer_factory: ClientFactory = new_producer,
         terminal_sink: TerminalSink | None = None,
     ) -> None:
         self.engine = engine
@@ -104,7 +99,7 @@ class Relay:
                 **dict(producer_overrides or {}),
             },
         )
-        self._factory = producer_factory or _default_producer
+        self._factory = producer_factory
         self._producer: Any = None
         self._fatal = False
         self._stop: threading.Event | None = None

@@ -17,8 +17,8 @@ from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.record import Headers
+from pipeline.record_headers import unpack_headers
 
-from .headers import unpack_headers
 from .tables import RowStatus, outbox
 
 

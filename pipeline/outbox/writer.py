@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 from pipeline.errors import ConfigError, DeliveryError
 from pipeline.reasons import Outbox
 from pipeline.record import Headers
+from pipeline.record_headers import pack_headers
 
-from .headers import pack_headers
 from .limits import DEFAULT_MAX_RECORD_BYTES, check_record_size, record_size
 from .tables import RowStatus, outbox, outbox_branch
 
@@ -57,7 +57,7 @@ def write(
             topic=topic,
             key=key,
             value=value,
-            headers=pack_headers(headers),
+            headers=pack_headers(headers) or None,  # NULL: no headers (as stored since v0.1.0)
             status=int(RowStatus.PENDING),
             created_at=time.time(),
         )

@@ -102,6 +102,8 @@ class PoolHandler:
         try:
             self._log_event(record, None, started)
             outcome = self._run(record, started)
+        except Exception as exc:  # noqa: BLE001 - e.g. the store is down: a failed attempt
+            outcome = StepResult(started, _now_ms(), error=exc)
         finally:
             with self._lock:
                 self._running.pop(ref, None)

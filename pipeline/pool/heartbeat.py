@@ -28,6 +28,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .claims import StepClaims
+from .metrics import PoolMetrics
 from .tables import members_table
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class Heartbeat:
         member: str,
         running: Callable[[], list[int]],
         period_s: float,
+        metrics: PoolMetrics | None = None,
     ) -> None:
         self.claims = claims
         self.sessions = sessions
@@ -65,6 +67,7 @@ class Heartbeat:
         self.member = member
         self.running = running
         self.period_s = period_s
+        self.metrics = metrics
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -78,7 +81,11 @@ class Heartbeat:
                 self.beat()
             except SQLAlchemyError as exc:  # the store is down: the next beat tries again
                 log.warning("pool heartbeat failed: %s", exc)
-            if self._stop.wait(self.period_s) and not self._holding():
+            if not self._stop.is_set():
+                self._stop.wait(self.period_s)
+            elif self._holding():
+                time.sleep(self.period_s)  # stopping, but a given-up step still runs
+            else:
                 return
 
     def _holding(self) -> bool:
@@ -96,6 +103,9 @@ class Heartbeat:
             "beat_ms": now,
             "period_ms": int(self.period_s * 1000),
         }
+        if self.metrics is not None:
+            oldest = (now - min(starts)) / 1000 if starts else 0.0
+            self.metrics.oldest_step.labels(self.metrics.pool).set(max(0.0, oldest))
         ident = (members_table.c.pool == self.pool, members_table.c.member == self.member)
         with self.sessions.begin() as session:
             if self.claims is not None:
@@ -106,14 +116,15 @@ class Heartbeat:
                     insert(members_table), {"pool": self.pool, "member": self.member, **row}
                 )
 
-    @staticmethod
-    def _renew(session: Session, claims: StepClaims) -> None:
+    def _renew(self, session: Session, claims: StepClaims) -> None:
         for held in claims.held():
             renewed = claims.store.renew(
                 session, held.key, key_class=claims.key_class, attempt=held.attempt
             )
             if not renewed:
                 log.warning("step key %s is no longer held: its lease was lost", held.key)
+                if self.metrics is not None:
+                    self.metrics.leases_lost.labels(self.metrics.pool).inc()
 
     def close(self) -> None:
         """Stop beating once no claimed step is left running, then remove the lanes row."""

@@ -45,6 +45,19 @@ class PoolMetrics:
             **kw,  # type: ignore[arg-type]
         )
 
+        self.oldest_step = Gauge(
+            "pool_oldest_step_seconds",
+            "Age of the oldest step running on this member (0 when idle), at the last heartbeat.",
+            ["pool"],
+            **kw,  # type: ignore[arg-type]
+        )
+        self.leases_lost = Counter(
+            "pool_step_leases_lost_total",
+            "Step keys this member held whose lease another member took over while it ran.",
+            ["pool"],
+            **kw,  # type: ignore[arg-type]
+        )
+
     # InflightObserver
     def in_flight(self, n: int) -> None:
         self.in_flight_steps.labels(self.pool).set(n)

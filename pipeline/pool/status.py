@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
 from pipeline.errors import BrokerError
+from pipeline.kafka.clients import new_admin
 from pipeline.kafka.settings import admin_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.observability.kafka_reader import KafkaOffsetReader
@@ -57,7 +57,7 @@ def pool_status(
     """``store_url``: also read the members' lanes rows (in-flight steps per member)."""
     names = topics or TopicNames()
     topic, group = names.pool(pool), names.pool_group(pool)
-    admin = AdminClient(admin_config(bootstrap))
+    admin = new_admin(admin_config(bootstrap))
     try:
         (fut,) = admin.describe_consumer_groups([group], request_timeout=10).values()
         desc = fut.result(timeout=15)

@@ -6,9 +6,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
-from confluent_kafka import Producer
-
 from pipeline.errors import BrokerError
+from pipeline.kafka.clients import new_producer
 from pipeline.kafka.settings import producer_config
 
 
@@ -25,7 +24,7 @@ def submit(
     bootstrap: str, topic: str, lines: Iterable[str], *, key: str | None = None
 ) -> list[str]:
     """Produce every non-empty line; returns the msgIds, after the broker confirmed all."""
-    producer = Producer(producer_config(bootstrap))
+    producer = new_producer(producer_config(bootstrap))
     failures: list[str] = []
 
     def _report(err: object, _msg: object) -> None:

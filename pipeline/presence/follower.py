@@ -19,11 +19,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
-    Consumer,
     KafkaError,
     KafkaException,
     Message,
@@ -32,6 +30,7 @@ from confluent_kafka import (
 
 from pipeline.envelope.model import now_ms
 from pipeline.errors import BrokerError, FleetError
+from pipeline.kafka.clients import ClientFactory, new_consumer
 from pipeline.kafka.errors import BrokerErrorClass, as_fleet_error, classify
 from pipeline.kafka.settings import consumer_config
 from pipeline.kafka.topics import TopicNames
@@ -40,8 +39,6 @@ from .metrics import PresenceMetrics
 from .roster import RosterView
 
 log = logging.getLogger(__name__)
-
-ConsumerFactory = Callable[[dict[str, Any]], Any]
 
 
 class RosterFollower:
@@ -60,7 +57,7 @@ class RosterFollower:
         request_timeout_s: float = 5.0,
         max_backoff_s: float = 5.0,
         metrics: PresenceMetrics | None = None,
-        consumer_factory: ConsumerFactory = Consumer,
+        consumer_factory: ClientFactory = new_consumer,
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.view = view

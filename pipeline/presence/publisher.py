@@ -84,9 +84,12 @@ class PresencePublisher:
         self._send(self._entry(gid, role, delivery, tuple(groups)))
 
     def unregister(self, gid: str) -> None:
+        """Stop heartbeating ``gid`` and tombstone it. Under the lock a heartbeat uses too, so
+        no heartbeat of ``gid`` can be produced after its tombstone (it would revive the entry
+        until its TTL ran out)."""
         with self._lock:
             self._local.pop(gid, None)
-        self._tombstone(gid)
+            self._tombstone(gid)
 
     def _entry(
         self, gid: str, role: Role, delivery: Delivery, groups: tuple[str, ...]
@@ -104,12 +107,11 @@ class PresencePublisher:
 
     def heartbeat(self) -> int:
         """Publish every local entry plus the host entry now; returns how many were sent."""
-        with self._lock:
-            local = dict(self._local)
-        entries = [self._entry(gateway_gid(self.host), Role.GATEWAY, Delivery.NONE, ())]
-        entries += [self._entry(gid, *spec) for gid, spec in local.items()]
-        for e in entries:
-            self._send(e)
+        with self._lock:  # produce() only enqueues: holding the lock orders us with tombstones
+            entries = [self._entry(gateway_gid(self.host), Role.GATEWAY, Delivery.NONE, ())]
+            entries += [self._entry(gid, *spec) for gid, spec in self._local.items()]
+            for e in entries:
+                self._send(e)
         self._producer.poll(0)
         return len(entries)
 

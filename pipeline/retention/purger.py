@@ -82,7 +82,8 @@ class Purger:
         return True
 
     def run(self, *, dry_run: bool = False, stop: Event | None = None) -> PurgeReport:
-        """One pass over every table; then the per-table row gauges are refreshed."""
+        """One pass over every table; then the per-table row gauges are refreshed. Once ``stop``
+        is set, the pass ends between two batches."""
         now = int(self.clock() * 1000)
         report = PurgeReport(dry_run=dry_run)
         for rule in self.rules:

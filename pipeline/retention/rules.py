@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Column, ColumnElement, Table, and_
 
-from pipeline.effects.tables import idempotency
+from pipeline.effects.tables import expired, idempotency
 from pipeline.failures.reporter import reported_table
 from pipeline.gateway import tracking
 from pipeline.gateway.conversations import WAITING, turns_table, waiters_table
@@ -111,8 +111,7 @@ def _waiters(now: int, _p: RetentionConfig) -> ColumnElement[bool]:
 
 def _idempotency(now: int, _p: RetentionConfig) -> ColumnElement[bool]:
     # the key class published the retention when the key was written (pipeline.effects)
-    c = idempotency.c
-    return and_(c.expires_at_ms.is_not(None), c.expires_at_ms <= now)
+    return expired(now)
 
 
 RULES: tuple[PurgeRule, ...] = (

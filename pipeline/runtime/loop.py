@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -42,6 +42,7 @@ from pipeline.failures.decide import classify, decide
 from pipeline.failures.offsets import raise_if_offsets_lost
 from pipeline.failures.outcomes import Ack, DeadLetter, Outcome, Quarantine, Retry
 from pipeline.failures.retry import BackoffPolicy
+from pipeline.kafka.clients import ClientFactory, new_consumer
 from pipeline.kafka.logs import ClientLog
 from pipeline.kafka.settings import OffsetReset, consumer_config
 from pipeline.record import Record
@@ -127,7 +128,7 @@ class ConsumerRuntime:
         dead_letters: DeadLetterSink,
         quarantine: QuarantinePort | None = None,
         metrics: RuntimeMetrics | None = None,
-        consumer_factory: Callable[[dict[str, Any]], Any] = Consumer,
+        consumer_factory: ClientFactory = new_consumer,
         fault_after_commit: Callable[[int], None] | None = None,
         inflight: Dispatcher | None = None,
     ) -> None:

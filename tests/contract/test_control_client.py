@@ -10,16 +10,17 @@ import pytest
 from sqlalchemy import select
 
 from pipeline import schemas
-from pipeline.control import UNKNOWN_HOST, ControlClient, requests, spawn_requests_table
+from pipeline.control import SPAWN, UNKNOWN_HOST, ControlClient, requests, spawn_requests_table
 from pipeline.envelope import BoundedSeenSet, Kind, Signer, TrustStore, Verifier
 from pipeline.errors import DeliveryError
-from pipeline.gateway import roster_cache
+from pipeline.gateway import deadlines, roster_cache
+from pipeline.gateway.deadlines import Deadlines
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.senders import LocalSenders
 from pipeline.kafka.topics import TopicNames
-from pipeline.outbox.headers import unpack_headers
 from pipeline.outbox.tables import outbox
 from pipeline.presence.static import StaticPresence
+from pipeline.record_headers import unpack_headers
 from pipeline.store import make_engine, session_factory
 
 pytestmark = pytest.mark.postgres
@@ -59,7 +60,7 @@ def test_spawn_writes_a_signed_control_record_and_a_pending_request(parts: Any) 
     )
     with sessions() as s:
         (row,) = s.execute(select(outbox)).all()
-        assert requests.state_of(s, req.msg_id) == requests.PENDING
+        assert deadlines.state_of(s, SPAWN, req.msg_id) == requests.PENDING
         tracked = s.execute(select(spawn_requests_table)).one()
     assert row.topic == "fleet.control.B" and bytes(row.key) == b"B._gateway"
     verifier = Verifier(
@@ -96,22 +97,22 @@ def test_a_request_settles_once(parts: Any) -> None:
     client, sessions, _ = parts
     req = client.spawn(requester="main-a", host="B", profile="shell")
     with sessions.begin() as s:
-        assert [r.msg_id for r in requests.overdue(s, req.deadline_ms + 1)] == [req.msg_id]
-        assert requests.settle(s, req.msg_id, requests.FAILED, "SPAWN_TIMEOUT")
-        assert not requests.settle(s, req.msg_id, requests.SPAWNED)
-        assert requests.overdue(s, req.deadline_ms + 1) == []
-        assert requests.state_of(s, req.msg_id) == requests.FAILED
+        assert [r.msg_id for r in deadlines.overdue(s, SPAWN, req.deadline_ms + 1)] == [req.msg_id]
+        assert deadlines.settle(s, SPAWN, req.msg_id, requests.FAILED, "SPAWN_TIMEOUT")
+        assert not deadlines.settle(s, SPAWN, req.msg_id, requests.SPAWNED)
+        assert deadlines.overdue(s, SPAWN, req.deadline_ms + 1) == []
+        assert deadlines.state_of(s, SPAWN, req.msg_id) == requests.FAILED
 
 
 def test_no_outcome_by_the_deadline_is_exactly_one_failed(parts: Any) -> None:
     """Seed 000 §7.8 priced like §5: no answer in time = exactly one FAILED at the requester."""
-    from pipeline.control.deadlines import SPAWN_TIMEOUT, SpawnDeadlines
+    from pipeline.control import SPAWN_TIMEOUT
     from pipeline.gateway.held import HeldStore
     from pipeline.gateway.receipts import read_receipt
 
     client, sessions, _ = parts
     req = client.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-9")
-    duty = SpawnDeadlines(sessions=sessions, publisher=client.publisher)
+    duty = Deadlines(sessions=sessions, gateway_id="A._gateway", kinds=(SPAWN,))
     assert duty.tick(req.deadline_ms - 1) == 0
     assert duty.tick(req.deadline_ms + 1) == 1
     assert duty.tick(req.deadline_ms + 2) == 0  # settled once: never a second FAILED
@@ -126,7 +127,6 @@ def test_a_reported_failed_held_first_is_not_doubled_by_the_deadline(parts: Any)
     the deadline's does: one FAILED, and the duty does not wedge on the unique held row."""
     from sqlalchemy import insert
 
-    from pipeline.control.deadlines import SpawnDeadlines
     from pipeline.gateway.held import HeldStore, held_table
 
     client, sessions, _ = parts
@@ -136,9 +136,9 @@ def test_a_reported_failed_held_first_is_not_doubled_by_the_deadline(parts: Any)
            "headers": None, "topic": None, "ts_ms": 1, "expires_at_ms": FAR, "held_at_ms": 1}  # fmt: skip
     with sessions.begin() as s:
         s.execute(insert(held_table), [row])
-    duty = SpawnDeadlines(sessions=sessions, publisher=client.publisher)
+    duty = Deadlines(sessions=sessions, gateway_id="A._gateway", kinds=(SPAWN,))
     assert duty.tick(req.deadline_ms + 1) == 0
     assert duty.tick(req.deadline_ms + 2) == 0
     assert [m.sender for m in HeldStore(sessions).poll("main-a")] == ["B._gateway"]
     with sessions() as s:
-        assert requests.state_of(s, req.msg_id) == requests.FAILED
+        assert deadlines.state_of(s, SPAWN, req.msg_id) == requests.FAILED

@@ -22,7 +22,7 @@ from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.receipts import read_receipt
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox import outbox
-from pipeline.outbox.headers import unpack_headers
+from pipeline.record_headers import unpack_headers
 from pipeline.store import make_engine, session_factory
 
 TOPICS = TopicNames(prefix="fleet.")

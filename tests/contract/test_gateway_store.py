@@ -10,9 +10,10 @@ import pytest
 from sqlalchemy import insert
 from sqlalchemy.exc import IntegrityError
 
-from pipeline.gateway import roster_cache, tracking
+from pipeline.gateway import deadlines, roster_cache, tracking
 from pipeline.gateway.conversations import ANSWERED, Conversations
 from pipeline.gateway.held import HeldStore, held_table
+from pipeline.gateway.tracking import FORWARD
 from pipeline.runtime.dedupe import dedupe_table, seen_ids
 from pipeline.store import make_engine, session_factory
 
@@ -133,11 +134,19 @@ def test_turns_and_open_pulls(sessions: Any) -> None:
 def test_forward_tracking_settles_once(sessions: Any) -> None:
     now = int(time.time() * 1000)
     with sessions.begin() as s:
-        tracking.track(
-            s, msg_id="x", sender="m", recipient="w", trace_id="t", sent_ms=now, deadline_ms=now - 1
-        )
-        tracking.track(
+        deadlines.track(
             s,
+            FORWARD,
+            msg_id="x",
+            sender="m",
+            recipient="w",
+            trace_id="t",
+            sent_ms=now,
+            deadline_ms=now - 1,
+        )
+        deadlines.track(
+            s,
+            FORWARD,
             msg_id="y",
             sender="m",
             recipient="w",
@@ -146,11 +155,11 @@ def test_forward_tracking_settles_once(sessions: Any) -> None:
             deadline_ms=now + 60_000,
         )
     with sessions.begin() as s:
-        assert [r.msg_id for r in tracking.overdue(s, now)] == ["x"]
-        assert tracking.settle(s, "x", tracking.FAILED, "INJECT_TIMEOUT")
-        assert not tracking.settle(s, "x", tracking.INJECTED), "a settled send stays settled"
-        assert tracking.state_of(s, "x") == tracking.FAILED
-        assert tracking.state_of(s, "y") == tracking.PENDING
+        assert [r.msg_id for r in deadlines.overdue(s, FORWARD, now)] == ["x"]
+        assert deadlines.settle(s, FORWARD, "x", tracking.FAILED, "INJECT_TIMEOUT")
+        assert not deadlines.settle(s, FORWARD, "x", tracking.INJECTED), "settled stays settled"
+        assert deadlines.state_of(s, FORWARD, "x") == tracking.FAILED
+        assert deadlines.state_of(s, FORWARD, "y") == tracking.PENDING
 
 
 def test_roster_cache_lookup_honours_ttl(sessions: Any) -> None:

@@ -73,7 +73,7 @@ def test_row_keeps_the_exact_record(engine: Engine, sessions: sessionmaker[Sessi
     with engine.connect() as conn:
         row = conn.execute(select(outbox)).one()
     assert (row.topic, row.key, row.value) == ("fleet.inbox.h1", None, None)
-    from pipeline.outbox.headers import unpack_headers
+    from pipeline.record_headers import unpack_headers
 
     assert unpack_headers(row.headers) == headers
 

@@ -14,12 +14,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.effects import Done, FirstUse, IdempotencyStore, KeyClass, KeyState
 from pipeline.pool.claims import StepClaims
 from pipeline.pool.heartbeat import Heartbeat, member_lanes
+from pipeline.pool.metrics import PoolMetrics
 from pipeline.store import make_engine, session_factory
 
 LEASE_S = 0.6
@@ -134,14 +136,62 @@ def test_the_heartbeat_publishes_the_members_lanes_and_a_stop_removes_them(
 ) -> None:
     a = _claims(sessions)
     beat = _beat(sessions, a, "m-a")
+    registry = CollectorRegistry()
+    beat.metrics = PoolMetrics(registry, pool="t")
     beat.beat()
     with sessions() as s:
         (row,) = member_lanes(s, "t")
     assert row.member == "m-a" and row.running == 1 and not row.stale
     assert row.oldest_running_s is not None and row.oldest_running_s >= 5
+    assert (registry.get_sample_value("fleet_pool_oldest_step_seconds", {"pool": "t"}) or 0) >= 5
     with sessions() as s:
         (late,) = member_lanes(s, "t", now_ms=int(time.time() * 1000) + 10_000)
     assert late.stale  # no beat for three periods: its member died without a goodbye
     beat.close()
     with sessions() as s:
         assert member_lanes(s, "t") == []
+
+
+def test_a_stopping_member_keeps_renewing_a_given_up_step_until_it_ends(
+    sessions: sessionmaker[Session],
+) -> None:
+    """A step given up at a stop still runs on its thread: the heartbeat keeps its lease (no
+    other member may take it over) until the step stores its outcome, then stops."""
+    lease = 2.0  # a beat may be late by up to two periods on a loaded machine
+    a, b = _claims(sessions, lease), _claims(sessions, lease)
+    beat = _beat(sessions, a, "a", lease)
+    assert isinstance(a.claim("e5", b"v"), FirstUse)
+    beat.start()
+    closer = threading.Thread(target=beat.close)
+    closer.start()
+    time.sleep(2 * lease)
+    assert closer.is_alive(), "the heartbeat stopped while its member still held a step"
+    with sessions.begin() as s:
+        still = b.store.reserve(s, "e5", b"v", key_class=KC)
+    assert not isinstance(still, FirstUse), "a held step was taken over during the stop"
+    a.complete("e5", "finished-late", b"v")
+    closer.join(timeout=10)
+    assert not closer.is_alive()
+    again = b.claim("e5", b"v")
+    assert isinstance(again, Done) and again.value == "finished-late"
+
+
+def test_a_holder_that_missed_its_lease_counts_it_lost_and_replays_the_new_outcome(
+    sessions: sessionmaker[Session],
+) -> None:
+    """A member that could not beat for a whole lease (here: no heartbeat at all) is presumed
+    dead: another member takes the key over; the old holder's next beat finds it lost
+    (``fleet_pool_step_leases_lost_total``) and its late result does not overwrite."""
+    a, b = _claims(sessions), _claims(sessions)
+    assert isinstance(a.claim("e6", b"v"), FirstUse)
+    time.sleep(LEASE_S + 0.2)
+    taken = b.claim("e6", b"v")
+    assert isinstance(taken, FirstUse) and taken.attempt == 2
+    registry = CollectorRegistry()
+    beat = _beat(sessions, a, "m-a")
+    beat.metrics = PoolMetrics(registry, pool="t")
+    beat.beat()
+    lost = registry.get_sample_value("fleet_pool_step_leases_lost_total", {"pool": "t"})
+    assert lost == 1
+    assert b.complete("e6", "by-b", b"v") == "by-b"
+    assert a.complete("e6", "by-a-late", b"v") == "by-b"

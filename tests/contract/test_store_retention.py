@@ -3,6 +3,7 @@ PostgreSQL. Seed 001's rule decides the dedupe horizon; rows in use are never pu
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -245,6 +246,9 @@ def test_a_pass_is_bounded_to_max_batches_of_batch_rows(engine: Engine) -> None:
         )
     small = RetentionConfig(**{**_fields(POLICY), "batch_rows": 2, "max_batches": 2})
     purger = Purger(engine=engine, policy=small, clock=lambda: NOW_S, pause_s=0)
+    stopped = threading.Event()
+    stopped.set()
+    assert purger.run(stop=stopped).total == 0, "a stopping gateway purges nothing more"
     passes = [purger.run().rows[StoreTable.DEDUPE] for _ in range(4)]
     assert passes == [4, 4, 3, 0]
     assert _count(engine, dedupe_table) == 0

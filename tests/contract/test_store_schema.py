@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli.main import app
 from pipeline.errors import FleetError
+from pipeline.failures.quarantine import QuarantineStore, Scope
 from pipeline.outbox import outbox_status
 from pipeline.reasons import Store
 from pipeline.runtime.dedupe import seen_ids
@@ -64,7 +65,20 @@ def _write_v010_rows(url: str) -> None:
                 " ('s', 'm-2', 6)"
             )
         )
+        # v0.1.0 parked headers as JSON of [name, base64(value)] (order and duplicates matter)
+        for seq, headers in enumerate((V010_PARKED_HEADERS, "[]")):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO fleet_parked (grp, topic, key, seq, dead_letter, src_topic,"
+                    ' partition, "offset", timestamp_ms, record_key, headers, value, parked_ms)'
+                    " VALUES ('g', 't', 'k', :seq, :dl, 't', 0, :off, 7, :k, :h, :v, 8)"
+                ),
+                {"seq": seq, "dl": seq == 0, "off": 10 + seq, "k": b"k", "h": headers, "v": b"v"},
+            )
     engine.dispose()
+
+
+V010_PARKED_HEADERS = '[["sig", "AP8="], ["a", ""], ["a", "eA=="]]'
 
 
 def _upgrade_cli(url: str) -> str:
@@ -131,6 +145,13 @@ def test_a_v010_store_is_refused_then_upgraded_and_keeps_its_rows(store_url: str
         assert [(b.branch_key, b.next_lsn, b.pending) for b in status.branches] == [("b1", 3, 1)]
         with session_factory(engine)() as session:
             assert seen_ids(session, "s", ["m-1", "m-2", "m-3"]) == {"m-1", "m-2"}
+        # parked headers now in the one binary form, read by the one codec, order kept
+        parked = QuarantineStore(engine).take_for_release(Scope(group="g", topic="t"), "k")
+        assert [p.record.headers for p in parked] == [
+            (("sig", b"\x00\xff"), ("a", b""), ("a", b"x")),
+            (),
+        ]
+        assert [p.dead_letter for p in parked] == [True, False]
     finally:
         engine.dispose()
 

@@ -60,6 +60,9 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[tuple[GatewayParts, G
     b.gateway.start()
     try:
         wait_until(lambda: b.client.knows("main-a"), 30, "presence of host A at B")
+        # and the other way: a reply from worker-b that reaches A before A has heard B's
+        # presence is refused UNKNOWN_SENDER (seed 000 §2.1), never held
+        wait_until(lambda: a.client.knows("worker-b"), 30, "presence of host B at A")
         yield a, b, urls["A"]
     finally:
         a.gateway.stop()

@@ -26,7 +26,7 @@ from sqlalchemy import func, select
 
 from pipeline.bootstrap import GatewayParts, build_failed_reporter, build_gateway
 from pipeline.failures.reporter import reported_table
-from pipeline.gateway import tracking
+from pipeline.gateway import deadlines, tracking
 from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 from pipeline.gateway.held import held_table
 from pipeline.gateway.receipts import Receipt, read_receipt
@@ -123,7 +123,7 @@ def reported(b: GatewayParts) -> int:
 def pending_anytime(a: GatewayParts) -> list[Any]:
     """Tracked sends the deadline path could still report, however late it runs."""
     with a.client.sessions() as s:
-        return tracking.overdue(s, now=2**62, limit=10_000)
+        return deadlines.overdue(s, tracking.FORWARD, now=2**62, limit=10_000)
 
 
 @pytest.fixture
@@ -192,7 +192,7 @@ def test_reporter_killed_minus_9_yields_exactly_one_failed_per_dead_lettered_bri
         assert receipt.recipient == "worker-b"
     assert h.injected == [], "a dead-lettered brief is never injected"
     with h.a.client.sessions() as s:
-        states = {tracking.state_of(s, m) for m in by_id}
+        states = {deadlines.state_of(s, tracking.FORWARD, m) for m in by_id}
     assert states == {tracking.FAILED}, "each FAILED settled its forward-tracking row"
     assert pending_anytime(h.a) == [], "the deadline path has nothing left to report"
     assert h.a.maintenance.deadlines() == 0

@@ -78,8 +78,9 @@ def test_offsets_and_lag_agree_with_java_admin_client_and_kcat(
     topic = new_topic("lag", partitions=3)
     dlq = new_topic("dlq")
     stamps = produce(kafka.bootstrap, topic, {0: 20, 1: 20, 2: 20})
-    produce(kafka.bootstrap, dlq, {0: 3})
+    dlq_stamps = produce(kafka.bootstrap, dlq, {0: 3})
     delete_before(kafka.bootstrap, topic, 2, 4)  # a non-zero log start to compare too
+    delete_before(kafka.bootstrap, dlq, 0, 1)  # the DLQ's oldest retained record is offset 1
     commit(
         kafka.bootstrap,
         group_id,
@@ -113,7 +114,11 @@ def test_offsets_and_lag_agree_with_java_admin_client_and_kcat(
     for part, offset in ((0, 5), (2, 12)):
         ts = stamps[(part, offset)] / 1000.0
         assert before - ts - 0.001 <= by_part[part].lag_seconds <= after - ts + 0.001
-    assert sample.dlq is not None and sample.dlq.messages == 3
+    assert sample.dlq is not None and sample.dlq.messages == 2
+    # seed 001: DLQ depth AND age -- the age of the oldest retained dead letter (offset 1)
+    oldest = dlq_stamps[(0, 1)] / 1000.0
+    assert sample.dlq.oldest_age_seconds is not None
+    assert before - oldest - 0.001 <= sample.dlq.oldest_age_seconds <= after - oldest + 0.001
 
 
 def test_retention_risk_flagged_before_unread_records_are_deleted(

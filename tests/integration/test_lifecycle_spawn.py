@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from pipeline.bootstrap import GatewayParts, build_control_client, build_gateway
 from pipeline.cli.main import app
+from pipeline.envelope import Kind
 from pipeline.gateway.config import (
     Delivery,
     EntityConfig,
@@ -28,8 +29,8 @@ from pipeline.gateway.config import (
     Role,
 )
 from pipeline.gateway.receipts import read_receipt
-from pipeline.outbox.headers import unpack_headers
 from pipeline.outbox.tables import outbox
+from pipeline.record_headers import unpack_headers
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until
 
@@ -40,6 +41,7 @@ def _profile(markers: Path, **caps: int) -> ProfileConfig:
     return ProfileConfig(
         name="shell",
         launch=("sh", "-c", f"touch {markers}/launch-{{gid}}-$$"),
+        check=("true",),  # the launch exits at once: without a check the reaper would reap it
         injector=InjectorSpec(type="command", command=("sh", "-c", f"cat >> {markers}/{{gid}}.in")),
         **caps,
     )
@@ -141,6 +143,15 @@ def test_a_spawn_sent_twice_and_delivered_twice_starts_one_worker(hosts: Any) ->
     assert out.exit_code == 0, out.output
     (w,) = json.loads(out.output)
     assert (w["gid"], w["parent"], w["job"], w["profile"]) == ("w-1", "main-a", None, "shell")
+    # a live spawned worker is a local sender of B: its reply reaches the main at A
+    b.client.send(sender="w-1", to="main-a", kind=Kind.REPLY, body=b"done")
+    replies: list[Any] = []
+    wait_until(
+        lambda: replies.extend(a.client.poll("main-a", kinds=["REPLY"])) or replies,
+        30,
+        "the worker's reply at A",
+    )
+    assert [(m.sender, m.body) for m in replies] == [("w-1", b"done")]
 
 
 def test_unknown_profile_and_over_cap_are_refused_with_their_reasons(hosts: Any) -> None:

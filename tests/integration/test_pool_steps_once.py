@@ -44,6 +44,11 @@ def _pool(bootstrap: str, partitions: int) -> tuple[str, str]:
     return pool, TopicNames().pool(pool)
 
 
+def _gated(gate: Path) -> tuple[str, str]:
+    """A step that runs until the test opens ``gate``: "mid-step" without timing."""
+    return ("--command", f"while [ ! -e {gate} ]; do sleep 0.05; done; echo stepped")
+
+
 def _kinds(tmp: Path, event_id: str) -> list[tuple[str, str]]:
     return [(str(e["member"]), str(e["kind"])) for e in events(tmp) if e["event_id"] == event_id]
 
@@ -52,31 +57,35 @@ def test_a_step_moved_by_a_rebalance_replays_its_stored_outcome_and_runs_once(
     kafka: BrokerHandle, tmp_path: Path
 ) -> None:
     """Seed 001 ("store the result against the event id and reuse it") across a rebalance: m1
-    runs a 6 s step on each of two partitions; m2 joins and cooperative-sticky moves one
-    partition while its step runs; m1 gives it up after --revoke-wait 0.5 s but the step goes on
-    and its heartbeat keeps the key's lease. m2 gets the record again, finds the key in progress,
-    waits, and replays m1's stored outcome: the step ran once, the effect landed once (by m2)."""
+    runs a step on each of two partitions (held open by a gate); m2 joins and cooperative-sticky
+    moves one partition while its step runs; m1 gives it up after --revoke-wait 0.5 s but the
+    step goes on and its heartbeat keeps the key's lease. m2 gets the record again and finds the
+    key in progress; the gate opens; m2 replays m1's stored outcome: the step ran once, the
+    effect landed once (by m2)."""
     pool, topic = _pool(kafka.bootstrap, 2)
     store = f"sqlite:///{tmp_path / 'pool.sqlite'}"
+    gate = tmp_path / "gate"
     args = (
-        "--sleep", "0", "--revoke-wait", "0.5", "--step-lease", "3",
+        *_gated(gate), "--revoke-wait", "0.5", "--step-lease", "3",
         "--assignment", "cooperative-sticky", *FAST_GROUP,
     )  # fmt: skip
     m1 = start_member(tmp_path, pool, kafka.bootstrap, store, "m1", *args)
     m2 = None
     try:
         wait_for(settled(kafka.bootstrap, pool, 1), timeout=60, what="m1 to join")
-        ids = [produce_to(kafka.bootstrap, topic, p, '{"step_s": 6}') for p in (0, 1)]
+        ids = [produce_to(kafka.bootstrap, topic, p, "{}") for p in (0, 1)]
         wait_for(
-            lambda: (
-                {str(e["event_id"]) for e in events(tmp_path) if e["kind"] == "start"} >= set(ids)
-            ),
-            timeout=30,
-            what="m1 to start both steps",
+            lambda: set(step_keys(store, pool)) == set(ids), timeout=30, what="m1 to claim both"
         )
         m2 = start_member(tmp_path, pool, kafka.bootstrap, store, "m2", *args)
-        wait_for(lambda: len(effects(store)) == 2, timeout=90, what="both effects")
         wait_for(settled(kafka.bootstrap, pool, 2), timeout=60, what="two members")
+        wait_for(
+            lambda: any(e["member"] == "m2" for e in events(tmp_path)),
+            timeout=60,
+            what="m2 to get the moved record while its step still runs on m1",
+        )
+        gate.touch()
+        wait_for(lambda: len(effects(store)) == 2, timeout=90, what="both effects")
     finally:
         for proc in (m1, m2):
             if proc is not None:
@@ -97,14 +106,16 @@ def test_a_step_moved_by_a_rebalance_replays_its_stored_outcome_and_runs_once(
 def test_a_member_killed_mid_step_is_taken_over_after_the_lease_with_one_effect(
     kafka: BrokerHandle, tmp_path: Path
 ) -> None:
-    """Seed 001 scenario 1 (a worker crashes mid-step), under the lease: m1 is killed -9 while
-    its 4 s step runs. Its partition moves to m2 after the session timeout (6 s), but the step
-    key's lease (12 s, no longer renewed) still holds, so m2 waits instead of running the step
-    beside a holder it cannot prove dead; when the lease ends m2 takes the key over (attempt 2)
-    and runs the step: one effect, one finished run."""
+    """Seed 001 scenario 1 (a worker crashes mid-step), under the lease: the partition's owner
+    is killed -9 while its step runs (held open by a gate). Its partition moves to the other
+    member after the session timeout (6 s), but the step key's lease (12 s, no longer renewed)
+    still holds, so the survivor waits instead of running the step beside a holder it cannot
+    prove dead; when the lease ends it takes the key over (attempt 2) and runs the step: one
+    effect, one finished run."""
     pool, topic = _pool(kafka.bootstrap, 1)
     store = f"sqlite:///{tmp_path / 'pool.sqlite'}"
-    args = ("--sleep", "0", "--step-lease", "12", *FAST_GROUP)
+    gate = tmp_path / "gate"
+    args = (*_gated(gate), "--step-lease", "12", *FAST_GROUP)
     m1 = start_member(tmp_path, pool, kafka.bootstrap, store, "m1", *args)
     m2 = None
     try:
@@ -113,10 +124,11 @@ def test_a_member_killed_mid_step_is_taken_over_after_the_lease_with_one_effect(
         wait_for(settled(kafka.bootstrap, pool, 2), timeout=60, what="m2 to join (idle)")
         owner = pool_status(kafka.bootstrap, pool).partitions[0].member
         victim, other = (m1, m2) if owner == "m1" else (m2, m1)
-        eid = produce_to(kafka.bootstrap, topic, 0, '{"step_s": 4}')
-        wait_for(lambda: bool(_kinds(tmp_path, eid)), timeout=30, what="the step to start")
+        eid = produce_to(kafka.bootstrap, topic, 0, "{}")
+        wait_for(lambda: eid in step_keys(store, pool), timeout=30, what="the step's claim")
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=10)
+        gate.touch()  # the survivor's run may finish now (the victim's orphaned shell ends too)
         wait_for(lambda: len(effects(store)) == 1, timeout=120, what="the effect")
     finally:
         for proc in (m1, m2):

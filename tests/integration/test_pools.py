@@ -58,6 +58,23 @@ def _no_overlap_per_partition(rows: list) -> dict[int, float]:
     return gaps
 
 
+def _handover_windows(rows: list) -> dict[str, tuple[int, int]]:
+    """Per scale direction (``out``: a partition leaves ``m0``; ``in``: it comes back), the span
+    from the earliest last step of a moved partition on its old member to the latest first step
+    on its new member: the time during which some moved partition was not flowing."""
+    spans: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    by_part: dict[int, list] = defaultdict(list)
+    for e in rows:
+        by_part[e.partition].append(e)
+    for steps in by_part.values():
+        steps.sort(key=lambda e: e.started_ms)
+        for prev, nxt in itertools.pairwise(steps):
+            if prev.member != nxt.member:
+                way = "in" if nxt.member == "m0" else "out"
+                spans[way].append((prev.ended_ms, nxt.started_ms))
+    return {w: (min(a for a, _ in s), max(b for _, b in s)) for w, s in spans.items()}
+
+
 @pytest.mark.slow
 def test_a_step_longer_than_max_poll_interval_causes_no_rebalance(
     kafka: BrokerHandle, tmp_path: Path
@@ -136,8 +153,11 @@ def test_scale_one_to_four_and_back_under_load_cooperative_sticky(
 ) -> None:
     """Issue 10: scaling 1 -> 4 -> 1 under load with cooperative-sticky never runs one
     partition on two members at once (the revoke rule: a partition goes only after its
-    in-flight step ended and its offset was committed) and applies no effect twice. The longest
-    gap between steps per partition is printed (the rebalance's pause, measured)."""
+    in-flight step ended and its offset was committed) and applies no effect twice. Partitions
+    that do not move keep flowing: while moved partitions are handed over (each direction's
+    handover window, from the store's step times), the partitions m0 kept complete steps -- an
+    eager (stop-the-world) rebalance would complete none there. The longest gap between steps
+    per partition is printed (the rebalance's pause, measured)."""
     pool, topic = _pool(kafka.bootstrap, 8)
     store = f"sqlite:///{tmp_path / 'pool.sqlite'}"
     args = ("--sleep", "0.25", "--assignment", "cooperative-sticky", *FAST_GROUP)
@@ -180,3 +200,16 @@ def test_scale_one_to_four_and_back_under_load_cooperative_sticky(
     assert {e.member for e in rows} >= {"m0", "m1"}, "the scale-out never took work"
     gaps = _no_overlap_per_partition(rows)
     print("\nlongest gap per partition (s):", {p: round(g, 2) for p, g in sorted(gaps.items())})
+    owners: dict[int, set[str]] = defaultdict(set)
+    for e in rows:
+        owners[e.partition].add(e.member)
+    kept = {p for p, ms in owners.items() if ms == {"m0"}}
+    assert kept and len(kept) < len(owners), f"cooperative-sticky kept/moved nothing: {owners}"
+    windows = _handover_windows(rows)
+    assert set(windows) == {"out", "in"}, windows
+    for way, (lo, hi) in windows.items():
+        flowing = [e for e in rows if e.partition in kept and lo < e.ended_ms < hi]
+        print(
+            f"scale-{way} handover {(hi - lo) / 1000:.2f} s: {len(flowing)} steps ended on {kept}"
+        )
+        assert flowing, f"partitions {kept} stalled during the scale-{way} handover {lo}..{hi}"

@@ -25,8 +25,8 @@ from pipeline.failures.dlq import SCHEMA as DLQ_SCHEMA
 from pipeline.gateway.config import load_config
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
-from pipeline.outbox.headers import unpack_headers
 from pipeline.outbox.tables import outbox
+from pipeline.record_headers import unpack_headers
 from pipeline.store import make_engine
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, GatewayProcess, wait_until

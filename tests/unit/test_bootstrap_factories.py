@@ -5,10 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
-from pipeline.bootstrap import Factories, build_relay
+from pipeline.bootstrap import Factories, build_gateway, build_relay
+from pipeline.envelope import Signer, TrustStore
+from pipeline.errors import BrokerError
+from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Role
 from pipeline.hooks import NO_HOOKS, hooks_from_fault
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.topology import ensure_pool_topic
+from pipeline.observability import KafkaOffsetReader
 from pipeline.outbox import RowStatus, outbox, write
 from pipeline.store import make_engine, session_factory
 
@@ -68,3 +75,88 @@ def test_build_relay_uses_the_given_producer_and_engine_factories(tmp_path: Path
 def test_fault_hooks_are_parsed_at_the_edge_only() -> None:
     assert hooks_from_fault(None) is NO_HOOKS
     assert hooks_from_fault("crash_after_commit").fault_after_commit is not None
+
+
+class StubClient:
+    """Any Kafka client: every method is a no-op returning None (construction only)."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.conf = conf
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *_a, **_k: None
+
+
+def _no_direct_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client constructed anywhere but through the factories fails the test."""
+    import confluent_kafka
+    import confluent_kafka.admin
+
+    def refuse(conf: dict[str, Any]) -> Any:
+        raise AssertionError(f"a Kafka client built outside Factories: {conf}")
+
+    for module, name in (
+        (confluent_kafka, "Consumer"),
+        (confluent_kafka, "Producer"),
+        (confluent_kafka.admin, "AdminClient"),
+    ):
+        monkeypatch.setattr(module, name, refuse)
+
+
+def test_build_gateway_makes_every_kafka_client_through_the_factories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_direct_clients(monkeypatch)
+    made: dict[str, list[dict[str, Any]]] = {"consumer": [], "producer": [], "admin": []}
+
+    def factory(kind: str) -> Any:
+        def make(conf: dict[str, Any]) -> StubClient:
+            made[kind].append(conf)
+            return StubClient(conf)
+
+        return make
+
+    config = GatewayConfig(
+        host="h1",
+        bootstrap="nowhere:1",
+        store_url=f"sqlite:///{tmp_path / 'h1.sqlite'}",
+        entities=(EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),),
+    )
+    signer = Signer.generate("h1")
+    trust = TrustStore()
+    factories = Factories(
+        consumer=factory("consumer"), producer=factory("producer"), admin=factory("admin")
+    )
+    # apply_topics=False: a stub admin cannot answer the topology check; the admin route is
+    # checked through the lag reader and ensure_pool_topic below
+    parts = build_gateway(
+        config, signer=signer, trust=trust, factories=factories, apply_topics=False
+    )
+    groups = sorted(c["group.id"] for c in made["consumer"])
+    assert groups[0] == TopicNames().gateway_group("h1") and groups[1].startswith(
+        "fleet.roster-reader."
+    )
+    assert len(groups) == 2  # the inbox runtime and the roster follower: nothing else
+    assert made["producer"] and {c["bootstrap.servers"] for c in made["producer"]} == {"nowhere:1"}
+    parts.relay.close()
+    parts.engine.dispose()
+
+
+def test_the_lag_reader_and_the_pool_topology_take_the_admin_factory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _no_direct_clients(monkeypatch)
+    admins: list[dict[str, Any]] = []
+
+    class Listing(StubClient):
+        def list_topics(self, *_a: Any, **_k: Any) -> Any:
+            raise RuntimeError("stub broker unreachable")
+
+    def admin(conf: dict[str, Any]) -> Listing:
+        admins.append(conf)
+        return Listing(conf)
+
+    KafkaOffsetReader("nowhere:1", admin_factory=admin, consumer_factory=StubClient)
+    with pytest.raises(BrokerError):
+        ensure_pool_topic("nowhere:1", TopicNames(), "p", partitions=2, admin_factory=admin)
+    assert [c["bootstrap.servers"] for c in admins] == ["nowhere:1", "nowhere:1"]

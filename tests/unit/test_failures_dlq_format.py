@@ -9,8 +9,8 @@ import pytest
 from pipeline import schemas
 from pipeline.errors import EnvelopeError
 from pipeline.failures.dlq import DLQ_HEADER, bounded_error, read_dead_letter
-from pipeline.failures.records import decode_headers, encode_headers
 from pipeline.record import Record, key_text
+from pipeline.record_headers import pack_headers, unpack_headers
 
 
 class FakeMsg:
@@ -88,7 +88,7 @@ def test_a_record_without_context_is_schema_invalid() -> None:
 def test_record_copy_and_key_text_round_trip() -> None:
     copy = Record.from_message(FakeMsg([("a", b"\x00\xff"), ("a", b"")]))
     assert copy.timestamp_ms == 1234 and copy.offset == 7
-    assert decode_headers(encode_headers(copy.headers)) == (("a", b"\x00\xff"), ("a", b""))
+    assert unpack_headers(pack_headers(copy.headers)) == [("a", b"\x00\xff"), ("a", b"")]
     assert key_text(b"agent@h1") == "agent@h1"
     assert key_text(b"\xff\x00") == "hex:ff00"
     assert key_text(b"hex:41") == "hex:6865783a3431"  # no collision with the hex form

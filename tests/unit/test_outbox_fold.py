@@ -10,7 +10,8 @@ import pytest
 
 from pipeline.errors import StoreError
 from pipeline.outbox import Fold, Offer, fold_position
-from pipeline.outbox.headers import fold_headers, pack_headers, unpack_headers
+from pipeline.outbox.headers import fold_headers
+from pipeline.record_headers import pack_headers, unpack_headers
 
 
 def test_fold_applies_next_drops_redelivery_and_holds_after_a_gap() -> None:
@@ -56,7 +57,7 @@ def test_fold_resumes_from_persisted_positions() -> None:
 def test_headers_round_trip_and_fold_position() -> None:
     headers = [("v", b"1"), ("sig", bytes(range(256))), ("empty", b"")]
     assert unpack_headers(pack_headers(headers)) == headers
-    assert pack_headers(None) is None and unpack_headers(None) == []
+    assert pack_headers(None) == b"" and unpack_headers(None) == unpack_headers(b"") == []
     record = headers + fold_headers("acme", "acme/r1/b2", 42)
     assert fold_position(record) == ("acme/r1/b2", 42)
     assert fold_position(headers) is None
@@ -67,10 +68,10 @@ def test_headers_round_trip_and_fold_position() -> None:
 
 def test_corrupt_headers_blob_is_a_store_error() -> None:
     blob = pack_headers([("name", b"value")])
-    assert blob is not None
-    with pytest.raises(StoreError) as info:
-        unpack_headers(blob[:-2])
-    assert info.value.reason == "OUTBOX_CORRUPT"
+    for cut in (blob[:-2], blob[:3], blob[:1]):  # in the value, in the name, in a length
+        with pytest.raises(StoreError) as info:
+            unpack_headers(cut)
+        assert info.value.reason == "OUTBOX_CORRUPT" and info.value.retriable is False
 
 
 def test_execution_path_does_not_even_import_a_kafka_client() -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.control.caps import Counts, LifecycleReason, admit
+from pipeline.control.caps import Counts, admit
 from pipeline.gateway.config import InjectorSpec, ProfileConfig
+from pipeline.reasons import Lifecycle
 
 PROFILE = ProfileConfig(
     name="shell",
@@ -35,7 +36,7 @@ def test_under_every_cap_is_admitted() -> None:
 )
 def test_each_cap_refuses_with_cap_exceeded(counts: Counts, what: str) -> None:
     got = admit(PROFILES, "shell", counts, job="j")
-    assert not got.admitted and got.reason is LifecycleReason.CAP_EXCEEDED
+    assert not got.admitted and got.reason is Lifecycle.CAP_EXCEEDED
     assert what in got.detail
 
 
@@ -45,4 +46,4 @@ def test_job_caps_apply_only_to_a_spawn_with_a_job() -> None:
 
 def test_unknown_profile_has_its_own_reason() -> None:
     got = admit(PROFILES, "nope", Counts(), job=None)
-    assert got.reason is LifecycleReason.UNKNOWN_PROFILE and "shell" in got.detail
+    assert got.reason is Lifecycle.UNKNOWN_PROFILE and "shell" in got.detail

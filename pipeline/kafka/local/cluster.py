@@ -26,6 +26,7 @@ from .classpath import KAFKA_VERSION, BrokerClasspath, resolve_classpath
 from .java import find_java
 from .node import KafkaNode, NodeSpec
 from .ports import ensure_free, free_ports
+from .secure import ADMIN, SecureBroker
 
 STATE_FILE = "cluster.json"
 
@@ -59,6 +60,9 @@ class LauncherConfig:
     ready_timeout_s: float = 90.0
     cache_dir: Path | None = None
     extra_properties: Mapping[str, str] = field(default_factory=dict)
+    # None: a PLAINTEXT listener. A tuple (maybe empty): SASL_SSL with one login per host plus
+    # `admin` (``secure.py``, docs/security.md)
+    secure_hosts: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.nodes not in (1, 3):
@@ -74,6 +78,7 @@ class LocalCluster:
         self.nodes: list[KafkaNode] = []
         self.cluster_id = ""
         self.classpath: BrokerClasspath | None = None
+        self.secure: SecureBroker | None = None
         # The process that started the cluster. A test run that is still alive owns its brokers:
         # the stale-broker reaper must never take them.
         self.owner_pid = os.getpid()
@@ -86,6 +91,13 @@ class LocalCluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{n.spec.port}" for n in self.nodes)
+
+    def client_config(self, user: str = ADMIN) -> dict[str, Any]:
+        """librdkafka settings to reach this cluster (as ``user`` when it is secured)."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        if self.secure is not None:
+            conf.update(self.secure.security(user).client_properties())
+        return conf
 
     def start(self) -> LocalCluster:
         cfg = self.config
@@ -106,6 +118,9 @@ class LocalCluster:
         for old in cfg.directory.glob("node-*"):
             # `up` always starts a fresh cluster: a new cluster id cannot reuse old storage.
             shutil.rmtree(old, ignore_errors=True)
+        if cfg.secure_hosts is not None:
+            shutil.rmtree(cfg.directory / "secure", ignore_errors=True)
+            self.secure = SecureBroker.create(cfg.directory / "secure", cfg.secure_hosts)
         for i in range(cfg.nodes):
             spec = NodeSpec(
                 node_id=i + 1,
@@ -116,10 +131,13 @@ class LocalCluster:
                 replication=cfg.nodes,
                 heap_mb=cfg.heap_mb,
                 extra_properties=cfg.extra_properties,
+                secure=self.secure,
             )
             node = KafkaNode(spec, java=java, classpath=self.classpath, owned=self.owned)
             node.write_config()
             self.nodes.append(node)
+        if self.secure is not None:
+            self.secure.write_client_files(self.bootstrap_servers)
         with ThreadPoolExecutor(max_workers=cfg.nodes) as pool:
             list(pool.map(lambda n: n.format(self.cluster_id), self.nodes))
         for node in self.nodes:
@@ -138,7 +156,7 @@ class LocalCluster:
 
         wanted = brokers if brokers is not None else sum(1 for n in self.nodes if n.is_running())
         deadline = time.monotonic() + (timeout or self.config.ready_timeout_s)
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        admin = AdminClient({**self.client_config(), "log_level": 0})
         last_error = "no answer yet"
         while time.monotonic() < deadline:
             for node in self.nodes:
@@ -178,6 +196,7 @@ class LocalCluster:
             "kafka_version": self.config.kafka_version,
             "bootstrap_servers": self.bootstrap_servers,
             "directory": str(self.directory),
+            "secure": str(self.secure.folder / "client.json") if self.secure else None,
             "nodes": [
                 {
                     "node_id": n.spec.node_id,
@@ -214,6 +233,8 @@ class LocalCluster:
             )
         )
         cluster.cluster_id = data["cluster_id"]
+        if data.get("secure"):
+            cluster.secure = SecureBroker.load(Path(data["secure"]).parent)
         cluster.owner_pid = int(data.get("owner_pid") or 0)
         java = find_java(None)
         classpath = resolve_classpath(kafka_version=data["kafka_version"])
@@ -227,6 +248,7 @@ class LocalCluster:
                 directory=Path(n["directory"]),
                 voters=voters,
                 replication=len(nodes_data),
+                secure=cluster.secure,
             )
             node = KafkaNode(spec, java=java, classpath=classpath, owned=False)
             if n.get("pid"):
@@ -282,7 +304,7 @@ class LocalCluster:
         metadata to reach the node we ask and for its leader to be elected."""
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        admin = AdminClient(self.client_config())
         deadline = time.monotonic() + timeout
         while True:
             md = admin.list_topics(topic=topic, timeout=10)

@@ -23,6 +23,7 @@ from pipeline.reasons import Launcher
 
 from .classpath import BrokerClasspath
 from .java import JavaRuntime
+from .secure import SecureBroker
 
 _LOG4J2 = """status = warn
 appender.file.type = File
@@ -59,6 +60,7 @@ class NodeSpec:
     replication: int
     heap_mb: int = 512
     extra_properties: Mapping[str, str] = field(default_factory=dict)
+    secure: SecureBroker | None = None  # SASL_SSL + mTLS controller + StandardAuthorizer
 
     def properties(self) -> dict[str, str]:
         rf = str(self.replication)
@@ -88,6 +90,8 @@ class NodeSpec:
             "log.retention.check.interval.ms": "5000",
             "unclean.leader.election.enable": "false",
         }
+        if self.secure is not None:
+            props.update(self.secure.node_properties(self.port, self.controller_port))
         props.update(self.extra_properties)
         return props
 
@@ -126,7 +130,11 @@ class KafkaNode:
         (self.directory / "logs").mkdir(parents=True, exist_ok=True)
         (self.directory / "data").mkdir(parents=True, exist_ok=True)
         lines = [f"{k}={v}" for k, v in self.spec.properties().items()]
-        self.properties_file.write_text("\n".join(lines) + "\n")
+        # 0600: a secured node's file holds the admin login it uses between brokers
+        self.properties_file.unlink(missing_ok=True)
+        fd = os.open(self.properties_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines) + "\n")
         (self.directory / "log4j2.properties").write_text(
             _LOG4J2.format(logdir=self.directory / "logs")
         )
@@ -156,12 +164,15 @@ class KafkaNode:
             "-c",
             str(self.properties_file),
             "--ignore-formatted",
+            *(self.spec.secure.scram_args() if self.spec.secure is not None else ()),
         )
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
         if proc.returncode != 0:
+            output = (proc.stdout + proc.stderr).strip()[-2000:]
+            if self.spec.secure is not None:
+                output = self.spec.secure.redact(output)
             raise LauncherError(
-                f"formatting KRaft storage for node {self.spec.node_id} failed:\n"
-                f"{(proc.stdout + proc.stderr).strip()[-2000:]}",
+                f"formatting KRaft storage for node {self.spec.node_id} failed:\n{output}",
                 reason=Launcher.STORAGE_FORMAT_FAILED,
             )
 

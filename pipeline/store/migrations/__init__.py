@@ -21,6 +21,7 @@ TABLE_MODULES = (
     "pipeline.gateway.tracking",
     "pipeline.control.requests",
     "pipeline.control.spawns",
+    "pipeline.control.stops",
     "pipeline.effects.tables",
     "pipeline.effects.saga_tables",
     "pipeline.pool.tables",

@@ -1,0 +1,66 @@
+"""``fleet acls plan|apply`` -- a gateway login's least-privilege ACLs (docs/security.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from pipeline.kafka.acls import apply_grants, gateway_grants
+from pipeline.kafka.topics import TopicNames
+
+from .output import console, emit_json, fail_on_fleet_error
+from .topics_cmd import BootstrapOpt, KafkaConfigOpt, bootstrap_from, secured_factories
+
+app = typer.Typer(help="Least-privilege ACLs per gateway login.", no_args_is_help=True)
+
+HostOpt = Annotated[str, typer.Option("--host", help="The gateway's host id (= its login).")]
+PrefixOpt = Annotated[str, typer.Option(help="Topic name prefix.")]
+
+
+@app.command()
+@fail_on_fleet_error
+def plan(
+    host: HostOpt,
+    prefix: PrefixOpt = "fleet.",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Print the ACLs gateway HOST needs: read its own inbox, control and group; write the
+    others' inboxes and control topics, the roster and the DLQ; idempotent write."""
+    grants = gateway_grants(host, TopicNames(prefix=prefix))
+    if as_json:
+        emit_json(
+            [
+                {
+                    "principal": g.principal,
+                    "resource": g.resource.value,
+                    "name": g.name,
+                    "pattern": g.pattern.value,
+                    "operation": g.operation.value,
+                }
+                for g in grants
+            ]
+        )
+        return
+    for g in grants:
+        typer.echo(g.line())
+
+
+@app.command()
+@fail_on_fleet_error
+def apply(
+    host: HostOpt,
+    kafka_config: KafkaConfigOpt = None,
+    bootstrap: BootstrapOpt = None,
+    prefix: PrefixOpt = "fleet.",
+) -> None:
+    """Create the planned ACLs for HOST (idempotent: existing ACLs are kept)."""
+    from pipeline.kafka.settings import admin_config
+
+    factories = secured_factories(kafka_config)  # a super user's login, e.g. admin.kafka.toml
+    server = bootstrap_from(bootstrap)
+    factories.check_access(server)
+    count = apply_grants(
+        factories.admin(admin_config(server)), gateway_grants(host, TopicNames(prefix=prefix))
+    )
+    console.print(f"{count} ACLs in place for User:{host}")

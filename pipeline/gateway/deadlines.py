@@ -1,0 +1,168 @@
+"""One deadline tracker: "sent X at t, expect an answer by t+d, else exactly one ``FAILED``".
+
+It serves every send whose sender waits for an outcome, each kind a :class:`Tracked` value:
+
+* a **forward send** to an inject-mode recipient (``gateway/tracking.py``): the answer is
+  ``INJECTED``; none by the deadline is ``INJECT_TIMEOUT`` (seed 000 §5: "no INJECTED within a
+  bound = fast explicit failure");
+* a **SPAWN** (``control/requests.py``): the answer is the target's ``INJECTED`` (launched) or
+  ``FAILED``; none by the deadline is ``SPAWN_TIMEOUT`` (seed 000 §7.8: a spawn costs like an
+  injection).
+
+A row is written in the send's own transaction (``pending``). The answer, or the deadline, moves
+it out of ``pending`` with a conditional update, so it is settled exactly once. The deadline's
+``FAILED`` (msgId ``failed-<msgId>``) is held for the sender in the same transaction as the
+settle: both or neither, and a second tick finds nothing pending. A ``FAILED`` with that msgId
+already held (the DLQ reporter's, about the same send) is kept as the one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import BigInteger, Column, String, Table, insert, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipeline.envelope import Envelope, Kind
+
+from .held import hold_notice
+from .receipts import failed_body
+
+PENDING, FAILED = "pending", "failed"
+
+
+def tracked_columns() -> tuple[Column[Any], ...]:
+    """The columns the tracker owns, last in every tracked table (after its own columns)."""
+    return (
+        Column("trace_id", String(255), nullable=False),
+        Column("sent_ms", BigInteger, nullable=False),
+        Column("deadline_ms", BigInteger, nullable=False, index=True),
+        Column("state", String(16), nullable=False, index=True),  # pending | answered | failed
+        Column("reason", String(64), nullable=True),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tracked:
+    """One kind of tracked send: where its rows live and what its timeout says.
+
+    ``table`` is keyed by ``msg_id`` and ends with :func:`tracked_columns`; among its own
+    columns are the two named here: ``owner`` (who sent it and gets the ``FAILED``) and
+    ``about`` (the gid the ``FAILED`` is about).
+    """
+
+    name: str
+    table: Table
+    owner: str
+    about: str
+    answered: str  # the state an answer (INJECTED) moves a row to
+    reason: str  # the timeout's reason code
+    stage: str  # the FAILED body's stage
+    describe: Callable[[Any], str]  # the FAILED's error text for an overdue row
+
+
+def track(session: Session, kind: Tracked, **row: Any) -> None:
+    """Record one send as ``pending``, in the caller's (the send's) transaction."""
+    session.execute(insert(kind.table).values(state=PENDING, **row))
+
+
+def settle(
+    session: Session, kind: Tracked, msg_id: str, state: str, reason: str | None = None
+) -> bool:
+    """Move a pending row to ``state``; False when it was not pending (already settled)."""
+    t = kind.table
+    result = session.execute(
+        update(t)
+        .where(t.c.msg_id == msg_id, t.c.state == PENDING)
+        .values(state=state, reason=reason)
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
+def state_of(session: Session, kind: Tracked, msg_id: str) -> str | None:
+    t = kind.table
+    row = session.execute(select(t.c.state).where(t.c.msg_id == msg_id)).first()
+    return None if row is None else str(row.state)
+
+
+def overdue(session: Session, kind: Tracked, now: int, limit: int = 500) -> list[Any]:
+    t = kind.table
+    query = select(t).where(t.c.state == PENDING, t.c.deadline_ms < now)
+    return list(session.execute(query.order_by(t.c.deadline_ms).limit(limit)))
+
+
+def answered(session: Session, kinds: Sequence[Tracked], msg_id: str) -> str | None:
+    """The state of the tracked send ``msg_id`` under whichever kind tracks it, else None."""
+    for kind in kinds:
+        state = state_of(session, kind, msg_id)
+        if state is not None:
+            return state
+    return None
+
+
+def settle_answer(
+    session: Session, kinds: Sequence[Tracked], msg_id: str, *, injected: bool, reason: str
+) -> None:
+    """An ``INJECTED`` or ``FAILED`` about ``msg_id`` came back: settle it, whatever its kind."""
+    for kind in kinds:
+        settle(session, kind, msg_id, kind.answered if injected else FAILED, reason or None)
+
+
+class Deadlines:
+    """The maintenance duty: every overdue pending send of every kind becomes one ``FAILED``."""
+
+    def __init__(
+        self,
+        *,
+        sessions: sessionmaker[Session],
+        gateway_id: str,
+        kinds: Sequence[Tracked],
+        ttl_s: float = 86400.0,
+        reads: sessionmaker[Session] | None = None,
+        on_timeout: Mapping[str, Callable[[], object]] | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.reads = reads or sessions
+        self.gateway_id = gateway_id
+        self.kinds = tuple(kinds)
+        self.ttl_s = ttl_s
+        self.on_timeout = dict(on_timeout or {})
+
+    def tick(self, now_ms: int | None = None) -> int:
+        """Settle what is overdue; returns how many FAILED were held (a kept one not counted)."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        return sum(self._expire(kind, now) for kind in self.kinds)
+
+    def _expire(self, kind: Tracked, now: int) -> int:
+        with self.reads() as r:  # look first with a read: no write lock unless there is work
+            if not overdue(r, kind, now, limit=1):
+                return 0
+        held = 0
+        with self.sessions.begin() as s:
+            for row in overdue(s, kind, now):
+                if not settle(s, kind, row.msg_id, FAILED, kind.reason):
+                    continue
+                owner = getattr(row, kind.owner)
+                failed = Envelope.new(
+                    kind=Kind.FAILED,
+                    msg_id=f"failed-{row.msg_id}",
+                    sender=self.gateway_id,
+                    to=owner,
+                    body=failed_body(
+                        row.msg_id,
+                        getattr(row, kind.about),
+                        reason=kind.reason,
+                        error=kind.describe(row),
+                        stage=kind.stage,
+                    ),
+                    ttl_s=self.ttl_s,
+                    trace_id=row.trace_id,
+                )
+                if hold_notice(s, failed, now):
+                    held += 1
+                    if kind.name in self.on_timeout:
+                        self.on_timeout[kind.name]()
+        return held

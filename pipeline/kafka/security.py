@@ -1,0 +1,360 @@
+"""How a client reaches a secured cluster: the ``[kafka]`` table of fleet.toml as a frozen value.
+
+:class:`KafkaSecurity` names the protocol, the SASL login and the TLS files; ``properties``
+passes further librdkafka settings through, except the ones this package owns (the ack model's
+settings in :mod:`pipeline.kafka.settings`, and every credential, which has a named key). It is
+applied to every client, producer, consumer and admin alike, by
+:func:`pipeline.kafka.settings.with_security`.
+
+Secrets (docs/security.md)::
+
+    never inline          an ``sasl_password`` key in the file is refused (SECRET_INLINE)
+    read at the edge      ``sasl_password_file`` / ``sasl_password_env`` are resolved by the
+                          loader into a :class:`Secret`; nothing else reads the file or the env
+    never shown           a Secret's repr and str are ``***``; the dataclass field is repr=False;
+                          only :meth:`Secret.reveal` gives the text, and only ``with_security``
+                          calls it, to hand it to librdkafka
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from pipeline.errors import ConfigError
+from pipeline.reasons import Config, Security
+
+E = TypeVar("E", bound=enum.StrEnum)
+_UNKNOWN = Config.CONFIG_UNKNOWN_KEY
+
+
+class SecurityProtocol(enum.StrEnum):
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+
+    @property
+    def sasl(self) -> bool:
+        return self.value.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.value.endswith("SSL")
+
+
+class SaslMechanism(enum.StrEnum):
+    SCRAM_SHA_512 = "SCRAM-SHA-512"
+    SCRAM_SHA_256 = "SCRAM-SHA-256"
+    PLAIN = "PLAIN"
+
+
+class Secret:
+    """A credential that never prints: ``repr``/``str``/f-strings show ``***``."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        if not isinstance(value, str) or not value:
+            raise ConfigError("a secret must be a non-empty string", reason=Config.CONFIG_INVALID)
+        self._value = value
+
+    def reveal(self) -> str:
+        """The text itself; call only to hand it to the client library."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Secret is not picklable")  # nor written to a file by accident
+
+    def __copy__(self) -> Secret:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> Secret:
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(("Secret", self._value))
+
+
+# Keys a [kafka.properties] table may not set: the ack models' settings (docs/gateway.md) and
+# what identifies a client to its group, which this package sets per client.
+OWNED_PROPERTIES: Final = frozenset(
+    {
+        "bootstrap.servers",
+        "metadata.broker.list",
+        "group.id",
+        "group.instance.id",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "auto.offset.reset",
+        "isolation.level",
+        "partition.assignment.strategy",
+        "enable.idempotence",
+        "acks",
+        "request.required.acks",
+        "max.in.flight.requests.per.connection",
+        "max.in.flight",
+        "partitioner",
+        "transactional.id",
+        "enable.partition.eof",
+        "logger",
+        "error_cb",
+        "log_cb",
+    }
+)
+# Keys that have a named key in [kafka] (so the loader can check and hide them).
+NAMED_PROPERTIES: Final = frozenset(
+    {
+        "security.protocol",
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "sasl.username",
+        "sasl.password",
+        "ssl.ca.location",
+        "ssl.certificate.location",
+        "ssl.key.location",
+    }
+)
+_SECRET_WORDS = ("password", "secret", "sasl.jaas", "sasl.oauthbearer.config", ".pem", "token")
+
+
+def property_refusal(key: str) -> tuple[str, str] | None:
+    """Why ``key`` may not appear in ``[kafka.properties]`` (reason, detail), or None."""
+    if key in OWNED_PROPERTIES:
+        return Security.PROPERTY_OWNED, "set by fleet-pipeline itself (docs/gateway.md)"
+    if key in NAMED_PROPERTIES:
+        name = key.replace(".", "_").replace("sasl_mechanisms", "sasl_mechanism")
+        return Security.PROPERTY_OWNED, f"use the named key [kafka].{name}"
+    if any(word in key for word in _SECRET_WORDS):
+        return Security.SECRET_INLINE, "a credential never goes inline (docs/security.md)"
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class KafkaSecurity:
+    """How every Kafka client of one process connects (seed 000 §10.2: TLS, per-gateway logins).
+
+    ``password_source`` says where the password came from (``file:<path>`` or ``env:<NAME>``),
+    for messages; the password itself is only in ``sasl_password``, which no repr shows.
+    """
+
+    security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+    sasl_mechanism: SaslMechanism | None = None
+    sasl_username: str | None = None
+    sasl_password: Secret | None = field(default=None, repr=False)
+    password_source: str | None = None
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    properties: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        proto = self.security_protocol
+        if not isinstance(proto, SecurityProtocol):
+            raise _invalid("security_protocol", proto, f"one of {', '.join(SecurityProtocol)}")
+        if proto.sasl:
+            if not isinstance(self.sasl_mechanism, SaslMechanism):
+                raise _invalid(
+                    "sasl_mechanism", self.sasl_mechanism, f"one of {', '.join(SaslMechanism)}"
+                )
+            if not isinstance(self.sasl_username, str) or not self.sasl_username:
+                raise _invalid("sasl_username", self.sasl_username, f"{proto} needs a username")
+            if not isinstance(self.sasl_password, Secret):
+                raise _invalid(
+                    "sasl_password_file",
+                    None,
+                    f"{proto} needs sasl_password_file or sasl_password_env",
+                    Config.CONFIG_MISSING_KEY,
+                )
+        else:
+            for key in ("sasl_mechanism", "sasl_username", "sasl_password"):
+                if getattr(self, key) is not None:
+                    raise _invalid(key, "(set)", f"does not apply to {proto}")
+        tls_keys = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")
+        for key in tls_keys:
+            value = getattr(self, key)
+            if value is not None and not proto.tls:
+                raise _invalid(key, value, f"does not apply to {proto}")
+            if value is not None and (not isinstance(value, str) or not value):
+                raise _invalid(key, value, "must be a path")
+        if (self.ssl_certificate_location is None) != (self.ssl_key_location is None):
+            raise _invalid(
+                "ssl_key_location", self.ssl_key_location, "a client certificate needs its key"
+            )
+        for key, value in self.properties:
+            refusal = property_refusal(key)
+            if refusal is not None:
+                raise _invalid(f"properties.{key}", "(hidden)", refusal[1], refusal[0])
+            if not isinstance(value, str):
+                raise _invalid(f"properties.{key}", value, "must be a string")
+
+    def client_properties(self) -> dict[str, str]:
+        """The librdkafka properties for this login, the password included (for the client only;
+        never log the result)."""
+        conf: dict[str, str] = {"security.protocol": self.security_protocol.value}
+        if self.security_protocol.sasl:
+            assert self.sasl_mechanism is not None and self.sasl_username is not None
+            assert self.sasl_password is not None
+            conf["sasl.mechanism"] = self.sasl_mechanism.value
+            conf["sasl.username"] = self.sasl_username
+            conf["sasl.password"] = self.sasl_password.reveal()
+        for key in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location"):
+            value = getattr(self, key)
+            if value is not None:
+                conf[key.replace("_", ".")] = value
+        conf.update(dict(self.properties))
+        return conf
+
+    def describe(self) -> dict[str, Any]:
+        """What a ``--json`` status may show: everything but the password."""
+        return {
+            "security_protocol": self.security_protocol.value,
+            "sasl_mechanism": self.sasl_mechanism.value if self.sasl_mechanism else None,
+            "sasl_username": self.sasl_username,
+            "password_source": self.password_source,
+            "ssl_ca_location": self.ssl_ca_location,
+            "properties": dict(self.properties),
+        }
+
+
+PLAINTEXT: Final = KafkaSecurity()
+
+
+def _invalid(key: str, value: Any, detail: str, reason: str = Config.CONFIG_INVALID) -> ConfigError:
+    return ConfigError(
+        f"kafka.{key} = {value!r}: {detail}",
+        reason=reason,
+        context={"key": f"kafka.{key}", "detail": detail, "value": value},
+    )
+
+
+_TABLE_KEYS: Final = (
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "sasl_password_file",
+    "sasl_password_env",
+    "ssl_ca_location",
+    "ssl_certificate_location",
+    "ssl_key_location",
+    "properties",
+)
+
+
+def security_from_table(
+    table: Mapping[str, Any], *, environ: Mapping[str, str], base_dir: Path | None = None
+) -> KafkaSecurity:
+    """The ``[kafka]`` table as a :class:`KafkaSecurity`; the edge (a config loader) calls this,
+    and it is the one place a password file or variable is read. Relative paths are taken from
+    ``base_dir`` (the config file's folder)."""
+    if not isinstance(table, Mapping):
+        raise _invalid("", table, "must be a table ([kafka])")
+    if "sasl_password" in table:
+        raise _invalid(
+            "sasl_password",
+            "(hidden)",
+            "a password never goes inline: use sasl_password_file or sasl_password_env",
+            Security.SECRET_INLINE,
+        )
+    for key in table:
+        if key not in _TABLE_KEYS:
+            raise _invalid(
+                key, "(hidden)", f"unknown key (known: {', '.join(_TABLE_KEYS)})", _UNKNOWN
+            )
+    values: dict[str, Any] = {}
+    for key in ("sasl_username", "ssl_ca_location", "ssl_certificate_location", "ssl_key_location"):
+        if key in table:
+            value = table[key]
+            if key != "sasl_username" and isinstance(value, str) and value and base_dir:
+                value = str(base_dir / value)
+            values[key] = value
+    proto = table.get("security_protocol", SecurityProtocol.PLAINTEXT.value)
+    values["security_protocol"] = _member(SecurityProtocol, proto, "security_protocol")
+    if "sasl_mechanism" in table:
+        values["sasl_mechanism"] = _member(SaslMechanism, table["sasl_mechanism"], "sasl_mechanism")
+    password, source = _password(table, environ, base_dir)
+    if password is not None:
+        values["sasl_password"], values["password_source"] = password, source
+    props = table.get("properties", {})
+    if not isinstance(props, Mapping):
+        raise _invalid("properties", props, "must be a table ([kafka.properties])")
+    pairs = []
+    for key, value in props.items():
+        refusal = property_refusal(key)
+        if refusal is not None:
+            raise _invalid(f"properties.{key}", "(hidden)", refusal[1], refusal[0])
+        if not isinstance(value, str | int | float):
+            raise _invalid(f"properties.{key}", value, "must be a string, number or boolean")
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        pairs.append((key, text))
+    values["properties"] = tuple(sorted(pairs))
+    return KafkaSecurity(**values)
+
+
+def _password(
+    table: Mapping[str, Any], environ: Mapping[str, str], base_dir: Path | None
+) -> tuple[Secret | None, str | None]:
+    file, env = table.get("sasl_password_file"), table.get("sasl_password_env")
+    if file is not None and env is not None:
+        raise _invalid("sasl_password_env", env, "give sasl_password_file or _env, not both")
+    if file is not None:
+        if not isinstance(file, str) or not file:
+            raise _invalid("sasl_password_file", file, "must be a path")
+        path = base_dir / file if base_dir else Path(file)
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            detail = f"cannot read the password file: {getattr(exc, 'strerror', None) or exc}"
+            reason = Security.SECRET_UNREADABLE
+            raise _invalid("sasl_password_file", str(path), detail, reason) from None
+        if not text:
+            raise _invalid("sasl_password_file", str(path), "is empty", Security.SECRET_UNREADABLE)
+        return Secret(text), f"file:{path}"
+    if env is not None:
+        if not isinstance(env, str) or not env:
+            raise _invalid("sasl_password_env", env, "must be a variable name")
+        text = environ.get(env, "")
+        if not text:
+            raise _invalid("sasl_password_env", env, "is not set", Security.SECRET_UNREADABLE)
+        return Secret(text), f"env:{env}"
+    return None, None
+
+
+def _member(cls: type[E], value: Any, key: str) -> E:
+    try:
+        return cls(value)
+    except ValueError:
+        raise _invalid(key, value, f"one of {', '.join(cls)}") from None
+
+
+def load_kafka_file(path: str | Path, *, environ: Mapping[str, str]) -> KafkaSecurity:
+    """The ``[kafka]`` table of a TOML file (a fleet.toml, or ``<login>.kafka.toml`` written by
+    ``fleet kafka up --secure``), for commands that take ``--kafka-config``; an edge reader."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(
+            f"{path}: cannot read a [kafka] table: {exc}", reason=Config.CONFIG_NOT_FOUND
+        ) from None
+    try:
+        return security_from_table(data.get("kafka", {}), environ=environ)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{path}: {exc.args[0]}", reason=exc.reason, context=exc.context
+        ) from None
