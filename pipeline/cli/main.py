@@ -42,6 +42,7 @@ COMMANDS = (
     group("gateway", "gateway_cmd", "Run a host's gateway: the per-host inbox with the dual ack model."),
     group("pool", "pool_cmd", "Worker pools: members of consumer group fleet.pool.<NAME>."),
     group("acls", "acls_cmd", "Least-privilege ACLs per gateway login."),
+    group("chaos", "chaos_cmd", "Faults on a seeded schedule, a recorded history, one checker."),
 )
 # fmt: on
 

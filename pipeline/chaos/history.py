@@ -1,0 +1,91 @@
+"""The history: one JSON object per line, one line per operation (``docs/chaos.md``).
+
+Operations (``op``):
+
+* ``send`` - a send the sender's gateway acknowledged locally (queued in its outbox):
+  ``msgId``, ``from``, ``to``, ``kind``, ``seq`` (0, 1, 2 ... per ``from -> to`` stream), ``path``
+  (``pull``: held for a main; ``inject``: injected into a worker).
+* ``held`` - the recipient's gateway holds it (``drained`` when a poll took it).
+* ``injected`` - the worker's injector ran for it (one line per run, in run order).
+* ``dead_letter`` - a gateway dead-lettered it (``reason``).
+* ``failed`` - a FAILED receipt for it reached the sender (``reason``).
+* ``rejected`` - the sender's outbox refused it for good (``reason``).
+* ``unshipped`` - still in the sender's outbox at the end (not seen yet, not lost).
+* ``fault`` / ``heal`` / ``recovered`` - the nemesis's account (``name``, ``seconds``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+
+class Op(StrEnum):
+    SEND = "send"
+    HELD = "held"
+    INJECTED = "injected"
+    DEAD_LETTER = "dead_letter"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    UNSHIPPED = "unshipped"
+    FAULT = "fault"
+    HEAL = "heal"
+    RECOVERED = "recovered"
+
+
+class DeliveryPath(StrEnum):
+    """Which delivery path a send takes (seed 000 §5 forward/inject, §6 reply/pull)."""
+
+    PULL = "pull"
+    INJECT = "inject"
+
+
+def row(op: Op, **fields: Any) -> dict[str, Any]:
+    """One history row: ``op`` first, then the fields, with a wall-clock ``t`` (seconds)."""
+    return {"op": str(op), "t": round(time.time(), 3), **fields}
+
+
+class HistoryWriter:
+    """Append-only JSONL, flushed per line so a crash of the driver keeps what it saw.
+    Thread-safe: the workload thread and the nemesis write to one file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._file = path.open("a", encoding="utf-8")
+
+    def write(self, op: Op, **fields: Any) -> dict[str, Any]:
+        entry = row(op, **fields)
+        line = json.dumps(entry, separators=(",", ":"), sort_keys=False)
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+        return entry
+
+    def extend(self, entries: Iterable[Mapping[str, Any]]) -> None:
+        with self._lock:
+            for e in entries:
+                self._file.write(json.dumps(dict(e), separators=(",", ":")) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+def read_history(path: Path) -> Iterator[dict[str, Any]]:
+    """The rows of a history file, in order (a torn last line from a crash is skipped)."""
+    with path.open(encoding="utf-8") as f:
+        for raw in f:
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue

@@ -1,0 +1,79 @@
+"""A gateway as a child process the nemesis can kill -9, stop, continue and restart.
+
+``python -m pipeline gateway run --config F``: the code production runs, in its own process, so
+a kill -9 is a real crash (no ``finally``, no flush) and a SIGSTOP a real zombie.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+RUNNING_LINE = "running (inbox"
+
+
+class GatewayProc:
+    def __init__(self, name: str, config: Path, log: Path) -> None:
+        self.name = name
+        self.config = config
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> GatewayProc:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pipeline", "gateway", "run", "--config", str(self.config)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ},
+            )
+        self.starts += 1
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def ready(self) -> bool:
+        """True once the current incarnation printed its ``running`` line."""
+        return self.output().count(RUNNING_LINE) >= self.starts
+
+    def kill9(self) -> None:
+        if self.alive:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def pause(self) -> None:
+        if self.alive:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.alive:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """A clean shutdown (SIGTERM: the gateway finishes its turn and closes); SIGKILL only
+        when it does not exit within ``timeout``."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.exit_code
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(5)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""

@@ -1,0 +1,118 @@
+"""The chaos checker on hand-made histories: one that passes, and one failing each rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.chaos.checker import Violation, check
+from pipeline.chaos.history import DeliveryPath, HistoryWriter, Op, read_history
+
+
+def send(mid: str, seq: int, *, to: str = "main-b", path: str = "pull") -> dict[str, Any]:
+    kind = "REPLY" if path == DeliveryPath.PULL else "SEND"
+    return {"op": "send", "msgId": mid, "from": "main-a", "to": to, "kind": kind, "seq": seq,
+            "path": path}  # fmt: skip
+
+
+def out(op: Op, mid: str, **kw: Any) -> dict[str, Any]:
+    return {"op": str(op), "msgId": mid, **kw}
+
+
+def brief(mid: str, seq: int) -> dict[str, Any]:
+    return send(mid, seq, to="worker-b", path=DeliveryPath.INJECT)
+
+
+def test_a_clean_history_passes() -> None:
+    h = [
+        send("r0", 0), send("r1", 1), send("r2", 2), brief("b0", 0), brief("b1", 1),
+        brief("b2", 2), send("r3", 3),
+        {"op": "fault", "name": "kill9"}, {"op": "recovered", "seconds": 2.5},
+        out(Op.HELD, "r0"), out(Op.HELD, "r1"), out(Op.DEAD_LETTER, "r2", reason="EXPIRED"),
+        out(Op.INJECTED, "b0"), out(Op.FAILED, "b1", reason="INJECT_TIMEOUT"),
+        out(Op.INJECTED, "b2"), out(Op.UNSHIPPED, "r3"),
+    ]  # fmt: skip
+    v = check(h)
+    assert v.ok, v.findings
+    assert (v.sends, v.faults, v.lost, v.duplicated, v.out_of_order, v.unseen) == (7, 1, 0, 0, 0, 1)
+    assert v.slowest_recovery_s == 2.5
+
+
+def test_an_acknowledged_send_with_no_outcome_is_lost() -> None:
+    v = check([send("r0", 0), send("r1", 1), out(Op.HELD, "r0")])
+    assert v.lost == 1 and [f.msg_id for f in v.findings] == ["r1"]
+    assert v.findings[0].code == Violation.LOST
+
+
+def test_a_lost_send_before_a_delivered_one_is_also_a_gap() -> None:
+    v = check([send("r0", 0), send("r1", 1), out(Op.HELD, "r1")])
+    assert v.lost == 1 and v.count(Violation.GAP) == 1 and v.out_of_order == 1
+
+
+def test_a_pull_path_send_is_not_answered_by_a_failed_alone_when_it_was_held_twice() -> None:
+    v = check([send("r0", 0), out(Op.HELD, "r0"), out(Op.HELD, "r0")])
+    assert v.duplicated == 1 and v.count(Violation.DUPLICATED) == 1
+
+
+def test_two_injects_of_one_brief_are_a_duplicate() -> None:
+    v = check([brief("b0", 0), out(Op.INJECTED, "b0"), out(Op.INJECTED, "b0")])
+    assert v.duplicated == 1 and not v.ok
+
+
+def test_two_failed_for_one_brief_are_a_duplicate() -> None:
+    h = [brief("b0", 0), out(Op.FAILED, "b0", reason="X"), out(Op.FAILED, "b0", reason="X")]
+    assert check(h).count(Violation.DUPLICATED) == 1
+
+
+def test_an_injected_brief_reported_failed_is_a_conflict() -> None:
+    h = [brief("b0", 0), out(Op.INJECTED, "b0"), out(Op.FAILED, "b0", reason="INJECT_TIMEOUT")]
+    v = check(h)
+    assert v.count(Violation.CONFLICT) == 1 and v.duplicated == 1 and v.lost == 0
+
+
+def test_holds_out_of_send_order_are_found() -> None:
+    h = [send("r0", 0), send("r1", 1), send("r2", 2),
+         out(Op.HELD, "r0"), out(Op.HELD, "r2"), out(Op.HELD, "r1")]  # fmt: skip
+    v = check(h)
+    assert v.out_of_order == 1 and v.findings[0].msg_id == "r1" and v.lost == 0
+
+
+def test_order_is_per_stream_so_interleaved_streams_pass() -> None:
+    h = [send("r0", 0), brief("b0", 0), send("r1", 1), brief("b1", 1),
+         out(Op.INJECTED, "b0"), out(Op.INJECTED, "b1"), out(Op.HELD, "r0"), out(Op.HELD, "r1")]  # fmt: skip
+    assert check(h).ok
+
+
+def test_a_rejection_without_a_reason_is_a_finding() -> None:
+    for op in (Op.DEAD_LETTER, Op.FAILED, Op.REJECTED):
+        v = check([brief("b0", 0), out(op, "b0", reason="")])
+        assert v.count(Violation.NO_REASON) == 1, op
+
+
+def test_a_delivery_never_sent_is_reported() -> None:
+    assert check([out(Op.HELD, "ghost")]).count(Violation.UNKNOWN_MSG) == 1
+
+
+def test_a_failed_alone_does_not_account_for_a_pull_path_reply_without_a_reason() -> None:
+    v = check([send("r0", 0), out(Op.FAILED, "r0", reason="")])
+    assert v.count(Violation.NO_REASON) == 1
+
+
+def test_the_history_file_round_trips_and_skips_a_torn_line(tmp_path: Any) -> None:
+    path = tmp_path / "h.jsonl"
+    w = HistoryWriter(path)
+    w.write(Op.SEND, msgId="r0", **{"from": "main-a"}, to="main-b", kind="REPLY", seq=0,
+            path="pull")  # fmt: skip
+    w.extend([out(Op.HELD, "r0")])
+    w.close()
+    with path.open("a") as f:
+        f.write('{"op": "held", "msg')
+    rows = list(read_history(path))
+    assert [r["op"] for r in rows] == ["send", "held"]
+    assert check(rows).ok
+
+
+def test_strict_mode_refuses_any_failed_or_dead_letter() -> None:
+    h = [brief("b0", 0), out(Op.FAILED, "b0", reason="INJECT_TIMEOUT"),
+         send("r0", 0), out(Op.DEAD_LETTER, "r0", reason="EXPIRED")]  # fmt: skip
+    assert check(h).ok
+    assert check(h, strict=True).count(Violation.NOT_CLEAN) == 2
