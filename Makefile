@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup run test test-unit check bench lab clean
+.PHONY: help setup run test test-unit check bench lab chaos clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n",$$1,$$2}'
@@ -29,6 +29,11 @@ test-unit: setup  ## only tests that need no broker
 
 lab: setup  ## every shipped lab scenario (examples/lab/) on a real broker, model beside measurement
 	FLEET_LAB_SCENARIOS=1 $(PY) -m pytest tests/integration/test_lab_run.py -m lab_scenarios -s
+
+CHAOS_REPEAT ?= 20
+CHAOS_SEED ?= 0
+chaos: setup  ## the chaos catalogue (docs/chaos.md): every scenario, CHAOS_REPEAT seeded repetitions
+	$(PY) -m pipeline chaos run --scenario all --repeat $(CHAOS_REPEAT) --seed $(CHAOS_SEED)
 
 check: setup  ## ruff + mypy (strict on pipeline/)
 	$(PY) -m ruff check .
