@@ -56,6 +56,7 @@ class Verdict:
     duplicated: int
     out_of_order: int
     unseen: int
+    refused: int = 0  # sends the client refused locally (never acknowledged, not checked)
     slowest_recovery_s: float | None
     findings: tuple[Finding, ...] = field(default_factory=tuple)
 
@@ -80,6 +81,7 @@ class _Index:
     seen: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     delivered: dict[Stream, list[str]] = field(default_factory=lambda: defaultdict(list))
     faults: int = 0
+    refused: int = 0
     recoveries: list[float] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
@@ -89,6 +91,8 @@ class _Index:
         for r in rows:
             if r.get("op") == Op.SEND:
                 ix.sends[str(r["msgId"])] = r
+            elif r.get("op") == Op.REJECTED and r.get("local"):
+                ix.refused += 1
             elif r.get("op") == Op.FAULT:
                 ix.faults += 1
             elif r.get("op") == Op.RECOVERED and r.get("seconds") is not None:
@@ -185,6 +189,7 @@ def check(history: Iterable[Mapping[str, Any]], *, strict: bool = False) -> Verd
         duplicated=dup,
         out_of_order=out_of_order,
         unseen=unseen,
+        refused=ix.refused,
         slowest_recovery_s=max(ix.recoveries, default=None),
         findings=tuple(ix.findings),
     )

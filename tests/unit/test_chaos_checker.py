@@ -116,3 +116,8 @@ def test_strict_mode_refuses_any_failed_or_dead_letter() -> None:
          send("r0", 0), out(Op.DEAD_LETTER, "r0", reason="EXPIRED")]  # fmt: skip
     assert check(h).ok
     assert check(h, strict=True).count(Violation.NOT_CLEAN) == 2
+
+
+def test_a_send_refused_locally_is_counted_apart_and_is_not_a_violation() -> None:
+    v = check([{"op": "rejected", "msgId": "", "reason": "UNKNOWN_RECIPIENT", "local": True}])
+    assert v.ok and v.refused == 1 and v.sends == 0
