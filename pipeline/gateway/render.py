@@ -30,6 +30,7 @@ CONTROL_KINDS = frozenset(
     {Kind.INJECTED, Kind.FAILED, Kind.NO_WAITER, Kind.TOO_LATE, Kind.ABANDONED}
 )
 STAGE_EXPIRY = "expiry"
+DONE = {"spawn": "spawned", "stop": "stopped"}  # an INJECTED's stage -> what was done
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +59,12 @@ def describe(
             )
         fields = base | {"about": r.msg_id, "recipient": r.recipient}
         if kind == Kind.INJECTED:
+            if r.stage in DONE:  # a control request's outcome, not an injection
+                return Rendered(
+                    kind=kind,
+                    text=f"worker {r.recipient} {DONE[r.stage]} ({r.stage} {r.msg_id}).",
+                    fields=fields | {"stage": r.stage},
+                )
             return Rendered(
                 kind=kind,
                 text=f"delivered: your message {r.msg_id} was injected into {r.recipient}.",

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from pipeline.bootstrap import build_client, build_control_client, build_failed_reporter
 from pipeline.cli.main import app
-from pipeline.control import ControlClient
+from pipeline.control import STOP, ControlClient
 from pipeline.control.spawns import spawns_table
 from pipeline.control.stops import stops_table
 from pipeline.envelope import Envelope, Kind, encode
@@ -186,8 +186,9 @@ def test_stop_tombstones_the_worker_and_later_mail_fails_once_with_recipient_gon
     """Seed 000 §8 step 7 (and the issue's acceptance): STOP -> the worker's stop command runs,
     its process ends, its presence is tombstoned (A's binding of it is gone, not merely lapsed:
     the TTL is 30 s); a repeated STOP (same stopId) stops nothing and is answered again; a brief
-    that still reaches B gives its sender exactly one FAILED (RECIPIENT_GONE); a local send
-    fails at once; a broadcast reaches only the live member."""
+    that still reaches B gives its sender exactly one FAILED (RECIPIENT_GONE); a later brief
+    through ``fleet send`` is refused at once with RECIPIENT_GONE naming the cause (w-1's
+    presence departure said ``stopped``); a broadcast reaches only the live member."""
     h = hosts
     _spawn(h, "w-1", "w-2")
     pid = _pid(h, "w-1")
@@ -203,6 +204,8 @@ def test_stop_tombstones_the_worker_and_later_mail_fails_once_with_recipient_gon
         first["msgId"]: ("INJECTED", ""),
         second["msgId"]: ("INJECTED", ""),
     }
+    with h.client.sessions() as s:  # the requester's deadline rows: settled by the answers
+        assert deadlines.answered(s, (STOP,), first["msgId"]) == "stopped"
     wait_until(lambda: h.client.binding("w-1") is None, 30, "w-1's tombstone at A")
     assert h.client.knows("w-2")
     assert (h.markers / "stopped-w-1").exists()
@@ -212,9 +215,26 @@ def test_stop_tombstones_the_worker_and_later_mail_fails_once_with_recipient_gon
     with h.b_store.connect() as c:
         assert [r.stop_id for r in c.execute(select(stops_table))] == ["stop-1"]
 
+    # a later brief through the real CLI: A's roster kept w-1's departure, so it is refused at
+    # once with the cause -- nothing queued, so no FAILED can follow
+    send = ["send", "-c", str(h.a_toml), "--from", "main-a", "--to", "w-1", "too late", "--json"]
+    refused = CliRunner().invoke(app, send)
+    assert refused.exit_code == 2, refused.output
+    why = json.loads(refused.stdout)
+    assert (why["error"], why["to"], why["gone"], why["host"]) == (
+        "RECIPIENT_GONE",
+        "w-1",
+        "stopped",
+        "B",
+    )
     with pytest.raises(DeliveryError) as local:
         h.client.send(sender="main-a", to="w-1", body=b"too late")
-    assert local.value.reason == "UNKNOWN_RECIPIENT"  # a tombstone: the sender cannot tell why
+    assert local.value.reason == "RECIPIENT_GONE"
+    with pytest.raises(DeliveryError) as unknown:  # a gid never announced stays unknown
+        h.client.send(sender="main-a", to="w-never", body=b"hello?")
+    assert unknown.value.reason == "UNKNOWN_RECIPIENT"
+
+    # the in-flight race: a brief queued before A's roster heard the departure still reaches B
 
     late = _brief_past_the_roster(h, "w-1", b"late-brief")
     assert _answers(h, 1) == {late.msg_id: ("FAILED", "RECIPIENT_GONE")}
@@ -240,6 +260,9 @@ def test_a_worker_whose_process_dies_is_reaped_and_mail_held_for_it_is_dead_lett
     wait_until(lambda: h.client.binding("w-d") is None, 30, "w-d's tombstone at A")
     row = _spawn_row(h, "w-d")
     assert (row.state, row.reason) == ("reaped", "died")
+    with pytest.raises(DeliveryError) as died:  # its departure said why it left
+        h.client.send(sender="main-a", to="w-d", body=b"late")
+    assert (died.value.reason, died.value.context["gone"]) == ("RECIPIENT_GONE", "died")
 
     env = Envelope.new(kind=Kind.SEND, sender="main-a", to="w-d", body=b"held", ttl_s=3600)
     topic = TopicNames(prefix=h.fleet.prefix).inbox("B")
