@@ -10,6 +10,9 @@ is readable as it stands, so :func:`describe` turns it into
 * ``text`` -- one short sentence naming what happened, to which message or turn, and what the
   reader can do, for agents and people.
 
+An ``INJECTED`` whose stage is ``stop`` or ``spawn`` is a control request's outcome, not an
+injection: it reads "worker w-1 stopped (stop X)" (or spawned).
+
 Content kinds (``SEND``, ``REPLY``, ``ASK``, ``ANSWER``, ``BROADCAST``) keep their body: the text
 *is* the message. An ASK whose answer never came is reported to the asker as a ``FAILED`` about
 the ASK with reason ``EXPIRED`` and stage ``expiry`` (``docs/gateway.md``, conversations).
