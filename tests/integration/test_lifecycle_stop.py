@@ -32,6 +32,7 @@ from pipeline.control.spawns import spawns_table
 from pipeline.control.stops import stops_table
 from pipeline.envelope import Envelope, Kind, encode
 from pipeline.errors import DeliveryError
+from pipeline.failures.reporter import reported_table
 from pipeline.gateway import deadlines, tracking
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import load_config
@@ -69,6 +70,7 @@ class Hosts:
     control: ControlClient
     markers: Path
     b_store: Any
+    b: GatewayProcess
 
 
 @pytest.fixture
@@ -95,7 +97,7 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[Hosts]:
         reporter = build_failed_reporter(b_cfg, signer=fleet.signers["B"], trust=fleet.trust)
         reporting = threading.Thread(target=reporter.run, kwargs={"should_stop": stop.is_set})
         reporting.start()
-        yield Hosts(fleet, a_toml, client, control, markers, b_store)
+        yield Hosts(fleet, a_toml, client, control, markers, b_store, b)
     finally:
         stop.set()
         if reporting is not None:
@@ -282,3 +284,40 @@ def test_a_worker_whose_process_dies_is_reaped_and_mail_held_for_it_is_dead_lett
     assert left == []
     time.sleep(2.0)
     assert Counter(_answers(h, 0, timeout=0.5)) == Counter()
+
+
+def test_a_stop_whose_answer_never_comes_in_time_is_one_failed_stop_timeout(
+    hosts: Hosts,
+) -> None:
+    """Issue 15 (a STOP costs like a SPAWN: the requester tracks a deadline) and seed 001's
+    "no answer in time" scenario: host B's gateway is frozen (SIGSTOP) when the STOP is queued,
+    so no outcome comes; A's deadline tracker gives main-a exactly one FAILED (STOP_TIMEOUT,
+    about the gid). When B thaws, the STOP it finds (expired, or refused) answers main-a again
+    with a FAILED about the same msgId: dropped, still exactly one."""
+    h = hosts
+    quick = ControlClient(
+        sessions=h.control.sessions,
+        publisher=h.control.publisher,
+        deadline_s=2.0,
+        local_senders=h.control.local_senders,
+    )
+    h.b.pause()
+    try:
+        req = quick.stop(requester="main-a", gid="w-frozen", host="B", stop_id="stop-frozen")
+        assert _answers(h, 1) == {req.msg_id: ("FAILED", "STOP_TIMEOUT")}
+        with h.client.sessions() as s:
+            assert deadlines.answered(s, (STOP,), req.msg_id) == deadlines.FAILED
+    finally:
+        h.b.resume()
+
+    def b_answered() -> bool:  # refused as UNKNOWN_WORKER, or dead-lettered and reported
+        with h.b_store.connect() as c:
+            stop = c.execute(select(stops_table).where(stops_table.c.stop_id == "stop-frozen"))
+            reported = c.execute(
+                select(reported_table).where(reported_table.c.original_msg_id == req.msg_id)
+            )
+            return stop.first() is not None or reported.first() is not None
+
+    wait_until(b_answered, 60, "B to answer the thawed STOP")
+    time.sleep(2.0)  # B's answer (a second FAILED, if it were not dropped) would land now
+    assert _answers(h, 0, timeout=0.5) == {}
