@@ -133,8 +133,9 @@ def send(
     except DeliveryError as exc:  # e.g. UNKNOWN_RECIPIENT, RECIPIENT_GONE: refused at once
         if not as_json:
             raise
-        emit_json({"error": exc.reason, "message": exc.args[0] if exc.args else "",
-                   "retriable": exc.retriable, **exc.context, "to": to})  # fmt: skip
+        # the MCP error shape (pipeline.mcp.server.failed), plus the error's context
+        emit_json({"error": {"reason": exc.reason, "retriable": exc.retriable,
+                             "message": str(exc), "to": to, **exc.context}})  # fmt: skip
         raise typer.Exit(EXIT_FLEET_ERROR) from exc
     if as_json:
         emit_json({"msgId": env.msg_id, "traceId": env.trace_id, "to": to, "kind": k.value})

@@ -222,8 +222,8 @@ def test_stop_tombstones_the_worker_and_later_mail_fails_once_with_recipient_gon
     send = ["send", "-c", str(h.a_toml), "--from", "main-a", "--to", "w-1", "too late", "--json"]
     refused = CliRunner().invoke(app, send)
     assert refused.exit_code == 2, refused.output
-    why = json.loads(refused.stdout)
-    assert (why["error"], why["to"], why["gone"], why["host"]) == (
+    why = json.loads(refused.stdout)["error"]
+    assert (why["reason"], why["to"], why["gone"], why["host"]) == (
         "RECIPIENT_GONE",
         "w-1",
         "stopped",

@@ -97,8 +97,8 @@ def test_fleet_send_json_shows_the_reason(tmp_path: Path) -> None:
     out = CliRunner().invoke(app, ["send", "-c", str(toml), "--from", "main-a", "--to", "w-1",
                                    "late", "--json"])  # fmt: skip
     assert out.exit_code == 2, out.output
-    got = json.loads(out.stdout)
-    assert (got["error"], got["to"], got["gone"], got["retriable"]) == (
+    got = json.loads(out.stdout)["error"]
+    assert (got["reason"], got["to"], got["gone"], got["retriable"]) == (
         "RECIPIENT_GONE",
         "w-1",
         "stopped",
