@@ -8,8 +8,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
+from pipeline.kafka.clients import new_admin
+from pipeline.kafka.settings import admin_config
 from pipeline.observability import KafkaOffsetReader, LagSampler, SamplerConfig
 
 from .machine import CpuMeter
@@ -39,7 +40,7 @@ class Observer:
         self._reader = KafkaOffsetReader(bootstrap, fetch_budget_s=0.5)
         # exactly our group: the prefix is the full id, and another lab run uses another id
         self._sampler = LagSampler(self._reader, SamplerConfig(groups_prefix=group, dlq_topic=None))
-        self._admin = AdminClient({"bootstrap.servers": bootstrap})
+        self._admin = new_admin(admin_config(bootstrap))
         self._group, self._topic, self._n = group, topic, partitions
         self._cpu = CpuMeter()
 

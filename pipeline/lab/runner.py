@@ -19,12 +19,13 @@ from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AdminClient,
     NewTopic,
     OffsetSpec,
 )
 
 from pipeline.errors import ConfigError
+from pipeline.kafka.clients import new_admin
+from pipeline.kafka.settings import admin_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.reasons import Lab
 
@@ -57,7 +58,7 @@ def _faults(s: Scenario) -> list[tuple[float, int, str, str, StopSignal]]:
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = new_admin(admin_config(bootstrap))
     fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     for f in fut.values():
         f.result(timeout=30)
