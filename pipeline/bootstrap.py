@@ -27,7 +27,7 @@ from pipeline.bootstrap_client import (  # the client half, re-exported (see the
     build_client,
     build_control_client,
 )
-from pipeline.control import SPAWN
+from pipeline.control import SPAWN, STOP
 from pipeline.control.handler import SpawnHandler
 from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
@@ -83,7 +83,7 @@ from pipeline.pool.metrics import PoolMetrics
 from pipeline.pool.steps import StepFn
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
 from pipeline.presence.metrics import PresenceMetrics
-from pipeline.presence.model import Delivery, Role, SpawnProfile
+from pipeline.presence.model import Delivery, Gone, Role, SpawnProfile
 from pipeline.presence.publisher import ProducerLike
 from pipeline.reasons import Config, Lifecycle
 from pipeline.retention.metrics import RetentionMetrics
@@ -237,7 +237,7 @@ def build_gateway(
         seen=seen,
         max_held_per_recipient=config.max_held_per_recipient,
         lifecycle=(lifecycle := LifecycleMetrics(registry)),
-        tracked=(tracked := (FORWARD, SPAWN)),
+        tracked=(tracked := (FORWARD, SPAWN, STOP)),
     )
     group = topics.gateway_group(host)
     dead_letters = OutboxDeadLetterSink(topics=topics, gateway=host, group=group)
@@ -284,12 +284,23 @@ def build_gateway(
         publisher=publisher,
         metrics=metrics,
         max_ttl_s=config.max_ttl_s,
-        roster_entries=lambda: [
-            RosterEntry(
-                e.gid, e.host, e.role.value, e.delivery.value, tuple(e.groups), e.ts_ms + e.ttl_ms
-            )
-            for e in roster.entries(include_stale=True)
-        ],
+        roster_entries=lambda: (
+            [
+                RosterEntry(
+                    e.gid,
+                    e.host,
+                    e.role.value,
+                    e.delivery.value,
+                    tuple(e.groups),
+                    e.ts_ms + e.ttl_ms,
+                )
+                for e in roster.entries(include_stale=True)
+            ]
+            + [
+                RosterEntry(e.gid, e.host, e.role.value, e.delivery.value, (), 0, str(e.gone))
+                for e in roster.departures()
+            ]
+        ),
         roster_state=lambda: RosterState(
             roster.freshness().horizon_ms,
             roster.freshness().stale,
@@ -387,9 +398,10 @@ def _control_plane(
         )
         presence.register(gid, role="worker", delivery="inject", groups=profile.groups)
 
-    def forget(gid: str) -> None:
+    def forget(gid: str, gone: Gone) -> None:
         entities.unregister(gid)
-        presence.unregister(gid)  # the tombstone: gone from every roster within a heartbeat
+        # the departure (why) and the tombstone: gone from every roster within a heartbeat
+        presence.unregister(gid, gone=gone)
 
     def drop_held(session: Any, gid: str) -> int:
         return dead_letter_held(

@@ -236,6 +236,7 @@ class Lifecycle(enum.StrEnum):
     LAUNCH_FAILED = "LAUNCH_FAILED"  # target: the launch command could not be started
     LAUNCH_INTERRUPTED = "LAUNCH_INTERRUPTED"  # target: stopped between admit and launch
     NOT_A_CONTROL_KIND = "NOT_A_CONTROL_KIND"  # target: a control record that is no SPAWN/STOP
+    STOP_TIMEOUT = "STOP_TIMEOUT"  # requester: no outcome for a STOP within spawn_deadline_s
 
 
 class Security(enum.StrEnum):

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, DeliveryError
 from pipeline.reasons import Config, Verification
 
-from .output import console, emit_json, err_console, fail_on_fleet_error
+from .output import EXIT_FLEET_ERROR, console, emit_json, err_console, fail_on_fleet_error
 
 if TYPE_CHECKING:
     from pipeline.envelope import Signer
@@ -126,9 +126,17 @@ def send(
         k = Kind(kind.upper())
     except ValueError:
         raise ConfigError(f"unknown kind {kind!r}", reason=Verification.UNKNOWN_KIND) from None
-    env = build_client(cfg, signer=_signer(cfg)).send(
-        sender=sender, to=to, body=_body(body), kind=k, ttl_s=ttl
-    )
+    try:
+        env = build_client(cfg, signer=_signer(cfg)).send(
+            sender=sender, to=to, body=_body(body), kind=k, ttl_s=ttl
+        )
+    except DeliveryError as exc:  # e.g. UNKNOWN_RECIPIENT, RECIPIENT_GONE: refused at once
+        if not as_json:
+            raise
+        # the MCP error shape (pipeline.mcp.server.failed), plus the error's context
+        emit_json({"error": {"reason": exc.reason, "retriable": exc.retriable,
+                             "message": str(exc), "to": to, **exc.context}})  # fmt: skip
+        raise typer.Exit(EXIT_FLEET_ERROR) from exc
     if as_json:
         emit_json({"msgId": env.msg_id, "traceId": env.trace_id, "to": to, "kind": k.value})
     else:

@@ -2,9 +2,9 @@
 ``fleet.control.<host>``.
 
 Requester side: :class:`ControlClient` stages a signed SPAWN or STOP through the outbox; a
-SPAWN's deadline is a :data:`~pipeline.control.requests.SPAWN` row of the one deadline tracker
-(:mod:`pipeline.gateway.deadlines`): no outcome in time is exactly one ``FAILED``
-(``SPAWN_TIMEOUT``) at the requester. Target side:
+SPAWN's (STOP's) deadline is a :data:`~pipeline.control.requests.SPAWN` (``STOP``) row of the
+one deadline tracker (:mod:`pipeline.gateway.deadlines`): no outcome in time is exactly one
+``FAILED`` (``SPAWN_TIMEOUT``, ``STOP_TIMEOUT``) at the requester. Target side:
 :class:`~pipeline.control.handler.SpawnHandler` (dedupe by ``spawnId``, :func:`admit`'s caps,
 launch after commit), :class:`~pipeline.control.stop_handler.StopHandler` (dedupe by
 ``stopId``) and :class:`~pipeline.control.reaper.Reaper` (stop or death -> tombstone +
@@ -13,11 +13,13 @@ launch after commit), :class:`~pipeline.control.stop_handler.StopHandler` (dedup
 
 from .caps import Admission, Counts, admit
 from .client import UNKNOWN_HOST, ControlClient, SpawnRequest, StopRequest
-from .requests import SPAWN, SPAWN_TIMEOUT, spawn_requests_table
+from .requests import SPAWN, SPAWN_TIMEOUT, STOP, STOP_TIMEOUT, spawn_requests_table
 
 __all__ = [
     "SPAWN",
     "SPAWN_TIMEOUT",
+    "STOP",
+    "STOP_TIMEOUT",
     "UNKNOWN_HOST",
     "Admission",
     "ControlClient",

@@ -44,13 +44,15 @@ class SpawnRequest:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StopRequest:
-    """What ``stop`` queued: ``msg_id`` correlates the outcome."""
+    """What ``stop`` queued: ``msg_id`` correlates the outcome, due by ``deadline_ms`` (else
+    one ``FAILED``, ``STOP_TIMEOUT``)."""
 
     msg_id: str
     stop_id: str
     gid: str
     host: str
     trace_id: str
+    deadline_ms: int = 0
 
 
 class ControlClient:
@@ -171,8 +173,26 @@ class ControlClient:
                 spawn_id=gid,
             )
             self._queue(s, env, host)
+            deadline = env.ts_ms + round(self.deadline_s * 1000)
+            deadlines.track(
+                s,
+                requests.STOP,
+                msg_id=env.msg_id,
+                stop_id=stop_id,
+                gid=gid,
+                requester=requester,
+                host=host,
+                trace_id=env.trace_id,
+                sent_ms=env.ts_ms,
+                deadline_ms=deadline,
+            )
         return StopRequest(
-            msg_id=env.msg_id, stop_id=stop_id, gid=gid, host=host, trace_id=env.trace_id
+            msg_id=env.msg_id,
+            stop_id=stop_id,
+            gid=gid,
+            host=host,
+            trace_id=env.trace_id,
+            deadline_ms=deadline,
         )
 
     def workers(self, requester: str) -> list[dict[str, Any]]:

@@ -283,7 +283,7 @@ def stage_answer(
     request's, so a re-staged answer is the same message to the requester's dedupe."""
     if reason is None:
         kind, msg_id = Kind.INJECTED, f"injected-{request_msg_id}"
-        body = injected_body(request_msg_id, gid)
+        body = injected_body(request_msg_id, gid, stage=stage)
     else:
         body = failed_body(request_msg_id, gid, reason=reason, error=error, stage=stage)
         kind, msg_id = Kind.FAILED, f"failed-{request_msg_id}"

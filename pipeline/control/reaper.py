@@ -36,6 +36,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.gateway.config import ProfileConfig
+from pipeline.presence.model import Gone
 
 from . import spawns
 from .launcher import Launcher, fill
@@ -53,9 +54,14 @@ class ReapCause(enum.StrEnum):
     STOP = "stop"  # a STOP asked for it
     DIED = "died"  # its process (or its check) says it is gone
 
+    @property
+    def gone(self) -> Gone:
+        """What its presence departure says (``presence.Gone``)."""
+        return Gone.STOPPED if self is ReapCause.STOP else Gone.DIED
 
-Forget = Callable[[str], None]
-"""Unregister ``gid`` as a local entity and tombstone its presence."""
+
+Forget = Callable[[str, Gone], None]
+"""Unregister ``gid`` as a local entity; publish its departure (why) and tombstone it."""
 DropHeld = Callable[[Session, str], int]
 """Dead-letter every undrained message held for ``gid`` (``RECIPIENT_GONE``); returns how many."""
 Answer = Callable[[Session], None]
@@ -115,7 +121,7 @@ class Reaper:
 
     def finish(self, gid: str, cause: ReapCause, answer: Answer | None = None) -> bool:
         """Steps 3 and 4 for a ``stopping`` row; False when the row was not ``stopping``."""
-        self.forget(gid)
+        self.forget(gid, cause.gone)
         with self.sessions.begin() as s:
             row = spawns.get(s, gid)
             if row is None or row.state != spawns.STOPPING:

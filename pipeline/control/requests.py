@@ -1,9 +1,11 @@
-"""Requester side of a spawn: one row per SPAWN sent, written in the send's transaction.
+"""Requester side of a spawn or stop: one row per SPAWN (STOP) sent, in the send's transaction.
 
 A spawn costs like an injection, so the requester holds a deadline: the outcome (or its absence
 by the deadline: one ``FAILED``, ``SPAWN_TIMEOUT``) settles the row exactly once (seed 000 §7.8,
 issue 15). The tracker is the forward path's own, :mod:`pipeline.gateway.deadlines`; this module
-is the table (with what was asked: host, profile, parent, job) and its :data:`SPAWN` kind.
+is the table (with what was asked: host, profile, parent, job) and its :data:`SPAWN` kind; a
+STOP is tracked the same way (:data:`STOP`: no outcome in time is one ``FAILED``,
+``STOP_TIMEOUT``).
 """
 
 from __future__ import annotations
@@ -30,8 +32,20 @@ spawn_requests_table = Table(
     *tracked_columns(),  # state: pending | spawned | failed
 )
 
-SPAWNED = "spawned"
+stop_requests_table = Table(
+    "fleet_stop_requests",
+    metadata,
+    Column("msg_id", String(255), primary_key=True),  # the STOP's msgId
+    Column("stop_id", String(255), nullable=False, index=True),
+    Column("gid", String(255), nullable=False),  # the worker asked to stop
+    Column("requester", String(255), nullable=False),
+    Column("host", String(255), nullable=False),
+    *tracked_columns(),  # state: pending | stopped | failed
+)
+
+SPAWNED, STOPPED = "spawned", "stopped"
 SPAWN_TIMEOUT = Lifecycle.SPAWN_TIMEOUT.value
+STOP_TIMEOUT = Lifecycle.STOP_TIMEOUT.value
 
 SPAWN = Tracked(
     name="spawn",
@@ -44,6 +58,17 @@ SPAWN = Tracked(
     describe=lambda row: f"no outcome from {row.host} for spawn {row.spawn_id} in time",
 )
 
+STOP = Tracked(
+    name="stop",
+    table=stop_requests_table,
+    owner="requester",
+    about="gid",
+    answered=STOPPED,
+    reason=STOP_TIMEOUT,
+    stage="stop",
+    describe=lambda row: f"no outcome from {row.host} for stop {row.stop_id} of {row.gid} in time",
+)
+
 
 def of_requester(session: Session, requester: str, limit: int = 1000) -> list[Any]:
     """The spawns ``requester`` asked for, newest first."""
@@ -53,6 +78,6 @@ def of_requester(session: Session, requester: str, limit: int = 1000) -> list[An
 
 
 __all__ = [
-    "FAILED", "PENDING", "SPAWN", "SPAWNED", "SPAWN_TIMEOUT", "of_requester",
-    "spawn_requests_table",
+    "FAILED", "PENDING", "SPAWN", "SPAWNED", "SPAWN_TIMEOUT", "STOP", "STOPPED", "STOP_TIMEOUT",
+    "of_requester", "spawn_requests_table", "stop_requests_table",
 ]  # fmt: skip

@@ -39,6 +39,7 @@ STOPPING, REAPED = "stopping", "reaped"
 ADMITTED = (LAUNCHING, LIVE, STOPPING, FAILED, REAPED)  # counted against the job's spawn budget
 RUNNING = (LAUNCHING, LIVE, STOPPING)  # counted against the live caps
 GONE = (STOPPING, REAPED)  # its inbox went away: mail for it is RECIPIENT_GONE
+FINISHED = (REAPED, FAILED, REFUSED)  # the retention may purge these (after dedupe_s)
 
 
 def get(session: Session, spawn_id: str) -> Any:

@@ -31,6 +31,7 @@ stops_table = Table(
 )
 
 STOPPING, DONE, REFUSED = "stopping", "done", "refused"
+FINISHED = (DONE, REFUSED)  # the retention may purge these (after dedupe_s); never stopping
 
 
 def get(session: Session, stop_id: str) -> Any:

@@ -4,7 +4,8 @@ Everything goes through the host's store, never the broker: a send is an outbox 
 forward-tracking row when the recipient takes delivery by inject) in one transaction, so it
 succeeds while the broker is down; the relay ships it later. ``to`` is resolved through the
 roster the gateway mirrors into the store: a recipient never announced (or retracted by a
-tombstone) is an immediate ``UNKNOWN_RECIPIENT``; one whose last signed binding is known but
+tombstone) is an immediate ``UNKNOWN_RECIPIENT``, a reaped worker (its departure record said
+why it left) an immediate ``RECIPIENT_GONE``; one whose last signed binding is known but
 who is not heard from right now (a broker outage, a restarting host) is accepted and tracked as
 usual -- deadlines and ``expiresAt`` bound how long its messages wait (docs/presence.md).
 """
@@ -20,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import DeliveryError
-from pipeline.reasons import Delivery
+from pipeline.reasons import Delivery, Lifecycle
 from pipeline.store import read_sessions
 
 from . import deadlines, roster_cache
@@ -32,6 +33,7 @@ from .senders import LocalSenders
 from .tracking import FORWARD
 
 UNKNOWN_RECIPIENT = Delivery.UNKNOWN_RECIPIENT
+RECIPIENT_GONE = Lifecycle.RECIPIENT_GONE
 TRACKED = frozenset({Kind.SEND, Kind.ANSWER})
 
 
@@ -93,6 +95,15 @@ class GatewayClient:
     def _resolve(self, session: Session, to: str) -> roster_cache.RosterEntry:
         entry = roster_cache.lookup(session, to)
         if entry is None:
+            gone = roster_cache.departed(session, to)
+            if gone is not None:
+                host, cause = gone
+                raise DeliveryError(
+                    f"recipient {to!r} is gone: a worker of {host} that was {cause} (reaped); "
+                    "nothing is delivered to it",
+                    reason=RECIPIENT_GONE,
+                    context={"to": to, "host": host, "gone": cause},
+                )
             raise DeliveryError(
                 f"unknown recipient {to!r}: no signed presence binding (never announced, or "
                 "retracted by a tombstone)",

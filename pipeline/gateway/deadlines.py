@@ -7,7 +7,9 @@ It serves every send whose sender waits for an outcome, each kind a :class:`Trac
   bound = fast explicit failure");
 * a **SPAWN** (``control/requests.py``): the answer is the target's ``INJECTED`` (launched) or
   ``FAILED``; none by the deadline is ``SPAWN_TIMEOUT`` (seed 000 §7.8: a spawn costs like an
-  injection).
+  injection);
+* a **STOP** (``control/requests.py``): the answer is the target's ``INJECTED`` (stopped) or
+  ``FAILED``; none by the deadline is ``STOP_TIMEOUT``.
 
 A row is written in the send's own transaction (``pending``). The answer, or the deadline, moves
 it out of ``pending`` with a conditional update, so it is settled exactly once. The deadline's

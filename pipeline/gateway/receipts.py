@@ -19,10 +19,17 @@ class Receipt:
     stage: str = ""
 
 
-def injected_body(msg_id: str, recipient: str) -> bytes:
+def injected_body(msg_id: str, recipient: str, *, stage: str = "") -> bytes:
+    """``stage`` empty: ``msg_id`` was injected into ``recipient``; ``spawn``/``stop``: the
+    SPAWN/STOP ``msg_id`` was carried out for the worker ``recipient``."""
     return schemas.encode(
         "injected",
-        {"msg_id": msg_id, "recipient": recipient, "injected_at_ms": int(time.time() * 1000)},
+        {
+            "msg_id": msg_id,
+            "recipient": recipient,
+            "injected_at_ms": int(time.time() * 1000),
+            "stage": stage,
+        },
     )
 
 

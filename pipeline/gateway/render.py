@@ -10,6 +10,9 @@ is readable as it stands, so :func:`describe` turns it into
 * ``text`` -- one short sentence naming what happened, to which message or turn, and what the
   reader can do, for agents and people.
 
+An ``INJECTED`` whose stage is ``stop`` or ``spawn`` is a control request's outcome, not an
+injection: it reads "worker w-1 stopped (stop X)" (or spawned).
+
 Content kinds (``SEND``, ``REPLY``, ``ASK``, ``ANSWER``, ``BROADCAST``) keep their body: the text
 *is* the message. An ASK whose answer never came is reported to the asker as a ``FAILED`` about
 the ASK with reason ``EXPIRED`` and stage ``expiry`` (``docs/gateway.md``, conversations).
@@ -30,6 +33,7 @@ CONTROL_KINDS = frozenset(
     {Kind.INJECTED, Kind.FAILED, Kind.NO_WAITER, Kind.TOO_LATE, Kind.ABANDONED}
 )
 STAGE_EXPIRY = "expiry"
+DONE = {"spawn": "spawned", "stop": "stopped"}  # an INJECTED's stage -> what was done
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +62,12 @@ def describe(
             )
         fields = base | {"about": r.msg_id, "recipient": r.recipient}
         if kind == Kind.INJECTED:
+            if r.stage in DONE:  # a control request's outcome, not an injection
+                return Rendered(
+                    kind=kind,
+                    text=f"worker {r.recipient} {DONE[r.stage]} ({r.stage} {r.msg_id}).",
+                    fields=fields | {"stage": r.stage},
+                )
             return Rendered(
                 kind=kind,
                 text=f"delivered: your message {r.msg_id} was injected into {r.recipient}.",

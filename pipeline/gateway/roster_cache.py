@@ -32,6 +32,14 @@ roster_cache_table = Table(
     Column("expires_ms", BigInteger, nullable=False),
 )
 
+roster_gone_table = Table(
+    "fleet_roster_gone",
+    metadata,
+    Column("gid", String(255), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("cause", String(16), nullable=False),  # stopped | died (presence ``gone``)
+)
+
 roster_state_table = Table(
     "fleet_roster_state",
     metadata,
@@ -51,6 +59,7 @@ class RosterEntry:
     delivery: str
     groups: tuple[str, ...]
     expires_ms: int
+    gone: str = ""  # a reaped worker's departure: why it left (then it is no binding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,20 +83,36 @@ NO_STATE = RosterState(horizon_ms=None, stale=False, why="", written_ms=0)
 
 
 def replace_all(session: Session, entries: Iterable[RosterEntry]) -> None:
+    """The mirror becomes ``entries``: bindings, and departures (``gone`` set) apart."""
     session.execute(delete(roster_cache_table))
-    rows = [
-        {
-            "gid": e.gid,
-            "host": e.host,
-            "role": e.role,
-            "delivery": e.delivery,
-            "groups": ",".join(e.groups),
-            "expires_ms": e.expires_ms,
-        }
-        for e in entries
-    ]
+    session.execute(delete(roster_gone_table))
+    rows, gone = [], []
+    for e in entries:
+        if e.gone:
+            gone.append({"gid": e.gid, "host": e.host, "cause": e.gone})
+            continue
+        rows.append(
+            {
+                "gid": e.gid,
+                "host": e.host,
+                "role": e.role,
+                "delivery": e.delivery,
+                "groups": ",".join(e.groups),
+                "expires_ms": e.expires_ms,
+            }
+        )
     if rows:
         session.execute(insert(roster_cache_table), rows)
+    if gone:
+        session.execute(insert(roster_gone_table), gone)
+
+
+def departed(session: Session, gid: str) -> tuple[str, str] | None:
+    """``(host, cause)`` when ``gid``'s last word was a departure (a reaped worker), else None
+    (bound, never announced, or retracted without a cause, as a leaving gateway's are)."""
+    t = roster_gone_table
+    row = session.execute(select(t.c.host, t.c.cause).where(t.c.gid == gid)).first()
+    return None if row is None else (str(row.host), str(row.cause))
 
 
 def write_state(session: Session, state: RosterState) -> None:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from .follower import RosterFollower
     from .model import (
         Delivery,
+        Gone,
         PresenceEntry,
         Role,
         SpawnProfile,
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 _EXPORTS: dict[str, str] = {
     "Delivery": "model",
+    "Gone": "model",
     "PresenceEntry": "model",
     "Role": "model",
     "SpawnProfile": "model",
@@ -41,6 +43,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Delivery",
+    "Gone",
     "PresenceEntry",
     "PresencePublisher",
     "Role",

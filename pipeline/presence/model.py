@@ -45,6 +45,15 @@ ENTITY_ROLES: tuple[Role, ...] = (Role.WORKER, Role.MAIN, Role.ORCHESTRATOR)
 ENTITY_DELIVERIES: tuple[Delivery, ...] = (Delivery.INJECT, Delivery.PULL)
 
 
+class Gone(enum.StrEnum):
+    """Why a worker left the fleet, carried by its last presence record (its *departure*, just
+    before its tombstone) so a sender can be told ``RECIPIENT_GONE`` rather than
+    ``UNKNOWN_RECIPIENT``. A heartbeat carries none."""
+
+    STOPPED = "stopped"  # a STOP asked for it
+    DIED = "died"  # its process (or its profile's check) said it was gone
+
+
 def gateway_gid(host: str) -> str:
     return f"{host}{GATEWAY_SUFFIX}"
 
@@ -68,6 +77,7 @@ class PresenceEntry:
     groups: tuple[str, ...] = ()
     profiles: tuple[SpawnProfile, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    gone: Gone | None = None  # set only on a departure record
 
     @property
     def is_gateway(self) -> bool:
@@ -87,6 +97,7 @@ class PresenceEntry:
             "ttl_ms": self.ttl_ms,
             "profiles": [{"name": p.name, "description": p.description} for p in self.profiles],
             "labels": dict(self.labels),
+            "gone": None if self.gone is None else self.gone.value,
         }
 
     @classmethod
@@ -104,6 +115,7 @@ class PresenceEntry:
                 for p in rec.get("profiles") or ()
             ),
             labels=dict(rec.get("labels") or {}),
+            gone=None if rec.get("gone") is None else Gone(rec["gone"]),
         )
 
     def as_json(self, now_ms: int) -> dict[str, Any]:

@@ -12,6 +12,7 @@ never a line per heartbeat.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -25,6 +26,7 @@ from pipeline.kafka.topics import TopicNames
 from .metrics import PresenceMetrics
 from .model import (
     Delivery,
+    Gone,
     PresenceEntry,
     Role,
     SpawnProfile,
@@ -83,12 +85,21 @@ class PresencePublisher:
             self._local[gid] = (role, delivery, tuple(groups))
         self._send(self._entry(gid, role, delivery, tuple(groups)))
 
-    def unregister(self, gid: str) -> None:
+    def unregister(self, gid: str, *, gone: Gone | None = None) -> None:
         """Stop heartbeating ``gid`` and tombstone it. Under the lock a heartbeat uses too, so
         no heartbeat of ``gid`` can be produced after its tombstone (it would revive the entry
-        until its TTL ran out)."""
+        until its TTL ran out).
+
+        With ``gone`` (a reaped worker), a *departure* record carrying the cause is produced
+        just before the tombstone, on the same key and partition: a roster that reads it keeps
+        the cause, so a later send is refused ``RECIPIENT_GONE`` rather than
+        ``UNKNOWN_RECIPIENT``."""
         with self._lock:
-            self._local.pop(gid, None)
+            spec = self._local.pop(gid, None)
+            if gone is not None:
+                role, delivery, groups = spec or (Role.WORKER, Delivery.INJECT, ())
+                entry = self._entry(gid, role, delivery, groups)
+                self._send(dataclasses.replace(entry, gone=gone))
             self._tombstone(gid)
 
     def _entry(

@@ -42,6 +42,8 @@ from .static import StaticPresence
 
 log = logging.getLogger(__name__)
 
+MAX_GONE = 100_000  # departures remembered (the oldest forgotten first: then UNKNOWN_RECIPIENT)
+
 
 class RosterView:
     """Implements :class:`~pipeline.envelope.PresenceView`: ``host_of(gid)`` is the last signed
@@ -62,6 +64,7 @@ class RosterView:
         self._clock = clock_ms
         self._max_ttl_ms = max_ttl_ms  # a silent host's claims must lapse in bounded time
         self._entries: dict[str, PresenceEntry] = {}
+        self._gone: dict[str, PresenceEntry] = {}  # departure records of reaped workers
         self._lock = threading.Lock()
         self._freshness = Freshness()
         self.rejections: Counter[str] = Counter()
@@ -117,9 +120,16 @@ class RosterView:
             current = self._entries.get(entry.gid)
             if current is not None and current.ts_ms > entry.ts_ms:
                 return None  # an older heartbeat (replayed or reordered) never wins
+            if entry.gone is not None:  # a departure: the binding goes, its cause stays
+                self._entries.pop(entry.gid, None)
+                self._gone[entry.gid] = entry
+                if len(self._gone) > MAX_GONE:
+                    self._gone.pop(next(iter(self._gone)))  # the oldest departure
+                return None
             if current is not None and current.host != entry.host:
                 log.warning("roster: %s moved from %s to %s", entry.gid, current.host, entry.host)
             self._entries[entry.gid] = entry
+            self._gone.pop(entry.gid, None)  # bound again: no longer gone
         return entry
 
     def _check_claim(self, entry: PresenceEntry, sender: str, signer_host: str) -> None:
@@ -186,6 +196,17 @@ class RosterView:
 
     def get(self, gid: str) -> PresenceEntry | None:
         return self._entries.get(gid)
+
+    def departed(self, gid: str) -> PresenceEntry | None:
+        """The departure record of ``gid`` (its ``gone`` says why) while it is bound nowhere;
+        None when it is bound, never announced, or left without one (a gateway's tombstones)."""
+        return self._gone.get(gid)
+
+    def departures(self) -> list[PresenceEntry]:
+        """Every remembered departure, by gid (what the store's roster mirror keeps)."""
+        with self._lock:
+            items = list(self._gone.values())
+        return sorted(items, key=lambda e: e.gid)
 
     def entries(self, *, include_stale: bool = False) -> list[PresenceEntry]:
         """Live entries; ``include_stale=True`` adds the lapsed ones (every known binding)."""

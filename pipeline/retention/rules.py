@@ -15,7 +15,14 @@ fleet_turns             closed, ``turns_closed_s`` past expiry       waiting
 fleet_dedupe            ``dedupe_s`` old (the horizon rule)          inside the horizon
 fleet_waiters           past their own expiry                        open pulls
 fleet_idempotency       past the key class's ``expires_at_ms``       keys kept forever
+fleet_spawns            reaped/failed/refused, ``dedupe_s`` ended    launching, live, stopping
+fleet_stops             done/refused, ``dedupe_s`` old               stopping
+fleet_stop_requests     settled, ``tracking_finished_s`` past due    pending
 ======================  ==========================================  =============================
+
+``fleet_spawns`` and ``fleet_stops`` are the dedupe of the control topic (a repeated SPAWN or
+STOP finds its row), so they keep the dedupe horizon, ``dedupe_s``: seed 001's rule already holds
+it above the control topic's retention + the replay window.
 """
 
 from __future__ import annotations
@@ -24,8 +31,9 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Column, ColumnElement, Table, and_
+from sqlalchemy import Column, ColumnElement, Table, and_, func
 
+from pipeline.control import requests, spawns, stops
 from pipeline.effects.tables import expired, idempotency
 from pipeline.failures.reporter import reported_table
 from pipeline.gateway import tracking
@@ -48,6 +56,9 @@ class StoreTable(enum.StrEnum):
     DEDUPE = "fleet_dedupe"
     WAITERS = "fleet_waiters"
     IDEMPOTENCY = "fleet_idempotency"
+    SPAWNS = "fleet_spawns"
+    STOPS = "fleet_stops"
+    STOP_REQUESTS = "fleet_stop_requests"
 
 
 Condition = Callable[[int, RetentionConfig], ColumnElement[bool]]
@@ -114,6 +125,22 @@ def _idempotency(now: int, _p: RetentionConfig) -> ColumnElement[bool]:
     return expired(now)
 
 
+def _spawns(now: int, p: RetentionConfig) -> ColumnElement[bool]:
+    c = spawns.spawns_table.c
+    ended = func.coalesce(c.ended_ms, c.created_ms)  # refused/failed rows never ran
+    return and_(c.state.in_(spawns.FINISHED), ended < now - _ms(p.dedupe_s))
+
+
+def _stops(now: int, p: RetentionConfig) -> ColumnElement[bool]:
+    c = stops.stops_table.c
+    return and_(c.state.in_(stops.FINISHED), c.created_ms < now - _ms(p.dedupe_s))
+
+
+def _stop_requests(now: int, p: RetentionConfig) -> ColumnElement[bool]:
+    c = requests.stop_requests_table.c
+    return and_(c.state != requests.PENDING, c.deadline_ms < now - _ms(p.tracking_finished_s))
+
+
 RULES: tuple[PurgeRule, ...] = (
     PurgeRule(
         name=StoreTable.OUTBOX,
@@ -155,5 +182,23 @@ RULES: tuple[PurgeRule, ...] = (
         table=idempotency,
         condition=_idempotency,
         age=idempotency.c.created_at_ms,
+    ),
+    PurgeRule(
+        name=StoreTable.SPAWNS,
+        table=spawns.spawns_table,
+        condition=_spawns,
+        age=spawns.spawns_table.c.created_ms,
+    ),
+    PurgeRule(
+        name=StoreTable.STOPS,
+        table=stops.stops_table,
+        condition=_stops,
+        age=stops.stops_table.c.created_ms,
+    ),
+    PurgeRule(
+        name=StoreTable.STOP_REQUESTS,
+        table=requests.stop_requests_table,
+        condition=_stop_requests,
+        age=requests.stop_requests_table.c.sent_ms,
     ),
 )

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, func, insert, select
 
+from pipeline.control import requests, spawns, stops
 from pipeline.effects.tables import KeyState, idempotency
 from pipeline.failures.reporter import reported_table
 from pipeline.gateway import tracking
@@ -185,6 +186,70 @@ def _seed(engine: Engine) -> None:
             ],
         )
 
+        _seed_lifecycle(conn)
+
+
+def _seed_lifecycle(conn: Any) -> None:
+    """fleet_spawns and fleet_stops keep the 10 h dedupe horizon (they dedupe the control
+    topic); a running worker's row or a STOP in progress stays whatever its age."""
+    long_ago, inside = NOW - 11 * HOUR, NOW - 9 * HOUR
+    spawn_rows = [  # (state, ended_ms): 3 purgeable
+        (spawns.REAPED, long_ago), (spawns.FAILED, None), (spawns.REFUSED, None),
+        (spawns.REAPED, inside), (spawns.LIVE, None), (spawns.LAUNCHING, None),
+        (spawns.STOPPING, None),
+    ]  # fmt: skip
+    conn.execute(
+        insert(spawns.spawns_table),
+        [
+            {
+                "spawn_id": f"w{i}",
+                "request_msg_id": f"s{i}",
+                "requester": "m",
+                "requester_host": "A",
+                "profile": "p",
+                "state": state,
+                "created_ms": long_ago,
+                "ended_ms": ended,
+            }
+            for i, (state, ended) in enumerate(spawn_rows)
+        ],
+    )
+    stop_rows = [(stops.DONE, long_ago), (stops.REFUSED, long_ago), (stops.DONE, inside),
+                 (stops.STOPPING, long_ago)]  # fmt: skip
+    conn.execute(
+        insert(stops.stops_table),
+        [
+            {
+                "stop_id": f"x{i}",
+                "gid": "w0",
+                "request_msg_id": f"x{i}",
+                "requester": "m",
+                "requester_host": "A",
+                "trace_id": "t",
+                "state": state,
+                "created_ms": created,
+            }
+            for i, (state, created) in enumerate(stop_rows)
+        ],
+    )
+    conn.execute(
+        insert(requests.stop_requests_table),
+        [
+            {
+                "msg_id": f"r{i}",
+                "stop_id": f"x{i}",
+                "gid": "w0",
+                "requester": "m",
+                "host": "B",
+                "trace_id": "t",
+                "sent_ms": NOW - 100 * HOUR,
+                "deadline_ms": NOW - 2 * HOUR,
+                "state": state,
+            }
+            for i, state in enumerate((requests.STOPPED, requests.FAILED, requests.PENDING))
+        ],
+    )
+
 
 PURGEABLE = {
     StoreTable.OUTBOX: 8,
@@ -195,6 +260,9 @@ PURGEABLE = {
     StoreTable.FAILED_REPORTED: 1,
     StoreTable.WAITERS: 1,
     StoreTable.IDEMPOTENCY: 1,
+    StoreTable.SPAWNS: 3,
+    StoreTable.STOPS: 2,
+    StoreTable.STOP_REQUESTS: 2,
 }
 LEFT = {
     StoreTable.OUTBOX: 4,
@@ -205,7 +273,15 @@ LEFT = {
     StoreTable.FAILED_REPORTED: 1,
     StoreTable.WAITERS: 1,
     StoreTable.IDEMPOTENCY: 2,
+    StoreTable.SPAWNS: 4,
+    StoreTable.STOPS: 2,
+    StoreTable.STOP_REQUESTS: 1,
 }
+
+
+def _rows(engine: Engine, table: Any) -> list[Any]:
+    with engine.connect() as conn:
+        return list(conn.execute(select(table)))
 
 
 def _count(engine: Engine, table: Any, *where: Any) -> int:
@@ -232,6 +308,9 @@ def test_purge_deletes_exactly_the_finished_rows_past_retention(engine: Engine) 
     assert _count(engine, outbox, c.status == int(RowStatus.FAILED)) == 1
     assert _count(engine, held_table, held_table.c.drained_at_ms.is_(None)) == 4
     assert _count(engine, tracking.forward_table, tracking.forward_table.c.state == "pending") == 1
+    left = {r.state for r in _rows(engine, spawns.spawns_table)}
+    assert left == {spawns.REAPED, spawns.LIVE, spawns.LAUNCHING, spawns.STOPPING}
+    assert {r.state for r in _rows(engine, stops.stops_table)} == {stops.DONE, stops.STOPPING}
     for table, n in PURGEABLE.items():
         assert registry.get_sample_value("fleet_store_rows_purged_total", {"table": table}) == n
         assert registry.get_sample_value("fleet_store_rows", {"table": table}) == LEFT[table]

@@ -27,11 +27,12 @@ from typer.testing import CliRunner
 
 from pipeline.bootstrap import build_client, build_control_client, build_failed_reporter
 from pipeline.cli.main import app
-from pipeline.control import ControlClient
+from pipeline.control import STOP, ControlClient
 from pipeline.control.spawns import spawns_table
 from pipeline.control.stops import stops_table
 from pipeline.envelope import Envelope, Kind, encode
 from pipeline.errors import DeliveryError
+from pipeline.failures.reporter import reported_table
 from pipeline.gateway import deadlines, tracking
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import load_config
@@ -69,6 +70,7 @@ class Hosts:
     control: ControlClient
     markers: Path
     b_store: Any
+    b: GatewayProcess
 
 
 @pytest.fixture
@@ -95,7 +97,7 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[Hosts]:
         reporter = build_failed_reporter(b_cfg, signer=fleet.signers["B"], trust=fleet.trust)
         reporting = threading.Thread(target=reporter.run, kwargs={"should_stop": stop.is_set})
         reporting.start()
-        yield Hosts(fleet, a_toml, client, control, markers, b_store)
+        yield Hosts(fleet, a_toml, client, control, markers, b_store, b)
     finally:
         stop.set()
         if reporting is not None:
@@ -186,8 +188,9 @@ def test_stop_tombstones_the_worker_and_later_mail_fails_once_with_recipient_gon
     """Seed 000 §8 step 7 (and the issue's acceptance): STOP -> the worker's stop command runs,
     its process ends, its presence is tombstoned (A's binding of it is gone, not merely lapsed:
     the TTL is 30 s); a repeated STOP (same stopId) stops nothing and is answered again; a brief
-    that still reaches B gives its sender exactly one FAILED (RECIPIENT_GONE); a local send
-    fails at once; a broadcast reaches only the live member."""
+    that still reaches B gives its sender exactly one FAILED (RECIPIENT_GONE); a later brief
+    through ``fleet send`` is refused at once with RECIPIENT_GONE naming the cause (w-1's
+    presence departure said ``stopped``); a broadcast reaches only the live member."""
     h = hosts
     _spawn(h, "w-1", "w-2")
     pid = _pid(h, "w-1")
@@ -203,6 +206,8 @@ def test_stop_tombstones_the_worker_and_later_mail_fails_once_with_recipient_gon
         first["msgId"]: ("INJECTED", ""),
         second["msgId"]: ("INJECTED", ""),
     }
+    with h.client.sessions() as s:  # the requester's deadline rows: settled by the answers
+        assert deadlines.answered(s, (STOP,), first["msgId"]) == "stopped"
     wait_until(lambda: h.client.binding("w-1") is None, 30, "w-1's tombstone at A")
     assert h.client.knows("w-2")
     assert (h.markers / "stopped-w-1").exists()
@@ -212,9 +217,26 @@ def test_stop_tombstones_the_worker_and_later_mail_fails_once_with_recipient_gon
     with h.b_store.connect() as c:
         assert [r.stop_id for r in c.execute(select(stops_table))] == ["stop-1"]
 
+    # a later brief through the real CLI: A's roster kept w-1's departure, so it is refused at
+    # once with the cause -- nothing queued, so no FAILED can follow
+    send = ["send", "-c", str(h.a_toml), "--from", "main-a", "--to", "w-1", "too late", "--json"]
+    refused = CliRunner().invoke(app, send)
+    assert refused.exit_code == 2, refused.output
+    why = json.loads(refused.stdout)["error"]
+    assert (why["reason"], why["to"], why["gone"], why["host"]) == (
+        "RECIPIENT_GONE",
+        "w-1",
+        "stopped",
+        "B",
+    )
     with pytest.raises(DeliveryError) as local:
         h.client.send(sender="main-a", to="w-1", body=b"too late")
-    assert local.value.reason == "UNKNOWN_RECIPIENT"  # a tombstone: the sender cannot tell why
+    assert local.value.reason == "RECIPIENT_GONE"
+    with pytest.raises(DeliveryError) as unknown:  # a gid never announced stays unknown
+        h.client.send(sender="main-a", to="w-never", body=b"hello?")
+    assert unknown.value.reason == "UNKNOWN_RECIPIENT"
+
+    # the in-flight race: a brief queued before A's roster heard the departure still reaches B
 
     late = _brief_past_the_roster(h, "w-1", b"late-brief")
     assert _answers(h, 1) == {late.msg_id: ("FAILED", "RECIPIENT_GONE")}
@@ -240,6 +262,9 @@ def test_a_worker_whose_process_dies_is_reaped_and_mail_held_for_it_is_dead_lett
     wait_until(lambda: h.client.binding("w-d") is None, 30, "w-d's tombstone at A")
     row = _spawn_row(h, "w-d")
     assert (row.state, row.reason) == ("reaped", "died")
+    with pytest.raises(DeliveryError) as died:  # its departure said why it left
+        h.client.send(sender="main-a", to="w-d", body=b"late")
+    assert (died.value.reason, died.value.context["gone"]) == ("RECIPIENT_GONE", "died")
 
     env = Envelope.new(kind=Kind.SEND, sender="main-a", to="w-d", body=b"held", ttl_s=3600)
     topic = TopicNames(prefix=h.fleet.prefix).inbox("B")
@@ -259,3 +284,40 @@ def test_a_worker_whose_process_dies_is_reaped_and_mail_held_for_it_is_dead_lett
     assert left == []
     time.sleep(2.0)
     assert Counter(_answers(h, 0, timeout=0.5)) == Counter()
+
+
+def test_a_stop_whose_answer_never_comes_in_time_is_one_failed_stop_timeout(
+    hosts: Hosts,
+) -> None:
+    """Issue 15 (a STOP costs like a SPAWN: the requester tracks a deadline) and seed 001's
+    "no answer in time" scenario: host B's gateway is frozen (SIGSTOP) when the STOP is queued,
+    so no outcome comes; A's deadline tracker gives main-a exactly one FAILED (STOP_TIMEOUT,
+    about the gid). When B thaws, the STOP it finds (expired, or refused) answers main-a again
+    with a FAILED about the same msgId: dropped, still exactly one."""
+    h = hosts
+    quick = ControlClient(
+        sessions=h.control.sessions,
+        publisher=h.control.publisher,
+        deadline_s=2.0,
+        local_senders=h.control.local_senders,
+    )
+    h.b.pause()
+    try:
+        req = quick.stop(requester="main-a", gid="w-frozen", host="B", stop_id="stop-frozen")
+        assert _answers(h, 1) == {req.msg_id: ("FAILED", "STOP_TIMEOUT")}
+        with h.client.sessions() as s:
+            assert deadlines.answered(s, (STOP,), req.msg_id) == deadlines.FAILED
+    finally:
+        h.b.resume()
+
+    def b_answered() -> bool:  # refused as UNKNOWN_WORKER, or dead-lettered and reported
+        with h.b_store.connect() as c:
+            stop = c.execute(select(stops_table).where(stops_table.c.stop_id == "stop-frozen"))
+            reported = c.execute(
+                select(reported_table).where(reported_table.c.original_msg_id == req.msg_id)
+            )
+            return stop.first() is not None or reported.first() is not None
+
+    wait_until(b_answered, 60, "B to answer the thawed STOP")
+    time.sleep(2.0)  # B's answer (a second FAILED, if it were not dropped) would land now
+    assert _answers(h, 0, timeout=0.5) == {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.control import SPAWN
+from pipeline.control import SPAWN, STOP
 from pipeline.gateway import deadlines
 from pipeline.gateway.deadlines import Deadlines
 from pipeline.gateway.held import HeldStore
@@ -47,4 +47,32 @@ def test_one_tick_fails_each_overdue_send_of_every_kind_once(tmp_path: Path) -> 
         assert deadlines.answered(s, (FORWARD, SPAWN), "s1") == deadlines.FAILED
         assert deadlines.answered(s, (FORWARD, SPAWN), "s2") == deadlines.PENDING
         assert deadlines.answered(s, (FORWARD, SPAWN), "nope") is None
+    engine.dispose()
+
+
+def test_a_stop_without_an_outcome_in_time_is_one_failed_stop_timeout(tmp_path: Path) -> None:
+    """Issue 15: STOP is tracked like SPAWN -- the target's answer settles it; none by the
+    deadline is exactly one FAILED (STOP_TIMEOUT) about the worker; a late FAILED is dropped by
+    the inbox (it finds the row failed), so the requester never gets a second one."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'A.sqlite'}")
+    sessions = session_factory(engine)
+    kinds = (FORWARD, SPAWN, STOP)
+    common = {"trace_id": "t", "sent_ms": 1, "requester": "main-a", "host": "B"}
+    with sessions.begin() as s:
+        deadlines.track(s, STOP, msg_id="x1", stop_id="stop-1", gid="w-1", deadline_ms=100,
+                        **common)  # fmt: skip
+        deadlines.track(s, STOP, msg_id="x2", stop_id="stop-2", gid="w-2", deadline_ms=100,
+                        **common)  # fmt: skip
+        deadlines.settle_answer(s, kinds, "x2", injected=True, reason="")  # answered: stopped
+    duty = Deadlines(sessions=sessions, gateway_id="A._gateway", kinds=kinds)
+    assert duty.tick(101) == 1
+    assert duty.tick(102) == 0
+    got = {m.msg_id: read_receipt(m.kind, m.body) for m in HeldStore(sessions).poll("main-a")}
+    assert list(got) == ["failed-x1"]
+    r = got["failed-x1"]
+    assert (r.reason, r.recipient, r.stage, r.msg_id) == ("STOP_TIMEOUT", "w-1", "stop", "x1")
+    assert "stop-1" in r.error and "B" in r.error
+    with sessions() as s:
+        assert deadlines.answered(s, kinds, "x1") == deadlines.FAILED
+        assert deadlines.answered(s, kinds, "x2") == "stopped"
     engine.dispose()

@@ -60,3 +60,51 @@ def test_injector_gets_a_sentence_for_no_waiter_and_the_body_for_a_brief() -> No
     assert typed.startswith("[fleet] NO_WAITER") and "main-a" in typed and "t-3" in typed
     brief = Envelope.new(kind=Kind.SEND, sender="main-a", to="w", body=b"do it", ttl_s=60)
     assert render.for_injector(brief, "w") == b"do it"
+
+
+class _Capture:
+    """The publisher ``stage_answer`` stages through: keeps the answer envelope."""
+
+    gateway_id = "B._gateway"
+
+    def __init__(self) -> None:
+        self.staged: list[Envelope] = []
+
+    def stage(self, _session: object, env: Envelope, *, to_host: str) -> None:
+        self.staged.append(env)
+
+
+def _answer(stage: str) -> HeldMessage:
+    from typing import Any, cast
+
+    from pipeline.control.handler import stage_answer
+
+    cap = _Capture()
+    stage_answer(cast(Any, cap), cast(Any, None), request_msg_id="x-1", requester="main-a",
+                 requester_host="A", gid="w-1", trace_id="t", reason=None, error="",
+                 stage=stage)  # fmt: skip
+    (env,) = cap.staged
+    return _held(env.kind.value, env.body)
+
+
+def test_a_stop_outcome_reads_worker_stopped_not_injected() -> None:
+    """Issue 15: a successful STOP's answer (an INJECTED about the STOP, staged by the control
+    plane's one answer path) says what happened: the worker stopped -- in text, --json and MCP
+    (all :func:`render.held_dict` / :func:`render.held_line`) and in a pane."""
+    m = _answer("stop")
+    d = render.held_dict(m)
+    assert d["text"] == "worker w-1 stopped (stop x-1)."
+    assert (d["about"], d["recipient"], d["stage"]) == ("x-1", "w-1", "stop")
+    assert "injected" not in render.held_line(m)
+    env = Envelope.new(kind=Kind.INJECTED, sender="B._gateway", to="main-a", body=m.body, ttl_s=9)
+    assert render.for_injector(env, "main-a") == b"[fleet] worker w-1 stopped (stop x-1)."
+    assert render.held_dict(_answer("spawn"))["text"] == "worker w-1 spawned (spawn x-1)."
+
+
+def test_an_old_injected_receipt_without_a_stage_still_reads_as_an_injection() -> None:
+    from pipeline import schemas
+
+    v1 = schemas.encode("injected", {"msg_id": "m-1", "recipient": "w", "injected_at_ms": 1},
+                        version=1)  # fmt: skip
+    d = render.held_dict(_held("INJECTED", v1))
+    assert "stage" not in d and "injected into w" in d["text"]

@@ -28,6 +28,7 @@ from pipeline.envelope import Signer
 from pipeline.gateway import roster_cache
 from pipeline.gateway.config import InjectorSpec, ProfileConfig
 from pipeline.outbox.tables import outbox
+from pipeline.presence.model import Gone
 from pipeline.store import make_engine, session_factory
 
 FAR = 10**15
@@ -75,8 +76,15 @@ def test_the_launcher_answers_whether_its_worker_process_still_runs(tmp_path: Pa
 
 
 class _Forgotten(list[str]):
-    def __call__(self, gid: str) -> None:
+    """The reaper's ``forget``: the gids, and the cause each departure carried."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.causes: dict[str, Gone] = {}
+
+    def __call__(self, gid: str, gone: Gone) -> None:
         self.append(gid)
+        self.causes[gid] = gone
 
 
 def _store(tmp_path: Path) -> Any:
@@ -112,6 +120,7 @@ def test_the_sweep_reaps_a_dead_worker_once_and_leaves_a_live_one(tmp_path: Path
     assert reaper.sweep() == 1
     assert reaper.sweep() == 0
     assert forgotten == ["w-dead"] and dropped == ["w-dead"]
+    assert forgotten.causes == {"w-dead": Gone.DIED}, "its departure says it died"
     with engine.connect() as c:
         rows = {r.spawn_id: r for r in c.execute(select(spawns.spawns_table))}
     assert (rows["w-dead"].state, rows["w-dead"].reason) == ("reaped", "died")
@@ -251,4 +260,5 @@ def test_a_stalled_stop_finished_twice_answers_once(tmp_path: Path) -> None:
             spawns.spawns_table.c.spawn_id == "w-alive")).one()  # fmt: skip
         (stop,) = c.execute(select(stops.stops_table)).all()
     assert (row.state, row.reason, stop.state) == ("reaped", "stop", "done")
+    assert forgotten.causes == {"w-alive": Gone.STOPPED}, "its departure says it was stopped"
     engine.dispose()

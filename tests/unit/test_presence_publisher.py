@@ -7,7 +7,7 @@ from typing import Any
 
 from pipeline.gateway.config import Delivery as ConfigDelivery
 from pipeline.gateway.config import Role as ConfigRole
-from pipeline.presence import PresencePublisher, RosterView, SpawnProfile
+from pipeline.presence import Gone, PresencePublisher, RosterView, SpawnProfile
 from tests.envelope_kit import Fleet
 
 
@@ -50,3 +50,60 @@ def test_heartbeat_then_stop_is_seen_then_retracted_by_a_roster() -> None:
     assert view.entries(include_stale=True) == [] and not view.rejections
     tombstones = [r for r in producer.records if r["value"] is None]
     assert {r["key"] for r in tombstones} == {b"m1", b"w1", b"a._gateway"}
+
+
+def test_a_reaped_worker_departs_with_its_cause_and_the_roster_keeps_it() -> None:
+    """Issue 15: a reaped worker's last record says why it left (``gone``), then its tombstone;
+    the roster drops the binding and keeps the cause (a sender is told RECIPIENT_GONE). A
+    departure without a cause (a leaving gateway's tombstones) keeps none; a new binding of the
+    gid clears the cause."""
+    f = Fleet()
+    producer = ListProducer()
+    pub = PresencePublisher(producer=producer, signer=f.signers["a"], topics=f.topics,
+                            clock_ms=lambda: f.now)  # fmt: skip
+    pub.register("w1", role="worker", delivery="inject", groups=["crew"])
+    pub.register("w2", role="worker", delivery="inject")
+    view = RosterView.build(trust=f.trust, topics=f.topics, clock_ms=lambda: f.now)
+    seen = 0
+
+    def replay() -> None:
+        nonlocal seen
+        for rec in producer.records[seen:]:
+            view.apply(topic=rec["topic"], key=rec["key"], headers=rec["headers"],
+                       value=rec["value"])  # fmt: skip
+        seen = len(producer.records)
+
+    replay()
+    f.now += 1
+    pub.unregister("w1", gone=Gone.STOPPED)
+    pub.unregister("w2")  # no cause: a plain tombstone
+    last_two = [r["value"] is None for r in producer.records if r["key"] == b"w1"][-2:]
+    assert last_two == [False, True], "the departure record, then the tombstone"
+    replay()
+    assert view.host_of("w1") is None and view.get("w1") is None
+    assert [e.gid for e in view.members("crew")] == []
+    gone = view.departed("w1")
+    assert gone is not None and (gone.gone, gone.host) == (Gone.STOPPED, "a")
+    assert view.departed("w2") is None and [e.gid for e in view.departures()] == ["w1"]
+    assert not view.rejections
+    f.now += 1
+    pub.register("w1", role="worker", delivery="inject")  # the gid bound again
+    replay()
+    assert view.host_of("w1") == "a" and view.departed("w1") is None
+
+
+def test_presence_v3_gone_field_reads_old_records_and_round_trips() -> None:
+    """The ``gone`` field is optional with a default: a v2 record reads as no departure."""
+    from pipeline import schemas
+    from pipeline.presence import PresenceEntry
+
+    rec = {"gid": "w1", "host": "a", "role": "worker", "delivery": "inject", "groups": [],
+           "ts_ms": 1, "ttl_ms": 2, "profiles": [], "labels": {}}  # fmt: skip
+    old = PresenceEntry.from_record(
+        schemas.decode("presence", schemas.encode("presence", rec, version=2))
+    )
+    assert old.gone is None
+    new = PresenceEntry.from_record(
+        schemas.decode("presence", schemas.encode("presence", {**old.to_record(), "gone": "died"}))
+    )
+    assert new.gone is Gone.DIED
