@@ -9,8 +9,9 @@ import typer
 from pipeline.kafka.acls import apply_grants, gateway_grants
 from pipeline.kafka.topics import TopicNames
 
+from .login import KafkaConfigOpt, kafka_factories
 from .output import console, emit_json, fail_on_fleet_error
-from .topics_cmd import BootstrapOpt, KafkaConfigOpt, bootstrap_from, secured_factories
+from .topics_cmd import BootstrapOpt, bootstrap_from
 
 app = typer.Typer(help="Least-privilege ACLs per gateway login.", no_args_is_help=True)
 
@@ -57,9 +58,8 @@ def apply(
     """Create the planned ACLs for HOST (idempotent: existing ACLs are kept)."""
     from pipeline.kafka.settings import admin_config
 
-    factories = secured_factories(kafka_config)  # a super user's login, e.g. admin.kafka.toml
     server = bootstrap_from(bootstrap)
-    factories.check_access(server)
+    factories = kafka_factories(kafka_config, check=server)  # a super user's, admin.kafka.toml
     count = apply_grants(
         factories.admin(admin_config(server)), gateway_grants(host, TopicNames(prefix=prefix))
     )
