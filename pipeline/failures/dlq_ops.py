@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from pipeline.errors import BrokerError
 from pipeline.kafka.clients import ClientFactory, new_consumer, new_producer
 from pipeline.kafka.settings import consumer_config, producer_config
+from pipeline.kafka.topics import DLQ_SCAN_GROUP_PREFIX
 from pipeline.reasons import Failure, Platform
 from pipeline.record import key_text
 
@@ -35,7 +36,7 @@ def scan(
 ) -> Iterator[DeadLetterView]:
     """Every dead letter present now, partition by partition, in offset order. Commits nothing
     (``assign`` only: the scan group needs no ACL)."""
-    group = f"fleet-dlq-scan.{uuid.uuid4().hex[:8]}"
+    group = f"{DLQ_SCAN_GROUP_PREFIX}{uuid.uuid4().hex[:8]}"
     consumer = consumer_factory(consumer_config(bootstrap, group))
     try:
         meta = consumer.list_topics(dlq_topic, timeout=timeout_s).topics[dlq_topic]
