@@ -197,6 +197,20 @@ def test_the_failed_reporter_runs_with_only_its_acls(secure: LocalCluster, tmp_p
     try:
         wait_until(lambda: a.client.knows("worker-b"), 60, "worker-b in a's roster")
         sent = a.client.send(sender="main-a", to="worker-b", body=b"brief", ttl_s=900)
+        watcher = (
+            Factories()
+            .secured(login(secure, ADMIN))
+            .consumer(consumer_config(secure.bootstrap_servers, unique_name("dlq-watch")))
+        )
+        try:  # the reporter's --idle-exit must not start counting before b dead-lettered it
+            dlq = TopicPartition(names.dlq, 0)
+            wait_until(
+                lambda: watcher.get_watermark_offsets(dlq, timeout=5, cached=False)[1] >= 1,
+                60,
+                "the dead letter in the DLQ",
+            )
+        finally:
+            watcher.close()
         r_store = f"sqlite:///{tmp_path / 'r-only.sqlite'}"
         kafka = login_file(secure, "r").read_text(encoding="utf-8")
         config = fleet.config_file("r", "", store=r_store, extra=kafka)
