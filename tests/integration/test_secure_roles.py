@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from sqlalchemy import select
 from typer.testing import CliRunner
 
@@ -87,6 +87,21 @@ def acls(cluster: LocalCluster, role: str, user: str, prefix: str) -> None:
     assert f"User:{user} ({role})" in result.output
 
 
+def commit_once(consumer: Any, position: TopicPartition) -> None:
+    """Commit ``position``; a fresh broker's coordinator may still be loading (retriable)."""
+
+    def attempt() -> bool:
+        try:
+            consumer.commit(offsets=[position], asynchronous=False)
+            return True
+        except KafkaException as exc:
+            if not exc.args[0].retriable():
+                raise
+            return False
+
+    wait_until(attempt, 60, "the group coordinator to take a commit", interval=0.5)
+
+
 def test_the_exporter_login_reads_lag_but_cannot_consume_an_inbox(secure: LocalCluster) -> None:
     """Issue 13: the exporter's set is describe and offsets only. ``fleet lag`` with its login
     reports the gateway group's lag on inbox.a; a consumer with the same login that tries to
@@ -102,7 +117,7 @@ def test_the_exporter_login_reads_lag_but_cannot_consume_an_inbox(secure: LocalC
         producer.produce(inbox, value=b"secret body %d" % i, key=b"k")
     assert producer.flush(30) == 0
     committer = admin.consumer(consumer_config(server, group))
-    committer.commit(offsets=[TopicPartition(inbox, 0, 1)], asynchronous=False)
+    commit_once(committer, TopicPartition(inbox, 0, 1))
     committer.close()
 
     args = ["lag", "--bootstrap", server, "--groups-prefix", prefix, "--json", "--window", "0"]
