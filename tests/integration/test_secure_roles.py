@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from sqlalchemy import select
 from typer.testing import CliRunner
 
@@ -41,7 +41,7 @@ from tests.integration.fleet_hosts import Fleet, wait_until
 
 pytestmark = pytest.mark.kafka
 ROOT = Path(__file__).resolve().parents[2]
-LOGINS = ("a", "b", "r", "exporter")  # two gateways, the reporting host r, the exporter
+LOGINS = ("a", "b", "r", "exporter", "owner")  # gateways, reporter host r, exporter, DLQ owner
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +87,13 @@ def acls(cluster: LocalCluster, role: str, user: str, prefix: str) -> None:
     assert f"User:{user} ({role})" in result.output
 
 
+COORDINATOR_NOT_READY = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+}
+
+
 def commit_once(consumer: Any, position: TopicPartition) -> None:
     """Commit ``position``; a fresh broker's coordinator may still be loading (retriable)."""
 
@@ -95,7 +102,8 @@ def commit_once(consumer: Any, position: TopicPartition) -> None:
             consumer.commit(offsets=[position], asynchronous=False)
             return True
         except KafkaException as exc:
-            if not exc.args[0].retriable():
+            err = exc.args[0]
+            if not (err.retriable() or err.code() in COORDINATOR_NOT_READY):
                 raise
             return False
 
@@ -134,9 +142,11 @@ def test_the_exporter_login_reads_lag_but_cannot_consume_an_inbox(secure: LocalC
     spy = (
         Factories()
         .secured(login(secure, "exporter"))
-        .consumer(consumer_config(server, unique_name("exporter-spy")))
+        .consumer(consumer_config(server, f"{prefix}exporter-spy"))
     )
-    spy.assign([TopicPartition(inbox, 0, 0)])  # assign only: no group right is involved
+    # a group under the prefix (DESCRIBE is granted: finding its coordinator is allowed) and
+    # assign only (no commit, no offset fetch): what is refused is the topic READ itself
+    spy.assign([TopicPartition(inbox, 0, 0)])
     refused: FleetError | None = None
     for _ in range(60):
         msg = spy.poll(0.5)
@@ -252,6 +262,17 @@ def test_the_failed_reporter_runs_with_only_its_acls(secure: LocalCluster, tmp_p
         assert injected == []
         for pw in passwords(secure):
             assert pw not in output
+        # the DLQ's owner, with only the dlq-owner set, lists the dead letter and replays it
+        acls(secure, "dlq-owner", "owner", fleet.prefix)
+        owner = ["--prefix", fleet.prefix, "--bootstrap", secure.bootstrap_servers]
+        owner += ["--kafka-config", str(login_file(secure, "owner"))]
+        listed = CliRunner().invoke(app, ["dlq", "ls", "--json", *owner])
+        assert listed.exit_code == 0, listed.output
+        (letter,) = json.loads(listed.stdout)
+        assert (letter["reason"], letter["topic"]) == ("TTL_TOO_LONG", names.inbox("b"))
+        replayed = CliRunner().invoke(app, ["dlq", "replay", "--json", *owner])
+        assert replayed.exit_code == 0, replayed.output
+        assert json.loads(replayed.stdout)["replayed"] == 1
     finally:
         a.gateway.stop()
         b.gateway.stop()
