@@ -29,6 +29,7 @@ from pipeline.gateway.config import (
     Role,
 )
 from pipeline.gateway.receipts import read_receipt
+from pipeline.kafka.settings import producer_config
 from pipeline.outbox.tables import outbox
 from pipeline.record_headers import unpack_headers
 from pipeline.testing import BrokerHandle
@@ -121,7 +122,7 @@ def test_a_spawn_sent_twice_and_delivered_twice_starts_one_worker(hosts: Any) ->
             select(outbox).where(outbox.c.lsn == 1, outbox.c.topic.like("%control%"))
         ).first()
     assert row is not None
-    producer = Producer({"bootstrap.servers": a.runtime.config.bootstrap})
+    producer = Producer(producer_config(a.runtime.config.bootstrap))
     producer.produce(
         row.topic, key=bytes(row.key), value=bytes(row.value), headers=unpack_headers(row.headers)
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import BrokerNotReady, ConfigError, LauncherError
+from pipeline.kafka.logs import LIBRDKAFKA_LOG
 from pipeline.reasons import Launcher
 
 from .classpath import KAFKA_VERSION, BrokerClasspath, resolve_classpath
@@ -94,7 +95,10 @@ class LocalCluster:
 
     def client_config(self, user: str = ADMIN) -> dict[str, Any]:
         """librdkafka settings to reach this cluster (as ``user`` when it is secured)."""
-        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "logger": LIBRDKAFKA_LOG,
+        }
         if self.secure is not None:
             conf.update(self.secure.security(user).client_properties())
         return conf
