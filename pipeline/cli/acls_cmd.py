@@ -1,4 +1,4 @@
-"""``fleet acls plan|apply`` -- a gateway login's least-privilege ACLs (docs/security.md)."""
+"""``fleet acls plan|apply`` -- a login's least-privilege ACLs, per role (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,31 @@ from typing import Annotated
 
 import typer
 
-from pipeline.kafka.acls import apply_grants, gateway_grants
+from pipeline.kafka.acls import Role, apply_grants, role_grants
 from pipeline.kafka.topics import TopicNames
 
+from .login import KafkaConfigOpt, kafka_factories
 from .output import console, emit_json, fail_on_fleet_error
-from .topics_cmd import BootstrapOpt, KafkaConfigOpt, bootstrap_from, secured_factories
+from .topics_cmd import BootstrapOpt, bootstrap_from
 
-app = typer.Typer(help="Least-privilege ACLs per gateway login.", no_args_is_help=True)
+app = typer.Typer(help="Least-privilege ACLs per login and role.", no_args_is_help=True)
 
-HostOpt = Annotated[str, typer.Option("--host", help="The gateway's host id (= its login).")]
+HostOpt = Annotated[
+    str,
+    typer.Option(
+        "--host",
+        "--login",
+        help="The login (principal User:NAME); for the gateway role, the gateway's host id.",
+    ),
+]
+RoleOpt = Annotated[
+    Role,
+    typer.Option(
+        "--role",
+        help="gateway (a host's gateway), reporter (the FAILED reporter), exporter (offsets "
+        "only), dlq-owner (read and replay the DLQ).",
+    ),
+]
 PrefixOpt = Annotated[str, typer.Option(help="Topic name prefix.")]
 
 
@@ -22,12 +38,13 @@ PrefixOpt = Annotated[str, typer.Option(help="Topic name prefix.")]
 @fail_on_fleet_error
 def plan(
     host: HostOpt,
+    role: RoleOpt = Role.GATEWAY,
     prefix: PrefixOpt = "fleet.",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Print the ACLs gateway HOST needs: read its own inbox, control and group; write the
-    others' inboxes and control topics, the roster and the DLQ; idempotent write."""
-    grants = gateway_grants(host, TopicNames(prefix=prefix))
+    """Print the ACLs a login of ROLE needs and no more. gateway: read its own inbox, control
+    and group; write the others' inboxes and control topics, the roster and the DLQ."""
+    grants = role_grants(role, host, TopicNames(prefix=prefix))
     if as_json:
         emit_json(
             [
@@ -50,17 +67,16 @@ def plan(
 @fail_on_fleet_error
 def apply(
     host: HostOpt,
+    role: RoleOpt = Role.GATEWAY,
     kafka_config: KafkaConfigOpt = None,
     bootstrap: BootstrapOpt = None,
     prefix: PrefixOpt = "fleet.",
 ) -> None:
-    """Create the planned ACLs for HOST (idempotent: existing ACLs are kept)."""
+    """Create the planned ACLs for the login (idempotent: existing ACLs are kept)."""
     from pipeline.kafka.settings import admin_config
 
-    factories = secured_factories(kafka_config)  # a super user's login, e.g. admin.kafka.toml
     server = bootstrap_from(bootstrap)
-    factories.check_access(server)
-    count = apply_grants(
-        factories.admin(admin_config(server)), gateway_grants(host, TopicNames(prefix=prefix))
-    )
-    console.print(f"{count} ACLs in place for User:{host}")
+    factories = kafka_factories(kafka_config, check=server)  # a super user's, admin.kafka.toml
+    grants = role_grants(role, host, TopicNames(prefix=prefix))
+    count = apply_grants(factories.admin(admin_config(server)), grants)
+    console.print(f"{count} ACLs in place for User:{host} ({role.value})")

@@ -20,6 +20,7 @@ from pipeline.record import key_text
 from pipeline.store import make_engine
 
 from . import dlq_report
+from .login import KafkaConfigOpt, kafka_factories
 from .output import console, emit_json, fail_on_fleet_error
 
 app = typer.Typer(help="Inspect, replay and report the dead-letter topic.", no_args_is_help=True)
@@ -39,10 +40,21 @@ def _dlq(prefix: str, dlq_topic: str | None) -> str:
     return dlq_topic or TopicNames(prefix=prefix).dlq
 
 
+def _scan(bootstrap: str, topic: str, kafka_config: Path | None) -> Iterator[DeadLetterView]:
+    factories = kafka_factories(kafka_config, check=bootstrap)
+    return dlq_ops.scan(bootstrap, topic, consumer_factory=factories.consumer)
+
+
 def _views(
-    bootstrap: str, topic: str, reason: str | None, key: str | None, limit: int | None
+    bootstrap: str,
+    topic: str,
+    reason: str | None,
+    key: str | None,
+    limit: int | None,
+    kafka_config: Path | None,
 ) -> list[DeadLetterView]:
-    return list(dlq_ops.select(dlq_ops.scan(bootstrap, topic), reason=reason, key=key, limit=limit))
+    views = _scan(bootstrap, topic, kafka_config)
+    return list(dlq_ops.select(views, reason=reason, key=key, limit=limit))
 
 
 @app.command("ls")
@@ -56,9 +68,10 @@ def ls(
     key: Key = None,
     limit: Limit = None,
     as_json: Json = False,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """List dead letters in DLQ order: where each came from and why it failed."""
-    views = _views(bootstrap, _dlq(prefix, dlq_topic), reason, key, limit)
+    views = _views(bootstrap, _dlq(prefix, dlq_topic), reason, key, limit, kafka_config)
     if as_json:
         emit_json([v.as_dict() for v in views])
         return
@@ -92,6 +105,7 @@ def show(
     dlq_topic: DlqTopic = None,
     body: Annotated[bool, typer.Option("--body", help="Also print the body (sensitive).")] = False,
     as_json: Json = False,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Show one dead letter: full context and original headers (body only with --body)."""
     parts = ref.split(":")
@@ -102,7 +116,11 @@ def show(
     topic = _dlq(prefix, dlq_topic)
     want = (int(parts[0]), int(parts[1]))
     found = next(
-        (v for v in dlq_ops.scan(bootstrap, topic) if (v.dlq_partition, v.dlq_offset) == want),
+        (
+            v
+            for v in _scan(bootstrap, topic, kafka_config)
+            if (v.dlq_partition, v.dlq_offset) == want
+        ),
         None,
     )
     if found is None:
@@ -134,6 +152,7 @@ def replay(
         typer.Option("--db", envvar="FLEET_DB", help="Store URL: skip quarantined keys."),
     ] = None,
     as_json: Json = False,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Re-produce dead letters to their original topic, in DLQ order (per-key order kept).
 
@@ -152,10 +171,10 @@ def replay(
                 continue
             yield v
 
-    views = dlq_ops.select(
-        dlq_ops.scan(bootstrap, _dlq(prefix, dlq_topic)), reason=reason, key=key, limit=limit
-    )
-    result = dlq_ops.replay(keep(views), bootstrap=bootstrap)
+    factories = kafka_factories(kafka_config, check=bootstrap)
+    scanned = dlq_ops.scan(bootstrap, _dlq(prefix, dlq_topic), consumer_factory=factories.consumer)
+    views = dlq_ops.select(scanned, reason=reason, key=key, limit=limit)
+    result = dlq_ops.replay(keep(views), bootstrap=bootstrap, producer_factory=factories.producer)
     if as_json:
         emit_json(
             {"replayed": result.replayed, "by_topic": result.by_topic, "skipped": len(skipped)}
@@ -208,22 +227,37 @@ def report(
     idle_exit: Annotated[
         float | None, typer.Option("--idle-exit", help="Exit after this many idle seconds.")
     ] = None,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Run the FAILED reporter: one FAILED per eligible dead letter, even across kill -9.
 
     With --config the FAILED is a signed envelope to the sender's host inbox, written to this
     host's outbox in the transaction of the reporter's dedupe row. --bootstrap/--db/--sink-topic
-    is the unsigned plain-record sink for tests and local runs.
+    is the unsigned plain-record sink for tests and local runs. The login is --config's
+    [kafka] table, or --kafka-config's (giving both with different logins is refused).
     """
+    factories = kafka_factories(kafka_config)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     shipper: dlq_report.ReporterRelay | None = None
     if config is not None:
-        reporter = dlq_report.configured_reporter(config, group=group, dlq_topic=dlq_topic)
-        shipper = dlq_report.ReporterRelay.start(reporter.engine, config) if relay else None
+        reporter = dlq_report.configured_reporter(
+            config, group=group, dlq_topic=dlq_topic, factories=factories
+        )
+        shipper = (
+            dlq_report.ReporterRelay.start(reporter.engine, config, factories=factories)
+            if relay
+            else None
+        )
     else:
         reporter = dlq_report.plain_reporter(
-            bootstrap, db, sink_topic, prefix=prefix, dlq_topic=dlq_topic, group=group
+            bootstrap,
+            db,
+            sink_topic,
+            prefix=prefix,
+            dlq_topic=dlq_topic,
+            group=group,
+            factories=factories,
         )
     try:
         emitted = reporter.run(should_stop=stop.is_set, idle_exit_s=idle_exit)

@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
@@ -21,9 +22,12 @@ from pipeline.failures.reporter import FailedReporter
 from pipeline.outbox import backlog
 from pipeline.reasons import Config
 
+if TYPE_CHECKING:
+    from pipeline.bootstrap_client import Factories
+
 
 def configured_reporter(
-    config: Path, *, group: str | None, dlq_topic: str | None
+    config: Path, *, group: str | None, dlq_topic: str | None, factories: Factories
 ) -> FailedReporter:
     """The reporter of the host ``config`` describes: signs with its key, writes its outbox."""
     from pipeline.bootstrap import build_failed_reporter
@@ -42,6 +46,7 @@ def configured_reporter(
         trust=TrustStore.load(cfg.trust_dir),
         group=group,
         dlq_topic=dlq_topic,
+        factories=factories,  # build_failed_reporter adds the fleet.toml's [kafka] login
     )
 
 
@@ -53,6 +58,7 @@ def plain_reporter(
     prefix: str,
     dlq_topic: str | None,
     group: str | None,
+    factories: Factories,
 ) -> FailedReporter:
     """The unsigned plain-record sink (tests and local runs)."""
     if not (bootstrap and db and sink_topic):
@@ -69,6 +75,7 @@ def plain_reporter(
         prefix=prefix,
         dlq_topic=dlq_topic,
         group=group,
+        factories=factories,
     )
 
 
@@ -81,13 +88,12 @@ class ReporterRelay:
     thread: threading.Thread
 
     @classmethod
-    def start(cls, engine: Engine, config: Path) -> ReporterRelay:
+    def start(cls, engine: Engine, config: Path, *, factories: Factories) -> ReporterRelay:
         from pipeline.bootstrap import build_relay
-        from pipeline.bootstrap_client import Factories
         from pipeline.gateway.config import load_config
 
         cfg = load_config(config)
-        factories = Factories().secured(cfg.kafka)  # the host's [kafka] login
+        factories = factories.secured(cfg.kafka)  # the host's [kafka] login
         relay = build_relay("", bootstrap=cfg.bootstrap, engine=engine, factories=factories)
         stop = threading.Event()
         thread = threading.Thread(target=relay.run_forever, args=(stop,), name="relay", daemon=True)

@@ -11,6 +11,7 @@ from pipeline.lab.loader import load_scenario
 from pipeline.lab.model import predict as predict_scenario
 from pipeline.lab.render import prediction_lines
 
+from .login import KafkaConfigOpt, kafka_factories
 from .output import emit_json, fail_on_fleet_error
 
 app = typer.Typer(help="Size a worker pool: predict with seed 001's model, then measure it.")
@@ -54,6 +55,7 @@ def run(
             "serialises the members' writes -- use PostgreSQL for saturation runs).",
         ),
     ] = None,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Run the scenario on the real broker (producer, pool members, faults on schedule), sample
     lag per partition, and write report.md, report.json and PNG plots beside the prediction."""
@@ -64,6 +66,10 @@ def run(
 
     s = load_scenario(scenario)
     require_pool_command()
+    server = _bootstrap(bootstrap)
+    factories = kafka_factories(kafka_config, check=server)
+    # the producer and pool-member processes log in with the same [kafka] table
+    child_env = {"FLEET_KAFKA_CONFIG": str(kafka_config.resolve())} if kafka_config else {}
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -74,11 +80,14 @@ def run(
         analysis, _extra = run_scenario(
             s,
             source=scenario,
-            bootstrap=_bootstrap(bootstrap),
+            bootstrap=server,
             out=out,
             tick_s=tick,
             store_url=store_url,
             progress=lambda t, what: bar.update(task, completed=t, what=what),
+            admin_factory=factories.admin,
+            consumer_factory=factories.consumer,
+            child_env=child_env,
         )
     for row in analysis.rows:
         verdict = "-" if row.ok is None else ("ok" if row.ok else "OFF")
@@ -99,12 +108,18 @@ def produce(
     topic: Annotated[str, typer.Option("--topic")],
     start_at: Annotated[float, typer.Option("--start-at", help="Unix time of scenario t=0.")],
     stats: Annotated[Path, typer.Option("--stats", help="Where to write the producer's stats.")],
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """The lab's load generator process (started by ``fleet lab run``)."""
     from pipeline.lab.producer import produce as produce_events
 
     produce_events(
-        load_scenario(scenario), bootstrap=bootstrap, topic=topic, start_at=start_at, stats=stats
+        load_scenario(scenario),
+        bootstrap=bootstrap,
+        topic=topic,
+        start_at=start_at,
+        stats=stats,
+        producer_factory=kafka_factories(kafka_config).producer,
     )
 
 

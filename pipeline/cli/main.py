@@ -41,7 +41,7 @@ COMMANDS = (
     group("saga", "saga_cmd", "Sagas: list, show, and work the human queue."),
     group("gateway", "gateway_cmd", "Run a host's gateway: the per-host inbox with the dual ack model."),
     group("pool", "pool_cmd", "Worker pools: members of consumer group fleet.pool.<NAME>."),
-    group("acls", "acls_cmd", "Least-privilege ACLs per gateway login."),
+    group("acls", "acls_cmd", "Least-privilege ACLs per login and role."),
     group("chaos", "chaos_cmd", "Faults on a seeded schedule, a recorded history, one checker."),
 )
 # fmt: on

@@ -23,6 +23,7 @@ from pipeline.observability import (
 from pipeline.observability.model import LagStatus, worst
 from pipeline.reasons import Config
 
+from .login import KafkaConfigOpt, kafka_factories
 from .output import console, emit_json, fail_on_fleet_error
 
 app = typer.Typer()
@@ -66,15 +67,17 @@ def exporter(
             "(sqlite:///path or postgresql+psycopg://...); repeat for several stores (summed).",
         ),
     ] = None,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Serve Prometheus metrics: lag (messages, seconds), retention risk, DLQ depth, and with
     ``--store-url`` held messages, quarantined keys, outbox backlog and oldest unsent age."""
     from pipeline.bootstrap import build_exporter
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    server = _bootstrap(bootstrap)
     running = build_exporter(
         ExporterConfig(
-            bootstrap=_bootstrap(bootstrap),
+            bootstrap=server,
             port=port,
             address=address,
             sampler=SamplerConfig(
@@ -82,6 +85,7 @@ def exporter(
             ),
         ),
         store_urls=store_url,
+        factories=kafka_factories(kafka_config, check=server),
     )
     console.print(f"fleet exporter on http://{address}:{running.port}/metrics")
     done = threading.Event()
@@ -110,12 +114,17 @@ def lag(
             "time to drain (0 = one sample, no drain time).",
         ),
     ] = 3.0,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Per group/topic/partition: committed, log end, lag, lag seconds, retention risk, status;
     per group: time to drain the lag at the measured rates ("never" if it cannot).
 
     Exit code 1 when any partition is LOST or AT_RISK."""
-    reader = KafkaOffsetReader(_bootstrap(bootstrap))
+    server = _bootstrap(bootstrap)
+    factories = kafka_factories(kafka_config, check=server)
+    reader = KafkaOffsetReader(
+        server, admin_factory=factories.admin, consumer_factory=factories.consumer
+    )
     try:
         sampler = LagSampler(
             reader, SamplerConfig(groups_prefix=groups_prefix, dlq_topic=None, rate_window_s=window)

@@ -20,6 +20,7 @@ import typer
 from pipeline import reasons
 from pipeline.errors import ConfigError
 
+from .login import KafkaConfigOpt, kafka_factories
 from .output import console, emit_json, fail_on_fleet_error
 
 app = typer.Typer(help="Worker pools: members of consumer group fleet.pool.<NAME>.")
@@ -105,6 +106,7 @@ def run(
         Path | None, typer.Option("--events", help="Append one JSON line per step here.")
     ] = None,
     metrics_port: Annotated[int | None, typer.Option("--metrics-port")] = None,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Run one pool member until SIGTERM/SIGINT."""
     from prometheus_client import start_http_server
@@ -155,6 +157,7 @@ def run(
             step_lease_s=step_lease,
         ),
         step=step,
+        factories=kafka_factories(kafka_config, check=bootstrap),
     )
     if metrics_port is not None:
         start_http_server(metrics_port, registry=parts.registry)
@@ -185,17 +188,19 @@ def submit(
         str | None, typer.Option("--key", help="Key every line with this (else key<TAB>body).")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the msgIds as JSON.")] = False,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Produce records to the pool topic, each with a fresh msgId (its event id)."""
     from pipeline.kafka.topics import TopicNames
     from pipeline.pool.submit import submit as do_submit
 
     topic = TopicNames().pool(pool)
+    producer = kafka_factories(kafka_config, check=bootstrap).producer
     if file is None:
-        ids = do_submit(bootstrap, topic, sys.stdin, key=key)
+        ids = do_submit(bootstrap, topic, sys.stdin, key=key, producer_factory=producer)
     else:
         with file.open(encoding="utf-8") as lines:
-            ids = do_submit(bootstrap, topic, lines, key=key)
+            ids = do_submit(bootstrap, topic, lines, key=key, producer_factory=producer)
     if json_out:
         emit_json({"topic": topic, "msg_ids": ids})
     else:
@@ -216,13 +221,15 @@ def status(
         ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Members, assignment, in-flight steps per member, committed offset and lag per partition."""
     from rich.table import Table
 
     from pipeline.pool.status import pool_status
 
-    st = pool_status(bootstrap, pool, store_url=store_url)
+    admin = kafka_factories(kafka_config, check=bootstrap).admin
+    st = pool_status(bootstrap, pool, store_url=store_url, admin_factory=admin)
     if json_out:
         emit_json(st.to_json())
         return

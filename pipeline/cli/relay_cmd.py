@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from .login import KafkaConfigOpt, kafka_factories
 from .output import console, fail_on_fleet_error
 
 app = typer.Typer(help="Ship committed outbox rows to Kafka (the outbox relay).")
@@ -34,6 +35,7 @@ def run(
     metrics_port: Annotated[
         int | None, typer.Option("--metrics-port", help="Serve Prometheus metrics on this port.")
     ] = None,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Run the relay until SIGTERM/SIGINT."""
     from prometheus_client import CollectorRegistry, start_http_server
@@ -49,6 +51,7 @@ def run(
         batch_size=batch_size,
         delivery_timeout_s=delivery_timeout,
         registry=registry,
+        factories=kafka_factories(kafka_config, check=bootstrap),
     )
     engine = relay.engine
     if metrics_port is not None:

@@ -15,6 +15,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.presence import RosterFollower, RosterView
 
 from .keys_cmd import DEFAULT_TRUST_DIR
+from .login import KafkaConfigOpt, kafka_factories
 from .output import console, emit_json, fail_on_fleet_error
 from .topics_cmd import BootstrapOpt, bootstrap_from
 
@@ -32,6 +33,7 @@ def roster(
     config: Annotated[
         Path | None, typer.Option("--config", "-c", help="Show this host gateway's view.")
     ] = None,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Read the roster from the beginning, verify every record, print the live entries."""
     if config is not None:
@@ -39,7 +41,13 @@ def roster(
         return
     topics = TopicNames(prefix=prefix)
     view = RosterView.build(trust=TrustStore.load(trust_dir), topics=topics)
-    follower = RosterFollower(bootstrap=bootstrap_from(bootstrap), view=view, topics=topics)
+    server = bootstrap_from(bootstrap)
+    follower = RosterFollower(
+        bootstrap=server,
+        view=view,
+        topics=topics,
+        consumer_factory=kafka_factories(kafka_config, check=server).consumer,
+    )
     try:
         follower.catch_up()
     finally:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -12,6 +11,7 @@ from pipeline.errors import ConfigError
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 
+from .login import KafkaConfigOpt, kafka_factories
 from .output import console, emit_json, fail_on_fleet_error
 
 app = typer.Typer(
@@ -29,23 +29,6 @@ def bootstrap_from(value: str | None) -> str:
 BootstrapOpt = Annotated[
     str | None, typer.Option("--bootstrap", help="Kafka bootstrap servers (or KAFKA_BOOTSTRAP).")
 ]
-KafkaConfigOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--kafka-config",
-        help="A TOML file whose [kafka] table is the login to use (docs/security.md).",
-    ),
-]
-
-
-def secured_factories(kafka_config: Path | None) -> Any:
-    """Factories with the ``[kafka]`` login of ``kafka_config`` (plaintext without one)."""
-    from pipeline.bootstrap_client import Factories
-    from pipeline.kafka.security import load_kafka_file
-
-    if kafka_config is None:
-        return Factories()
-    return Factories().secured(load_kafka_file(kafka_config, environ=os.environ))
 
 
 @app.command()
@@ -75,9 +58,8 @@ def apply(
         min_insync_replicas=min_insync,
         dlq_retention_bytes=dlq_retention_bytes,
     )
-    factories = secured_factories(kafka_config)
     server = bootstrap_from(bootstrap)
-    factories.check_access(server)  # a refused login stops here with its reason
+    factories = kafka_factories(kafka_config, check=server)
     report = apply_topology(server, spec, dry_run=dry_run, admin_factory=factories.admin)
     if as_json:
         emit_json(report.as_json())

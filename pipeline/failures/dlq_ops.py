@@ -18,17 +18,26 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pipeline.errors import BrokerError
-from pipeline.kafka.clients import new_consumer, new_producer
+from pipeline.kafka.clients import ClientFactory, new_consumer, new_producer
 from pipeline.kafka.settings import consumer_config, producer_config
+from pipeline.kafka.topics import DLQ_SCAN_GROUP_PREFIX
 from pipeline.reasons import Failure, Platform
 from pipeline.record import key_text
 
 from .dlq import DeadLetterView, read_dead_letter
 
 
-def scan(bootstrap: str, dlq_topic: str, *, timeout_s: float = 30.0) -> Iterator[DeadLetterView]:
-    """Every dead letter present now, partition by partition, in offset order. Commits nothing."""
-    consumer = new_consumer(consumer_config(bootstrap, f"fleet-dlq-scan.{uuid.uuid4().hex[:8]}"))
+def scan(
+    bootstrap: str,
+    dlq_topic: str,
+    *,
+    timeout_s: float = 30.0,
+    consumer_factory: ClientFactory = new_consumer,
+) -> Iterator[DeadLetterView]:
+    """Every dead letter present now, partition by partition, in offset order. Commits nothing
+    (``assign`` only: the scan group needs no ACL)."""
+    group = f"{DLQ_SCAN_GROUP_PREFIX}{uuid.uuid4().hex[:8]}"
+    consumer = consumer_factory(consumer_config(bootstrap, group))
     try:
         meta = consumer.list_topics(dlq_topic, timeout=timeout_s).topics[dlq_topic]
         if meta.error is not None:
@@ -103,6 +112,7 @@ def replay(
     bootstrap: str | None = None,
     producer: Producer | None = None,
     timeout_s: float = 60.0,
+    producer_factory: ClientFactory = new_producer,
 ) -> ReplayResult:
     """Re-produce ``views`` to their original topic/partition, in the order given.
 
@@ -112,7 +122,7 @@ def replay(
     if producer is None:
         if bootstrap is None:
             raise ValueError("replay needs a bootstrap or a producer")
-        producer = new_producer(producer_config(bootstrap))
+        producer = producer_factory(producer_config(bootstrap))
     result = ReplayResult()
     errors: list[Any] = []
 

@@ -1,4 +1,6 @@
-"""Least-privilege ACLs for one gateway's login (``fleet acls plan|apply``, docs/security.md).
+"""Least-privilege ACLs per login and role (``fleet acls plan|apply --role``, docs/security.md).
+
+Four roles, each a closed set (:class:`Role`); the login NAME is the principal ``User:NAME``.
 
 A gateway host H (principal ``User:H``) needs, and gets, exactly::
 
@@ -12,6 +14,18 @@ It gets no READ on another host's inbox or control topic and no access to anothe
 so ``User:X`` cannot read ``inbox.Y`` or join ``gw.Y`` (``NOT_AUTHORIZED``). The roster readers
 use throw-away groups ``<prefix>roster-reader.*`` (assign only, never committed): a prefixed READ.
 Topic creation is the operator's (``fleet topics apply`` as ``admin``): a gateway creates nothing.
+
+The narrower roles (:func:`role_grants`)::
+
+    reporter   the FAILED reporter (``fleet dlq report``, with ``--relay``): read the DLQ and
+               its group <prefix>dlq-reporter; write the inboxes it answers into (prefix);
+               idempotent write. No roster, no control topic, no other group.
+    exporter   ``fleet exporter`` / ``fleet lag``: DESCRIBE the fleet's topics and groups
+               (prefix), DESCRIBE_CONFIGS of the topics (retention risk). No READ anywhere: it
+               reads offsets, never a record (so lag in seconds is the sampler's lower bound).
+    dlq-owner  ``fleet dlq ls|show|replay``: read and describe the DLQ with the scan groups
+               fleet-dlq-scan.*; replay writes a dead letter back where it came from (inbox,
+               control or pool topic: prefixes); idempotent write. No READ on any inbox.
 """
 
 from __future__ import annotations
@@ -30,7 +44,14 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from .errors import as_fleet_error
-from .topics import TopicNames, check_name
+from .topics import DLQ_SCAN_GROUP_PREFIX, TopicNames, check_name
+
+
+class Role(enum.StrEnum):
+    GATEWAY = "gateway"
+    REPORTER = "reporter"
+    EXPORTER = "exporter"
+    DLQ_OWNER = "dlq-owner"
 
 
 class Resource(enum.StrEnum):
@@ -72,18 +93,30 @@ class Grant:
 CLUSTER_NAME = "kafka-cluster"
 
 
-def gateway_grants(host: str, topics: TopicNames = TopicNames()) -> tuple[Grant, ...]:
-    """Everything gateway ``host`` needs and nothing more (see the module docstring)."""
-    check_name(host, what="host id")
-    principal = f"User:{host}"
-    lit, pre = Pattern.LITERAL, Pattern.PREFIXED
-    out: list[Grant] = []
+class _Plan:
+    """Collects one principal's grants."""
 
-    def add(resource: Resource, name: str, pattern: Pattern, *ops: Operation) -> None:
-        out.extend(
-            Grant(principal=principal, resource=resource, name=name, pattern=pattern, operation=op)
+    def __init__(self, login: str, *, what: str) -> None:
+        self.principal = f"User:{check_name(login, what=what)}"
+        self.grants: list[Grant] = []
+
+    def add(self, resource: Resource, name: str, pattern: Pattern, *ops: Operation) -> None:
+        self.grants.extend(
+            Grant(
+                principal=self.principal,
+                resource=resource,
+                name=name,
+                pattern=pattern,
+                operation=op,
+            )
             for op in ops
         )
+
+
+def gateway_grants(host: str, topics: TopicNames = TopicNames()) -> tuple[Grant, ...]:
+    """Everything gateway ``host`` needs and nothing more (see the module docstring)."""
+    plan = _Plan(host, what="host id")
+    add, lit, pre = plan.add, Pattern.LITERAL, Pattern.PREFIXED
 
     read = (Operation.READ, Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS)
     add(Resource.TOPIC, topics.inbox(host), lit, *read)
@@ -102,7 +135,52 @@ def gateway_grants(host: str, topics: TopicNames = TopicNames()) -> tuple[Grant,
     add(Resource.GROUP, topics.gateway_group(host), lit, Operation.READ, Operation.DESCRIBE)
     add(Resource.GROUP, f"{topics.prefix}roster-reader.", pre, Operation.READ)
     add(Resource.CLUSTER, CLUSTER_NAME, lit, Operation.IDEMPOTENT_WRITE)
-    return tuple(out)
+    return tuple(plan.grants)
+
+
+def reporter_grants(login: str, topics: TopicNames = TopicNames()) -> tuple[Grant, ...]:
+    """The FAILED reporter: reads the DLQ in its group, writes FAILEDs to the senders' inboxes."""
+    plan = _Plan(login, what="login")
+    add, lit, pre = plan.add, Pattern.LITERAL, Pattern.PREFIXED
+    add(Resource.TOPIC, topics.dlq, lit, Operation.READ, Operation.DESCRIBE)
+    add(Resource.GROUP, f"{topics.prefix}dlq-reporter", lit, Operation.READ, Operation.DESCRIBE)
+    add(Resource.TOPIC, f"{topics.prefix}inbox.", pre, Operation.WRITE, Operation.DESCRIBE)
+    add(Resource.CLUSTER, CLUSTER_NAME, lit, Operation.IDEMPOTENT_WRITE)
+    return tuple(plan.grants)
+
+
+def exporter_grants(login: str, topics: TopicNames = TopicNames()) -> tuple[Grant, ...]:
+    """The exporter: offsets and configs of the fleet's topics and groups; never a record."""
+    plan = _Plan(login, what="login")
+    pre = Pattern.PREFIXED
+    plan.add(Resource.TOPIC, topics.prefix, pre, Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS)
+    plan.add(Resource.GROUP, topics.prefix, pre, Operation.DESCRIBE)
+    return tuple(plan.grants)
+
+
+def dlq_owner_grants(login: str, topics: TopicNames = TopicNames()) -> tuple[Grant, ...]:
+    """The DLQ's owner: reads dead letters, replays them to where they came from."""
+    plan = _Plan(login, what="login")
+    add, lit, pre = plan.add, Pattern.LITERAL, Pattern.PREFIXED
+    add(Resource.TOPIC, topics.dlq, lit, Operation.READ, Operation.DESCRIBE)
+    add(Resource.GROUP, DLQ_SCAN_GROUP_PREFIX, pre, Operation.READ, Operation.DESCRIBE)
+    for kind in ("inbox.", "control.", "pool."):
+        add(Resource.TOPIC, f"{topics.prefix}{kind}", pre, Operation.WRITE, Operation.DESCRIBE)
+    add(Resource.CLUSTER, CLUSTER_NAME, lit, Operation.IDEMPOTENT_WRITE)
+    return tuple(plan.grants)
+
+
+_ROLES = {
+    Role.GATEWAY: gateway_grants,
+    Role.REPORTER: reporter_grants,
+    Role.EXPORTER: exporter_grants,
+    Role.DLQ_OWNER: dlq_owner_grants,
+}
+
+
+def role_grants(role: Role, login: str, topics: TopicNames = TopicNames()) -> tuple[Grant, ...]:
+    """The grants of ``role`` for principal ``User:<login>`` (a gateway's login is its host id)."""
+    return _ROLES[role](login, topics)
 
 
 def binding(grant: Grant) -> AclBinding:

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from pipeline.errors import ConfigError
 from pipeline.reasons import Config
 
+DLQ_SCAN_GROUP_PREFIX = "fleet-dlq-scan."
+"""``fleet dlq ls|show|replay`` read with a throw-away group under this prefix (assign only)."""
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,100}$")
 
 

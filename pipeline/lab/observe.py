@@ -9,7 +9,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from pipeline.kafka.clients import new_admin
+from pipeline.kafka.clients import ClientFactory, new_admin, new_consumer
 from pipeline.kafka.settings import admin_config
 from pipeline.observability import KafkaOffsetReader, LagSampler, SamplerConfig
 
@@ -36,11 +36,25 @@ class Tick:
 class Observer:
     """Reads the pool group's positions (lag reader) and assignment every tick."""
 
-    def __init__(self, *, bootstrap: str, group: str, topic: str, partitions: int) -> None:
-        self._reader = KafkaOffsetReader(bootstrap, fetch_budget_s=0.5)
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        group: str,
+        topic: str,
+        partitions: int,
+        admin_factory: ClientFactory = new_admin,
+        consumer_factory: ClientFactory = new_consumer,
+    ) -> None:
+        self._reader = KafkaOffsetReader(
+            bootstrap,
+            fetch_budget_s=0.5,
+            admin_factory=admin_factory,
+            consumer_factory=consumer_factory,
+        )
         # exactly our group: the prefix is the full id, and another lab run uses another id
         self._sampler = LagSampler(self._reader, SamplerConfig(groups_prefix=group, dlq_topic=None))
-        self._admin = new_admin(admin_config(bootstrap))
+        self._admin = admin_factory(admin_config(bootstrap))
         self._group, self._topic, self._n = group, topic, partitions
         self._cpu = CpuMeter()
 

@@ -86,9 +86,10 @@ class Members:
     out: Path
     store_url: str
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # e.g. FLEET_KAFKA_CONFIG, the login
 
     def start(self, member: str) -> None:
-        env = {"FLEET_LAB_TIME_SCALE": repr(self.scenario.time_scale)}
+        env = {**self.env, "FLEET_LAB_TIME_SCALE": repr(self.scenario.time_scale)}
         argv = member_argv(
             self.scenario,
             pool=self.pool,

@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
-
+from pipeline.kafka.clients import ClientFactory, new_producer
 from pipeline.kafka.settings import producer_config
 
 from .arrivals import events
@@ -21,10 +20,16 @@ from .scenario import Scenario
 
 
 def produce(
-    s: Scenario, *, bootstrap: str, topic: str, start_at: float, stats: Path
+    s: Scenario,
+    *,
+    bootstrap: str,
+    topic: str,
+    start_at: float,
+    stats: Path,
+    producer_factory: ClientFactory = new_producer,
 ) -> dict[str, Any]:
     """Prefill now, then every event at ``start_at + wall(t)``; returns (and writes) the stats."""
-    producer = Producer(producer_config(bootstrap, **{"linger.ms": 5}))
+    producer = producer_factory(producer_config(bootstrap, **{"linger.ms": 5}))
     late: list[float] = []
     sent = prefilled = 0
     began = None

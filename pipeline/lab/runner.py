@@ -24,7 +24,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from pipeline.errors import ConfigError
-from pipeline.kafka.clients import new_admin
+from pipeline.kafka.clients import ClientFactory, new_admin, new_consumer
 from pipeline.kafka.settings import admin_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.reasons import Lab
@@ -57,8 +57,10 @@ def _faults(s: Scenario) -> list[tuple[float, int, str, str, StopSignal]]:
     return out
 
 
-def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = new_admin(admin_config(bootstrap))
+def _create_topic(
+    bootstrap: str, topic: str, partitions: int, admin_factory: ClientFactory
+) -> None:
+    admin = admin_factory(admin_config(bootstrap))
     fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     for f in fut.values():
         f.result(timeout=30)
@@ -165,7 +167,12 @@ def run(
     settle_timeout_s: float = 60.0,
     store_url: str | None = None,
     progress: Progress | None = None,
+    admin_factory: ClientFactory = new_admin,
+    consumer_factory: ClientFactory = new_consumer,
+    child_env: dict[str, str] | None = None,
 ) -> tuple[Analysis, dict[str, Any]]:
+    """``admin_factory``/``consumer_factory`` build this process's clients and ``child_env``
+    goes to the producer and pool-member processes (``FLEET_KAFKA_CONFIG``: the same login)."""
     require_pool_command()
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.toml").write_bytes(source.read_bytes())  # the producer reads this copy
@@ -173,15 +180,23 @@ def run(
     pool = f"lab-{uuid.uuid4().hex[:8]}"
     names = TopicNames()
     topic, group = names.pool(pool), names.pool_group(pool)
-    _create_topic(bootstrap, topic, s.partitions)
+    _create_topic(bootstrap, topic, s.partitions, admin_factory)
     members = Members(
         scenario=s,
         pool=pool,
         bootstrap=bootstrap,
         out=out,
         store_url=store_url or f"sqlite:///{(out / 'pool.sqlite').resolve()}",
+        env=dict(child_env or {}),
     )
-    observer = Observer(bootstrap=bootstrap, group=group, topic=topic, partitions=s.partitions)
+    observer = Observer(
+        bootstrap=bootstrap,
+        group=group,
+        topic=topic,
+        partitions=s.partitions,
+        admin_factory=admin_factory,
+        consumer_factory=consumer_factory,
+    )
     ticks: list[Tick] = []
     producer = None
     try:
@@ -205,7 +220,7 @@ def run(
                 "--stats",
                 str(stats_path),
             ],
-            env={},
+            env=dict(child_env or {}),
             log=out / "producer.log",
         )
         faults = _faults(s)

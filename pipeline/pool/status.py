@@ -10,7 +10,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from pipeline.errors import BrokerError
-from pipeline.kafka.clients import new_admin
+from pipeline.kafka.clients import ClientFactory, new_admin
 from pipeline.kafka.settings import admin_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.observability.kafka_reader import KafkaOffsetReader
@@ -53,11 +53,12 @@ def pool_status(
     *,
     topics: TopicNames | None = None,
     store_url: str | None = None,
+    admin_factory: ClientFactory = new_admin,
 ) -> PoolStatus:
     """``store_url``: also read the members' lanes rows (in-flight steps per member)."""
     names = topics or TopicNames()
     topic, group = names.pool(pool), names.pool_group(pool)
-    admin = new_admin(admin_config(bootstrap))
+    admin = admin_factory(admin_config(bootstrap))
     try:
         (fut,) = admin.describe_consumer_groups([group], request_timeout=10).values()
         desc = fut.result(timeout=15)

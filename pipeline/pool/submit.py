@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterable
 
 from pipeline.errors import BrokerError
-from pipeline.kafka.clients import new_producer
+from pipeline.kafka.clients import ClientFactory, new_producer
 from pipeline.kafka.settings import producer_config
 
 
@@ -21,10 +21,15 @@ def parse_line(line: str, *, key: str | None) -> tuple[str | None, str]:
 
 
 def submit(
-    bootstrap: str, topic: str, lines: Iterable[str], *, key: str | None = None
+    bootstrap: str,
+    topic: str,
+    lines: Iterable[str],
+    *,
+    key: str | None = None,
+    producer_factory: ClientFactory = new_producer,
 ) -> list[str]:
     """Produce every non-empty line; returns the msgIds, after the broker confirmed all."""
-    producer = new_producer(producer_config(bootstrap))
+    producer = producer_factory(producer_config(bootstrap))
     failures: list[str] = []
 
     def _report(err: object, _msg: object) -> None:

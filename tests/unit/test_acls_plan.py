@@ -1,12 +1,22 @@
-"""The least-privilege plan for a gateway login: what it reads, what it writes, what it never gets."""
+"""The least-privilege plans per role: what each login reads, writes, and never gets."""
 
 from __future__ import annotations
 
 from typer.testing import CliRunner
 
 from pipeline.cli.main import app
-from pipeline.kafka.acls import Operation, Pattern, Resource, binding, gateway_grants
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.acls import (
+    CLUSTER_NAME,
+    Grant,
+    Operation,
+    Pattern,
+    Resource,
+    Role,
+    binding,
+    gateway_grants,
+    role_grants,
+)
+from pipeline.kafka.topics import DLQ_SCAN_GROUP_PREFIX, TopicNames
 
 
 def reads(host: str) -> set[tuple[Resource, str, Pattern]]:
@@ -52,3 +62,66 @@ def test_fleet_acls_plan_prints_the_set() -> None:
     assert result.exit_code == 0, result.output
     assert "ALLOW User:a READ TOPIC fleet.inbox.a (literal)" in result.output
     assert "fleet.inbox.b" not in result.output
+
+
+def ops_on(grants: tuple[Grant, ...]) -> set[tuple[Resource, str, Pattern, Operation]]:
+    return {(g.resource, g.name, g.pattern, g.operation) for g in grants}
+
+
+T, G, C = Resource.TOPIC, Resource.GROUP, Resource.CLUSTER
+LIT, PRE = Pattern.LITERAL, Pattern.PREFIXED
+R, W, D = Operation.READ, Operation.WRITE, Operation.DESCRIBE
+
+
+def test_the_reporter_reads_the_dlq_in_its_group_and_writes_only_inboxes() -> None:
+    assert ops_on(role_grants(Role.REPORTER, "reporter")) == {
+        (T, "fleet.dlq", LIT, R),
+        (T, "fleet.dlq", LIT, D),
+        (G, "fleet.dlq-reporter", LIT, R),
+        (G, "fleet.dlq-reporter", LIT, D),
+        (T, "fleet.inbox.", PRE, W),
+        (T, "fleet.inbox.", PRE, D),
+        (C, "kafka-cluster", LIT, Operation.IDEMPOTENT_WRITE),
+    }
+
+
+def test_the_exporter_describes_and_reads_offsets_but_reads_no_record() -> None:
+    grants = role_grants(Role.EXPORTER, "exporter")
+    assert ops_on(grants) == {
+        (T, "fleet.", PRE, D),
+        (T, "fleet.", PRE, Operation.DESCRIBE_CONFIGS),
+        (G, "fleet.", PRE, D),
+    }
+    assert not {R, W, Operation.IDEMPOTENT_WRITE} & {g.operation for g in grants}
+
+
+def test_the_dlq_owner_reads_the_dlq_and_replays_but_reads_no_inbox() -> None:
+    grants = role_grants(Role.DLQ_OWNER, "owner")
+    reads = {(g.resource, g.name) for g in grants if g.operation is R}
+    assert reads == {(T, "fleet.dlq"), (G, DLQ_SCAN_GROUP_PREFIX)}
+    writes = {g.name for g in grants if g.operation is W}
+    assert writes == {"fleet.inbox.", "fleet.control.", "fleet.pool."}  # replay targets
+    assert all(g.principal == "User:owner" for g in grants)
+
+
+def test_the_narrow_roles_are_subsets_in_spirit_no_create_delete_alter() -> None:
+    for role in Role:
+        ops = {g.operation.value for g in role_grants(role, "x", TopicNames(prefix="t1."))}
+        assert not {"CREATE", "DELETE", "ALTER", "ALL"} & ops, role
+        names = {g.name for g in role_grants(role, "x", TopicNames(prefix="t1."))}
+        assert all(
+            n.startswith("t1.") or n in {CLUSTER_NAME, DLQ_SCAN_GROUP_PREFIX} for n in names
+        ), role
+    assert role_grants(Role.GATEWAY, "a") == gateway_grants("a")
+
+
+def test_fleet_acls_plan_role_prints_the_narrow_set() -> None:
+    result = CliRunner().invoke(app, ["acls", "plan", "--role", "exporter", "--login", "exp"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "ALLOW User:exp DESCRIBE TOPIC fleet. (prefixed)",
+        "ALLOW User:exp DESCRIBE_CONFIGS TOPIC fleet. (prefixed)",
+        "ALLOW User:exp DESCRIBE GROUP fleet. (prefixed)",
+    ]
+    bad = CliRunner().invoke(app, ["acls", "plan", "--role", "admin", "--host", "a"])
+    assert bad.exit_code != 0
