@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from sqlalchemy import insert, select
@@ -170,23 +170,22 @@ class SagaOrchestrator:
         save(session, rec, now)
         return True
 
+    def _due(self, session: Session, state: SagaState, now: int) -> Iterator[SagaRecord]:
+        """Sagas in ``state`` whose ``deadline_ms`` has passed, each re-read ``FOR UPDATE`` (one
+        that moved on meanwhile is skipped)."""
+        ids = session.execute(
+            select(saga.c.saga_id).where(saga.c.state == state.value, saga.c.deadline_ms <= now)
+        ).scalars()
+        for saga_id in ids.all():
+            rec = load(session, saga_id)
+            if rec.state == state and rec.deadline_ms is not None and rec.deadline_ms <= now:
+                yield rec
+
     def expire_due(self, session: Session) -> int:
         """Expire approvals past their deadline: an expiry event, then compensation (scenario 6)."""
         now = self._now()
-        ids = (
-            session.execute(
-                select(saga.c.saga_id).where(
-                    saga.c.state == SagaState.AWAITING_APPROVAL.value, saga.c.deadline_ms <= now
-                )
-            )
-            .scalars()
-            .all()
-        )
         expired = 0
-        for saga_id in ids:
-            rec = load(session, saga_id)
-            if rec.state != SagaState.AWAITING_APPROVAL or (rec.deadline_ms or 0) > now:
-                continue
+        for rec in self._due(session, SagaState.AWAITING_APPROVAL, now):
             rec.error = f"{Saga.SAGA_APPROVAL_EXPIRED}: no decision by the deadline"
             rec.note(now, rec.error)
             self._event(session, rec, "approval.expired")
@@ -200,22 +199,8 @@ class SagaOrchestrator:
     def retry_due(self, session: Session) -> int:
         """Send the compensations whose backoff has run out; returns how many were sent."""
         now = self._now()
-        ids = (
-            session.execute(
-                select(saga.c.saga_id).where(
-                    saga.c.state == SagaState.COMPENSATING.value, saga.c.deadline_ms <= now
-                )
-            )
-            .scalars()
-            .all()
-        )
         sent = 0
-        for saga_id in ids:
-            rec = load(session, saga_id)
-            if rec.state != SagaState.COMPENSATING or rec.deadline_ms is None:
-                continue
-            if rec.deadline_ms > now:
-                continue
+        for rec in self._due(session, SagaState.COMPENSATING, now):
             rec.deadline_ms = None
             self._send(session, rec, self._definition(rec))
             save(session, rec, now)
