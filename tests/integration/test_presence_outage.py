@@ -41,6 +41,7 @@ MAIN_B = '[[entities]]\ngid = "main-b"\nrole = "main"\ndelivery = "pull"\n'
 # and relay's first transport errors, and librdkafka's own connection-refused lines, which it
 # rate-limits per broker connection. None of them is per heartbeat or per record.
 OUTAGE_LOG_BOUND = 40
+HEARTBEAT_TIMEOUT_S = 30.0  # producer_config's message.timeout.ms, which the publisher uses
 
 
 @pytest.fixture
@@ -166,8 +167,15 @@ def _outage(
         wait_until(lambda: _roster_json(cfg_a)["stale"] is False, 60, "A's roster current again")
         for log in (a.output(), b.output()):
             assert log.count("roster: STALE") == 1, log[-3000:]
-            assert log.count("heartbeats not delivered") == 1, log[-3000:]
-            assert "delivered again" in log
+            # One warning, never one per heartbeat. A heartbeat is reported undelivered only once
+            # the producer's message.timeout.ms (30 s) passes without a broker: an outage longer
+            # than that must produce the warning; a shorter one produces it only if the restart
+            # itself is slow (the race the CI hit: a broker back within 30 s delivered them all).
+            undelivered = log.count("heartbeats not delivered")
+            assert undelivered == 1 if outage_s > HEARTBEAT_TIMEOUT_S else undelivered <= 1, log[
+                -3000:
+            ]
+            assert log.count("heartbeats delivered again") == undelivered, log[-3000:]
         return lines_during
     finally:
         for p in procs:
