@@ -1,15 +1,4 @@
-"""The composition root: the one place concrete objects are built and wired.
-
-Entry points (CLI, demo, tests) call :func:`build_gateway`, :func:`build_client`,
-:func:`build_relay`, :func:`build_failed_reporter` and :func:`build_exporter`; they only parse
-arguments. Kafka clients and engines come from a :class:`Factories` (tests pass their own), test
-hooks from one :class:`~pipeline.hooks.Hooks`. Nothing here reads the environment or files beyond
-what the frozen configs name.
-
-The client half (:func:`build_client`, :func:`build_control_client`, :class:`Factories`) lives in
-:mod:`pipeline.bootstrap_client` and is re-exported here: a one-shot ``fleet send`` imports that
-module alone, not the graph this one wires.
-"""
+"""The gateway graph: inbox runtime, relay, presence, control plane and maintenance, wired once."""
 
 from __future__ import annotations
 
@@ -21,11 +10,10 @@ from typing import TYPE_CHECKING, Any, cast
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
-from pipeline.bootstrap_client import (  # the client half, re-exported (see the docstring)
+from pipeline.bootstrap_client import (
     DEFAULT_FACTORIES,
     Factories,
     build_client,
-    build_control_client,
 )
 from pipeline.control import SPAWN, STOP
 from pipeline.control.handler import SpawnHandler
@@ -33,23 +21,13 @@ from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
 from pipeline.control.reaper import Reaper
 from pipeline.control.stop_handler import StopHandler
-from pipeline.effects import IdempotencyMetrics, IdempotencyStore, KeyClass
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.envelope.model import now_ms
-from pipeline.errors import ConfigError
-from pipeline.failures.dlq import DeadLetterWriter
-from pipeline.failures.metrics import FailureMetrics
-from pipeline.failures.offsets import assign_from_committed
-from pipeline.failures.quarantine import QuarantineStore
-from pipeline.failures.reporter import FailedReporter
-from pipeline.failures.runtime_ports import FailurePorts
-from pipeline.failures.sinks import TopicFailedSink
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import GatewayConfig, ProfileConfig
 from pipeline.gateway.conversations import Conversations
 from pipeline.gateway.deadletters import OutboxDeadLetterSink, dead_letter_held, undrained
 from pipeline.gateway.entities import LocalEntities
-from pipeline.gateway.failed_sink import EnvelopeFailedSink
 from pipeline.gateway.held import HeldStore
 from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import InjectionQueue
@@ -65,37 +43,26 @@ from pipeline.gateway.tracking import FORWARD
 from pipeline.hooks import NO_HOOKS, Hooks
 from pipeline.kafka.errors import wait_out
 from pipeline.kafka.settings import (
-    OffsetReset,
-    consumer_config,
-    pool_consumer_overrides,
     producer_config,
 )
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.topology import TopologySpec, apply_topology, ensure_pool_topic
-from pipeline.observability import ExporterConfig, KafkaOffsetReader
-from pipeline.observability import build_exporter as start_exporter
-from pipeline.observability.exporter import Exporter
+from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.outbox import Relay
-from pipeline.pool import PoolConfig, PoolHandler
-from pipeline.pool.claims import StepClaims
-from pipeline.pool.heartbeat import Heartbeat as PoolHeartbeat
-from pipeline.pool.metrics import PoolMetrics
-from pipeline.pool.steps import StepFn
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Gone, Role, SpawnProfile
 from pipeline.presence.publisher import ProducerLike
-from pipeline.reasons import Config, Lifecycle
+from pipeline.reasons import Lifecycle
 from pipeline.retention.metrics import RetentionMetrics
 from pipeline.retention.purger import Purger
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
-from pipeline.runtime.inflight import Dispatcher, InflightConfig
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.runtime.routing import ByTopic
-from pipeline.store import make_engine, read_sessions, session_factory
+from pipeline.store import read_sessions, session_factory
 
 if TYPE_CHECKING:
-    from mcp.server.mcpserver import MCPServer
+    pass
+
 
 log = logging.getLogger(__name__)
 
@@ -441,350 +408,3 @@ def _control_plane(
         stops=StopHandler(publisher=publisher, sessions=sessions, reaper=reaper, metrics=lifecycle),
     )
     return handler
-
-
-def build_failed_reporter(
-    config: GatewayConfig,
-    *,
-    signer: Signer,
-    trust: TrustStore,
-    group: str | None = None,
-    dlq_topic: str | None = None,
-    registry: CollectorRegistry | None = None,
-    factories: Factories = DEFAULT_FACTORIES,
-) -> FailedReporter:
-    """The DLQ's FAILED reporter running as ``config.host`` (seed 000 §10.1).
-
-    Its FAILEDs are signed by this host and written to this host's outbox in the transaction of
-    the reporter's dedupe row; this host's gateway relay ships them (the relay drains the whole
-    store). Close ``reporter.consumer`` and dispose ``reporter.engine`` when done.
-    """
-    topics, factories = TopicNames(prefix=config.topic_prefix), factories.secured(config.kafka)
-    group_id = group or f"{config.topic_prefix}dlq-reporter"
-    # a DLQ that retention trimmed before we reported it must fail loudly, not skip
-    consumer = factories.consumer(
-        consumer_config(config.bootstrap, group_id, offset_reset=OffsetReset.ERROR)
-    )
-    consumer.subscribe(
-        [dlq_topic or topics.dlq],
-        on_assign=lambda c, parts: assign_from_committed(c, parts, group_id),
-    )
-    sink = EnvelopeFailedSink(
-        publisher=Publisher(host=config.host, signer=signer, topics=topics),
-        trust=trust,
-        ttl_s=config.max_ttl_s,
-    )
-    return FailedReporter(
-        consumer=consumer,
-        engine=factories.engine(config.store_url),
-        sink=sink,
-        metrics=FailureMetrics(registry or CollectorRegistry()),
-        group=group_id,
-    )
-
-
-def build_plain_reporter(
-    *,
-    bootstrap: str,
-    store_url: str,
-    sink_topic: str,
-    prefix: str,
-    dlq_topic: str | None = None,
-    group: str | None = None,
-    registry: CollectorRegistry | None = None,
-    factories: Factories = DEFAULT_FACTORIES,
-) -> FailedReporter:
-    """The DLQ reporter with the unsigned plain-record sink (tests and local runs)."""
-    group_id = group or f"{prefix}dlq-reporter"
-    # a DLQ that retention trimmed before we reported it must fail loudly, not skip
-    consumer = factories.consumer(
-        consumer_config(bootstrap, group_id, offset_reset=OffsetReset.ERROR)
-    )
-    consumer.subscribe(
-        [dlq_topic or TopicNames(prefix=prefix).dlq],
-        on_assign=lambda c, parts: assign_from_committed(c, parts, group_id),
-    )
-    return FailedReporter(
-        consumer=consumer,
-        engine=factories.engine(store_url),
-        sink=TopicFailedSink(factories.producer(producer_config(bootstrap)), sink_topic),
-        metrics=FailureMetrics(registry or CollectorRegistry()),
-        group=group_id,
-    )
-
-
-def build_relay(
-    store_url: str,
-    *,
-    bootstrap: str,
-    tenant: str | None = None,
-    batch_size: int = 500,
-    delivery_timeout_s: float = 10.0,
-    registry: CollectorRegistry | None = None,
-    engine: Engine | None = None,
-    factories: Factories = DEFAULT_FACTORIES,
-) -> Relay:
-    """The outbox relay as its own process (``fleet relay run``, ``fleet dlq report --relay``).
-
-    Dispose ``relay.engine`` when done. Rows it makes FAILED are not reported to a sender (no
-    signer here): a gateway's own relay does that.
-    """
-    return Relay(
-        engine=engine or factories.engine(store_url),
-        bootstrap=bootstrap,
-        tenant=tenant,
-        batch_size=batch_size,
-        delivery_timeout_s=delivery_timeout_s,
-        registry=registry,
-        producer_factory=factories.producer,
-    )
-
-
-def build_exporter(
-    config: ExporterConfig,
-    *,
-    store_urls: list[str] | None = None,
-    reader: KafkaOffsetReader | None = None,
-    factories: Factories = DEFAULT_FACTORIES,
-) -> Exporter:
-    """``fleet exporter``: lag sampler and, with ``store_urls``, the store gauges; started."""
-    from pipeline.observability.store_gauges import SqlStoreGauges
-
-    store = SqlStoreGauges.from_urls(store_urls) if store_urls else None
-    reader = reader or KafkaOffsetReader(
-        config.bootstrap, admin_factory=factories.admin, consumer_factory=factories.consumer
-    )
-    return start_exporter(config, reader=reader, store=store)
-
-
-@dataclass
-class PoolMember:
-    """Everything :func:`build_pool_member` made: ``run(stop)``, then dispose ``engine``."""
-
-    runtime: ConsumerRuntime
-    handler: PoolHandler
-    engine: Engine
-    registry: CollectorRegistry
-    metrics: PoolMetrics
-    heartbeat: PoolHeartbeat
-
-    def run(self, stop: Any) -> None:
-        """The heartbeat (lease renewal, lanes row) around the consumer runtime."""
-        self.heartbeat.start()
-        try:
-            self.runtime.run(stop)
-        finally:
-            if self.handler.claims is not None:
-                self.handler.claims.stopping.set()
-            self.heartbeat.close()
-
-
-def build_pool_member(
-    config: PoolConfig,
-    *,
-    step: StepFn,
-    registry: CollectorRegistry | None = None,
-    apply_topics: bool = True,
-    factories: Factories = DEFAULT_FACTORIES,
-) -> PoolMember:
-    """One member of ``fleet.pool.<pool>`` on topic ``fleet.pool.<pool>`` (issue 10): the
-    consumer runtime with an in-flight dispatcher, the pool handler, failure ports."""
-    topics = TopicNames(prefix=config.topic_prefix)
-    topic, group = topics.pool(config.pool), topics.pool_group(config.pool)
-    if apply_topics:
-        ensure_pool_topic(
-            config.bootstrap,
-            topics,
-            config.pool,
-            partitions=config.partitions,
-            admin_factory=factories.admin,
-        )
-    registry = registry or CollectorRegistry()
-    engine = factories.engine(config.store_url)
-    sessions = session_factory(engine)
-    metrics = PoolMetrics(registry, pool=config.pool)
-    dedupe_header = "msgId" if config.dedupe else None
-    step_keys = KeyClass.for_topic(
-        config.key_class,
-        retention_s=config.replay_window_ms / 1000,
-        topic_retention_ms=config.replay_window_ms,
-        lease_s=config.step_lease_s,
-    )
-    claims = StepClaims(
-        IdempotencyStore([step_keys], metrics=IdempotencyMetrics(registry)),
-        sessions,
-        key_class=step_keys.name,
-    )
-    handler = PoolHandler(
-        step,
-        scope=group,
-        member=config.member,
-        reads=read_sessions(engine),
-        claims=claims,
-        dedupe_header=dedupe_header,
-        metrics=metrics,
-        events_path=config.events_path,
-    )
-    heartbeat = PoolHeartbeat(
-        claims=handler.claims,
-        sessions=sessions,
-        pool=config.pool,
-        member=config.member,
-        running=handler.running_since,
-        period_s=config.heartbeat_s,
-        metrics=metrics,
-    )
-    ports = FailurePorts(
-        writer=DeadLetterWriter(
-            factories.producer(producer_config(config.bootstrap)),
-            topics,
-            gateway=f"pool.{config.pool}",
-            group=group,
-        ),
-        store=QuarantineStore(engine),
-        metrics=FailureMetrics(registry),
-    )
-    dispatcher = Dispatcher(
-        InflightConfig(
-            mode=config.concurrency,
-            max_in_flight=config.max_in_flight,
-            max_records=config.max_poll_records,
-            depth=config.depth,
-            revoke_wait_s=config.revoke_wait_s,
-        ),
-        handler,
-        observer=metrics,
-    )
-    runtime = ConsumerRuntime(
-        RuntimeConfig(
-            bootstrap=config.bootstrap,
-            group_id=group,
-            topics=(topic,),
-            instance_id=config.instance_id,
-            dedupe_header=dedupe_header,
-            batch_size=config.max_poll_records,
-            consumer_overrides=pool_consumer_overrides(
-                assignment=config.assignment.value,
-                max_poll_interval_ms=config.max_poll_interval_ms,
-                session_timeout_ms=config.session_timeout_ms,
-                client_id=config.member,
-            ),
-        ),
-        handler=handler,
-        sessions=sessions,
-        dead_letters=ports,
-        quarantine=ports,
-        metrics=RuntimeMetrics(registry),
-        consumer_factory=factories.consumer,
-        inflight=dispatcher,
-    )
-    return PoolMember(
-        runtime=runtime,
-        handler=handler,
-        engine=engine,
-        registry=registry,
-        metrics=metrics,
-        heartbeat=heartbeat,
-    )
-
-
-@dataclass
-class SagaProcess:
-    """A saga orchestrator or participant process: its consumer runtime, relay and ticker."""
-
-    runtime: ConsumerRuntime
-    relay: Relay
-    engine: Engine
-    ticker: Callable[[], object] | None = None
-
-    def run(self, stop: Any, *, tick_s: float = 0.5) -> None:
-        """Run consumer, relay (and the orchestrator's approval-expiry ticker) until ``stop``."""
-        import threading
-
-        threads = [threading.Thread(target=self.relay.run_forever, args=(stop,), daemon=True)]
-        if self.ticker is not None:
-            ticker = self.ticker
-
-            def tick() -> None:
-                while not stop.wait(tick_s):
-                    ticker()
-
-            threads.append(threading.Thread(target=tick, daemon=True))
-        for t in threads:
-            t.start()
-        try:
-            self.runtime.run(stop)
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(timeout=5)
-            self.relay.close()
-            self.engine.dispose()
-
-
-def build_saga_process(
-    *,
-    bootstrap: str,
-    store_url: str,
-    role: str,
-    handler: Any,
-    topics: Any,
-    topic_prefix: str = "fleet.",
-    registry: CollectorRegistry | None = None,
-    ticker: Callable[[Engine], Callable[[], object]] | None = None,
-    engine: Engine | None = None,
-    factories: Factories = DEFAULT_FACTORIES,
-) -> SagaProcess:
-    """One saga process (``docs/sagas.md``): ``role`` is ``orchestrator`` or a participant name.
-
-    The orchestrator consumes ``topics.replies`` with a :class:`ReplyHandler`; a participant
-    consumes ``topics.commands(role)`` with its :class:`Participant`. Dead letters and every
-    command/reply leave through this store's outbox, shipped by this process's relay.
-    """
-    registry = registry or CollectorRegistry()
-    engine = engine or factories.engine(store_url)
-    topic = topics.replies if role == "orchestrator" else topics.commands(role)
-    group = f"{topics.prefix}.saga.{role}"
-    runtime = ConsumerRuntime(
-        RuntimeConfig(bootstrap=bootstrap, group_id=group, topics=(topic,), ordered=False),
-        handler=handler,
-        sessions=session_factory(engine),
-        dead_letters=OutboxDeadLetterSink(
-            topics=TopicNames(prefix=topic_prefix), gateway=f"saga-{role}", group=group
-        ),
-        metrics=RuntimeMetrics(registry),
-        consumer_factory=factories.consumer,
-    )
-    relay = Relay(
-        engine=engine,
-        bootstrap=bootstrap,
-        registry=registry,
-        idle_wait_s=0.01,
-        producer_factory=factories.producer,
-    )
-    return SagaProcess(
-        runtime=runtime,
-        relay=relay,
-        engine=engine,
-        ticker=None if ticker is None else ticker(engine),
-    )
-
-
-def build_mcp_server(config: GatewayConfig, *, signer: Signer, gid: str) -> MCPServer:
-    """The stdio MCP server of main ``gid`` (``fleet mcp --as``): a pull entity of this host."""
-    from pipeline.mcp import build_server
-
-    entity = next((e for e in config.entities if e.gid == gid), None)
-    if entity is None or entity.delivery is not Delivery.PULL:
-        what = "not an entity" if entity is None else "an inject entity, not a pull entity"
-        raise ConfigError(
-            f"--as {gid}: {what} of host {config.host}; a main over MCP is a local pull entity",
-            reason=Config.CONFIG_INVALID,
-            context={"key": "as", "value": gid},
-        )
-    engine = make_engine(config.store_url)
-    return build_server(
-        build_client(config, signer=signer, engine=engine),
-        gid=gid,
-        control=build_control_client(config, signer=signer, engine=engine),
-    )

@@ -1,0 +1,39 @@
+"""The MCP server for one main, over its gateway client."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pipeline.bootstrap_client import (
+    build_client,
+    build_control_client,
+)
+from pipeline.envelope import Signer
+from pipeline.errors import ConfigError
+from pipeline.gateway.config import GatewayConfig
+from pipeline.presence.model import Delivery
+from pipeline.reasons import Config
+from pipeline.store import make_engine
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+
+def build_mcp_server(config: GatewayConfig, *, signer: Signer, gid: str) -> MCPServer:
+    """The stdio MCP server of main ``gid`` (``fleet mcp --as``): a pull entity of this host."""
+    from pipeline.mcp import build_server
+
+    entity = next((e for e in config.entities if e.gid == gid), None)
+    if entity is None or entity.delivery is not Delivery.PULL:
+        what = "not an entity" if entity is None else "an inject entity, not a pull entity"
+        raise ConfigError(
+            f"--as {gid}: {what} of host {config.host}; a main over MCP is a local pull entity",
+            reason=Config.CONFIG_INVALID,
+            context={"key": "as", "value": gid},
+        )
+    engine = make_engine(config.store_url)
+    return build_server(
+        build_client(config, signer=signer, engine=engine),
+        gid=gid,
+        control=build_control_client(config, signer=signer, engine=engine),
+    )

@@ -1,0 +1,168 @@
+"""A worker-pool member: the consumer runtime with the in-flight dispatcher and step claims."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry
+from sqlalchemy import Engine
+
+from pipeline.bootstrap_client import (
+    DEFAULT_FACTORIES,
+    Factories,
+)
+from pipeline.effects import IdempotencyMetrics, IdempotencyStore, KeyClass
+from pipeline.failures.dlq import DeadLetterWriter
+from pipeline.failures.metrics import FailureMetrics
+from pipeline.failures.quarantine import QuarantineStore
+from pipeline.failures.runtime_ports import FailurePorts
+from pipeline.kafka.settings import (
+    pool_consumer_overrides,
+    producer_config,
+)
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.topology import ensure_pool_topic
+from pipeline.pool import PoolConfig, PoolHandler
+from pipeline.pool.claims import StepClaims
+from pipeline.pool.heartbeat import Heartbeat as PoolHeartbeat
+from pipeline.pool.metrics import PoolMetrics
+from pipeline.pool.steps import StepFn
+from pipeline.runtime import ConsumerRuntime, RuntimeConfig
+from pipeline.runtime.inflight import Dispatcher, InflightConfig
+from pipeline.runtime.metrics import RuntimeMetrics
+from pipeline.store import read_sessions, session_factory
+
+if TYPE_CHECKING:
+    pass
+
+
+@dataclass
+class PoolMember:
+    """Everything :func:`build_pool_member` made: ``run(stop)``, then dispose ``engine``."""
+
+    runtime: ConsumerRuntime
+    handler: PoolHandler
+    engine: Engine
+    registry: CollectorRegistry
+    metrics: PoolMetrics
+    heartbeat: PoolHeartbeat
+
+    def run(self, stop: Any) -> None:
+        """The heartbeat (lease renewal, lanes row) around the consumer runtime."""
+        self.heartbeat.start()
+        try:
+            self.runtime.run(stop)
+        finally:
+            if self.handler.claims is not None:
+                self.handler.claims.stopping.set()
+            self.heartbeat.close()
+
+
+def build_pool_member(
+    config: PoolConfig,
+    *,
+    step: StepFn,
+    registry: CollectorRegistry | None = None,
+    apply_topics: bool = True,
+    factories: Factories = DEFAULT_FACTORIES,
+) -> PoolMember:
+    """One member of ``fleet.pool.<pool>`` on topic ``fleet.pool.<pool>`` (issue 10): the
+    consumer runtime with an in-flight dispatcher, the pool handler, failure ports."""
+    topics = TopicNames(prefix=config.topic_prefix)
+    topic, group = topics.pool(config.pool), topics.pool_group(config.pool)
+    if apply_topics:
+        ensure_pool_topic(
+            config.bootstrap,
+            topics,
+            config.pool,
+            partitions=config.partitions,
+            admin_factory=factories.admin,
+        )
+    registry = registry or CollectorRegistry()
+    engine = factories.engine(config.store_url)
+    sessions = session_factory(engine)
+    metrics = PoolMetrics(registry, pool=config.pool)
+    dedupe_header = "msgId" if config.dedupe else None
+    step_keys = KeyClass.for_topic(
+        config.key_class,
+        retention_s=config.replay_window_ms / 1000,
+        topic_retention_ms=config.replay_window_ms,
+        lease_s=config.step_lease_s,
+    )
+    claims = StepClaims(
+        IdempotencyStore([step_keys], metrics=IdempotencyMetrics(registry)),
+        sessions,
+        key_class=step_keys.name,
+    )
+    handler = PoolHandler(
+        step,
+        scope=group,
+        member=config.member,
+        reads=read_sessions(engine),
+        claims=claims,
+        dedupe_header=dedupe_header,
+        metrics=metrics,
+        events_path=config.events_path,
+    )
+    heartbeat = PoolHeartbeat(
+        claims=handler.claims,
+        sessions=sessions,
+        pool=config.pool,
+        member=config.member,
+        running=handler.running_since,
+        period_s=config.heartbeat_s,
+        metrics=metrics,
+    )
+    ports = FailurePorts(
+        writer=DeadLetterWriter(
+            factories.producer(producer_config(config.bootstrap)),
+            topics,
+            gateway=f"pool.{config.pool}",
+            group=group,
+        ),
+        store=QuarantineStore(engine),
+        metrics=FailureMetrics(registry),
+    )
+    dispatcher = Dispatcher(
+        InflightConfig(
+            mode=config.concurrency,
+            max_in_flight=config.max_in_flight,
+            max_records=config.max_poll_records,
+            depth=config.depth,
+            revoke_wait_s=config.revoke_wait_s,
+        ),
+        handler,
+        observer=metrics,
+    )
+    runtime = ConsumerRuntime(
+        RuntimeConfig(
+            bootstrap=config.bootstrap,
+            group_id=group,
+            topics=(topic,),
+            instance_id=config.instance_id,
+            dedupe_header=dedupe_header,
+            batch_size=config.max_poll_records,
+            consumer_overrides=pool_consumer_overrides(
+                assignment=config.assignment.value,
+                max_poll_interval_ms=config.max_poll_interval_ms,
+                session_timeout_ms=config.session_timeout_ms,
+                client_id=config.member,
+            ),
+        ),
+        handler=handler,
+        sessions=sessions,
+        dead_letters=ports,
+        quarantine=ports,
+        metrics=RuntimeMetrics(registry),
+        consumer_factory=factories.consumer,
+        inflight=dispatcher,
+    )
+    return PoolMember(
+        runtime=runtime,
+        handler=handler,
+        engine=engine,
+        registry=registry,
+        metrics=metrics,
+        heartbeat=heartbeat,
+    )
