@@ -53,6 +53,7 @@ class GatewayClient:
         sessions: sessionmaker[Session],
         publisher: Publisher,
         inject_deadline_s: float = 30.0,
+        clock_skew_s: float = 30.0,
         default_ttl_s: float = 3600.0,
         local_senders: LocalSenders | None = None,
         metrics: GatewayMetrics | None = None,
@@ -61,6 +62,7 @@ class GatewayClient:
         self.sessions = sessions
         self.publisher = publisher
         self.inject_deadline_s = inject_deadline_s
+        self.clock_skew_s = clock_skew_s
         self.default_ttl_s = default_ttl_s
         self.local_senders = local_senders
         bind = sessions.kw.get("bind")
@@ -123,22 +125,32 @@ class GatewayClient:
         trace_id: str | None = None,
         turn_id: str | None = None,
     ) -> Envelope:
-        """Queue one message; returns its envelope (``msg_id`` correlates receipts)."""
-        env = Envelope.new(
-            kind=kind,
-            sender=sender,
-            to=to,
-            body=body,
-            ttl_s=ttl_s or self.default_ttl_s,
-            trace_id=trace_id,
-            turn_id=turn_id,
-        )
+        """Queue one message; returns its envelope (``msg_id`` correlates receipts).
+
+        A tracked kind to an inject-mode recipient carries its inject deadline as ``expiresAt``
+        (signed, so no relay can stretch it): its recipient's gateway refuses to inject it after
+        that (``INJECT_DEADLINE_PASSED``). The sender's tracker waits ``clock_skew_s`` longer
+        before its ``INJECT_TIMEOUT``, so a recipient whose clock lags by up to that much has
+        already refused the brief when the sender is told it failed (docs/gateway.md).
+        """
         with self.sessions.begin() as s:
             self._check_sender(s, sender)
             entry = self._resolve(s, to)
+            ttl = ttl_s or self.default_ttl_s
+            tracked = kind in TRACKED and entry.delivery == "inject"
+            if tracked:
+                ttl = min(ttl, self.inject_deadline_s)
+            env = Envelope.new(
+                kind=kind,
+                sender=sender,
+                to=to,
+                body=body,
+                ttl_s=ttl,
+                trace_id=trace_id,
+                turn_id=turn_id,
+            )
             self.publisher.stage(s, env, to_host=entry.host)
-            if kind in TRACKED and entry.delivery == "inject":
-                deadline = min(env.expires_at_ms, env.ts_ms + int(self.inject_deadline_s * 1000))
+            if tracked:
                 deadlines.track(
                     s,
                     FORWARD,
@@ -147,7 +159,7 @@ class GatewayClient:
                     recipient=to,
                     trace_id=env.trace_id,
                     sent_ms=env.ts_ms,
-                    deadline_ms=deadline,
+                    deadline_ms=env.expires_at_ms + int(self.clock_skew_s * 1000),
                 )
             if kind == Kind.ASK and turn_id is not None:
                 Conversations.open_turn(
