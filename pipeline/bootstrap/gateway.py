@@ -233,7 +233,7 @@ def build_gateway(
         dead_letters=dead_letters,
         metrics=RuntimeMetrics(registry),
         consumer_factory=factories.consumer,
-        fault_after_commit=hooks.fault_after_commit,
+        hooks=hooks,
     )
     relay = Relay(
         engine=engine,
@@ -242,6 +242,7 @@ def build_gateway(
         idle_wait_s=relay_poll_s,
         terminal_sink=RelayFailedSink(publisher=publisher, ttl_s=config.max_ttl_s),
         producer_factory=factories.producer,
+        hooks=hooks,
     )
     maintenance = Maintenance(
         sessions=sessions,

@@ -93,7 +93,7 @@ def run(
         cfg,
         signer=_signer(cfg),
         trust=TrustStore.load(cfg.trust_dir),
-        hooks=hooks_from_fault(os.environ.get("FLEET_FAULT")),
+        hooks=hooks_from_fault(os.environ.get("FLEET_FAULT"), os.environ.get("FLEET_FAULT_AT")),
     )
     if metrics_port is not None:
         serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
