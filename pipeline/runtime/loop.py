@@ -313,10 +313,11 @@ class ConsumerRuntime:
             return 0
         self._resume_due()
         self._maybe_release()
-        room = None
-        if self.inflight is not None:  # inflight: pause full partitions, bound held records
+        room, wait = None, self.config.poll_timeout_s
+        if self.inflight is not None:  # inflight: pause full partitions, bound held records,
             room = self.inflight.room(self.consumer, self._assigned, self._paused.__contains__)
-        messages = self._fetch(room)
+            wait = self.inflight.wait_s(wait)  # and wake up soon after a step ends
+        messages = self._fetch(room, wait)
         records: list[Record] = []
         for msg in messages:
             err = msg.error()
@@ -336,7 +337,7 @@ class ConsumerRuntime:
             self.process(sorted(done, key=lambda r: (r.tp, r.offset)))
         return len(records)
 
-    def _fetch(self, room: int | None = None) -> list[Any]:
+    def _fetch(self, room: int | None = None, wait_s: float | None = None) -> list[Any]:
         """Whatever is buffered now, else block for the FIRST record only.
 
         ``consume(n, timeout)`` waits until ``n`` records or the timeout, which adds up to the
@@ -348,7 +349,7 @@ class ConsumerRuntime:
         messages: list[Any] = self.consumer.consume(batch, 0)
         if messages:
             return messages
-        first = self.consumer.poll(self.config.poll_timeout_s)
+        first = self.consumer.poll(self.config.poll_timeout_s if wait_s is None else wait_s)
         if first is None:
             return []
         return [first, *self.consumer.consume(batch - 1, 0)]
