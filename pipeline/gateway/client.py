@@ -15,12 +15,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
-from pipeline.errors import DeliveryError
+from pipeline.errors import DeliveryError, FleetError
 from pipeline.reasons import Delivery, Lifecycle
 from pipeline.store import read_sessions
 
@@ -35,6 +36,19 @@ from .tracking import FORWARD
 UNKNOWN_RECIPIENT = Delivery.UNKNOWN_RECIPIENT
 RECIPIENT_GONE = Lifecycle.RECIPIENT_GONE
 TRACKED = frozenset({Kind.SEND, Kind.ANSWER})
+
+
+@dataclass(frozen=True, kw_only=True)
+class SendRequest:
+    """One :meth:`GatewayClient.send`'s arguments, for :meth:`GatewayClient.send_all`."""
+
+    sender: str
+    to: str
+    body: bytes
+    kind: Kind = Kind.SEND
+    ttl_s: float | None = None
+    trace_id: str | None = None
+    turn_id: str | None = None
 
 
 def _now() -> int:
@@ -124,41 +138,80 @@ class GatewayClient:
         turn_id: str | None = None,
     ) -> Envelope:
         """Queue one message; returns its envelope (``msg_id`` correlates receipts)."""
-        env = Envelope.new(
-            kind=kind,
+        request = SendRequest(
             sender=sender,
             to=to,
             body=body,
-            ttl_s=ttl_s or self.default_ttl_s,
+            kind=kind,
+            ttl_s=ttl_s,
             trace_id=trace_id,
             turn_id=turn_id,
         )
+        env = self._envelope(request)
         with self.sessions.begin() as s:
-            self._check_sender(s, sender)
-            entry = self._resolve(s, to)
-            self.publisher.stage(s, env, to_host=entry.host)
-            if kind in TRACKED and entry.delivery == "inject":
-                deadline = min(env.expires_at_ms, env.ts_ms + int(self.inject_deadline_s * 1000))
-                deadlines.track(
-                    s,
-                    FORWARD,
-                    msg_id=env.msg_id,
-                    sender=sender,
-                    recipient=to,
-                    trace_id=env.trace_id,
-                    sent_ms=env.ts_ms,
-                    deadline_ms=deadline,
-                )
-            if kind == Kind.ASK and turn_id is not None:
-                Conversations.open_turn(
-                    s,
-                    turn_id=turn_id,
-                    asker=sender,
-                    asked=to,
-                    msg_id=env.msg_id,
-                    expires_at_ms=env.expires_at_ms,
-                )
+            self._stage(s, env)
         return env
+
+    def send_all(self, requests: Sequence[SendRequest]) -> list[Envelope | FleetError]:
+        """Queue many messages in one transaction (group commit); one result per request.
+
+        Each send runs in its own savepoint, so a refused one (``UNKNOWN_RECIPIENT``,
+        ``NOT_LOCAL_SENDER``, ``BRANCH_ABANDONED`` ...) comes back as its :class:`FleetError`
+        and leaves the others untouched; the rest commit together. The same checks and the same
+        rows as :meth:`send`, which is this with one request. A store failure of the commit
+        itself raises (nothing of the group is queued).
+        """
+        results: list[Envelope | FleetError] = []
+        with self.sessions.begin() as s:
+            for request in requests:
+                try:
+                    env = self._envelope(request)
+                    with s.begin_nested():
+                        self._stage(s, env)
+                except FleetError as exc:
+                    results.append(exc)
+                else:
+                    results.append(env)
+        return results
+
+    def _envelope(self, r: SendRequest) -> Envelope:
+        return Envelope.new(
+            kind=r.kind,
+            sender=r.sender,
+            to=r.to,
+            body=r.body,
+            ttl_s=r.ttl_s or self.default_ttl_s,
+            trace_id=r.trace_id,
+            turn_id=r.turn_id,
+        )
+
+    def _stage(self, s: Session, env: Envelope) -> None:
+        """Every check and every row of one send, in the caller's transaction."""
+        sender, to, kind = env.sender, env.to, env.kind
+        self._check_sender(s, sender)
+        entry = self._resolve(s, to)
+        self.publisher.stage(s, env, to_host=entry.host)
+        if kind in TRACKED and entry.delivery == "inject":
+            deadline = min(env.expires_at_ms, env.ts_ms + int(self.inject_deadline_s * 1000))
+            deadlines.track(
+                s,
+                FORWARD,
+                msg_id=env.msg_id,
+                sender=sender,
+                recipient=to,
+                trace_id=env.trace_id,
+                sent_ms=env.ts_ms,
+                deadline_ms=deadline,
+            )
+        if kind == Kind.ASK and env.turn_id is not None:
+            Conversations.open_turn(
+                s,
+                turn_id=env.turn_id,
+                asker=sender,
+                asked=to,
+                msg_id=env.msg_id,
+                expires_at_ms=env.expires_at_ms,
+            )
 
     def ask(self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0) -> Envelope:
         """A worker asks a main; the turn waits until answered, abandoned or expired."""
