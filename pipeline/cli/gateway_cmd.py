@@ -124,7 +124,7 @@ def send(
     """
     cfg = _load(config)
     try:
-        msg_id, trace_id, kind = _send(cfg, sender, to, _body(body), kind, ttl)
+        msg_id, trace_id, kind, via = _send(cfg, sender, to, _body(body), kind, ttl)
     except DeliveryError as exc:  # e.g. UNKNOWN_RECIPIENT, RECIPIENT_GONE: refused at once
         if not as_json:
             raise
@@ -133,16 +133,17 @@ def send(
                              "message": str(exc), "to": to, **exc.context}})  # fmt: skip
         raise typer.Exit(EXIT_FLEET_ERROR) from exc
     if as_json:
-        emit_json({"msgId": msg_id, "traceId": trace_id, "to": to, "kind": kind})
+        emit_json({"msgId": msg_id, "traceId": trace_id, "to": to, "kind": kind, "via": via})
     else:
         console.print(f"queued {kind} {msg_id} -> {to}")
 
 
 def _send(
     cfg: GatewayConfig, sender: str, to: str, body: bytes, kind: str, ttl: float | None
-) -> tuple[str, str, str]:
-    """``(msg_id, trace_id, kind)`` of one send: through the gateway's socket when one answers
-    (this process then loads neither the store nor the envelope), else directly."""
+) -> tuple[str, str, str, str]:
+    """``(msg_id, trace_id, kind, via)`` of one send: through the gateway's socket when one
+    answers (via ``gateway``; this process loads neither the store nor the envelope), else
+    straight into the store (via ``store``)."""
     from pipeline.gateway.socket_client import GatewayUnavailable, SocketClient
 
     path = cfg.local_socket
@@ -154,7 +155,7 @@ def _send(
         else:
             with client:
                 queued = client.send(sender=sender, to=to, body=body, kind=kind, ttl_s=ttl)
-            return queued.msg_id, queued.trace_id, kind.upper()
+            return queued.msg_id, queued.trace_id, kind.upper(), "gateway"
     from pipeline.bootstrap_client import build_client
     from pipeline.gateway.socket_server import parse_kind
 
@@ -162,7 +163,7 @@ def _send(
     env = build_client(cfg, signer=_signer(cfg)).send(
         sender=sender, to=to, body=body, kind=k, ttl_s=ttl
     )
-    return env.msg_id, env.trace_id, k.value
+    return env.msg_id, env.trace_id, k.value, "store"
 
 
 def ask(

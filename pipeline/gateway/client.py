@@ -155,23 +155,36 @@ class GatewayClient:
     def send_all(self, requests: Sequence[SendRequest]) -> list[Envelope | FleetError]:
         """Queue many messages in one transaction (group commit); one result per request.
 
-        Each send runs in its own savepoint, so a refused one (``UNKNOWN_RECIPIENT``,
-        ``NOT_LOCAL_SENDER``, ``BRANCH_ABANDONED`` ...) comes back as its :class:`FleetError`
-        and leaves the others untouched; the rest commit together. The same checks and the same
-        rows as :meth:`send`, which is this with one request. A store failure of the commit
-        itself raises (nothing of the group is queued).
+        The same checks and the same rows as :meth:`send` (the same :meth:`_stage`). A refused
+        send (``UNKNOWN_RECIPIENT``, ``NOT_LOCAL_SENDER``, ``BRANCH_ABANDONED`` ...) comes back as
+        its :class:`FleetError` and leaves the others untouched: the group is first tried as one
+        plain transaction (the common case: nothing refused); if anything was refused, that
+        transaction is rolled back whole and the group is written again with one savepoint per
+        send. A failure of the commit itself raises (nothing of the group is queued).
         """
         results: list[Envelope | FleetError] = []
+        for request in requests:
+            try:
+                results.append(self._envelope(request))
+            except FleetError as exc:
+                results.append(exc)
+        todo = [(i, r) for i, r in enumerate(results) if isinstance(r, Envelope)]
+        if not todo:
+            return results
+        try:
+            with self.sessions.begin() as s:
+                for _i, env in todo:
+                    self._stage(s, env)
+            return results
+        except FleetError:
+            pass  # one was refused: nothing of this pass was committed; again, one by one
         with self.sessions.begin() as s:
-            for request in requests:
+            for i, env in todo:
                 try:
-                    env = self._envelope(request)
                     with s.begin_nested():
                         self._stage(s, env)
                 except FleetError as exc:
-                    results.append(exc)
-                else:
-                    results.append(env)
+                    results[i] = exc
         return results
 
     def _envelope(self, r: SendRequest) -> Envelope:

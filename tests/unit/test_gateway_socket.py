@@ -312,6 +312,7 @@ def test_fleet_send_goes_through_the_socket_when_the_gateway_serves(served, tmp_
     )  # fmt: skip
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["kind"] == "REPLY"
+    assert json.loads(out.output)["via"] == "gateway"
     assert commits == [1] and _rows(engine) == 1  # the server committed it
     refused = CliRunner().invoke(
         app,
@@ -328,8 +329,9 @@ def test_fleet_send_writes_the_store_directly_when_no_gateway_serves(tmp_path: P
     out = CliRunner().invoke(
         app,
         ["send", "-c", str(_config_file(tmp_path, cfg)), "--from", "main-a", "--to", "main-b",
-         "hi"],
+         "--json", "hi"],
     )  # fmt: skip
     assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["via"] == "store"
     assert _rows(engine) == 1
     engine.dispose()
