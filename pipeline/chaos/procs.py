@@ -22,6 +22,7 @@ class GatewayProc:
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.env: dict[str, str] = {}  # added to the environment of the next start (faketime)
 
     def start(self) -> GatewayProc:
         with self.log.open("ab") as out:
@@ -29,7 +30,7 @@ class GatewayProc:
                 [sys.executable, "-m", "pipeline", "gateway", "run", "--config", str(self.config)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env={**os.environ},
+                env={**os.environ, **self.env},
             )
         self.starts += 1
         return self
