@@ -102,6 +102,14 @@ def run(
     partitions: Annotated[
         int, typer.Option("--partitions", min=1, help="Only when the topic must be created.")
     ] = 6,
+    retry: Annotated[
+        str | None,
+        typer.Option(
+            "--retry",
+            help="Failed-step backoff BASE_S:FACTOR:ATTEMPTS[:JITTER] (1:2:6:0 waits 1, 2, 4, 8, "
+            "16 s); default 0.2:2:5:0.2.",
+        ),
+    ] = None,
     events: Annotated[
         Path | None, typer.Option("--events", help="Append one JSON line per step here.")
     ] = None,
@@ -112,7 +120,9 @@ def run(
     from prometheus_client import start_http_server
 
     from pipeline.bootstrap import build_pool_member
+    from pipeline.failures.retry import BackoffPolicy
     from pipeline.pool import Assignment, PoolConfig
+    from pipeline.pool.config import parse_retry
     from pipeline.pool.steps import CommandStep, SleepStep, StepFn, load_handler
     from pipeline.runtime.lanes import Concurrency
 
@@ -155,6 +165,7 @@ def run(
             partitions=partitions,
             events_path=str(events) if events else None,
             step_lease_s=step_lease,
+            retry=parse_retry(retry) if retry is not None else BackoffPolicy(),
         ),
         step=step,
         factories=kafka_factories(kafka_config, check=bootstrap),
