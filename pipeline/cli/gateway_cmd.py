@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from pipeline.errors import ConfigError, DeliveryError
-from pipeline.reasons import Config, Verification
+from pipeline.reasons import Config
 
 from .output import EXIT_FLEET_ERROR, console, emit_json, err_console, fail_on_fleet_error
 from .serving import LOOPBACK, MetricsAddressOpt, MetricsPortOpt, serve_metrics
@@ -78,7 +78,7 @@ def run(
         cfg,
         signer=_signer(cfg),
         trust=TrustStore.load(cfg.trust_dir),
-        hooks=hooks_from_fault(os.environ.get("FLEET_FAULT")),
+        hooks=hooks_from_fault(os.environ.get("FLEET_FAULT"), os.environ.get("FLEET_FAULT_AT")),
     )
     serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
     gw = parts.gateway.start()
@@ -101,19 +101,14 @@ def send(
     ttl: Annotated[float | None, typer.Option(help="Seconds until expiresAt.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Send a message (works while the broker is down: it is queued in the outbox)."""
-    from pipeline.bootstrap_client import build_client
-    from pipeline.envelope import Kind
+    """Send a message (works while the broker is down: it is queued in the outbox).
 
+    Through the gateway's local socket when it runs (it signs and commits the send); else
+    straight into the host's store, as the gateway would.
+    """
     cfg = _load(config)
     try:
-        k = Kind(kind.upper())
-    except ValueError:
-        raise ConfigError(f"unknown kind {kind!r}", reason=Verification.UNKNOWN_KIND) from None
-    try:
-        env = build_client(cfg, signer=_signer(cfg)).send(
-            sender=sender, to=to, body=_body(body), kind=k, ttl_s=ttl
-        )
+        msg_id, trace_id, kind, via = _send(cfg, sender, to, _body(body), kind, ttl)
     except DeliveryError as exc:  # e.g. UNKNOWN_RECIPIENT, RECIPIENT_GONE: refused at once
         if not as_json:
             raise
@@ -122,9 +117,37 @@ def send(
                              "message": str(exc), "to": to, **exc.context}})  # fmt: skip
         raise typer.Exit(EXIT_FLEET_ERROR) from exc
     if as_json:
-        emit_json({"msgId": env.msg_id, "traceId": env.trace_id, "to": to, "kind": k.value})
+        emit_json({"msgId": msg_id, "traceId": trace_id, "to": to, "kind": kind, "via": via})
     else:
-        console.print(f"queued {k.value} {env.msg_id} -> {to}")
+        console.print(f"queued {kind} {msg_id} -> {to}")
+
+
+def _send(
+    cfg: GatewayConfig, sender: str, to: str, body: bytes, kind: str, ttl: float | None
+) -> tuple[str, str, str, str]:
+    """``(msg_id, trace_id, kind, via)`` of one send: through the gateway's socket when one
+    answers (via ``gateway``; this process loads neither the store nor the envelope), else
+    straight into the store (via ``store``)."""
+    from pipeline.gateway.socket_client import GatewayUnavailable, SocketClient
+
+    path = cfg.local_socket
+    if path:
+        try:
+            client = SocketClient.connect(path)
+        except GatewayUnavailable:
+            pass  # the gateway is down: write the store ourselves, as it would
+        else:
+            with client:
+                queued = client.send(sender=sender, to=to, body=body, kind=kind, ttl_s=ttl)
+            return queued.msg_id, queued.trace_id, kind.upper(), "gateway"
+    from pipeline.bootstrap_client import build_client
+    from pipeline.gateway.socket_server import parse_kind
+
+    k = parse_kind(kind)
+    env = build_client(cfg, signer=_signer(cfg)).send(
+        sender=sender, to=to, body=body, kind=k, ttl_s=ttl
+    )
+    return env.msg_id, env.trace_id, k.value, "store"
 
 
 def ask(
