@@ -41,6 +41,7 @@ def run(
     from prometheus_client import CollectorRegistry, start_http_server
 
     from pipeline.bootstrap import build_relay
+    from pipeline.outbox.notify import listen
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     registry = CollectorRegistry()
@@ -64,6 +65,7 @@ def run(
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     console.print(f"outbox relay: {db} -> {bootstrap} (tenant: {tenant or 'all'})")
+    listen(engine, relay.wake, stop)  # PostgreSQL: woken by each commit's NOTIFY
     try:
         relay.run_forever(stop)
     finally:
