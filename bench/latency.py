@@ -266,7 +266,7 @@ def _wait_for(
     while True:
         try:
             held, receipts = arrivals.held(), arrivals.receipts()
-        except Exception:  # noqa: BLE001 - a busy store: look again, within the deadline
+        except Exception:  # a busy store: look again, within the deadline
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.25)
