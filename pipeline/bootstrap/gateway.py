@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ from pipeline.kafka.settings import (
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.outbox import Relay
+from pipeline.outbox.notify import listen_forever
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Gone, Role, SpawnProfile
@@ -321,6 +323,12 @@ def build_gateway(
             Supervised("roster", follower.run),
             Supervised("inbox", run_runtime, restart=False),
             Supervised("relay", relay.run_forever),
+            # PostgreSQL: every commit of an outbox row (the inbox's receipts too) wakes the relay
+            *(
+                [Supervised("relay-wake", functools.partial(listen_forever, engine, relay.wake))]
+                if engine.dialect.name == "postgresql"
+                else []
+            ),
             Supervised("maintenance", run_maintenance),
             *([Supervised("nudge", nudger.run)] if nudger.targets else []),
             *([Supervised("socket", server.run)] if server is not None else []),
