@@ -145,6 +145,7 @@ def build_gateway(
                     hosts=(host,),
                     topics=topics,
                     inbox_retention_ms=config.retention.inbox_retention_ms,
+                    replication=None,  # the cluster's default; RF 3 topics are accepted
                 ),
                 admin_factory=factories.admin,
             ),
