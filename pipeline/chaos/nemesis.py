@@ -22,6 +22,7 @@ from typing import Any
 
 from pipeline.kafka.local import LocalCluster
 
+from . import crash_faults
 from .history import HistoryWriter, Op
 from .workload import Workload
 
@@ -35,6 +36,9 @@ class Fault(StrEnum):
     SIGSTOP = "sigstop"
     BROKER_DOWN = "broker_down"
     CLEAN_RESTART = "clean_restart"
+    CRASH_AFTER_COMMIT = "crash_after_commit"  # pipeline/chaos/crash_faults.py
+    TWIN = "twin"
+    CRASH_BEFORE_MARK_SENT = "crash_before_mark_sent"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +124,9 @@ _ACTIONS: dict[Fault, Callable[[NemesisContext, float], tuple[str, dict[str, Any
     Fault.SIGSTOP: _sigstop,
     Fault.BROKER_DOWN: _broker_down,
     Fault.CLEAN_RESTART: _clean_restart,
+    Fault.CRASH_AFTER_COMMIT: crash_faults.crash_after_commit,
+    Fault.TWIN: crash_faults.twin,
+    Fault.CRASH_BEFORE_MARK_SENT: crash_faults.crash_before_mark_sent,
 }
 
 
@@ -182,6 +189,36 @@ SCENARIOS: dict[str, Scenario] = {
             "duplicates at all and no FAILED",
             hold_s=(0.2, 2.0),
             strict=True,
+        ),
+        Scenario(
+            name="commit-inject",
+            number=2,
+            fault=Fault.CRASH_AFTER_COMMIT,
+            checks="seed 000 §5 forward path, ack before inject: host B kill -9'd between an "
+            "inbox offset commit and the injects it releases; a brief is never injected twice, "
+            "a lost inject is one FAILED at the sender",
+            hold_s=(15.0, 20.0),  # the bound on waiting for the armed crash
+            gap_s=(1.0, 3.0),
+        ),
+        Scenario(
+            name="twin-host",
+            number=4,
+            fault=Fault.TWIN,
+            checks="seed 000 §3/§9 'a second gateway fails loudly': a second host-B gateway "
+            "(same host id, store and key) for 8-15 s; one copy is fenced (exit 3), nothing is "
+            "held or injected twice, nothing lost",
+            hold_s=(8.0, 15.0),
+            gap_s=(2.0, 4.0),
+        ),
+        Scenario(
+            name="relay-mark-sent",
+            number=10,
+            fault=Fault.CRASH_BEFORE_MARK_SENT,
+            checks="seed 001 'the outbox relay publishes twice': host A (whose relay ships "
+            "every send) kill -9'd after a batch's delivery reports, before marking its rows "
+            "sent; the rows are sent again and the recipient's dedupe drops the copies",
+            hold_s=(15.0, 20.0),
+            gap_s=(1.0, 3.0),
         ),
     )
 }
