@@ -316,6 +316,7 @@ class Retention(enum.StrEnum):
 
     DEDUPE_HORIZON_TOO_SHORT = "DEDUPE_HORIZON_TOO_SHORT"  # dedupe < inbox retention + replay
     REPORTED_HORIZON_TOO_SHORT = "REPORTED_HORIZON_TOO_SHORT"  # reporter rows < DLQ retention
+    SAGA_HORIZON_TOO_SHORT = "SAGA_HORIZON_TOO_SHORT"  # finished sagas < saga topics + replay
 
 
 FAMILIES[Retention.__name__] = Retention

@@ -15,12 +15,10 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .nemesis import Fault, NemesisContext, Scenario
 from .procs import GatewayProc
-
-if TYPE_CHECKING:
-    from .nemesis import NemesisContext
 
 FENCED_EXIT = 3
 
@@ -73,3 +71,43 @@ def twin(ctx: NemesisContext, hold: float) -> tuple[str, dict[str, Any]]:
         "twin_exit": twin_code,
         "fenced": FENCED_EXIT in (b_code, twin_code),
     }
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            name="commit-inject",
+            number=2,
+            fault=Fault.CRASH_AFTER_COMMIT,
+            action=crash_after_commit,
+            checks="seed 000 §5 forward path, ack before inject: host B kill -9'd between an "
+            "inbox offset commit and the injects it releases; a brief is never injected twice, "
+            "a lost inject is one FAILED at the sender",
+            hold_s=(15.0, 20.0),  # the bound on waiting for the armed crash
+            gap_s=(1.0, 3.0),
+        ),
+        Scenario(
+            name="twin-host",
+            number=4,
+            fault=Fault.TWIN,
+            action=twin,
+            checks="seed 000 §3/§9 'a second gateway fails loudly': a second host-B gateway "
+            "(same host id, store and key) for 8-15 s; one copy is fenced (exit 3), nothing is "
+            "held or injected twice, nothing lost",
+            hold_s=(8.0, 15.0),
+            gap_s=(2.0, 4.0),
+        ),
+        Scenario(
+            name="relay-mark-sent",
+            number=10,
+            fault=Fault.CRASH_BEFORE_MARK_SENT,
+            action=crash_before_mark_sent,
+            checks="seed 001 'the outbox relay publishes twice': host A (whose relay ships "
+            "every send) kill -9'd after a batch's delivery reports, before marking its rows "
+            "sent; the rows are sent again and the recipient's dedupe drops the copies",
+            hold_s=(15.0, 20.0),
+            gap_s=(1.0, 3.0),
+        ),
+    )
+}

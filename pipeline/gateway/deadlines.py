@@ -68,7 +68,7 @@ class Tracked:
 
 def track(session: Session, kind: Tracked, **row: Any) -> None:
     """Record one send as ``pending``, in the caller's (the send's) transaction."""
-    session.execute(insert(kind.table).values(state=PENDING, **row))
+    session.execute(insert(kind.table), {**row, "state": PENDING})
 
 
 def settle(

@@ -106,6 +106,7 @@ class Relay:
         self._producer: Any = None
         self._fatal = False
         self._stop: threading.Event | None = None
+        self._wake = threading.Event()  # set by wake(): rows were just committed
         self._next_metrics = 0.0
         self._store: ThreadPoolExecutor | None = None
         self._acker = Acker(engine, tenant=tenant)
@@ -157,6 +158,7 @@ class Relay:
         self._ensure_producer()
         try:
             while not stop.is_set():
+                self._wake.clear()  # a wake() from here on ends the idle wait below at once
                 try:
                     acked = self.drain()
                 except FleetError as exc:
@@ -171,9 +173,13 @@ class Relay:
                     continue
                 backoff = self.backoff_initial_s
                 if acked == 0:
-                    stop.wait(self.idle_wait_s)
+                    self._wake.wait(self.idle_wait_s)
         finally:
             self.close()
+
+    def wake(self) -> None:
+        """Rows were committed just now: end the idle wait (a writer in this process calls it)."""
+        self._wake.set()
 
     def close(self, timeout: float = 2.0) -> None:
         # Unconfirmed records are simply not acked: the next relay resends them.
