@@ -323,6 +323,9 @@ def build_gateway(
     gateway.on_stop.extend(
         [injections.stop, presence.stop, follower.stop, relay.close, engine.dispose]
     )
+    # a login refused after start (a rotated password, met on a reconnect) stops the gateway
+    # loudly; librdkafka would retry it for ever (docs/security.md, "Rotating a login")
+    factories.on_login_refused(gateway.fail)
     return GatewayParts(
         gateway=gateway,
         client=client,

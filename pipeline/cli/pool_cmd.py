@@ -20,7 +20,7 @@ import typer
 from pipeline import reasons
 from pipeline.errors import ConfigError
 
-from .login import KafkaConfigOpt, kafka_factories
+from .login import KafkaConfigOpt, kafka_factories, stop_on_refused_login
 from .output import console, emit_json, fail_on_fleet_error
 
 app = typer.Typer(help="Worker pools: members of consumer group fleet.pool.<NAME>.")
@@ -157,11 +157,12 @@ def run(
             step_lease_s=step_lease,
         ),
         step=step,
-        factories=kafka_factories(kafka_config, check=bootstrap),
+        factories=(factories := kafka_factories(kafka_config, check=bootstrap)),
     )
     if metrics_port is not None:
         start_http_server(metrics_port, registry=parts.registry)
     stop = threading.Event()
+    refused = stop_on_refused_login(factories, stop)
 
     def _stop(_signum: int, _frame: Any) -> None:
         stop.set()
@@ -173,6 +174,8 @@ def run(
         parts.run(stop)
     finally:
         parts.engine.dispose()
+    if refused:
+        raise refused[0]
     logging.getLogger("pipeline.pool").info("member %s stopped", name)
 
 
