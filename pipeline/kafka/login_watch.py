@@ -33,7 +33,6 @@ from .security import KafkaSecurity
 log = logging.getLogger(__name__)
 
 Listener = Callable[[SecurityError], None]
-AFTER_START = "Kafka refused this process's login after start"
 
 
 class LoginWatch:
@@ -80,7 +79,8 @@ class LoginWatch:
         with self._lock:
             if self._refused is not None:
                 return
-            refused = security_error(err, AFTER_START, security=self.security)
+            what = f"Kafka refused the login User:{self.security.sasl_username} after start"
+            refused = security_error(err, what, security=self.security)
             assert refused is not None
             self._refused = refused
             listeners, self._listeners = self._listeners, []

@@ -307,6 +307,7 @@ def test_a_login_refused_after_start_is_told_once_and_chains_the_clients_callbac
     (err,) = told
     assert err.reason == Security.AUTH_FAILED and not err.retriable
     assert err.context["principal"] == "User:a" and PASSWORD not in str(err)
+    assert "Kafka refused the login User:a after start" in str(err)
     late: list[SecurityError] = []
     factories.on_login_refused(late.append)  # a late subscriber hears it at once
     assert late == [err]
