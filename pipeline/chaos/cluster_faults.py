@@ -18,12 +18,12 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pipeline.kafka.local import LauncherConfig, LocalCluster
@@ -33,6 +33,7 @@ from .nemesis import Fault, NemesisContext, Scenario
 from .proxy import CutProxy, running
 from .workload import Workload
 
+T = TypeVar("T")
 ISR_BOUND_S = 90.0
 BROKER_SESSION_S = 9.0  # KRaft broker.session.timeout.ms: the controller fences a silent broker
 CUT_LISTENER = "CUT"
@@ -318,6 +319,19 @@ def _clock_skew(ctx: NemesisContext, hold: float) -> tuple[str, dict[str, Any]]:
 
 
 # -- an offset that fell off retention while a gateway was down (#18) ---------------------------
+def _retrying(call: Callable[[], T], bound_s: float = 60.0) -> T:
+    """``call`` until it succeeds or ``bound_s`` passes: a coordinator just after a restart
+    answers NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for a while."""
+    t0 = time.monotonic()
+    while True:
+        try:
+            return call()
+        except KafkaException:
+            if time.monotonic() - t0 > bound_s:
+                raise
+            time.sleep(0.5)
+
+
 def _unread(
     cluster_conf: dict[str, Any], group: str, topic: str
 ) -> dict[int, tuple[int, int, list[str]]]:
@@ -329,7 +343,9 @@ def _unread(
     out: dict[int, tuple[int, int, list[str]]] = {}
     try:
         parts = sorted(probe.list_topics(topic, timeout=10).topics[topic].partitions)
-        committed = probe.committed([TopicPartition(topic, p) for p in parts], timeout=10)
+        committed = _retrying(
+            lambda: probe.committed([TopicPartition(topic, p) for p in parts], timeout=10)
+        )
         for tp in committed:
             low, high = probe.get_watermark_offsets(tp, timeout=10, cached=False)
             start = max(tp.offset, low) if tp.offset >= 0 else low
@@ -395,10 +411,13 @@ def _retention_gap(ctx: NemesisContext, down: float) -> tuple[str, dict[str, Any
     if b.alive:  # it resumed without a word: stop it before the reset, which needs an empty group
         b.stop()
     reset = [TopicPartition(topic, p, high) for p, (_c, high, _ids) in unread.items()]
-    for fut in admin.alter_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, reset)]
-    ).values():
-        fut.result(timeout=30)  # the operator's deliberate act (docs/failures.md, runbook 5)
+
+    def reset_group() -> None:  # the operator's deliberate act (docs/failures.md, runbook 5)
+        groups = [ConsumerGroupTopicPartitions(group, reset)]
+        for fut in admin.alter_consumer_group_offsets(groups).values():
+            fut.result(timeout=30)
+
+    _retrying(reset_group)
     b.start()
     detail = {
         "deleted_unread": len(deleted),
