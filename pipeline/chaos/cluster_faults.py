@@ -308,12 +308,13 @@ def _clock_skew(ctx: NemesisContext, hold: float) -> tuple[str, dict[str, Any]]:
     size = ctx.rng.uniform(1.5, 3.0) if beyond else ctx.rng.uniform(0.2, 0.7)
     offset = ctx.rng.choice((-1, 1)) * size * CLOCK_SKEW_S
     b = ctx.workload.procs["B"]
+    before = dict(b.env)
     b.stop()
-    b.env = skew_env(rig.shim, offset)
+    b.env = {**before, **skew_env(rig.shim, offset)}
     b.start()
     time.sleep(hold)
     b.stop()
-    b.env = {}
+    b.env = before
     b.start()
     return "B", {"offset_s": round(offset), "beyond": beyond, "skewed_s": round(hold, 3)}
 

@@ -27,7 +27,6 @@ class GatewayProc:
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
-        self.env: dict[str, str] = {}  # added to the environment of the next start (faketime)
 
     def start(self) -> GatewayProc:
         with self.log.open("ab") as out:
