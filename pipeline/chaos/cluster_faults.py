@@ -414,7 +414,8 @@ def _retention_gap(ctx: NemesisContext, down: float) -> tuple[str, dict[str, Any
         now = _committed(conf, group, topic)
         skipped = any(now.get(p, -1) > c for p, (c, _h, ids) in unread.items() if ids)
     said = b.output()[log_before:]
-    reported = b.exit_code == 3 and ("OFFSETS_LOST" in said or "fell off retention" in said)
+    refused = b.exit_code == 3 and ("OFFSETS_LOST" in said or "fell off retention" in said)
+    reported = refused or "deleted before group" in said  # never committed: an ERROR line
     deleted = [m for _c, _h, ids in unread.values() for m in ids]
     if reported:
         ctx.history.extend(
@@ -441,6 +442,7 @@ def _retention_gap(ctx: NemesisContext, down: float) -> tuple[str, dict[str, Any
     detail = {
         "deleted_unread": len(deleted),
         "reported": reported,
+        "refused": refused,
         "silent_skip": skipped,
         "verdict_s": round(time.monotonic() - t0, 3),
         "exit_code": b.exit_code,
