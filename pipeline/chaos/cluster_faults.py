@@ -18,12 +18,12 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pipeline.kafka.local import LauncherConfig, LocalCluster
@@ -33,7 +33,11 @@ from .nemesis import Fault, NemesisContext, Scenario
 from .proxy import CutProxy, running
 from .workload import Workload
 
+T = TypeVar("T")
 ISR_BOUND_S = 90.0
+# how long a restarted B gets to either stop with OFFSETS_LOST or commit past the deleted range
+# (a gateway start takes 10-100 s on this shared machine)
+RETENTION_VERDICT_S = 240.0
 BROKER_SESSION_S = 9.0  # KRaft broker.session.timeout.ms: the controller fences a silent broker
 CUT_LISTENER = "CUT"
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
@@ -307,17 +311,31 @@ def _clock_skew(ctx: NemesisContext, hold: float) -> tuple[str, dict[str, Any]]:
     size = ctx.rng.uniform(1.5, 3.0) if beyond else ctx.rng.uniform(0.2, 0.7)
     offset = ctx.rng.choice((-1, 1)) * size * CLOCK_SKEW_S
     b = ctx.workload.procs["B"]
+    before = dict(b.env)
     b.stop()
-    b.env = skew_env(rig.shim, offset)
+    b.env = {**before, **skew_env(rig.shim, offset)}
     b.start()
     time.sleep(hold)
     b.stop()
-    b.env = {}
+    b.env = before
     b.start()
     return "B", {"offset_s": round(offset), "beyond": beyond, "skewed_s": round(hold, 3)}
 
 
 # -- an offset that fell off retention while a gateway was down (#18) ---------------------------
+def _retrying(call: Callable[[], T], bound_s: float = 60.0) -> T:
+    """``call`` until it succeeds or ``bound_s`` passes: a coordinator just after a restart
+    answers NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for a while."""
+    t0 = time.monotonic()
+    while True:
+        try:
+            return call()
+        except KafkaException:
+            if time.monotonic() - t0 > bound_s:
+                raise
+            time.sleep(0.5)
+
+
 def _unread(
     cluster_conf: dict[str, Any], group: str, topic: str
 ) -> dict[int, tuple[int, int, list[str]]]:
@@ -329,7 +347,9 @@ def _unread(
     out: dict[int, tuple[int, int, list[str]]] = {}
     try:
         parts = sorted(probe.list_topics(topic, timeout=10).topics[topic].partitions)
-        committed = probe.committed([TopicPartition(topic, p) for p in parts], timeout=10)
+        committed = _retrying(
+            lambda: probe.committed([TopicPartition(topic, p) for p in parts], timeout=10)
+        )
         for tp in committed:
             low, high = probe.get_watermark_offsets(tp, timeout=10, cached=False)
             start = max(tp.offset, low) if tp.offset >= 0 else low
@@ -349,6 +369,18 @@ def _unread(
     finally:
         probe.close()
     return out
+
+
+def _committed(conf: dict[str, Any], group: str, topic: str) -> dict[int, int]:
+    probe = Consumer({**conf, "group.id": group, "enable.auto.commit": False, "log_level": 0})
+    try:
+        parts = probe.list_topics(topic, timeout=10).topics[topic].partitions
+        got = probe.committed([TopicPartition(topic, p) for p in parts], timeout=10)
+        return {tp.partition: tp.offset for tp in got}
+    except KafkaException:
+        return {}
+    finally:
+        probe.close()
 
 
 def _retention_gap(ctx: NemesisContext, down: float) -> tuple[str, dict[str, Any]]:
@@ -376,10 +408,14 @@ def _retention_gap(ctx: NemesisContext, down: float) -> tuple[str, dict[str, Any
     log_before = len(b.output())
     b.start()
     t0 = time.monotonic()
-    while b.alive and time.monotonic() - t0 < 90:
-        time.sleep(0.3)
+    skipped = False  # B committed past the deleted range: it resumed without a word
+    while b.alive and not skipped and time.monotonic() - t0 < RETENTION_VERDICT_S:
+        time.sleep(2.0)
+        now = _committed(conf, group, topic)
+        skipped = any(now.get(p, -1) > c for p, (c, _h, ids) in unread.items() if ids)
     said = b.output()[log_before:]
-    reported = b.exit_code == 3 and ("OFFSETS_LOST" in said or "fell off retention" in said)
+    refused = b.exit_code == 3 and ("OFFSETS_LOST" in said or "fell off retention" in said)
+    reported = refused or "deleted before group" in said  # never committed: an ERROR line
     deleted = [m for _c, _h, ids in unread.values() for m in ids]
     if reported:
         ctx.history.extend(
@@ -395,14 +431,20 @@ def _retention_gap(ctx: NemesisContext, down: float) -> tuple[str, dict[str, Any
     if b.alive:  # it resumed without a word: stop it before the reset, which needs an empty group
         b.stop()
     reset = [TopicPartition(topic, p, high) for p, (_c, high, _ids) in unread.items()]
-    for fut in admin.alter_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, reset)]
-    ).values():
-        fut.result(timeout=30)  # the operator's deliberate act (docs/failures.md, runbook 5)
+
+    def reset_group() -> None:  # the operator's deliberate act (docs/failures.md, runbook 5)
+        groups = [ConsumerGroupTopicPartitions(group, reset)]
+        for fut in admin.alter_consumer_group_offsets(groups).values():
+            fut.result(timeout=30)
+
+    _retrying(reset_group)
     b.start()
     detail = {
         "deleted_unread": len(deleted),
         "reported": reported,
+        "refused": refused,
+        "silent_skip": skipped,
+        "verdict_s": round(time.monotonic() - t0, 3),
         "exit_code": b.exit_code,
         "down_s": round(down, 3),
     }

@@ -128,7 +128,11 @@ def _broker(directory: Path, scenario: Scenario) -> LocalCluster:
     if scenario.broker is not None:
         return scenario.broker(directory)
     return LocalCluster(
-        LauncherConfig(directory=directory, nodes=scenario.nodes, heap_mb=512), owned=True
+        # a shared 2-core machine starts three JVMs slowly: more than the launcher's 90 s
+        LauncherConfig(
+            directory=directory, nodes=scenario.nodes, heap_mb=512, ready_timeout_s=240.0
+        ),
+        owned=True,
     ).start()
 
 

@@ -215,18 +215,43 @@ class ConsumerRuntime:
         brand-new group needs) librdkafka would jump a committed offset that fell off retention
         to the log start without a word. Checked at assignment: a lost range is counted, logged
         with its numbers and raised (``OffsetsLostError`` out of ``poll``; a gateway exits 3).
+        A partition this group never committed but whose log no longer starts at 0 is reported
+        too (ERROR line, the metric) and not refused: Kafka cannot tell a new group from one
+        that died before its first commit, and a new group must be able to start.
         A check the broker cannot answer now is logged and skipped - the assignment goes on."""
+        group = self.config.group_id
         try:
-            lost = find_lost_offsets(self.consumer, self.config.group_id, partitions, timeout_s=5.0)
+            lost = find_lost_offsets(self.consumer, group, partitions, timeout_s=5.0)
+            unread = [(tp, low) for tp, low in self._never_committed_starts(partitions) if low > 0]
         except Exception as exc:  # noqa: BLE001 - a broker blip must not fail the assignment
             log.warning("could not check %s for offsets lost to retention: %s", partitions, exc)
             return
+        for tp, low in unread:
+            if self.metrics:
+                self.metrics.offsets_lost.labels(group).inc(low)
+            log.error(
+                "group %r %s[%d]: never committed, and the log starts at %d: %d offset(s) were "
+                "deleted before group %r read them (a new group, or one that died before its "
+                "first commit)",
+                group, tp.topic, tp.partition, low, low, group,
+            )  # fmt: skip
         for rng in lost:
             if self.metrics:
                 self.metrics.offsets_lost.labels(self.config.group_id).inc(rng.lost)
             log.error("%s", lost_error(rng))
         if lost:
             raise lost_error(lost[0])
+
+    def _never_committed_starts(
+        self, partitions: list[TopicPartition]
+    ) -> list[tuple[TopicPartition, int]]:
+        tps = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        out = []
+        for tp in self.consumer.committed(tps, timeout=5.0):
+            if tp.offset < 0:
+                low, _high = self.consumer.get_watermark_offsets(tp, timeout=5.0, cached=False)
+                out.append((tp, int(low)))
+        return out
 
     def _refresh_quarantine(self) -> bool:
         """Re-read quarantine state; on a store error hold every partition until it works

@@ -188,3 +188,54 @@ def test_the_runtime_refuses_a_committed_offset_that_fell_off_retention(
     assert handled == [], "nothing after the gap may be handled: the skip must not be silent"
     lost = registry.get_sample_value("fleet_consumer_offsets_lost_total", {"group": group_id})
     assert lost == 50
+
+
+def test_the_runtime_reports_a_never_committed_partition_whose_log_was_trimmed(
+    kafka: BrokerHandle, new_topic, group_id, tmp_path, caplog
+) -> None:
+    """Issue 12 #18, found by the chaos scenario retention-gap: a gateway killed before its first
+    commit, its unread records deleted meanwhile, resumed at the log start without a word. Kafka
+    cannot tell that group from a new one, so the runtime does not refuse - it reports: an ERROR
+    line naming the range and the count in fleet_consumer_offsets_lost_total."""
+    import logging
+
+    from prometheus_client import CollectorRegistry
+
+    from pipeline.failures.outcomes import ACK
+    from pipeline.runtime import ConsumerRuntime, RuntimeConfig
+    from pipeline.runtime.metrics import RuntimeMetrics
+    from pipeline.store import make_engine, session_factory
+
+    topic = new_topic("lostnew")
+    producer = Producer(producer_config(kafka.bootstrap))
+    for i in range(100):
+        producer.produce(topic, key=b"k", value=str(i).encode())
+    assert producer.flush(30) == 0
+    _delete_before(kafka, topic, 60)
+    handled: list[int] = []
+
+    class Handler:
+        def handle(self, record, tx):  # type: ignore[no-untyped-def]
+            handled.append(record.offset)
+            return ACK
+
+    registry = CollectorRegistry()
+    rt = ConsumerRuntime(
+        RuntimeConfig(bootstrap=kafka.bootstrap, group_id=group_id, topics=(topic,)),
+        handler=Handler(),
+        sessions=session_factory(make_engine(f"sqlite:///{tmp_path / 'rt.sqlite'}")),
+        dead_letters=None,  # type: ignore[arg-type]
+        metrics=RuntimeMetrics(registry),
+    )
+    rt.subscribe()
+    caplog.set_level(logging.ERROR, logger="pipeline.runtime.loop")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(handled) < 40:
+            rt.step()
+    finally:
+        rt.close()
+    assert handled[0] == 60 and len(handled) == 40  # a new group may start: it is not refused
+    lost = registry.get_sample_value("fleet_consumer_offsets_lost_total", {"group": group_id})
+    assert lost == 60
+    assert any("deleted before group" in r.getMessage() for r in caplog.records)
