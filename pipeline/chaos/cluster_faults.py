@@ -433,9 +433,14 @@ def _retention_gap(ctx: NemesisContext, down: float) -> tuple[str, dict[str, Any
     reset = [TopicPartition(topic, p, high) for p, (_c, high, _ids) in unread.items()]
 
     def reset_group() -> None:  # the operator's deliberate act (docs/failures.md, runbook 5)
+        # Refused per partition (not raised) while the group is not empty: B's static member
+        # stays in it until its session times out, even after B exited.
         groups = [ConsumerGroupTopicPartitions(group, reset)]
         for fut in admin.alter_consumer_group_offsets(groups).values():
-            fut.result(timeout=30)
+            done = fut.result(timeout=30)
+            errors = [tp.error for tp in done.topic_partitions or [] if tp.error is not None]
+            if errors:
+                raise KafkaException(errors[0])
 
     _retrying(reset_group)
     b.start()
