@@ -22,6 +22,15 @@ from pipeline.errors import ConfigError
 
 from .login import KafkaConfigOpt, kafka_factories, stop_on_refused_login
 from .output import console, emit_json, fail_on_fleet_error
+from .serving import (
+    LOOPBACK,
+    MetricsAddressOpt,
+    MetricsPortOpt,
+    NoPurgeOpt,
+    RetentionOpt,
+    retention_from,
+    serve_metrics,
+)
 
 app = typer.Typer(help="Worker pools: members of consumer group fleet.pool.<NAME>.")
 
@@ -102,17 +111,28 @@ def run(
     partitions: Annotated[
         int, typer.Option("--partitions", min=1, help="Only when the topic must be created.")
     ] = 6,
+    retry: Annotated[
+        str | None,
+        typer.Option(
+            "--retry",
+            help="Failed-step backoff BASE_S:FACTOR:ATTEMPTS[:JITTER] (1:2:6:0 waits 1, 2, 4, 8, "
+            "16 s); default 0.2:2:5:0.2.",
+        ),
+    ] = None,
     events: Annotated[
         Path | None, typer.Option("--events", help="Append one JSON line per step here.")
     ] = None,
-    metrics_port: Annotated[int | None, typer.Option("--metrics-port")] = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_address: MetricsAddressOpt = LOOPBACK,
+    retention: RetentionOpt = None,
+    no_purge: NoPurgeOpt = False,
     kafka_config: KafkaConfigOpt = None,
 ) -> None:
-    """Run one pool member until SIGTERM/SIGINT."""
-    from prometheus_client import start_http_server
-
+    """Run one pool member until SIGTERM/SIGINT; it purges its own store (--retention)."""
     from pipeline.bootstrap import build_pool_member
+    from pipeline.failures.retry import BackoffPolicy
     from pipeline.pool import Assignment, PoolConfig
+    from pipeline.pool.config import parse_retry
     from pipeline.pool.steps import CommandStep, SleepStep, StepFn, load_handler
     from pipeline.runtime.lanes import Concurrency
 
@@ -155,12 +175,13 @@ def run(
             partitions=partitions,
             events_path=str(events) if events else None,
             step_lease_s=step_lease,
+            retention=retention_from(retention, no_purge=no_purge),
+            retry=parse_retry(retry) if retry is not None else BackoffPolicy(),
         ),
         step=step,
         factories=(factories := kafka_factories(kafka_config, check=bootstrap)),
     )
-    if metrics_port is not None:
-        start_http_server(metrics_port, registry=parts.registry)
+    serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
     stop = threading.Event()
     refused = stop_on_refused_login(factories, stop)
 
