@@ -333,9 +333,7 @@ def build_gateway(
             *([Supervised("nudge", nudger.run)] if nudger.targets else []),
             *([Supervised("socket", server.run)] if server is not None else []),
         ],
-    )
-    gateway.on_stop.extend(
-        [injections.stop, presence.stop, follower.stop, relay.close, engine.dispose]
+        on_stop=[injections.stop, presence.stop, follower.stop, relay.close, engine.dispose],
     )
     # a login refused after start (a rotated password, met on a reconnect) stops the gateway
     # loudly; librdkafka would retry it for ever (docs/security.md, "Rotating a login")
