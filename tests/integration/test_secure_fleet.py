@@ -35,6 +35,7 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from pipeline.bootstrap import build_client, build_control_client, build_gateway
+from pipeline.chaos.procs import GatewayProc
 from pipeline.cli.main import app
 from pipeline.envelope import Kind
 from pipeline.gateway.config import (
@@ -57,7 +58,7 @@ from pipeline.outbox.tables import RowStatus, outbox
 from pipeline.reasons import Security
 from pipeline.testing import test_broker_dir as broker_dir
 from pipeline.testing import unique_name
-from tests.integration.fleet_hosts import Fleet, GatewayProcess, wait_until
+from tests.integration.fleet_hosts import Fleet, wait_until
 from tests.integration.secure_logins import (
     acls,
     admin_factories,
@@ -494,7 +495,7 @@ def test_a_password_rotated_under_a_running_gateway_stops_it_with_auth_failed(
     config = fleet.config_file("z", entity, extra=kafka)
     log = tmp_path / "z.log"
     _LOGS.append(log)
-    gateway = GatewayProcess(config, log, env={"PYTHONPATH": str(ROOT)}).start()
+    gateway = GatewayProc(config, log, env={"PYTHONPATH": str(ROOT)}).start()
     client = build_client(load_config(config), signer=fleet.signers["z"])
     try:
         wait_until(lambda: client.knows("main-z"), 90, f"z's gateway up\n{gateway.output()}")
