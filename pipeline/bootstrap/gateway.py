@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from pipeline.control.reaper import Reaper
 from pipeline.control.stop_handler import StopHandler
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.envelope.model import now_ms
+from pipeline.errors import FencedError
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import GatewayConfig, ProfileConfig
 from pipeline.gateway.conversations import Conversations
@@ -39,6 +41,7 @@ from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.gateway.roster_cache import RosterEntry, RosterState
 from pipeline.gateway.service import Gateway, Supervised
+from pipeline.gateway.socket_server import SocketServer
 from pipeline.gateway.tracking import FORWARD
 from pipeline.hooks import NO_HOOKS, Hooks
 from pipeline.kafka.errors import wait_out
@@ -48,6 +51,7 @@ from pipeline.kafka.settings import (
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.outbox import Relay
+from pipeline.outbox.notify import listen_forever
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Gone, Role, SpawnProfile
@@ -82,6 +86,7 @@ class GatewayParts:
     nudger: Nudger
     registry: CollectorRegistry
     metrics: GatewayMetrics
+    socket: SocketServer | None = None
 
 
 def _build_nudger(
@@ -117,6 +122,11 @@ def _secured(factories: Factories, config: GatewayConfig, *, check: bool) -> Fac
     return factories
 
 
+def _stop_presence(presence: PresencePublisher, gateway: Gateway) -> None:
+    """Fenced: another gateway now speaks for this host; its presence is not ours to retract."""
+    presence.stop(retract=not isinstance(gateway.fatal, FencedError))
+
+
 def build_gateway(
     config: GatewayConfig,
     *,
@@ -143,6 +153,7 @@ def build_gateway(
                     hosts=(host,),
                     topics=topics,
                     inbox_retention_ms=config.retention.inbox_retention_ms,
+                    replication=None,  # the cluster's default; RF 3 topics are accepted
                 ),
                 admin_factory=factories.admin,
             ),
@@ -233,7 +244,7 @@ def build_gateway(
         dead_letters=dead_letters,
         metrics=RuntimeMetrics(registry),
         consumer_factory=factories.consumer,
-        fault_after_commit=hooks.fault_after_commit,
+        hooks=hooks,
     )
     relay = Relay(
         engine=engine,
@@ -242,6 +253,7 @@ def build_gateway(
         idle_wait_s=relay_poll_s,
         terminal_sink=RelayFailedSink(publisher=publisher, ttl_s=config.max_ttl_s),
         producer_factory=factories.producer,
+        hooks=hooks,
     )
     maintenance = Maintenance(
         sessions=sessions,
@@ -284,6 +296,7 @@ def build_gateway(
         config, signer=signer, engine=engine, factories=factories, metrics=metrics
     )
     interval = maintenance_interval_s or config.sweep_interval_s
+    server = _local_socket(config, client, relay)
 
     def run_runtime(stop: Any) -> None:
         # verification step 2 needs the bindings: the inbox starts once the roster has caught
@@ -316,12 +329,25 @@ def build_gateway(
             Supervised("roster", follower.run),
             Supervised("inbox", run_runtime, restart=False),
             Supervised("relay", relay.run_forever),
+            # PostgreSQL: every commit of an outbox row (the inbox's receipts too) wakes the relay
+            *(
+                [Supervised("relay-wake", functools.partial(listen_forever, engine, relay.wake))]
+                if engine.dialect.name == "postgresql"
+                else []
+            ),
             Supervised("maintenance", run_maintenance),
             *([Supervised("nudge", nudger.run)] if nudger.targets else []),
+            *([Supervised("socket", server.run)] if server is not None else []),
         ],
     )
     gateway.on_stop.extend(
-        [injections.stop, presence.stop, follower.stop, relay.close, engine.dispose]
+        [
+            injections.stop,
+            lambda: _stop_presence(presence, gateway),
+            follower.stop,
+            relay.close,
+            engine.dispose,
+        ]
     )
     return GatewayParts(
         gateway=gateway,
@@ -335,7 +361,19 @@ def build_gateway(
         nudger=nudger,
         registry=registry,
         metrics=metrics,
+        socket=server,
     )
+
+
+def _local_socket(
+    config: GatewayConfig, client: GatewayClient, relay: Relay
+) -> SocketServer | None:
+    """Local entities hand their sends to this process, the store's one writer; each commit wakes
+    the relay (docs/gateway.md, "The local socket")."""
+    path = config.local_socket
+    if not path:
+        return None
+    return SocketServer(path=path, client=client, on_commit=relay.wake, mode=config.socket_mode)
 
 
 def _control_plane(

@@ -16,13 +16,14 @@ import pytest
 from sqlalchemy import select
 
 from pipeline.bootstrap import GatewayParts, build_gateway
+from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.envelope import Kind
 from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 from pipeline.gateway.held import held_table
 from pipeline.outbox.tables import outbox
 from pipeline.store import make_engine
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, GatewayProcess, wait_until
+from tests.integration.fleet_hosts import Fleet, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -167,6 +168,7 @@ def test_kill9_between_commit_and_inject_never_injects_and_fails_once(
         tmp_path,
         (EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),),
         inject_deadline_s=8.0,
+        clock_skew_s=2.0,  # the INJECT_TIMEOUT comes clock_skew_s past the signed deadline
     )
     a.gateway.start()
     try:
