@@ -127,6 +127,16 @@ def _stop_presence(presence: PresencePublisher, gateway: Gateway) -> None:
     presence.stop(retract=not isinstance(gateway.fatal, FencedError))
 
 
+def _on_stop_and_refusal(
+    gateway: Gateway, factories: Factories, hooks: list[Callable[[], None]]
+) -> None:
+    """The stop hooks, in order, and a login refused after start (a rotated password met on a
+    reconnect) stops the gateway loudly where librdkafka would retry it for ever
+    (docs/security.md, "Rotating a login")."""
+    gateway.on_stop.extend(hooks)
+    factories.on_login_refused(gateway.fail)
+
+
 def build_gateway(
     config: GatewayConfig,
     *,
@@ -340,14 +350,16 @@ def build_gateway(
             *([Supervised("socket", server.run)] if server is not None else []),
         ],
     )
-    gateway.on_stop.extend(
+    _on_stop_and_refusal(
+        gateway,
+        factories,
         [
             injections.stop,
             lambda: _stop_presence(presence, gateway),
             follower.stop,
             relay.close,
             engine.dispose,
-        ]
+        ],
     )
     return GatewayParts(
         gateway=gateway,

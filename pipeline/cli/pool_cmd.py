@@ -20,7 +20,7 @@ import typer
 from pipeline import reasons
 from pipeline.errors import ConfigError
 
-from .login import KafkaConfigOpt, kafka_factories
+from .login import KafkaConfigOpt, kafka_factories, stop_on_refused_login
 from .output import console, emit_json, fail_on_fleet_error
 from .serving import (
     LOOPBACK,
@@ -179,10 +179,11 @@ def run(
             retry=parse_retry(retry) if retry is not None else BackoffPolicy(),
         ),
         step=step,
-        factories=kafka_factories(kafka_config, check=bootstrap),
+        factories=(factories := kafka_factories(kafka_config, check=bootstrap)),
     )
     serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
     stop = threading.Event()
+    refused = stop_on_refused_login(factories, stop)
 
     def _stop(_signum: int, _frame: Any) -> None:
         stop.set()
@@ -194,6 +195,8 @@ def run(
         parts.run(stop)
     finally:
         parts.engine.dispose()
+    if refused:
+        raise refused[0]
     logging.getLogger("pipeline.pool").info("member %s stopped", name)
 
 
