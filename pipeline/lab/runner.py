@@ -165,7 +165,7 @@ def run(
     bootstrap: str,
     out: Path,
     tick_s: float = 0.5,
-    settle_timeout_s: float = 60.0,
+    settle_timeout_s: float = 180.0,  # member start-up on a loaded machine: not measured
     store_url: str | None = None,
     progress: Progress | None = None,
     admin_factory: ClientFactory = new_admin,

@@ -108,6 +108,11 @@ class StepClaims:
         with self._lock:
             return [Held(k, a) for k, a in self._held.items()]
 
+    def holds(self, held: Held) -> bool:
+        """Still held at that attempt (not completed or released since ``held()`` listed it)."""
+        with self._lock:
+            return self._held.get(held.key) == held.attempt
+
     def _drop(self, key: str) -> int:
         with self._lock:
             return self._held.pop(key)

@@ -121,7 +121,8 @@ class Heartbeat:
             renewed = claims.store.renew(
                 session, held.key, key_class=claims.key_class, attempt=held.attempt
             )
-            if not renewed:
+            # a step that completed (or released) its key after held() listed it is no loss
+            if not renewed and claims.holds(held):
                 log.warning("step key %s is no longer held: its lease was lost", held.key)
                 if self.metrics is not None:
                     self.metrics.leases_lost.labels(self.metrics.pool).inc()

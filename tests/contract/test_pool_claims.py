@@ -195,3 +195,30 @@ def test_a_holder_that_missed_its_lease_counts_it_lost_and_replays_the_new_outco
     assert lost == 1
     assert b.complete("e6", "by-b", b"v") == "by-b"
     assert a.complete("e6", "by-a-late", b"v") == "by-b"
+
+
+def test_a_step_that_completes_while_the_beat_renews_is_not_a_lost_lease(
+    sessions: sessionmaker[Session],
+) -> None:
+    """The heartbeat lists the held keys, then renews them; a step that stored its result in
+    between is done, not taken over: no "lease was lost" and no count (a busy pool's members
+    counted hundreds of such false losses)."""
+    a = _claims(sessions)
+    assert isinstance(a.claim("e7", b"v"), FirstUse)
+    listed = a.held()
+
+    class Racing:  # the step completes right after held() listed its key
+        def __getattr__(self, name: str) -> object:
+            return getattr(a, name)
+
+        def held(self) -> list[object]:
+            a.complete("e7", "done", b"v")
+            return list(listed)
+
+    registry = CollectorRegistry()
+    beat = _beat(sessions, a, "m-a")
+    beat.claims = Racing()  # type: ignore[assignment]
+    beat.metrics = PoolMetrics(registry, pool="t")
+    beat.beat()
+    lost = registry.get_sample_value("fleet_pool_step_leases_lost_total", {"pool": "t"})
+    assert not lost
