@@ -147,6 +147,7 @@ def build_gateway(
                     hosts=(host,),
                     topics=topics,
                     inbox_retention_ms=config.retention.inbox_retention_ms,
+                    replication=None,  # the cluster's default; RF 3 topics are accepted
                 ),
                 admin_factory=factories.admin,
             ),
@@ -237,7 +238,7 @@ def build_gateway(
         dead_letters=dead_letters,
         metrics=RuntimeMetrics(registry),
         consumer_factory=factories.consumer,
-        fault_after_commit=hooks.fault_after_commit,
+        hooks=hooks,
     )
     relay = Relay(
         engine=engine,
@@ -246,6 +247,7 @@ def build_gateway(
         idle_wait_s=relay_poll_s,
         terminal_sink=RelayFailedSink(publisher=publisher, ttl_s=config.max_ttl_s),
         producer_factory=factories.producer,
+        hooks=hooks,
     )
     maintenance = Maintenance(
         sessions=sessions,

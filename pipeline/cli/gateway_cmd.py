@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +19,7 @@ from pipeline.errors import ConfigError, DeliveryError
 from pipeline.reasons import Config
 
 from .output import EXIT_FLEET_ERROR, console, emit_json, err_console, fail_on_fleet_error
+from .serving import LOOPBACK, MetricsAddressOpt, MetricsPortOpt, serve_metrics
 
 if TYPE_CHECKING:
     from pipeline.envelope import Signer
@@ -50,17 +51,6 @@ def _signer(cfg: GatewayConfig) -> Signer:
     return Signer.load(cfg.key_file)
 
 
-def serve_metrics(registry: Any, *, port: int, address: str) -> Any:
-    """Serve ``registry`` on ``address:port``; a port in use or a bad address is a ConfigError."""
-    from prometheus_client import start_http_server
-
-    try:
-        server, _thread = start_http_server(port, addr=address, registry=registry)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--metrics-address {address} --metrics-port {port}: {exc}") from None
-    return server
-
-
 def _body(text: str | None) -> bytes:
     if text is None or text == "-":
         return sys.stdin.buffer.read()
@@ -72,13 +62,8 @@ def _body(text: str | None) -> bytes:
 def run(
     config: ConfigOpt,
     host: Annotated[str | None, typer.Option(help="Host id (overrides the file).")] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
-    metrics_address: Annotated[
-        str,
-        typer.Option(
-            help="Address /metrics listens on (0.0.0.0: every interface, for a remote scraper)."
-        ),
-    ] = "127.0.0.1",
+    metrics_port: MetricsPortOpt = None,
+    metrics_address: MetricsAddressOpt = LOOPBACK,
 ) -> None:
     """Run the gateway until SIGTERM/SIGINT; exits 3 when fenced or on a fatal error."""
     from pipeline.bootstrap import build_gateway
@@ -93,10 +78,9 @@ def run(
         cfg,
         signer=_signer(cfg),
         trust=TrustStore.load(cfg.trust_dir),
-        hooks=hooks_from_fault(os.environ.get("FLEET_FAULT")),
+        hooks=hooks_from_fault(os.environ.get("FLEET_FAULT"), os.environ.get("FLEET_FAULT_AT")),
     )
-    if metrics_port is not None:
-        serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
+    serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
     gw = parts.gateway.start()
     signal.signal(signal.SIGTERM, lambda *_: gw.stop_event.set())
     signal.signal(signal.SIGINT, lambda *_: gw.stop_event.set())

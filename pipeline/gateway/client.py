@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -67,6 +67,7 @@ class GatewayClient:
         sessions: sessionmaker[Session],
         publisher: Publisher,
         inject_deadline_s: float = 30.0,
+        clock_skew_s: float = 30.0,
         default_ttl_s: float = 3600.0,
         local_senders: LocalSenders | None = None,
         metrics: GatewayMetrics | None = None,
@@ -75,6 +76,7 @@ class GatewayClient:
         self.sessions = sessions
         self.publisher = publisher
         self.inject_deadline_s = inject_deadline_s
+        self.clock_skew_s = clock_skew_s
         self.default_ttl_s = default_ttl_s
         self.local_senders = local_senders
         bind = sessions.kw.get("bind")
@@ -137,7 +139,14 @@ class GatewayClient:
         trace_id: str | None = None,
         turn_id: str | None = None,
     ) -> Envelope:
-        """Queue one message; returns its envelope (``msg_id`` correlates receipts)."""
+        """Queue one message; returns its envelope (``msg_id`` correlates receipts).
+
+        A tracked kind to an inject-mode recipient carries its inject deadline as ``expiresAt``
+        (signed, so no relay can stretch it): its recipient's gateway refuses to inject it after
+        that (``INJECT_DEADLINE_PASSED``). The sender's tracker waits ``clock_skew_s`` longer
+        before its ``INJECT_TIMEOUT``, so a recipient whose clock lags by up to that much has
+        already refused the brief when the sender is told it failed (docs/gateway.md).
+        """
         request = SendRequest(
             sender=sender,
             to=to,
@@ -149,7 +158,7 @@ class GatewayClient:
         )
         env = self._envelope(request)
         with self.sessions.begin() as s:
-            self._stage(s, env)
+            env = self._stage(s, env)
         return env
 
     def send_all(self, requests: Sequence[SendRequest]) -> list[Envelope | FleetError]:
@@ -173,8 +182,8 @@ class GatewayClient:
             return results
         try:
             with self.sessions.begin() as s:
-                for _i, env in todo:
-                    self._stage(s, env)
+                for i, env in todo:
+                    results[i] = self._stage(s, env)
             return results
         except FleetError:
             pass  # one was refused: nothing of this pass was committed; again, one by one
@@ -182,7 +191,7 @@ class GatewayClient:
             for i, env in todo:
                 try:
                     with s.begin_nested():
-                        self._stage(s, env)
+                        results[i] = self._stage(s, env)
                 except FleetError as exc:
                     results[i] = exc
         return results
@@ -198,14 +207,18 @@ class GatewayClient:
             turn_id=r.turn_id,
         )
 
-    def _stage(self, s: Session, env: Envelope) -> None:
-        """Every check and every row of one send, in the caller's transaction."""
+    def _stage(self, s: Session, env: Envelope) -> Envelope:
+        """Every check and every row of one send, in the caller's transaction; returns the
+        envelope as staged (a brief's ``expiresAt`` capped at its inject deadline)."""
         sender, to, kind = env.sender, env.to, env.kind
         self._check_sender(s, sender)
         entry = self._resolve(s, to)
+        tracked = kind in TRACKED and entry.delivery == "inject"
+        if tracked:  # the inject deadline travels signed as expiresAt
+            cap = env.ts_ms + int(self.inject_deadline_s * 1000)
+            env = replace(env, expires_at_ms=min(env.expires_at_ms, cap))
         self.publisher.stage(s, env, to_host=entry.host)
-        if kind in TRACKED and entry.delivery == "inject":
-            deadline = min(env.expires_at_ms, env.ts_ms + int(self.inject_deadline_s * 1000))
+        if tracked:
             deadlines.track(
                 s,
                 FORWARD,
@@ -214,7 +227,7 @@ class GatewayClient:
                 recipient=to,
                 trace_id=env.trace_id,
                 sent_ms=env.ts_ms,
-                deadline_ms=deadline,
+                deadline_ms=env.expires_at_ms + int(self.clock_skew_s * 1000),
             )
         if kind == Kind.ASK and env.turn_id is not None:
             Conversations.open_turn(
@@ -225,6 +238,7 @@ class GatewayClient:
                 msg_id=env.msg_id,
                 expires_at_ms=env.expires_at_ms,
             )
+        return env
 
     def ask(self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0) -> Envelope:
         """A worker asks a main; the turn waits until answered, abandoned or expired."""

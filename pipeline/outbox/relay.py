@@ -33,6 +33,7 @@ from sqlalchemy import Engine, select, tuple_
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import BrokerError, FleetError, StoreError
+from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.kafka.clients import ClientFactory, new_producer
 from pipeline.kafka.produce_errors import permanent_reason
 from pipeline.kafka.settings import producer_config
@@ -75,8 +76,10 @@ class Relay:
         producer_overrides: Mapping[str, Any] | None = None,
         producer_factory: ClientFactory = new_producer,
         terminal_sink: TerminalSink | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.engine = engine
+        self.hooks = hooks  # planted bugs for the chaos suite (pipeline/hooks.py); off by default
         self._reader = readonly(engine)
         self._was_busy = True
         self.tenant = tenant
@@ -211,10 +214,15 @@ class Relay:
                         max_batches is None or started < max_batches
                     ):
                         fetching = store.submit(self._fetch, max(r[0] for r in rows))
+                    if self.hooks.ack_before_delivery_report:  # PLANTED BUG (tests only)
+                        self._ack(rows)
+                        self.hooks.at(Window.ACKED_BEFORE_REPORT)
                     window.append(self._produce(rows))
                 continue
             batch = window.popleft()
             self._settle(batch)
+            if batch.done:
+                self.hooks.at(Window.REPORTED_NOT_MARKED)  # a crash point (tests only)
             confirmed, errors = self._confirmed(batch, broken)
             # acks run in order on the store thread; the guard in _ACK keeps each branch's
             # "sent" a prefix even if an earlier ack failed
