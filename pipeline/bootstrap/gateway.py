@@ -24,6 +24,7 @@ from pipeline.control.reaper import Reaper
 from pipeline.control.stop_handler import StopHandler
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.envelope.model import now_ms
+from pipeline.errors import FencedError
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import GatewayConfig, ProfileConfig
 from pipeline.gateway.conversations import Conversations
@@ -119,6 +120,11 @@ def _secured(factories: Factories, config: GatewayConfig, *, check: bool) -> Fac
     if check:
         factories.check_access(config.bootstrap)
     return factories
+
+
+def _stop_presence(presence: PresencePublisher, gateway: Gateway) -> None:
+    """Fenced: another gateway now speaks for this host; its presence is not ours to retract."""
+    presence.stop(retract=not isinstance(gateway.fatal, FencedError))
 
 
 def build_gateway(
@@ -335,7 +341,13 @@ def build_gateway(
         ],
     )
     gateway.on_stop.extend(
-        [injections.stop, presence.stop, follower.stop, relay.close, engine.dispose]
+        [
+            injections.stop,
+            lambda: _stop_presence(presence, gateway),
+            follower.stop,
+            relay.close,
+            engine.dispose,
+        ]
     )
     return GatewayParts(
         gateway=gateway,
