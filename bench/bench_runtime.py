@@ -118,8 +118,11 @@ def _hand(bootstrap: str, topic: str, n: int, db: Path) -> float:
 class _Effect:
     def __init__(self) -> None:
         self.count = 0
+        self.first = 0.0  # the first record handed over: the group join is behind us
 
     def handle(self, record: Record, tx: Staged) -> Outcome:
+        if not self.count:
+            self.first = time.perf_counter()
         self.count += 1
         tx.insert(_effects, {"msg_id": record.header_str("msgId"), "body": record.value})
         return ACK
@@ -144,14 +147,130 @@ def _runtime(bootstrap: str, topic: str, n: int, db: Path) -> float:
         dead_letters=_NoDeadLetters(),
     )
     rt.subscribe()
-    first = 0.0
     deadline = time.monotonic() + 600
     while handler.count < n and time.monotonic() < deadline:
         rt.step()
-        if handler.count and not first:
-            first = time.perf_counter()
-    elapsed = time.perf_counter() - first
+    elapsed = time.perf_counter() - handler.first
     rt.close()
+    engine.dispose()
+    return elapsed
+
+
+MAINS = 24  # pull recipients spread over the partitions (the record key is the recipient)
+
+
+def _signed_topic(bootstrap: str, n: int, signer: Any, topics: Any) -> str:
+    from pipeline.envelope import Envelope, Kind, encode
+
+    name = topics.inbox("B")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)])[
+        name
+    ].result(30)
+    producer = Producer(producer_config(bootstrap, **{"linger.ms": 20}))
+    for i in range(n):
+        env = Envelope.new(
+            kind=Kind.REPLY, sender="main-a", to=f"main-{i % MAINS}", body=BODY, ttl_s=3600
+        )
+        key, headers, value = encode(env, topic=name, signer=signer)
+        producer.produce(name, key=key, value=value, headers=headers)
+        if i % 1000 == 0:
+            producer.poll(0)
+    producer.flush(120)
+    return name
+
+
+class _Timed:
+    """The gateway's inbox handler, clocked from the first record it is handed."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.count, self.first = inner, 0, 0.0
+
+    def prepare(self, records: list[Record]) -> None:
+        if not self.first:
+            self.first = time.perf_counter()
+        self.inner.prepare(records)
+
+    def verify(self, record: Record) -> Any:
+        return self.inner.verify(record)
+
+    def handle(self, record: Record, tx: Staged) -> Outcome:
+        self.count += 1
+        return self.inner.handle(record, tx)  # type: ignore[no-any-return]
+
+
+def _signed_pull(
+    bootstrap: str, topic: str, n: int, db: Path, signer: Any, topics: Any, threads: int
+) -> float:
+    """The gateway's pull path in the runtime: verify (``threads`` verifying), held + dedupe
+    rows in the batch transaction, offset commit. Seconds from the first record to the N-th."""
+    from prometheus_client import CollectorRegistry
+
+    from pipeline.envelope import BatchVerifier, BoundedSeenSet, TrustStore, Verifier
+    from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Role
+    from pipeline.gateway.conversations import Conversations
+    from pipeline.gateway.deadletters import OutboxDeadLetterSink
+    from pipeline.gateway.entities import LocalEntities
+    from pipeline.gateway.inbound import InboxHandler
+    from pipeline.gateway.injection import InjectionQueue
+    from pipeline.gateway.metrics import GatewayMetrics
+    from pipeline.gateway.outbound import Publisher
+    from pipeline.presence import StaticPresence
+    from pipeline.store import read_sessions
+
+    engine = make_engine(f"sqlite:///{db}")
+    sessions = session_factory(engine)
+    trust = TrustStore()
+    trust.add(signer.host, signer.key_id, signer.public_key_bytes)
+    seen = BoundedSeenSet()
+    mains = [f"main-{i}" for i in range(MAINS)]
+    verifier = Verifier(
+        host="B",
+        trust=trust,
+        presence=StaticPresence({"main-a": "A", **dict.fromkeys(mains, "B")}),
+        seen=seen,
+        topics=topics,
+    )
+    cfg = GatewayConfig(
+        host="B",
+        bootstrap=bootstrap,
+        entities=tuple(EntityConfig(gid=g, role=Role.MAIN, delivery=Delivery.PULL) for g in mains),
+    )
+    metrics = GatewayMetrics(CollectorRegistry())
+    publisher = Publisher(host="B", signer=signer, topics=topics)
+    entities = LocalEntities.from_config(cfg)
+    injections = InjectionQueue(
+        entities=entities, sessions=sessions, publisher=publisher, metrics=metrics
+    )
+    batch = BatchVerifier(verifier, threads=threads)
+    handler = _Timed(
+        InboxHandler(
+            host="B",
+            verifier=verifier,
+            entities=entities,
+            publisher=publisher,
+            conversations=Conversations(sessions),
+            injections=injections,
+            reads=read_sessions(engine),
+            metrics=metrics,
+            seen=seen,
+            batch_verifier=batch,
+        )
+    )
+    rt = ConsumerRuntime(
+        RuntimeConfig(bootstrap=bootstrap, group_id=unique_name("bench.pull"), topics=(topic,)),
+        handler=handler,
+        sessions=sessions,
+        dead_letters=OutboxDeadLetterSink(topics=topics, gateway="B"),
+    )
+    rt.subscribe()
+    deadline = time.monotonic() + 600
+    while handler.count < n and time.monotonic() < deadline:
+        rt.step()
+    elapsed = time.perf_counter() - handler.first
+    rt.close()
+    batch.close()
+    injections.stop()
     engine.dispose()
     return elapsed
 
@@ -193,8 +312,28 @@ def _spread(values: list[float]) -> dict[str, float]:
     }
 
 
+def _signed(bootstrap: str, n: int, tmp: str, r: int) -> dict[str, float]:
+    """Signed pull msg/s with verification on the consume thread (1) and on 2 threads."""
+    from pipeline.envelope import Signer
+    from pipeline.kafka.topics import TopicNames
+
+    signer = Signer.generate("A")
+    topics = TopicNames(prefix=unique_name("bench").replace(".", "") + ".")
+    topic = _signed_topic(bootstrap, n, signer, topics)
+    secs = {
+        t: _signed_pull(bootstrap, topic, n, Path(tmp) / f"pull{t}_{r}.sqlite", signer, topics, t)
+        for t in (1, 2)
+    }
+    return {
+        "signed_pull_1thread_msg_per_s": round(n / secs[1]),
+        "signed_pull_2threads_msg_per_s": round(n / secs[2]),
+        "signed_pull_2threads_over_1thread": secs[1] / secs[2],
+    }
+
+
 def main(quick: bool) -> dict[str, Any]:
     n, repeats = (10_000, 1) if quick else (50_000, 3)
+    n_signed = n // 2
     bootstrap, handle = _broker()
     runs: list[dict[str, float]] = []
     try:
@@ -214,6 +353,7 @@ def main(quick: bool) -> dict[str, Any]:
                         **{f"{k}_msg_per_s": round(n / v) for k, v in secs.items()},
                         "runtime_over_hand": secs["hand"] / secs["runtime"],
                         "runtime_over_faststream": secs["faststream"] / secs["runtime"],
+                        **_signed(bootstrap, n_signed, tmp, r),
                     }
                 )
                 print(json.dumps(runs[-1]), flush=True)
@@ -226,5 +366,19 @@ def main(quick: bool) -> dict[str, Any]:
         "runs": runs,
         "runtime_over_hand": _spread([r["runtime_over_hand"] for r in runs]),
         "runtime_over_faststream": _spread([r["runtime_over_faststream"] for r in runs]),
-        "targets": {"runtime_over_hand": 0.85, "runtime_over_faststream": 3.0},
+        "signed_pull_records": n_signed,
+        "signed_pull_1thread_msg_per_s": _spread(
+            [r["signed_pull_1thread_msg_per_s"] for r in runs]
+        ),
+        "signed_pull_2threads_msg_per_s": _spread(
+            [r["signed_pull_2threads_msg_per_s"] for r in runs]
+        ),
+        "signed_pull_2threads_over_1thread": _spread(
+            [r["signed_pull_2threads_over_1thread"] for r in runs]
+        ),
+        "targets": {
+            "runtime_over_hand": 0.85,
+            "runtime_over_faststream": 3.0,
+            "signed_pull_2threads_msg_per_s": 10_000,
+        },
     }

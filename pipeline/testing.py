@@ -222,6 +222,7 @@ class FakeConsumer:
         self.paused: set[tuple[str, int]] = set()
         self.fail_commits: Any = None  # a KafkaError to raise from commit, or None
         self.commit_calls = 0
+        self.commit_modes: list[str] = []
         self.closed = False
 
     def produce(
@@ -258,15 +259,23 @@ class FakeConsumer:
         got = self.consume(1, timeout)
         return got[0] if got else None
 
-    def commit(self, offsets: list[Any] | None = None, asynchronous: bool = True) -> list[Any]:
+    def commit(
+        self, offsets: list[Any] | None = None, asynchronous: bool = True
+    ) -> list[Any] | None:
+        """Like librdkafka's: a synchronous commit raises on failure and returns the offsets;
+        an asynchronous one returns None and a failure leaves the offsets uncommitted (the
+        real client reports it later through ``on_commit``). ``commit_modes`` logs each call."""
         from confluent_kafka import KafkaException
 
         self.commit_calls += 1
+        self.commit_modes.append("async" if asynchronous else "sync")
         if self.fail_commits is not None:
+            if asynchronous:
+                return None
             raise KafkaException(self.fail_commits)
         for tp in offsets or []:
             self.committed[(tp.topic, tp.partition)] = tp.offset
-        return list(offsets or [])
+        return None if asynchronous else list(offsets or [])
 
     def seek(self, tp: Any) -> None:
         self.position[(tp.topic, tp.partition)] = tp.offset

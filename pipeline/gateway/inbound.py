@@ -24,7 +24,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline import reasons
 from pipeline.control import spawns
 from pipeline.control.metrics import LifecycleMetrics
-from pipeline.envelope import EXPIRED, REPLAY, BoundedSeenSet, Envelope, Kind, Verifier
+from pipeline.envelope import (
+    EXPIRED,
+    REPLAY,
+    BatchVerifier,
+    BoundedSeenSet,
+    Envelope,
+    Kind,
+    Verifier,
+)
 from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
 from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
@@ -81,7 +89,11 @@ class InboxHandler:
         max_held_per_recipient: int = 10_000,
         lifecycle: LifecycleMetrics | None = None,
         tracked: Sequence[deadlines.Tracked] = (FORWARD,),
+        batch_verifier: BatchVerifier | None = None,
     ) -> None:
+        # verifies a whole batch across a thread pool before its transaction (``prepare``)
+        self.batch_verifier = batch_verifier
+        self._prepared: dict[tuple[str, int, int], Verified | Exception] = {}
         self.lifecycle = lifecycle
         self.tracked = tuple(tracked)  # the kinds of tracked send a receipt may settle
         self.seen = seen  # the verifier's bounded seen-set; the store's dedupe rows back it
@@ -112,7 +124,24 @@ class InboxHandler:
             return self._refused(record, exc)
         return None
 
+    def prepare(self, records: Sequence[Record]) -> None:
+        """The runtime's ``Prepares`` stage: verify the batch off the consume thread; ``handle``
+        and ``verify`` then take each record's stored result (same stages, same order)."""
+        if self.batch_verifier is None:
+            return
+        outcomes = self.batch_verifier.verify_all(
+            [(r.topic, r.key, r.headers, r.value) for r in records]
+        )
+        self._prepared = {
+            (r.topic, r.partition, r.offset): o for r, o in zip(records, outcomes, strict=True)
+        }
+
     def _verify(self, record: Record) -> Verified:
+        done = self._prepared.pop((record.topic, record.partition, record.offset), None)
+        if done is not None:
+            if isinstance(done, Exception):
+                raise done
+            return done
         return self.verifier.verify(
             topic=record.topic,
             key=record.key,
@@ -142,7 +171,7 @@ class InboxHandler:
         entity = self.entities.get(env.to)
         if entity is None:
             return self._no_entity(env)
-        tx.after_commit(functools.partial(self.seen.add, env.msg_id))
+        tx.after_store(functools.partial(self.seen.add, env.msg_id))
         if entity.delivery == Delivery.PULL:
             return self._to_pull(env, record, tx, verified.signer_host)
         return self._to_inject(env, tx, verified.signer_host)
@@ -231,7 +260,7 @@ class InboxHandler:
             },
         )
         self._held.counts[recipient] = self._held.counts.get(recipient, 0) + 1
-        tx.after_commit(self.metrics.held_total.inc)
+        tx.after_store(self.metrics.held_total.inc)
         return ACK
 
     def _pending(self, recipient: str) -> int:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pipeline.failures.outcomes import DeadLetter, Outcome
 from pipeline.record import Record
 
-from .ports import Handler, Verifies
+from .ports import Handler, Prepares, Verifies
 from .staging import Staged
 
 
@@ -27,3 +27,14 @@ class ByTopic:
         without one trusts its records, as the runtime does for such a handler."""
         route = self.routes.get(record.topic, self.default)
         return route.verify(record) if isinstance(route, Verifies) else None
+
+    def prepare(self, records: Sequence[Record]) -> None:
+        """Each route's batch stage (if it has one) on its own records, in order."""
+        routes: dict[int, tuple[Handler, list[Record]]] = {}
+        for rec in records:
+            route = self.routes.get(rec.topic, self.default)
+            if isinstance(route, Prepares):
+                routes.setdefault(id(route), (route, []))[1].append(rec)
+        for route, recs in routes.values():
+            assert isinstance(route, Prepares)
+            route.prepare(recs)
