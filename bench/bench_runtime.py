@@ -157,6 +157,8 @@ def _runtime(bootstrap: str, topic: str, n: int, db: Path) -> float:
 
 
 MAINS = 24  # pull recipients spread over the partitions (the record key is the recipient)
+VERIFY_THREADS = (1, 2)  # 1: verified on the consume thread, as before issue 17
+FULL = (50_000, 3)  # records, repeats
 
 
 def _signed_topic(bootstrap: str, n: int, signer: Any, topics: Any) -> str:
@@ -181,20 +183,27 @@ def _signed_topic(bootstrap: str, n: int, signer: Any, topics: Any) -> str:
 
 
 class _Timed:
-    """The gateway's inbox handler, clocked from the first record it is handed."""
+    """The gateway's inbox handler, clocked from the first record it is handed. (Its stages
+    are passed on only where the handler has them: the same file measures a checkout from
+    before issue 17 for before/after figures.)"""
 
     def __init__(self, inner: Any) -> None:
         self.inner, self.count, self.first = inner, 0, 0.0
 
     def prepare(self, records: list[Record]) -> None:
-        if not self.first:
-            self.first = time.perf_counter()
-        self.inner.prepare(records)
+        self.first = self.first or time.perf_counter()
+        if hasattr(self.inner, "prepare"):
+            self.inner.prepare(records)
 
     def verify(self, record: Record) -> Any:
         return self.inner.verify(record)
 
+    def warm(self, session: Any) -> None:
+        if hasattr(self.inner, "warm"):
+            self.inner.warm(session)
+
     def handle(self, record: Record, tx: Staged) -> Outcome:
+        self.first = self.first or time.perf_counter()
         self.count += 1
         return self.inner.handle(record, tx)  # type: ignore[no-any-return]
 
@@ -206,7 +215,7 @@ def _signed_pull(
     rows in the batch transaction, offset commit. Seconds from the first record to the N-th."""
     from prometheus_client import CollectorRegistry
 
-    from pipeline.envelope import BatchVerifier, BoundedSeenSet, TrustStore, Verifier
+    from pipeline.envelope import BoundedSeenSet, TrustStore, Verifier
     from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Role
     from pipeline.gateway.conversations import Conversations
     from pipeline.gateway.deadletters import OutboxDeadLetterSink
@@ -242,7 +251,11 @@ def _signed_pull(
     injections = InjectionQueue(
         entities=entities, sessions=sessions, publisher=publisher, metrics=metrics
     )
-    batch = BatchVerifier(verifier, threads=threads)
+    pooled: dict[str, Any] = {}
+    if threads > 1:
+        from pipeline.envelope import BatchVerifier
+
+        pooled["batch_verifier"] = BatchVerifier(verifier, threads=threads)
     handler = _Timed(
         InboxHandler(
             host="B",
@@ -254,7 +267,7 @@ def _signed_pull(
             reads=read_sessions(engine),
             metrics=metrics,
             seen=seen,
-            batch_verifier=batch,
+            **pooled,
         )
     )
     rt = ConsumerRuntime(
@@ -269,7 +282,8 @@ def _signed_pull(
         rt.step()
     elapsed = time.perf_counter() - handler.first
     rt.close()
-    batch.close()
+    if pooled:
+        pooled["batch_verifier"].close()
     injections.stop()
     engine.dispose()
     return elapsed
@@ -322,17 +336,17 @@ def _signed(bootstrap: str, n: int, tmp: str, r: int) -> dict[str, float]:
     topic = _signed_topic(bootstrap, n, signer, topics)
     secs = {
         t: _signed_pull(bootstrap, topic, n, Path(tmp) / f"pull{t}_{r}.sqlite", signer, topics, t)
-        for t in (1, 2)
+        for t in VERIFY_THREADS
     }
-    return {
-        "signed_pull_1thread_msg_per_s": round(n / secs[1]),
-        "signed_pull_2threads_msg_per_s": round(n / secs[2]),
-        "signed_pull_2threads_over_1thread": secs[1] / secs[2],
-    }
+    out = {"signed_pull_1thread_msg_per_s": round(n / secs[1])}
+    if 2 in secs:
+        out["signed_pull_2threads_msg_per_s"] = round(n / secs[2])
+        out["signed_pull_2threads_over_1thread"] = secs[1] / secs[2]
+    return out
 
 
 def main(quick: bool) -> dict[str, Any]:
-    n, repeats = (10_000, 1) if quick else (50_000, 3)
+    n, repeats = (10_000, 1) if quick else FULL
     n_signed = n // 2
     bootstrap, handle = _broker()
     runs: list[dict[str, float]] = []
@@ -370,12 +384,11 @@ def main(quick: bool) -> dict[str, Any]:
         "signed_pull_1thread_msg_per_s": _spread(
             [r["signed_pull_1thread_msg_per_s"] for r in runs]
         ),
-        "signed_pull_2threads_msg_per_s": _spread(
-            [r["signed_pull_2threads_msg_per_s"] for r in runs]
-        ),
-        "signed_pull_2threads_over_1thread": _spread(
-            [r["signed_pull_2threads_over_1thread"] for r in runs]
-        ),
+        **{
+            k: _spread([r[k] for r in runs])
+            for k in ("signed_pull_2threads_msg_per_s", "signed_pull_2threads_over_1thread")
+            if k in runs[0]
+        },
         "targets": {
             "runtime_over_hand": 0.85,
             "runtime_over_faststream": 3.0,

@@ -136,6 +136,19 @@ class InboxHandler:
             (r.topic, r.partition, r.offset): o for r, o in zip(records, outcomes, strict=True)
         }
 
+    def warm(self, session: Session) -> None:
+        """The runtime's ``Warms`` stage (rolled back): the held row insert and the pending
+        count, compiled before the first batch instead of inside it."""
+        tx = Staged()
+        env = Envelope.new(kind=Kind.REPLY, sender="warm-up", to="warm-up", body=b"", ttl_s=1)
+        rec = Record(
+            topic="", partition=-1, offset=-1, key=None, value=b"", headers=(), timestamp_ms=0
+        )
+        tx.insert(held_table, _held_row("\x00warm-up", env, rec, 0))
+        tx.flush(session)
+        self._pending("\x00warm-up")
+        self._held.refreshed = 0.0  # the first real batch reads the counts afresh
+
     def _verify(self, record: Record) -> Verified:
         done = self._prepared.pop((record.topic, record.partition, record.offset), None)
         if done is not None:
@@ -241,24 +254,7 @@ class InboxHandler:
                 reason=HELD_CAP_EXCEEDED,
                 error=f"{recipient} already holds {self.max_held} undrained messages",
             )
-        now = int(time.time() * 1000)
-        tx.insert(
-            held_table,
-            {
-                "recipient": recipient,
-                "msg_id": env.msg_id,
-                "kind": env.kind.value,
-                "sender": env.sender,
-                "trace_id": env.trace_id,
-                "turn_id": env.turn_id,
-                "body": env.body,
-                "headers": pack_headers(record.headers),
-                "topic": record.topic,
-                "ts_ms": env.ts_ms,
-                "expires_at_ms": env.expires_at_ms,
-                "held_at_ms": now,
-            },
-        )
+        tx.insert(held_table, _held_row(recipient, env, record, int(time.time() * 1000)))
         self._held.counts[recipient] = self._held.counts.get(recipient, 0) + 1
         tx.after_store(self.metrics.held_total.inc)
         return ACK
@@ -319,6 +315,23 @@ class InboxHandler:
             turn_id=env.turn_id,
         )
         tx.call(lambda s: self.publisher.stage(s, reply, to_host=to_host))
+
+
+def _held_row(recipient: str, env: Envelope, record: Record, now: int) -> dict[str, object]:
+    return {
+        "recipient": recipient,
+        "msg_id": env.msg_id,
+        "kind": env.kind.value,
+        "sender": env.sender,
+        "trace_id": env.trace_id,
+        "turn_id": env.turn_id,
+        "body": env.body,
+        "headers": pack_headers(record.headers),
+        "topic": record.topic,
+        "ts_ms": env.ts_ms,
+        "expires_at_ms": env.expires_at_ms,
+        "held_at_ms": now,
+    }
 
 
 def _close_turn(session: Session, *, turn_id: str, state: str) -> None:

@@ -52,7 +52,7 @@ from .commits import AsyncCommits, commit_offsets
 from .dedupe import claim_ids, release_ids
 from .inflight import Dispatcher
 from .metrics import RuntimeMetrics
-from .ports import DeadLetterSink, Handler, Prepares, QuarantinePort, Verifies
+from .ports import DeadLetterSink, Handler, Prepares, QuarantinePort, Verifies, Warms
 from .staging import Staged
 
 log = logging.getLogger(__name__)
@@ -180,16 +180,37 @@ class ConsumerRuntime:
         self._assigned: set[TP] = set()
         self._next_release_check = 0.0
         self._stale_quarantine = False  # a refresh failed: hold every partition until one works
+        self._warm = False
         self.batches = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def subscribe(self) -> None:
+        self.warm_up()
         self.consumer.subscribe(
             list(self.config.topics),
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
         )
+
+    def warm_up(self) -> None:
+        """Pay the store's first-use costs before the first batch, not inside it: the dedupe
+        claim and the handler's own writes (:class:`Warms`) run once in a transaction that is
+        rolled back, so SQLAlchemy compiles and caches them and the pool holds a connection."""
+        if self._warm:
+            return
+        self._warm = True
+        session = self.sessions()
+        try:
+            session.begin()
+            claim_ids(session.connection(), self.config.dedupe_scope, ["\x00warm-up"], 0)
+            if isinstance(self.handler, Warms):
+                self.handler.warm(session)
+        except (SQLAlchemyError, StoreError) as exc:  # the first batch pays instead
+            log.info("store warm-up skipped: %s", exc)
+        finally:
+            session.rollback()
+            session.close()
 
     def run(self, stop: threading.Event) -> None:
         self.subscribe()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from sqlalchemy.orm import Session
+
 from pipeline.failures.outcomes import DeadLetter, Outcome
 from pipeline.record import Record
 
-from .ports import Handler, Prepares, Verifies
+from .ports import Handler, Prepares, Verifies, Warms
 from .staging import Staged
 
 
@@ -38,3 +40,8 @@ class ByTopic:
         for route, recs in routes.values():
             assert isinstance(route, Prepares)
             route.prepare(recs)
+
+    def warm(self, session: Session) -> None:
+        for route in {id(r): r for r in (*self.routes.values(), self.default)}.values():
+            if isinstance(route, Warms):
+                route.warm(session)

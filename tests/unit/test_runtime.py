@@ -460,3 +460,33 @@ def test_a_duplicate_in_one_batch_and_a_parked_record_claim_no_dedupe_row(sessio
     with sessions() as s:
         assert seen_ids(s, "g", ["m0", "m1"]) == {"m0"}
     assert fake.committed == {("t", 0): 3}
+
+
+def test_the_store_is_warmed_before_the_first_poll_and_the_warm_up_writes_nothing(
+    sessions: Any,
+) -> None:
+    """Issue 17: no first-batch stall -- the dedupe claim and the handler's writes are
+    compiled in a rolled-back transaction at subscribe, before any record is read."""
+    from pipeline.runtime.dedupe import seen_ids
+
+    class Warm(Script):
+        warmed = 0
+
+        def warm(self, session: Any) -> None:
+            self.warmed += 1
+            tx = Staged()
+            tx.insert(effects, {"key": "warm", "value": "warm"})
+            tx.flush(session)
+
+    fake = FakeConsumer()
+    fake.produce("t", 0, b"k", b"v0", [("msgId", b"m0")])
+    handler = Warm()
+    rt = make_runtime(sessions, handler, fake)
+    rt.subscribe()
+    rt.subscribe()  # a re-join does not warm again
+    assert handler.warmed == 1 and handler.calls == []
+    assert effect_values(sessions) == []
+    with sessions() as s:
+        assert seen_ids(s, "g", ["\x00warm-up"]) == set()
+    rt.step()
+    assert effect_values(sessions) == ["v0"]
