@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,21 +88,27 @@ def _broker() -> tuple[str, Any]:
     return handle.bootstrap, handle
 
 
-def _topic(bootstrap: str, n: int) -> str:
-    name = unique_name("bench.runtime")
+def _fill(bootstrap: str, name: str, records: Iterator[tuple[bytes, Any, bytes]]) -> str:
+    """Create ``name`` with PARTITIONS partitions and produce ``(key, headers, value)``s."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)])[
         name
     ].result(30)
     producer = Producer(producer_config(bootstrap, **{"linger.ms": 20}))
-    for i in range(n):
-        producer.produce(
-            name, key=f"k{i % 64}".encode(), value=BODY, headers=[("msgId", f"m{i}".encode())]
-        )
+    for i, (key, headers, value) in enumerate(records):
+        producer.produce(name, key=key, value=value, headers=headers)
         if i % 1000 == 0:
             producer.poll(0)
     producer.flush(120)
     return name
+
+
+def _topic(bootstrap: str, n: int) -> str:
+    return _fill(
+        bootstrap,
+        unique_name("bench.runtime"),
+        ((f"k{i % 64}".encode(), [("msgId", f"m{i}".encode())], BODY) for i in range(n)),
+    )
 
 
 def _hand(bootstrap: str, topic: str, n: int, db: Path) -> tuple[float, float]:
@@ -177,7 +184,7 @@ def _runtime(bootstrap: str, topic: str, n: int, db: Path) -> tuple[float, float
 
 
 MAINS = 24  # pull recipients spread over the partitions (the record key is the recipient)
-VERIFY_THREADS = (1, 2)  # 1: verified on the consume thread, as before issue 17
+VERIFY_THREADS = (1, 2)  # 1: verified on the consume thread (as before issue 17), 2: a pool
 FULL = (50_000, 3)  # records, repeats
 
 
@@ -185,42 +192,30 @@ def _signed_topic(bootstrap: str, n: int, signer: Any, topics: Any) -> str:
     from pipeline.envelope import Envelope, Kind, encode
 
     name = topics.inbox("B")
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)])[
-        name
-    ].result(30)
-    producer = Producer(producer_config(bootstrap, **{"linger.ms": 20}))
-    for i in range(n):
-        env = Envelope.new(
+    envelopes = (
+        Envelope.new(
             kind=Kind.REPLY, sender="main-a", to=f"main-{i % MAINS}", body=BODY, ttl_s=3600
         )
-        key, headers, value = encode(env, topic=name, signer=signer)
-        producer.produce(name, key=key, value=value, headers=headers)
-        if i % 1000 == 0:
-            producer.poll(0)
-    producer.flush(120)
-    return name
+        for i in range(n)
+    )
+    return _fill(bootstrap, name, (encode(e, topic=name, signer=signer) for e in envelopes))
 
 
 class _Timed:
-    """The gateway's inbox handler, clocked from the first record it is handed. (Its stages
-    are passed on only where the handler has them: the same file measures a checkout from
-    before issue 17 for before/after figures.)"""
+    """The gateway's inbox handler, clocked from the first record it is handed."""
 
     def __init__(self, inner: Any) -> None:
         self.inner, self.count, self.clock = inner, 0, _Clock()
 
     def prepare(self, records: list[Record]) -> None:
         self.clock.start()
-        if hasattr(self.inner, "prepare"):
-            self.inner.prepare(records)
+        self.inner.prepare(records)
 
     def verify(self, record: Record) -> Any:
         return self.inner.verify(record)
 
     def warm(self, session: Any) -> None:
-        if hasattr(self.inner, "warm"):
-            self.inner.warm(session)
+        self.inner.warm(session)
 
     def handle(self, record: Record, tx: Staged) -> Outcome:
         self.clock.start()
@@ -233,68 +228,27 @@ def _signed_pull(
 ) -> tuple[float, float]:
     """The gateway's pull path in the runtime: verify (``threads`` verifying), held + dedupe
     rows in the batch transaction, offset commit. Seconds from the first record to the N-th."""
-    from prometheus_client import CollectorRegistry
-
-    from pipeline.envelope import BoundedSeenSet, TrustStore, Verifier
-    from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Role
-    from pipeline.gateway.conversations import Conversations
-    from pipeline.gateway.deadletters import OutboxDeadLetterSink
-    from pipeline.gateway.entities import LocalEntities
-    from pipeline.gateway.inbound import InboxHandler
-    from pipeline.gateway.injection import InjectionQueue
-    from pipeline.gateway.metrics import GatewayMetrics
-    from pipeline.gateway.outbound import Publisher
-    from pipeline.presence import StaticPresence
-    from pipeline.store import read_sessions
+    from pipeline.envelope import TrustStore
+    from pipeline.testing import pull_inbox
 
     engine = make_engine(f"sqlite:///{db}")
-    sessions = session_factory(engine)
     trust = TrustStore()
     trust.add(signer.host, signer.key_id, signer.public_key_bytes)
-    seen = BoundedSeenSet()
-    mains = [f"main-{i}" for i in range(MAINS)]
-    verifier = Verifier(
+    inbox = pull_inbox(
+        engine,
         host="B",
-        trust=trust,
-        presence=StaticPresence({"main-a": "A", **dict.fromkeys(mains, "B")}),
-        seen=seen,
         topics=topics,
+        trust=trust,
+        mains=tuple(f"main-{i}" for i in range(MAINS)),
+        senders={"main-a": "A"},
+        verify_threads=threads,
     )
-    cfg = GatewayConfig(
-        host="B",
-        bootstrap=bootstrap,
-        entities=tuple(EntityConfig(gid=g, role=Role.MAIN, delivery=Delivery.PULL) for g in mains),
-    )
-    metrics = GatewayMetrics(CollectorRegistry())
-    publisher = Publisher(host="B", signer=signer, topics=topics)
-    entities = LocalEntities.from_config(cfg)
-    injections = InjectionQueue(
-        entities=entities, sessions=sessions, publisher=publisher, metrics=metrics
-    )
-    pooled: dict[str, Any] = {}
-    if threads > 1:
-        from pipeline.envelope import BatchVerifier
-
-        pooled["batch_verifier"] = BatchVerifier(verifier, threads=threads)
-    handler = _Timed(
-        InboxHandler(
-            host="B",
-            verifier=verifier,
-            entities=entities,
-            publisher=publisher,
-            conversations=Conversations(sessions),
-            injections=injections,
-            reads=read_sessions(engine),
-            metrics=metrics,
-            seen=seen,
-            **pooled,
-        )
-    )
+    handler = _Timed(inbox.handler)
     rt = ConsumerRuntime(
         RuntimeConfig(bootstrap=bootstrap, group_id=unique_name("bench.pull"), topics=(topic,)),
         handler=handler,
-        sessions=sessions,
-        dead_letters=OutboxDeadLetterSink(topics=topics, gateway="B"),
+        sessions=session_factory(engine),
+        dead_letters=inbox.dead_letters,
     )
     rt.subscribe()
     deadline = time.monotonic() + 600
@@ -302,9 +256,7 @@ def _signed_pull(
         rt.step()
     elapsed = handler.clock.stop()
     rt.close()
-    if pooled:
-        pooled["batch_verifier"].close()
-    injections.stop()
+    inbox.close()
     engine.dispose()
     return elapsed
 

@@ -24,33 +24,21 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import func, select
 
 from pipeline.envelope import (
-    BatchVerifier,
-    BoundedSeenSet,
     Envelope,
     Kind,
     Signer,
     TrustStore,
-    Verifier,
     encode,
 )
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Role
-from pipeline.gateway.conversations import Conversations
-from pipeline.gateway.deadletters import OutboxDeadLetterSink
-from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.held import held_table
-from pipeline.gateway.inbound import InboxHandler
-from pipeline.gateway.injection import InjectionQueue
-from pipeline.gateway.metrics import GatewayMetrics
-from pipeline.gateway.outbound import Publisher
 from pipeline.kafka.clients import new_consumer
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
-from pipeline.presence import StaticPresence
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.metrics import RuntimeMetrics
-from pipeline.store import make_engine, read_sessions, session_factory
-from pipeline.testing import BrokerHandle, unique_name
+from pipeline.store import make_engine, session_factory
+from pipeline.testing import BrokerHandle, pull_inbox, unique_name
 
 pytestmark = pytest.mark.kafka
 
@@ -76,49 +64,28 @@ class _Spy:
 def _inbox_runtime(
     bootstrap: str, topics: TopicNames, trust: TrustStore, engine: Any, group: str, spy: list[Any]
 ) -> tuple[ConsumerRuntime, CollectorRegistry]:
-    """The gateway's inbox for pull mains (as ``pipeline.bootstrap.gateway`` wires it)."""
-    sessions = session_factory(engine)
-    seen = BoundedSeenSet()  # a fresh process: nothing remembered in memory
-    verifier = Verifier(
+    """The gateway's inbox for pull mains, verifying on 2 threads, as a fresh process would
+    (nothing remembered in memory)."""
+    inbox = pull_inbox(
+        engine,
         host="b",
-        trust=trust,
-        presence=StaticPresence({"w-a": "a", **dict.fromkeys(MAINS, "b")}),
-        seen=seen,
         topics=topics,
-    )
-    config = GatewayConfig(
-        host="b",
-        bootstrap=bootstrap,
-        entities=tuple(EntityConfig(gid=g, role=Role.MAIN, delivery=Delivery.PULL) for g in MAINS),
-    )
-    registry = CollectorRegistry()
-    metrics = GatewayMetrics(registry)
-    publisher = Publisher(host="b", signer=Signer.generate("b"), topics=topics)
-    entities = LocalEntities.from_config(config)
-    handler = InboxHandler(
-        host="b",
-        verifier=verifier,
-        entities=entities,
-        publisher=publisher,
-        conversations=Conversations(sessions),
-        injections=InjectionQueue(
-            entities=entities, sessions=sessions, publisher=publisher, metrics=metrics
-        ),
-        reads=read_sessions(engine),
-        metrics=metrics,
-        seen=seen,
-        batch_verifier=BatchVerifier(verifier, threads=2, min_batch=2),
+        trust=trust,
+        mains=MAINS,
+        senders={"w-a": "a"},
+        verify_threads=2,
     )
 
     def factory(conf: dict[str, Any]) -> Any:
         spy.append(_Spy(new_consumer(conf)))
         return spy[-1]
 
+    registry = CollectorRegistry()
     runtime = ConsumerRuntime(
         RuntimeConfig(bootstrap=bootstrap, group_id=group, topics=(topics.inbox("b"),)),
-        handler=handler,
-        sessions=sessions,
-        dead_letters=OutboxDeadLetterSink(topics=topics, gateway="b"),
+        handler=inbox.handler,
+        sessions=session_factory(engine),
+        dead_letters=inbox.dead_letters,
         metrics=RuntimeMetrics(registry),
         consumer_factory=factory,
     )
