@@ -20,7 +20,7 @@ EXIT_VIOLATION = 1
 @app.command("list")
 def list_scenarios() -> None:
     """The scenarios, with the catalogue number and the seed behaviour each checks."""
-    from pipeline.chaos.nemesis import SCENARIOS
+    from pipeline.chaos.catalogue import SCENARIOS
 
     for s in SCENARIOS.values():
         typer.echo(f"{s.name:<14} #{s.number:<3} {s.checks}")
@@ -50,7 +50,7 @@ def run(
 ) -> None:
     """Run scenarios under the workload; print a table; exit 1 when the checker finds a
     violation (or a repetition could not run)."""
-    from pipeline.chaos.nemesis import SCENARIOS
+    from pipeline.chaos.catalogue import SCENARIOS
     from pipeline.chaos.runner import RunConfig, run_scenario
     from pipeline.errors import ConfigError
     from pipeline.reasons import Config
@@ -77,7 +77,7 @@ def run(
     else:
         table = Table(title=f"fleet chaos run --seed {seed} --repeat {repeat}")
         for col in ("scenario", "reps", "ops", "faults", "lost", "dup", "order", "unseen",
-                    "refused", "slowest recovery", "verdict"):  # fmt: skip
+                    "refused", "late", "slowest recovery", "verdict"):  # fmt: skip
             table.add_column(col, justify="left" if col in ("scenario", "verdict") else "right")
         for r in results:
             rec = "-" if r.slowest_recovery_s is None else f"{r.slowest_recovery_s:.1f} s"
@@ -85,7 +85,7 @@ def run(
             table.add_row(
                 f"#{r.number} {r.scenario}", str(r.repetitions), str(r.operations), str(r.faults),
                 str(r.lost), str(r.duplicated), str(r.out_of_order), str(r.unseen),
-                str(r.refused), rec, verdict,
+                str(r.refused), str(r.late), rec, verdict,
             )  # fmt: skip
         console.print(table)
         for r in results:

@@ -27,7 +27,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +38,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline.errors import FencedError, StoreError
 from pipeline.failures.context import FailureContext, Tries
 from pipeline.failures.decide import classify, decide
-from pipeline.failures.offsets import raise_if_offsets_lost
+from pipeline.failures.offsets import find_lost_offsets, lost_error, raise_if_offsets_lost
 from pipeline.failures.outcomes import Ack, DeadLetter, Outcome, Quarantine, Retry
 from pipeline.failures.retry import BackoffPolicy
+from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.kafka.clients import ClientFactory, new_consumer
 from pipeline.kafka.logs import ClientLog
 from pipeline.kafka.settings import OffsetReset, consumer_config
@@ -138,6 +139,7 @@ class ConsumerRuntime:
         consumer_factory: ClientFactory = new_consumer,
         fault_after_commit: Callable[[int], None] | None = None,
         inflight: Dispatcher | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.config = config
         # Worker pools: steps run on worker threads across polls (``inflight.py``); the hook
@@ -174,7 +176,8 @@ class ConsumerRuntime:
         self.consumer = consumer_factory(self._conf)
         # Fault injection for crash tests (wired only by an entry point, never by default):
         # called after a successful commit, before the batch's after-commit effects.
-        self.fault_after_commit = fault_after_commit
+        self.fault_after_commit = fault_after_commit or hooks.fault_after_commit
+        self.hooks = hooks  # planted bugs for the chaos suite (pipeline/hooks.py); off by default
         self._attempts: dict[tuple[str, int, int], Tries] = {}
         self._paused: dict[TP, float] = {}
         self._assigned: set[TP] = set()
@@ -241,6 +244,7 @@ class ConsumerRuntime:
             self.metrics.rebalances.labels(self.config.group_id, kind).inc()
 
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self._refuse_lost_offsets(partitions)
         # librdkafka keeps an application pause across a revoke: a partition paused here before
         # it moved away would come back paused forever (we forgot it). Assigned = unpaused.
         with contextlib.suppress(Exception):
@@ -248,6 +252,24 @@ class ConsumerRuntime:
         self._assigned.update((tp.topic, tp.partition) for tp in partitions)
         self._refresh_quarantine()
         self._count_rebalance("assign")
+
+    def _refuse_lost_offsets(self, partitions: list[TopicPartition]) -> None:
+        """Seed 001 scenario 7, never a silent skip: with ``auto.offset.reset=earliest`` (which a
+        brand-new group needs) librdkafka would jump a committed offset that fell off retention
+        to the log start without a word. Checked at assignment: a lost range is counted, logged
+        with its numbers and raised (``OffsetsLostError`` out of ``poll``; a gateway exits 3).
+        A check the broker cannot answer now is logged and skipped - the assignment goes on."""
+        try:
+            lost = find_lost_offsets(self.consumer, self.config.group_id, partitions, timeout_s=5.0)
+        except Exception as exc:  # noqa: BLE001 - a broker blip must not fail the assignment
+            log.warning("could not check %s for offsets lost to retention: %s", partitions, exc)
+            return
+        for rng in lost:
+            if self.metrics:
+                self.metrics.offsets_lost.labels(self.config.group_id).inc(rng.lost)
+            log.error("%s", lost_error(rng))
+        if lost:
+            raise lost_error(lost[0])
 
     def _refresh_quarantine(self) -> bool:
         """Re-read quarantine state; on a store error hold every partition until it works
@@ -367,10 +389,11 @@ class ConsumerRuntime:
             return 0
         self._resume_due()
         self._maybe_release()
-        room = None
-        if self.inflight is not None:  # inflight: pause full partitions, bound held records
+        room, wait = None, self.config.poll_timeout_s
+        if self.inflight is not None:  # inflight: pause full partitions, bound held records,
             room = self.inflight.room(self.consumer, self._assigned, self._paused.__contains__)
-        messages = self._fetch(room)
+            wait = self.inflight.wait_s(wait)  # and wake up soon after a step ends
+        messages = self._fetch(room, wait)
         records: list[Record] = []
         for msg in messages:
             err = msg.error()
@@ -390,7 +413,7 @@ class ConsumerRuntime:
             self.process(sorted(done, key=lambda r: (r.tp, r.offset)))
         return len(records)
 
-    def _fetch(self, room: int | None = None) -> list[Any]:
+    def _fetch(self, room: int | None = None, wait_s: float | None = None) -> list[Any]:
         """Whatever is buffered now, else block for the FIRST record only.
 
         ``consume(n, timeout)`` waits until ``n`` records or the timeout, which adds up to the
@@ -402,7 +425,7 @@ class ConsumerRuntime:
         messages: list[Any] = self.consumer.consume(batch, 0)
         if messages:
             return messages
-        first = self.consumer.poll(self.config.poll_timeout_s)
+        first = self.consumer.poll(self.config.poll_timeout_s if wait_s is None else wait_s)
         if first is None:
             return []
         return [first, *self.consumer.consume(batch - 1, 0)]
@@ -431,17 +454,34 @@ class ConsumerRuntime:
                 first[rec.tp] = rec.offset
         if self.prepare is not None:
             self.prepare(records)  # the handler's batch stage, outside the transaction
+        planted = False
         try:
+            now = _now_ms()
+            apart = None
+            if self.hooks.dedupe_own_transaction:  # PLANTED BUG (tests only, pipeline/hooks.py)
+                apart = self._claim_apart(scope, ids, now)
             with self.sessions.begin() as session:
-                now = _now_ms()
                 # the dedupe claim IS the lookup: one insert-or-ignore, no read transaction
-                claimed = claim_ids(session.connection(), scope, filter(None, ids), now)
+                claimed = (
+                    claim_ids(session.connection(), scope, filter(None, ids), now)
+                    if apart is None
+                    else apart
+                )
                 for rec, msg_id in zip(records, ids, strict=True):
                     if rec.tp in batch.blocked:
                         continue
                     self._decide(rec, msg_id, batch, claimed, now, releasing=releasing)
                 if releasing is not None and batch.blocked:
                     raise _KeepQuarantined  # still failing transiently: roll back, try later
+                planted = (
+                    self.hooks.commit_before_transaction
+                    and releasing is None
+                    and not batch.staged.empty()
+                )
+                if planted:  # PLANTED BUG (tests only): the offsets commit before the rows
+                    if not self._commit(batch, sync=True):
+                        raise _KeepQuarantined  # roll back; the retries are scheduled
+                    self.hooks.at(Window.COMMITTED_BEFORE_TRANSACTION)
                 unused = claimed - batch.applied_ids
                 if unused:  # dead-lettered, parked or retried: no dedupe row for them
                     release_ids(session.connection(), scope, unused)
@@ -458,7 +498,7 @@ class ConsumerRuntime:
             self._store_failed("the batch transaction", exc)
             self._back_off(batch, releasing=releasing)
             return
-        if releasing is None and not self._commit(batch):
+        if releasing is None and not planted and not self._commit(batch):
             return
         batch.staged.run_effects(committed=True, on_error=_effect_failed)
         self._schedule_retries(batch)
@@ -467,15 +507,16 @@ class ConsumerRuntime:
             for outcome, n in batch.counts.items():
                 self.metrics.records.labels(cfg.group_id, outcome).inc(n)
 
-    def _commit(self, batch: _Batch) -> bool:
+    def _commit(self, batch: _Batch, *, sync: bool = False) -> bool:
         """Commit the batch's offsets: synchronously when an at-most-once effect waits for it
         (forward path: commit before inject), else asynchronously (pull path: a lost commit
-        redelivers what dedupe absorbs). False when a synchronous commit failed."""
+        redelivers what dedupe absorbs). False when a synchronous commit failed (retries are
+        scheduled); raises :class:`FencedError` when fenced."""
         cfg = self.config
         offsets = batch.next_offset
         if self.inflight is not None:  # inflight: never past a record queued or running
             offsets = self.inflight.committable(offsets, batch.blocked)
-        if not batch.staged.needs_sync_commit():
+        if not sync and not batch.staged.needs_sync_commit():
             if offsets:
                 self.async_commits.commit(self.consumer, offsets)
             return True
@@ -615,6 +656,15 @@ class ConsumerRuntime:
             batch.count("quarantine")
         else:
             batch.count("dead_letter")
+
+    def _claim_apart(self, scope: str, ids: Sequence[str | None], now: int) -> set[str]:
+        """PLANTED BUG (``Hooks.dedupe_own_transaction``, tests only): the dedupe rows commit
+        in a transaction of their own, before the effects' -- what seed 001 forbids."""
+        with self.sessions.begin() as session:
+            claimed = claim_ids(session.connection(), scope, filter(None, ids), now)
+        if claimed:
+            self.hooks.at(Window.DEDUPE_COMMITTED_ALONE)
+        return claimed
 
     def _back_off(self, batch: _Batch, *, releasing: str | None) -> None:
         """Re-read the whole batch after a backoff (a release is simply tried again later)."""
