@@ -173,13 +173,19 @@ def _runtime(bootstrap: str, topic: str, n: int, db: Path) -> tuple[float, float
         sessions=session_factory(engine),
         dead_letters=_NoDeadLetters(),
     )
+    elapsed = _drive(rt, handler, n)
+    engine.dispose()
+    return elapsed
+
+
+def _drive(rt: ConsumerRuntime, handler: Any, n: int) -> tuple[float, float]:
+    """Step ``rt`` until ``handler`` has seen ``n`` records; its clock's wall and CPU seconds."""
     rt.subscribe()
     deadline = time.monotonic() + 600
     while handler.count < n and time.monotonic() < deadline:
         rt.step()
-    elapsed = handler.clock.stop()
+    elapsed: tuple[float, float] = handler.clock.stop()
     rt.close()
-    engine.dispose()
     return elapsed
 
 
@@ -250,12 +256,7 @@ def _signed_pull(
         sessions=session_factory(engine),
         dead_letters=inbox.dead_letters,
     )
-    rt.subscribe()
-    deadline = time.monotonic() + 600
-    while handler.count < n and time.monotonic() < deadline:
-        rt.step()
-    elapsed = handler.clock.stop()
-    rt.close()
+    elapsed = _drive(rt, handler, n)
     inbox.close()
     engine.dispose()
     return elapsed
