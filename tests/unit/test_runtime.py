@@ -490,3 +490,46 @@ def test_the_store_is_warmed_before_the_first_poll_and_the_warm_up_writes_nothin
         assert seen_ids(s, "g", ["\x00warm-up"]) == set()
     rt.step()
     assert effect_values(sessions) == ["v0"]
+
+
+@pytest.mark.parametrize(
+    ("plant", "window"),
+    [("commit_before_transaction", "committed_before_transaction"),
+     ("dedupe_own_transaction", "dedupe_committed_alone")],
+)  # fmt: skip
+def test_a_planted_bug_opens_its_window_in_the_claiming_batch(
+    sessions: Any, plant: str, window: str
+) -> None:
+    """The chaos suite's planted bugs (pipeline/hooks.py) still open their windows with the
+    dedupe claimed in the batch transaction: at the crash point the offsets (or the dedupe
+    rows) are committed and the effects are not."""
+    from pipeline.hooks import Hooks
+    from pipeline.runtime.dedupe import seen_ids
+    from pipeline.store import read_sessions
+
+    seen: list[tuple[str, dict[tuple[str, int], int], list[str], set[str]]] = []
+
+    reads = read_sessions(sessions.kw["bind"])  # the batch transaction holds the write lock
+
+    def crash(name: str) -> None:
+        with reads() as s:
+            ids = seen_ids(s, "g", ["m0"])
+            values = [r.value for r in s.execute(select(effects))]
+        seen.append((name, dict(fake.committed), values, ids))
+
+    fake = FakeConsumer()
+    fake.produce("t", 0, b"k", b"v0", [("msgId", b"m0")])
+    rt = ConsumerRuntime(
+        RuntimeConfig(bootstrap="fake:0", group_id="g", topics=("t",)),
+        handler=Script(),
+        sessions=sessions,
+        dead_letters=ListSink(),
+        consumer_factory=lambda _conf: fake,
+        hooks=Hooks(crash=crash, **{plant: True}),
+    )
+    rt.step()
+    if plant == "commit_before_transaction":
+        assert seen == [(window, {("t", 0): 1}, [], set())], "offsets first, no rows yet"
+    else:
+        assert seen == [(window, {}, [], {"m0"})], "the dedupe row alone, no effect yet"
+    assert effect_values(sessions) == ["v0"]  # no crash here: the batch completes
