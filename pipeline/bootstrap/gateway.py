@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -24,6 +25,7 @@ from pipeline.control.reaper import Reaper
 from pipeline.control.stop_handler import StopHandler
 from pipeline.envelope import BatchVerifier, BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.envelope.model import now_ms
+from pipeline.errors import FencedError
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import GatewayConfig, ProfileConfig
 from pipeline.gateway.conversations import Conversations
@@ -50,6 +52,7 @@ from pipeline.kafka.settings import (
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.outbox import Relay
+from pipeline.outbox.notify import listen_forever
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Gone, Role, SpawnProfile
@@ -118,6 +121,21 @@ def _secured(factories: Factories, config: GatewayConfig, *, check: bool) -> Fac
     if check:
         factories.check_access(config.bootstrap)
     return factories
+
+
+def _stop_presence(presence: PresencePublisher, gateway: Gateway) -> None:
+    """Fenced: another gateway now speaks for this host; its presence is not ours to retract."""
+    presence.stop(retract=not isinstance(gateway.fatal, FencedError))
+
+
+def _on_stop_and_refusal(
+    gateway: Gateway, factories: Factories, hooks: list[Callable[[], None]]
+) -> None:
+    """The stop hooks, in order, and a login refused after start (a rotated password met on a
+    reconnect) stops the gateway loudly where librdkafka would retry it for ever
+    (docs/security.md, "Rotating a login")."""
+    gateway.on_stop.extend(hooks)
+    factories.on_login_refused(gateway.fail)
 
 
 def build_gateway(
@@ -324,13 +342,27 @@ def build_gateway(
             Supervised("roster", follower.run),
             Supervised("inbox", run_runtime, restart=False),
             Supervised("relay", relay.run_forever),
+            # PostgreSQL: every commit of an outbox row (the inbox's receipts too) wakes the relay
+            *(
+                [Supervised("relay-wake", functools.partial(listen_forever, engine, relay.wake))]
+                if engine.dialect.name == "postgresql"
+                else []
+            ),
             Supervised("maintenance", run_maintenance),
             *([Supervised("nudge", nudger.run)] if nudger.targets else []),
             *([Supervised("socket", server.run)] if server is not None else []),
         ],
     )
-    gateway.on_stop.extend(
-        [injections.stop, presence.stop, follower.stop, relay.close, engine.dispose]
+    _on_stop_and_refusal(
+        gateway,
+        factories,
+        [
+            injections.stop,
+            lambda: _stop_presence(presence, gateway),
+            follower.stop,
+            relay.close,
+            engine.dispose,
+        ],
     )
     return GatewayParts(
         gateway=gateway,

@@ -46,6 +46,10 @@ class Fault(StrEnum):
     STORE_FULL = "store_full"
     CLOCK_SKEW = "clock_skew"
     RETENTION = "retention"
+    # gateway crash windows and a twin host id: pipeline/chaos/crash_faults.py
+    CRASH_AFTER_COMMIT = "crash_after_commit"
+    TWIN = "twin"
+    CRASH_BEFORE_MARK_SENT = "crash_before_mark_sent"
 
 
 @dataclass(frozen=True, kw_only=True)

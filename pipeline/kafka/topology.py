@@ -64,6 +64,9 @@ class TopologySpec:
     dlq_retention_ms: int = 14 * DAY_MS
     dlq_retention_bytes: int = 1 << 30
     roster_tombstone_retention_ms: int = DAY_MS
+    # a pool member reads no roster: its login (``fleet acls plan --role pool``) cannot even
+    # describe it, so its check leaves the roster out instead of trying to create it
+    roster: bool = True
 
     def desired(self) -> list[TopicSpec]:
         t = self.topics
@@ -71,7 +74,7 @@ class TopologySpec:
         if self.min_insync_replicas is not None:
             base["min.insync.replicas"] = str(self.min_insync_replicas)
         stream = {**base, "cleanup.policy": "delete", "retention.ms": str(self.inbox_retention_ms)}
-        out = [
+        roster = [
             TopicSpec(
                 name=t.roster,
                 partitions=self.roster_partitions,
@@ -83,6 +86,9 @@ class TopologySpec:
                     "segment.ms": str(3_600_000),  # roll hourly so compaction can run
                 },
             ),
+        ]
+        out = roster if self.roster else []
+        out += [
             TopicSpec(
                 name=t.dlq,
                 partitions=self.dlq_partitions,
@@ -285,7 +291,8 @@ def ensure_pool_topic(
     admin_factory: ClientFactory = new_admin,
 ) -> int:
     """A pool member's topology: the pool topic (created with ``partitions`` when missing; an
-    existing one keeps its count -- the operator sized it) and the DLQ. Returns the count."""
+    existing one keeps its count -- the operator sized it) and the DLQ, not the roster (a
+    member reads none). Returns the count."""
     admin = admin_factory(admin_config(bootstrap))
     try:
         meta = admin.list_topics(topics.pool(pool), timeout=timeout_s)
@@ -302,6 +309,7 @@ def ensure_pool_topic(
             topics=topics,
             pool_partitions=partitions,
             replication=None,
+            roster=False,
         ),
         timeout_s=timeout_s,
         admin_factory=admin_factory,
