@@ -222,6 +222,7 @@ class FakeConsumer:
         self.paused: set[tuple[str, int]] = set()
         self.fail_commits: Any = None  # a KafkaError to raise from commit, or None
         self.commit_calls = 0
+        self.commit_modes: list[str] = []
         self.closed = False
 
     def produce(
@@ -258,15 +259,23 @@ class FakeConsumer:
         got = self.consume(1, timeout)
         return got[0] if got else None
 
-    def commit(self, offsets: list[Any] | None = None, asynchronous: bool = True) -> list[Any]:
+    def commit(
+        self, offsets: list[Any] | None = None, asynchronous: bool = True
+    ) -> list[Any] | None:
+        """Like librdkafka's: a synchronous commit raises on failure and returns the offsets;
+        an asynchronous one returns None and a failure leaves the offsets uncommitted (the
+        real client reports it later through ``on_commit``). ``commit_modes`` logs each call."""
         from confluent_kafka import KafkaException
 
         self.commit_calls += 1
+        self.commit_modes.append("async" if asynchronous else "sync")
         if self.fail_commits is not None:
+            if asynchronous:
+                return None
             raise KafkaException(self.fail_commits)
         for tp in offsets or []:
             self.committed[(tp.topic, tp.partition)] = tp.offset
-        return list(offsets or [])
+        return None if asynchronous else list(offsets or [])
 
     def seek(self, tp: Any) -> None:
         self.position[(tp.topic, tp.partition)] = tp.offset
@@ -295,3 +304,83 @@ def fleet_process(
     return subprocess.Popen(
         [sys.executable, "-m", "pipeline", *args], env=env, stdout=stdout, stderr=stderr
     )
+
+
+@dataclass
+class PullInbox:
+    """A gateway inbox handler for pull mains, built as the gateway builds it (see
+    :func:`pull_inbox`); ``close()`` stops its verify threads and its injection queue."""
+
+    handler: Any  # pipeline.gateway.inbound.InboxHandler
+    dead_letters: Any  # pipeline.gateway.deadletters.OutboxDeadLetterSink
+    closers: list[Any] = field(default_factory=list)
+
+    def close(self) -> None:
+        for close in self.closers:
+            close()
+
+
+def pull_inbox(
+    engine: Any,
+    *,
+    host: str,
+    topics: Any,
+    trust: Any,
+    mains: tuple[str, ...],
+    senders: dict[str, str],
+    verify_threads: int = 1,
+) -> PullInbox:
+    """The gateway's ``InboxHandler`` for ``mains`` (all pull delivery) on ``engine``, without
+    the gateway around it: for tests and benches that drive a ``ConsumerRuntime`` themselves.
+    ``senders`` is the signed presence (gid -> host) of the other side; ``verify_threads`` > 1
+    verifies each batch across a thread pool, as the gateway does."""
+    from prometheus_client import CollectorRegistry
+
+    from pipeline.envelope import BatchVerifier, BoundedSeenSet, Signer, Verifier
+    from pipeline.gateway.config import EntityConfig, GatewayConfig
+    from pipeline.gateway.conversations import Conversations
+    from pipeline.gateway.deadletters import OutboxDeadLetterSink
+    from pipeline.gateway.entities import LocalEntities
+    from pipeline.gateway.inbound import InboxHandler
+    from pipeline.gateway.injection import InjectionQueue
+    from pipeline.gateway.metrics import GatewayMetrics
+    from pipeline.gateway.outbound import Publisher
+    from pipeline.presence import StaticPresence
+    from pipeline.presence.model import Delivery, Role
+    from pipeline.store import read_sessions, session_factory
+
+    sessions = session_factory(engine)
+    seen = BoundedSeenSet()
+    verifier = Verifier(
+        host=host,
+        trust=trust,
+        presence=StaticPresence({**senders, **dict.fromkeys(mains, host)}),
+        seen=seen,
+        topics=topics,
+    )
+    config = GatewayConfig(
+        host=host,
+        bootstrap="unused:0",
+        entities=tuple(EntityConfig(gid=g, role=Role.MAIN, delivery=Delivery.PULL) for g in mains),
+    )
+    metrics = GatewayMetrics(CollectorRegistry())
+    publisher = Publisher(host=host, signer=Signer.generate(host), topics=topics)
+    entities = LocalEntities.from_config(config)
+    injections = InjectionQueue(
+        entities=entities, sessions=sessions, publisher=publisher, metrics=metrics
+    )
+    batch = BatchVerifier(verifier, threads=verify_threads) if verify_threads > 1 else None
+    handler = InboxHandler(
+        host=host,
+        verifier=verifier,
+        entities=entities,
+        publisher=publisher,
+        conversations=Conversations(sessions),
+        injections=injections,
+        reads=read_sessions(engine),
+        metrics=metrics,
+        seen=seen,
+        batch_verifier=batch,
+    )
+    closers: list[Any] = [injections.stop] + ([batch.close] if batch is not None else [])
+    return PullInbox(handler, OutboxDeadLetterSink(topics=topics, gateway=host), closers)

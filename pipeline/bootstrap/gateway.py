@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -22,7 +23,7 @@ from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
 from pipeline.control.reaper import Reaper
 from pipeline.control.stop_handler import StopHandler
-from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
+from pipeline.envelope import BatchVerifier, BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.envelope.model import now_ms
 from pipeline.errors import FencedError
 from pipeline.gateway.client import GatewayClient
@@ -226,6 +227,8 @@ def build_gateway(
         max_held_per_recipient=config.max_held_per_recipient,
         lifecycle=(lifecycle := LifecycleMetrics(registry)),
         tracked=(tracked := (FORWARD, SPAWN, STOP)),
+        # issue 17: a batch's signatures are checked on every core before its transaction
+        batch_verifier=BatchVerifier(verifier, threads=min(4, os.cpu_count() or 1)),
     )
     group = topics.gateway_group(host)
     dead_letters = OutboxDeadLetterSink(topics=topics, gateway=host, group=group)

@@ -4,6 +4,7 @@ encode = serialize (:mod:`.body`) -> sign (:func:`encode`);
 decode = verify (:class:`Verifier`) -> deserialize (:func:`codec_for`).
 """
 
+from .batch import BatchVerifier
 from .body import AvroBody, BodyCodec, RawBody, codec_for
 from .canonical import DOMAIN_TAG, canonical_bytes
 from .codec import Decoded, decode, encode, sign_fields
@@ -50,6 +51,7 @@ __all__ = [
     "UNKNOWN_SENDER",
     "UNSUPPORTED_VERSION",
     "AvroBody",
+    "BatchVerifier",
     "BodyCodec",
     "BoundedSeenSet",
     "Decoded",

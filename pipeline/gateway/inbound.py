@@ -24,7 +24,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline import reasons
 from pipeline.control import spawns
 from pipeline.control.metrics import LifecycleMetrics
-from pipeline.envelope import EXPIRED, REPLAY, BoundedSeenSet, Envelope, Kind, Verifier
+from pipeline.envelope import (
+    EXPIRED,
+    REPLAY,
+    BatchVerifier,
+    BoundedSeenSet,
+    Envelope,
+    Kind,
+    Verifier,
+)
 from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
 from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
@@ -82,7 +90,11 @@ class InboxHandler:
         max_held_per_recipient: int = 10_000,
         lifecycle: LifecycleMetrics | None = None,
         tracked: Sequence[deadlines.Tracked] = (FORWARD,),
+        batch_verifier: BatchVerifier | None = None,
     ) -> None:
+        # verifies a whole batch across a thread pool before its transaction (``prepare``)
+        self.batch_verifier = batch_verifier
+        self._prepared: dict[tuple[str, int, int], Verified | Exception] = {}
         self.lifecycle = lifecycle
         self.tracked = tuple(tracked)  # the kinds of tracked send a receipt may settle
         self.seen = seen  # the verifier's bounded seen-set; the store's dedupe rows back it
@@ -113,7 +125,37 @@ class InboxHandler:
             return self._refused(record, exc)
         return None
 
+    def prepare(self, records: Sequence[Record]) -> None:
+        """The runtime's ``Prepares`` stage: verify the batch off the consume thread; ``handle``
+        and ``verify`` then take each record's stored result (same stages, same order)."""
+        if self.batch_verifier is None:
+            return
+        outcomes = self.batch_verifier.verify_all(
+            [(r.topic, r.key, r.headers, r.value) for r in records]
+        )
+        self._prepared = {
+            (r.topic, r.partition, r.offset): o for r, o in zip(records, outcomes, strict=True)
+        }
+
+    def warm(self, session: Session) -> None:
+        """The runtime's ``Warms`` stage (rolled back): the held row insert and the pending
+        count, compiled before the first batch instead of inside it."""
+        tx = Staged()
+        env = Envelope.new(kind=Kind.REPLY, sender="warm-up", to="warm-up", body=b"", ttl_s=1)
+        rec = Record(
+            topic="", partition=-1, offset=-1, key=None, value=b"", headers=(), timestamp_ms=0
+        )
+        tx.insert(held_table, _held_row("\x00warm-up", env, rec, 0))
+        tx.flush(session)
+        self._pending("\x00warm-up")
+        self._held.refreshed = 0.0  # the first real batch reads the counts afresh
+
     def _verify(self, record: Record) -> Verified:
+        done = self._prepared.pop((record.topic, record.partition, record.offset), None)
+        if done is not None:
+            if isinstance(done, Exception):
+                raise done
+            return done
         return self.verifier.verify(
             topic=record.topic,
             key=record.key,
@@ -143,7 +185,7 @@ class InboxHandler:
         entity = self.entities.get(env.to)
         if entity is None:
             return self._no_entity(env)
-        tx.after_commit(functools.partial(self.seen.add, env.msg_id))
+        tx.after_store(functools.partial(self.seen.add, env.msg_id))
         if entity.delivery == Delivery.PULL:
             return self._to_pull(env, record, tx, verified.signer_host)
         return self._to_inject(env, tx, verified.signer_host)
@@ -216,7 +258,7 @@ class InboxHandler:
             env.sender, msg_id, env.to,
         )  # fmt: skip
         tx.call(functools.partial(deadlines.mark_late, kinds=self.tracked, msg_id=msg_id))
-        tx.after_commit(self.metrics.late_injected.inc)
+        tx.after_store(self.metrics.late_injected.inc)
 
     def _turn_waiting(self, turn_id: str) -> bool:
         with self.reads() as s:
@@ -228,26 +270,9 @@ class InboxHandler:
                 reason=HELD_CAP_EXCEEDED,
                 error=f"{recipient} already holds {self.max_held} undrained messages",
             )
-        now = int(time.time() * 1000)
-        tx.insert(
-            held_table,
-            {
-                "recipient": recipient,
-                "msg_id": env.msg_id,
-                "kind": env.kind.value,
-                "sender": env.sender,
-                "trace_id": env.trace_id,
-                "turn_id": env.turn_id,
-                "body": env.body,
-                "headers": pack_headers(record.headers),
-                "topic": record.topic,
-                "ts_ms": env.ts_ms,
-                "expires_at_ms": env.expires_at_ms,
-                "held_at_ms": now,
-            },
-        )
+        tx.insert(held_table, _held_row(recipient, env, record, int(time.time() * 1000)))
         self._held.counts[recipient] = self._held.counts.get(recipient, 0) + 1
-        tx.after_commit(self.metrics.held_total.inc)
+        tx.after_store(self.metrics.held_total.inc)
         return ACK
 
     def _pending(self, recipient: str) -> int:
@@ -320,6 +345,23 @@ class InboxHandler:
             turn_id=env.turn_id,
         )
         tx.call(lambda s: self.publisher.stage(s, reply, to_host=to_host))
+
+
+def _held_row(recipient: str, env: Envelope, record: Record, now: int) -> dict[str, object]:
+    return {
+        "recipient": recipient,
+        "msg_id": env.msg_id,
+        "kind": env.kind.value,
+        "sender": env.sender,
+        "trace_id": env.trace_id,
+        "turn_id": env.turn_id,
+        "body": env.body,
+        "headers": pack_headers(record.headers),
+        "topic": record.topic,
+        "ts_ms": env.ts_ms,
+        "expires_at_ms": env.expires_at_ms,
+        "held_at_ms": now,
+    }
 
 
 def _now_ms() -> int:

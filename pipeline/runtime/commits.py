@@ -63,3 +63,75 @@ def commit_offsets(consumer: Any, offsets: dict[tuple[str, int], int]) -> Commit
     fenced = any(tp.error.code() in FENCING_CODES for tp in failed)
     rebalancing = bool(failed) and all(tp.error.code() in REBALANCE_CODES for tp in failed)
     return CommitResult(ok=not errors, fenced=fenced, errors=errors, rebalancing=rebalancing)
+
+
+class AsyncCommits:
+    """The pull path's asynchronous offset commits (a batch with no at-most-once effect).
+
+    A lost or failed async commit only redelivers records whose dedupe rows are durable, so the
+    batch does not wait for the broker's answer. Results arrive through librdkafka's
+    ``on_commit`` callback (served by ``poll``/``consume`` on the consume thread): a fencing
+    error is kept for the loop to raise (:meth:`fencing`), any other error is logged and counted,
+    and the offsets are committed again with the next commit. Before a partition is revoked, and
+    at close, the last offsets are committed synchronously (:meth:`flush`) so a rebalance does
+    not redeliver a whole window of batches.
+    """
+
+    def __init__(self, *, static_member: bool, on_failure: Any = None) -> None:
+        self.static_member = static_member
+        self.on_failure = on_failure  # called with the error text, for metrics and logs
+        self.sent: dict[tuple[str, int], int] = {}  # last offset sent per partition
+        self._fenced: list[str] = []
+
+    def commit(self, consumer: Any, offsets: dict[tuple[str, int], int]) -> None:
+        self.sent.update(offsets)
+        tps = [TopicPartition(t, p, o) for (t, p), o in self.sent.items()]
+        try:
+            consumer.commit(offsets=tps, asynchronous=True)
+        except KafkaException as exc:  # queueing failed: the next commit (or flush) retries
+            if self.on_failure is not None:
+                self.on_failure(str(exc))
+
+    def on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """librdkafka's offset-commit callback (every commit's result comes here)."""
+        failed = [tp for tp in partitions or [] if tp.error is not None]
+        errors: list[KafkaError] = (
+            [err] if err is not None else [tp.error for tp in failed if tp.error is not None]
+        )
+        if not errors:
+            for tp in partitions or []:
+                if self.sent.get((tp.topic, tp.partition)) == tp.offset:
+                    del self.sent[(tp.topic, tp.partition)]  # confirmed: nothing to resend
+            return
+        codes = {e.code() for e in errors}
+        fatal = any(e.fatal() for e in errors)
+        rebalancing = not fatal and codes <= REBALANCE_CODES
+        if fatal or (codes & FENCING_CODES and (self.static_member or not rebalancing)):
+            self._fenced.append("; ".join(e.str() for e in errors))
+        elif self.on_failure is not None:
+            self.on_failure("; ".join(e.str() for e in errors))
+
+    def fencing(self) -> str | None:
+        """The error text of a commit that found this member fenced, once."""
+        if not self._fenced:
+            return None
+        text, self._fenced = "; ".join(self._fenced), []
+        return text
+
+    def superseded(self, offsets: dict[tuple[str, int], int]) -> None:
+        """A synchronous commit moved these partitions at least as far: never resend less."""
+        for tp, offset in offsets.items():
+            if self.sent.get(tp, offset) <= offset:
+                self.sent.pop(tp, None)
+
+    def forget(self, tps: set[tuple[str, int]]) -> None:
+        for tp in tps:
+            self.sent.pop(tp, None)
+
+    def flush(self, consumer: Any, tps: set[tuple[str, int]] | None = None) -> CommitResult:
+        """Commit the last offsets synchronously (all partitions, or ``tps``)."""
+        offsets = {tp: o for tp, o in self.sent.items() if tps is None or tp in tps}
+        result = commit_offsets(consumer, offsets)
+        if result.ok:
+            self.forget(set(offsets))
+        return result

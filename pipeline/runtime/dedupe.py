@@ -1,17 +1,21 @@
 """Dedupe: a row with a unique key, written in the same transaction as the effect.
 
-Nothing is "processed once" by convention: a record's ``msgId`` is looked up (one query per
-batch) and, when its effect is staged, inserted as a ``(scope, msg_id)`` primary-key row in the
-batch transaction. A crash before that transaction leaves neither row nor effect (redelivery
-applies it); a crash after it leaves both (redelivery finds the row and skips).
-Dead-lettered records get no row, so a DLQ replay can still take effect exactly once.
+Nothing is "processed once" by convention. At the start of the batch transaction every
+``msgId`` of the batch is **claimed** with one insert-or-ignore (SQLite ``INSERT OR IGNORE``,
+PostgreSQL ``ON CONFLICT DO NOTHING``, both ``RETURNING`` the ids that were new): an id that
+comes back is applied by this batch, one that does not was applied before (a duplicate). Ids
+claimed for records that end up not applied (dead-lettered, parked, retried) are released again
+in the same transaction, so a DLQ replay or a quarantine release can still take effect once.
+A crash before the commit leaves neither row nor effect (redelivery applies it); a crash after
+it leaves both (redelivery finds the row and skips). There is no separate read transaction.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import BigInteger, Column, String, Table, select
+from sqlalchemy import BigInteger, Column, Connection, String, Table, delete, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from pipeline.store import metadata
@@ -26,8 +30,38 @@ dedupe_table = Table(
 
 _CHUNK = 500
 
+# Insert-or-ignore per dialect, built once (the compiled form is cached by SQLAlchemy).
+_CLAIM = {
+    "sqlite": sqlite.insert(dedupe_table).on_conflict_do_nothing().returning(dedupe_table.c.msg_id),
+    "postgresql": postgresql.insert(dedupe_table)
+    .on_conflict_do_nothing()
+    .returning(dedupe_table.c.msg_id),
+}
+
+
+def claim_ids(conn: Connection, scope: str, msg_ids: Iterable[str], now_ms: int) -> set[str]:
+    """Insert a dedupe row for every id not yet applied in ``scope``; returns those ids."""
+    ids = list(dict.fromkeys(msg_ids))
+    if not ids:
+        return set()
+    stmt = _CLAIM[conn.dialect.name]
+    rows = [{"scope": scope, "msg_id": i, "seen_at_ms": now_ms} for i in ids]
+    return {r[0] for r in conn.execute(stmt, rows)}
+
+
+def release_ids(conn: Connection, scope: str, msg_ids: Iterable[str]) -> None:
+    """Drop claims of records that were not applied (same transaction as the claim)."""
+    ids = list(msg_ids)
+    for i in range(0, len(ids), _CHUNK):
+        conn.execute(
+            delete(dedupe_table).where(
+                dedupe_table.c.scope == scope, dedupe_table.c.msg_id.in_(ids[i : i + _CHUNK])
+            )
+        )
+
 
 def seen_ids(session: Session, scope: str, msg_ids: Iterable[str]) -> set[str]:
+    """Which of ``msg_ids`` were applied in ``scope`` (a read; the runtime claims instead)."""
     ids = list(dict.fromkeys(msg_ids))
     found: set[str] = set()
     for i in range(0, len(ids), _CHUNK):

@@ -27,12 +27,11 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
-from sqlalchemy import Engine, insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -47,14 +46,14 @@ from pipeline.kafka.clients import ClientFactory, new_consumer
 from pipeline.kafka.logs import ClientLog
 from pipeline.kafka.settings import OffsetReset, consumer_config
 from pipeline.record import Record
-from pipeline.store import read_sessions, with_retry
+from pipeline.store import with_retry
 from pipeline.store.retry import StoreRetry
 
-from .commits import commit_offsets
-from .dedupe import dedupe_table, seen_ids
+from .commits import AsyncCommits, commit_offsets
+from .dedupe import claim_ids, release_ids
 from .inflight import Dispatcher
 from .metrics import RuntimeMetrics
-from .ports import DeadLetterSink, Handler, QuarantinePort, Verifies
+from .ports import DeadLetterSink, Handler, Prepares, QuarantinePort, Verifies, Warms
 from .staging import Staged
 
 log = logging.getLogger(__name__)
@@ -103,6 +102,14 @@ class _Batch:
         self.counts[outcome] = self.counts.get(outcome, 0) + 1
 
 
+class _KeepQuarantined(Exception):
+    """A released record failed transiently again: roll the release's transaction back."""
+
+
+def _effect_failed() -> None:
+    log.exception("after-commit effect failed")
+
+
 def _park(q: QuarantinePort, scope: str, key: str, rec: Record, session: Session) -> None:
     q.park(session, scope, key, rec)
 
@@ -141,21 +148,29 @@ class ConsumerRuntime:
         self.handler = handler
         # the handler's verify stage, run before a dedupe drop (seed 000 §2.1 order)
         self.verify = handler.verify if isinstance(handler, Verifies) else None
+        # the handler's batch stage before the transaction (the gateway verifies signatures
+        # of the whole batch on a thread pool there)
+        self.prepare = handler.prepare if isinstance(handler, Prepares) else None
         self.sessions = sessions
-        bind = sessions.kw.get("bind")
-        self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
         self.dead_letters = dead_letters
         self.quarantine = quarantine
         self.metrics = metrics
         # the client's log, to tell librdkafka's self-fencing after a session timeout from a
         # real second member with our group.instance.id (see step())
         self.client_log = ClientLog()
+        self.async_commits = AsyncCommits(
+            static_member=config.instance_id is not None, on_failure=self._async_commit_failed
+        )
         self._conf = consumer_config(
             config.bootstrap,
             config.group_id,
             offset_reset=config.offset_reset,
             instance_id=config.instance_id,
-            **{"logger": self.client_log, **dict(config.consumer_overrides)},
+            **{
+                "logger": self.client_log,
+                "on_commit": self.async_commits.on_commit,
+                **dict(config.consumer_overrides),
+            },
         )
         self._consumer_factory = consumer_factory
         self.consumer = consumer_factory(self._conf)
@@ -168,16 +183,37 @@ class ConsumerRuntime:
         self._assigned: set[TP] = set()
         self._next_release_check = 0.0
         self._stale_quarantine = False  # a refresh failed: hold every partition until one works
+        self._warm = False
         self.batches = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def subscribe(self) -> None:
+        self.warm_up()
         self.consumer.subscribe(
             list(self.config.topics),
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
         )
+
+    def warm_up(self) -> None:
+        """Pay the store's first-use costs before the first batch, not inside it: the dedupe
+        claim and the handler's own writes (:class:`Warms`) run once in a transaction that is
+        rolled back, so SQLAlchemy compiles and caches them and the pool holds a connection."""
+        if self._warm:
+            return
+        self._warm = True
+        session = self.sessions()
+        try:
+            session.begin()
+            claim_ids(session.connection(), self.config.dedupe_scope, ["\x00warm-up"], 0)
+            if isinstance(self.handler, Warms):
+                self.handler.warm(session)
+        except (SQLAlchemyError, StoreError) as exc:  # the first batch pays instead
+            log.info("store warm-up skipped: %s", exc)
+        finally:
+            session.rollback()
+            session.close()
 
     def run(self, stop: threading.Event) -> None:
         self.subscribe()
@@ -193,7 +229,14 @@ class ConsumerRuntime:
 
     def close(self) -> None:
         with contextlib.suppress(RuntimeError):  # already closed
+            if self.async_commits.sent:  # the pull path's last async commits, confirmed
+                self.async_commits.flush(self.consumer)
             self.consumer.close()
+
+    def _async_commit_failed(self, error: str) -> None:
+        if self.metrics:
+            self.metrics.commit_failures.labels(self.config.group_id).inc()
+        log.warning("asynchronous offset commit failed (redelivery is absorbed): %s", error)
 
     # -- rebalance ---------------------------------------------------------------------------
     def _count_rebalance(self, kind: str) -> None:
@@ -284,14 +327,21 @@ class ConsumerRuntime:
     def _forget(self, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
         self._assigned -= gone
+        self.async_commits.forget(gone)
         for tp in gone:
             self._paused.pop(tp, None)
         self._attempts = {k: v for k, v in self._attempts.items() if (k[0], k[1]) not in gone}
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
-        # Every batch commits synchronously before the next poll: nothing pending to flush,
-        # except steps still in flight, which end (bounded) and commit before the partition goes.
-        self._settle_inflight({(tp.topic, tp.partition) for tp in partitions})
+        # Forward batches commit synchronously before the next poll; pull batches may have an
+        # async commit in flight (flushed below); steps still in flight end (bounded) and commit
+        # before the partition goes.
+        revoked = {(tp.topic, tp.partition) for tp in partitions}
+        self._settle_inflight(revoked)
+        # the pull path's async commits of these partitions, confirmed before they move
+        result = self.async_commits.flush(self.consumer, revoked)
+        if not result.ok:
+            log.warning("commit on revoke failed (the new owner re-reads): %s", result.errors)
         self._forget(partitions)
         self._count_rebalance("revoke")
 
@@ -347,6 +397,13 @@ class ConsumerRuntime:
         self._count_rebalance("rejoin")
 
     def _step(self) -> int:
+        fenced = self.async_commits.fencing()
+        if fenced is not None:
+            cfg = self.config
+            raise FencedError(
+                f"group {cfg.group_id} member {cfg.instance_id or '(dynamic)'} was fenced "
+                f"(an asynchronous offset commit was refused): {fenced}"
+            )
         if self._stale_quarantine and not self._refresh_quarantine():
             msg = self.consumer.poll(self.config.poll_timeout_s)  # heartbeats; all paused
             if msg is not None and msg.error() is not None:
@@ -415,75 +472,99 @@ class ConsumerRuntime:
         scope = cfg.dedupe_scope
         batch = _Batch()
         head = cfg.dedupe_header
-        ids = [i for r in records if head and (i := r.header_str(head))]
+        ids = [rec.header_str(head) for rec in records] if head else [None] * len(records)
+        first = batch.first_offset
         for rec in records:
-            batch.first_offset.setdefault(rec.tp, rec.offset)
+            if rec.tp not in first:
+                first[rec.tp] = rec.offset
+        if self.prepare is not None:
+            self.prepare(records)  # the handler's batch stage, outside the transaction
+        planted = False
         try:
-            # a short blocking retry first (pipeline.store.retry), then the batch backs off
-            already = (
-                with_retry(lambda: self._seen(scope, ids), what="dedupe read", policy=_READ_RETRY)
-                if ids
-                else set()
-            )
             now = _now_ms()
-            for rec in records:
-                if rec.tp in batch.blocked:
-                    continue
-                self._decide(rec, batch, already, now, releasing=releasing)
-        except (SQLAlchemyError, StoreError) as exc:  # a store read: back off like a write
-            self._store_failed("a store read", exc)
+            apart = None
+            if self.hooks.dedupe_own_transaction:  # PLANTED BUG (tests only, pipeline/hooks.py)
+                apart = self._claim_apart(scope, ids, now)
+            with self.sessions.begin() as session:
+                # the dedupe claim IS the lookup: one insert-or-ignore, no read transaction
+                claimed = (
+                    claim_ids(session.connection(), scope, filter(None, ids), now)
+                    if apart is None
+                    else apart
+                )
+                for rec, msg_id in zip(records, ids, strict=True):
+                    if rec.tp in batch.blocked:
+                        continue
+                    self._decide(rec, msg_id, batch, claimed, now, releasing=releasing)
+                if releasing is not None and batch.blocked:
+                    raise _KeepQuarantined  # still failing transiently: roll back, try later
+                planted = (
+                    self.hooks.commit_before_transaction
+                    and releasing is None
+                    and not batch.staged.empty()
+                )
+                if planted:  # PLANTED BUG (tests only): the offsets commit before the rows
+                    if not self._commit(batch, sync=True):
+                        raise _KeepQuarantined  # roll back; the retries are scheduled
+                    self.hooks.at(Window.COMMITTED_BEFORE_TRANSACTION)
+                unused = claimed - batch.applied_ids
+                if unused:  # dead-lettered, parked or retried: no dedupe row for them
+                    release_ids(session.connection(), scope, unused)
+                batch.staged.flush(session)
+                if (
+                    releasing is not None
+                    and self.quarantine is not None
+                    and releasing not in batch.quarantined  # failed again: stays quarantined
+                ):
+                    self.quarantine.complete_release(session, scope, releasing)
+        except _KeepQuarantined:
+            return
+        except (SQLAlchemyError, StoreError) as exc:  # a read or the write: the batch backs off
+            self._store_failed("the batch transaction", exc)
             self._back_off(batch, releasing=releasing)
             return
-        if releasing is not None and batch.blocked:
-            return  # a released record still fails transiently: keep the quarantine, try later
-        planted = (
-            self.hooks.commit_before_transaction and releasing is None and not batch.staged.empty()
-        )
-        if planted:  # PLANTED BUG (tests only, pipeline/hooks.py): the offsets commit first
-            if not self._commit(batch):
-                return
-            self.hooks.at(Window.COMMITTED_BEFORE_TRANSACTION)
-        if not self._flush(batch, records, releasing=releasing):
+        if releasing is None and not planted and not self._commit(batch):
             return
-        if releasing is None:
-            if not planted and not self._commit(batch):
-                return
-            if self.fault_after_commit is not None:
-                self.fault_after_commit(len(batch.staged.effects))
-        for effect in batch.staged.effects:
-            try:
-                effect()
-            except Exception:
-                log.exception("after-commit effect failed")
+        batch.staged.run_effects(committed=True, on_error=_effect_failed)
         self._schedule_retries(batch)
         self.batches += 1
         if self.metrics:
             for outcome, n in batch.counts.items():
                 self.metrics.records.labels(cfg.group_id, outcome).inc(n)
 
-    def _commit(self, batch: _Batch) -> bool:
-        """Commit the batch's offsets (after its transaction); False when the commit failed
-        (retries are scheduled); raises :class:`FencedError` when fenced."""
+    def _commit(self, batch: _Batch, *, sync: bool = False) -> bool:
+        """Commit the batch's offsets: synchronously when an at-most-once effect waits for it
+        (forward path: commit before inject), else asynchronously (pull path: a lost commit
+        redelivers what dedupe absorbs). False when a synchronous commit failed (retries are
+        scheduled); raises :class:`FencedError` when fenced."""
         cfg = self.config
         offsets = batch.next_offset
         if self.inflight is not None:  # inflight: never past a record queued or running
             offsets = self.inflight.committable(offsets, batch.blocked)
-        result = commit_offsets(self.consumer, offsets)
-        if result.ok:
+        if not sync and not batch.staged.needs_sync_commit():
+            if offsets:
+                self.async_commits.commit(self.consumer, offsets)
             return True
-        if self.metrics:
-            self.metrics.commit_failures.labels(cfg.group_id).inc()
-        if result.fenced and not (cfg.instance_id is None and result.rebalancing):
-            raise FencedError(
-                f"group {cfg.group_id} member {cfg.instance_id or '(dynamic)'} was "
-                f"fenced: another gateway with the same id took over, or this one "
-                f"stalled past its session timeout. Nothing from this batch is "
-                f"injected. {'; '.join(result.errors)}"
-            )
-        log.error("offset commit failed, forward effects skipped: %s", result.errors)
-        # a blocked record must still be sought back to: the position is past it
-        self._schedule_retries(batch)
-        return False
+        result = commit_offsets(self.consumer, offsets)
+        if not result.ok:
+            if self.metrics:
+                self.metrics.commit_failures.labels(cfg.group_id).inc()
+            if result.fenced and not (cfg.instance_id is None and result.rebalancing):
+                raise FencedError(
+                    f"group {cfg.group_id} member {cfg.instance_id or '(dynamic)'} was "
+                    f"fenced: another gateway with the same id took over, or this one "
+                    f"stalled past its session timeout. Nothing from this batch is "
+                    f"injected. {'; '.join(result.errors)}"
+                )
+            log.error("offset commit failed, forward effects skipped: %s", result.errors)
+            batch.staged.run_effects(committed=False, on_error=_effect_failed)
+            # a blocked record must still be sought back to: the position is past it
+            self._schedule_retries(batch)
+            return False
+        self.async_commits.superseded(offsets)
+        if self.fault_after_commit is not None:
+            self.fault_after_commit(batch.staged.count_after_commit())
+        return True
 
     def _is_quarantined(self, scope: str, key: str) -> bool:
         q = self.quarantine
@@ -492,54 +573,52 @@ class ConsumerRuntime:
             lambda: q.is_quarantined(scope, key), what="quarantine read", policy=_READ_RETRY
         )
 
-    def _seen(self, scope: str, ids: list[str]) -> set[str]:
-        with self.reads() as session:
-            return seen_ids(session, scope, ids)
-
     def _decide(
         self,
         rec: Record,
+        msg_id: str | None,
         batch: _Batch,
-        already: set[str],
+        claimed: set[str],
         now: int,
         *,
         releasing: str | None,
     ) -> None:
         cfg = self.config
-        scope = cfg.dedupe_scope
-        tp = rec.tp
-        key = rec.key_str
-        if (
-            self.quarantine is not None
-            and key is not None
-            and key != releasing
-            and (key in batch.quarantined or self._is_quarantined(scope, key))
-        ):
-            batch.staged.call(functools.partial(_park, self.quarantine, scope, key, rec))
-            batch.next_offset[tp] = rec.offset + 1
-            batch.count("parked")
-            return
-        msg_id = rec.header_str(cfg.dedupe_header) if cfg.dedupe_header else None
-        if msg_id is not None and (msg_id in already or msg_id in batch.applied_ids):
+        if self.quarantine is not None:
+            key = rec.key_str
+            if (
+                key is not None
+                and key != releasing
+                and (key in batch.quarantined or self._is_quarantined(cfg.dedupe_scope, key))
+            ):
+                quarantine, scope = self.quarantine, cfg.dedupe_scope
+                batch.staged.call(functools.partial(_park, quarantine, scope, key, rec))
+                batch.next_offset[rec.tp] = rec.offset + 1
+                batch.count("parked")
+                return
+        if msg_id is not None and (msg_id not in claimed or msg_id in batch.applied_ids):
             # Only a record that verifies may be dropped as a duplicate: a tampered copy of an
             # applied message is a dead letter with its reason, never a silent dedupe hit.
             refused = self.verify(rec) if self.verify is not None else None
             if refused is None:
-                batch.next_offset[tp] = rec.offset + 1
+                batch.next_offset[rec.tp] = rec.offset + 1
                 batch.count("duplicate")
                 if self.metrics:
                     self.metrics.dedupe_hits.labels(cfg.group_id).inc()
                 return
-            self._settle(rec, refused, Staged(), batch, None, now)
+            self._settle(rec, refused, batch, None, now)
             return
-        tx = Staged()
+        staged = batch.staged
+        mark = staged.mark()
         try:
-            outcome: Outcome = self.handler.handle(rec, tx)
+            outcome: Outcome = self.handler.handle(rec, staged)
         except Exception as exc:  # noqa: BLE001 - every handler error maps onto an outcome
             outcome = classify(exc)
         if isinstance(outcome, Ack):  # the hot path: nothing to decide
-            self._settle(rec, outcome, tx, batch, msg_id, now)
+            self._settle(rec, outcome, batch, msg_id, now)
             return
+        staged.rollback(mark)  # a record that is not applied leaves no partial writes
+        key = rec.key_str
         attempt = 1
         if isinstance(outcome, Retry):
             akey = (rec.topic, rec.partition, rec.offset)
@@ -554,37 +633,32 @@ class ConsumerRuntime:
             outcome, attempt=attempt, policy=cfg.retry, ordered=cfg.ordered, keyed=key is not None
         )
         if isinstance(decision, Retry):
-            batch.blocked[tp] = (rec.offset, decision.delay_s or 0.0)
+            batch.blocked[rec.tp] = (rec.offset, decision.delay_s or 0.0)
             batch.count("retry")
             return
-        self._settle(rec, decision, tx, batch, msg_id, now)
+        self._settle(rec, decision, batch, msg_id, now)
 
     def _settle(
         self,
         rec: Record,
         outcome: Ack | DeadLetter | Quarantine,
-        tx: Staged,
         batch: _Batch,
         msg_id: str | None,
         now: int,
     ) -> None:
-        scope = self.config.dedupe_scope
-        key = rec.key_str
         batch.next_offset[rec.tp] = rec.offset + 1
         att_info = (
             self._attempts.pop((rec.topic, rec.partition, rec.offset), None)
-            if (self._attempts)
+            if self._attempts
             else None
         )
         if isinstance(outcome, Ack):
-            batch.staged.merge(tx)
             if msg_id is not None:
                 batch.applied_ids.add(msg_id)
-                batch.staged.insert(
-                    dedupe_table, {"scope": scope, "msg_id": msg_id, "seen_at_ms": now}
-                )
             batch.count("ack")
             return
+        scope = self.config.dedupe_scope
+        key = rec.key_str
         tries = att_info or Tries(attempts=1, first_failure_ms=now, last_failure_ms=now)
         quarantine = (
             isinstance(outcome, Quarantine) and self.quarantine is not None and key is not None
@@ -608,36 +682,14 @@ class ConsumerRuntime:
         else:
             batch.count("dead_letter")
 
-    def _flush(self, batch: _Batch, records: list[Record], *, releasing: str | None) -> bool:
-        if batch.staged.empty() and not batch.next_offset and releasing is None:
-            return True
-        try:
-            if self.hooks.dedupe_own_transaction:  # PLANTED BUG (tests only)
-                self._flush_dedupe_apart(batch)
-            with self.sessions.begin() as session:
-                batch.staged.flush(session)
-                if (
-                    releasing is not None
-                    and self.quarantine is not None
-                    and releasing not in batch.quarantined  # failed again: stays quarantined
-                ):
-                    self.quarantine.complete_release(session, self.config.dedupe_scope, releasing)
-        except (SQLAlchemyError, StoreError) as exc:
-            self._store_failed("the batch transaction", exc)
-            self._back_off(batch, releasing=releasing)
-            return False
-        return True
-
-    def _flush_dedupe_apart(self, batch: _Batch) -> None:
+    def _claim_apart(self, scope: str, ids: Sequence[str | None], now: int) -> set[str]:
         """PLANTED BUG (``Hooks.dedupe_own_transaction``, tests only): the dedupe rows commit
         in a transaction of their own, before the effects' -- what seed 001 forbids."""
-        dedupe = [(t, r) for t, r in batch.staged.inserts if t is dedupe_table]
-        if not dedupe:
-            return
         with self.sessions.begin() as session:
-            session.execute(insert(dedupe_table), [r for _, r in dedupe])
-        batch.staged.inserts = [(t, r) for t, r in batch.staged.inserts if t is not dedupe_table]
-        self.hooks.at(Window.DEDUPE_COMMITTED_ALONE)
+            claimed = claim_ids(session.connection(), scope, filter(None, ids), now)
+        if claimed:
+            self.hooks.at(Window.DEDUPE_COMMITTED_ALONE)
+        return claimed
 
     def _back_off(self, batch: _Batch, *, releasing: str | None) -> None:
         """Re-read the whole batch after a backoff (a release is simply tried again later)."""

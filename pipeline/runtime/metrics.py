@@ -32,7 +32,7 @@ class RuntimeMetrics:
         )
         self.commit_failures = Counter(
             "consumer_commit_failures_total",
-            "Synchronous offset commits that failed (forward-path effects were skipped).",
+            "Offset commits that failed: synchronous (forward effects skipped) or async (pull).",
             ["group"],
             namespace=namespace,
             registry=registry,

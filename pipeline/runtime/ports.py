@@ -38,6 +38,31 @@ class Verifies(Protocol):
     def verify(self, record: Record) -> DeadLetter | None: ...
 
 
+@runtime_checkable
+class Prepares(Protocol):
+    """A handler with a batch stage, run on the whole batch before its transaction opens.
+
+    The gateway's inbox verifies every signature of the batch here, across a small thread pool
+    (Ed25519 verify releases the GIL), and ``handle``/``verify`` then use the stored result in
+    partition order: per-record outcomes and their order are unchanged, only the CPU work moved
+    off the consume thread. ``prepare`` must not raise; it must not write to the store.
+    """
+
+    def prepare(self, records: Sequence[Record]) -> None: ...
+
+
+@runtime_checkable
+class Warms(Protocol):
+    """A handler that can stage its usual writes once before the first batch.
+
+    ``warm(session)`` runs inside a transaction the runtime always rolls back: it pays the first
+    use of the handler's statements (SQLAlchemy compiles and caches them on first execution) at
+    start instead of inside the first batch (issue 17 measured a 130-340 ms first-batch stall).
+    """
+
+    def warm(self, session: Session) -> None: ...
+
+
 class DeadLetterSink(Protocol):
     """The dead-letter port: ``stage`` is called inside the batch, before its transaction.
 

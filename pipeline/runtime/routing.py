@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+
+from sqlalchemy.orm import Session
 
 from pipeline.failures.outcomes import DeadLetter, Outcome
 from pipeline.record import Record
 
-from .ports import Handler, Verifies
+from .ports import Handler, Prepares, Verifies, Warms
 from .staging import Staged
 
 
@@ -27,3 +29,19 @@ class ByTopic:
         without one trusts its records, as the runtime does for such a handler."""
         route = self.routes.get(record.topic, self.default)
         return route.verify(record) if isinstance(route, Verifies) else None
+
+    def prepare(self, records: Sequence[Record]) -> None:
+        """Each route's batch stage (if it has one) on its own records, in order."""
+        routes: dict[int, tuple[Handler, list[Record]]] = {}
+        for rec in records:
+            route = self.routes.get(rec.topic, self.default)
+            if isinstance(route, Prepares):
+                routes.setdefault(id(route), (route, []))[1].append(rec)
+        for route, recs in routes.values():
+            assert isinstance(route, Prepares)
+            route.prepare(recs)
+
+    def warm(self, session: Session) -> None:
+        for route in {id(r): r for r in (*self.routes.values(), self.default)}.values():
+            if isinstance(route, Warms):
+                route.warm(session)

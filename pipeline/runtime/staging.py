@@ -1,31 +1,71 @@
 """Writes a handler wants, staged per record and flushed per batch in ONE transaction.
 
 A handler never touches the database directly: it stages rows (``insert``), deferred calls that
-need the batch session (``call``, e.g. an outbox write that assigns an lsn) and effects that may
-only run after the offset commit (``after_commit``: the forward path's inject). A record whose
-outcome is ``Retry`` has its staging discarded, so a failed record leaves no partial writes.
+need the batch session (``call``, e.g. an outbox write that assigns an lsn) and follow-ups that
+run once the batch is through. Follow-ups are a closed type, and which kind a handler stages
+decides how the runtime commits the batch's offsets:
+
+* :class:`AfterCommit` (``tx.after_commit``) -- an **at-most-once** effect (the forward path's
+  inject, a spawn's launch). It runs only after a *synchronous* offset commit has succeeded, so a
+  batch holding one commits synchronously, and on a commit error it never runs.
+* :class:`AfterStore` (``tx.after_store``) -- bookkeeping that only needs the batch transaction
+  to be durable (a seen-set entry, a counter). It promises nothing about the offset, so a batch
+  holding only these (the pull path) commits its offsets asynchronously: a lost commit
+  redelivers, and the dedupe rows absorb the redelivery.
+
+A record whose outcome is not ``Ack`` has its staging discarded (:meth:`Staged.rollback`), so a
+failed record leaves no partial writes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, assert_never
 
-from sqlalchemy import Table, insert
+from sqlalchemy import Insert, Table, insert
 from sqlalchemy.orm import Session
 
 SessionCall = Callable[[Session], object]
 Effect = Callable[[], None]
 
 
-@dataclass
-class Staged:
-    """A record's staged writes and after-commit effects (see the module docstring)."""
+@dataclass(frozen=True, slots=True)
+class AfterCommit:
+    """At-most-once: runs only after the batch's synchronous offset commit succeeded."""
 
-    inserts: list[tuple[Table, dict[str, Any]]] = field(default_factory=list)
-    calls: list[SessionCall] = field(default_factory=list)
-    effects: list[Effect] = field(default_factory=list)
+    fn: Effect
+
+
+@dataclass(frozen=True, slots=True)
+class AfterStore:
+    """Runs once the batch transaction committed; the offset commit may still be in flight."""
+
+    fn: Effect
+
+
+FollowUp = AfterCommit | AfterStore
+
+# one compiled-once INSERT per table (SQLAlchemy caches the compiled form per construct)
+_INSERTS: dict[Table, Insert] = {}
+
+
+def _insert_for(table: Table) -> Insert:
+    stmt = _INSERTS.get(table)
+    if stmt is None:
+        stmt = _INSERTS[table] = insert(table)
+    return stmt
+
+
+class Staged:
+    """A batch's staged writes and follow-ups (see the module docstring)."""
+
+    __slots__ = ("calls", "effects", "inserts")
+
+    def __init__(self) -> None:
+        self.inserts: list[tuple[Table, dict[str, Any]]] = []
+        self.calls: list[SessionCall] = []
+        self.effects: list[FollowUp] = []
 
     def insert(self, table: Table, row: dict[str, Any]) -> None:
         self.inserts.append((table, row))
@@ -34,20 +74,59 @@ class Staged:
         self.calls.append(fn)
 
     def after_commit(self, fn: Effect) -> None:
-        self.effects.append(fn)
+        """An at-most-once effect: the batch's offsets are committed synchronously before it."""
+        self.effects.append(AfterCommit(fn))
 
-    def merge(self, other: Staged) -> None:
-        self.inserts.extend(other.inserts)
-        self.calls.extend(other.calls)
-        self.effects.extend(other.effects)
+    def after_store(self, fn: Effect) -> None:
+        """Bookkeeping after the batch transaction; never delays or orders the offset commit."""
+        self.effects.append(AfterStore(fn))
+
+    # -- used by the runtime -------------------------------------------------------------------
+    def mark(self) -> tuple[int, int, int]:
+        return (len(self.inserts), len(self.calls), len(self.effects))
+
+    def rollback(self, mark: tuple[int, int, int]) -> None:
+        """Discard everything staged since ``mark`` (a record that did not end in ``Ack``)."""
+        del self.inserts[mark[0] :], self.calls[mark[1] :], self.effects[mark[2] :]
+
+    def needs_sync_commit(self) -> bool:
+        """True when an at-most-once effect waits for the offset commit (forward path)."""
+        for effect in self.effects:
+            match effect:
+                case AfterCommit():
+                    return True
+                case AfterStore():
+                    pass
+                case _:
+                    assert_never(effect)
+        return False
+
+    def count_after_commit(self) -> int:
+        return sum(isinstance(e, AfterCommit) for e in self.effects)
+
+    def run_effects(self, *, committed: bool, on_error: Callable[[], None]) -> None:
+        """Run follow-ups in staging order; ``AfterCommit`` ones only if ``committed``."""
+        for effect in self.effects:
+            if isinstance(effect, AfterCommit) and not committed:
+                continue
+            try:
+                effect.fn()
+            except Exception:  # noqa: BLE001 - one failed follow-up never stops the others
+                on_error()
 
     def flush(self, session: Session) -> None:
-        """Bulk-insert rows table by table (executemany), then run calls in staging order."""
+        """Bulk-insert rows table by table (Core executemany), then run calls in staging order."""
         by_table: dict[Table, list[dict[str, Any]]] = {}
         for table, row in self.inserts:
-            by_table.setdefault(table, []).append(row)
-        for table, rows in by_table.items():
-            session.execute(insert(table), rows)
+            rows = by_table.get(table)
+            if rows is None:
+                by_table[table] = [row]
+            else:
+                rows.append(row)
+        if by_table:
+            conn = session.connection()
+            for table, rows in by_table.items():
+                conn.execute(_insert_for(table), rows)
         for fn in self.calls:
             fn(session)
 

@@ -12,6 +12,7 @@ from pipeline.envelope import BoundedSeenSet, Envelope, Kind, SeenSet, Verifier
 def test_exported_names_are_exactly_all() -> None:
     public = {n for n in dir(envelope) if not n.startswith("_")}
     modules = {
+        "batch",
         "body",
         "canonical",
         "headers",

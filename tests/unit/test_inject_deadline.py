@@ -113,16 +113,16 @@ def test_a_brief_arriving_past_its_deadline_is_dead_lettered_not_injected(
         out = handler._to_inject(late, tx, "A")
     assert isinstance(out, DeadLetter) and out.reason == "INJECT_DEADLINE_PASSED"
     assert out.reason in PERMANENT, "retrying cannot help: the sender gave up"
-    for fn in tx.effects:
-        fn()
+    for effect in tx.effects:
+        effect.fn()
     assert submitted == [], "never submitted for inject"
     assert late.msg_id in caplog.text and "INJECT_DEADLINE_PASSED" in caplog.text
     assert handler.metrics.inject_deadline_passed.labels("inbox")._value.get() == 1
     fresh = Envelope.new(kind=Kind.SEND, sender="main-a", to="worker-b", ttl_s=30)
     tx = Staged()
     assert not isinstance(handler._to_inject(fresh, tx, "A"), DeadLetter)
-    for fn in tx.effects:
-        fn()
+    for effect in tx.effects:
+        effect.fn()
     assert submitted == [fresh.msg_id], "in time: injected after the commit as before"
     assert DeliveryReason.INJECT_DEADLINE_PASSED == "INJECT_DEADLINE_PASSED"
     engine.dispose()
@@ -152,8 +152,8 @@ def test_an_injected_after_the_senders_failed_is_loud_marked_late_and_still_held
         handler._to_pull(receipt, record, tx, "B")
     with sessions.begin() as s:
         tx.flush(s)
-    for fn in tx.effects:
-        fn()
+    for effect in tx.effects:
+        effect.fn()
     with sessions() as s:
         assert deadlines.state_of(s, FORWARD, "b1") == deadlines.LATE
         held = [r.msg_id for r in s.execute(select(held_table.c.msg_id))]

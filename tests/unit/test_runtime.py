@@ -230,11 +230,12 @@ def test_handler_exception_maps_to_retry_then_dead_letter(sessions: Any) -> None
         assert s.execute(select(func.count()).select_from(effects)).scalar() == 0
 
 
-def test_a_failed_dedupe_read_backs_the_batch_off_instead_of_escaping(
+def test_a_failed_dedupe_claim_backs_the_batch_off_instead_of_escaping(
     sessions: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 14: a store READ error (here the dedupe lookup) must not stop the inbox thread; the
-    batch is re-read after a backoff, exactly like a failed batch transaction."""
+    """Issue 14: a store error in the dedupe claim (the insert-or-ignore that opens the batch
+    transaction, issue 17) must not stop the inbox thread; the batch is re-read after a
+    backoff, exactly like a failed batch transaction."""
     from sqlalchemy.exc import OperationalError
 
     from pipeline.runtime import loop
@@ -244,16 +245,16 @@ def test_a_failed_dedupe_read_backs_the_batch_off_instead_of_escaping(
         fake.produce("t", 0, b"k", f"v{i}".encode(), [("msgId", f"m{i}".encode())])
     handler = Script()
     rt = make_runtime(sessions, handler, fake)
-    real = loop.seen_ids
+    real = loop.claim_ids
 
     def down(*_a: Any, **_k: Any) -> set[str]:
-        raise OperationalError("SELECT", {}, Exception("server closed the connection"))
+        raise OperationalError("INSERT", {}, Exception("server closed the connection"))
 
-    monkeypatch.setattr(loop, "seen_ids", down)
+    monkeypatch.setattr(loop, "claim_ids", down)
     rt.step()  # does not raise
     assert handler.calls == [] and fake.committed == {}
     assert rt._paused, "the partition waits for the backoff"
-    monkeypatch.setattr(loop, "seen_ids", real)
+    monkeypatch.setattr(loop, "claim_ids", real)
     rt._paused = {tp: 0.0 for tp in rt._paused}  # the backoff is over
     rt.step()
     rt.step()
@@ -334,3 +335,201 @@ def test_a_failed_quarantine_refresh_holds_every_partition_until_it_works(sessio
     rt.step()  # the refresh works: resumed, and (next step) handled
     rt.step()
     assert effect_values(sessions) == ["v0"] and fake.committed == {("t", 0): 1}
+
+
+class Pull:
+    """A pull-path handler (issue 17): its writes are staged, its bookkeeping is ``after_store``
+    -- nothing waits for the offset commit."""
+
+    def __init__(self, forward: set[str] | None = None) -> None:
+        self.forward = forward or set()  # values delivered the forward way (after_commit)
+        self.stored: list[str] = []
+        self.injected: list[tuple[str, dict[tuple[str, int], int], str]] = []
+        self.fake: FakeConsumer | None = None
+
+    def handle(self, record: Record, tx: Staged) -> Outcome:
+        value = (record.value or b"").decode()
+        tx.insert(effects, {"key": record.key_str, "value": value})
+        tx.after_store(lambda: self.stored.append(value))
+        if value in self.forward:
+            fake = self.fake
+            assert fake is not None
+            # what the broker holds, and how it got there, at the moment of the inject
+            tx.after_commit(
+                lambda: self.injected.append((value, dict(fake.committed), fake.commit_modes[-1]))
+            )
+        return ACK
+
+
+def _pull_runtime(sessions: Any, values: list[str], forward: set[str]) -> tuple[Any, Any, Pull]:
+    fake = FakeConsumer()
+    for i, v in enumerate(values):
+        fake.produce("t", 0, b"k", v.encode(), [("msgId", f"m-{v}-{i}".encode())])
+    handler = Pull(forward)
+    handler.fake = fake
+    return make_runtime(sessions, handler, fake), fake, handler
+
+
+def test_a_pull_batch_commits_async_and_a_forward_batch_commits_sync_before_its_inject(
+    sessions: Any,
+) -> None:
+    """Issue 17 / seed 000 §5: the pull path may commit its offsets asynchronously (a lost
+    commit redelivers, dedupe absorbs it); the forward path keeps "commit before inject". Which
+    one a batch gets follows from the follow-ups staged (``AfterStore`` vs ``AfterCommit``), not
+    from a flag: one forward record makes its whole batch commit synchronously first."""
+    rt, fake, handler = _pull_runtime(sessions, ["p0", "p1"], forward=set())
+    rt.step()
+    assert fake.commit_modes == ["async"]
+    assert fake.committed == {("t", 0): 2} and handler.stored == ["p0", "p1"]
+
+    rt, fake, handler = _pull_runtime(sessions, ["p2", "brief", "p3"], forward={"brief"})
+    rt.step()
+    assert fake.commit_modes == ["sync"]
+    assert handler.injected == [("brief", {("t", 0): 3}, "sync")], "committed, then injected"
+
+
+def test_a_failed_sync_commit_runs_after_store_bookkeeping_but_never_the_inject(
+    sessions: Any,
+) -> None:
+    """The batch transaction committed, so its bookkeeping (seen-set, counters) holds; the
+    at-most-once inject does not run without a confirmed offset commit (seed 000 §6)."""
+    rt, fake, handler = _pull_runtime(sessions, ["p0", "brief"], forward={"brief"})
+    fake.fail_commits = KafkaError(KafkaError.REQUEST_TIMED_OUT)
+    rt.step()
+    assert handler.stored == ["p0", "brief"]
+    assert handler.injected == []
+
+
+def test_staged_follow_ups_are_a_closed_type_that_decides_the_commit() -> None:
+    from pipeline.runtime.staging import AfterCommit, AfterStore
+
+    tx = Staged()
+    tx.after_store(lambda: None)
+    assert not tx.needs_sync_commit()
+    mark = tx.mark()
+    tx.after_commit(lambda: None)
+    assert tx.needs_sync_commit()
+    assert [type(e) for e in tx.effects] == [AfterStore, AfterCommit]
+    tx.rollback(mark)  # a record that was not applied takes its inject with it
+    assert not tx.needs_sync_commit()
+
+
+def test_an_async_commit_refused_for_fencing_stops_the_member_at_the_next_step(
+    sessions: Any,
+) -> None:
+    """An async commit's result arrives through ``on_commit``; a fenced static member still
+    stops loudly (the forward path would have raised at its sync commit)."""
+    from confluent_kafka import TopicPartition
+
+    rt, _fake, _handler = _pull_runtime(sessions, ["p0"], forward=set())
+    rt.config = RuntimeConfig(**{**rt.config.__dict__, "instance_id": "hostA"})
+    rt.async_commits.static_member = True
+    rt.step()
+    rt.async_commits.on_commit(
+        KafkaError(KafkaError.FENCED_INSTANCE_ID), [TopicPartition("t", 0, 1)]
+    )
+    with pytest.raises(FencedError, match="asynchronous offset commit"):
+        rt.step()
+
+
+def test_revoke_commits_the_pull_paths_last_offsets_synchronously(sessions: Any) -> None:
+    from confluent_kafka import TopicPartition
+
+    rt, fake, _handler = _pull_runtime(sessions, ["p0", "p1"], forward=set())
+    fake.fail_commits = KafkaError(KafkaError.REQUEST_TIMED_OUT)  # the async commit is lost
+    rt.step()
+    assert fake.committed == {}
+    fake.fail_commits = None
+    rt._on_revoke(fake, [TopicPartition("t", 0)])
+    assert fake.committed == {("t", 0): 2} and fake.commit_modes[-1] == "sync"
+
+
+def test_a_duplicate_in_one_batch_and_a_parked_record_claim_no_dedupe_row(sessions: Any) -> None:
+    """The dedupe claim (insert-or-ignore at the start of the batch transaction) is released
+    for every record that was not applied, so a replay or a release can still apply it."""
+    from pipeline.runtime.dedupe import seen_ids
+
+    fake = FakeConsumer()
+    fake.produce("t", 0, b"k", b"v0", [("msgId", b"m0")])
+    fake.produce("t", 0, b"k", b"v0-again", [("msgId", b"m0")])
+    fake.produce("t", 0, b"k", b"bad", [("msgId", b"m1")])
+    handler = Script({"bad": [DeadLetter(reason="SCHEMA_INVALID", error="x")]})
+    rt = make_runtime(sessions, handler, fake)
+    rt.step()
+    assert effect_values(sessions) == ["v0"]
+    with sessions() as s:
+        assert seen_ids(s, "g", ["m0", "m1"]) == {"m0"}
+    assert fake.committed == {("t", 0): 3}
+
+
+def test_the_store_is_warmed_before_the_first_poll_and_the_warm_up_writes_nothing(
+    sessions: Any,
+) -> None:
+    """Issue 17: no first-batch stall -- the dedupe claim and the handler's writes are
+    compiled in a rolled-back transaction at subscribe, before any record is read."""
+    from pipeline.runtime.dedupe import seen_ids
+
+    class Warm(Script):
+        warmed = 0
+
+        def warm(self, session: Any) -> None:
+            self.warmed += 1
+            tx = Staged()
+            tx.insert(effects, {"key": "warm", "value": "warm"})
+            tx.flush(session)
+
+    fake = FakeConsumer()
+    fake.produce("t", 0, b"k", b"v0", [("msgId", b"m0")])
+    handler = Warm()
+    rt = make_runtime(sessions, handler, fake)
+    rt.subscribe()
+    rt.subscribe()  # a re-join does not warm again
+    assert handler.warmed == 1 and handler.calls == []
+    assert effect_values(sessions) == []
+    with sessions() as s:
+        assert seen_ids(s, "g", ["\x00warm-up"]) == set()
+    rt.step()
+    assert effect_values(sessions) == ["v0"]
+
+
+@pytest.mark.parametrize(
+    ("plant", "window"),
+    [("commit_before_transaction", "committed_before_transaction"),
+     ("dedupe_own_transaction", "dedupe_committed_alone")],
+)  # fmt: skip
+def test_a_planted_bug_opens_its_window_in_the_claiming_batch(
+    sessions: Any, plant: str, window: str
+) -> None:
+    """The chaos suite's planted bugs (pipeline/hooks.py) still open their windows with the
+    dedupe claimed in the batch transaction: at the crash point the offsets (or the dedupe
+    rows) are committed and the effects are not."""
+    from pipeline.hooks import Hooks
+    from pipeline.runtime.dedupe import seen_ids
+    from pipeline.store import read_sessions
+
+    seen: list[tuple[str, dict[tuple[str, int], int], list[str], set[str]]] = []
+
+    reads = read_sessions(sessions.kw["bind"])  # the batch transaction holds the write lock
+
+    def crash(name: str) -> None:
+        with reads() as s:
+            ids = seen_ids(s, "g", ["m0"])
+            values = [r.value for r in s.execute(select(effects))]
+        seen.append((name, dict(fake.committed), values, ids))
+
+    fake = FakeConsumer()
+    fake.produce("t", 0, b"k", b"v0", [("msgId", b"m0")])
+    rt = ConsumerRuntime(
+        RuntimeConfig(bootstrap="fake:0", group_id="g", topics=("t",)),
+        handler=Script(),
+        sessions=sessions,
+        dead_letters=ListSink(),
+        consumer_factory=lambda _conf: fake,
+        hooks=Hooks(crash=crash, **{plant: True}),
+    )
+    rt.step()
+    if plant == "commit_before_transaction":
+        assert seen == [(window, {("t", 0): 1}, [], set())], "offsets first, no rows yet"
+    else:
+        assert seen == [(window, {}, [], {"m0"})], "the dedupe row alone, no effect yet"
+    assert effect_values(sessions) == ["v0"]  # no crash here: the batch completes
