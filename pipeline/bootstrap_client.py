@@ -110,6 +110,7 @@ def build_client(
         sessions=session_factory(engine),
         publisher=Publisher(host=config.host, signer=signer, topics=topics),
         inject_deadline_s=config.inject_deadline_s,
+        clock_skew_s=config.clock_skew_s,
         local_senders=local_senders(config),
         metrics=metrics,
     )

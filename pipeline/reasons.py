@@ -56,6 +56,9 @@ class Delivery(enum.StrEnum):
     NO_GROUP_MEMBERS = "NO_GROUP_MEMBERS"  # a broadcast group has no live member
     HELD_CAP_EXCEEDED = "HELD_CAP_EXCEEDED"  # the recipient already holds its cap of messages
     NO_INJECTOR = "NO_INJECTOR"  # an inject recipient without an injector
+    # a brief reached its recipient's gateway after the inject deadline its sender signed
+    # (``expiresAt``): refused, never injected -- the sender's FAILED stays true
+    INJECT_DEADLINE_PASSED = "INJECT_DEADLINE_PASSED"
 
 
 class Inject(enum.StrEnum):
@@ -281,6 +284,7 @@ AUTHENTICITY: frozenset[str] = frozenset(_order[: _order.index(Verification.SIGN
 
 PERMANENT: frozenset[str] = frozenset(Verification) | {
     Delivery.UNKNOWN_RECIPIENT,
+    Delivery.INJECT_DEADLINE_PASSED,
     Config.CONFIG_INVALID,
     Config.INVALID_NAME,
     Failure.VALIDATION_FAILED,
@@ -312,6 +316,7 @@ class Retention(enum.StrEnum):
 
     DEDUPE_HORIZON_TOO_SHORT = "DEDUPE_HORIZON_TOO_SHORT"  # dedupe < inbox retention + replay
     REPORTED_HORIZON_TOO_SHORT = "REPORTED_HORIZON_TOO_SHORT"  # reporter rows < DLQ retention
+    SAGA_HORIZON_TOO_SHORT = "SAGA_HORIZON_TOO_SHORT"  # finished sagas < saga topics + replay
 
 
 FAMILIES[Retention.__name__] = Retention

@@ -39,6 +39,7 @@ from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.gateway.roster_cache import RosterEntry, RosterState
 from pipeline.gateway.service import Gateway, Supervised
+from pipeline.gateway.socket_server import SocketServer
 from pipeline.gateway.tracking import FORWARD
 from pipeline.hooks import NO_HOOKS, Hooks
 from pipeline.kafka.errors import wait_out
@@ -82,6 +83,7 @@ class GatewayParts:
     nudger: Nudger
     registry: CollectorRegistry
     metrics: GatewayMetrics
+    socket: SocketServer | None = None
 
 
 def _build_nudger(
@@ -233,7 +235,7 @@ def build_gateway(
         dead_letters=dead_letters,
         metrics=RuntimeMetrics(registry),
         consumer_factory=factories.consumer,
-        fault_after_commit=hooks.fault_after_commit,
+        hooks=hooks,
     )
     relay = Relay(
         engine=engine,
@@ -242,6 +244,7 @@ def build_gateway(
         idle_wait_s=relay_poll_s,
         terminal_sink=RelayFailedSink(publisher=publisher, ttl_s=config.max_ttl_s),
         producer_factory=factories.producer,
+        hooks=hooks,
     )
     maintenance = Maintenance(
         sessions=sessions,
@@ -284,6 +287,7 @@ def build_gateway(
         config, signer=signer, engine=engine, factories=factories, metrics=metrics
     )
     interval = maintenance_interval_s or config.sweep_interval_s
+    server = _local_socket(config, client, relay)
 
     def run_runtime(stop: Any) -> None:
         # verification step 2 needs the bindings: the inbox starts once the roster has caught
@@ -318,6 +322,7 @@ def build_gateway(
             Supervised("relay", relay.run_forever),
             Supervised("maintenance", run_maintenance),
             *([Supervised("nudge", nudger.run)] if nudger.targets else []),
+            *([Supervised("socket", server.run)] if server is not None else []),
         ],
     )
     gateway.on_stop.extend(
@@ -335,7 +340,19 @@ def build_gateway(
         nudger=nudger,
         registry=registry,
         metrics=metrics,
+        socket=server,
     )
+
+
+def _local_socket(
+    config: GatewayConfig, client: GatewayClient, relay: Relay
+) -> SocketServer | None:
+    """Local entities hand their sends to this process, the store's one writer; each commit wakes
+    the relay (docs/gateway.md, "The local socket")."""
+    path = config.local_socket
+    if not path:
+        return None
+    return SocketServer(path=path, client=client, on_commit=relay.wake, mode=config.socket_mode)
 
 
 def _control_plane(

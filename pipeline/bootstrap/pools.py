@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,8 @@ from pipeline.pool.claims import StepClaims
 from pipeline.pool.heartbeat import Heartbeat as PoolHeartbeat
 from pipeline.pool.metrics import PoolMetrics
 from pipeline.pool.steps import StepFn
+from pipeline.retention.purger import Purger
+from pipeline.retention.rules import POOL_MEMBER_TABLES
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.inflight import Dispatcher, InflightConfig
 from pipeline.runtime.metrics import RuntimeMetrics
@@ -47,16 +50,23 @@ class PoolMember:
     registry: CollectorRegistry
     metrics: PoolMetrics
     heartbeat: PoolHeartbeat
+    purger: Purger | None = None
 
     def run(self, stop: Any) -> None:
-        """The heartbeat (lease renewal, lanes row) around the consumer runtime."""
+        """The heartbeat (lease renewal, lanes row) and the store purge around the consumer
+        runtime."""
         self.heartbeat.start()
+        purging = threading.Event()
+        purge = self.purger.start(purging) if self.purger is not None else None
         try:
             self.runtime.run(stop)
         finally:
+            purging.set()
             if self.handler.claims is not None:
                 self.handler.claims.stopping.set()
             self.heartbeat.close()
+            if purge is not None:
+                purge.join(timeout=10)
 
 
 def build_pool_member(
@@ -158,6 +168,9 @@ def build_pool_member(
         consumer_factory=factories.consumer,
         inflight=dispatcher,
     )
+    purger = None
+    if config.retention is not None:
+        purger = Purger.for_tables(engine, config.retention, POOL_MEMBER_TABLES, registry=registry)
     return PoolMember(
         runtime=runtime,
         handler=handler,
@@ -165,4 +178,5 @@ def build_pool_member(
         registry=registry,
         metrics=metrics,
         heartbeat=heartbeat,
+        purger=purger,
     )

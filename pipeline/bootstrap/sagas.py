@@ -16,12 +16,17 @@ from pipeline.bootstrap_client import (
 from pipeline.gateway.deadletters import OutboxDeadLetterSink
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox import Relay
+from pipeline.retention import RetentionConfig
+from pipeline.retention.purger import Purger
+from pipeline.retention.rules import SAGA_TABLES
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.store import session_factory
 
 if TYPE_CHECKING:
     pass
+
+DEFAULT_RETENTION = RetentionConfig()
 
 
 @dataclass
@@ -32,12 +37,19 @@ class SagaProcess:
     relay: Relay
     engine: Engine
     ticker: Callable[[], object] | None = None
+    purger: Purger | None = None
+    registry: CollectorRegistry | None = None
 
     def run(self, stop: Any, *, tick_s: float = 0.5) -> None:
-        """Run consumer, relay (and the orchestrator's approval-expiry ticker) until ``stop``."""
+        """Run consumer, relay, the store purge (and the orchestrator's approval-expiry ticker)
+        until ``stop``."""
         import threading
 
         threads = [threading.Thread(target=self.relay.run_forever, args=(stop,), daemon=True)]
+        if self.purger is not None:
+            threads.append(
+                threading.Thread(target=self.purger.run_forever, args=(stop,), daemon=True)
+            )
         if self.ticker is not None:
             ticker = self.ticker
 
@@ -69,6 +81,7 @@ def build_saga_process(
     registry: CollectorRegistry | None = None,
     ticker: Callable[[Engine], Callable[[], object]] | None = None,
     engine: Engine | None = None,
+    retention: RetentionConfig | None = DEFAULT_RETENTION,
     factories: Factories = DEFAULT_FACTORIES,
 ) -> SagaProcess:
     """One saga process (``docs/sagas.md``): ``role`` is ``orchestrator`` or a participant name.
@@ -76,6 +89,8 @@ def build_saga_process(
     The orchestrator consumes ``topics.replies`` with a :class:`ReplyHandler`; a participant
     consumes ``topics.commands(role)`` with its :class:`Participant`. Dead letters and every
     command/reply leave through this store's outbox, shipped by this process's relay.
+    ``retention`` says how it purges its store (finished sagas, sent outbox rows, dedupe rows,
+    expired idempotency keys: docs/store.md), counted in ``registry``; ``None``: it does not.
     """
     registry = registry or CollectorRegistry()
     engine = engine or factories.engine(store_url)
@@ -103,4 +118,8 @@ def build_saga_process(
         relay=relay,
         engine=engine,
         ticker=None if ticker is None else ticker(engine),
+        purger=None
+        if retention is None
+        else Purger.for_tables(engine, retention, SAGA_TABLES, registry=registry),
+        registry=registry,
     )

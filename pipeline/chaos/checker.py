@@ -8,7 +8,9 @@ once'):
   reporter's FAILED about a dead letter). A send still in the sender's outbox
   (``unshipped``) is *unseen*, reported apart: it is not lost yet, only not delivered.
 * nothing twice - at most one hold and one inject per msgId; at most one FAILED; never both an
-  inject and a FAILED for one brief (a FAILED tells the sender it did not happen).
+  inject and a FAILED for one brief (a FAILED tells the sender it did not happen) -- unless the
+  sender's gateway recorded the INJECTED as arriving after its FAILED (``late_injected``): the
+  forward path's residual window, said loudly there, counted in its own column ``late``.
 * order - per ``from -> to`` stream, holds (and injects) come in send order, without gaps: a send
   skipped while a later one on its stream was delivered is a gap, unless it was dead-lettered,
   rejected or FAILED (an outcome that says why).
@@ -57,6 +59,7 @@ class Verdict:
     out_of_order: int
     unseen: int
     refused: int = 0  # sends the client refused locally (never acknowledged, not checked)
+    late: int = 0  # briefs injected AND FAILED whose sender recorded the INJECTED as late
     slowest_recovery_s: float | None
     findings: tuple[Finding, ...] = field(default_factory=tuple)
 
@@ -82,6 +85,7 @@ class _Index:
     delivered: dict[Stream, list[str]] = field(default_factory=lambda: defaultdict(list))
     faults: int = 0
     refused: int = 0
+    late_ids: set[str] = field(default_factory=set)
     recoveries: list[float] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
@@ -93,6 +97,8 @@ class _Index:
                 ix.sends[str(r["msgId"])] = r
             elif r.get("op") == Op.REJECTED and r.get("local"):
                 ix.refused += 1
+            elif r.get("op") == Op.LATE_INJECTED:
+                ix.late_ids.add(str(r.get("msgId", "")))
             elif r.get("op") == Op.FAULT:
                 ix.faults += 1
             elif r.get("op") == Op.RECOVERED and r.get("seconds") is not None:
@@ -119,9 +125,9 @@ def _stream(send: Mapping[str, Any]) -> Stream:
     return (str(send["from"]), str(send["to"]))
 
 
-def _outcomes(ix: _Index, strict: bool) -> tuple[int, int]:
-    """Nothing lost, nothing twice; returns (lost, unseen)."""
-    lost = unseen = 0
+def _outcomes(ix: _Index, strict: bool) -> tuple[int, int, int]:
+    """Nothing lost, nothing twice; returns (lost, unseen, late)."""
+    lost = unseen = late = 0
     for mid, s in ix.sends.items():
         c = ix.seen.get(mid, Counter())
         delivered = c[Op.HELD] + c[Op.INJECTED]
@@ -130,7 +136,10 @@ def _outcomes(ix: _Index, strict: bool) -> tuple[int, int]:
         if c[Op.HELD] > 1 or c[Op.INJECTED] > 1 or failed > 1:
             ix.findings.append(Finding(code=Violation.DUPLICATED, msg_id=mid, detail=repr(dict(c))))
         if failed and c[Op.INJECTED]:
-            ix.findings.append(Finding(code=Violation.CONFLICT, msg_id=mid))
+            if mid in ix.late_ids:  # the sender knows its FAILED was wrong: loud, counted
+                late += 1
+            else:
+                ix.findings.append(Finding(code=Violation.CONFLICT, msg_id=mid))
         if strict and (failed or explained):
             ix.findings.append(Finding(code=Violation.NOT_CLEAN, msg_id=mid, detail=repr(dict(c))))
         if delivered or explained or failed:  # a FAILED (with its reason) is an outcome
@@ -140,7 +149,7 @@ def _outcomes(ix: _Index, strict: bool) -> tuple[int, int]:
             continue
         lost += 1
         ix.findings.append(Finding(code=Violation.LOST, msg_id=mid, detail=f"seq {s.get('seq')}"))
-    return lost, unseen
+    return lost, unseen, late
 
 
 def _order(ix: _Index) -> int:
@@ -178,7 +187,7 @@ def check(history: Iterable[Mapping[str, Any]], *, strict: bool = False) -> Verd
     of an acknowledged send is a finding too, reason or not."""
     rows = list(history)
     ix = _Index.of(rows)
-    lost, unseen = _outcomes(ix, strict)
+    lost, unseen, late = _outcomes(ix, strict)
     out_of_order = _order(ix)
     dup = sum(f.code in (Violation.DUPLICATED, Violation.CONFLICT) for f in ix.findings)
     return Verdict(
@@ -190,6 +199,7 @@ def check(history: Iterable[Mapping[str, Any]], *, strict: bool = False) -> Verd
         out_of_order=out_of_order,
         unseen=unseen,
         refused=ix.refused,
+        late=late,
         slowest_recovery_s=max(ix.recoveries, default=None),
         findings=tuple(ix.findings),
     )

@@ -3,7 +3,8 @@
 After heal-and-drain the driver reads: the recipient host's held rows (``held``), the injected
 msgIds the worker's command appended (``injected``), dead letters staged in either host's outbox
 (``dead_letter``, with the reason from their context header), FAILED receipts held for the
-sender (``failed``), and the sender's outbox rows that never shipped (``unshipped``) or were
+sender (``failed``), INJECTED receipts the sender recorded after its FAILED
+(``late_injected``), and the sender's outbox rows that never shipped (``unshipped``) or were
 refused for good (``rejected``).
 """
 
@@ -17,8 +18,10 @@ from sqlalchemy import select
 
 from pipeline import schemas
 from pipeline.failures.dlq import DLQ_HEADER, SCHEMA
+from pipeline.gateway.deadlines import LATE
 from pipeline.gateway.held import held_table
 from pipeline.gateway.receipts import read_receipt
+from pipeline.gateway.tracking import forward_table
 from pipeline.outbox.tables import RowStatus, outbox
 from pipeline.record_headers import unpack_headers
 from pipeline.store import make_engine
@@ -73,6 +76,18 @@ def failed_receipts(url: str, sender: str) -> Iterator[dict[str, Any]]:
             for r in c.execute(q.order_by(held_table.c.id)):
                 rec = read_receipt("FAILED", bytes(r.body))
                 yield row(Op.FAILED, msgId=rec.msg_id, reason=rec.reason, stage=rec.stage)
+    finally:
+        engine.dispose()
+
+
+def late_injected(url: str) -> Iterator[dict[str, Any]]:
+    """Forward sends whose INJECTED reached the sender after its FAILED (state ``late``)."""
+    engine = _engine(url)
+    try:
+        with engine.connect() as c:
+            q = select(forward_table.c.msg_id).where(forward_table.c.state == LATE)
+            for r in c.execute(q.order_by(forward_table.c.msg_id)):
+                yield row(Op.LATE_INJECTED, msgId=r.msg_id)
     finally:
         engine.dispose()
 

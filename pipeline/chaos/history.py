@@ -10,6 +10,8 @@ Operations (``op``):
 * ``dead_letter`` - a gateway dead-lettered it (``reason``).
 * ``failed`` - a FAILED receipt for it reached the sender (``reason``).
 * ``rejected`` - the sender's outbox refused it for good (``reason``).
+* ``late_injected`` - the sender's gateway recorded an INJECTED that came after its FAILED (the
+  forward path's residual window, logged and counted there; ``docs/gateway.md``).
 * ``unshipped`` - still in the sender's outbox at the end (not seen yet, not lost).
 * ``fault`` / ``heal`` / ``recovered`` - the nemesis's account (``name``, ``seconds``).
 """
@@ -33,6 +35,7 @@ class Op(StrEnum):
     FAILED = "failed"
     REJECTED = "rejected"
     UNSHIPPED = "unshipped"
+    LATE_INJECTED = "late_injected"
     FAULT = "fault"
     HEAL = "heal"
     RECOVERED = "recovered"

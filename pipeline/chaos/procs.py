@@ -16,8 +16,13 @@ RUNNING_LINE = "running (inbox"
 
 
 class GatewayProc:
-    def __init__(self, name: str, config: Path, log: Path) -> None:
+    def __init__(
+        self, name: str, config: Path, log: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
+        # extra environment for the next start, e.g. FLEET_FAULT (pipeline/hooks.py): the
+        # nemesis may change it between incarnations
+        self.env: dict[str, str] = dict(env or {})
         self.config = config
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
@@ -29,7 +34,7 @@ class GatewayProc:
                 [sys.executable, "-m", "pipeline", "gateway", "run", "--config", str(self.config)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env={**os.environ},
+                env={**os.environ, **self.env},
             )
         self.starts += 1
         return self

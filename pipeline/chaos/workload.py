@@ -188,6 +188,7 @@ class Workload:
             for m in collect.injected_ids(self.injected_file)
         )
         h.extend(collect.failed_receipts(self.store_url("A"), SENDER))
+        h.extend(collect.late_injected(self.store_url("A")))
         for host in HOSTS:
             h.extend(collect.outbox_rows(self.store_url(host), self.topics.dlq, host))
 

@@ -22,6 +22,15 @@ from pipeline.store import make_engine
 from . import dlq_report
 from .login import KafkaConfigOpt, kafka_factories
 from .output import console, emit_json, fail_on_fleet_error
+from .serving import (
+    LOOPBACK,
+    MetricsAddressOpt,
+    MetricsPortOpt,
+    NoPurgeOpt,
+    RetentionOpt,
+    retention_from,
+    serve_metrics,
+)
 
 app = typer.Typer(help="Inspect, replay and report the dead-letter topic.", no_args_is_help=True)
 
@@ -227,6 +236,10 @@ def report(
     idle_exit: Annotated[
         float | None, typer.Option("--idle-exit", help="Exit after this many idle seconds.")
     ] = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_address: MetricsAddressOpt = LOOPBACK,
+    retention: RetentionOpt = None,
+    no_purge: NoPurgeOpt = False,
     kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Run the FAILED reporter: one FAILED per eligible dead letter, even across kill -9.
@@ -234,15 +247,24 @@ def report(
     With --config the FAILED is a signed envelope to the sender's host inbox, written to this
     host's outbox in the transaction of the reporter's dedupe row. --bootstrap/--db/--sink-topic
     is the unsigned plain-record sink for tests and local runs. The login is --config's
-    [kafka] table, or --kafka-config's (giving both with different logins is refused).
+    [kafka] table, or --kafka-config's (giving both with different logins is refused). It
+    purges its reported rows past --config's [retention] (or --retention's).
     """
+    from prometheus_client import CollectorRegistry
+
+    from pipeline.retention import RetentionConfig
+    from pipeline.retention.purger import Purger
+    from pipeline.retention.rules import REPORTER_TABLES
+
     factories = kafka_factories(kafka_config)
+    registry = CollectorRegistry()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     shipper: dlq_report.ReporterRelay | None = None
+    base: RetentionConfig | None = None
     if config is not None:
-        reporter = dlq_report.configured_reporter(
-            config, group=group, dlq_topic=dlq_topic, factories=factories
+        reporter, base = dlq_report.configured_reporter(
+            config, group=group, dlq_topic=dlq_topic, factories=factories, registry=registry
         )
         shipper = (
             dlq_report.ReporterRelay.start(reporter.engine, config, factories=factories)
@@ -258,10 +280,19 @@ def report(
             dlq_topic=dlq_topic,
             group=group,
             factories=factories,
+            registry=registry,
+        )
+    policy = retention_from(retention, no_purge=no_purge, base=base)
+    serve_metrics(registry, port=metrics_port, address=metrics_address)
+    purging = threading.Event()
+    if policy is not None:
+        Purger.for_tables(reporter.engine, policy, REPORTER_TABLES, registry=registry).start(
+            purging
         )
     try:
         emitted = reporter.run(should_stop=stop.is_set, idle_exit_s=idle_exit)
     finally:
+        purging.set()
         reporter.consumer.close()
         if shipper is not None:
             shipper.finish()  # ship what this run staged before exiting

@@ -23,13 +23,22 @@ from pipeline.outbox import backlog
 from pipeline.reasons import Config
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from pipeline.bootstrap_client import Factories
+    from pipeline.retention import RetentionConfig
 
 
 def configured_reporter(
-    config: Path, *, group: str | None, dlq_topic: str | None, factories: Factories
-) -> FailedReporter:
-    """The reporter of the host ``config`` describes: signs with its key, writes its outbox."""
+    config: Path,
+    *,
+    group: str | None,
+    dlq_topic: str | None,
+    factories: Factories,
+    registry: CollectorRegistry | None = None,
+) -> tuple[FailedReporter, RetentionConfig]:
+    """The reporter of the host ``config`` describes: signs with its key, writes its outbox;
+    with the host's ``[retention]``."""
     from pipeline.bootstrap import build_failed_reporter
     from pipeline.envelope import Signer, TrustStore
     from pipeline.gateway.config import load_config
@@ -40,14 +49,16 @@ def configured_reporter(
             f"{config}: the reporter signs its FAILEDs: key_file and trust_dir must be set",
             reason=Config.CONFIG_MISSING_KEY,
         )
-    return build_failed_reporter(
+    reporter = build_failed_reporter(
         cfg,
         signer=Signer.load(cfg.key_file),
         trust=TrustStore.load(cfg.trust_dir),
         group=group,
         dlq_topic=dlq_topic,
+        registry=registry,
         factories=factories,  # build_failed_reporter adds the fleet.toml's [kafka] login
     )
+    return reporter, cfg.retention
 
 
 def plain_reporter(
@@ -59,6 +70,7 @@ def plain_reporter(
     dlq_topic: str | None,
     group: str | None,
     factories: Factories,
+    registry: CollectorRegistry | None = None,
 ) -> FailedReporter:
     """The unsigned plain-record sink (tests and local runs)."""
     if not (bootstrap and db and sink_topic):
@@ -75,6 +87,7 @@ def plain_reporter(
         prefix=prefix,
         dlq_topic=dlq_topic,
         group=group,
+        registry=registry,
         factories=factories,
     )
 

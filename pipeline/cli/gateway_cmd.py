@@ -11,14 +11,15 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from pipeline.errors import ConfigError, DeliveryError
-from pipeline.reasons import Config, Verification
+from pipeline.reasons import Config
 
 from .output import EXIT_FLEET_ERROR, console, emit_json, err_console, fail_on_fleet_error
+from .serving import LOOPBACK, MetricsAddressOpt, MetricsPortOpt, serve_metrics
 
 if TYPE_CHECKING:
     from pipeline.envelope import Signer
@@ -50,17 +51,6 @@ def _signer(cfg: GatewayConfig) -> Signer:
     return Signer.load(cfg.key_file)
 
 
-def serve_metrics(registry: Any, *, port: int, address: str) -> Any:
-    """Serve ``registry`` on ``address:port``; a port in use or a bad address is a ConfigError."""
-    from prometheus_client import start_http_server
-
-    try:
-        server, _thread = start_http_server(port, addr=address, registry=registry)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--metrics-address {address} --metrics-port {port}: {exc}") from None
-    return server
-
-
 def _body(text: str | None) -> bytes:
     if text is None or text == "-":
         return sys.stdin.buffer.read()
@@ -72,13 +62,8 @@ def _body(text: str | None) -> bytes:
 def run(
     config: ConfigOpt,
     host: Annotated[str | None, typer.Option(help="Host id (overrides the file).")] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
-    metrics_address: Annotated[
-        str,
-        typer.Option(
-            help="Address /metrics listens on (0.0.0.0: every interface, for a remote scraper)."
-        ),
-    ] = "127.0.0.1",
+    metrics_port: MetricsPortOpt = None,
+    metrics_address: MetricsAddressOpt = LOOPBACK,
 ) -> None:
     """Run the gateway until SIGTERM/SIGINT; exits 3 when fenced or on a fatal error."""
     from pipeline.bootstrap import build_gateway
@@ -93,10 +78,9 @@ def run(
         cfg,
         signer=_signer(cfg),
         trust=TrustStore.load(cfg.trust_dir),
-        hooks=hooks_from_fault(os.environ.get("FLEET_FAULT")),
+        hooks=hooks_from_fault(os.environ.get("FLEET_FAULT"), os.environ.get("FLEET_FAULT_AT")),
     )
-    if metrics_port is not None:
-        serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
+    serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
     gw = parts.gateway.start()
     signal.signal(signal.SIGTERM, lambda *_: gw.stop_event.set())
     signal.signal(signal.SIGINT, lambda *_: gw.stop_event.set())
@@ -117,19 +101,14 @@ def send(
     ttl: Annotated[float | None, typer.Option(help="Seconds until expiresAt.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Send a message (works while the broker is down: it is queued in the outbox)."""
-    from pipeline.bootstrap_client import build_client
-    from pipeline.envelope import Kind
+    """Send a message (works while the broker is down: it is queued in the outbox).
 
+    Through the gateway's local socket when it runs (it signs and commits the send); else
+    straight into the host's store, as the gateway would.
+    """
     cfg = _load(config)
     try:
-        k = Kind(kind.upper())
-    except ValueError:
-        raise ConfigError(f"unknown kind {kind!r}", reason=Verification.UNKNOWN_KIND) from None
-    try:
-        env = build_client(cfg, signer=_signer(cfg)).send(
-            sender=sender, to=to, body=_body(body), kind=k, ttl_s=ttl
-        )
+        msg_id, trace_id, kind, via = _send(cfg, sender, to, _body(body), kind, ttl)
     except DeliveryError as exc:  # e.g. UNKNOWN_RECIPIENT, RECIPIENT_GONE: refused at once
         if not as_json:
             raise
@@ -138,9 +117,37 @@ def send(
                              "message": str(exc), "to": to, **exc.context}})  # fmt: skip
         raise typer.Exit(EXIT_FLEET_ERROR) from exc
     if as_json:
-        emit_json({"msgId": env.msg_id, "traceId": env.trace_id, "to": to, "kind": k.value})
+        emit_json({"msgId": msg_id, "traceId": trace_id, "to": to, "kind": kind, "via": via})
     else:
-        console.print(f"queued {k.value} {env.msg_id} -> {to}")
+        console.print(f"queued {kind} {msg_id} -> {to}")
+
+
+def _send(
+    cfg: GatewayConfig, sender: str, to: str, body: bytes, kind: str, ttl: float | None
+) -> tuple[str, str, str, str]:
+    """``(msg_id, trace_id, kind, via)`` of one send: through the gateway's socket when one
+    answers (via ``gateway``; this process loads neither the store nor the envelope), else
+    straight into the store (via ``store``)."""
+    from pipeline.gateway.socket_client import GatewayUnavailable, SocketClient
+
+    path = cfg.local_socket
+    if path:
+        try:
+            client = SocketClient.connect(path)
+        except GatewayUnavailable:
+            pass  # the gateway is down: write the store ourselves, as it would
+        else:
+            with client:
+                queued = client.send(sender=sender, to=to, body=body, kind=kind, ttl_s=ttl)
+            return queued.msg_id, queued.trace_id, kind.upper(), "gateway"
+    from pipeline.bootstrap_client import build_client
+    from pipeline.gateway.socket_server import parse_kind
+
+    k = parse_kind(kind)
+    env = build_client(cfg, signer=_signer(cfg)).send(
+        sender=sender, to=to, body=body, kind=k, ttl_s=ttl
+    )
+    return env.msg_id, env.trace_id, k.value, "store"
 
 
 def ask(

@@ -22,6 +22,15 @@ from pipeline.errors import ConfigError
 
 from .login import KafkaConfigOpt, kafka_factories
 from .output import console, emit_json, fail_on_fleet_error
+from .serving import (
+    LOOPBACK,
+    MetricsAddressOpt,
+    MetricsPortOpt,
+    NoPurgeOpt,
+    RetentionOpt,
+    retention_from,
+    serve_metrics,
+)
 
 app = typer.Typer(help="Worker pools: members of consumer group fleet.pool.<NAME>.")
 
@@ -105,12 +114,13 @@ def run(
     events: Annotated[
         Path | None, typer.Option("--events", help="Append one JSON line per step here.")
     ] = None,
-    metrics_port: Annotated[int | None, typer.Option("--metrics-port")] = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_address: MetricsAddressOpt = LOOPBACK,
+    retention: RetentionOpt = None,
+    no_purge: NoPurgeOpt = False,
     kafka_config: KafkaConfigOpt = None,
 ) -> None:
-    """Run one pool member until SIGTERM/SIGINT."""
-    from prometheus_client import start_http_server
-
+    """Run one pool member until SIGTERM/SIGINT; it purges its own store (--retention)."""
     from pipeline.bootstrap import build_pool_member
     from pipeline.pool import Assignment, PoolConfig
     from pipeline.pool.steps import CommandStep, SleepStep, StepFn, load_handler
@@ -155,12 +165,12 @@ def run(
             partitions=partitions,
             events_path=str(events) if events else None,
             step_lease_s=step_lease,
+            retention=retention_from(retention, no_purge=no_purge),
         ),
         step=step,
         factories=kafka_factories(kafka_config, check=bootstrap),
     )
-    if metrics_port is not None:
-        start_http_server(metrics_port, registry=parts.registry)
+    serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
     stop = threading.Event()
 
     def _stop(_signum: int, _frame: Any) -> None:

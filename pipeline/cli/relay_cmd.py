@@ -15,6 +15,15 @@ import typer
 
 from .login import KafkaConfigOpt, kafka_factories
 from .output import console, fail_on_fleet_error
+from .serving import (
+    LOOPBACK,
+    MetricsAddressOpt,
+    MetricsPortOpt,
+    NoPurgeOpt,
+    RetentionOpt,
+    retention_from,
+    serve_metrics,
+)
 
 app = typer.Typer(help="Ship committed outbox rows to Kafka (the outbox relay).")
 
@@ -32,17 +41,21 @@ def run(
         float,
         typer.Option("--delivery-timeout", help="Seconds before a delivery counts as failed."),
     ] = 10.0,
-    metrics_port: Annotated[
-        int | None, typer.Option("--metrics-port", help="Serve Prometheus metrics on this port.")
-    ] = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_address: MetricsAddressOpt = LOOPBACK,
+    retention: RetentionOpt = None,
+    no_purge: NoPurgeOpt = False,
     kafka_config: KafkaConfigOpt = None,
 ) -> None:
-    """Run the relay until SIGTERM/SIGINT."""
-    from prometheus_client import CollectorRegistry, start_http_server
+    """Run the relay until SIGTERM/SIGINT; it purges its store's sent rows (--retention)."""
+    from prometheus_client import CollectorRegistry
 
     from pipeline.bootstrap import build_relay
+    from pipeline.retention.purger import Purger
+    from pipeline.retention.rules import RELAY_TABLES
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    policy = retention_from(retention, no_purge=no_purge)
     registry = CollectorRegistry()
     relay = build_relay(
         db,
@@ -54,9 +67,10 @@ def run(
         factories=kafka_factories(kafka_config, check=bootstrap),
     )
     engine = relay.engine
-    if metrics_port is not None:
-        start_http_server(metrics_port, registry=registry)
+    serve_metrics(registry, port=metrics_port, address=metrics_address)
     stop = threading.Event()
+    if policy is not None:  # its own thread: the relay's never waits for more than one batch
+        Purger.for_tables(engine, policy, RELAY_TABLES, registry=registry).start(stop)
 
     def _stop(_signum: int, _frame: Any) -> None:
         stop.set()

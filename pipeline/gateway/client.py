@@ -15,12 +15,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
-from pipeline.errors import DeliveryError
+from pipeline.errors import DeliveryError, FleetError
 from pipeline.reasons import Delivery, Lifecycle
 from pipeline.store import read_sessions
 
@@ -35,6 +36,19 @@ from .tracking import FORWARD
 UNKNOWN_RECIPIENT = Delivery.UNKNOWN_RECIPIENT
 RECIPIENT_GONE = Lifecycle.RECIPIENT_GONE
 TRACKED = frozenset({Kind.SEND, Kind.ANSWER})
+
+
+@dataclass(frozen=True, kw_only=True)
+class SendRequest:
+    """One :meth:`GatewayClient.send`'s arguments, for :meth:`GatewayClient.send_all`."""
+
+    sender: str
+    to: str
+    body: bytes
+    kind: Kind = Kind.SEND
+    ttl_s: float | None = None
+    trace_id: str | None = None
+    turn_id: str | None = None
 
 
 def _now() -> int:
@@ -53,6 +67,7 @@ class GatewayClient:
         sessions: sessionmaker[Session],
         publisher: Publisher,
         inject_deadline_s: float = 30.0,
+        clock_skew_s: float = 30.0,
         default_ttl_s: float = 3600.0,
         local_senders: LocalSenders | None = None,
         metrics: GatewayMetrics | None = None,
@@ -61,6 +76,7 @@ class GatewayClient:
         self.sessions = sessions
         self.publisher = publisher
         self.inject_deadline_s = inject_deadline_s
+        self.clock_skew_s = clock_skew_s
         self.default_ttl_s = default_ttl_s
         self.local_senders = local_senders
         bind = sessions.kw.get("bind")
@@ -123,41 +139,105 @@ class GatewayClient:
         trace_id: str | None = None,
         turn_id: str | None = None,
     ) -> Envelope:
-        """Queue one message; returns its envelope (``msg_id`` correlates receipts)."""
-        env = Envelope.new(
-            kind=kind,
+        """Queue one message; returns its envelope (``msg_id`` correlates receipts).
+
+        A tracked kind to an inject-mode recipient carries its inject deadline as ``expiresAt``
+        (signed, so no relay can stretch it): its recipient's gateway refuses to inject it after
+        that (``INJECT_DEADLINE_PASSED``). The sender's tracker waits ``clock_skew_s`` longer
+        before its ``INJECT_TIMEOUT``, so a recipient whose clock lags by up to that much has
+        already refused the brief when the sender is told it failed (docs/gateway.md).
+        """
+        request = SendRequest(
             sender=sender,
             to=to,
             body=body,
-            ttl_s=ttl_s or self.default_ttl_s,
+            kind=kind,
+            ttl_s=ttl_s,
             trace_id=trace_id,
             turn_id=turn_id,
         )
+        env = self._envelope(request)
         with self.sessions.begin() as s:
-            self._check_sender(s, sender)
-            entry = self._resolve(s, to)
-            self.publisher.stage(s, env, to_host=entry.host)
-            if kind in TRACKED and entry.delivery == "inject":
-                deadline = min(env.expires_at_ms, env.ts_ms + int(self.inject_deadline_s * 1000))
-                deadlines.track(
-                    s,
-                    FORWARD,
-                    msg_id=env.msg_id,
-                    sender=sender,
-                    recipient=to,
-                    trace_id=env.trace_id,
-                    sent_ms=env.ts_ms,
-                    deadline_ms=deadline,
-                )
-            if kind == Kind.ASK and turn_id is not None:
-                Conversations.open_turn(
-                    s,
-                    turn_id=turn_id,
-                    asker=sender,
-                    asked=to,
-                    msg_id=env.msg_id,
-                    expires_at_ms=env.expires_at_ms,
-                )
+            env = self._stage(s, env)
+        return env
+
+    def send_all(self, requests: Sequence[SendRequest]) -> list[Envelope | FleetError]:
+        """Queue many messages in one transaction (group commit); one result per request.
+
+        The same checks and the same rows as :meth:`send` (the same :meth:`_stage`). A refused
+        send (``UNKNOWN_RECIPIENT``, ``NOT_LOCAL_SENDER``, ``BRANCH_ABANDONED`` ...) comes back as
+        its :class:`FleetError` and leaves the others untouched: the group is first tried as one
+        plain transaction (the common case: nothing refused); if anything was refused, that
+        transaction is rolled back whole and the group is written again with one savepoint per
+        send. A failure of the commit itself raises (nothing of the group is queued).
+        """
+        results: list[Envelope | FleetError] = []
+        for request in requests:
+            try:
+                results.append(self._envelope(request))
+            except FleetError as exc:
+                results.append(exc)
+        todo = [(i, r) for i, r in enumerate(results) if isinstance(r, Envelope)]
+        if not todo:
+            return results
+        try:
+            with self.sessions.begin() as s:
+                for i, env in todo:
+                    results[i] = self._stage(s, env)
+            return results
+        except FleetError:
+            pass  # one was refused: nothing of this pass was committed; again, one by one
+        with self.sessions.begin() as s:
+            for i, env in todo:
+                try:
+                    with s.begin_nested():
+                        results[i] = self._stage(s, env)
+                except FleetError as exc:
+                    results[i] = exc
+        return results
+
+    def _envelope(self, r: SendRequest) -> Envelope:
+        return Envelope.new(
+            kind=r.kind,
+            sender=r.sender,
+            to=r.to,
+            body=r.body,
+            ttl_s=r.ttl_s or self.default_ttl_s,
+            trace_id=r.trace_id,
+            turn_id=r.turn_id,
+        )
+
+    def _stage(self, s: Session, env: Envelope) -> Envelope:
+        """Every check and every row of one send, in the caller's transaction; returns the
+        envelope as staged (a brief's ``expiresAt`` capped at its inject deadline)."""
+        sender, to, kind = env.sender, env.to, env.kind
+        self._check_sender(s, sender)
+        entry = self._resolve(s, to)
+        tracked = kind in TRACKED and entry.delivery == "inject"
+        if tracked:  # the inject deadline travels signed as expiresAt
+            cap = env.ts_ms + int(self.inject_deadline_s * 1000)
+            env = replace(env, expires_at_ms=min(env.expires_at_ms, cap))
+        self.publisher.stage(s, env, to_host=entry.host)
+        if tracked:
+            deadlines.track(
+                s,
+                FORWARD,
+                msg_id=env.msg_id,
+                sender=sender,
+                recipient=to,
+                trace_id=env.trace_id,
+                sent_ms=env.ts_ms,
+                deadline_ms=env.expires_at_ms + int(self.clock_skew_s * 1000),
+            )
+        if kind == Kind.ASK and env.turn_id is not None:
+            Conversations.open_turn(
+                s,
+                turn_id=env.turn_id,
+                asker=sender,
+                asked=to,
+                msg_id=env.msg_id,
+                expires_at_ms=env.expires_at_ms,
+            )
         return env
 
     def ask(self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0) -> Envelope:

@@ -33,7 +33,7 @@ from typing import Any, Literal, TypeVar
 from pipeline.errors import ConfigError
 from pipeline.kafka.security import PLAINTEXT, KafkaSecurity, security_from_table
 from pipeline.kafka.topics import check_name
-from pipeline.presence.model import ENTITY_DELIVERIES, ENTITY_ROLES, Delivery, Role
+from pipeline.presence.roles import ENTITY_DELIVERIES, ENTITY_ROLES, Delivery, Role
 from pipeline.reasons import Config
 from pipeline.retention.policy import RetentionConfig
 
@@ -274,6 +274,9 @@ class GatewayConfig:
     # [retention]: docs/store.md, bounded stores
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     kafka: KafkaSecurity = PLAINTEXT  # the [kafka] table: login, TLS, pass-through properties
+    # the local socket (docs/gateway.md): None = next to a SQLite store, "" = none
+    socket_path: str | None = None
+    socket_mode: int = 0o600
 
     def __post_init__(self) -> None:
         _name(self.host, "host", "host id")
@@ -285,11 +288,18 @@ class GatewayConfig:
             raise invalid("bootstrap", self.bootstrap, "must be host:port[,host:port...]")
         if not isinstance(self.topic_prefix, str) or not _PREFIX.match(self.topic_prefix):
             raise invalid("topic_prefix", self.topic_prefix, "use letters, digits, '.', '_', '-'")
-        for key in ("store_url", "key_file", "trust_dir"):
+        for key in ("store_url", "key_file", "trust_dir", "socket_path"):
             value = getattr(self, key)
-            _text(value, key, optional=key != "store_url")
+            if not (key == "socket_path" and value == ""):  # "": no local socket
+                _text(value, key, optional=key != "store_url")
             if value is not None:
                 object.__setattr__(self, key, value.replace("<host>", self.host))
+        if self.socket_mode not in (0o600, 0o660) or isinstance(self.socket_mode, bool):
+            raise invalid(
+                "socket_mode",
+                self.socket_mode,
+                "use 0o600 (the gateway's user) or 0o660 (and its group)",
+            )
         names = [p.name for p in self.profiles if isinstance(p, ProfileConfig)]
         if len(names) != len(self.profiles):
             raise invalid("profiles", self.profiles, "must be a list of profile tables")
@@ -324,6 +334,20 @@ class GatewayConfig:
                     f"entities[{i}].gid", entity.gid, "gid used twice", Config.CONFIG_DUPLICATE_GID
                 )
             seen.add(entity.gid)
+
+    @property
+    def local_socket(self) -> str | None:
+        """Where the gateway serves local sends: ``socket_path``, else ``<store file>.sock`` for
+        a SQLite store; ``None`` when there is none (``socket_path = ""``, or PostgreSQL without
+        a ``socket_path``)."""
+        if self.socket_path is not None:
+            return self.socket_path or None
+        prefix = "sqlite:///"
+        if self.store_url.startswith(prefix) and len(self.store_url) > len(prefix):
+            db = self.store_url[len(prefix) :].split("?", 1)[0]
+            if db != ":memory:":
+                return f"{db}.sock"
+        return None
 
 
 def load_config(

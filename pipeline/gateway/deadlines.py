@@ -33,7 +33,7 @@ from pipeline.envelope import Envelope, Kind
 from .held import hold_notice
 from .receipts import failed_body
 
-PENDING, FAILED = "pending", "failed"
+PENDING, FAILED, LATE = "pending", "failed", "late"
 
 
 def tracked_columns() -> tuple[Column[Any], ...]:
@@ -68,7 +68,7 @@ class Tracked:
 
 def track(session: Session, kind: Tracked, **row: Any) -> None:
     """Record one send as ``pending``, in the caller's (the send's) transaction."""
-    session.execute(insert(kind.table).values(state=PENDING, **row))
+    session.execute(insert(kind.table), {**row, "state": PENDING})
 
 
 def settle(
@@ -82,6 +82,19 @@ def settle(
         .values(state=state, reason=reason)
     )
     return bool(getattr(result, "rowcount", 0))
+
+
+def mark_late(session: Session, kinds: Sequence[Tracked], msg_id: str) -> bool:
+    """An answer came after the deadline's ``FAILED``: ``failed`` -> ``late``, so the store keeps
+    that the FAILED was wrong (the chaos checker and an operator read it). True when marked."""
+    marked = False
+    for kind in kinds:
+        t = kind.table
+        result = session.execute(
+            update(t).where(t.c.msg_id == msg_id, t.c.state == FAILED).values(state=LATE)
+        )
+        marked = marked or bool(getattr(result, "rowcount", 0))
+    return marked
 
 
 def state_of(session: Session, kind: Tracked, msg_id: str) -> str | None:

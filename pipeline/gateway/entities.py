@@ -11,7 +11,7 @@ from pipeline.errors import ConfigError
 from pipeline.gateway.config import ALL_GROUP, EntityConfig, GatewayConfig, check_gid, invalid
 from pipeline.gateway.injectors import InjectMetrics, Injector, build_injector
 from pipeline.kafka.topics import check_name
-from pipeline.presence.model import ENTITY_DELIVERIES, ENTITY_ROLES, Delivery, Role
+from pipeline.presence.roles import ENTITY_DELIVERIES, ENTITY_ROLES, Delivery, Role
 from pipeline.reasons import Config
 
 E = TypeVar("E", Role, Delivery)

@@ -38,7 +38,7 @@ from . import deadlines
 from .conversations import ABANDONED, ANSWERED, Conversations
 from .entities import LocalEntities
 from .held import held_table
-from .injection import InjectionQueue
+from .injection import TRACKED_KINDS, InjectionQueue, past_inject_deadline
 from .metrics import GatewayMetrics
 from .outbound import Publisher
 from .receipts import read_receipt
@@ -51,6 +51,7 @@ BROADCAST_PREFIX = "broadcast."
 UNKNOWN_RECIPIENT = reasons.Delivery.UNKNOWN_RECIPIENT
 HELD_CAP_EXCEEDED = reasons.Delivery.HELD_CAP_EXCEEDED
 RECIPIENT_GONE = Lifecycle.RECIPIENT_GONE
+INJECT_DEADLINE_PASSED = reasons.Delivery.INJECT_DEADLINE_PASSED
 REPLY_TTL_S = 300.0
 _STILL_A_DUPLICATE = frozenset({REPLAY, EXPIRED})
 
@@ -191,6 +192,8 @@ class InboxHandler:
             state = self._read(lambda s: deadlines.answered(s, self.tracked, receipt.msg_id))
             if env.kind == Kind.FAILED and state == deadlines.FAILED:
                 return ACK  # the deadline already reported it: exactly one FAILED per send
+            if env.kind == Kind.INJECTED and state == deadlines.FAILED:
+                self._late_injected(env, receipt.msg_id, tx)
             tx.call(
                 functools.partial(
                     deadlines.settle_answer,
@@ -201,6 +204,19 @@ class InboxHandler:
                 )
             )
         return self._hold(env, record, tx, env.to)
+
+    def _late_injected(self, env: Envelope, msg_id: str, tx: Staged) -> None:
+        """The residual window of the forward path: a brief injected just before its deadline
+        whose ``INJECTED`` was delayed (an outage) past the sender's ``FAILED``. The FAILED was
+        wrong; say so loudly -- a warning, a metric, the tracked row marked ``late`` -- and hold
+        the ``INJECTED`` for the sender too, so it learns the truth."""
+        log.warning(
+            "LATE INJECTED: %s reports brief %s injected AFTER its sender %s was told FAILED "
+            "(the receipt was delayed past the deadline); the FAILED was wrong",
+            env.sender, msg_id, env.to,
+        )  # fmt: skip
+        tx.call(functools.partial(deadlines.mark_late, kinds=self.tracked, msg_id=msg_id))
+        tx.after_commit(self.metrics.late_injected.inc)
 
     def _turn_waiting(self, turn_id: str) -> bool:
         with self.reads() as s:
@@ -250,6 +266,20 @@ class InboxHandler:
 
     # -- forward path ------------------------------------------------------------------------
     def _to_inject(self, env: Envelope, tx: Staged, signer_host: str) -> Outcome:
+        if env.kind in TRACKED_KINDS and past_inject_deadline(env):
+            # the sender signed its inject deadline as expiresAt and is about to be (or was)
+            # told FAILED: injecting now would make that FAILED a lie (at-most-once)
+            self.metrics.inject_deadline_passed.labels("inbox").inc()
+            log.warning(
+                "brief %s from %s to %s arrived %d ms past its inject deadline: dead-lettered "
+                "%s, not injected",
+                env.msg_id, env.sender, env.to, _now_ms() - env.expires_at_ms,
+                INJECT_DEADLINE_PASSED,
+            )  # fmt: skip
+            return DeadLetter(
+                reason=INJECT_DEADLINE_PASSED,
+                error=f"arrived past its inject deadline (expiresAt {env.expires_at_ms})",
+            )
         if env.kind == Kind.ANSWER:
             turn = env.turn_id
             waiting = turn is not None and self._read(
@@ -290,6 +320,10 @@ class InboxHandler:
             turn_id=env.turn_id,
         )
         tx.call(lambda s: self.publisher.stage(s, reply, to_host=to_host))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _close_turn(session: Session, *, turn_id: str, state: str) -> None:

@@ -35,6 +35,14 @@ TRACKED_KINDS = frozenset({Kind.SEND, Kind.ANSWER})
 RECEIPT_BATCH = 200
 
 
+def past_inject_deadline(env: Envelope, now_ms: int | None = None) -> bool:
+    """True once this host's clock is past ``expiresAt`` -- for a tracked brief, the inject
+    deadline its sender signed. No skew allowance in the brief's favour (refuse when in doubt):
+    the sender waits ``clock_skew_s`` beyond it before its own ``INJECT_TIMEOUT``."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return now > env.expires_at_ms
+
+
 @dataclass(frozen=True, slots=True)
 class _Receipt:
     envelope: Envelope
@@ -134,7 +142,12 @@ class InjectionQueue:
         while True:
             if self._stop.is_set():
                 return None  # shutting down: the sender's deadline reports the loss
-            if time.time() * 1000 > env.expires_at_ms:
+            if past_inject_deadline(env):
+                if env.kind in TRACKED_KINDS:  # expiresAt is the sender's inject deadline
+                    self.metrics.inject_deadline_passed.labels("queue").inc()
+                    return self._failed(
+                        job, Delivery.INJECT_DEADLINE_PASSED, "inject deadline passed in the queue"
+                    )
                 return self._failed(
                     job, Verification.EXPIRED, "expired while the target stayed busy"
                 )

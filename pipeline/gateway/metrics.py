@@ -35,6 +35,22 @@ class GatewayMetrics:
             "Forward sends with no INJECTED by their deadline (one FAILED each).",
             registry=registry,
         )
+        self.inject_deadline_passed = Counter(
+            f"{ns}_inject_deadline_passed_total",
+            "Briefs refused (INJECT_DEADLINE_PASSED) because their signed inject deadline had "
+            "passed: on arrival (inbox, dead-lettered) or waiting in the inject queue (queue).",
+            ["where"],
+            registry=registry,
+        )
+        for where in ("inbox", "queue"):
+            self.inject_deadline_passed.labels(where)
+        self.late_injected = Counter(
+            f"{ns}_late_injected_total",
+            "INJECTED receipts that reached the sender after its FAILED (the residual window: "
+            "injected just before the deadline, the receipt delayed). Each one: that FAILED "
+            "was wrong.",
+            registry=registry,
+        )
         self.queue_to_inject_seconds = Histogram(
             f"{ns}_commit_to_inject_seconds",
             "From the offset commit to the inject landing (includes busy-target waits).",

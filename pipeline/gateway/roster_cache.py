@@ -16,7 +16,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, Boolean, Column, Integer, String, Table, delete, insert, select
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Integer,
+    String,
+    Table,
+    bindparam,
+    delete,
+    insert,
+    select,
+)
 from sqlalchemy.orm import Session
 
 from pipeline.store import metadata
@@ -149,10 +160,13 @@ def _entry(row: object) -> RosterEntry:
     )
 
 
+_LOOKUP = select(roster_cache_table).where(roster_cache_table.c.gid == bindparam("gid"))
+
+
 def lookup(session: Session, gid: str, now: int | None = None) -> RosterEntry | None:
     """The known binding of ``gid`` (live or not); with ``now``, only while live as of the
     mirrored horizon (``now`` when no horizon was mirrored)."""
-    row = session.execute(select(roster_cache_table).where(roster_cache_table.c.gid == gid)).first()
+    row = session.execute(_LOOKUP, {"gid": gid}).first()
     if row is None:
         return None
     entry = _entry(row)

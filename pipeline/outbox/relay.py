@@ -33,6 +33,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import BrokerError, FleetError, StoreError
+from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.kafka.clients import ClientFactory, new_producer
 from pipeline.kafka.produce_errors import permanent_reason
 from pipeline.kafka.settings import producer_config
@@ -75,8 +76,10 @@ class Relay:
         producer_overrides: Mapping[str, Any] | None = None,
         producer_factory: ClientFactory = new_producer,
         terminal_sink: TerminalSink | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.engine = engine
+        self.hooks = hooks  # planted bugs for the chaos suite (pipeline/hooks.py); off by default
         self._reader = readonly(engine)
         self._was_busy = True
         self.tenant = tenant
@@ -103,6 +106,7 @@ class Relay:
         self._producer: Any = None
         self._fatal = False
         self._stop: threading.Event | None = None
+        self._wake = threading.Event()  # set by wake(): rows were just committed
         self._next_metrics = 0.0
         self._store: ThreadPoolExecutor | None = None
         self._acker = Acker(engine, tenant=tenant)
@@ -137,6 +141,7 @@ class Relay:
         self._ensure_producer()
         try:
             while not stop.is_set():
+                self._wake.clear()  # a wake() from here on ends the idle wait below at once
                 try:
                     acked = self.drain()
                 except FleetError as exc:
@@ -151,9 +156,13 @@ class Relay:
                     continue
                 backoff = self.backoff_initial_s
                 if acked == 0:
-                    stop.wait(self.idle_wait_s)
+                    self._wake.wait(self.idle_wait_s)
         finally:
             self.close()
+
+    def wake(self) -> None:
+        """Rows were committed just now: end the idle wait (a writer in this process calls it)."""
+        self._wake.set()
 
     def close(self, timeout: float = 2.0) -> None:
         # Unconfirmed records are simply not acked: the next relay resends them.
@@ -188,6 +197,9 @@ class Relay:
                     rows = None
                     continue
                 started += 1
+                if self.hooks.ack_before_delivery_report:  # PLANTED BUG (tests only)
+                    self._ack(rows)
+                    self.hooks.at(Window.ACKED_BEFORE_REPORT)
                 window.append(self._produce(rows))
                 more = len(rows) == self.batch_size and (
                     max_batches is None or started < max_batches
@@ -196,6 +208,8 @@ class Relay:
                 continue
             batch = window.popleft()
             self._settle(batch)
+            if batch.done:
+                self.hooks.at(Window.REPORTED_NOT_MARKED)  # a crash point (tests only)
             confirmed, errors = self._confirmed(batch, broken)
             # acks run in order on the store thread; the guard in _ACK keeps each branch's
             # "sent" a prefix even if an earlier ack failed

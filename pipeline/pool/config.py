@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pipeline.kafka.topology import DAY_MS
+from pipeline.retention.policy import RetentionConfig
 from pipeline.runtime.lanes import Concurrency
 
 
@@ -30,7 +31,9 @@ class PoolConfig:
     without a heartbeat; the member renews it every ``heartbeat_s`` (at most a third of it) while
     the step runs, so a step may take longer than the lease, and a member killed -9 frees its
     steps ``step_lease_s`` after its last beat. ``replay_window_ms``: the pool topic's
-    ``retention.ms`` (what the topology creates); step keys are kept that long."""
+    ``retention.ms`` (what the topology creates); step keys are kept that long. ``retention``:
+    how the member purges its store (dedupe rows, step results, the effect log, dead members'
+    lanes rows, settled release requests; docs/store.md), ``None``: it does not."""
 
     pool: str
     bootstrap: str
@@ -51,6 +54,7 @@ class PoolConfig:
     events_path: str | None = None  # JSONL, one line per step (the lab and tests read it)
     step_lease_s: float = 30.0
     replay_window_ms: int = 7 * DAY_MS
+    retention: RetentionConfig | None = field(default_factory=RetentionConfig)
 
     def __post_init__(self) -> None:
         for name in ("max_poll_records", "max_in_flight", "max_poll_interval_ms", "partitions"):

@@ -18,31 +18,12 @@ from pipeline.envelope import Envelope, Kind, Signer, encode
 from pipeline.envelope.reasons import GATEWAY_SUFFIX
 from pipeline.kafka.topics import TopicNames
 
+from . import roles
+
 SCHEMA = "presence"
-
-
-class Role(enum.StrEnum):
-    """What an entity is in the fleet (seed 000 §4). Defined once: the gateway's config accepts
-    :data:`ENTITY_ROLES`; ``gateway`` names only a host's own roster entry."""
-
-    WORKER = "worker"
-    MAIN = "main"
-    ORCHESTRATOR = "orchestrator"
-    GATEWAY = "gateway"  # the host entry only
-
-
-class Delivery(enum.StrEnum):
-    """How an entity takes delivery. Defined once: the gateway's config accepts
-    :data:`ENTITY_DELIVERIES`; ``none`` names only a host's own roster entry."""
-
-    INJECT = "inject"  # forward path: at-most-once inject + INJECTED
-    PULL = "pull"  # pull path: at-least-once held store
-    NONE = "none"  # the host entry only
-
-
-# What a local entity (config, runtime registration) may be: everything but the host entry.
-ENTITY_ROLES: tuple[Role, ...] = (Role.WORKER, Role.MAIN, Role.ORCHESTRATOR)
-ENTITY_DELIVERIES: tuple[Delivery, ...] = (Delivery.INJECT, Delivery.PULL)
+# defined in .roles (a config reads them without loading the envelope); still importable here
+Role = roles.Role
+Delivery = roles.Delivery
 
 
 class Gone(enum.StrEnum):

@@ -14,7 +14,15 @@ enforces for idempotency keys; both use :func:`covers`):
   declares on its inbox and control topics) + ``replay_window_s``, else
   ``DEDUPE_HORIZON_TOO_SHORT``;
 * ``failed_reported_s`` >= the DLQ topic's ``retention.ms`` + ``replay_window_s`` (a replayed
-  dead letter must not report a second FAILED), else ``REPORTED_HORIZON_TOO_SHORT``.
+  dead letter must not report a second FAILED), else ``REPORTED_HORIZON_TOO_SHORT``;
+* ``sagas_finished_s`` >= the saga topics' ``retention.ms`` (``saga_topic_s``) +
+  ``replay_window_s``: a finished saga's row is what makes a redelivered reply stale (a no-op);
+  purged early, the reply would find no saga and be dead-lettered ``SAGA_UNKNOWN``. Else
+  ``SAGA_HORIZON_TOO_SHORT``.
+
+Pool step results are idempotency keys (``fleet_idempotency``, key class ``pool.<name>``): their
+class publishes their expiry and :class:`pipeline.effects.KeyClass` already refuses one shorter
+than the pool topic's retention (``IDEM_RETENTION_SHORTER_THAN_REPLAY``).
 """
 
 from __future__ import annotations
@@ -36,6 +44,12 @@ _DURATIONS = (
     "dedupe_s",
     "inbox_topic_s",
     "replay_window_s",
+    "runs_completed_s",
+    "quarantine_released_s",
+    "sagas_finished_s",
+    "saga_topic_s",
+    "pool_effects_s",
+    "pool_members_stale_s",
     "every_s",
 )
 
@@ -51,7 +65,14 @@ class RetentionConfig:
     abandoned or expired turns, counted from their ASK's expiry; ``dedupe_s`` -- the inbox dedupe
     rows; ``inbox_topic_s`` -- the ``retention.ms`` the gateway declares on its inbox and control
     topics; ``replay_window_s`` -- how much longer than that a record can still come back (an
-    offset reset, a replay from a copy); ``batch_rows`` rows per transaction, at most
+    offset reset, a replay from a copy); ``runs_completed_s`` -- completed runs of the run journal
+    (the run, its branches and steps), counted from their last change, once none of their outbox
+    rows is unsent; ``quarantine_released_s`` -- settled release requests (``DONE``/``FAILED``);
+    ``sagas_finished_s`` -- completed and aborted sagas, counted from their last change (a
+    dedupe: see the module doc); ``saga_topic_s`` -- the saga topics' ``retention.ms``;
+    ``pool_effects_s`` -- the pool effect log, counted from the step's end;
+    ``pool_members_stale_s`` -- a pool member's lanes row whose beat is that old (and older than
+    three beats: its member died without a goodbye); ``batch_rows`` rows per transaction, at most
     ``max_batches`` transactions per table per pass, one pass every ``every_s``.
     """
 
@@ -63,6 +84,12 @@ class RetentionConfig:
     dedupe_s: float = 8 * DAY_S
     inbox_topic_s: float = 7 * DAY_S
     replay_window_s: float = DAY_S
+    runs_completed_s: float = DAY_S
+    quarantine_released_s: float = DAY_S
+    sagas_finished_s: float = 8 * DAY_S
+    saga_topic_s: float = 7 * DAY_S  # Kafka's default retention.ms: the saga topics declare none
+    pool_effects_s: float = DAY_S
+    pool_members_stale_s: float = 3600.0
     batch_rows: int = 500
     max_batches: int = 20
     every_s: float = 60.0
@@ -89,6 +116,13 @@ class RetentionConfig:
             DLQ_RETENTION_S,
             "the DLQ topic's retention",
             Retention.REPORTED_HORIZON_TOO_SHORT,
+        )
+        self._horizon(
+            "sagas_finished_s",
+            self.sagas_finished_s,
+            self.saga_topic_s,
+            "the saga topics' retention",
+            Retention.SAGA_HORIZON_TOO_SHORT,
         )
 
     @property

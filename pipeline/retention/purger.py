@@ -1,7 +1,9 @@
 """The purger: delete finished rows past their retention, in small batches, off the hot path.
 
-It runs inside the gateway's maintenance loop (one pass every ``every_s``) and from ``fleet
-store purge``. Each batch is one short transaction deleting at most ``batch_rows`` rows that
+It runs inside the gateway's maintenance loop (one pass every ``every_s``), on a thread of its
+own in every other long-running process (:meth:`Purger.start`: the relay, a pool member, the
+FAILED reporter, a saga process -- each on the tables it writes), and from ``fleet store
+purge``. Each batch is one short transaction deleting at most ``batch_rows`` rows that
 match their table's rule (:mod:`pipeline.retention.rules`); a table gets at most ``max_batches``
 batches per pass, with a pause between them, so a SQLite writer (the inbox runtime, the relay)
 never waits behind the purger for more than one batch. Before writing, a read-only look checks
@@ -14,18 +16,20 @@ n)``), so a row whose state changed after it was chosen is never deleted.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from threading import Event
 
-from sqlalchemy import Engine, delete, exists, func, inspect, select, tuple_
+from prometheus_client import CollectorRegistry
+from sqlalchemy import Engine, delete, func, inspect, select, tuple_
 
 from pipeline.store import readonly
 
 from .metrics import RetentionMetrics
 from .policy import RetentionConfig
-from .rules import RULES, PurgeRule, StoreTable
+from .rules import RULES, PurgeRule, StoreTable, rules_for
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +68,40 @@ class Purger:
         self._all_rules = tuple(rules)
         self._rules: tuple[PurgeRule, ...] | None = None
         self._next = 0.0
+
+    @classmethod
+    def for_tables(
+        cls,
+        engine: Engine,
+        policy: RetentionConfig,
+        tables: Iterable[StoreTable],
+        *,
+        registry: CollectorRegistry | None = None,
+    ) -> Purger:
+        """A process's purger: only ``tables`` (the ones it writes), counted in ``registry``."""
+        metrics = RetentionMetrics(registry) if registry is not None else None
+        return cls(engine=engine, policy=policy, metrics=metrics, rules=rules_for(*tables))
+
+    def start(self, stop: Event) -> threading.Thread:
+        """Purge on a daemon thread of its own: a pass now, then one every ``every_s``, until
+        ``stop`` (a pass in progress ends between two batches). Never the consumer's or the
+        relay's thread: they wait at most one batch behind a purge on SQLite."""
+        thread = threading.Thread(
+            target=self.run_forever, args=(stop,), name="store-purge", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def run_forever(self, stop: Event) -> None:
+        """See :meth:`start`. A failed pass (the store is down) is logged and tried again at the
+        next one."""
+        while not stop.is_set():
+            try:
+                self.run(stop=stop)
+            except Exception:
+                log.exception("store purge failed; next pass in %g s", self.policy.every_s)
+            if stop.wait(self.policy.every_s):
+                return
 
     @property
     def rules(self) -> tuple[PurgeRule, ...]:
@@ -127,7 +165,7 @@ class Purger:
             if batch and stop is None:
                 time.sleep(self.pause_s)
             with self.reader.connect() as conn:  # look first: no write lock when idle
-                if not conn.execute(select(exists().where(cond))).scalar():
+                if conn.execute(chosen.limit(1)).first() is None:
                     break
             with self.engine.begin() as conn:
                 n = int(getattr(conn.execute(stmt), "rowcount", 0) or 0)

@@ -18,11 +18,24 @@ fleet_idempotency       past the key class's ``expires_at_ms``       keys kept f
 fleet_spawns            reaped/failed/refused, ``dedupe_s`` ended    launching, live, stopping
 fleet_stops             done/refused, ``dedupe_s`` old               stopping
 fleet_stop_requests     settled, ``tracking_finished_s`` past due    pending
+fleet_spawn_requests    settled, ``tracking_finished_s`` past due    pending
+run_step, run_branch,   completed run, ``runs_completed_s`` since    running runs; a run with an
+run                     its last change                              unsent outbox row
+fleet_release_request   DONE/FAILED, ``quarantine_released_s`` ago   PENDING
+fleet_saga              completed/aborted, ``sagas_finished_s`` ago  pending, HUMAN
+fleet_pool_effects      ``pool_effects_s`` after the step ended      --
+fleet_pool_members      beat ``pool_members_stale_s`` and 3 beats    a member still beating
+                        ago
 ======================  ==========================================  =============================
 
 ``fleet_spawns`` and ``fleet_stops`` are the dedupe of the control topic (a repeated SPAWN or
 STOP finds its row), so they keep the dedupe horizon, ``dedupe_s``: seed 001's rule already holds
 it above the control topic's retention + the replay window.
+
+A run is three tables: its steps and branches go first, each while their run is finished, and the
+run row last, once none of its steps or branches is left (a pass bounded by ``max_batches`` may
+stop in between; the next one finishes). ``outbox_branch`` is never purged: it is one small row
+per branch holding the lsn counter a downstream fold relies on (docs/store.md).
 """
 
 from __future__ import annotations
@@ -31,15 +44,21 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Column, ColumnElement, Table, and_, func
+from sqlalchemy import Column, ColumnElement, Table, and_, exists, func
 
 from pipeline.control import requests, spawns, stops
+from pipeline.effects.saga_model import SagaState
+from pipeline.effects.saga_tables import saga
 from pipeline.effects.tables import expired, idempotency
+from pipeline.failures import quarantine_model
+from pipeline.failures.quarantine_tables import release_table
 from pipeline.failures.reporter import reported_table
 from pipeline.gateway import tracking
 from pipeline.gateway.conversations import WAITING, turns_table, waiters_table
 from pipeline.gateway.held import held_table
 from pipeline.outbox.tables import RowStatus, outbox
+from pipeline.pool.tables import effects_table, members_table
+from pipeline.runs.tables import run, run_branch, run_step
 from pipeline.runtime.dedupe import dedupe_table
 
 from .policy import RetentionConfig
@@ -59,6 +78,14 @@ class StoreTable(enum.StrEnum):
     SPAWNS = "fleet_spawns"
     STOPS = "fleet_stops"
     STOP_REQUESTS = "fleet_stop_requests"
+    SPAWN_REQUESTS = "fleet_spawn_requests"
+    RUN_STEPS = "run_step"
+    RUN_BRANCHES = "run_branch"
+    RUNS = "run"
+    RELEASE_REQUESTS = "fleet_release_request"
+    SAGAS = "fleet_saga"
+    POOL_EFFECTS = "fleet_pool_effects"
+    POOL_MEMBERS = "fleet_pool_members"
 
 
 Condition = Callable[[int, RetentionConfig], ColumnElement[bool]]
@@ -68,12 +95,12 @@ Condition = Callable[[int, RetentionConfig], ColumnElement[bool]]
 class PurgeRule:
     """``condition(now_ms, policy)``: the rows of ``table`` that may go. ``age`` is the column
     the oldest-row age is read from, in milliseconds (``age_scale`` converts: 1000 for a column
-    in seconds)."""
+    in seconds; ``None``: the table keeps no time)."""
 
     name: StoreTable
     table: Table
     condition: Condition
-    age: Column[int] | Column[float]
+    age: Column[int] | Column[float] | None
     age_scale: float = 1.0
 
     @property
@@ -141,6 +168,75 @@ def _stop_requests(now: int, p: RetentionConfig) -> ColumnElement[bool]:
     return and_(c.state != requests.PENDING, c.deadline_ms < now - _ms(p.tracking_finished_s))
 
 
+def _spawn_requests(now: int, p: RetentionConfig) -> ColumnElement[bool]:
+    c = requests.spawn_requests_table.c
+    return and_(c.state != requests.PENDING, c.deadline_ms < now - _ms(p.tracking_finished_s))
+
+
+def _run_finished(
+    now: int, p: RetentionConfig, tenant: Column[str], run_id: Column[str]
+) -> ColumnElement[bool]:
+    """The run ``(tenant, run_id)`` completed ``runs_completed_s`` ago and has no unsent outbox
+    row on any of its branches (a FAILED row stops its branch until an operator acts)."""
+    r, b, o = run.c, run_branch.c, outbox.c
+    unsent = exists().where(
+        b.tenant == r.tenant,
+        b.run_id == r.run_id,
+        o.tenant == b.tenant,
+        o.branch_key == b.branch_key,
+        o.status.in_((int(RowStatus.PENDING), int(RowStatus.FAILED))),
+    )
+    return exists().where(
+        r.tenant == tenant,
+        r.run_id == run_id,
+        r.status == "completed",
+        r.updated_at < now / 1000.0 - p.runs_completed_s,  # run times are epoch seconds
+        ~unsent,
+    )
+
+
+def _run_steps(now: int, p: RetentionConfig) -> ColumnElement[bool]:
+    return _run_finished(now, p, run_step.c.tenant, run_step.c.run_id)
+
+
+def _run_branches(now: int, p: RetentionConfig) -> ColumnElement[bool]:
+    c = run_branch.c
+    no_steps = ~exists().where(run_step.c.tenant == c.tenant, run_step.c.run_id == c.run_id)
+    return and_(_run_finished(now, p, c.tenant, c.run_id), no_steps)
+
+
+def _runs(now: int, p: RetentionConfig) -> ColumnElement[bool]:
+    c = run.c
+    children = [
+        ~exists().where(t.c.tenant == c.tenant, t.c.run_id == c.run_id)
+        for t in (run_step, run_branch)
+    ]
+    cutoff = now / 1000.0 - p.runs_completed_s
+    return and_(c.status == "completed", c.updated_at < cutoff, *children)
+
+
+def _releases(now: int, p: RetentionConfig) -> ColumnElement[bool]:
+    c = release_table.c
+    settled = c.state.in_((quarantine_model.DONE, quarantine_model.FAILED))
+    return and_(settled, c.completed_ms < now - _ms(p.quarantine_released_s))
+
+
+def _sagas(now: int, p: RetentionConfig) -> ColumnElement[bool]:
+    c = saga.c
+    finished = c.state.in_((SagaState.COMPLETED.value, SagaState.ABORTED.value))
+    return and_(finished, c.updated_at_ms < now - _ms(p.sagas_finished_s))
+
+
+def _pool_effects(now: int, p: RetentionConfig) -> ColumnElement[bool]:
+    return effects_table.c.ended_ms < now - _ms(p.pool_effects_s)
+
+
+def _pool_members(now: int, p: RetentionConfig) -> ColumnElement[bool]:
+    c = members_table.c
+    # stale by the status command's rule (three beats missed) and older than the retention
+    return and_(c.beat_ms + 3 * c.period_ms < now, c.beat_ms < now - _ms(p.pool_members_stale_s))
+
+
 RULES: tuple[PurgeRule, ...] = (
     PurgeRule(
         name=StoreTable.OUTBOX,
@@ -201,4 +297,63 @@ RULES: tuple[PurgeRule, ...] = (
         condition=_stop_requests,
         age=requests.stop_requests_table.c.sent_ms,
     ),
+    PurgeRule(
+        name=StoreTable.SPAWN_REQUESTS,
+        table=requests.spawn_requests_table,
+        condition=_spawn_requests,
+        age=requests.spawn_requests_table.c.sent_ms,
+    ),
+    # a run's steps and branches before the run row (see the module doc)
+    PurgeRule(
+        name=StoreTable.RUN_STEPS,
+        table=run_step,
+        condition=_run_steps,
+        age=run_step.c.created_at,
+        age_scale=1000.0,
+    ),
+    PurgeRule(name=StoreTable.RUN_BRANCHES, table=run_branch, condition=_run_branches, age=None),
+    PurgeRule(
+        name=StoreTable.RUNS, table=run, condition=_runs, age=run.c.created_at, age_scale=1000.0
+    ),
+    PurgeRule(
+        name=StoreTable.RELEASE_REQUESTS,
+        table=release_table,
+        condition=_releases,
+        age=release_table.c.requested_ms,
+    ),
+    PurgeRule(name=StoreTable.SAGAS, table=saga, condition=_sagas, age=saga.c.created_at_ms),
+    PurgeRule(
+        name=StoreTable.POOL_EFFECTS,
+        table=effects_table,
+        condition=_pool_effects,
+        age=effects_table.c.started_ms,
+    ),
+    PurgeRule(
+        name=StoreTable.POOL_MEMBERS,
+        table=members_table,
+        condition=_pool_members,
+        age=members_table.c.beat_ms,
+    ),
 )
+
+
+def rules_for(*tables: StoreTable) -> tuple[PurgeRule, ...]:
+    """The rules of ``tables`` in :data:`RULES` order (a process purges only the tables it
+    writes: a relay beside a gateway must not apply its own retention to the gateway's rows)."""
+    wanted = set(tables)
+    return tuple(r for r in RULES if r.name in wanted)
+
+
+# What each process other than the gateway purges (the gateway purges every rule): the tables it
+# writes itself. A process sharing a gateway's store thus never applies its own retention to
+# the gateway's rows.
+RELAY_TABLES = (StoreTable.OUTBOX,)
+POOL_MEMBER_TABLES = (
+    StoreTable.DEDUPE,
+    StoreTable.IDEMPOTENCY,
+    StoreTable.POOL_EFFECTS,
+    StoreTable.POOL_MEMBERS,
+    StoreTable.RELEASE_REQUESTS,
+)
+REPORTER_TABLES = (StoreTable.FAILED_REPORTED,)
+SAGA_TABLES = (StoreTable.SAGAS, StoreTable.OUTBOX, StoreTable.DEDUPE, StoreTable.IDEMPOTENCY)

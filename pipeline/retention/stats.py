@@ -56,7 +56,7 @@ def store_stats(engine: Engine, *, now: float | None = None) -> StoreStats:
             rows = int(conn.execute(select(func.count()).select_from(table)).scalar_one())
             oldest_age: float | None = None
             rule = ages.get(table.name)
-            if rule is not None and rows:
+            if rule is not None and rule.age is not None and rows:
                 oldest = conn.execute(select(func.min(rule.age))).scalar()
                 if oldest is not None:
                     oldest_age = max(0.0, (now_ms - float(oldest) * rule.age_scale) / 1000.0)

@@ -7,7 +7,12 @@ built with a :class:`Dispatcher` (worker pools); the gateway inbox runs without 
    bounds fetched-but-uncommitted records, hence redeliveries after a crash), and it pauses
    partitions whose lane buffer is full / resumes those with room. ``poll`` goes on regardless,
    so ``max.poll.interval.ms`` never expires because steps are slow (seed 001 scenario 2).
+   ``wait_s()`` then says how long that poll may block (below).
 2. ``submit(records)`` after a fetch: records join their lanes (:mod:`.lanes`); idle lanes start.
+   A record past its partition's buffer depth is refused and the partition re-read from it
+   (seek, at the next ``room()``): librdkafka hands out a backlog a partition at a time, so
+   one fetch of ``max.poll.records`` could otherwise fill the member with one partition's
+   records and leave every other lane idle behind it.
 3. ``completed()`` each turn: finished steps, in the order they finished, for the runtime's one
    ``process()`` path (decide, one transaction, commit); ``committable()`` turns the batch's
    handled offsets into the lanes' watermark.
@@ -15,6 +20,13 @@ built with a :class:`Dispatcher` (worker pools); the gateway inbox runs without 
    steps are awaited up to ``revoke_wait_s`` and handed back to be processed and committed
    before the partition goes; a step still running then is given up (its late result is
    discarded, the new owner re-reads the record and reuses the stored result if it was stored).
+
+**Waking up for a finished step.** A finished step frees its lane only when the poll thread
+collects it, and ``consumer.poll`` cannot be woken. So while steps run, ``wait_s()`` blocks on
+the done queue instead when nothing can be fetched (every assigned partition paused), and
+otherwise shortens the poll to ``1/WAKE_FRACTION`` of the mean step time (at least
+``MIN_WAKE_S``): a lane then waits on average 1/40 of a step for its next record. With no step
+running, and for steps of seconds, the poll keeps its full timeout (no busy loop when idle).
 """
 
 from __future__ import annotations
@@ -35,6 +47,10 @@ from pipeline.record import Record
 from .lanes import TP, Concurrency, Lanes
 
 log = logging.getLogger(__name__)
+
+WAKE_FRACTION = 20  # poll slices of a twentieth of the mean step while steps run
+MIN_WAKE_S = 0.001
+_STEP_EWMA = 0.1  # weight of the newest step in the mean step time
 
 
 class StepRunner(Protocol):
@@ -78,15 +94,23 @@ class Dispatcher:
         self.lanes = Lanes(config.mode, depth=config.depth)
         self.observer = observer
         self._pool = ThreadPoolExecutor(config.max_in_flight, thread_name_prefix="step")
-        self._done: queue.SimpleQueue[Record] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[Record, float]] = queue.SimpleQueue()
         self._finished: list[Record] = []
         self._paused: set[TP] = set()
+        self._reread: dict[TP, int] = {}  # refused past the depth: seek here before a fetch
+        self._fetchable = True  # some assigned partition is neither paused nor held elsewhere
+        self.step_s: float | None = None  # mean step time (EWMA), for the poll slice
 
     # 1 -- before a fetch
     def room(self, consumer: Any, assigned: set[TP], held_elsewhere: Callable[[TP], bool]) -> int:
         """Pause full partitions (all of them when the member holds ``max_records``), resume
-        ones with room unless a retry paused them; returns how many records may be fetched."""
+        ones with room unless a retry paused them, seek refused records' partitions back to
+        them; returns how many records may be fetched."""
         self._collect()
+        for (t, p), offset in self._reread.items():
+            with contextlib.suppress(Exception):  # revoked meanwhile: the new owner reads it
+                consumer.seek(TopicPartition(t, p, offset))
+        self._reread.clear()
         room = max(0, self.config.max_records - self.lanes.total_held())
         full = {tp for tp in self.lanes.partitions() if self.lanes.full(tp)}
         if room == 0:
@@ -99,13 +123,34 @@ class Dispatcher:
             if resume:
                 consumer.resume([TopicPartition(t, p) for t, p in resume])
         self._paused = (self._paused | pause) - (self._paused - full)
+        self._fetchable = any(tp not in full and not held_elsewhere(tp) for tp in assigned)
         if self.observer:
             self.observer.paused_count(len(self._paused))
         return room
 
+    def wait_s(self, idle_s: float) -> float:
+        """How long the next poll may block (see the module docstring): ``idle_s`` with no step
+        running; else 0 after waiting (up to ``idle_s``) for a step to end when nothing can be
+        fetched, or a slice of the mean step time."""
+        if not self.lanes.running():
+            return idle_s
+        if not self._fetchable:
+            self._collect(timeout=idle_s)
+            return 0.0
+        if self.step_s is None:
+            return min(idle_s, 10 * MIN_WAKE_S)
+        return min(idle_s, max(MIN_WAKE_S, self.step_s / WAKE_FRACTION))
+
     # 2 -- after a fetch
     def submit(self, records: list[Record]) -> None:
+        """Records join their lanes up to each partition's depth; the first one past it and
+        everything after it in that partition is refused and re-read from (seek, next turn)."""
         for rec in records:
+            if rec.tp in self._reread or self.lanes.holds(rec):
+                continue  # behind a refused record, or fetched twice (a seek raced a fetch)
+            if self.lanes.full(rec.tp):
+                self._reread[rec.tp] = rec.offset
+                continue
             self.lanes.add(rec)
         self._start()
 
@@ -117,21 +162,25 @@ class Dispatcher:
             self.observer.in_flight(len(self.lanes.running()))
 
     def _work(self, rec: Record) -> None:
+        t0 = time.monotonic()
         try:
             self.runner.run(rec)
         except Exception:  # the runner keeps its own failures; never lose the completion
             log.exception("step runner failed for %s", rec.ref)
         finally:
-            self._done.put(rec)
+            self._done.put((rec, time.monotonic() - t0))
 
     # 3 -- each turn
     def _collect(self, timeout: float | None = None) -> None:
         while True:
             try:
-                rec = self._done.get(timeout=timeout) if timeout else self._done.get_nowait()
+                rec, took = self._done.get(timeout=timeout) if timeout else self._done.get_nowait()
             except queue.Empty:
                 return
             timeout = None
+            self.step_s = (
+                took if self.step_s is None else self.step_s + _STEP_EWMA * (took - self.step_s)
+            )
             if self.lanes.finish(rec):
                 self._finished.append(rec)
             self._start()
@@ -157,6 +206,7 @@ class Dispatcher:
     def rewind(self, tp: TP, offset: int) -> int:
         """Re-read ``tp`` from ``offset`` (a retry): returns where to seek (see Lanes.rewind)."""
         self._paused.discard(tp)  # the retry's pause owns it now
+        self._reread.pop(tp, None)  # the retry's seek is lower (a record held before it)
         return self.lanes.rewind(tp, offset)
 
     # 4 -- rebalance and shutdown
@@ -164,6 +214,7 @@ class Dispatcher:
         """Wait (bounded) for running steps of ``tps``; returns finished ones to process."""
         deadline = time.monotonic() + self.config.revoke_wait_s
         self.lanes.forget_queued(tps)
+        self._drop_rereads(tps)
         while self.lanes.running(tps) and (left := deadline - time.monotonic()) > 0:
             self._collect(timeout=min(left, 0.1))
         ready = [r for r in self._finished if r.tp in tps]
@@ -173,11 +224,18 @@ class Dispatcher:
     def forget(self, tps: set[TP]) -> None:
         gone = self.lanes.forget(tps)
         self._paused -= tps
+        self._drop_rereads(tps)
         self._finished = [r for r in self._finished if r.tp not in tps]
         if gone:
             log.warning("gave up %d in-flight step(s) of revoked partitions", len(gone))
             if self.observer:
                 self.observer.given_up_count(len(gone))
+
+    def _drop_rereads(self, tps: set[TP]) -> None:
+        """Revoked: the committed offset (never past a refused record) is where the next owner
+        starts, so no seek is owed for these partitions any more."""
+        for tp in tps:
+            self._reread.pop(tp, None)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

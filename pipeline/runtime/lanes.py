@@ -10,7 +10,9 @@ Rules it upholds (``docs/pools.md``):
   finished (or the rewind floor, see :meth:`Lanes.rewind`); with nothing outstanding, one past the
   highest finished offset. An offset is never committed past a record still queued or running.
 - **Bounded buffer.** At most ``depth`` records per partition are held (queued or running); a
-  partition at its depth is reported ``full`` so the loop pauses it and keeps polling.
+  partition at its depth is reported ``full`` so the loop pauses it and keeps polling. The
+  dispatcher refuses a fetched record past the depth (one fetch may bring many records of one
+  partition) and re-reads the partition from it later.
 """
 
 from __future__ import annotations
@@ -92,6 +94,11 @@ class Lanes:
         return True
 
     # -- state -------------------------------------------------------------------------------
+    def holds(self, rec: Record) -> bool:
+        """``rec`` (this partition and offset) is already queued or running."""
+        part = self._parts.get(rec.tp)
+        return part is not None and rec.offset in part.outstanding
+
     def held(self, tp: TP) -> int:
         part = self._parts.get(tp)
         return len(part.outstanding) if part else 0

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
-from sqlalchemy import Engine
+from sqlalchemy import Engine, insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -42,6 +42,7 @@ from pipeline.failures.decide import classify, decide
 from pipeline.failures.offsets import raise_if_offsets_lost
 from pipeline.failures.outcomes import Ack, DeadLetter, Outcome, Quarantine, Retry
 from pipeline.failures.retry import BackoffPolicy
+from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.kafka.clients import ClientFactory, new_consumer
 from pipeline.kafka.logs import ClientLog
 from pipeline.kafka.settings import OffsetReset, consumer_config
@@ -131,6 +132,7 @@ class ConsumerRuntime:
         consumer_factory: ClientFactory = new_consumer,
         fault_after_commit: Callable[[int], None] | None = None,
         inflight: Dispatcher | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.config = config
         # Worker pools: steps run on worker threads across polls (``inflight.py``); the hook
@@ -159,7 +161,8 @@ class ConsumerRuntime:
         self.consumer = consumer_factory(self._conf)
         # Fault injection for crash tests (wired only by an entry point, never by default):
         # called after a successful commit, before the batch's after-commit effects.
-        self.fault_after_commit = fault_after_commit
+        self.fault_after_commit = fault_after_commit or hooks.fault_after_commit
+        self.hooks = hooks  # planted bugs for the chaos suite (pipeline/hooks.py); off by default
         self._attempts: dict[tuple[str, int, int], Tries] = {}
         self._paused: dict[TP, float] = {}
         self._assigned: set[TP] = set()
@@ -310,10 +313,11 @@ class ConsumerRuntime:
             return 0
         self._resume_due()
         self._maybe_release()
-        room = None
-        if self.inflight is not None:  # inflight: pause full partitions, bound held records
+        room, wait = None, self.config.poll_timeout_s
+        if self.inflight is not None:  # inflight: pause full partitions, bound held records,
             room = self.inflight.room(self.consumer, self._assigned, self._paused.__contains__)
-        messages = self._fetch(room)
+            wait = self.inflight.wait_s(wait)  # and wake up soon after a step ends
+        messages = self._fetch(room, wait)
         records: list[Record] = []
         for msg in messages:
             err = msg.error()
@@ -333,7 +337,7 @@ class ConsumerRuntime:
             self.process(sorted(done, key=lambda r: (r.tp, r.offset)))
         return len(records)
 
-    def _fetch(self, room: int | None = None) -> list[Any]:
+    def _fetch(self, room: int | None = None, wait_s: float | None = None) -> list[Any]:
         """Whatever is buffered now, else block for the FIRST record only.
 
         ``consume(n, timeout)`` waits until ``n`` records or the timeout, which adds up to the
@@ -345,7 +349,7 @@ class ConsumerRuntime:
         messages: list[Any] = self.consumer.consume(batch, 0)
         if messages:
             return messages
-        first = self.consumer.poll(self.config.poll_timeout_s)
+        first = self.consumer.poll(self.config.poll_timeout_s if wait_s is None else wait_s)
         if first is None:
             return []
         return [first, *self.consumer.consume(batch - 1, 0)]
@@ -388,26 +392,17 @@ class ConsumerRuntime:
             return
         if releasing is not None and batch.blocked:
             return  # a released record still fails transiently: keep the quarantine, try later
+        planted = (
+            self.hooks.commit_before_transaction and releasing is None and not batch.staged.empty()
+        )
+        if planted:  # PLANTED BUG (tests only, pipeline/hooks.py): the offsets commit first
+            if not self._commit(batch):
+                return
+            self.hooks.at(Window.COMMITTED_BEFORE_TRANSACTION)
         if not self._flush(batch, records, releasing=releasing):
             return
         if releasing is None:
-            offsets = batch.next_offset
-            if self.inflight is not None:  # inflight: never past a record queued or running
-                offsets = self.inflight.committable(offsets, batch.blocked)
-            result = commit_offsets(self.consumer, offsets)
-            if not result.ok:
-                if self.metrics:
-                    self.metrics.commit_failures.labels(cfg.group_id).inc()
-                if result.fenced and not (cfg.instance_id is None and result.rebalancing):
-                    raise FencedError(
-                        f"group {cfg.group_id} member {cfg.instance_id or '(dynamic)'} was "
-                        f"fenced: another gateway with the same id took over, or this one "
-                        f"stalled past its session timeout. Nothing from this batch is "
-                        f"injected. {'; '.join(result.errors)}"
-                    )
-                log.error("offset commit failed, forward effects skipped: %s", result.errors)
-                # a blocked record must still be sought back to: the position is past it
-                self._schedule_retries(batch)
+            if not planted and not self._commit(batch):
                 return
             if self.fault_after_commit is not None:
                 self.fault_after_commit(len(batch.staged.effects))
@@ -421,6 +416,30 @@ class ConsumerRuntime:
         if self.metrics:
             for outcome, n in batch.counts.items():
                 self.metrics.records.labels(cfg.group_id, outcome).inc(n)
+
+    def _commit(self, batch: _Batch) -> bool:
+        """Commit the batch's offsets (after its transaction); False when the commit failed
+        (retries are scheduled); raises :class:`FencedError` when fenced."""
+        cfg = self.config
+        offsets = batch.next_offset
+        if self.inflight is not None:  # inflight: never past a record queued or running
+            offsets = self.inflight.committable(offsets, batch.blocked)
+        result = commit_offsets(self.consumer, offsets)
+        if result.ok:
+            return True
+        if self.metrics:
+            self.metrics.commit_failures.labels(cfg.group_id).inc()
+        if result.fenced and not (cfg.instance_id is None and result.rebalancing):
+            raise FencedError(
+                f"group {cfg.group_id} member {cfg.instance_id or '(dynamic)'} was "
+                f"fenced: another gateway with the same id took over, or this one "
+                f"stalled past its session timeout. Nothing from this batch is "
+                f"injected. {'; '.join(result.errors)}"
+            )
+        log.error("offset commit failed, forward effects skipped: %s", result.errors)
+        # a blocked record must still be sought back to: the position is past it
+        self._schedule_retries(batch)
+        return False
 
     def _is_quarantined(self, scope: str, key: str) -> bool:
         q = self.quarantine
@@ -549,6 +568,8 @@ class ConsumerRuntime:
         if batch.staged.empty() and not batch.next_offset and releasing is None:
             return True
         try:
+            if self.hooks.dedupe_own_transaction:  # PLANTED BUG (tests only)
+                self._flush_dedupe_apart(batch)
             with self.sessions.begin() as session:
                 batch.staged.flush(session)
                 if (
@@ -562,6 +583,17 @@ class ConsumerRuntime:
             self._back_off(batch, releasing=releasing)
             return False
         return True
+
+    def _flush_dedupe_apart(self, batch: _Batch) -> None:
+        """PLANTED BUG (``Hooks.dedupe_own_transaction``, tests only): the dedupe rows commit
+        in a transaction of their own, before the effects' -- what seed 001 forbids."""
+        dedupe = [(t, r) for t, r in batch.staged.inserts if t is dedupe_table]
+        if not dedupe:
+            return
+        with self.sessions.begin() as session:
+            session.execute(insert(dedupe_table), [r for _, r in dedupe])
+        batch.staged.inserts = [(t, r) for t, r in batch.staged.inserts if t is not dedupe_table]
+        self.hooks.at(Window.DEDUPE_COMMITTED_ALONE)
 
     def _back_off(self, batch: _Batch, *, releasing: str | None) -> None:
         """Re-read the whole batch after a backoff (a release is simply tried again later)."""

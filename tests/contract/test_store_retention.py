@@ -12,17 +12,23 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, func, insert, select
 
 from pipeline.control import requests, spawns, stops
+from pipeline.effects.saga_model import SagaState
+from pipeline.effects.saga_tables import saga
 from pipeline.effects.tables import KeyState, idempotency
+from pipeline.failures import quarantine_model
+from pipeline.failures.quarantine_tables import release_table
 from pipeline.failures.reporter import reported_table
 from pipeline.gateway import tracking
 from pipeline.gateway.conversations import ANSWERED, WAITING, turns_table, waiters_table
 from pipeline.gateway.held import held_table
 from pipeline.outbox.tables import RowStatus, outbox
+from pipeline.pool.tables import effects_table, members_table
 from pipeline.retention import RetentionConfig
 from pipeline.retention.metrics import RetentionMetrics
 from pipeline.retention.purger import Purger
 from pipeline.retention.rules import StoreTable
 from pipeline.retention.stats import store_stats
+from pipeline.runs.tables import run, run_branch, run_step
 from pipeline.runtime.dedupe import dedupe_table
 from pipeline.store import make_engine
 
@@ -42,6 +48,12 @@ POLICY = RetentionConfig(
     dedupe_s=10 * 3600,
     inbox_topic_s=9 * 3600,
     replay_window_s=3600,
+    runs_completed_s=3600,
+    quarantine_released_s=3600,
+    sagas_finished_s=10 * 3600,  # the saga topics' 9 h + the 1 h replay window
+    saga_topic_s=9 * 3600,
+    pool_effects_s=3600,
+    pool_members_stale_s=3600,
     batch_rows=3,
     max_batches=100,
 )
@@ -187,6 +199,8 @@ def _seed(engine: Engine) -> None:
         )
 
         _seed_lifecycle(conn)
+        _seed_runs(conn)
+        _seed_sagas_pools_releases(conn)
 
 
 def _seed_lifecycle(conn: Any) -> None:
@@ -251,8 +265,111 @@ def _seed_lifecycle(conn: Any) -> None:
     )
 
 
+def _seed_runs(conn: Any) -> None:
+    """Run journal: a completed run goes with its branches and steps once its outbox rows are
+    all sent; a running run, a recent one and one with an unsent row stay whole."""
+    old, young = (NOW - 2 * HOUR) / 1000.0, (NOW - HOUR // 2) / 1000.0
+    runs = [  # (run_id, status, updated_at, outbox status of its rows)
+        ("done", "completed", old, RowStatus.SENT),  # purgeable: 1 run, 2 branches, 3 steps
+        ("live", "running", old, RowStatus.SENT),  # running: never
+        ("fresh", "completed", young, RowStatus.SENT),  # completed too recently
+        ("stuck", "completed", old, RowStatus.FAILED),  # a refused row stops its branch: never
+    ]
+    for n, (run_id, status, at, row_status) in enumerate(runs):
+        conn.execute(
+            insert(run),
+            {"tenant": "t", "run_id": run_id, "live_branch": 2, "status": status,
+             "created_at": at, "updated_at": at},
+        )  # fmt: skip
+        conn.execute(
+            insert(run_branch),
+            [
+                {"tenant": "t", "run_id": run_id, "branch": b, "branch_key": f"t/{run_id}/b{b}",
+                 "parent": None if b == 1 else 1, "fork_step": b - 1, "live": b == 2}
+                for b in (1, 2)
+            ],
+        )  # fmt: skip
+        conn.execute(
+            insert(run_step),
+            [
+                {"tenant": "t", "run_id": run_id, "branch": b, "step": i, "state": "{}",
+                 "lsn": i, "created_at": at}
+                for b, i in ((1, 1), (2, 2), (2, 3))
+            ],
+        )  # fmt: skip
+        conn.execute(
+            insert(outbox), _outbox(100 + n, row_status, 2 * HOUR, branch=f"t/{run_id}/b2")
+        )
+
+
+def _seed_sagas_pools_releases(conn: Any) -> None:
+    long_ago, inside = NOW - 11 * HOUR, NOW - 9 * HOUR
+    sagas = [  # 2 purgeable: finished past the 10 h horizon
+        (SagaState.COMPLETED, long_ago), (SagaState.ABORTED, long_ago),
+        (SagaState.COMPLETED, inside), (SagaState.HUMAN, long_ago),
+        (SagaState.RUNNING, long_ago), (SagaState.COMPENSATING, long_ago),
+        (SagaState.AWAITING_APPROVAL, long_ago),
+    ]  # fmt: skip
+    conn.execute(
+        insert(saga),
+        [
+            {"saga_id": f"s{i}", "definition": "d", "state": state.value, "step": 0,
+             "phase": "action", "attempt": 1, "payload": "{}", "results": "{}",
+             "compensations": 0, "deadline_ms": None, "error": None, "history": "[]",
+             "created_at_ms": long_ago, "updated_at_ms": at, "version": 1}
+            for i, (state, at) in enumerate(sagas)
+        ],
+    )  # fmt: skip
+    conn.execute(
+        insert(effects_table),
+        [
+            {"scope": "g", "event_id": f"e{i}", "partition": 0, "offset": i, "key": None,
+             "member": "m", "started_ms": NOW - 3 * HOUR, "ended_ms": NOW - ended,
+             "reused": False, "result": "{}"}
+            for i, ended in enumerate((2 * HOUR, 2 * HOUR, HOUR // 2))
+        ],
+    )  # fmt: skip
+    beat = 2_000
+    members = [  # (member, beat age, period): 1 purgeable
+        ("gone", 2 * HOUR, beat),  # stopped beating 2 h ago
+        ("slow", 2 * HOUR, HOUR),  # 2 h without a beat, but its period is 1 h: not 3 missed
+        ("recent", HOUR // 2, beat),  # stale, but not for an hour yet
+        ("alive", 100, beat),
+    ]
+    conn.execute(
+        insert(members_table),
+        [
+            {"pool": "p", "member": m, "running": 0, "oldest_started_ms": None,
+             "beat_ms": NOW - age, "period_ms": period}
+            for m, age, period in members
+        ],
+    )  # fmt: skip
+    releases = [  # (state, completed ago): 2 purgeable
+        (quarantine_model.DONE, 2 * HOUR), (quarantine_model.FAILED, 2 * HOUR),
+        (quarantine_model.DONE, HOUR // 2), (quarantine_model.PENDING, None),
+    ]  # fmt: skip
+    conn.execute(
+        insert(release_table),
+        [
+            {"grp": "g", "topic": "x", "key": f"k{i}", "state": state,
+             "requested_ms": NOW - 100 * HOUR,
+             "completed_ms": None if ago is None else NOW - ago, "note": ""}
+            for i, (state, ago) in enumerate(releases)
+        ],
+    )  # fmt: skip
+    conn.execute(
+        insert(requests.spawn_requests_table),
+        [
+            {"msg_id": f"q{i}", "spawn_id": f"w{i}", "requester": "m", "host": "B",
+             "profile": "p", "parent": None, "job": None, "trace_id": "t",
+             "sent_ms": NOW - 100 * HOUR, "deadline_ms": NOW - 2 * HOUR, "state": state}
+            for i, state in enumerate((requests.SPAWNED, "failed", requests.PENDING))
+        ],
+    )  # fmt: skip
+
+
 PURGEABLE = {
-    StoreTable.OUTBOX: 8,
+    StoreTable.OUTBOX: 11,  # 8 + the 3 sent rows of the runs
     StoreTable.HELD: 5,
     StoreTable.TRACKING: 3,
     StoreTable.TURNS: 2,
@@ -263,9 +380,17 @@ PURGEABLE = {
     StoreTable.SPAWNS: 3,
     StoreTable.STOPS: 2,
     StoreTable.STOP_REQUESTS: 2,
+    StoreTable.SPAWN_REQUESTS: 2,
+    StoreTable.RUN_STEPS: 3,
+    StoreTable.RUN_BRANCHES: 2,
+    StoreTable.RUNS: 1,
+    StoreTable.RELEASE_REQUESTS: 2,
+    StoreTable.SAGAS: 2,
+    StoreTable.POOL_EFFECTS: 2,
+    StoreTable.POOL_MEMBERS: 1,
 }
 LEFT = {
-    StoreTable.OUTBOX: 4,
+    StoreTable.OUTBOX: 5,  # 4 + the stuck run's FAILED row
     StoreTable.HELD: 5,
     StoreTable.TRACKING: 2,
     StoreTable.TURNS: 1,
@@ -276,6 +401,14 @@ LEFT = {
     StoreTable.SPAWNS: 4,
     StoreTable.STOPS: 2,
     StoreTable.STOP_REQUESTS: 1,
+    StoreTable.SPAWN_REQUESTS: 1,
+    StoreTable.RUN_STEPS: 9,
+    StoreTable.RUN_BRANCHES: 6,
+    StoreTable.RUNS: 3,
+    StoreTable.RELEASE_REQUESTS: 2,
+    StoreTable.SAGAS: 5,
+    StoreTable.POOL_EFFECTS: 1,
+    StoreTable.POOL_MEMBERS: 3,
 }
 
 
@@ -297,7 +430,8 @@ def test_purge_deletes_exactly_the_finished_rows_past_retention(engine: Engine) 
         engine=engine, policy=POLICY, metrics=RetentionMetrics(registry), clock=lambda: NOW_S
     )
     dry = purger.run(dry_run=True)
-    assert dry.rows == PURGEABLE
+    # a run's branches and row wait for its steps: a dry run counts them once the steps are gone
+    assert dry.rows == PURGEABLE | {StoreTable.RUN_BRANCHES: 0, StoreTable.RUNS: 0}
     assert purger.row_counts() == {t: PURGEABLE[t] + LEFT[t] for t in StoreTable}, "dry run"
 
     report = purger.run()
@@ -305,12 +439,18 @@ def test_purge_deletes_exactly_the_finished_rows_past_retention(engine: Engine) 
     assert purger.row_counts() == LEFT
     c = outbox.c
     assert _count(engine, outbox, c.status == int(RowStatus.PENDING)) == 2
-    assert _count(engine, outbox, c.status == int(RowStatus.FAILED)) == 1
+    assert _count(engine, outbox, c.status == int(RowStatus.FAILED)) == 2
     assert _count(engine, held_table, held_table.c.drained_at_ms.is_(None)) == 4
     assert _count(engine, tracking.forward_table, tracking.forward_table.c.state == "pending") == 1
     left = {r.state for r in _rows(engine, spawns.spawns_table)}
     assert left == {spawns.REAPED, spawns.LIVE, spawns.LAUNCHING, spawns.STOPPING}
     assert {r.state for r in _rows(engine, stops.stops_table)} == {stops.DONE, stops.STOPPING}
+    assert {r.run_id for r in _rows(engine, run)} == {"live", "fresh", "stuck"}
+    assert {r.run_id for r in _rows(engine, run_step)} == {"live", "fresh", "stuck"}
+    assert {r.saga_id for r in _rows(engine, saga)} == {"s2", "s3", "s4", "s5", "s6"}
+    assert {r.member for r in _rows(engine, members_table)} == {"slow", "recent", "alive"}
+    left_releases = {r.state for r in _rows(engine, release_table)}
+    assert left_releases == {quarantine_model.DONE, quarantine_model.PENDING}
     for table, n in PURGEABLE.items():
         assert registry.get_sample_value("fleet_store_rows_purged_total", {"table": table}) == n
         assert registry.get_sample_value("fleet_store_rows", {"table": table}) == LEFT[table]
@@ -337,11 +477,13 @@ def test_stats_report_rows_oldest_age_and_size(engine: Engine) -> None:
     _seed(engine)
     stats = store_stats(engine, now=NOW_S)
     by_name = {t.table: t for t in stats.tables}
-    assert by_name["outbox"].rows == 12
+    assert by_name["outbox"].rows == 16  # 12 + one per run
     assert by_name["outbox"].oldest_age_s == pytest.approx(100 * 3600)
     assert by_name["fleet_dedupe"].oldest_age_s == pytest.approx(11 * 3600)
     assert by_name["fleet_roster_cache"].rows == 0
     assert by_name["fleet_roster_cache"].oldest_age_s is None
+    assert by_name["run_branch"].rows == 8 and by_name["run_branch"].oldest_age_s is None
+    assert by_name["fleet_saga"].oldest_age_s == pytest.approx(11 * 3600)
     assert stats.db_bytes > 0 and stats.used_bytes <= stats.db_bytes
     assert stats.to_dict()["tables"][0]["table"] == stats.tables[0].table
 
@@ -386,3 +528,33 @@ def test_fleet_store_purge_and_stats_cli(engine: Engine, store_url: str) -> None
     dedupe = next(t for t in stats["tables"] if t["table"] == "fleet_dedupe")
     assert dedupe["rows"] == 2
     assert 7 * 86400 - 60 < dedupe["oldest_age_s"] < 7 * 86400 + 60
+
+
+def test_a_run_goes_steps_first_and_a_bounded_pass_leaves_no_orphan(engine: Engine) -> None:
+    """One batch per table per pass: the steps go over two passes, the branches and the run only
+    once no step is left, so a pass cut short never strands a step without its run."""
+    old = (NOW - 2 * HOUR) / 1000.0
+    with engine.begin() as conn:
+        conn.execute(
+            insert(run),
+            {"tenant": "t", "run_id": "r", "live_branch": 1, "status": "completed",
+             "created_at": old, "updated_at": old},
+        )  # fmt: skip
+        conn.execute(
+            insert(run_branch),
+            {"tenant": "t", "run_id": "r", "branch": 1, "branch_key": "t/r/b1", "parent": None,
+             "fork_step": 0, "live": True},
+        )  # fmt: skip
+        conn.execute(
+            insert(run_step),
+            [
+                {"tenant": "t", "run_id": "r", "branch": 1, "step": i, "state": "{}", "lsn": i,
+                 "created_at": old}
+                for i in (1, 2, 3)
+            ],
+        )  # fmt: skip
+    one = RetentionConfig(**{**_fields(POLICY), "batch_rows": 2, "max_batches": 1})
+    purger = Purger(engine=engine, policy=one, clock=lambda: NOW_S, pause_s=0)
+    tables = (StoreTable.RUN_STEPS, StoreTable.RUN_BRANCHES, StoreTable.RUNS)
+    reports = [purger.run().rows for _ in range(3)]
+    assert [tuple(rows[t] for t in tables) for rows in reports] == [(2, 0, 0), (1, 1, 1), (0, 0, 0)]

@@ -167,6 +167,7 @@ def test_kill9_between_commit_and_inject_never_injects_and_fails_once(
         tmp_path,
         (EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),),
         inject_deadline_s=8.0,
+        clock_skew_s=2.0,  # the INJECT_TIMEOUT comes clock_skew_s past the signed deadline
     )
     a.gateway.start()
     try:

@@ -69,6 +69,19 @@ def test_an_injected_brief_reported_failed_is_a_conflict() -> None:
     assert v.count(Violation.CONFLICT) == 1 and v.duplicated == 1 and v.lost == 0
 
 
+def test_a_late_injected_the_sender_recorded_is_its_own_column_not_a_conflict() -> None:
+    """The forward path's residual window (docs/gateway.md): injected just before the deadline,
+    its INJECTED delayed past the sender's FAILED. Counted as ``late``, never silently ok; the
+    same pair without the sender's record stays a conflict."""
+    h = [brief("b0", 0), brief("b1", 1),
+         out(Op.INJECTED, "b0"), out(Op.FAILED, "b0", reason="INJECT_TIMEOUT"),
+         out(Op.LATE_INJECTED, "b0"),
+         out(Op.INJECTED, "b1"), out(Op.FAILED, "b1", reason="INJECT_TIMEOUT")]  # fmt: skip
+    v = check(h)
+    assert v.late == 1
+    assert [(f.code, f.msg_id) for f in v.findings] == [(Violation.CONFLICT, "b1")]
+
+
 def test_holds_out_of_send_order_are_found() -> None:
     h = [send("r0", 0), send("r1", 1), send("r2", 2),
          out(Op.HELD, "r0"), out(Op.HELD, "r2"), out(Op.HELD, "r1")]  # fmt: skip

@@ -9,8 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 from typer.testing import CliRunner
 
-from pipeline.cli.gateway_cmd import serve_metrics
 from pipeline.cli.main import app
+from pipeline.cli.serving import serve_metrics
 from pipeline.errors import ConfigError
 
 

@@ -49,6 +49,15 @@ def test_reporter_rows_must_outlive_the_dlq() -> None:
     assert err.value.reason == Retention.REPORTED_HORIZON_TOO_SHORT
 
 
+def test_saga_rows_must_outlive_the_saga_topics() -> None:
+    """A finished saga's row makes a redelivered reply stale: kept shorter than the saga topics'
+    retention + the replay window, a late reply would find no saga (seed 001's horizon)."""
+    with pytest.raises(ConfigError) as err:
+        RetentionConfig(sagas_finished_s=7 * 86400, saga_topic_s=7 * 86400, replay_window_s=3600)
+    assert err.value.reason == Retention.SAGA_HORIZON_TOO_SHORT
+    assert err.value.context["horizon_s"] == 7 * 86400 + 3600
+
+
 @pytest.mark.parametrize(
     ("key", "value"),
     [("held_drained_s", 0), ("outbox_sent_s", -1), ("batch_rows", 0), ("every_s", True)],

@@ -83,6 +83,20 @@ def _cases() -> list[tuple[str, str, Envelope]]:
                 **base,
             ),
         ),
+        (
+            # a brief to an inject-mode worker: expiresAt is its sender's inject deadline
+            # (ts + inject_deadline_s, here 30 s), docs/envelope.md "expiresAt"
+            "brief_with_inject_deadline",
+            "fleet.inbox.host-b",
+            Envelope.new(
+                kind=Kind.SEND,
+                sender="main-1",
+                to="worker-2",
+                body=b"review the diff",
+                msg_id="m-0006",
+                **{**base, "ttl_s": 30},
+            ),
+        ),
     ]
 
 

@@ -1,0 +1,478 @@
+"""Send -> held and send -> INJECTED latency, two gateways as their own processes (issue 17).
+
+One run: gateways A and B (``fleet gateway run``, one process per host, as deployed) on one
+store type; a sender on host A offers each rate in ``rates`` for ``seconds``: half REPLYs into
+``main-b`` (send -> held at B), half briefs into ``worker-b`` through a command injector (send ->
+its INJECTED receipt held back at A). Latency runs from the sender's call (its wall clock, the
+same host's) to ``held_at_ms`` in the receiving store; recorded in an HDR-style histogram.
+
+``sender="socket"`` hands each send to A's gateway over its local socket; ``"direct"`` writes
+A's store from the sender process (what ``fleet send`` did before the socket, and still does when
+no gateway runs).
+
+Trustworthy by construction: timing starts only once both inbox consumer groups are STABLE and a
+warm-up message of each kind went all the way through; a slow start is waited out (up to
+``start_timeout_s``) and a failed one reports the children's log tails (their output goes to files
+in the run's folder, kept when something failed) together with whatever was already measured.
+
+Run alone: ``python -m bench.latency [--direct] [--postgresql] [--repeats N] [--seconds S]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .histogram import Histogram
+
+GATEWAYS = ("A", "B")
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(no log: {exc})"
+
+
+class _Run:
+    def __init__(self, bootstrap: str, *, sender: str, store_urls: dict[str, str] | None) -> None:
+        from pipeline.envelope import Signer
+
+        self.bootstrap = bootstrap
+        self.sender = sender
+        self.root = Path(tempfile.mkdtemp(prefix="fleet-lat-"))
+        self.prefix = f"lat{uuid.uuid4().hex[:10]}."
+        (self.root / "trusted").mkdir()
+        self.signers = {h: Signer.generate(h) for h in GATEWAYS}
+        for h, s in self.signers.items():
+            s.write_private(self.root / f"{h}.key")
+            s.write_public(self.root / "trusted" / f"{h}.pub")
+        self.urls = store_urls or {h: f"sqlite:///{self.root / (h + '.sqlite')}" for h in GATEWAYS}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: dict[str, Path] = {}
+
+    def config(self, h: str) -> Path:
+        return self.root / f"{h}.toml"
+
+    def socket(self, h: str) -> str:
+        return str(self.root / f"{h}.sock")
+
+    def start(self) -> None:
+        entities = {
+            "A": '[[entities]]\ngid = "main-a"\nrole = "main"\ndelivery = "pull"\n',
+            "B": (
+                '[[entities]]\ngid = "main-b"\nrole = "main"\ndelivery = "pull"\n'
+                '[[entities]]\ngid = "worker-b"\nrole = "worker"\ndelivery = "inject"\n'
+                '[entities.injector]\ntype = "command"\ncommand = ["true"]\n'
+            ),
+        }
+        for h in GATEWAYS:
+            # the socket key exists only where the code has it: "direct" also runs on old code
+            sock = f'socket_path = "{self.socket(h)}"\n' if self.sender == "socket" else ""
+            self.config(h).write_text(
+                f'host = "{h}"\nbootstrap = "{self.bootstrap}"\ntopic_prefix = "{self.prefix}"\n'
+                f'store_url = "{self.urls[h]}"\n{sock}'
+                f'key_file = "{self.root / (h + ".key")}"\ntrust_dir = "{self.root / "trusted"}"\n'
+                f"presence_interval_s = 1.0\npresence_ttl_s = 60.0\n{entities[h]}"
+            )
+            self.logs[h] = self.root / f"gateway-{h}.log"
+            with self.logs[h].open("wb") as log:
+                self.procs[h] = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pipeline",
+                        "gateway",
+                        "run",
+                        "--config",
+                        str(self.config(h)),
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+
+    def check_alive(self) -> None:
+        for h, p in self.procs.items():
+            if p.poll() is not None:
+                raise RuntimeError(f"gateway {h} exited with {p.returncode}")
+
+    def log_tails(self) -> dict[str, str]:
+        return {h: _tail(path) for h, path in self.logs.items()}
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+
+
+def _groups_stable(bootstrap: str, groups: list[str], deadline: float, run: _Run) -> None:
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    while True:
+        run.check_alive()
+        futures = admin.describe_consumer_groups(groups, request_timeout=10)
+        states = {}
+        for g, f in futures.items():
+            try:
+                d = f.result()
+                states[g] = (d.state, len(d.members))
+            except Exception as exc:  # noqa: BLE001 - not there yet: wait
+                states[g] = (str(exc), 0)
+        if all(s == ConsumerGroupState.STABLE and n > 0 for s, n in states.values()):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"consumer groups not stable: {states}")
+        time.sleep(0.2)
+
+
+class _Arrivals:
+    """Reads what arrived: held REPLYs at B and INJECTED receipts at A, by msgId."""
+
+    def __init__(self, urls: dict[str, str]) -> None:
+        from pipeline.store import make_engine
+
+        self.engines = {h: make_engine(urls[h], create=False) for h in GATEWAYS}
+
+    def held(self) -> dict[str, int]:
+        from sqlalchemy import select
+
+        from pipeline.gateway.held import held_table
+
+        with self.engines["B"].connect() as c:
+            rows = c.execute(
+                select(held_table.c.msg_id, held_table.c.held_at_ms).where(
+                    held_table.c.recipient == "main-b"
+                )
+            )
+            return {r.msg_id: int(r.held_at_ms) for r in rows}
+
+    def receipts(self) -> dict[str, int]:
+        from sqlalchemy import select
+
+        from pipeline.gateway.held import held_table
+        from pipeline.gateway.receipts import read_receipt
+
+        with self.engines["A"].connect() as c:
+            rows = c.execute(
+                select(held_table.c.body, held_table.c.held_at_ms).where(
+                    held_table.c.kind == "INJECTED"
+                )
+            )
+            return {read_receipt("INJECTED", bytes(r.body)).msg_id: int(r.held_at_ms) for r in rows}
+
+    def close(self) -> None:
+        for e in self.engines.values():
+            e.dispose()
+
+
+class _Pipelined:
+    """The socket path as a high-rate sender uses it: requests are written as they are due and
+    answers read by a second thread, so the sender never waits for a commit (group commit then
+    gathers what arrives while one is running). Same frames as SocketClient."""
+
+    def __init__(self, path: str) -> None:
+        import socket
+        import threading
+
+        from pipeline.gateway.socket_protocol import encode_frame, read_frame
+
+        self._encode, self._read = encode_frame, read_frame
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.sent = 0
+        self.answers: dict[int, dict[str, Any]] = {}
+        self._done = threading.Condition()
+        self._reader = threading.Thread(target=self._read_all, daemon=True)
+        self._reader.start()
+
+    def _read_all(self) -> None:
+        try:
+            while (answer := self._read(self.sock)) is not None:
+                with self._done:
+                    self.answers[int(answer["id"])] = answer
+                    self._done.notify_all()
+        except OSError:
+            return
+
+    def send(self, to: str, kind: str) -> int:
+        rid = self.sent
+        self.sent += 1
+        body = {
+            "id": rid,
+            "op": "send",
+            "sender": "main-a",
+            "to": to,
+            "body": "YmVuY2g=",
+            "kind": kind,
+        }
+        self.sock.sendall(self._encode(body))
+        return rid
+
+    def settle(self, timeout_s: float = 60.0) -> None:
+        with self._done:
+            self._done.wait_for(lambda: len(self.answers) >= self.sent, timeout_s)
+
+    def msg_id(self, rid: int) -> str | None:
+        ok = self.answers.get(rid, {}).get("ok")
+        return None if ok is None else str(ok["msgId"])
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _sender(run: _Run) -> Any:
+    """``(send(to, kind) -> ticket, resolve(ticket) -> msg_id | None, settle(), close())``."""
+    if run.sender == "socket":
+        client = _Pipelined(run.socket("A"))
+        return client.send, client.msg_id, client.settle, client.close
+    from pipeline.bootstrap import build_client
+    from pipeline.envelope import Kind
+    from pipeline.gateway.config import load_config
+
+    direct = build_client(load_config(run.config("A")), signer=run.signers["A"])
+
+    def send_direct(to: str, kind: str) -> str:
+        return direct.send(sender="main-a", to=to, body=b"bench", kind=Kind(kind)).msg_id
+
+    return send_direct, lambda ticket: ticket, lambda: None, lambda: None
+
+
+def _wait_for(
+    arrivals: _Arrivals, replies: dict[str, float], briefs: dict[str, float], timeout_s: float
+) -> tuple[dict[str, int], dict[str, int]]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        held, receipts = arrivals.held(), arrivals.receipts()
+        done = all(m in held for m in replies) and all(m in receipts for m in briefs)
+        if done or time.monotonic() > deadline:
+            return held, receipts
+        time.sleep(0.25)
+
+
+def run_once(
+    bootstrap: str,
+    *,
+    sender: str = "socket",
+    rates: tuple[int, ...] = (500,),
+    seconds: float = 10.0,
+    store_urls: dict[str, str] | None = None,
+    start_timeout_s: float = 180.0,
+) -> dict[str, Any]:
+    """One run; never raises for a slow or failed start: the result says what happened."""
+    run = _Run(bootstrap, sender=sender, store_urls=store_urls)
+    result: dict[str, Any] = {"sender": sender, "store": run.urls["A"].split(":", 1)[0]}
+    arrivals: _Arrivals | None = None
+    ok = False
+    try:
+        run.start()
+        from pipeline.bootstrap import build_client
+        from pipeline.gateway.config import load_config
+        from pipeline.kafka.topics import TopicNames
+
+        t_start = time.monotonic()
+        deadline = t_start + start_timeout_s
+        # the stores exist once each gateway built its graph
+        while not all(
+            os.path.exists(u.removeprefix("sqlite:///"))
+            for u in run.urls.values()
+            if u.startswith("sqlite:///")
+        ):
+            run.check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError("the gateways' stores never appeared")
+            time.sleep(0.1)
+        time.sleep(1.0)
+        watcher = build_client(load_config(run.config("A")), signer=run.signers["A"])
+        while not (watcher.knows("worker-b") and watcher.knows("main-b")):
+            run.check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError("host A never saw worker-b and main-b in its roster")
+            time.sleep(0.1)
+        topics = TopicNames(prefix=run.prefix)
+        _groups_stable(bootstrap, [topics.gateway_group(h) for h in GATEWAYS], deadline, run)
+        result["start_s"] = round(time.monotonic() - t_start, 1)
+        arrivals = _Arrivals(run.urls)
+        sender = _sender(run)
+        send, resolve, settle, close = sender
+        try:
+            tickets = send("main-b", "REPLY"), send("worker-b", "SEND")
+            settle()
+            warm_r, warm_b = {resolve(tickets[0]): 0.0}, {resolve(tickets[1]): 0.0}
+            held, receipts = _wait_for(arrivals, warm_r, warm_b, 120.0)
+            if not (set(warm_r) <= set(held) and set(warm_b) <= set(receipts)):
+                raise TimeoutError("the warm-up messages never arrived")
+            for rate in rates:
+                result[f"at_{rate}"] = _phase(sender, arrivals, rate, seconds)
+        finally:
+            close()
+        ok = True
+    except Exception as exc:  # noqa: BLE001 - keep the figures already measured, say why
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["logs"] = run.log_tails()
+        result["run_dir"] = str(run.root)
+    finally:
+        if arrivals is not None:
+            arrivals.close()
+        run.stop()
+        if ok:
+            shutil.rmtree(run.root, ignore_errors=True)
+    return result
+
+
+def _phase(sender: Any, arrivals: _Arrivals, rate: int, seconds: float) -> dict[str, Any]:
+    send, resolve, settle, _close = sender
+    total = int(rate * seconds)
+    calls: list[tuple[Any, float, bool]] = []  # (ticket, called at, is a reply)
+    errors = 0
+    t0 = time.perf_counter()
+    for i in range(total):
+        target = t0 + i / rate
+        while (now := time.perf_counter()) < target:
+            time.sleep(min(0.0005, target - now))
+        called_ms = time.time() * 1000
+        try:
+            if i % 2 == 0:
+                calls.append((send("main-b", "REPLY"), called_ms, True))
+            else:
+                calls.append((send("worker-b", "SEND"), called_ms, False))
+        except Exception:  # noqa: BLE001 - counted, the run goes on
+            errors += 1
+    elapsed = time.perf_counter() - t0
+    settle()
+    replies: dict[str, float] = {}
+    briefs: dict[str, float] = {}
+    for ticket, called_ms, reply in calls:
+        msg_id = resolve(ticket)
+        if msg_id is None:
+            errors += 1
+        else:
+            (replies if reply else briefs)[msg_id] = called_ms
+    held, receipts = _wait_for(arrivals, replies, briefs, 60.0)
+    to_held, to_injected = Histogram(), Histogram()
+    for m, t in replies.items():
+        if m in held:
+            to_held.record_ms(held[m] - t)
+    for m, t in briefs.items():
+        if m in receipts:
+            to_injected.record_ms(receipts[m] - t)
+    return {
+        "offered_msg_per_s": rate,
+        "achieved_msg_per_s": round(total / elapsed),
+        "send_errors": errors,
+        "send_to_held_ms": {**to_held.summary_ms(), "of": len(replies)},
+        "send_to_injected_ms": {**to_injected.summary_ms(), "of": len(briefs)},
+    }
+
+
+def pg_urls(base_url: str) -> dict[str, str]:
+    """Two fresh databases (one per host) on the PostgreSQL server at ``base_url``."""
+    import psycopg
+
+    names = {h: f"lat_{h.lower()}_{uuid.uuid4().hex[:8]}" for h in GATEWAYS}
+    plain = base_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(plain, autocommit=True) as conn:
+        for name in names.values():
+            conn.execute(f"CREATE DATABASE {name}")
+    root, _, _db = base_url.rpartition("/")
+    return {h: f"{root}/{name}" for h, name in names.items()}
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def repeats(
+    bootstrap: str, *, sender: str, store: str, n: int, seconds: float, rates: tuple[int, ...]
+) -> dict[str, Any]:
+    """``n`` runs and, per rate, min / median / max of the p99s and of the achieved rate."""
+    runs = []
+    pg = None
+    try:
+        for _ in range(n):
+            urls = None
+            if store == "postgresql":
+                if pg is None:
+                    from pipeline.testing import start_test_postgres
+
+                    pg = start_test_postgres()
+                urls = pg_urls(pg.url)
+            runs.append(
+                run_once(bootstrap, sender=sender, rates=rates, seconds=seconds, store_urls=urls)
+            )
+    finally:
+        if pg is not None:
+            pg.close()
+    table: dict[str, Any] = {}
+    for rate in rates:
+        got = [r[f"at_{rate}"] for r in runs if f"at_{rate}" in r]
+        if not got:
+            continue
+        table[f"at_{rate}"] = {
+            "runs": len(got),
+            "send_to_held_p99_ms": spread(
+                [g["send_to_held_ms"].get("p99", float("nan")) for g in got]
+            ),
+            "send_to_injected_p99_ms": spread(
+                [g["send_to_injected_ms"].get("p99", float("nan")) for g in got]
+            ),
+            "achieved_msg_per_s": spread([g["achieved_msg_per_s"] for g in got]),
+        }
+    return {"sender": sender, "store": store, "summary": table, "runs": runs}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(prog="python -m bench.latency")
+    ap.add_argument("--direct", action="store_true", help="the sender writes A's store itself")
+    ap.add_argument("--postgresql", action="store_true", help="PostgreSQL stores (else SQLite)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--rates", default="500", help="comma-separated offered rates")
+    args = ap.parse_args(argv)
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    handle = None
+    if not bootstrap:
+        from pipeline.testing import start_test_broker
+
+        handle = start_test_broker(name="bench-lat")
+        bootstrap = handle.bootstrap
+    try:
+        out = repeats(
+            bootstrap,
+            sender="direct" if args.direct else "socket",
+            store="postgresql" if args.postgresql else "sqlite",
+            n=args.repeats,
+            seconds=args.seconds,
+            rates=tuple(int(r) for r in args.rates.split(",")),
+        )
+    finally:
+        if handle is not None:
+            with contextlib.suppress(Exception):
+                handle.close()
+    print(json.dumps(out, indent=2), flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""The light half of the local socket: what ``fleet send`` uses to hand a send to its gateway.
+
+It imports neither SQLAlchemy nor confluent_kafka nor the envelope (no ``cryptography``): the
+running gateway validates, signs and group-commits the send in its own store (docs/gateway.md).
+
+When no gateway answers -- no socket file, or a socket nobody listens on -- :meth:`connect`
+raises :class:`GatewayUnavailable` before anything was sent, and the caller writes the store
+directly, as before the socket existed. Once a request was written, a lost connection is a
+retriable ``DELIVERY_FAILED`` and never a silent retry: the gateway may have committed it.
+"""
+
+from __future__ import annotations
+
+import base64
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.errors import DeliveryError, FleetError
+from pipeline.reasons import Delivery
+
+from .socket_protocol import encode_frame, error_from, read_frame
+
+
+class GatewayUnavailable(Exception):
+    """Nothing listens on the socket (absent, refused, not admitted): nothing was sent."""
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A send the gateway committed to its outbox."""
+
+    msg_id: str
+    trace_id: str
+    ts_ms: int
+
+
+class SocketClient:
+    """One connection to the gateway's local socket. Not thread-safe: one per thread."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._next_id = 0
+
+    @classmethod
+    def connect(cls, path: str, *, timeout_s: float = 30.0) -> SocketClient:
+        """Connect to ``path``; :class:`GatewayUnavailable` when no gateway is there."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect(path)
+        except OSError as exc:  # FileNotFoundError, ConnectionRefusedError, PermissionError ...
+            sock.close()
+            raise GatewayUnavailable(f"{path}: {exc.strerror or exc}") from None
+        return cls(sock)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> SocketClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def send(
+        self,
+        *,
+        sender: str,
+        to: str,
+        body: bytes,
+        kind: str = "SEND",
+        ttl_s: float | None = None,
+    ) -> Queued:
+        """Queue one message through the gateway; a refusal raises its FleetError."""
+        result = self.send_many([{"sender": sender, "to": to, "body": body, "kind": kind,
+                                  "ttl_s": ttl_s}])[0]  # fmt: skip
+        if isinstance(result, FleetError):
+            raise result
+        return result
+
+    def send_many(self, sends: Sequence[dict[str, Any]]) -> list[Queued | FleetError]:
+        """Pipeline ``sends`` (each: sender, to, body, kind, ttl_s) on this connection and return
+        one result per send, in order; the gateway commits them in as few transactions as it can.
+        """
+        first = self._next_id
+        out = bytearray()
+        for i, s in enumerate(sends):
+            request = {
+                "id": first + i,
+                "op": "send",
+                "sender": s["sender"],
+                "to": s["to"],
+                "body": base64.b64encode(s["body"]).decode("ascii"),
+                "kind": s.get("kind", "SEND"),
+                "ttl_s": s.get("ttl_s"),
+            }
+            out += encode_frame(request)
+        self._next_id += len(sends)
+        try:
+            self._sock.sendall(out)
+            answers = [self._answer(first + i) for i in range(len(sends))]
+        except OSError as exc:
+            raise DeliveryError(
+                f"the gateway's local socket failed before it answered ({exc}); the send may or "
+                "may not be queued: look in `fleet outbox` before sending again",
+                reason=Delivery.DELIVERY_FAILED,
+                retriable=True,
+            ) from None
+        return answers
+
+    def _answer(self, want: int) -> Queued | FleetError:
+        answer = read_frame(self._sock)
+        if answer is None:
+            raise ConnectionResetError("the gateway closed the connection")
+        if answer.get("id") != want:
+            raise ConnectionResetError(f"answer {answer.get('id')} where {want} was due")
+        if "error" in answer:
+            return error_from(answer["error"])
+        ok = answer["ok"]
+        return Queued(msg_id=ok["msgId"], trace_id=ok["traceId"], ts_ms=int(ok["tsMs"]))

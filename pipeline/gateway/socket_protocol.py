@@ -1,0 +1,118 @@
+"""The local socket's wire format: length-prefixed JSON frames, and errors as data.
+
+One frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON (one object).
+A request names its ``op`` and carries an ``id`` the answer echoes, so a client may write several
+requests before reading (pipelining); answers come back in request order per connection.
+
+    request   {"id": 7, "op": "send", "sender": "main-a", "to": "main-b",
+               "body": "<base64>", "kind": "SEND", "ttl_s": null}
+    answer    {"id": 7, "ok": {"msgId": "...", "traceId": "...", "tsMs": 1764578000000}}
+    refusal   {"id": 7, "error": {"type": "DeliveryError", "reason": "UNKNOWN_RECIPIENT",
+               "retriable": false, "message": "...", "context": {"to": "nobody"}}}
+
+A refusal is the :class:`~pipeline.errors.FleetError` the gateway's ``send`` raised, carried
+as data and raised again on the client side with the same class, reason, ``retriable`` and
+context: a caller cannot tell the socket path from the direct one by its errors.
+
+This module imports no store, envelope or Kafka code: ``fleet send`` through the socket loads it
+and :mod:`.socket_client` only (docs/gateway.md, "The local socket").
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from typing import Any
+
+from pipeline import errors
+from pipeline.errors import FleetError
+from pipeline.reasons import Delivery
+
+_LENGTH = struct.Struct(">I")
+MAX_FRAME_BYTES = 4 * 1024 * 1024  # the largest record the outbox takes is 1 MiB (base64: 4/3)
+OPS = ("send",)
+
+
+class FrameError(FleetError):
+    """A frame that is not one JSON object, or is longer than :data:`MAX_FRAME_BYTES`."""
+
+    reason: str = Delivery.DELIVERY_FAILED
+
+
+def encode_frame(message: dict[str, Any]) -> bytes:
+    data = json.dumps(message, separators=(",", ":"), default=str).encode("utf-8")
+    if len(data) > MAX_FRAME_BYTES:
+        raise FrameError(
+            f"local socket: a frame of {len(data)} bytes is above {MAX_FRAME_BYTES}",
+            context={"size": len(data), "limit": MAX_FRAME_BYTES},
+        )
+    return _LENGTH.pack(len(data)) + data
+
+
+def decode_body(data: bytes) -> dict[str, Any]:
+    try:
+        message = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FrameError(f"local socket: a frame is not JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise FrameError("local socket: a frame is not a JSON object")
+    return message
+
+
+def read_frame(sock: socket.socket) -> dict[str, Any] | None:
+    """The next frame from ``sock``; ``None`` at a clean end of stream (between frames)."""
+    head = _read_exactly(sock, _LENGTH.size, allow_eof=True)
+    if head is None:
+        return None
+    (size,) = _LENGTH.unpack(head)
+    if size > MAX_FRAME_BYTES:
+        raise FrameError(
+            f"local socket: a frame of {size} bytes is above {MAX_FRAME_BYTES}",
+            context={"size": size, "limit": MAX_FRAME_BYTES},
+        )
+    body = _read_exactly(sock, size, allow_eof=False)
+    assert body is not None
+    return decode_body(body)
+
+
+def _read_exactly(sock: socket.socket, n: int, *, allow_eof: bool) -> bytes | None:
+    chunks: list[bytes] = []
+    got = 0
+    while got < n:
+        chunk = sock.recv(n - got)
+        if not chunk:
+            if allow_eof and got == 0:
+                return None
+            raise ConnectionResetError("local socket: the peer closed the stream mid-frame")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def error_data(exc: FleetError) -> dict[str, Any]:
+    """A FleetError as the ``error`` member of an answer."""
+    return {
+        "type": type(exc).__name__,
+        "reason": str(exc.reason),
+        "retriable": exc.retriable,
+        "message": str(exc.args[0]) if exc.args else "",
+        "context": exc.context,
+    }
+
+
+def error_from(data: dict[str, Any]) -> FleetError:
+    """The FleetError an ``error`` member describes (its class when ``pipeline.errors`` has it)."""
+    cls = getattr(errors, str(data.get("type", "")), None)
+    if not (isinstance(cls, type) and issubclass(cls, FleetError)):
+        cls = FleetError
+    message = str(data.get("message", ""))
+    reason = str(data.get("reason") or FleetError.reason)
+    context = data.get("context") if isinstance(data.get("context"), dict) else {}
+    try:
+        exc = cls(message, reason=reason, retriable=bool(data.get("retriable")), context=context)
+    except TypeError:  # a class with its own signature (EnvelopeError, OffsetsLostError)
+        exc = FleetError(
+            message, reason=reason, retriable=bool(data.get("retriable")), context=context
+        )
+    return exc

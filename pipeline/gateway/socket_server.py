@@ -1,0 +1,301 @@
+"""The gateway's local socket: local entities hand it their sends; it is their store's one writer.
+
+Issue 17: ``fleet send`` processes, the MCP server and an injected worker's replies each used to
+open the host's store and commit one transaction per send, contending with the gateway's relay
+and inbox for SQLite's single write lock (whose busy handler sleeps up to 100 ms). Through this
+socket the gateway writes for them:
+
+* **One send path.** Each request becomes a :class:`~pipeline.gateway.client.SendRequest` and
+  goes through :meth:`GatewayClient.send_all` -- the same checks, rows and reason codes as a
+  direct ``send``; there is no second implementation here.
+* **Group commit.** One writer thread takes every request waiting when it is free (up to
+  ``max_batch``) and commits them in one transaction, one savepoint each: a refused send is
+  answered with its error, the others commit.
+* **Wake, not poll.** After each commit the in-process relay is woken (``on_commit``).
+* **Permissions.** The socket is created under a temporary name, ``chmod``-ed to ``mode``
+  (0600: the gateway's user; 0660: also its group) and only then renamed into place, so it is
+  never reachable with wider permissions. A stale socket file (nobody listening) is replaced; a
+  live one (another gateway of this host) stops this start with ``CONFIG_INVALID``.
+* **Answers.** One per request, in request order per connection (:mod:`.socket_protocol`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import logging
+import os
+import queue
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.envelope import Envelope, Kind
+from pipeline.errors import ConfigError, DeliveryError, FleetError, StoreError
+from pipeline.reasons import Config, Verification
+
+from .client import GatewayClient, SendRequest
+from .socket_protocol import FrameError, encode_frame, error_data, read_frame
+
+log = logging.getLogger(__name__)
+
+SOCKET_MODES = (0o600, 0o660)
+
+
+def parse_kind(text: str) -> Kind:
+    """``text`` as a :class:`Kind` (any case), or ``UNKNOWN_KIND`` -- for the CLI and the socket."""
+    try:
+        return Kind(str(text).upper())
+    except ValueError:
+        raise ConfigError(f"unknown kind {text!r}", reason=Verification.UNKNOWN_KIND) from None
+
+
+def parse_send(message: dict[str, Any]) -> SendRequest:
+    """A ``send`` request's fields as a SendRequest; a malformed one is ``CONFIG_INVALID``."""
+    try:
+        sender, to, body = message["sender"], message["to"], message["body"]
+        if not isinstance(sender, str) or not isinstance(to, str) or not isinstance(body, str):
+            raise TypeError("sender, to and body must be strings")
+        ttl = message.get("ttl_s")
+        if ttl is not None and not isinstance(ttl, int | float):
+            raise TypeError("ttl_s must be a number")
+        raw = base64.b64decode(body, validate=True)
+    except (KeyError, TypeError, binascii.Error) as exc:
+        raise ConfigError(f"local socket: malformed send request: {exc}") from None
+    return SendRequest(
+        sender=sender,
+        to=to,
+        body=raw,
+        kind=parse_kind(message.get("kind", "SEND")),
+        ttl_s=float(ttl) if ttl is not None else None,
+    )
+
+
+@dataclass
+class _Pending:
+    id: Any
+    request: SendRequest | None
+    result: Envelope | FleetError | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def finish(self, result: Envelope | FleetError) -> None:
+        self.result = result
+        self.done.set()
+
+    def answer(self) -> dict[str, Any]:
+        r = self.result
+        if isinstance(r, Envelope):
+            return {"id": self.id, "ok": {"msgId": r.msg_id, "traceId": r.trace_id,
+                                          "tsMs": r.ts_ms}}  # fmt: skip
+        assert isinstance(r, FleetError)
+        return {"id": self.id, "error": error_data(r)}
+
+
+class SocketServer:
+    """Serve ``client``'s sends on a UNIX socket at ``path``; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        path: str,
+        client: GatewayClient,
+        on_commit: Callable[[], None] = lambda: None,
+        mode: int = 0o600,
+        max_batch: int = 256,
+    ) -> None:
+        if mode not in SOCKET_MODES:
+            raise ConfigError(
+                f"socket_mode = {mode:#o}: use 0o600 (the gateway's user) or 0o660 (and its group)",
+                reason=Config.CONFIG_INVALID,
+                context={"key": "socket_mode", "value": mode},
+            )
+        self.path = path
+        self.client = client
+        self.on_commit = on_commit
+        self.mode = mode
+        self.max_batch = max_batch
+        self._queue: queue.Queue[_Pending] = queue.Queue()
+        self._listener: socket.socket | None = None
+        self._inode: int | None = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._conns: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def start(self) -> SocketServer:
+        self._listener = self._bind()
+        for name, target in (("accept", self._accept), ("writer", self._write)):
+            t = threading.Thread(target=target, name=f"gw-socket-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def run(self, stop: threading.Event) -> None:
+        """A gateway loop: serve until ``stop``; a socket that cannot be bound is logged and the
+        gateway runs without it (local senders then write the store directly, as before)."""
+        try:
+            self.start()
+        except (OSError, ConfigError) as exc:
+            log.warning("local socket %s not served (%s): sends write the store directly",
+                        self.path, exc)  # fmt: skip
+            stop.wait()
+            return
+        try:
+            stop.wait()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._listener is not None:
+            self._unlink_if_ours()
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() (Linux)
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            for conn in list(self._conns):
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+        for t in self._threads:
+            t.join(5)
+        self._threads.clear()
+        while True:  # accepted but never committed: say so, nothing was queued
+            try:
+                pending = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            pending.finish(
+                DeliveryError("the gateway is stopping; the send was not queued", retriable=True)
+            )
+
+    def _bind(self) -> socket.socket:
+        if os.path.exists(self.path):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(self.path)
+            except OSError:
+                os.unlink(self.path)  # stale: its gateway is gone
+            else:
+                raise ConfigError(
+                    f"local socket {self.path}: another gateway is serving it",
+                    reason=Config.CONFIG_INVALID,
+                    context={"key": "socket_path", "value": self.path},
+                )
+            finally:
+                probe.close()
+        tmp = f"{self.path}.{os.getpid()}~"
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            sock.bind(tmp)
+            os.chmod(tmp, self.mode)  # before it has its name: never reachable wider than mode
+            os.rename(tmp, self.path)
+            sock.listen(128)
+        except BaseException:
+            sock.close()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self._inode = os.stat(self.path).st_ino
+        return sock
+
+    def _unlink_if_ours(self) -> None:
+        with contextlib.suppress(OSError):
+            if os.stat(self.path).st_ino == self._inode:
+                os.unlink(self.path)
+
+    # -- connections ----------------------------------------------------------------------------
+    def _accept(self) -> None:
+        listener = self._listener
+        assert listener is not None
+        while not self._stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                self._conns.add(conn)
+            answers: queue.Queue[_Pending | None] = queue.Queue()
+            for target, args in ((self._read, (conn, answers)), (self._answer, (conn, answers))):
+                threading.Thread(
+                    target=target, args=args, name="gw-socket-conn", daemon=True
+                ).start()
+
+    def _read(self, conn: socket.socket, answers: queue.Queue[_Pending | None]) -> None:
+        """Requests in, in order: each is queued for the writer (or refused at once)."""
+        try:
+            while True:
+                try:
+                    message = read_frame(conn)
+                except FrameError as exc:  # unreadable: answer it, then hang up
+                    pending = _Pending(id=None, request=None)
+                    pending.finish(exc)
+                    answers.put(pending)
+                    return
+                if message is None:
+                    return
+                pending = _Pending(id=message.get("id"), request=None)
+                try:
+                    if message.get("op") != "send":
+                        raise ConfigError(f"local socket: unknown op {message.get('op')!r}")
+                    pending.request = parse_send(message)
+                except FleetError as exc:
+                    pending.finish(exc)
+                else:
+                    self._queue.put(pending)
+                answers.put(pending)
+        except OSError:
+            return
+        finally:
+            answers.put(None)
+
+    def _answer(self, conn: socket.socket, answers: queue.Queue[_Pending | None]) -> None:
+        """Answers out, in request order, each once the writer has decided it."""
+        try:
+            while (pending := answers.get()) is not None:
+                pending.done.wait()
+                conn.sendall(encode_frame(pending.answer()))
+        except OSError:
+            pass  # the client went away; what was committed stays committed
+        finally:
+            with self._lock:
+                self._conns.discard(conn)
+            conn.close()
+
+    # -- the writer ----------------------------------------------------------------------------
+    def _write(self) -> None:
+        while not self._stop.is_set():
+            try:
+                first = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            batch = [first]
+            while len(batch) < self.max_batch:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            self.commit(batch)
+
+    def commit(self, batch: list[_Pending]) -> None:
+        """One transaction for ``batch``; every request gets its envelope or its error."""
+        requests = [p.request for p in batch if p.request is not None]
+        try:
+            results: list[Envelope | FleetError] = list(self.client.send_all(requests))
+        except FleetError as exc:
+            results = [exc] * len(requests)
+        except Exception as exc:  # a store failure: nothing of the batch is queued
+            log.exception("local socket: a group commit of %d sends failed", len(requests))
+            err = StoreError(f"the gateway could not commit the send: {exc}", retriable=True)
+            results = [err] * len(requests)
+        if any(isinstance(r, Envelope) for r in results):
+            self.on_commit()
+        for pending, result in zip((p for p in batch if p.request is not None), results,
+                                   strict=True):  # fmt: skip
+            pending.finish(result)

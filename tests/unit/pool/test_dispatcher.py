@@ -1,0 +1,158 @@
+"""The in-flight dispatcher's intake and wake-up (pure logic around a fake consumer, no broker).
+
+Seed 001 ("each partition is processed one event at a time", partitions as concurrency): a member
+with a backlog on every partition keeps every lane busy. Two ways it did not: one fetch filled the
+member with one partition's records (librdkafka hands out a backlog a partition at a time), and a
+finished step waited for the next ``poll`` timeout before its lane got the next record.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from pipeline.record import Record
+from pipeline.runtime.inflight import MIN_WAKE_S, WAKE_FRACTION, Dispatcher, InflightConfig
+from pipeline.runtime.lanes import Concurrency
+
+T = "fleet.pool.t"
+
+
+def rec(offset: int, partition: int = 0) -> Record:
+    return Record(
+        topic=T,
+        partition=partition,
+        offset=offset,
+        key=b"k",
+        value=b"",
+        headers=(),
+        timestamp_ms=0,
+    )
+
+
+class Consumer:
+    def __init__(self) -> None:
+        self.seeks: list[tuple[int, int]] = []
+        self.paused: set[int] = set()
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.seeks.append((tp.partition, tp.offset))
+
+    def pause(self, tps: list[TopicPartition]) -> None:
+        self.paused |= {tp.partition for tp in tps}
+
+    def resume(self, tps: list[TopicPartition]) -> None:
+        self.paused -= {tp.partition for tp in tps}
+
+
+class Gate:
+    """A step runner whose steps end when the test says so."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started = threading.Semaphore(0)
+
+    def run(self, _record: Record) -> None:
+        self.started.release()
+        self.release.wait(5)
+
+
+def dispatcher(runner: Any, *, depth: int = 2, max_records: int = 50) -> Dispatcher:
+    cfg = InflightConfig(mode=Concurrency.PARTITION, max_records=max_records, depth=depth)
+    return Dispatcher(cfg, runner)
+
+
+def test_a_fetch_of_one_partitions_backlog_is_cut_at_its_depth_and_re_read_later() -> None:
+    gate = Gate()
+    d = dispatcher(gate)
+    consumer = Consumer()
+    assigned = {(T, 0), (T, 1)}
+    d.room(consumer, assigned, lambda _tp: False)
+    # one fetch: ten records of partition 0 (a backlog) and one of partition 1
+    d.submit([*(rec(o) for o in range(10)), rec(0, partition=1)])
+    assert d.lanes.held((T, 0)) == 2  # the depth, not ten
+    assert d.lanes.held((T, 1)) == 1  # partition 1 was not starved behind partition 0
+    assert len(d.lanes.running()) == 2
+    room = d.room(consumer, assigned, lambda _tp: False)
+    assert consumer.seeks == [(0, 2)]  # re-read from the first refused record
+    assert consumer.paused == {0}  # full: paused until a step ends
+    assert room == 50 - 3
+    # the watermark never passes a refused record
+    assert d.committable({(T, 0): 10}, {}) == {(T, 0): 0}
+    gate.release.set()
+    d.close()
+
+
+def test_a_retry_rewind_cancels_the_re_read_of_refused_records() -> None:
+    gate = Gate()
+    d = dispatcher(gate)
+    consumer = Consumer()
+    d.submit([rec(o) for o in range(5)])
+    assert d.rewind((T, 0), 0) == 0  # the retry seeks lower; its own seek wins
+    d.room(consumer, {(T, 0)}, lambda _tp: True)
+    assert consumer.seeks == []
+    gate.release.set()
+    d.close()
+
+
+def test_a_revoked_partition_owes_no_re_read() -> None:
+    gate = Gate()
+    d = dispatcher(gate)
+    consumer = Consumer()
+    d.submit([rec(o) for o in range(5)])
+    d.forget({(T, 0)})
+    d.room(consumer, set(), lambda _tp: False)
+    assert consumer.seeks == []
+    gate.release.set()
+    d.close()
+
+
+def test_a_duplicate_fetch_is_not_taken_for_a_record_past_the_depth() -> None:
+    gate = Gate()
+    d = dispatcher(gate)
+    consumer = Consumer()
+    d.submit([rec(0), rec(1)])
+    d.submit([rec(1)])  # a seek raced a fetch: the same record again
+    d.room(consumer, {(T, 0)}, lambda _tp: False)
+    assert consumer.seeks == []
+    gate.release.set()
+    d.close()
+
+
+def test_the_poll_keeps_its_timeout_while_no_step_runs() -> None:
+    d = dispatcher(Gate())
+    assert d.wait_s(0.05) == 0.05
+    d.close()
+
+
+def test_with_nothing_fetchable_the_loop_waits_for_a_step_to_end_instead_of_polling() -> None:
+    gate = Gate()
+    d = dispatcher(gate, depth=1)
+    consumer = Consumer()
+    d.submit([rec(0)])
+    assert gate.started.acquire(timeout=5)
+    d.room(consumer, {(T, 0)}, lambda _tp: False)  # partition 0 is full: nothing to fetch
+    threading.Timer(0.05, gate.release.set).start()
+    assert d.wait_s(5.0) == 0.0  # returned when the step ended, not after 5 s
+    assert [r.offset for r in d.completed()] == [0]
+    assert d.step_s is not None
+    d.close()
+
+
+def test_while_steps_run_and_records_may_arrive_the_poll_is_a_slice_of_a_step() -> None:
+    gate = Gate()
+    d = dispatcher(gate)
+    consumer = Consumer()
+    d.submit([rec(0)])
+    d.room(consumer, {(T, 0), (T, 1)}, lambda _tp: False)  # partition 1 has room
+    assert d.wait_s(0.05) < 0.05  # no step time known yet: a short slice
+    d.step_s = 0.2
+    assert d.wait_s(0.05) == 0.2 / WAKE_FRACTION
+    d.step_s = 0.0001
+    assert d.wait_s(0.05) == MIN_WAKE_S
+    d.step_s = 2.0  # agent steps of seconds: the full timeout, no busy polling
+    assert d.wait_s(0.05) == 0.05
+    gate.release.set()
+    d.close()

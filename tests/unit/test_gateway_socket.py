@@ -1,0 +1,337 @@
+"""The gateway's local socket (issue 17): framing, refusals, permissions, group commit, fallback.
+
+The server here is the production :class:`SocketServer` over a real :class:`GatewayClient` on a
+SQLite store; only the relay is absent (``on_commit`` is a counter). The real-broker half is
+``tests/integration/test_gateway_socket.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import struct
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from typer.testing import CliRunner
+
+from pipeline.bootstrap import build_client
+from pipeline.cli.main import app
+from pipeline.envelope import Signer
+from pipeline.errors import ConfigError, DeliveryError
+from pipeline.gateway import roster_cache
+from pipeline.gateway.config import EntityConfig, GatewayConfig
+from pipeline.gateway.socket_client import GatewayUnavailable, SocketClient
+from pipeline.gateway.socket_protocol import (
+    MAX_FRAME_BYTES,
+    FrameError,
+    decode_body,
+    encode_frame,
+    error_data,
+    error_from,
+    read_frame,
+)
+from pipeline.gateway.socket_server import SocketServer, _Pending, parse_send
+from pipeline.outbox.tables import outbox
+from pipeline.presence.roles import Delivery, Role
+from pipeline.store import make_engine, session_factory
+
+FAR = 10**15
+
+
+def _host(tmp_path: Path) -> tuple[Any, Any, GatewayConfig]:
+    store = f"sqlite:///{tmp_path / 'A.sqlite'}"
+    engine = make_engine(store)
+    with session_factory(engine).begin() as s:
+        roster_cache.replace_all(
+            s, [roster_cache.RosterEntry("main-b", "B", "main", "pull", (), FAR)]
+        )
+    key = tmp_path / "A.key"
+    Signer.generate("A").write_private(key)
+    cfg = GatewayConfig(
+        host="A",
+        store_url=store,
+        key_file=str(key),
+        entities=(EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),),
+    )
+    return build_client(cfg, signer=Signer.load(key), engine=engine), engine, cfg
+
+
+def _rows(engine: Any) -> int:
+    with engine.connect() as c:
+        return int(c.execute(select(func.count()).select_from(outbox)).scalar_one())
+
+
+@pytest.fixture
+def served(tmp_path: Path):  # type: ignore[no-untyped-def]
+    client, engine, cfg = _host(tmp_path)
+    commits: list[int] = []
+    path = cfg.local_socket
+    assert path == f"{tmp_path / 'A.sqlite'}.sock"
+    server = SocketServer(path=path, client=client, on_commit=lambda: commits.append(1)).start()
+    yield server, engine, cfg, commits
+    server.close()
+    engine.dispose()
+
+
+# -- framing ------------------------------------------------------------------------------------
+def test_a_frame_is_a_length_then_one_json_object() -> None:
+    frame = encode_frame({"id": 1, "op": "send"})
+    (size,) = struct.unpack(">I", frame[:4])
+    assert size == len(frame) - 4 and json.loads(frame[4:]) == {"id": 1, "op": "send"}
+
+
+def test_frames_split_across_reads_and_back_to_back_are_read_whole() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        data = encode_frame({"id": 1}) + encode_frame({"id": 2, "x": "y" * 5000})
+
+        def dribble() -> None:  # in 7-byte pieces, while the reader reads
+            for i in range(0, len(data), 7):
+                a.sendall(data[i : i + 7])
+            a.shutdown(socket.SHUT_WR)
+
+        writer = threading.Thread(target=dribble)
+        writer.start()
+        assert read_frame(b) == {"id": 1}
+        assert read_frame(b) == {"id": 2, "x": "y" * 5000}
+        assert read_frame(b) is None  # a clean end between frames
+        writer.join()
+
+
+def test_a_stream_cut_mid_frame_is_an_error_not_an_end() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(encode_frame({"id": 1})[:-2])
+        a.shutdown(socket.SHUT_WR)
+        with pytest.raises(ConnectionResetError):
+            read_frame(b)
+
+
+def test_an_oversized_or_non_object_frame_is_refused() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(struct.pack(">I", MAX_FRAME_BYTES + 1))
+        with pytest.raises(FrameError) as err:
+            read_frame(b)
+    assert err.value.context["limit"] == MAX_FRAME_BYTES
+    with pytest.raises(FrameError):
+        decode_body(b"[1, 2]")
+    with pytest.raises(FrameError):
+        decode_body(b"\xff{")
+
+
+def test_an_error_travels_with_its_class_reason_retriable_and_context() -> None:
+    sent = DeliveryError("nope", reason="UNKNOWN_RECIPIENT", context={"to": "x"})
+    back = error_from(json.loads(json.dumps(error_data(sent))))
+    assert type(back) is DeliveryError
+    assert (back.reason, back.retriable, back.context, str(back)) == (
+        "UNKNOWN_RECIPIENT",
+        False,
+        {"to": "x"},
+        str(sent),
+    )
+    assert type(error_from({"type": "NotAnError", "reason": "X"})).__name__ == "FleetError"
+
+
+def test_a_malformed_request_is_config_invalid_and_an_unknown_kind_unknown_kind() -> None:
+    with pytest.raises(ConfigError) as bad:
+        parse_send({"sender": "a", "to": "b", "body": "!!notbase64"})
+    assert bad.value.reason == "CONFIG_INVALID"
+    with pytest.raises(ConfigError) as kind:
+        parse_send({"sender": "a", "to": "b", "body": "", "kind": "SHOUT"})
+    assert kind.value.reason == "UNKNOWN_KIND"
+    assert parse_send({"sender": "a", "to": "b", "body": "aGk=", "kind": "reply"}).body == b"hi"
+
+
+# -- the server -----------------------------------------------------------------------------------
+def test_a_send_through_the_socket_is_one_outbox_row_and_wakes_the_relay(served) -> None:  # type: ignore[no-untyped-def]
+    server, engine, _cfg, commits = served
+    with SocketClient.connect(server.path) as c:
+        queued = c.send(sender="main-a", to="main-b", body=b"hello", kind="REPLY")
+    assert len(queued.msg_id) == 32 and queued.ts_ms > 0
+    assert _rows(engine) == 1 and commits == [1]
+
+
+def test_a_refusal_is_the_same_fleet_error_as_the_direct_path(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Seed 000 §5: a send to nobody is refused at once (UNKNOWN_RECIPIENT), through either path."""
+    server, engine, cfg, commits = served
+    direct = build_client(cfg, signer=Signer.load(cfg.key_file or ""), engine=engine)
+    with pytest.raises(DeliveryError) as d:
+        direct.send(sender="main-a", to="nobody", body=b"x")
+    with SocketClient.connect(server.path) as c, pytest.raises(DeliveryError) as s:
+        c.send(sender="main-a", to="nobody", body=b"x")
+    assert (s.value.reason, s.value.retriable, s.value.context, str(s.value)) == (
+        d.value.reason,
+        d.value.retriable,
+        d.value.context,
+        str(d.value),
+    )
+    with SocketClient.connect(server.path) as c, pytest.raises(DeliveryError) as who:
+        c.send(sender="not-mine", to="main-b", body=b"x")
+    assert who.value.reason == "NOT_LOCAL_SENDER"
+    assert _rows(engine) == 0 and commits == []
+
+
+def test_a_group_commits_together_and_a_refused_send_leaves_the_others(served) -> None:  # type: ignore[no-untyped-def]
+    server, engine, _cfg, _commits = served
+    sends = [{"sender": "main-a", "to": "main-b", "body": f"m{i}".encode()} for i in range(50)]
+    sends.insert(20, {"sender": "main-a", "to": "nobody", "body": b"x"})
+    with SocketClient.connect(server.path) as c:
+        results = c.send_many(sends)
+    assert isinstance(results[20], DeliveryError) and results[20].reason == "UNKNOWN_RECIPIENT"
+    assert sum(not isinstance(r, Exception) for r in results) == 50
+    assert _rows(engine) == 50
+
+
+def test_a_pending_batch_is_one_transaction(served) -> None:  # type: ignore[no-untyped-def]
+    """Group commit: requests waiting together go through one send_all call."""
+    server, engine, _cfg, _commits = served
+    calls: list[int] = []
+    real = server.client.send_all
+    server.client.send_all = lambda reqs: calls.append(len(reqs)) or real(reqs)  # type: ignore[method-assign]
+    batch = [
+        _Pending(id=i, request=parse_send({"sender": "main-a", "to": "main-b", "body": ""}))
+        for i in range(5)
+    ]
+    server.commit(batch)
+    assert calls == [5] and all(p.done.is_set() for p in batch)
+    assert [p.answer()["id"] for p in batch] == list(range(5)) and _rows(engine) == 5
+
+
+def test_concurrent_clients_each_get_their_own_answers(served) -> None:  # type: ignore[no-untyped-def]
+    server, engine, _cfg, _commits = served
+    got: dict[int, list[str]] = {}
+
+    def one(n: int) -> None:
+        with SocketClient.connect(server.path) as c:
+            got[n] = [c.send(sender="main-a", to="main-b", body=b"x").msg_id for _ in range(20)]
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [m for v in got.values() for m in v]
+    assert len(ids) == 80 == len(set(ids)) == _rows(engine)
+
+
+def test_garbage_on_the_socket_is_answered_and_the_connection_closed(served) -> None:  # type: ignore[no-untyped-def]
+    server, _engine, _cfg, _commits = served
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(server.path)
+        s.sendall(struct.pack(">I", 3) + b"{{{")
+        answer = read_frame(s)
+        assert answer is not None and answer["error"]["reason"] == "DELIVERY_FAILED"
+        assert read_frame(s) is None
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(server.path)
+        s.sendall(encode_frame({"id": 9, "op": "delete-everything"}))
+        answer = read_frame(s)
+        assert answer is not None and answer["id"] == 9
+        assert answer["error"]["reason"] == "CONFIG_INVALID"
+
+
+# -- permissions and life cycle ---------------------------------------------------------------------
+def test_the_socket_admits_only_its_owner_and_is_removed_on_close(tmp_path: Path) -> None:
+    client, engine, cfg = _host(tmp_path)
+    path = cfg.local_socket or ""
+    server = SocketServer(path=path, client=client).start()
+    st = os.stat(path)
+    assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
+    assert st.st_uid == os.getuid()
+    assert [p.name for p in tmp_path.iterdir() if "~" in p.name] == []  # no temp name left
+    server.close()
+    assert not os.path.exists(path)
+    group = SocketServer(path=path, client=client, mode=0o660).start()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o660
+    group.close()
+    with pytest.raises(ConfigError):
+        SocketServer(path=path, client=client, mode=0o666)
+    engine.dispose()
+
+
+def test_a_stale_socket_is_replaced_and_a_live_one_is_not_taken_over(tmp_path: Path) -> None:
+    client, engine, cfg = _host(tmp_path)
+    path = cfg.local_socket or ""
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(path)  # bound, never listening: what a killed gateway leaves behind
+    stale.close()
+    with pytest.raises(GatewayUnavailable):
+        SocketClient.connect(path)
+    first = SocketServer(path=path, client=client).start()
+    with pytest.raises(ConfigError) as taken:
+        SocketServer(path=path, client=client).start()
+    assert "another gateway" in str(taken.value)
+    with SocketClient.connect(path) as c:  # the first one still serves
+        c.send(sender="main-a", to="main-b", body=b"x")
+    first.close()
+    engine.dispose()
+
+
+def test_no_socket_file_is_gateway_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(GatewayUnavailable):
+        SocketClient.connect(str(tmp_path / "none.sock"))
+
+
+def test_config_says_where_the_socket_is() -> None:
+    sqlite = GatewayConfig(host="A", store_url="sqlite:////srv/fleet-<host>.sqlite")
+    assert sqlite.local_socket == "/srv/fleet-A.sqlite.sock"
+    assert GatewayConfig(host="A", socket_path="/run/fleet/<host>.sock").local_socket == (
+        "/run/fleet/A.sock"
+    )
+    assert GatewayConfig(host="A", socket_path="").local_socket is None
+    pg = GatewayConfig(host="A", store_url="postgresql+psycopg://u@h/db")
+    assert pg.local_socket is None
+    with pytest.raises(ConfigError) as bad:
+        GatewayConfig(host="A", socket_mode=0o666)
+    assert bad.value.context["key"] == "socket_mode"
+
+
+# -- fleet send --------------------------------------------------------------------------------------
+def _config_file(tmp_path: Path, cfg: GatewayConfig) -> Path:
+    path = tmp_path / "fleet.toml"
+    path.write_text(
+        f'host = "A"\nstore_url = "{cfg.store_url}"\nkey_file = "{cfg.key_file}"\n'
+        '[[entities]]\ngid = "main-a"\nrole = "main"\ndelivery = "pull"\n'
+    )
+    return path
+
+
+def test_fleet_send_goes_through_the_socket_when_the_gateway_serves(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _server, engine, cfg, commits = served
+    out = CliRunner().invoke(
+        app,
+        ["send", "-c", str(_config_file(tmp_path, cfg)), "--from", "main-a", "--to", "main-b",
+         "--kind", "reply", "--json", "hi"],
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["kind"] == "REPLY"
+    assert json.loads(out.output)["via"] == "gateway"
+    assert commits == [1] and _rows(engine) == 1  # the server committed it
+    refused = CliRunner().invoke(
+        app,
+        ["send", "-c", str(_config_file(tmp_path, cfg)), "--from", "main-a", "--to", "nobody",
+         "--json", "hi"],
+    )  # fmt: skip
+    assert refused.exit_code != 0
+    assert json.loads(refused.output)["error"]["reason"] == "UNKNOWN_RECIPIENT"
+
+
+def test_fleet_send_writes_the_store_directly_when_no_gateway_serves(tmp_path: Path) -> None:
+    _client, engine, cfg = _host(tmp_path)
+    assert not os.path.exists(cfg.local_socket or "")
+    out = CliRunner().invoke(
+        app,
+        ["send", "-c", str(_config_file(tmp_path, cfg)), "--from", "main-a", "--to", "main-b",
+         "--json", "hi"],
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["via"] == "store"
+    assert _rows(engine) == 1
+    engine.dispose()
