@@ -220,7 +220,9 @@ class Relay:
             if refused:  # after this batch's acks, so each refused row heads its branch
                 acks.append((store.submit(self._fail, refused), [], []))
             failed += len(errors) - len(refused)
-            acked += self._collect(acks, wait=False)
+            # at most pipeline_depth batches confirmed but not yet marked sent: with as many in
+            # flight, a kill -9 replays at most 2 x pipeline_depth batches (the fold drops them)
+            acked += self._collect(acks, wait=False, keep=self.pipeline_depth)
         acked += self._collect(acks, wait=True)
         # refresh the gauges at once when the relay turns idle; otherwise on the interval (an
         # idle relay passes every idle_wait_s and must not count the backlog each time)
@@ -237,11 +239,16 @@ class Relay:
         return acked
 
     def _collect(
-        self, acks: deque[tuple[Future[None], list[Any], list[Any]]], *, wait: bool
+        self,
+        acks: deque[tuple[Future[None], list[Any], list[Any]]],
+        *,
+        wait: bool,
+        keep: int | None = None,
     ) -> int:
-        """Observe finished acks in order; a failed ack raises its StoreError (rows resent)."""
+        """Observe finished acks in order, waiting for all (``wait``) or until at most ``keep``
+        are outstanding; a failed ack raises its StoreError (its rows are resent)."""
         done = 0
-        while acks and (wait or acks[0][0].done()):
+        while acks and (wait or acks[0][0].done() or (keep is not None and len(acks) > keep)):
             future, confirmed, errors = acks.popleft()
             future.result()
             self._observe(confirmed, errors)
