@@ -4,8 +4,9 @@ Agents call ``fleet send`` from their shells, so a process's start-up is paid pe
 17: 0.67-0.74 s before subcommands loaded on use). Three commands, each run ``repeats`` times
 interleaved with the baseline: ``fleet --help``, ``fleet send --help``, and a real
 ``fleet send`` (a SQLite store already at head, the recipient in the roster cache; the message
-waits in the outbox, so no broker is needed). Absolute seconds on this shared machine are noisy:
-the ratios travel. Run: ``python -m bench cli`` (three repeats; ``--quick`` changes nothing).
+waits in the outbox, so no broker is needed), and that send again through a gateway's local
+socket (the production socket server, in this process, over the same store). Absolute seconds
+on this shared machine are noisy: the ratios travel. Run: ``python -m bench cli`` (three repeats; ``--quick`` changes nothing).
 """
 
 from __future__ import annotations
@@ -30,13 +31,16 @@ def _fleet() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "pipeline"]
 
 
-def _host(root: Path) -> Path:
-    """A host A config whose store is at head and knows main-b (as a gateway would have left it)."""
-    Signer.generate("A").write_private(root / "A.key")
+def _host(root: Path, socket: str = "") -> Path:
+    """A host A config whose store is at head and knows main-b (as a gateway would have left it);
+    ``socket``: where its gateway serves local sends ("": none, the send writes the store)."""
+    if not (root / "A.key").exists():
+        Signer.generate("A").write_private(root / "A.key")
     store = f"sqlite:///{root / 'A.sqlite'}"
-    config = root / "fleet.toml"
+    config = root / ("fleet-socket.toml" if socket else "fleet.toml")
     config.write_text(
         f'host = "A"\nstore_url = "{store}"\nkey_file = "{root / "A.key"}"\n'
+        f'socket_path = "{socket}"\n'
         '[[entities]]\ngid = "main-a"\nrole = "main"\ndelivery = "pull"\n'
     )
     engine = make_engine(store)
@@ -45,6 +49,18 @@ def _host(root: Path) -> Path:
         roster_cache.replace_all(s, [entry])
     engine.dispose()
     return config
+
+
+def _serve(root: Path, config: Path) -> Any:
+    """The gateway's socket server (the production class, over the production client) on A."""
+    from pipeline.bootstrap_client import build_client
+    from pipeline.gateway.config import load_config
+    from pipeline.gateway.socket_server import SocketServer
+
+    cfg = load_config(config)
+    client = build_client(cfg, signer=Signer.load(root / "A.key"))
+    assert cfg.local_socket is not None
+    return SocketServer(path=cfg.local_socket, client=client).start()
 
 
 def _wall(argv: list[str]) -> float:
@@ -72,18 +88,25 @@ def main(quick: bool = False) -> dict[str, Any]:
     fleet = _fleet()
     with tempfile.TemporaryDirectory(prefix="fleet-bench-cli-") as d:
         config = _host(Path(d))
-        send = ["send", "-c", str(config), "--from", "main-a", "--to", "main-b", "bench"]
+        via_socket = _host(Path(d), socket=str(Path(d) / "A.sock"))
+        server = _serve(Path(d), via_socket)
+        send = ["send", "--from", "main-a", "--to", "main-b", "bench"]
         runs = {
             "python -c pass": [sys.executable, "-c", "pass"],
             "fleet --help": [*fleet, "--help"],
             "fleet send --help": [*fleet, "send", "--help"],
-            "fleet send": [*fleet, *send],
+            "fleet send": [*fleet, *send, "-c", str(config)],
+            "fleet send (gateway socket)": [*fleet, *send, "-c", str(via_socket)],
         }
-        _wall(runs["fleet send"])  # warm the page cache and the store once, untimed
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(repeats):
-            for name, argv in runs.items():
-                times[name].append(_wall(argv))
+        try:
+            _wall(runs["fleet send"])  # warm the page cache and the store once, untimed
+            _wall(runs["fleet send (gateway socket)"])
+            times: dict[str, list[float]] = {name: [] for name in runs}
+            for _ in range(repeats):
+                for name, argv in runs.items():
+                    times[name].append(_wall(argv))
+        finally:
+            server.close()
     base = statistics.median(times["python -c pass"])
     return {
         "repeats": repeats,

@@ -148,9 +148,12 @@ class _Arrivals:
     """Reads what arrived: held REPLYs at B and INJECTED receipts at A, by msgId."""
 
     def __init__(self, urls: dict[str, str]) -> None:
-        from pipeline.store import make_engine
+        from pipeline.store import make_engine, readonly
 
-        self.engines = {h: make_engine(urls[h], create=False) for h in GATEWAYS}
+        # read-only: on SQLite a plain transaction takes the write lock (BEGIN IMMEDIATE), and a
+        # bench polling that way would queue the gateways' writers behind it
+        self._own = {h: make_engine(urls[h], create=False) for h in GATEWAYS}
+        self.engines = {h: readonly(e) for h, e in self._own.items()}
 
     def held(self) -> dict[str, int]:
         from sqlalchemy import select
@@ -180,7 +183,7 @@ class _Arrivals:
             return {read_receipt("INJECTED", bytes(r.body)).msg_id: int(r.held_at_ms) for r in rows}
 
     def close(self) -> None:
-        for e in self.engines.values():
+        for e in self._own.values():
             e.dispose()
 
 
@@ -261,7 +264,13 @@ def _wait_for(
 ) -> tuple[dict[str, int], dict[str, int]]:
     deadline = time.monotonic() + timeout_s
     while True:
-        held, receipts = arrivals.held(), arrivals.receipts()
+        try:
+            held, receipts = arrivals.held(), arrivals.receipts()
+        except Exception:  # a busy store: look again, within the deadline
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.25)
+            continue
         done = all(m in held for m in replies) and all(m in receipts for m in briefs)
         if done or time.monotonic() > deadline:
             return held, receipts
@@ -301,11 +310,16 @@ def run_once(
                 raise TimeoutError("the gateways' stores never appeared")
             time.sleep(0.1)
         time.sleep(1.0)
-        watcher = build_client(load_config(run.config("A")), signer=run.signers["A"])
-        while not (watcher.knows("worker-b") and watcher.knows("main-b")):
+        # both ways: A must know B's entities, and B must know main-a (else B refuses the
+        # first messages as UNKNOWN_SENDER and dead-letters them)
+        watch_a = build_client(load_config(run.config("A")), signer=run.signers["A"])
+        watch_b = build_client(load_config(run.config("B")), signer=run.signers["B"])
+        while not (
+            watch_a.knows("worker-b") and watch_a.knows("main-b") and watch_b.knows("main-a")
+        ):
             run.check_alive()
             if time.monotonic() > deadline:
-                raise TimeoutError("host A never saw worker-b and main-b in its roster")
+                raise TimeoutError("hosts A and B never saw each other's entities")
             time.sleep(0.1)
         topics = TopicNames(prefix=run.prefix)
         _groups_stable(bootstrap, [topics.gateway_group(h) for h in GATEWAYS], deadline, run)

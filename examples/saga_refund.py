@@ -24,6 +24,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, s
 from sqlalchemy.orm import Session
 
 from pipeline.bootstrap import build_saga_process
+from pipeline.cli.serving import serve_metrics
 from pipeline.effects import (
     SAGA_KEY_CLASS,
     IdempotencyStore,
@@ -108,9 +109,16 @@ def make_orchestrator(topics: SagaTopics) -> SagaOrchestrator:
     return SagaOrchestrator([REFUND], topics=topics)
 
 
-def run_role(role: str, args: argparse.Namespace, stop: threading.Event) -> None:
+def run_role(
+    role: str,
+    args: argparse.Namespace,
+    stop: threading.Event,
+    registry: CollectorRegistry | None = None,
+) -> None:
+    """One saga process; it purges its own store (finished sagas, sent outbox rows, dedupe rows,
+    expired keys: the default ``[retention]``) and counts everything in ``registry``."""
     topics = topics_for(args.prefix)
-    registry = CollectorRegistry()  # serve it with prometheus_client.start_http_server if wanted
+    registry = registry or CollectorRegistry()
     engine = make_engine(args.db)
     ledger_meta.create_all(engine)
     if role == "orchestrator":
@@ -209,6 +217,8 @@ def main() -> None:
     ap.add_argument(
         "--fail-every", type=int, default=1, help="fail only sagas with index %% N == 0"
     )
+    ap.add_argument("--metrics-port", type=int, help="orchestrator/participant: serve /metrics")
+    ap.add_argument("--metrics-address", default="127.0.0.1", help="where /metrics listens")
     args = ap.parse_args()
     stop = threading.Event()
     ensure_topics(args.bootstrap, topics_for(args.prefix))
@@ -216,8 +226,10 @@ def main() -> None:
         print("\n".join(start(args.db, args.prefix, args.count)))
     elif args.command in ("orchestrator", "participant"):
         role = "orchestrator" if args.command == "orchestrator" else args.name
+        registry = CollectorRegistry()
+        serve_metrics(registry, port=args.metrics_port, address=args.metrics_address)
         try:
-            run_role(role, args, stop)
+            run_role(role, args, stop, registry)
         except KeyboardInterrupt:
             stop.set()
     else:

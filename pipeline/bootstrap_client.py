@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 
 from pipeline.control import spawns
 from pipeline.control.client import ControlClient
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, SecurityError
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.senders import LocalSenders
 from pipeline.kafka.clients import ClientFactory, new_admin, new_consumer, new_producer
+from pipeline.kafka.login_watch import LoginWatch
 from pipeline.kafka.security import PLAINTEXT, KafkaSecurity
 from pipeline.kafka.settings import admin_config, with_security
 from pipeline.kafka.topics import TopicNames
@@ -46,7 +47,9 @@ class Factories:
     ``fleet send`` makes none.
 
     ``security`` is the ``[kafka]`` table these factories apply; :meth:`secured` returns
-    factories that put it on every client they build (``with_security``, the one place).
+    factories that put it on every client they build (``with_security``, the one place), and
+    ``logins``, the :class:`~pipeline.kafka.login_watch.LoginWatch` on every such client: a
+    long-running process subscribes to it to stop on a login refused after start.
     """
 
     producer: ClientFactory = field(default=new_producer)
@@ -54,6 +57,7 @@ class Factories:
     admin: ClientFactory = field(default=new_admin)
     engine: Callable[[str], Engine] = field(default=make_engine)
     security: KafkaSecurity = PLAINTEXT
+    logins: LoginWatch | None = None
 
     def secured(self, security: KafkaSecurity) -> Factories:
         """These factories with ``security`` applied to every producer, consumer and admin."""
@@ -62,13 +66,21 @@ class Factories:
         if self.security != PLAINTEXT:
             raise ConfigError("these factories are already secured with another [kafka] table")
         p, c, a = self.producer, self.consumer, self.admin
+        watch = LoginWatch(security)
         return replace(
             self,
-            producer=lambda conf: p(with_security(conf, security)),
-            consumer=lambda conf: c(with_security(conf, security)),
-            admin=lambda conf: a(with_security(conf, security)),
+            producer=lambda conf: p(watch.wrap(with_security(conf, security))),
+            consumer=lambda conf: c(watch.wrap(with_security(conf, security))),
+            admin=lambda conf: a(watch.wrap(with_security(conf, security))),
             security=security,
+            logins=watch,
         )
+
+    def on_login_refused(self, listener: Callable[[SecurityError], None]) -> None:
+        """Call ``listener`` when any client of these factories has its login refused after
+        start (AUTH_FAILED; docs/security.md). Plaintext factories have no login to refuse."""
+        if self.logins is not None:
+            self.logins.subscribe(listener)
 
     def check_access(self, bootstrap: str, *, timeout_s: float = 15.0) -> None:
         """Fail fast (AUTH_FAILED, TLS_FAILED, PROTOCOL_MISMATCH) when the cluster refuses our

@@ -154,7 +154,9 @@ class ProducePermanent(enum.StrEnum):
     INVALID_RECORD = "INVALID_RECORD"
     CORRUPT_MESSAGE = "CORRUPT_MESSAGE"
     RECORD_LIST_TOO_LARGE = "RECORD_LIST_TOO_LARGE"
-    TOPIC_AUTHORIZATION_FAILED = "TOPIC_AUTHORIZATION_FAILED"
+    # the same code as Security.NOT_AUTHORIZED: an ACL denies WRITE on the row's topic (the row's
+    # error names the topic and the operation, docs/security.md)
+    NOT_AUTHORIZED = "NOT_AUTHORIZED"
     INVALID_TOPIC = "INVALID_TOPIC"
     UNSUPPORTED_FOR_MESSAGE_FORMAT = "UNSUPPORTED_FOR_MESSAGE_FORMAT"
     INVALID_ARG = "INVALID_ARG"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from pipeline.control.reaper import Reaper
 from pipeline.control.stop_handler import StopHandler
 from pipeline.envelope import BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.envelope.model import now_ms
+from pipeline.errors import FencedError
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import GatewayConfig, ProfileConfig
 from pipeline.gateway.conversations import Conversations
@@ -49,6 +51,7 @@ from pipeline.kafka.settings import (
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.outbox import Relay
+from pipeline.outbox.notify import listen_forever
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Gone, Role, SpawnProfile
@@ -119,6 +122,21 @@ def _secured(factories: Factories, config: GatewayConfig, *, check: bool) -> Fac
     return factories
 
 
+def _stop_presence(presence: PresencePublisher, gateway: Gateway) -> None:
+    """Fenced: another gateway now speaks for this host; its presence is not ours to retract."""
+    presence.stop(retract=not isinstance(gateway.fatal, FencedError))
+
+
+def _on_stop_and_refusal(
+    gateway: Gateway, factories: Factories, hooks: list[Callable[[], None]]
+) -> None:
+    """The stop hooks, in order, and a login refused after start (a rotated password met on a
+    reconnect) stops the gateway loudly where librdkafka would retry it for ever
+    (docs/security.md, "Rotating a login")."""
+    gateway.on_stop.extend(hooks)
+    factories.on_login_refused(gateway.fail)
+
+
 def build_gateway(
     config: GatewayConfig,
     *,
@@ -145,6 +163,7 @@ def build_gateway(
                     hosts=(host,),
                     topics=topics,
                     inbox_retention_ms=config.retention.inbox_retention_ms,
+                    replication=None,  # the cluster's default; RF 3 topics are accepted
                 ),
                 admin_factory=factories.admin,
             ),
@@ -320,13 +339,27 @@ def build_gateway(
             Supervised("roster", follower.run),
             Supervised("inbox", run_runtime, restart=False),
             Supervised("relay", relay.run_forever),
+            # PostgreSQL: every commit of an outbox row (the inbox's receipts too) wakes the relay
+            *(
+                [Supervised("relay-wake", functools.partial(listen_forever, engine, relay.wake))]
+                if engine.dialect.name == "postgresql"
+                else []
+            ),
             Supervised("maintenance", run_maintenance),
             *([Supervised("nudge", nudger.run)] if nudger.targets else []),
             *([Supervised("socket", server.run)] if server is not None else []),
         ],
     )
-    gateway.on_stop.extend(
-        [injections.stop, presence.stop, follower.stop, relay.close, engine.dispose]
+    _on_stop_and_refusal(
+        gateway,
+        factories,
+        [
+            injections.stop,
+            lambda: _stop_presence(presence, gateway),
+            follower.stop,
+            relay.close,
+            engine.dispose,
+        ],
     )
     return GatewayParts(
         gateway=gateway,

@@ -153,6 +153,7 @@ def build_pool_member(
             instance_id=config.instance_id,
             dedupe_header=dedupe_header,
             batch_size=config.max_poll_records,
+            retry=config.retry,
             consumer_overrides=pool_consumer_overrides(
                 assignment=config.assignment.value,
                 max_poll_interval_ms=config.max_poll_interval_ms,

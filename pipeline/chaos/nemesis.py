@@ -16,8 +16,10 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from pipeline.kafka.local import LocalCluster
@@ -35,6 +37,19 @@ class Fault(StrEnum):
     SIGSTOP = "sigstop"
     BROKER_DOWN = "broker_down"
     CLEAN_RESTART = "clean_restart"
+    # broker-side and environment faults: pipeline/chaos/cluster_faults.py
+    LEADER_KILL9 = "leader_kill9"
+    LEADER_PAUSE = "leader_pause"
+    ROLLING_RESTART = "rolling_restart"
+    CUT_OFF = "cut_off"
+    LOGDIR_UNWRITABLE = "logdir_unwritable"
+    STORE_FULL = "store_full"
+    CLOCK_SKEW = "clock_skew"
+    RETENTION = "retention"
+    # gateway crash windows and a twin host id: pipeline/chaos/crash_faults.py
+    CRASH_AFTER_COMMIT = "crash_after_commit"
+    TWIN = "twin"
+    CRASH_BEFORE_MARK_SENT = "crash_before_mark_sent"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +58,13 @@ class NemesisContext:
     history: HistoryWriter
     rng: random.Random
     cluster: LocalCluster | None = None
+    rig: Any = None  # what the scenario's rig set up for this repetition (a proxy, a mount)
+
+
+Action = Callable[[NemesisContext, float], tuple[str, dict[str, Any]]]
+# A scenario's apparatus for one repetition: entered after the workload wrote its configs and
+# before the gateways start (it may rewrite a config), left after the repetition.
+Rig = Callable[[Workload, LocalCluster | None], AbstractContextManager[Any]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +78,12 @@ class Scenario:
     gap_s: tuple[float, float] = (1.0, 4.0)  # between a recovery and the next fault
     hold_s: tuple[float, float] = (0.0, 1.5)  # how long the fault lasts before its heal
     strict: bool = False  # an orderly fault: any FAILED, dead letter or rejection is a finding
+    action: Action | None = None  # None: the built-in action for ``fault``
+    nodes: int = 1  # the own broker's KRaft nodes (1 or 3)
+    broker: Callable[[Path], LocalCluster] | None = None  # a special own broker (listeners)
+    rig: Rig | None = None
+    max_faults: int | None = None  # None: faults until the stream ends
+    duration_s: float | None = None  # None: the run's --duration
 
 
 def _recover(ctx: NemesisContext, fault: str, healed_at: float) -> None:
@@ -129,10 +157,11 @@ def play(scenario: Scenario, ctx: NemesisContext) -> int:
     w = ctx.workload
     time.sleep(ctx.rng.uniform(*scenario.first_s))
     faults = 0
-    while w.running():
+    action = scenario.action or _ACTIONS[scenario.fault]
+    while w.running() and (scenario.max_faults is None or faults < scenario.max_faults):
         ctx.history.write(Op.FAULT, name=str(scenario.fault))
         hold = ctx.rng.uniform(*scenario.hold_s)
-        target, detail = _ACTIONS[scenario.fault](ctx, hold)
+        target, detail = action(ctx, hold)
         healed = time.monotonic()
         ctx.history.write(Op.HEAL, name=str(scenario.fault), target=target, **detail)
         faults += 1

@@ -1,7 +1,8 @@
 """A gateway as a child process the nemesis can kill -9, stop, continue and restart.
 
 ``python -m pipeline gateway run --config F``: the code production runs, in its own process, so
-a kill -9 is a real crash (no ``finally``, no flush) and a SIGSTOP a real zombie.
+a kill -9 is a real crash (no ``finally``, no flush) and a SIGSTOP a real zombie. The one copy:
+the integration tests use this class too (``tests/integration/fleet_hosts.py``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ RUNNING_LINE = "running (inbox"
 
 class GatewayProc:
     def __init__(
-        self, name: str, config: Path, log: Path, env: dict[str, str] | None = None
+        self, config: Path, log: Path, env: dict[str, str] | None = None, *, name: str = ""
     ) -> None:
-        self.name = name
+        self.name = name or config.stem
         # extra environment for the next start, e.g. FLEET_FAULT (pipeline/hooks.py): the
         # nemesis may change it between incarnations
         self.env: dict[str, str] = dict(env or {})
@@ -79,6 +80,15 @@ class GatewayProc:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait(5)
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """The exit code once the process ends within ``timeout``, else None."""
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""

@@ -10,15 +10,17 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pipeline.kafka.local import LauncherConfig, LocalCluster
 
+from .catalogue import SCENARIOS
 from .checker import Finding, Verdict, check
 from .history import HistoryWriter, read_history
-from .nemesis import SCENARIOS, NemesisContext, Scenario, play
+from .nemesis import NemesisContext, Scenario, play
 from .workload import Workload, WorkloadConfig
 
 
@@ -96,29 +98,37 @@ def repetition(
     history_path = cfg.root / f"{scenario.name}-{rep}.jsonl"
     history = HistoryWriter(history_path)
     rng = random.Random(f"{cfg.seed}:{scenario.name}:{rep}")
+    duration = scenario.duration_s or cfg.duration_s
     w = Workload(
         WorkloadConfig(
-            bootstrap=bootstrap, root=root, rate_per_s=cfg.rate_per_s, duration_s=cfg.duration_s
+            bootstrap=bootstrap, root=root, rate_per_s=cfg.rate_per_s, duration_s=duration
         ),
         history,
     )
     try:
         w.setup()
-        w.start()
-        w.run_in_background()
-        play(scenario, NemesisContext(workload=w, history=history, rng=rng, cluster=cluster))
-        w.join()
-        w.drain()
-        w.collect()
+        with scenario.rig(w, cluster) if scenario.rig else nullcontext() as rig:
+            try:
+                w.start()
+                w.run_in_background()
+                ctx = NemesisContext(workload=w, history=history, rng=rng, cluster=cluster, rig=rig)
+                play(scenario, ctx)
+                w.join()
+                w.drain()
+                w.collect()
+            finally:
+                w.stop()  # inside the rig: a gateway must stop before its disk is unmounted
     finally:
         w.stop()
         history.close()
     return check(read_history(history_path), strict=scenario.strict), history_path
 
 
-def _broker(directory: Path) -> LocalCluster:
+def _broker(directory: Path, scenario: Scenario) -> LocalCluster:
+    if scenario.broker is not None:
+        return scenario.broker(directory)
     return LocalCluster(
-        LauncherConfig(directory=directory, nodes=1, heap_mb=512), owned=True
+        LauncherConfig(directory=directory, nodes=scenario.nodes, heap_mb=512), owned=True
     ).start()
 
 
@@ -131,7 +141,7 @@ def run_scenario(
     cfg.root.mkdir(parents=True, exist_ok=True)
     try:
         if scenario.own_broker or cfg.bootstrap is None:
-            cluster = _broker(cfg.root / f"broker-{name}")
+            cluster = _broker(cfg.root / f"broker-{name}", scenario)
         bootstrap = cluster.bootstrap_servers if cluster is not None else cfg.bootstrap
         assert bootstrap is not None
         for rep in range(cfg.repeat):

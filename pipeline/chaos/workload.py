@@ -99,8 +99,8 @@ class Workload:
             "timeout_s = 5.0\n",
         )
         self.procs = {
-            "A": GatewayProc("A", a, self.root / "A.log"),
-            "B": GatewayProc("B", b, self.root / "B.log"),
+            "A": GatewayProc(a, self.root / "A.log", name="A"),
+            "B": GatewayProc(b, self.root / "B.log", name="B"),
         }
         self.client = build_client(load_config(a), signer=signers["A"])
 
@@ -171,9 +171,12 @@ class Workload:
         drained = False
         while time.monotonic() < deadline:
             held = collect.held_count(self.store_url("B"), MAIN_B)
-            injected = len(set(collect.injected_ids(self.injected_file)))
-            failed = collect.held_count(self.store_url("A"), SENDER, "FAILED")
-            if held >= self.seq[MAIN_B] and injected + failed >= self.seq[WORKER_B]:
+            # distinct briefs with an outcome: one both injected and FAILED counts once, so a
+            # conflict cannot end the drain before another brief's FAILED is due
+            briefs = set(collect.injected_ids(self.injected_file)) | {
+                str(r["msgId"]) for r in collect.failed_receipts(self.store_url("A"), SENDER)
+            }
+            if held >= self.seq[MAIN_B] and len(briefs) >= self.seq[WORKER_B]:
                 drained = True
                 break
             time.sleep(0.5)

@@ -28,8 +28,11 @@ RoleOpt = Annotated[
     typer.Option(
         "--role",
         help="gateway (a host's gateway), reporter (the FAILED reporter), exporter (offsets "
-        "only), dlq-owner (read and replay the DLQ).",
+        "only), dlq-owner (read and replay the DLQ), pool (a member of --pool NAME).",
     ),
+]
+PoolOpt = Annotated[
+    str | None, typer.Option("--pool", help="The pool's name (only with --role pool).")
 ]
 PrefixOpt = Annotated[str, typer.Option(help="Topic name prefix.")]
 
@@ -40,11 +43,12 @@ def plan(
     host: HostOpt,
     role: RoleOpt = Role.GATEWAY,
     prefix: PrefixOpt = "fleet.",
+    pool: PoolOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Print the ACLs a login of ROLE needs and no more. gateway: read its own inbox, control
     and group; write the others' inboxes and control topics, the roster and the DLQ."""
-    grants = role_grants(role, host, TopicNames(prefix=prefix))
+    grants = role_grants(role, host, TopicNames(prefix=prefix), pool=pool)
     if as_json:
         emit_json(
             [
@@ -71,12 +75,13 @@ def apply(
     kafka_config: KafkaConfigOpt = None,
     bootstrap: BootstrapOpt = None,
     prefix: PrefixOpt = "fleet.",
+    pool: PoolOpt = None,
 ) -> None:
     """Create the planned ACLs for the login (idempotent: existing ACLs are kept)."""
     from pipeline.kafka.settings import admin_config
 
     server = bootstrap_from(bootstrap)
     factories = kafka_factories(kafka_config, check=server)  # a super user's, admin.kafka.toml
-    grants = role_grants(role, host, TopicNames(prefix=prefix))
+    grants = role_grants(role, host, TopicNames(prefix=prefix), pool=pool)
     count = apply_grants(factories.admin(admin_config(server)), grants)
     console.print(f"{count} ACLs in place for User:{host} ({role.value})")

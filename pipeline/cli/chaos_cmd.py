@@ -20,7 +20,7 @@ EXIT_VIOLATION = 1
 @app.command("list")
 def list_scenarios() -> None:
     """The scenarios, with the catalogue number and the seed behaviour each checks."""
-    from pipeline.chaos.nemesis import SCENARIOS
+    from pipeline.chaos.catalogue import SCENARIOS
 
     for s in SCENARIOS.values():
         typer.echo(f"{s.name:<14} #{s.number:<3} {s.checks}")
@@ -50,7 +50,7 @@ def run(
 ) -> None:
     """Run scenarios under the workload; print a table; exit 1 when the checker finds a
     violation (or a repetition could not run)."""
-    from pipeline.chaos.nemesis import SCENARIOS
+    from pipeline.chaos.catalogue import SCENARIOS
     from pipeline.chaos.runner import RunConfig, run_scenario
     from pipeline.errors import ConfigError
     from pipeline.reasons import Config

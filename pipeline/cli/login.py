@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    import threading
+
     from pipeline.bootstrap_client import Factories
+    from pipeline.errors import SecurityError
 
 KafkaConfigOpt = Annotated[
     Path | None,
@@ -42,3 +45,17 @@ def kafka_factories(kafka_config: Path | None, *, check: str | None = None) -> F
     if check is not None:
         factories.check_access(check)
     return factories
+
+
+def stop_on_refused_login(factories: Factories, stop: threading.Event) -> list[SecurityError]:
+    """Set ``stop`` when a client of ``factories`` has its login refused after start; the list
+    then holds the ``AUTH_FAILED`` error, for the command to raise once it has stopped (exit 2,
+    ``[AUTH_FAILED] ...``) instead of librdkafka retrying the refusal for ever."""
+    refused: list[SecurityError] = []
+
+    def listener(exc: SecurityError) -> None:
+        refused.append(exc)
+        stop.set()
+
+    factories.on_login_refused(listener)
+    return refused

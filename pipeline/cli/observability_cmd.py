@@ -23,7 +23,7 @@ from pipeline.observability import (
 from pipeline.observability.model import LagStatus, worst
 from pipeline.reasons import Config
 
-from .login import KafkaConfigOpt, kafka_factories
+from .login import KafkaConfigOpt, kafka_factories, stop_on_refused_login
 from .output import console, emit_json, fail_on_fleet_error
 
 app = typer.Typer()
@@ -85,10 +85,11 @@ def exporter(
             ),
         ),
         store_urls=store_url,
-        factories=kafka_factories(kafka_config, check=server),
+        factories=(factories := kafka_factories(kafka_config, check=server)),
     )
     console.print(f"fleet exporter on http://{address}:{running.port}/metrics")
     done = threading.Event()
+    refused = stop_on_refused_login(factories, done)
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:
         done.wait()
@@ -96,6 +97,8 @@ def exporter(
         pass
     finally:
         running.stop()
+    if refused:
+        raise refused[0]
 
 
 @app.command()

@@ -20,7 +20,7 @@ import typer
 from pipeline import reasons
 from pipeline.errors import ConfigError
 
-from .login import KafkaConfigOpt, kafka_factories
+from .login import KafkaConfigOpt, kafka_factories, stop_on_refused_login
 from .output import console, emit_json, fail_on_fleet_error
 from .serving import (
     LOOPBACK,
@@ -111,6 +111,14 @@ def run(
     partitions: Annotated[
         int, typer.Option("--partitions", min=1, help="Only when the topic must be created.")
     ] = 6,
+    retry: Annotated[
+        str | None,
+        typer.Option(
+            "--retry",
+            help="Failed-step backoff BASE_S:FACTOR:ATTEMPTS[:JITTER] (1:2:6:0 waits 1, 2, 4, 8, "
+            "16 s); default 0.2:2:5:0.2.",
+        ),
+    ] = None,
     events: Annotated[
         Path | None, typer.Option("--events", help="Append one JSON line per step here.")
     ] = None,
@@ -122,7 +130,9 @@ def run(
 ) -> None:
     """Run one pool member until SIGTERM/SIGINT; it purges its own store (--retention)."""
     from pipeline.bootstrap import build_pool_member
+    from pipeline.failures.retry import BackoffPolicy
     from pipeline.pool import Assignment, PoolConfig
+    from pipeline.pool.config import parse_retry
     from pipeline.pool.steps import CommandStep, SleepStep, StepFn, load_handler
     from pipeline.runtime.lanes import Concurrency
 
@@ -166,12 +176,14 @@ def run(
             events_path=str(events) if events else None,
             step_lease_s=step_lease,
             retention=retention_from(retention, no_purge=no_purge),
+            retry=parse_retry(retry) if retry is not None else BackoffPolicy(),
         ),
         step=step,
-        factories=kafka_factories(kafka_config, check=bootstrap),
+        factories=(factories := kafka_factories(kafka_config, check=bootstrap)),
     )
     serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
     stop = threading.Event()
+    refused = stop_on_refused_login(factories, stop)
 
     def _stop(_signum: int, _frame: Any) -> None:
         stop.set()
@@ -183,6 +195,8 @@ def run(
         parts.run(stop)
     finally:
         parts.engine.dispose()
+    if refused:
+        raise refused[0]
     logging.getLogger("pipeline.pool").info("member %s stopped", name)
 
 

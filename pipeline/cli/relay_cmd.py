@@ -51,6 +51,7 @@ def run(
     from prometheus_client import CollectorRegistry
 
     from pipeline.bootstrap import build_relay
+    from pipeline.outbox.notify import listen
     from pipeline.retention.purger import Purger
     from pipeline.retention.rules import RELAY_TABLES
 
@@ -78,6 +79,7 @@ def run(
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     console.print(f"outbox relay: {db} -> {bootstrap} (tenant: {tenant or 'all'})")
+    listen(engine, relay.wake, stop)  # PostgreSQL: woken by each commit's NOTIFY
     try:
         relay.run_forever(stop)
     finally:

@@ -91,6 +91,14 @@ class Gateway:
             self.stop_event.wait(backoff)
             backoff = min(backoff * 2, loop.max_backoff_s)
 
+    def fail(self, exc: BaseException) -> None:
+        """Stop the gateway with ``exc`` as its exit reason: a refusal no loop can wait out (a
+        login refused after start, docs/security.md). Safe from any thread or client callback."""
+        if self.fatal is None:
+            self.fatal = exc
+        log.error("gateway %s: stopping: %s", self.host, exc)
+        self.stop_event.set()
+
     def stop(self, timeout: float = 10.0) -> None:
         self.stop_event.set()
         deadline = time.monotonic() + timeout

@@ -26,6 +26,10 @@ The narrower roles (:func:`role_grants`)::
     dlq-owner  ``fleet dlq ls|show|replay``: read and describe the DLQ with the scan groups
                fleet-dlq-scan.*; replay writes a dead letter back where it came from (inbox,
                control or pool topic: prefixes); idempotent write. No READ on any inbox.
+    pool       a member of pool P (``fleet pool run --pool P``): read topic pool.P in its group
+               pool.P, describe both and the topic's configs (the topology check); write the
+               DLQ (a poison record is dead-lettered); idempotent write. No other pool, no
+               inbox, and it creates no topic (the operator's ``fleet topics apply --pool P``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     ResourceType,
 )
 
+from pipeline.errors import ConfigError
+from pipeline.reasons import Config
+
 from .errors import as_fleet_error
 from .topics import DLQ_SCAN_GROUP_PREFIX, TopicNames, check_name
 
@@ -52,6 +59,7 @@ class Role(enum.StrEnum):
     REPORTER = "reporter"
     EXPORTER = "exporter"
     DLQ_OWNER = "dlq-owner"
+    POOL = "pool"
 
 
 class Resource(enum.StrEnum):
@@ -170,6 +178,18 @@ def dlq_owner_grants(login: str, topics: TopicNames = TopicNames()) -> tuple[Gra
     return tuple(plan.grants)
 
 
+def pool_grants(login: str, topics: TopicNames, pool: str) -> tuple[Grant, ...]:
+    """A member of ``pool``: consumes its topic in its group, dead-letters poison records."""
+    plan = _Plan(login, what="login")
+    add, lit = plan.add, Pattern.LITERAL
+    described = (Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS)
+    add(Resource.TOPIC, topics.pool(pool), lit, Operation.READ, *described)
+    add(Resource.GROUP, topics.pool_group(pool), lit, Operation.READ, Operation.DESCRIBE)
+    add(Resource.TOPIC, topics.dlq, lit, Operation.WRITE, *described)
+    add(Resource.CLUSTER, CLUSTER_NAME, lit, Operation.IDEMPOTENT_WRITE)
+    return tuple(plan.grants)
+
+
 _ROLES = {
     Role.GATEWAY: gateway_grants,
     Role.REPORTER: reporter_grants,
@@ -178,8 +198,19 @@ _ROLES = {
 }
 
 
-def role_grants(role: Role, login: str, topics: TopicNames = TopicNames()) -> tuple[Grant, ...]:
-    """The grants of ``role`` for principal ``User:<login>`` (a gateway's login is its host id)."""
+def role_grants(
+    role: Role, login: str, topics: TopicNames = TopicNames(), *, pool: str | None = None
+) -> tuple[Grant, ...]:
+    """The grants of ``role`` for principal ``User:<login>`` (a gateway's login is its host id);
+    the ``pool`` role needs the pool's name, and only it takes one."""
+    if (role is Role.POOL) != (pool is not None):
+        raise ConfigError(
+            "--pool NAME goes with --role pool, and only with it",
+            reason=Config.CONFIG_INVALID,
+            context={"role": role.value},
+        )
+    if pool is not None:
+        return pool_grants(login, topics, pool)
     return _ROLES[role](login, topics)
 
 

@@ -21,7 +21,7 @@ def _codes() -> dict[int, ProducePermanent]:
         KafkaError.INVALID_MSG: ProducePermanent.CORRUPT_MESSAGE,
         KafkaError.INVALID_MSG_SIZE: ProducePermanent.MSG_SIZE_TOO_LARGE,
         KafkaError.RECORD_LIST_TOO_LARGE: ProducePermanent.RECORD_LIST_TOO_LARGE,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED: ProducePermanent.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED: ProducePermanent.NOT_AUTHORIZED,
         KafkaError.TOPIC_EXCEPTION: ProducePermanent.INVALID_TOPIC,
         KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT: ProducePermanent.UNSUPPORTED_FOR_MESSAGE_FORMAT,
         KafkaError._INVALID_ARG: ProducePermanent.INVALID_ARG,
@@ -43,3 +43,17 @@ def permanent_reason(err: Any) -> ProducePermanent | None:
     if _PERMANENT is None:
         _PERMANENT = _codes()
     return _PERMANENT.get(err.code())
+
+
+def permanent_error(err: Any, *, topic: str) -> str:
+    """What a permanently refused row's ``error`` says: for a refused write, the
+    :class:`~pipeline.errors.SecurityError` naming the topic and the operation (``NOT_AUTHORIZED``,
+    with its hint); else the client's own text."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from .refusals import security_error
+
+    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
+        err = err.args[0]
+    refused = security_error(err, "write", resource=topic) if isinstance(err, KafkaError) else None
+    return str(refused if refused is not None else err)

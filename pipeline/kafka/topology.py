@@ -3,7 +3,10 @@
 Plan first, then act: every desired topic is compared with the cluster. A partition-count or
 replication-factor difference is refused (:class:`~pipeline.errors.TopologyError`, reason
 ``TOPOLOGY_MISMATCH``) before anything is changed -- growing partitions would move keys to other
-partitions and break per-recipient order. Missing topics are created; config values that differ
+partitions and break per-recipient order. ``replication=None`` (what a gateway and a pool member
+declare) means "the cluster's": a missing topic is created with the broker's
+``default.replication.factor`` and an existing topic keeps its factor, so a gateway runs on a
+replicated cluster (RF 3, min ISR 2) exactly as on one broker. Missing topics are created; config values that differ
 are set with an incremental alter (only the keys we declare; others are left alone). Applying
 the same spec twice changes nothing the second time.
 """
@@ -38,7 +41,7 @@ DAY_MS = 86_400_000
 class TopicSpec:
     name: str
     partitions: int
-    replication: int
+    replication: int | None  # None: the broker's default.replication.factor; any existing RF
     config: Mapping[str, str]
 
 
@@ -54,12 +57,16 @@ class TopologySpec:
     roster_partitions: int = 1
     dlq_partitions: int = 1
     pool_partitions: int = 6
-    replication: int = 1
+    # None: the cluster decides (default.replication.factor) and an existing RF is accepted
+    replication: int | None = 1
     min_insync_replicas: int | None = None
     inbox_retention_ms: int = 7 * DAY_MS
     dlq_retention_ms: int = 14 * DAY_MS
     dlq_retention_bytes: int = 1 << 30
     roster_tombstone_retention_ms: int = DAY_MS
+    # a pool member reads no roster: its login (``fleet acls plan --role pool``) cannot even
+    # describe it, so its check leaves the roster out instead of trying to create it
+    roster: bool = True
 
     def desired(self) -> list[TopicSpec]:
         t = self.topics
@@ -67,7 +74,7 @@ class TopologySpec:
         if self.min_insync_replicas is not None:
             base["min.insync.replicas"] = str(self.min_insync_replicas)
         stream = {**base, "cleanup.policy": "delete", "retention.ms": str(self.inbox_retention_ms)}
-        out = [
+        roster = [
             TopicSpec(
                 name=t.roster,
                 partitions=self.roster_partitions,
@@ -79,6 +86,9 @@ class TopologySpec:
                     "segment.ms": str(3_600_000),  # roll hourly so compaction can run
                 },
             ),
+        ]
+        out = roster if self.roster else []
+        out += [
             TopicSpec(
                 name=t.dlq,
                 partitions=self.dlq_partitions,
@@ -188,7 +198,7 @@ def apply_topology(
         have_rf = len(parts[min(parts)].replicas) if parts else 0
         if len(parts) != d.partitions:
             mismatches.append(f"{d.name}: partitions {len(parts)} != declared {d.partitions}")
-        if have_rf != d.replication:
+        if d.replication is not None and have_rf != d.replication:
             mismatches.append(f"{d.name}: replication {have_rf} != declared {d.replication}")
     if mismatches:
         raise TopologyError(
@@ -207,7 +217,7 @@ def apply_topology(
             NewTopic(
                 d.name,
                 num_partitions=d.partitions,
-                replication_factor=d.replication,
+                replication_factor=-1 if d.replication is None else d.replication,
                 config=dict(d.config),
             )
             for d in desired
@@ -281,7 +291,8 @@ def ensure_pool_topic(
     admin_factory: ClientFactory = new_admin,
 ) -> int:
     """A pool member's topology: the pool topic (created with ``partitions`` when missing; an
-    existing one keeps its count -- the operator sized it) and the DLQ. Returns the count."""
+    existing one keeps its count -- the operator sized it) and the DLQ, not the roster (a
+    member reads none). Returns the count."""
     admin = admin_factory(admin_config(bootstrap))
     try:
         meta = admin.list_topics(topics.pool(pool), timeout=timeout_s)
@@ -292,7 +303,14 @@ def ensure_pool_topic(
         partitions = len(have.partitions)
     apply_topology(
         bootstrap,
-        TopologySpec(hosts=(), pools=(pool,), topics=topics, pool_partitions=partitions),
+        TopologySpec(
+            hosts=(),
+            pools=(pool,),
+            topics=topics,
+            pool_partitions=partitions,
+            replication=None,
+            roster=False,
+        ),
         timeout_s=timeout_s,
         admin_factory=admin_factory,
     )

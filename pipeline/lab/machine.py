@@ -7,6 +7,7 @@ says the CPU was not measured. No psutil: two reads of the first line of /proc/s
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 _STAT = Path("/proc/stat")
@@ -46,3 +47,45 @@ def load1() -> float | None:
         return os.getloadavg()[0]
     except OSError:
         return None
+
+
+def _proc_seconds(pid: int) -> float | None:
+    """utime + stime of one process (all its threads), in seconds; None once it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except OSError:
+        return None
+    fields = raw.rsplit(")", 1)[-1].split()  # after "(comm)", which may hold spaces
+    try:
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (IndexError, ValueError):
+        return None
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class ProcessCpu:
+    """Cores used by a changing set of processes (the run's members and producer) between
+    calls, so the report can tell the run's own load from everyone else's on a shared machine.
+    A process that exits between two calls loses its last interval (undercounts, never over)."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, float] = {}
+        self._at = time.monotonic()
+        self.total_s = 0.0  # CPU seconds of the processes, summed over every interval
+
+    def reset(self, pids: list[int]) -> None:
+        """Start counting from now (what the processes used so far is not counted)."""
+        self.cores(pids)
+        self.total_s = 0.0
+
+    def cores(self, pids: list[int]) -> float | None:
+        now = time.monotonic()
+        seen = {pid: s for pid in pids if (s := _proc_seconds(pid)) is not None}
+        used = sum(max(0.0, s - self._last.get(pid, s)) for pid, s in seen.items())
+        dt, self._at, self._last = now - self._at, now, seen
+        self.total_s += used
+        if dt <= 0 or not seen:
+            return None
+        return used / dt

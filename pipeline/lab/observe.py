@@ -27,7 +27,8 @@ class Tick:
     assignment: dict[str, list[int]]
     group_state: str  # the coordinator's view: STABLE, PREPARING_REBALANCE, ...
     members_up: int
-    cpu_busy: float | None
+    cpu_busy: float | None  # busy share of all the machine's cores (everyone's load)
+    run_cores: float | None = None  # cores used by the run's own members and producer
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,7 +59,7 @@ class Observer:
         self._group, self._topic, self._n = group, topic, partitions
         self._cpu = CpuMeter()
 
-    def tick(self, *, t: float, members_up: int) -> Tick:
+    def tick(self, *, t: float, members_up: int, run_cores: float | None = None) -> Tick:
         sample = self._sampler.sample()
         rows = {
             r.partition: r
@@ -82,6 +83,7 @@ class Observer:
             group_state=state,
             members_up=members_up,
             cpu_busy=self._cpu.busy(),
+            run_cores=run_cores,
         )
 
     def _assignment(self) -> tuple[str, dict[str, list[int]]]:

@@ -57,6 +57,8 @@ def member_argv(
         store_url,
         "--dedupe" if m.dedupe else "--no-dedupe",
     ]
+    if s.poison is not None:  # the scenario's backoffs, not the runtime's default
+        argv += ["--retry", s.poison.retry_option(s.time_scale)]
     if m.static_membership:
         argv += ["--instance-id", member]
     return argv
@@ -113,6 +115,9 @@ class Members:
 
     def up(self) -> int:
         return sum(1 for p in self.procs.values() if p.poll() is None)
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values() if p.poll() is None]
 
     def died(self) -> list[str]:
         return [m for m, p in self.procs.items() if p.poll() is not None]

@@ -74,9 +74,19 @@ def write_reports(
         lines += [f"- {reason}" for reason in a.machine_bound]
     else:
         lines.append(
-            "The model: CPU below 90% busy, steps within 10% of their scheduled time, the "
-            "producer kept the arrival rate."
+            "The model: CPU below 90% busy, the run's CPU per step within half the cores at "
+            "this time scale, steps within 10% of their scheduled time, lanes busy while "
+            "records waited, the producer kept the arrival rate."
         )
+    f = a.facts
+    if "fastest_time_scale" in f:
+        lines += [
+            "",
+            f"This run cost {f['cpu_ms_per_step']:g} ms of CPU per step; at its busiest it "
+            f"needed {f['cores_needed_at_peak']:.2f} of {f.get('machine_cores', '?')} cores. "
+            f"The fastest time scale this machine holds for it: about "
+            f"{f['fastest_time_scale']:.2g} (this run: {s.time_scale:g}).",
+        ]
     lines += ["", "## Facts", ""]
     lines += [f"- {k}: {_cell(v)}" for k, v in sorted(a.facts.items())]
     lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plots]

@@ -32,6 +32,7 @@ from pipeline.reasons import Lab
 from .analysis import Analysis, Step, analyse
 from .arrivals import events
 from .assignors import member_ids
+from .machine import ProcessCpu
 from .model import predict
 from .observe import Observer, Tick
 from .plots import write_plots
@@ -199,6 +200,7 @@ def run(
     )
     ticks: list[Tick] = []
     producer = None
+    run_cpu = ProcessCpu()
     try:
         for m in member_ids(s.members.count):
             members.start(m)
@@ -225,6 +227,7 @@ def run(
         )
         faults = _faults(s)
         end = start + s.wall(s.duration_s)
+        run_cpu.reset([*members.pids(), producer.pid])  # start-up CPU is not the steps'
         while time.time() < end:
             now_sc = (time.time() - start) / s.time_scale
             while faults and faults[0][0] <= now_sc:
@@ -234,7 +237,10 @@ def run(
                 else:
                     members.start(member)
                 note(now_sc, f"{action} {member} ({how.value})")
-            ticks.append(observer.tick(t=max(0.0, now_sc), members_up=members.up()))
+            cores = run_cpu.cores([*members.pids(), producer.pid])
+            ticks.append(
+                observer.tick(t=max(0.0, now_sc), members_up=members.up(), run_cores=cores)
+            )
             note(now_sc, f"lag {sum(ticks[-1].lag):,}")
             time.sleep(max(0.0, tick_s - (time.time() - ticks[-1].wall)))
         producer.wait(timeout=60)
@@ -245,17 +251,20 @@ def run(
             producer.wait(timeout=10)
         members.stop_all()
         observer.close()
+    extra = {"producer": stats, "pool": pool, "topic": topic, "run_cpu_s": run_cpu.total_s}
+    return _report(s, out, start, ticks, extra)
+
+
+def _report(
+    s: Scenario, out: Path, start: float, ticks: list[Tick], extra: dict[str, Any]
+) -> tuple[Analysis, dict[str, Any]]:
+    """Analyse the run against the model; write report.json, report.md, plots and ticks."""
     steps = read_steps(s, out, start)
     prediction = predict(s)
-    analysis = analyse(s, prediction, ticks, steps, stats)
+    stats = extra["producer"]
+    analysis = analyse(s, prediction, ticks, steps, stats, run_cpu_s=extra["run_cpu_s"])
     plots = write_plots(out, s, prediction, ticks, steps)
-    extra = {
-        "producer": stats,
-        "pool": pool,
-        "topic": topic,
-        "ticks": len(ticks),
-        "steps": len(steps),
-    }
+    extra = {**extra, "ticks": len(ticks), "steps": len(steps)}
     write_reports(out, s, prediction, analysis, extra, plots)
     (out / "ticks.jsonl").write_text(
         "\n".join(json.dumps(t.to_json()) for t in ticks) + "\n", encoding="utf-8"

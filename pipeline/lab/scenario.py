@@ -197,7 +197,8 @@ class Restart:
 
 @dataclass(frozen=True, kw_only=True)
 class Poison:
-    """A record that fails and is retried with these backoffs (seed 001 scenario 3)."""
+    """A record that fails and is retried with these backoffs (seed 001 scenario 3). The members
+    run the runtime's exponential policy, so the backoffs must be geometric (b, b x f, ...)."""
 
     backoffs_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)
     count_attempts: bool = False  # add one step per attempt to the stall
@@ -207,6 +208,28 @@ class Poison:
             raise bad("backoffs_s", self.backoffs_s, "needs at least one backoff")
         for i, b in enumerate(self.backoffs_s):
             positive(b, f"backoffs_s[{i}]", allow_zero=True)
+        base, factor = self.backoffs_s[0], self.factor
+        if any(
+            not math.isclose(b, base * factor**i, rel_tol=1e-6, abs_tol=1e-9)
+            for i, b in enumerate(self.backoffs_s)
+        ):
+            raise bad(
+                "backoffs_s",
+                list(self.backoffs_s),
+                "must be geometric (b, b x f, b x f^2, ...): members retry with the runtime's "
+                "exponential backoff",
+            )
+
+    @property
+    def factor(self) -> float:
+        b = self.backoffs_s
+        return b[1] / b[0] if len(b) > 1 and b[0] > 0 else 1.0
+
+    def retry_option(self, time_scale: float) -> str:
+        """``fleet pool run --retry``: these waits, scaled, one attempt more than waits, no
+        jitter (the model has none)."""
+        base = self.backoffs_s[0] * time_scale
+        return f"{base!r}:{self.factor!r}:{len(self.backoffs_s) + 1}:0"
 
 
 @dataclass(frozen=True, kw_only=True)

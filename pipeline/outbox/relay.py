@@ -35,7 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from pipeline.errors import BrokerError, FleetError, StoreError
 from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.kafka.clients import ClientFactory, new_producer
-from pipeline.kafka.produce_errors import permanent_reason
+from pipeline.kafka.produce_errors import permanent_error, permanent_reason
 from pipeline.kafka.settings import producer_config
 from pipeline.record_headers import unpack_headers
 from pipeline.store import readonly
@@ -375,7 +375,8 @@ class Relay:
             reason = permanent_reason(err) if err is not HELD_BACK else None
             if reason is not None and (row[1], row[2]) not in seen:
                 seen.add((row[1], row[2]))
-                out.append(FailedRow.of(row, reason=reason.value, error=str(err)[:500]))
+                error = permanent_error(err, topic=row[4])
+                out.append(FailedRow.of(row, reason=reason.value, error=error[:500]))
         return out
 
     def _fail(self, rows: list[FailedRow]) -> None:

@@ -20,6 +20,7 @@ from pipeline.record import Headers
 from pipeline.record_headers import pack_headers
 
 from .limits import DEFAULT_MAX_RECORD_BYTES, check_record_size, record_size
+from .notify import notify
 from .tables import RowStatus, outbox, outbox_branch
 
 
@@ -63,6 +64,8 @@ def write(
             "created_at": time.time(),
         },
     )
+    if session.get_bind().dialect.name == "postgresql":
+        notify(session)  # a relay in another process wakes at our commit
     return lsn
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from pipeline.failures.retry import BackoffPolicy
 from pipeline.kafka.topology import DAY_MS
 from pipeline.retention.policy import RetentionConfig
 from pipeline.runtime.lanes import Concurrency
@@ -33,7 +34,8 @@ class PoolConfig:
     steps ``step_lease_s`` after its last beat. ``replay_window_ms``: the pool topic's
     ``retention.ms`` (what the topology creates); step keys are kept that long. ``retention``:
     how the member purges its store (dedupe rows, step results, the effect log, dead members'
-    lanes rows, settled release requests; docs/store.md), ``None``: it does not."""
+    lanes rows, settled release requests; docs/store.md), ``None``: it does not. ``retry``: the
+    backoff of a failed step (the runtime's one failure decision; the lab sets the scenario's)."""
 
     pool: str
     bootstrap: str
@@ -55,6 +57,7 @@ class PoolConfig:
     step_lease_s: float = 30.0
     replay_window_ms: int = 7 * DAY_MS
     retention: RetentionConfig | None = field(default_factory=RetentionConfig)
+    retry: BackoffPolicy = field(default_factory=BackoffPolicy)
 
     def __post_init__(self) -> None:
         for name in ("max_poll_records", "max_in_flight", "max_poll_interval_ms", "partitions"):
@@ -79,3 +82,23 @@ class PoolConfig:
         if self.partition_buffer is not None:
             return self.partition_buffer
         return 2 if self.concurrency is Concurrency.PARTITION else 32
+
+
+def parse_retry(spec: str) -> BackoffPolicy:
+    """``--retry BASE_S:FACTOR:ATTEMPTS[:JITTER]``: waits BASE_S, BASE_S x FACTOR, ... between
+    ATTEMPTS attempts (``1:2:6:0`` is seed 001's 1, 2, 4, 8, 16 s), jitter a +/- fraction."""
+    from pipeline.errors import ConfigError
+    from pipeline.reasons import Pool
+
+    parts = spec.split(":")
+    try:
+        if len(parts) not in (3, 4):
+            raise ValueError("expected BASE_S:FACTOR:ATTEMPTS[:JITTER]")
+        base, factor, attempts = float(parts[0]), float(parts[1]), int(parts[2])
+        jitter = float(parts[3]) if len(parts) == 4 else 0.0
+        top = base * factor ** max(0, attempts - 2)  # the last wait
+        return BackoffPolicy(
+            base_s=base, factor=factor, max_s=max(base, top), max_attempts=attempts, jitter=jitter
+        )
+    except (ValueError, OverflowError) as exc:
+        raise ConfigError(f"--retry {spec!r}: {exc}", reason=Pool.INVALID_OPTION) from exc

@@ -180,13 +180,17 @@ class PresencePublisher:
         while not self._stop.wait(self._interval_s):
             self.heartbeat()
 
-    def stop(self, *, timeout_s: float = 10.0) -> None:
-        """Stop heartbeating and retract every local entry and the host entry with tombstones."""
+    def stop(self, *, timeout_s: float = 10.0, retract: bool = True) -> None:
+        """Stop heartbeating and retract every local entry and the host entry with tombstones.
+
+        ``retract=False`` stops heartbeating only: a gateway fenced by another with the same host
+        id no longer speaks for the host, and its tombstones would retract the entries the one
+        that fenced it keeps announcing (they would read as departed until its next heartbeat)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=timeout_s)
         with self._lock:
-            gids = [*self._local, gateway_gid(self.host)]
+            gids = [*self._local, gateway_gid(self.host)] if retract else []
             self._local.clear()
         for gid in gids:
             self._tombstone(gid)

@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline.errors import FencedError, StoreError
 from pipeline.failures.context import FailureContext, Tries
 from pipeline.failures.decide import classify, decide
-from pipeline.failures.offsets import raise_if_offsets_lost
+from pipeline.failures.offsets import find_lost_offsets, lost_error, raise_if_offsets_lost
 from pipeline.failures.outcomes import Ack, DeadLetter, Outcome, Quarantine, Retry
 from pipeline.failures.retry import BackoffPolicy
 from pipeline.hooks import NO_HOOKS, Hooks, Window
@@ -201,6 +201,7 @@ class ConsumerRuntime:
             self.metrics.rebalances.labels(self.config.group_id, kind).inc()
 
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self._refuse_lost_offsets(partitions)
         # librdkafka keeps an application pause across a revoke: a partition paused here before
         # it moved away would come back paused forever (we forgot it). Assigned = unpaused.
         with contextlib.suppress(Exception):
@@ -208,6 +209,24 @@ class ConsumerRuntime:
         self._assigned.update((tp.topic, tp.partition) for tp in partitions)
         self._refresh_quarantine()
         self._count_rebalance("assign")
+
+    def _refuse_lost_offsets(self, partitions: list[TopicPartition]) -> None:
+        """Seed 001 scenario 7, never a silent skip: with ``auto.offset.reset=earliest`` (which a
+        brand-new group needs) librdkafka would jump a committed offset that fell off retention
+        to the log start without a word. Checked at assignment: a lost range is counted, logged
+        with its numbers and raised (``OffsetsLostError`` out of ``poll``; a gateway exits 3).
+        A check the broker cannot answer now is logged and skipped - the assignment goes on."""
+        try:
+            lost = find_lost_offsets(self.consumer, self.config.group_id, partitions, timeout_s=5.0)
+        except Exception as exc:  # noqa: BLE001 - a broker blip must not fail the assignment
+            log.warning("could not check %s for offsets lost to retention: %s", partitions, exc)
+            return
+        for rng in lost:
+            if self.metrics:
+                self.metrics.offsets_lost.labels(self.config.group_id).inc(rng.lost)
+            log.error("%s", lost_error(rng))
+        if lost:
+            raise lost_error(lost[0])
 
     def _refresh_quarantine(self) -> bool:
         """Re-read quarantine state; on a store error hold every partition until it works

@@ -44,6 +44,14 @@ class RuntimeMetrics:
             namespace=namespace,
             registry=registry,
         )
+        self.offsets_lost = Counter(
+            "consumer_offsets_lost_total",
+            "Offsets deleted (retention) before the group read them, found at assignment; the "
+            "consumer then stops with OFFSETS_LOST instead of skipping them.",
+            ["group"],
+            namespace=namespace,
+            registry=registry,
+        )
         self.paused_partitions = Gauge(
             "consumer_paused_partitions",
             "Partitions paused while a record waits for its retry.",

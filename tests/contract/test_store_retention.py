@@ -558,3 +558,22 @@ def test_a_run_goes_steps_first_and_a_bounded_pass_leaves_no_orphan(engine: Engi
     tables = (StoreTable.RUN_STEPS, StoreTable.RUN_BRANCHES, StoreTable.RUNS)
     reports = [purger.run().rows for _ in range(3)]
     assert [tuple(rows[t] for t in tables) for rows in reports] == [(2, 0, 0), (1, 1, 1), (0, 0, 0)]
+
+
+def test_a_process_purges_only_the_tables_it_writes(engine: Engine) -> None:
+    """A relay (or a pool member, a reporter) beside a gateway on one store must not apply its
+    own retention to the gateway's rows: its purger knows only its own tables."""
+    from pipeline.retention.rules import POOL_MEMBER_TABLES, RELAY_TABLES
+
+    _seed(engine)
+    registry = CollectorRegistry()
+    relay = Purger.for_tables(engine, POLICY, RELAY_TABLES, registry=registry)
+    relay.clock = lambda: NOW_S
+    assert relay.run().rows == {StoreTable.OUTBOX: PURGEABLE[StoreTable.OUTBOX]}
+    assert registry.get_sample_value("fleet_store_rows", {"table": "fleet_held"}) is None
+    member = Purger.for_tables(engine, POLICY, POOL_MEMBER_TABLES)
+    member.clock = lambda: NOW_S
+    assert member.run().rows == {t: PURGEABLE[t] for t in POOL_MEMBER_TABLES}
+    everything = Purger(engine=engine, policy=POLICY, clock=lambda: NOW_S).run().rows
+    done = {StoreTable.OUTBOX, *POOL_MEMBER_TABLES}
+    assert everything == {t: 0 if t in done else PURGEABLE[t] for t in StoreTable}

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,61 +53,6 @@ class Fleet:
             f"presence_ttl_s = {presence_ttl_s}\nsweep_interval_s = 0.5\n{extra}\n{entities}\n"
         )
         return path
-
-
-class GatewayProcess:
-    """``python -m pipeline gateway run`` as a child we can kill -9, stop and continue."""
-
-    def __init__(self, config: Path, log: Path, env: dict[str, str] | None = None) -> None:
-        self.config = config
-        self.log = log
-        self.env = {**os.environ, **(env or {})}
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> GatewayProcess:
-        out = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline", "gateway", "run", "--config", str(self.config)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-        )
-        out.close()
-        return self
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def pause(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)
-
-    def stop(self) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        self.proc.send_signal(signal.SIGCONT)
-        self.proc.terminate()
-        try:
-            return self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(5)
-
-    def wait_exit(self, timeout: float) -> int | None:
-        assert self.proc is not None
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
 def wait_until(cond: Any, timeout: float, what: str, interval: float = 0.05) -> None:

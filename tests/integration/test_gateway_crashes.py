@@ -16,13 +16,14 @@ import pytest
 from sqlalchemy import select
 
 from pipeline.bootstrap import GatewayParts, build_gateway
+from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.envelope import Kind
 from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 from pipeline.gateway.held import held_table
 from pipeline.outbox.tables import outbox
 from pipeline.store import make_engine
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, GatewayProcess, wait_until
+from tests.integration.fleet_hosts import Fleet, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

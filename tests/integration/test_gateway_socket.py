@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.gateway.held import held_table
 from pipeline.store import make_engine
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, GatewayProcess, wait_until
+from tests.integration.fleet_hosts import Fleet, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -65,9 +66,7 @@ def test_a_send_through_the_socket_is_held_once_and_with_the_gateway_down_goes_d
     b = GatewayProcess(config_b, tmp_path / "B.log").start()
     try:
         wait_until(sock.exists, 120, "A's local socket")
-        wait_until(
-            lambda: _fleet_send_ready(store_a), 120, "host A to know main-b", interval=0.2
-        )
+        wait_until(lambda: _fleet_send_ready(store_a), 120, "host A to know main-b", interval=0.2)
         via_socket = _fleet_send(config_a, "through the gateway")
         assert via_socket["via"] == "gateway", via_socket
         wait_until(lambda: _held_ids(store_b, via_socket["msgId"]), 60, "held at B")

@@ -26,6 +26,7 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from pipeline.bootstrap import build_client, build_control_client, build_failed_reporter
+from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.cli.main import app
 from pipeline.control import STOP, ControlClient
 from pipeline.control.spawns import spawns_table
@@ -43,7 +44,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.record_headers import pack_headers
 from pipeline.store import make_engine
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, GatewayProcess, wait_until
+from tests.integration.fleet_hosts import Fleet, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -142,3 +142,49 @@ def test_assign_from_committed_starts_new_groups_at_the_beginning_and_refuses_lo
     finally:
         third.close()
     assert (info.value.context["committed"], info.value.context["lost"]) == (5, 15)
+
+
+def test_the_runtime_refuses_a_committed_offset_that_fell_off_retention(
+    kafka: BrokerHandle, new_topic, group_id, tmp_path
+) -> None:
+    """Seed 001 scenario 7 in the consumer runtime the gateway's inbox runs (issue 12 #18): with
+    auto.offset.reset=earliest librdkafka would resume at the log start without a word; the
+    runtime checks at assignment, counts the lost offsets and raises OFFSETS_LOST instead."""
+    from prometheus_client import CollectorRegistry
+
+    from pipeline.failures.outcomes import ACK
+    from pipeline.runtime import ConsumerRuntime, RuntimeConfig
+    from pipeline.runtime.metrics import RuntimeMetrics
+    from pipeline.store import make_engine, session_factory
+
+    topic = new_topic("lostruntime")
+    _setup(kafka, topic, group_id)
+    _delete_before(kafka, topic, 60)
+    handled: list[int] = []
+
+    class Handler:
+        def handle(self, record, tx):  # type: ignore[no-untyped-def]
+            handled.append(record.offset)
+            return ACK
+
+    registry = CollectorRegistry()
+    engine = make_engine(f"sqlite:///{tmp_path / 'rt.sqlite'}")
+    rt = ConsumerRuntime(
+        RuntimeConfig(bootstrap=kafka.bootstrap, group_id=group_id, topics=(topic,)),
+        handler=Handler(),
+        sessions=session_factory(engine),
+        dead_letters=None,  # type: ignore[arg-type]
+        metrics=RuntimeMetrics(registry),
+    )
+    rt.subscribe()
+    try:
+        with pytest.raises(OffsetsLostError) as info:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                rt.step()
+    finally:
+        rt.close()
+    assert info.value.context["lost"] == 50 and info.value.context["committed"] == 10
+    assert handled == [], "nothing after the gap may be handled: the skip must not be silent"
+    lost = registry.get_sample_value("fleet_consumer_offsets_lost_total", {"group": group_id})
+    assert lost == 50

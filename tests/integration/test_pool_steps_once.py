@@ -13,6 +13,7 @@ import signal
 import subprocess
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -148,7 +149,7 @@ def test_pool_status_shows_each_members_in_flight_steps(
     kafka: BrokerHandle, tmp_path: Path
 ) -> None:
     """Issue 10: ``fleet pool status`` shows in-flight steps per member, across processes: two
-    members each run one 8 s step; status with --store-url reports one running step on each,
+    members each run one 30 s step; status with --store-url reports one running step on each,
     with its age; once the steps end both show none."""
     pool, topic = _pool(kafka.bootstrap, 2)
     store = f"sqlite:///{tmp_path / 'pool.sqlite'}"
@@ -157,7 +158,7 @@ def test_pool_status_shows_each_members_in_flight_steps(
     try:
         wait_for(settled(kafka.bootstrap, pool, 2), timeout=60, what="two members")
         for p in (0, 1):
-            produce_to(kafka.bootstrap, topic, p, '{"step_s": 8}')
+            produce_to(kafka.bootstrap, topic, p, '{"step_s": 30}')
 
         def both_running() -> bool:
             st = pool_status(kafka.bootstrap, pool, store_url=store)
@@ -169,15 +170,24 @@ def test_pool_status_shows_each_members_in_flight_steps(
             )
 
         wait_for(both_running, timeout=30, what="status to show a running step on each")
-        out = fleet_process(
-            "pool", "status", "--pool", pool, "--bootstrap", kafka.bootstrap,
-            "--store-url", store, "--json", stdout=subprocess.PIPE,
-        )  # fmt: skip
-        body, _ = out.communicate(timeout=60)
-        assert out.returncode == 0
-        shown = json.loads(body)["lanes"]
-        assert {m: shown[m]["running"] for m in ("a", "b")} == {"a": 1, "b": 1}, shown
-        wait_for(lambda: len(effects(store)) == 2, timeout=60, what="both steps to end")
+        shown: dict[str, Any] = {}
+
+        def cli_shows_both_running() -> bool:
+            # the CLI is a fresh process: on a loaded machine its start alone takes seconds, so
+            # it is asked until it answers while the steps still run (they hold 30 s each; the
+            # first CLI answer used to land after two 8 s steps had ended)
+            out = fleet_process(
+                "pool", "status", "--pool", pool, "--bootstrap", kafka.bootstrap,
+                "--store-url", store, "--json", stdout=subprocess.PIPE,
+            )  # fmt: skip
+            body, _ = out.communicate(timeout=60)
+            assert out.returncode == 0
+            shown.update(json.loads(body)["lanes"])
+            return {m: shown.get(m, {}).get("running") for m in ("a", "b")} == {"a": 1, "b": 1}
+
+        wait_for(cli_shows_both_running, timeout=25, what="fleet pool status to show both steps")
+        assert not effects(store), "the CLI must have seen the steps while they ran"
+        wait_for(lambda: len(effects(store)) == 2, timeout=90, what="both steps to end")
 
         def idle() -> bool:
             st = pool_status(kafka.bootstrap, pool, store_url=store)

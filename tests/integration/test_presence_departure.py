@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from pipeline import schemas
 from pipeline.bootstrap import build_client
+from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.envelope import Envelope, Kind, encode
 from pipeline.envelope.model import now_ms
 from pipeline.errors import DeliveryError
@@ -29,7 +30,7 @@ from pipeline.outbox.tables import outbox
 from pipeline.record_headers import unpack_headers
 from pipeline.store import make_engine
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, GatewayProcess, wait_until
+from tests.integration.fleet_hosts import Fleet, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import select
 
 from pipeline.bootstrap import build_client
+from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.envelope import Kind
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import load_config
@@ -28,7 +29,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import outbox
 from pipeline.store import make_engine
 from pipeline.testing import test_broker_dir as broker_dir
-from tests.integration.fleet_hosts import Fleet, GatewayProcess
+from tests.integration.fleet_hosts import Fleet
 from tests.integration.fleet_hosts import wait_until as wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import socket
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import func, select
 
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import ensure_pool_topic
+from pipeline.outbox.tables import outbox
 from pipeline.pool.submit import submit
-from pipeline.testing import BrokerHandle, unique_name
+from pipeline.runs import Executor, RunJournal
+from pipeline.runs.tables import run
+from pipeline.store import make_engine, session_factory
+from pipeline.testing import BrokerHandle, fleet_process, unique_name
 
 from .pool_members import effects, start_member, stop, wait_for
 
@@ -77,3 +83,40 @@ def test_a_pool_member_serves_its_dead_letters_and_purges(
         assert effects(store) == [], "the two effect rows were purged, by the member itself"
     finally:
         assert stop(proc) == 0
+
+
+def test_a_standalone_relay_purges_its_sent_rows_and_serves_it(
+    kafka: BrokerHandle, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """``fleet relay run --retention outbox_sent_s=1``: the relay ships every run's rows, then
+    deletes them once sent for a second (never one still pending), and its /metrics says so;
+    the run journal itself is not the relay's to purge (docs/store.md)."""
+    topic = new_topic("relay-purge", partitions=1)
+    url = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    engine = make_engine(url)
+    Executor(sessions=session_factory(engine), journal=RunJournal(topic=topic)).run_many(
+        [("acme", "r1"), ("acme", "r2")], steps=5
+    )  # 2 runs x (5 steps + COMPLETED) = 12 outbox rows
+    port = _free_port()
+    rows = ("fleet_store_rows_purged_total", (("table", "outbox"),))
+    proc = fleet_process(
+        "relay", "run", "--db", url, "--bootstrap", kafka.bootstrap,
+        "--metrics-port", str(port),
+        "--retention", "outbox_sent_s=1", "--retention", "every_s=0.5",
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: (_scrape(port) or {}).get(rows) == 12.0,
+            timeout=90,
+            what="the relay to ship and purge 12 rows",
+        )
+        metrics = _scrape(port)
+        assert metrics is not None
+        assert metrics[("fleet_outbox_published_total", ())] == 12.0
+        assert metrics[("fleet_store_rows", (("table", "outbox"),))] == 0.0
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(outbox)).scalar_one() == 0
+            assert conn.execute(select(func.count()).select_from(run)).scalar_one() == 2
+    finally:
+        assert stop(proc) == 0
+        engine.dispose()

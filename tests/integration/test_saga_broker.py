@@ -19,9 +19,12 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import func, select
 
+from pipeline.bootstrap.sagas import DEFAULT_RETENTION
 from pipeline.effects import SagaDefinition, SagaState, SagaStep, list_sagas, state_counts
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import BrokerHandle, unique_name
@@ -138,8 +141,7 @@ def test_an_approval_that_never_comes_expires_and_compensates_on_the_broker(
     """Seed 001 scenario 6: at the deadline an expiry event is published and the hold undone."""
     from confluent_kafka import Consumer
 
-    from pipeline.bootstrap import build_saga_process
-    from pipeline.effects import ReplyHandler, SagaOrchestrator
+    from pipeline.effects import SagaOrchestrator
 
     prefix = unique_name("ap").replace(".", "-")
     topics = saga_refund.topics_for(prefix)
@@ -156,26 +158,9 @@ def test_an_approval_that_never_comes_expires_and_compensates_on_the_broker(
 
         return tick
 
-    procs = [
-        build_saga_process(
-            bootstrap=kafka.bootstrap,
-            store_url=store_url,
-            role="orchestrator",
-            handler=ReplyHandler(orch),
-            topics=topics,
-            ticker=ticker,
-        ),
-        *(
-            build_saga_process(
-                bootstrap=kafka.bootstrap,
-                store_url=store_url,
-                role=name,
-                handler=saga_refund.make_participant(name, topics),
-                topics=topics,
-            )
-            for name in ("payments", "inventory")
-        ),
-    ]
+    procs = _saga_processes(
+        kafka.bootstrap, store_url, orch, ("payments", "inventory"), ticker=ticker
+    )
     stop = threading.Event()
     threads = [threading.Thread(target=p.run, args=(stop,), kwargs={"tick_s": 0.2}) for p in procs]
     for t in threads:
@@ -223,3 +208,98 @@ def test_an_approval_that_never_comes_expires_and_compensates_on_the_broker(
                 kinds.append(body["kind"])
     consumer.close()
     assert "approval.requested" in kinds and "approval.expired" in kinds
+
+
+def test_a_saga_process_purges_its_finished_sagas(kafka: BrokerHandle, tmp_path: Path) -> None:
+    """Bounded stores (docs/store.md): the orchestrator's process purges a completed saga once
+    ``sagas_finished_s`` has passed -- here 2 s, the shortest seed 001's horizon allows over
+    1 s saga topics and a 1 s replay window -- and counts it in its own registry."""
+    from prometheus_client import CollectorRegistry
+
+    from pipeline.effects import SagaOrchestrator
+    from pipeline.effects.saga_tables import saga
+    from pipeline.retention import RetentionConfig
+
+    prefix = unique_name("sp").replace(".", "-")
+    topics = saga_refund.topics_for(prefix)
+    saga_refund.ensure_topics(kafka.bootstrap, topics)
+    url = f"sqlite:///{tmp_path / 'saga.sqlite'}"
+    saga_refund.ledger_counts(url)
+    short = RetentionConfig(
+        sagas_finished_s=2, saga_topic_s=1, replay_window_s=1, outbox_sent_s=1, every_s=0.3
+    )
+    orch = SagaOrchestrator([saga_refund.REFUND], topics=topics)
+    registry = CollectorRegistry()
+    procs = _saga_processes(
+        kafka.bootstrap,
+        url,
+        orch,
+        tuple(saga_refund.OWNERS),
+        registry=registry,
+        retention=short,
+        participant_retention=None,  # the orchestrator's purge alone is under test
+    )
+    stop = threading.Event()
+    threads = [threading.Thread(target=p.run, args=(stop,), kwargs={"tick_s": 0.2}) for p in procs]
+    for t in threads:
+        t.start()
+    engine = make_engine(url)
+    sessions = session_factory(engine)
+    purged = {"table": "fleet_saga"}
+    try:
+        with sessions.begin() as s:
+            orch.start(s, "refund-1", "refund", {"saga_id": "refund-1"})
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if registry.get_sample_value("fleet_store_rows_purged_total", purged) == 1.0:
+                break
+            time.sleep(0.2)
+        with engine.connect() as conn:
+            left = conn.execute(select(func.count()).select_from(saga)).scalar_one()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        engine.dispose()
+    assert registry.get_sample_value("fleet_store_rows_purged_total", purged) == 1.0
+    assert left == 0, "the completed saga's row is gone"
+    ledger = saga_refund.ledger_counts(url)
+    assert ledger == {("refund-1", step, "action"): 1 for step in saga_refund.OWNERS.values()}
+
+
+def _saga_processes(
+    bootstrap: str,
+    url: str,
+    orch: Any,
+    participants: tuple[str, ...],
+    *,
+    participant_retention: Any = DEFAULT_RETENTION,
+    **orchestrator: Any,
+) -> list[Any]:
+    """The orchestrator's process (``orchestrator``: more build_saga_process arguments) and one
+    per participant of ``examples/saga_refund.py``, all on the store ``url``."""
+    from pipeline.bootstrap import build_saga_process
+    from pipeline.effects import ReplyHandler
+
+    topics = orch.topics
+    return [
+        build_saga_process(
+            bootstrap=bootstrap,
+            store_url=url,
+            role="orchestrator",
+            handler=ReplyHandler(orch),
+            topics=topics,
+            **orchestrator,
+        ),
+        *(
+            build_saga_process(
+                bootstrap=bootstrap,
+                store_url=url,
+                role=name,
+                handler=saga_refund.make_participant(name, topics),
+                topics=topics,
+                retention=participant_retention,
+            )
+            for name in participants
+        ),
+    ]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 from sqlalchemy import select
 from typer.testing import CliRunner
 
@@ -30,14 +30,20 @@ from pipeline.gateway.receipts import read_receipt
 from pipeline.kafka.errors import as_fleet_error
 from pipeline.kafka.local import LauncherConfig, LocalCluster
 from pipeline.kafka.local.secure import ADMIN
-from pipeline.kafka.security import KafkaSecurity
 from pipeline.kafka.settings import consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.reasons import Security
 from pipeline.testing import test_broker_dir as broker_dir
 from pipeline.testing import unique_name
 from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.secure_logins import (
+    acls,
+    commit_once,
+    login,
+    login_file,
+    passwords,
+    topology,
+)
 
 pytestmark = pytest.mark.kafka
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,60 +60,6 @@ def secure() -> Iterator[LocalCluster]:
         yield cluster
     finally:
         cluster.stop()
-
-
-def login(cluster: LocalCluster, user: str) -> KafkaSecurity:
-    assert cluster.secure is not None
-    return cluster.secure.security(user)
-
-
-def login_file(cluster: LocalCluster, user: str) -> Path:
-    assert cluster.secure is not None
-    return cluster.secure.folder / f"{user}.kafka.toml"
-
-
-def passwords(cluster: LocalCluster) -> list[str]:
-    assert cluster.secure is not None
-    return [cluster.secure.password(u).reveal() for u in cluster.secure.users]
-
-
-def topology(cluster: LocalCluster, names: TopicNames, hosts: tuple[str, ...], **kw: Any) -> None:
-    admin = Factories().secured(login(cluster, ADMIN))
-    spec = TopologySpec(hosts=hosts, topics=names, **kw)
-    apply_topology(cluster.bootstrap_servers, spec, admin_factory=admin.admin)
-
-
-def acls(cluster: LocalCluster, role: str, user: str, prefix: str) -> None:
-    """``fleet acls apply --role`` as the admin login (the operator's path)."""
-    args = ["acls", "apply", "--role", role, "--login", user, "--prefix", prefix]
-    args += ["--bootstrap", cluster.bootstrap_servers]
-    args += ["--kafka-config", str(login_file(cluster, ADMIN))]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    assert f"User:{user} ({role})" in result.output
-
-
-COORDINATOR_NOT_READY = {
-    KafkaError.NOT_COORDINATOR,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-}
-
-
-def commit_once(consumer: Any, position: TopicPartition) -> None:
-    """Commit ``position``; a fresh broker's coordinator may still be loading (retriable)."""
-
-    def attempt() -> bool:
-        try:
-            consumer.commit(offsets=[position], asynchronous=False)
-            return True
-        except KafkaException as exc:
-            err = exc.args[0]
-            if not (err.retriable() or err.code() in COORDINATOR_NOT_READY):
-                raise
-            return False
-
-    wait_until(attempt, 60, "the group coordinator to take a commit", interval=0.5)
 
 
 def test_the_exporter_login_reads_lag_but_cannot_consume_an_inbox(secure: LocalCluster) -> None:

@@ -106,9 +106,11 @@ def test_the_dlq_owner_reads_the_dlq_and_replays_but_reads_no_inbox() -> None:
 
 def test_the_narrow_roles_are_subsets_in_spirit_no_create_delete_alter() -> None:
     for role in Role:
-        ops = {g.operation.value for g in role_grants(role, "x", TopicNames(prefix="t1."))}
+        pool = "p" if role is Role.POOL else None
+        grants = role_grants(role, "x", TopicNames(prefix="t1."), pool=pool)
+        ops = {g.operation.value for g in grants}
         assert not {"CREATE", "DELETE", "ALTER", "ALL"} & ops, role
-        names = {g.name for g in role_grants(role, "x", TopicNames(prefix="t1."))}
+        names = {g.name for g in grants}
         assert all(
             n.startswith("t1.") or n in {CLUSTER_NAME, DLQ_SCAN_GROUP_PREFIX} for n in names
         ), role
@@ -125,3 +127,38 @@ def test_fleet_acls_plan_role_prints_the_narrow_set() -> None:
     ]
     bad = CliRunner().invoke(app, ["acls", "plan", "--role", "admin", "--host", "a"])
     assert bad.exit_code != 0
+
+
+def test_a_pool_member_reads_its_pool_only_and_writes_only_the_dlq() -> None:
+    """Issue 13: a worker-pool member's login (``--role pool --pool P``) reads pool.P in group
+    pool.P, writes the DLQ, and is given nothing on another pool, an inbox or a control topic."""
+    grants = role_grants(Role.POOL, "w", TopicNames(prefix="t."), pool="render")
+    by_op = {(g.resource, g.name, g.pattern, g.operation) for g in grants}
+    lit = Pattern.LITERAL
+    assert {(r, n) for r, n, _p, op in by_op if op is Operation.READ} == {
+        (Resource.TOPIC, "t.pool.render"),
+        (Resource.GROUP, "t.pool.render"),
+    }
+    assert {(r, n) for r, n, _p, op in by_op if op is Operation.WRITE} == {
+        (Resource.TOPIC, "t.dlq")
+    }
+    assert all(p is lit for _r, _n, p, _op in by_op)  # no prefix: no other pool
+    assert (Resource.CLUSTER, CLUSTER_NAME, lit, Operation.IDEMPOTENT_WRITE) in by_op
+    assert not [g for g in grants if "inbox" in g.name or "control" in g.name]
+
+
+def test_the_pool_role_needs_its_pool_and_no_other_role_takes_one() -> None:
+    import pytest
+
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        role_grants(Role.POOL, "w")
+    with pytest.raises(ConfigError):
+        role_grants(Role.GATEWAY, "a", pool="render")
+    planned = CliRunner().invoke(app, ["acls", "plan", "--role", "pool", "--login", "w",
+                                       "--pool", "render"])  # fmt: skip
+    assert planned.exit_code == 0, planned.output
+    assert "ALLOW User:w READ TOPIC fleet.pool.render (literal)" in planned.output
+    refused = CliRunner().invoke(app, ["acls", "plan", "--role", "pool", "--login", "w"])
+    assert refused.exit_code == 2 and "CONFIG_INVALID" in refused.output

@@ -44,7 +44,7 @@ def built(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
     def recorder(kind: str) -> Any:
         def make(conf: dict[str, Any]) -> Any:
             seen.append((kind, dict(conf)))
-            if kind == "admin" and isinstance(conf.get("error_cb"), RefusalWatch):
+            if kind == "admin" and isinstance(conf.get("logger"), RefusalWatch):
                 return Reachable()
             raise Built(kind)
 

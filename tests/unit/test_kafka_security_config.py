@@ -285,3 +285,43 @@ def test_an_outage_is_not_a_refusal_and_ends_the_check_at_once() -> None:
 
     Factories(admin=admin).check_access("b:1", timeout_s=60)
     assert made[0].polls == 1
+
+
+def test_a_login_refused_after_start_is_told_once_and_chains_the_clients_callback() -> None:
+    """Issue 13: a client that only reconnects meets a rotated password in its ``error_cb``;
+    the secured factories' LoginWatch makes the first such refusal one AUTH_FAILED for the
+    process's subscribers (the gateway stops on it), and the client's own callback still runs."""
+    seen: list[dict[str, Any]] = []
+    factories = Factories(producer=seen.append, consumer=seen.append, admin=seen.append).secured(
+        sasl()
+    )
+    own: list[KafkaError] = []
+    factories.producer(producer_config("b:1", error_cb=own.append))
+    told: list[SecurityError] = []
+    factories.on_login_refused(told.append)
+    outage = KafkaError(KafkaError._TRANSPORT, "Connection refused")
+    refused = KafkaError(KafkaError._AUTHENTICATION, f"SASL authentication error ({PASSWORD})")
+    for err in (outage, refused, refused):
+        seen[0]["error_cb"](err)
+    assert own == [outage, refused, refused]  # the client's callback is chained, unchanged
+    (err,) = told
+    assert err.reason == Security.AUTH_FAILED and not err.retriable
+    assert err.context["principal"] == "User:a" and PASSWORD not in str(err)
+    assert "Kafka refused the login User:a after start" in str(err)
+    late: list[SecurityError] = []
+    factories.on_login_refused(late.append)  # a late subscriber hears it at once
+    assert late == [err]
+    Factories().on_login_refused(told.append)  # plaintext: nothing to refuse, nothing told
+    assert len(told) == 1
+
+
+def test_a_refused_write_is_a_not_authorized_row_error_naming_topic_and_operation() -> None:
+    from pipeline.kafka.produce_errors import permanent_error, permanent_reason
+
+    err = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Broker: Topic authorization failed")
+    assert permanent_reason(err) == Security.NOT_AUTHORIZED
+    text = permanent_error(err, topic="fleet.inbox.b")
+    assert text.startswith("[NOT_AUTHORIZED] write topic fleet.inbox.b: TOPIC_AUTHORIZATION_FAILED")
+    assert "fleet acls plan" in text
+    too_big = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large")
+    assert permanent_error(too_big, topic="t") == str(too_big)

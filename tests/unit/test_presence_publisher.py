@@ -107,3 +107,38 @@ def test_presence_v3_gone_field_reads_old_records_and_round_trips() -> None:
         schemas.decode("presence", schemas.encode("presence", {**old.to_record(), "gone": "died"}))
     )
     assert new.gone is Gone.DIED
+
+
+def test_a_fenced_gateway_stops_heartbeating_without_retracting_its_hosts_entries() -> None:
+    """Seed 000 §3 'a second gateway fails loudly': the fenced one no longer speaks for the host,
+    so on its way out it must not tombstone the entries the gateway that fenced it announces
+    (they read as departed -- UNKNOWN_RECIPIENT at senders -- until that one's next beat)."""
+    f = Fleet()
+    producer = ListProducer()
+    pub = PresencePublisher(producer=producer, signer=f.signers["a"], topics=f.topics,
+                            clock_ms=lambda: f.now)  # fmt: skip
+    pub.register("w1", role="worker", delivery="inject")
+    pub.heartbeat()
+    sent = len(producer.records)
+    pub.stop(retract=False)
+    assert producer.records[sent:] == []
+
+
+def test_the_gateway_retracts_its_presence_on_stop_unless_it_was_fenced() -> None:
+    """The composition root's stop hook: a clean stop or any other fatal error retracts; a
+    ``FencedError`` (another gateway took the host id) does not."""
+    from pipeline.bootstrap.gateway import _stop_presence
+    from pipeline.errors import FencedError, StoreError
+    from pipeline.gateway.service import Gateway
+
+    calls: list[bool] = []
+
+    class Presence:
+        def stop(self, *, retract: bool = True) -> None:
+            calls.append(retract)
+
+    for fatal in (None, StoreError("disk"), FencedError("fenced by a second gateway")):
+        gateway = Gateway(host="a", loops=[])
+        gateway.fatal = fatal
+        _stop_presence(Presence(), gateway)  # type: ignore[arg-type]
+    assert calls == [True, True, False]

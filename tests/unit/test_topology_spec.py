@@ -21,3 +21,41 @@ def test_desired_topics_and_their_configs() -> None:
     assert "min.insync.replicas" not in by_name["x.inbox.h1"].config
     spec3 = TopologySpec(hosts=("h1",), replication=3, min_insync_replicas=2)
     assert all(t.config["min.insync.replicas"] == "2" for t in spec3.desired())
+
+
+class _Topic:
+    def __init__(self, partitions: int, rf: int) -> None:
+        replicas = list(range(1, rf + 1))
+        self.partitions = {p: type("P", (), {"replicas": replicas})() for p in range(partitions)}
+
+
+class _Admin:
+    """A cluster where every declared topic exists with replication factor ``rf``."""
+
+    def __init__(self, spec: TopologySpec, rf: int) -> None:
+        self.topics = {t.name: _Topic(t.partitions, rf) for t in spec.desired()}
+
+    def list_topics(self, timeout: float) -> object:
+        return type("Meta", (), {"topics": self.topics})()
+
+    def describe_configs(self, resources: list[object]) -> dict[object, object]:
+        return {}
+
+
+def test_a_gateway_accepts_the_replication_the_cluster_gave_its_topics() -> None:
+    """Issue 12 #7: a gateway declares replication=None (the cluster's default.replication.factor)
+    so it runs on three nodes with RF 3 topics; an explicit factor still refuses a mismatch."""
+    from pipeline.errors import TopologyError
+    from pipeline.kafka.topology import apply_topology
+
+    gateway = TopologySpec(hosts=("h1",), replication=None)
+    assert all(t.replication is None for t in gateway.desired())
+    report = apply_topology("x", gateway, admin_factory=lambda _c: _Admin(gateway, 3))
+    assert not report.created and not report.altered
+    explicit = TopologySpec(hosts=("h1",), replication=1)
+    try:
+        apply_topology("x", explicit, admin_factory=lambda _c: _Admin(explicit, 3))
+    except TopologyError as exc:
+        assert "replication 3 != declared 1" in str(exc)
+    else:
+        raise AssertionError("an RF mismatch against an explicit factor must be refused")

@@ -64,10 +64,14 @@ class LauncherConfig:
     # None: a PLAINTEXT listener. A tuple (maybe empty): SASL_SSL with one login per host plus
     # `admin` (``secure.py``, docs/security.md)
     secure_hosts: tuple[str, ...] | None = None
+    # name -> (bind port, advertised port), one node only: see NodeSpec.extra_listeners
+    extra_listeners: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.nodes not in (1, 3):
             raise ConfigError(f"--nodes must be 1 or 3, got {self.nodes}")
+        if self.extra_listeners and self.nodes != 1:
+            raise ConfigError("extra listeners are for a one-node cluster")
 
 
 class LocalCluster:
@@ -136,6 +140,7 @@ class LocalCluster:
                 heap_mb=cfg.heap_mb,
                 extra_properties=cfg.extra_properties,
                 secure=self.secure,
+                extra_listeners=cfg.extra_listeners,
             )
             node = KafkaNode(spec, java=java, classpath=self.classpath, owned=self.owned)
             node.write_config()

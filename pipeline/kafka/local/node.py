@@ -61,6 +61,9 @@ class NodeSpec:
     heap_mb: int = 512
     extra_properties: Mapping[str, str] = field(default_factory=dict)
     secure: SecureBroker | None = None  # SASL_SSL + mTLS controller + StandardAuthorizer
+    # name -> (bind port, advertised port): a PLAINTEXT listener a client reaches through
+    # something else (the chaos suite's TCP proxy, docs/chaos.md #11)
+    extra_listeners: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def properties(self) -> dict[str, str]:
         rf = str(self.replication)
@@ -92,6 +95,10 @@ class NodeSpec:
         }
         if self.secure is not None:
             props.update(self.secure.node_properties(self.port, self.controller_port))
+        for name, (bind, advertised) in self.extra_listeners.items():
+            props["listeners"] += f",{name}://127.0.0.1:{bind}"
+            props["advertised.listeners"] += f",{name}://127.0.0.1:{advertised}"
+            props["listener.security.protocol.map"] += f",{name}:PLAINTEXT"
         props.update(self.extra_properties)
         return props
 

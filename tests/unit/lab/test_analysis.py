@@ -3,13 +3,18 @@ covered by tests/integration/test_lab_run.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from pipeline.lab.analysis import Step, analyse, machine_verdict
+from pipeline.lab import machine
+from pipeline.lab.analysis import Step, analyse, lane_gaps, machine_verdict
 from pipeline.lab.arrivals import events
 from pipeline.lab.assignors import member_ids, range_assign
 from pipeline.lab.loader import load_scenario
@@ -126,6 +131,66 @@ def test_machine_verdict_names_cpu_slow_steps_and_a_lagging_producer() -> None:
     text = " ".join(reasons)
     assert "CPU saturated" in text and "longer than scheduled" in text
     assert "producer fell 25%" in text and "late" in text
+
+
+def test_machine_verdict_names_a_time_scale_too_fast_and_the_run_s_share_of_the_cpu() -> None:
+    """How far the time scale may go: CPU per step x events per wall second at the run's
+    busiest (capacity: the worked example drains a backlog) against half the cores."""
+    s = dataclasses.replace(load_scenario(EXAMPLES / "worked_example.toml"), time_scale=0.1)
+    ticks = [dataclasses.replace(t, cpu_busy=1.0, run_cores=0.4) for t in fluid_ticks(s)]
+    steps = [
+        Step(seq=i, member="m00", partition=0, t0=2.0 * i, t1=2.0 * i + 2.0, scheduled_s=2.0)
+        for i in range(100)
+    ]
+    facts: dict[str, object] = {}
+    # 100 steps cost 2 CPU s: 20 ms each; capacity 24/s at scale 0.1 = 240/s wall = 4.8 cores
+    reasons = machine_verdict(s, ticks, steps, {}, facts, prediction=predict(s), run_cpu_s=2.0)
+    text = " ".join(reasons)
+    assert facts["cpu_ms_per_step"] == 20.0
+    assert facts["cores_needed_at_peak"] == pytest.approx(4.8)
+    budget = 0.5 * machine.cores()
+    assert facts["fastest_time_scale"] == pytest.approx(0.1 * 4.8 / budget, rel=1e-3)
+    assert "time scale 0.1 is too fast" in text
+    assert "this run's members and producer: 0.40" in text  # not all of it was this run
+    facts = {}
+    calm = machine_verdict(s, ticks, steps, {}, facts, prediction=predict(s), run_cpu_s=0.01)
+    assert not any("too fast" in r for r in calm)
+
+
+def test_lane_gaps_count_only_idle_time_with_records_waiting() -> None:
+    """A lane idle while its partition has a backlog is the machine (the model never idles a
+    lane with a record waiting); a lane idle for want of records is not counted."""
+    s = load_scenario(EXAMPLES / "worked_example.toml")
+    ticks = [
+        dataclasses.replace(t, lag=[10 if t.t < 4 else 0] * s.partitions)
+        for t in fluid_ticks(s)[:60]
+    ]
+    steps = [  # partition 0: 1 s idle between steps while backlogged, then 10 s idle without
+        Step(seq=1, member="m00", partition=0, t0=0.0, t1=2.0, scheduled_s=2.0),
+        Step(seq=2, member="m00", partition=0, t0=3.0, t1=5.0, scheduled_s=2.0),
+        Step(seq=3, member="m00", partition=0, t0=30.0, t1=32.0, scheduled_s=2.0),
+        Step(seq=4, member="m00", partition=0, t0=42.0, t1=44.0, scheduled_s=2.0),
+    ]
+    assert lane_gaps(s, ticks, steps) == [1.0]
+    facts: dict[str, object] = {}
+    reasons = machine_verdict(s, ticks, steps, {}, facts)
+    assert facts["lane_gap_median_of_step"] == 0.5
+    assert any("stood idle 50% of a step" in r for r in reasons)
+
+
+def test_process_cpu_counts_a_busy_child_and_not_its_start_up() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        meter = machine.ProcessCpu()
+        meter.reset([child.pid])
+        time.sleep(0.5)
+        used = meter.cores([child.pid])
+        assert used is not None and used > 0.1  # spinning: a good share of a core
+        assert meter.total_s > 0.05
+    finally:
+        child.kill()
+        child.wait()
+    assert meter.cores([child.pid]) is None  # gone: nothing measured
 
 
 def test_arrivals_are_even_and_seeded() -> None:

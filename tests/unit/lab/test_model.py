@@ -150,3 +150,26 @@ def test_sticky_moves_only_the_stopped_members_partitions() -> None:
 
     assert moved_for(Assignment.COOPERATIVE_STICKY) == 12
     assert moved_for(Assignment.RANGE) > 12
+
+
+def test_poison_backoffs_reach_the_members_as_their_retry_policy() -> None:
+    """The members retry the poison record with the scenario's backoffs, scaled, no jitter
+    (the runtime's default 0.2 s x 2^n with jitter would not be seed 001's 1, 2, 4, 8, 16 s)."""
+    from pipeline.lab.processes import member_argv
+    from pipeline.pool.config import parse_retry
+
+    s = load_scenario(EXAMPLES / "poison.toml")
+    argv = member_argv(s, pool="p", bootstrap="b", member="m00", store_url="u", events=Path("e"))
+    policy = parse_retry(argv[argv.index("--retry") + 1])
+    waits = [policy.delay_for(a) for a in range(1, 6)]
+    assert waits == pytest.approx([b * s.time_scale for b in (1, 2, 4, 8, 16)])
+    assert not policy.exhausted(5) and policy.exhausted(6)  # five waits, six attempts
+
+
+def test_poison_backoffs_must_be_geometric() -> None:
+    from pipeline.errors import ConfigError
+    from pipeline.lab.scenario import Poison
+
+    with pytest.raises(ConfigError, match="geometric"):
+        Poison(backoffs_s=(1.0, 3.0, 4.0))
+    assert Poison(backoffs_s=(5.0,)).retry_option(0.5) == "2.5:1.0:2:0"

@@ -1,0 +1,63 @@
+"""PostgreSQL: wake a relay in another process the moment outbox rows commit (LISTEN/NOTIFY).
+
+Every :func:`~pipeline.outbox.write` on PostgreSQL issues ``NOTIFY fleet_outbox`` in the writer's
+transaction; PostgreSQL delivers it only when that transaction commits (never for a rollback)
+and folds repeats within one transaction into one. A relay in its own process (``fleet relay
+run``) listens on a connection of its own and wakes on each notification instead of waiting out
+its idle poll. A lost notification (the listener reconnecting) costs only latency: the relay
+still polls. SQLite has no such channel: there the gateway, the store's one writer, wakes its
+in-process relay directly (docs/gateway.md, "The local socket").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "fleet_outbox"
+_NOTIFY = text(f"NOTIFY {CHANNEL}")
+
+
+def notify(session: Session) -> None:
+    """Tell listeners, at this transaction's commit, that outbox rows were written."""
+    session.execute(_NOTIFY)
+
+
+def listen(
+    engine: Engine, wake: Callable[[], None], stop: threading.Event
+) -> threading.Thread | None:
+    """On PostgreSQL, a daemon thread calling ``wake`` on every ``NOTIFY fleet_outbox`` until
+    ``stop``; ``None`` (nothing to listen to) on any other database."""
+    if engine.dialect.name != "postgresql":
+        return None
+    thread = threading.Thread(
+        target=listen_forever, args=(engine, wake, stop), name="outbox-listen", daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def listen_forever(engine: Engine, wake: Callable[[], None], stop: threading.Event) -> None:
+    """Call ``wake`` on every ``NOTIFY fleet_outbox`` until ``stop`` (PostgreSQL only)."""
+    import psycopg
+
+    url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    while not stop.is_set():
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(f"LISTEN {CHANNEL}")
+                wake()  # rows may have committed before we listened
+                while not stop.is_set():
+                    for _ in conn.notifies(timeout=0.5, stop_after=1):
+                        wake()
+        except psycopg.Error as exc:
+            log.warning("outbox listener: %s; the relay polls meanwhile, reconnecting", exc)
+            with contextlib.suppress(Exception):
+                stop.wait(1.0)
