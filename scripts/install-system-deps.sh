@@ -4,6 +4,7 @@
 #   postgresql      : the store contract suite runs on real PostgreSQL too
 #   prometheus      : promtool (alert rule unit tests) and a real scrape in integration tests
 #   kcat            : an independent Kafka client to cross-check what we write
+#   tmux, faketime  : tmux injectors; the chaos clock-skew scenario (libfaketime)
 set -euo pipefail
 need=()
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
@@ -12,6 +13,7 @@ command -v mvn >/dev/null 2>&1 || need+=(maven)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
+command -v faketime >/dev/null 2>&1 || need+=(faketime)  # chaos clock-skew (make chaos)
 if [ ${#need[@]} -eq 0 ]; then
   echo "system deps: all present"
   exit 0
