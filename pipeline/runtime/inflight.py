@@ -9,10 +9,9 @@ built with a :class:`Dispatcher` (worker pools); the gateway inbox runs without 
    so ``max.poll.interval.ms`` never expires because steps are slow (seed 001 scenario 2).
    ``wait_s()`` then says how long that poll may block (below).
 2. ``submit(records)`` after a fetch: records join their lanes (:mod:`.lanes`); idle lanes start.
-   A record past its partition's buffer depth is refused and the partition re-read from it
-   (seek, at the next ``room()``): librdkafka hands out a backlog a partition at a time, so
-   one fetch of ``max.poll.records`` could otherwise fill the member with one partition's
-   records and leave every other lane idle behind it.
+   (A fetch is not cut at a partition's depth: refusing the records past it and seeking back
+   kept lanes busier under a deep backlog but stalled every seek's partition at low rates --
+   the lab's ``tiny`` scenario fell to 0.64 of its offered throughput -- so it was taken out.)
 3. ``completed()`` each turn: finished steps, in the order they finished, for the runtime's one
    ``process()`` path (decide, one transaction, commit); ``committable()`` turns the batch's
    handled offsets into the lanes' watermark.
@@ -97,20 +96,14 @@ class Dispatcher:
         self._done: queue.SimpleQueue[tuple[Record, float]] = queue.SimpleQueue()
         self._finished: list[Record] = []
         self._paused: set[TP] = set()
-        self._reread: dict[TP, int] = {}  # refused past the depth: seek here before a fetch
         self._fetchable = True  # some assigned partition is neither paused nor held elsewhere
         self.step_s: float | None = None  # mean step time (EWMA), for the poll slice
 
     # 1 -- before a fetch
     def room(self, consumer: Any, assigned: set[TP], held_elsewhere: Callable[[TP], bool]) -> int:
         """Pause full partitions (all of them when the member holds ``max_records``), resume
-        ones with room unless a retry paused them, seek refused records' partitions back to
-        them; returns how many records may be fetched."""
+        ones with room unless a retry paused them; returns how many records may be fetched."""
         self._collect()
-        for (t, p), offset in self._reread.items():
-            with contextlib.suppress(Exception):  # revoked meanwhile: the new owner reads it
-                consumer.seek(TopicPartition(t, p, offset))
-        self._reread.clear()
         room = max(0, self.config.max_records - self.lanes.total_held())
         full = {tp for tp in self.lanes.partitions() if self.lanes.full(tp)}
         if room == 0:
@@ -143,14 +136,10 @@ class Dispatcher:
 
     # 2 -- after a fetch
     def submit(self, records: list[Record]) -> None:
-        """Records join their lanes up to each partition's depth; the first one past it and
-        everything after it in that partition is refused and re-read from (seek, next turn)."""
+        """Records join their lanes (a full partition is paused at the next ``room()``)."""
         for rec in records:
-            if rec.tp in self._reread or self.lanes.holds(rec):
-                continue  # behind a refused record, or fetched twice (a seek raced a fetch)
-            if self.lanes.full(rec.tp):
-                self._reread[rec.tp] = rec.offset
-                continue
+            if self.lanes.holds(rec):
+                continue  # fetched twice (a retry's seek raced a fetch)
             self.lanes.add(rec)
         self._start()
 
@@ -206,7 +195,6 @@ class Dispatcher:
     def rewind(self, tp: TP, offset: int) -> int:
         """Re-read ``tp`` from ``offset`` (a retry): returns where to seek (see Lanes.rewind)."""
         self._paused.discard(tp)  # the retry's pause owns it now
-        self._reread.pop(tp, None)  # the retry's seek is lower (a record held before it)
         return self.lanes.rewind(tp, offset)
 
     # 4 -- rebalance and shutdown
@@ -214,7 +202,6 @@ class Dispatcher:
         """Wait (bounded) for running steps of ``tps``; returns finished ones to process."""
         deadline = time.monotonic() + self.config.revoke_wait_s
         self.lanes.forget_queued(tps)
-        self._drop_rereads(tps)
         while self.lanes.running(tps) and (left := deadline - time.monotonic()) > 0:
             self._collect(timeout=min(left, 0.1))
         ready = [r for r in self._finished if r.tp in tps]
@@ -224,18 +211,11 @@ class Dispatcher:
     def forget(self, tps: set[TP]) -> None:
         gone = self.lanes.forget(tps)
         self._paused -= tps
-        self._drop_rereads(tps)
         self._finished = [r for r in self._finished if r.tp not in tps]
         if gone:
             log.warning("gave up %d in-flight step(s) of revoked partitions", len(gone))
             if self.observer:
                 self.observer.given_up_count(len(gone))
-
-    def _drop_rereads(self, tps: set[TP]) -> None:
-        """Revoked: the committed offset (never past a refused record) is where the next owner
-        starts, so no seek is owed for these partitions any more."""
-        for tp in tps:
-            self._reread.pop(tp, None)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

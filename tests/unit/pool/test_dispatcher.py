@@ -64,47 +64,23 @@ def dispatcher(runner: Any, *, depth: int = 2, max_records: int = 50) -> Dispatc
     return Dispatcher(cfg, runner)
 
 
-def test_a_fetch_of_one_partitions_backlog_is_cut_at_its_depth_and_re_read_later() -> None:
+def test_a_fetch_past_a_partitions_depth_is_kept_and_the_partition_paused_not_re_read() -> None:
+    """Records past the buffer depth join their lane (no refusal, no seek back: a seek stalled
+    the partition's next fetch at low rates); the full partition is paused at the next turn,
+    and the watermark stays below every record not yet handled."""
     gate = Gate()
     d = dispatcher(gate)
     consumer = Consumer()
     assigned = {(T, 0), (T, 1)}
     d.room(consumer, assigned, lambda _tp: False)
-    # one fetch: ten records of partition 0 (a backlog) and one of partition 1
     d.submit([*(rec(o) for o in range(10)), rec(0, partition=1)])
-    assert d.lanes.held((T, 0)) == 2  # the depth, not ten
-    assert d.lanes.held((T, 1)) == 1  # partition 1 was not starved behind partition 0
+    assert d.lanes.held((T, 0)) == 10 and d.lanes.held((T, 1)) == 1
     assert len(d.lanes.running()) == 2
     room = d.room(consumer, assigned, lambda _tp: False)
-    assert consumer.seeks == [(0, 2)]  # re-read from the first refused record
-    assert consumer.paused == {0}  # full: paused until a step ends
-    assert room == 50 - 3
-    # the watermark never passes a refused record
+    assert consumer.seeks == []
+    assert consumer.paused == {0}  # full: paused until its lane drains below the depth
+    assert room == 50 - 11
     assert d.committable({(T, 0): 10}, {}) == {(T, 0): 0}
-    gate.release.set()
-    d.close()
-
-
-def test_a_retry_rewind_cancels_the_re_read_of_refused_records() -> None:
-    gate = Gate()
-    d = dispatcher(gate)
-    consumer = Consumer()
-    d.submit([rec(o) for o in range(5)])
-    assert d.rewind((T, 0), 0) == 0  # the retry seeks lower; its own seek wins
-    d.room(consumer, {(T, 0)}, lambda _tp: True)
-    assert consumer.seeks == []
-    gate.release.set()
-    d.close()
-
-
-def test_a_revoked_partition_owes_no_re_read() -> None:
-    gate = Gate()
-    d = dispatcher(gate)
-    consumer = Consumer()
-    d.submit([rec(o) for o in range(5)])
-    d.forget({(T, 0)})
-    d.room(consumer, set(), lambda _tp: False)
-    assert consumer.seeks == []
     gate.release.set()
     d.close()
 
