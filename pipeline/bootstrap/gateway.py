@@ -25,6 +25,7 @@ from pipeline.control.reaper import Reaper
 from pipeline.control.stop_handler import StopHandler
 from pipeline.envelope import BatchVerifier, BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.envelope.model import now_ms
+from pipeline.envelope.pairwise import AgreementKey, Pairing
 from pipeline.errors import FencedError
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import GatewayConfig, ProfileConfig
@@ -186,7 +187,7 @@ def build_gateway(
         metrics=presence_metrics,
         consumer_factory=factories.consumer,
     )
-    presence = PresencePublisher(
+    presence = PresencePublisher(  # with the pairwise mode on, the host entry carries its key
         metrics=presence_metrics,
         producer=cast("ProducerLike", factories.producer(producer_config(config.bootstrap))),
         signer=signer,
@@ -194,6 +195,9 @@ def build_gateway(
         interval_s=config.presence_interval_s,
         ttl_s=config.presence_ttl_s,
         profiles=[SpawnProfile(name=p.name, description=p.description) for p in config.profiles],
+        agreement_key=None
+        if (pairing := _pairing(config, signer, roster, trust)) is None
+        else pairing.own.public_bytes,
     )
     seen = BoundedSeenSet()
     verifier = Verifier(
@@ -204,12 +208,13 @@ def build_gateway(
         topics=topics,
         max_ttl_s=config.max_ttl_s,
         skew_s=config.clock_skew_s,
+        pairing=pairing,
     )
     # one set of inject instruments for the configured and the spawned workers
     entities = LocalEntities.from_config(
         config, callbacks=callbacks, metrics=(inject_metrics := InjectMetrics(registry))
     )
-    publisher = Publisher(host=host, signer=signer, topics=topics)
+    publisher = Publisher(host=host, signer=signer, topics=topics, pairing=pairing)
     injections = InjectionQueue(
         entities=entities, sessions=sessions, publisher=publisher, metrics=metrics
     )
@@ -306,7 +311,7 @@ def build_gateway(
     )
     nudger = _build_nudger(config, callbacks, reads, conversations, metrics, publisher)
     client = build_client(
-        config, signer=signer, engine=engine, factories=factories, metrics=metrics
+        config, signer=signer, engine=engine, factories=factories, metrics=metrics, pairing=pairing
     )
     interval = maintenance_interval_s or config.sweep_interval_s
     server = _local_socket(config, client, relay)
@@ -378,6 +383,17 @@ def build_gateway(
         metrics=metrics,
         socket=server,
     )
+
+
+def _pairing(
+    config: GatewayConfig, signer: Signer, roster: RosterView, trust: TrustStore
+) -> Pairing | None:
+    """The pairwise MAC mode (docs/envelope.md), when ``pairwise_mac`` is on: the agreement key
+    derived from the host key, the peers' keys from signed presence, vouchers from the trust
+    store. Off: every record is signed and a MAC'd one is refused (``MAC_NOT_ALLOWED``)."""
+    if not config.pairwise_mac:
+        return None
+    return Pairing(own=AgreementKey.from_signer(signer), peers=roster, trusted=trust.lookup)
 
 
 def _local_socket(
