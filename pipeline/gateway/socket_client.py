@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import socket
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ class Queued:
     msg_id: str
     trace_id: str
     ts_ms: int
+    turn_id: str | None = None
 
 
 class SocketClient:
@@ -72,13 +74,32 @@ class SocketClient:
         body: bytes,
         kind: str = "SEND",
         ttl_s: float | None = None,
+        turn_id: str | None = None,
     ) -> Queued:
         """Queue one message through the gateway; a refusal raises its FleetError."""
         result = self.send_many([{"sender": sender, "to": to, "body": body, "kind": kind,
-                                  "ttl_s": ttl_s}])[0]  # fmt: skip
+                                  "ttl_s": ttl_s, "turn_id": turn_id}])[0]  # fmt: skip
         if isinstance(result, FleetError):
             raise result
         return result
+
+    # The conversation verbs, as GatewayClient.ask/answer/abandon (same kinds, defaults, turns).
+    def ask(self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0) -> Queued:
+        """A worker asks a main: a new turn (its id minted here, as GatewayClient.ask does)."""
+        turn = uuid.uuid4().hex
+        return self.send(sender=sender, to=to, body=body, kind="ASK", ttl_s=ttl_s, turn_id=turn)
+
+    def answer(
+        self, *, sender: str, to: str, turn_id: str, body: bytes, ttl_s: float = 120.0
+    ) -> Queued:
+        return self.send(
+            sender=sender, to=to, body=body, kind="ANSWER", ttl_s=ttl_s, turn_id=turn_id
+        )
+
+    def abandon(self, *, sender: str, to: str, turn_id: str) -> Queued:
+        """The asker gives up its turn (closed in the gateway's transaction that queues the
+        ABANDONED notice): a late ANSWER will get TOO_LATE."""
+        return self.send(sender=sender, to=to, body=b"", kind="ABANDONED", turn_id=turn_id)
 
     def send_many(self, sends: Sequence[dict[str, Any]]) -> list[Queued | FleetError]:
         """Pipeline ``sends`` (each: sender, to, body, kind, ttl_s) on this connection and return
@@ -95,6 +116,7 @@ class SocketClient:
                 "body": base64.b64encode(s["body"]).decode("ascii"),
                 "kind": s.get("kind", "SEND"),
                 "ttl_s": s.get("ttl_s"),
+                "turn_id": s.get("turn_id"),
             }
             out += encode_frame(request)
         self._next_id += len(sends)
@@ -119,4 +141,5 @@ class SocketClient:
         if "error" in answer:
             return error_from(answer["error"])
         ok = answer["ok"]
-        return Queued(msg_id=ok["msgId"], trace_id=ok["traceId"], ts_ms=int(ok["tsMs"]))
+        return Queued(msg_id=ok["msgId"], trace_id=ok["traceId"], ts_ms=int(ok["tsMs"]),
+                      turn_id=ok.get("turnId"))  # fmt: skip

@@ -29,6 +29,7 @@ import os
 import queue
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,7 @@ from pipeline.errors import ConfigError, DeliveryError, FleetError, StoreError
 from pipeline.reasons import Config, Verification
 
 from .client import GatewayClient, SendRequest
+from .metrics import SocketMetrics
 from .socket_protocol import FrameError, encode_frame, error_data, read_frame
 
 log = logging.getLogger(__name__)
@@ -59,9 +61,11 @@ def parse_send(message: dict[str, Any]) -> SendRequest:
         sender, to, body = message["sender"], message["to"], message["body"]
         if not isinstance(sender, str) or not isinstance(to, str) or not isinstance(body, str):
             raise TypeError("sender, to and body must be strings")
-        ttl = message.get("ttl_s")
+        ttl, turn_id = message.get("ttl_s"), message.get("turn_id")
         if ttl is not None and not isinstance(ttl, int | float):
             raise TypeError("ttl_s must be a number")
+        if turn_id is not None and not isinstance(turn_id, str):
+            raise TypeError("turn_id must be a string")
         raw = base64.b64decode(body, validate=True)
     except (KeyError, TypeError, binascii.Error) as exc:
         raise ConfigError(f"local socket: malformed send request: {exc}") from None
@@ -71,6 +75,7 @@ def parse_send(message: dict[str, Any]) -> SendRequest:
         body=raw,
         kind=parse_kind(message.get("kind", "SEND")),
         ttl_s=float(ttl) if ttl is not None else None,
+        turn_id=turn_id,
     )
 
 
@@ -89,7 +94,7 @@ class _Pending:
         r = self.result
         if isinstance(r, Envelope):
             return {"id": self.id, "ok": {"msgId": r.msg_id, "traceId": r.trace_id,
-                                          "tsMs": r.ts_ms}}  # fmt: skip
+                                          "tsMs": r.ts_ms, "turnId": r.turn_id}}  # fmt: skip
         assert isinstance(r, FleetError)
         return {"id": self.id, "error": error_data(r)}
 
@@ -105,6 +110,7 @@ class SocketServer:
         on_commit: Callable[[], None] = lambda: None,
         mode: int = 0o600,
         max_batch: int = 256,
+        metrics: SocketMetrics | None = None,
     ) -> None:
         if mode not in SOCKET_MODES:
             raise ConfigError(
@@ -117,6 +123,7 @@ class SocketServer:
         self.on_commit = on_commit
         self.mode = mode
         self.max_batch = max_batch
+        self.metrics = metrics
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._listener: socket.socket | None = None
         self._inode: int | None = None
@@ -234,6 +241,8 @@ class SocketServer:
                 try:
                     message = read_frame(conn)
                 except FrameError as exc:  # unreadable: answer it, then hang up
+                    if self.metrics is not None:
+                        self.metrics.request(None, "malformed", exc.reason)
                     pending = _Pending(id=None, request=None)
                     pending.finish(exc)
                     answers.put(pending)
@@ -247,6 +256,8 @@ class SocketServer:
                     pending.request = parse_send(message)
                 except FleetError as exc:
                     pending.finish(exc)
+                    if self.metrics is not None:
+                        self.metrics.request(message.get("kind"), "malformed", exc.reason)
                 else:
                     self._queue.put(pending)
                 answers.put(pending)
@@ -286,16 +297,38 @@ class SocketServer:
     def commit(self, batch: list[_Pending]) -> None:
         """One transaction for ``batch``; every request gets its envelope or its error."""
         requests = [p.request for p in batch if p.request is not None]
+        started = time.perf_counter()
+        failed = False
         try:
             results: list[Envelope | FleetError] = list(self.client.send_all(requests))
         except FleetError as exc:
-            results = [exc] * len(requests)
+            results, failed = [exc] * len(requests), True
         except Exception as exc:  # a store failure: nothing of the batch is queued
             log.exception("local socket: a group commit of %d sends failed", len(requests))
             err = StoreError(f"the gateway could not commit the send: {exc}", retriable=True)
-            results = [err] * len(requests)
+            results, failed = [err] * len(requests), True
         if any(isinstance(r, Envelope) for r in results):
             self.on_commit()
+        if self.metrics is not None:
+            self._count(requests, results, failed, time.perf_counter() - started)
         for pending, result in zip((p for p in batch if p.request is not None), results,
                                    strict=True):  # fmt: skip
             pending.finish(result)
+
+    def _count(
+        self,
+        requests: list[SendRequest],
+        results: list[Envelope | FleetError],
+        failed: bool,
+        seconds: float,
+    ) -> None:
+        assert self.metrics is not None
+        self.metrics.group_size.observe(len(requests))
+        self.metrics.commit_seconds.observe(seconds)
+        for request, result in zip(requests, results, strict=True):
+            if isinstance(result, Envelope):
+                self.metrics.request(request.kind, "queued")
+            elif failed:
+                self.metrics.request(request.kind, "failed")
+            else:
+                self.metrics.request(request.kind, "refused", result.reason)

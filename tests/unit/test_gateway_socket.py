@@ -158,6 +158,42 @@ def test_a_send_through_the_socket_is_one_outbox_row_and_wakes_the_relay(served)
     assert _rows(engine) == 1 and commits == [1]
 
 
+def test_the_socket_counts_requests_by_kind_and_outcome_and_its_group_sizes(tmp_path: Path) -> None:
+    """Socket metrics: queued, refused (by reason) and malformed requests; one group per commit."""
+    from prometheus_client import CollectorRegistry
+
+    from pipeline.gateway.metrics import SocketMetrics
+
+    client, engine, cfg = _host(tmp_path)
+    registry = CollectorRegistry()
+    server = SocketServer(
+        path=cfg.local_socket or "", client=client, metrics=SocketMetrics(registry)
+    ).start()
+    try:
+        with SocketClient.connect(server.path) as c:
+            c.send_many([{"sender": "main-a", "to": "main-b", "body": b"x", "kind": "ASK",
+                          "turn_id": "t1"}, {"sender": "main-a", "to": "nobody", "body": b"x"}])  # fmt: skip
+            with pytest.raises(ConfigError):
+                c.send(sender="main-a", to="main-b", body=b"x", kind="SHOUT")
+    finally:
+        server.close()
+        engine.dispose()
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    requests = "fleet_gateway_socket_requests_total"
+    assert value(requests, kind="ASK", outcome="queued") == 1
+    assert value(requests, kind="SEND", outcome="refused") == 1
+    assert value(requests, kind="OTHER", outcome="malformed") == 1  # SHOUT is no kind
+    assert value("fleet_gateway_socket_refusals_total", reason="UNKNOWN_RECIPIENT") == 1
+    assert value("fleet_gateway_socket_refusals_total", reason="UNKNOWN_KIND") == 1
+    groups = value("fleet_gateway_socket_group_size_count") or 0
+    sent = value("fleet_gateway_socket_group_size_sum")
+    assert 1 <= groups <= 2 and sent == 2  # both in one group, or one each
+    assert value("fleet_gateway_socket_commit_seconds_count") == groups
+
+
 def test_a_refusal_is_the_same_fleet_error_as_the_direct_path(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Seed 000 §5: a send to nobody is refused at once (UNKNOWN_RECIPIENT), through either path."""
     server, engine, cfg, commits = served
