@@ -371,3 +371,35 @@ def test_fleet_send_writes_the_store_directly_when_no_gateway_serves(tmp_path: P
     assert json.loads(out.output)["via"] == "store"
     assert _rows(engine) == 1
     engine.dispose()
+
+
+# -- long-lived writers (the MCP server) ---------------------------------------------------------
+def test_socket_first_writes_through_the_gateway_and_falls_back_when_it_is_gone(
+    tmp_path: Path,
+) -> None:
+    """The MCP server's writes: through the socket while a gateway serves it (its commits), to
+    the store directly once it is gone (counted in ``fallbacks``), with the same refusals."""
+    from pipeline.envelope import Kind
+    from pipeline.gateway.socket_first import SocketFirst
+
+    client, engine, cfg = _host(tmp_path)
+    commits: list[int] = []
+    server = SocketServer(
+        path=cfg.local_socket or "", client=client, on_commit=lambda: commits.append(1)
+    ).start()
+    writer = SocketFirst(cfg.local_socket, client)
+    try:
+        writer.send(sender="main-a", to="main-b", body=b"1", kind=Kind.REPLY)
+        turn = writer.ask(sender="main-a", to="main-b", body=b"?").turn_id
+        assert turn is not None
+        writer.abandon(sender="main-a", to="main-b", turn_id=turn)
+        assert (len(commits), writer.fallbacks) == (3, 0)
+    finally:
+        server.close()
+    writer.answer(sender="main-a", to="main-b", turn_id="t1", body=b"late")
+    assert (len(commits), writer.fallbacks) == (3, 1)
+    with pytest.raises(DeliveryError) as gone:
+        writer.send(sender="main-a", to="nobody", body=b"x")
+    assert gone.value.reason == "UNKNOWN_RECIPIENT"
+    assert _rows(engine) == 4
+    engine.dispose()
