@@ -16,8 +16,10 @@ from pipeline.bootstrap_client import (
     DEFAULT_FACTORIES,
     Factories,
     build_client,
+    build_control_client,
 )
 from pipeline.control import SPAWN, STOP
+from pipeline.control.client import ControlClient
 from pipeline.control.handler import SpawnHandler
 from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
@@ -309,7 +311,13 @@ def build_gateway(
         config, signer=signer, engine=engine, factories=factories, metrics=metrics
     )
     interval = maintenance_interval_s or config.sweep_interval_s
-    server = _local_socket(config, client, relay, SocketMetrics(registry))
+    server = _local_socket(
+        config,
+        client,
+        relay,
+        SocketMetrics(registry),
+        build_control_client(config, signer=signer, engine=engine, factories=factories),
+    )
 
     def run_runtime(stop: Any) -> None:
         # verification step 2 needs the bindings: the inbox starts once the roster has caught
@@ -381,7 +389,11 @@ def build_gateway(
 
 
 def _local_socket(
-    config: GatewayConfig, client: GatewayClient, relay: Relay, metrics: SocketMetrics
+    config: GatewayConfig,
+    client: GatewayClient,
+    relay: Relay,
+    metrics: SocketMetrics,
+    control: ControlClient,
 ) -> SocketServer | None:
     """Local entities hand their sends to this process, the store's one writer; each commit wakes
     the relay (docs/gateway.md, "The local socket")."""
@@ -389,7 +401,12 @@ def _local_socket(
     if not path:
         return None
     return SocketServer(
-        path=path, client=client, on_commit=relay.wake, mode=config.socket_mode, metrics=metrics
+        path=path,
+        client=client,
+        on_commit=relay.wake,
+        mode=config.socket_mode,
+        metrics=metrics,
+        control=control,
     )
 
 

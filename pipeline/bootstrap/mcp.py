@@ -8,6 +8,7 @@ from pipeline.bootstrap_client import (
     build_client,
     build_control_client,
 )
+from pipeline.control.socket_first import SocketFirstControl
 from pipeline.envelope import Signer
 from pipeline.errors import ConfigError
 from pipeline.gateway.config import GatewayConfig
@@ -37,6 +38,8 @@ def build_mcp_server(config: GatewayConfig, *, signer: Signer, gid: str) -> MCPS
     return build_server(
         client,
         gid=gid,
-        control=build_control_client(config, signer=signer, engine=engine),
+        control=SocketFirstControl.over(
+            build_control_client(config, signer=signer, engine=engine), config.local_socket
+        ),
         writer=SocketFirst(config.local_socket, client),
     )

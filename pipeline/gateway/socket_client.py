@@ -119,20 +119,34 @@ class SocketClient:
                 "turn_id": s.get("turn_id"),
             }
             out += encode_frame(request)
-        self._next_id += len(sends)
+        answers = self._exchange(out, first, len(sends))
+        return [a if isinstance(a, FleetError) else _queued(a) for a in answers]
+
+    def control(self, op: str, **fields: Any) -> dict[str, Any]:
+        """A ``spawn`` or ``stop`` through the gateway (ControlClient's keyword arguments); the
+        queued request's fields, or its refusal raised."""
+        first = self._next_id
+        (answer,) = self._exchange(encode_frame({"id": first, "op": op, **fields}), first, 1)
+        if isinstance(answer, FleetError):
+            raise answer
+        return answer
+
+    def _exchange(
+        self, out: bytes | bytearray, first: int, n: int
+    ) -> list[dict[str, Any] | FleetError]:
+        self._next_id = first + n
         try:
             self._sock.sendall(out)
-            answers = [self._answer(first + i) for i in range(len(sends))]
+            return [self._answer(first + i) for i in range(n)]
         except OSError as exc:
             raise DeliveryError(
-                f"the gateway's local socket failed before it answered ({exc}); the send may or "
-                "may not be queued: look in `fleet outbox` before sending again",
+                f"the gateway's local socket failed before it answered ({exc}); the request may "
+                "or may not be queued: look in `fleet outbox` before sending again",
                 reason=Delivery.DELIVERY_FAILED,
                 retriable=True,
             ) from None
-        return answers
 
-    def _answer(self, want: int) -> Queued | FleetError:
+    def _answer(self, want: int) -> dict[str, Any] | FleetError:
         answer = read_frame(self._sock)
         if answer is None:
             raise ConnectionResetError("the gateway closed the connection")
@@ -140,6 +154,10 @@ class SocketClient:
             raise ConnectionResetError(f"answer {answer.get('id')} where {want} was due")
         if "error" in answer:
             return error_from(answer["error"])
-        ok = answer["ok"]
-        return Queued(msg_id=ok["msgId"], trace_id=ok["traceId"], ts_ms=int(ok["tsMs"]),
-                      turn_id=ok.get("turnId"))  # fmt: skip
+        ok: dict[str, Any] = answer["ok"]
+        return ok
+
+
+def _queued(ok: dict[str, Any]) -> Queued:
+    return Queued(msg_id=ok["msgId"], trace_id=ok["traceId"], ts_ms=int(ok["tsMs"]),
+                  turn_id=ok.get("turnId"))  # fmt: skip

@@ -24,6 +24,8 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
+import functools
 import logging
 import os
 import queue
@@ -32,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import ConfigError, DeliveryError, FleetError, StoreError
@@ -41,6 +43,9 @@ from pipeline.reasons import Config, Verification
 from .client import GatewayClient, SendRequest
 from .metrics import SocketMetrics
 from .socket_protocol import FrameError, encode_frame, error_data, read_frame
+
+if TYPE_CHECKING:
+    from pipeline.control.client import ControlClient
 
 log = logging.getLogger(__name__)
 
@@ -79,19 +84,48 @@ def parse_send(message: dict[str, Any]) -> SendRequest:
     )
 
 
+# The control plane's requests (ControlClient.spawn / .stop): their fields and value types.
+_TEXT, _MAYBE_TEXT, _MAYBE_INT = (str,), (str, type(None)), (int, type(None))
+CONTROL_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "spawn": {"requester": _TEXT, "host": _TEXT, "profile": _TEXT, "spawn_id": _MAYBE_TEXT,
+              "parent": _MAYBE_TEXT, "job": _MAYBE_TEXT, "brief": _MAYBE_TEXT,
+              "budget": _MAYBE_INT},
+    "stop": {"requester": _TEXT, "gid": _TEXT, "host": _MAYBE_TEXT, "reason": _MAYBE_TEXT,
+             "stop_id": _MAYBE_TEXT},
+}  # fmt: skip
+
+
+def parse_control(message: dict[str, Any], control: ControlClient) -> Callable[[], Any]:
+    """A ``spawn`` / ``stop`` request as the ControlClient call it asks for; a malformed one is
+    ``CONFIG_INVALID``."""
+    op = str(message.get("op"))
+    fields = CONTROL_FIELDS[op]
+    kwargs: dict[str, Any] = {}
+    for name, types in fields.items():
+        value = message.get(name)
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise ConfigError(f"local socket: malformed {op} request: {name} is {value!r}")
+        kwargs[name] = value
+    return functools.partial(control.spawn if op == "spawn" else control.stop, **kwargs)
+
+
 @dataclass
 class _Pending:
     id: Any
     request: SendRequest | None
-    result: Envelope | FleetError | None = None
+    call: Callable[[], Any] | None = None  # a control request, run by the writer on its own
+    kind: str = ""  # for the metrics: the send's kind, or SPAWN / STOP
+    result: Envelope | dict[str, Any] | FleetError | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
-    def finish(self, result: Envelope | FleetError) -> None:
+    def finish(self, result: Envelope | dict[str, Any] | FleetError) -> None:
         self.result = result
         self.done.set()
 
     def answer(self) -> dict[str, Any]:
         r = self.result
+        if isinstance(r, dict):
+            return {"id": self.id, "ok": r}
         if isinstance(r, Envelope):
             return {"id": self.id, "ok": {"msgId": r.msg_id, "traceId": r.trace_id,
                                           "tsMs": r.ts_ms, "turnId": r.turn_id}}  # fmt: skip
@@ -111,6 +145,7 @@ class SocketServer:
         mode: int = 0o600,
         max_batch: int = 256,
         metrics: SocketMetrics | None = None,
+        control: ControlClient | None = None,
     ) -> None:
         if mode not in SOCKET_MODES:
             raise ConfigError(
@@ -124,6 +159,7 @@ class SocketServer:
         self.mode = mode
         self.max_batch = max_batch
         self.metrics = metrics
+        self.control = control
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._listener: socket.socket | None = None
         self._inode: int | None = None
@@ -249,15 +285,20 @@ class SocketServer:
                     return
                 if message is None:
                     return
-                pending = _Pending(id=message.get("id"), request=None)
+                op = message.get("op")
+                pending = _Pending(id=message.get("id"), request=None, kind=str(op).upper())
                 try:
-                    if message.get("op") != "send":
-                        raise ConfigError(f"local socket: unknown op {message.get('op')!r}")
-                    pending.request = parse_send(message)
+                    if op == "send":
+                        pending.kind = str(message.get("kind", "SEND")).upper()
+                        pending.request = parse_send(message)
+                    elif op in CONTROL_FIELDS and self.control is not None:
+                        pending.call = parse_control(message, self.control)
+                    else:
+                        raise ConfigError(f"local socket: unknown op {op!r}")
                 except FleetError as exc:
                     pending.finish(exc)
                     if self.metrics is not None:
-                        self.metrics.request(message.get("kind"), "malformed", exc.reason)
+                        self.metrics.request(pending.kind, "malformed", exc.reason)
                 else:
                     self._queue.put(pending)
                 answers.put(pending)
@@ -295,7 +336,36 @@ class SocketServer:
             self.commit(batch)
 
     def commit(self, batch: list[_Pending]) -> None:
-        """One transaction for ``batch``; every request gets its envelope or its error."""
+        """One transaction for ``batch``'s sends (each gets its envelope or its error), then each
+        control request on its own, in order."""
+        self._commit_sends([p for p in batch if p.request is not None])
+        for pending in batch:
+            if pending.call is not None:
+                self._run_control(pending)
+
+    def _run_control(self, pending: _Pending) -> None:
+        assert pending.call is not None
+        try:
+            result: dict[str, Any] | FleetError = dataclasses.asdict(pending.call())
+        except FleetError as exc:
+            result = exc
+        except Exception as exc:  # a store failure: nothing was queued
+            log.exception("local socket: a %s request failed", pending.kind)
+            result = StoreError(f"the gateway could not commit the request: {exc}", retriable=True)
+        if isinstance(result, dict):
+            self.on_commit()
+        if self.metrics is not None:
+            if isinstance(result, dict):
+                self.metrics.request(pending.kind, "queued")
+            elif isinstance(result, StoreError):
+                self.metrics.request(pending.kind, "failed")
+            else:
+                self.metrics.request(pending.kind, "refused", result.reason)
+        pending.finish(result)
+
+    def _commit_sends(self, batch: list[_Pending]) -> None:
+        if not batch:
+            return
         requests = [p.request for p in batch if p.request is not None]
         started = time.perf_counter()
         failed = False
@@ -311,8 +381,7 @@ class SocketServer:
             self.on_commit()
         if self.metrics is not None:
             self._count(requests, results, failed, time.perf_counter() - started)
-        for pending, result in zip((p for p in batch if p.request is not None), results,
-                                   strict=True):  # fmt: skip
+        for pending, result in zip(batch, results, strict=True):
             pending.finish(result)
 
     def _count(

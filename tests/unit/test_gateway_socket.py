@@ -403,3 +403,71 @@ def test_socket_first_writes_through_the_gateway_and_falls_back_when_it_is_gone(
     assert gone.value.reason == "UNKNOWN_RECIPIENT"
     assert _rows(engine) == 4
     engine.dispose()
+
+
+# -- the control plane: spawn / stop -----------------------------------------------------------------
+def test_spawn_and_stop_go_through_the_socket_with_the_direct_paths_refusals(
+    tmp_path: Path,
+) -> None:
+    """Seed 000 §7.8 requester side: ``fleet spawn`` / ``fleet stop`` through the gateway's
+    socket queue the same rows as the direct path, and refuse with the same reason codes
+    (UNKNOWN_HOST, UNKNOWN_WORKER, NOT_LOCAL_SENDER); with no gateway they write the store."""
+    from pipeline.bootstrap import build_control_client
+    from pipeline.control import spawn_requests_table
+    from pipeline.control.socket_first import SocketFirstControl
+
+    client, engine, cfg = _host(tmp_path)
+    with session_factory(engine).begin() as s:
+        roster_cache.replace_all(s, [
+            roster_cache.RosterEntry("main-b", "B", "main", "pull", (), FAR),
+            roster_cache.RosterEntry("B._gateway", "B", "gateway", "none", (), FAR),
+        ])  # fmt: skip
+    signer = Signer.load(cfg.key_file or "")
+    control = build_control_client(cfg, signer=signer, engine=engine)
+    commits: list[int] = []
+    server = SocketServer(
+        path=cfg.local_socket or "",
+        client=client,
+        control=control,
+        on_commit=lambda: commits.append(1),
+    ).start()
+    config = _config_file(tmp_path, cfg)
+    spawn = ["spawn", "-c", str(config), "--as", "main-a", "--profile", "shell", "--json"]
+    try:
+        out = CliRunner().invoke(app, [*spawn, "--host", "B", "--id", "w-7", "--job", "j"])
+        assert out.exit_code == 0, out.output
+        assert commits == [1]  # the gateway committed it
+        got = json.loads(out.output)
+        assert (got["spawnId"], got["host"], got["profile"]) == ("w-7", "B", "shell")
+        stop = CliRunner().invoke(app, ["stop", "-c", str(config), "--as", "main-a", "--gid",
+                                        "w-7", "--host", "B", "--json"])  # fmt: skip
+        assert stop.exit_code == 0, stop.output
+        assert json.loads(stop.output)["gid"] == "w-7" and commits == [1, 1]
+        with SocketClient.connect(server.path) as c:
+            for op, fields in (
+                ("spawn", {"requester": "main-a", "host": "C", "profile": "shell"}),
+                ("stop", {"requester": "main-a", "gid": "nobody"}),
+                ("spawn", {"requester": "not-mine", "host": "B", "profile": "shell"}),
+            ):
+                call = control.spawn if op == "spawn" else control.stop
+                with pytest.raises(DeliveryError) as direct:
+                    call(**fields)  # type: ignore[arg-type]
+                with pytest.raises(DeliveryError) as through:
+                    c.control(op, **fields)
+                assert (through.value.reason, str(through.value), through.value.context) == (
+                    direct.value.reason, str(direct.value), direct.value.context)  # fmt: skip
+            with pytest.raises(ConfigError):
+                c.control("spawn", requester="main-a", host="B", profile=7)
+        mcp_side = SocketFirstControl.over(control, cfg.local_socket)  # the MCP server's
+        assert mcp_side.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-9")
+        assert commits == [1, 1, 1] and mcp_side.fallbacks == 0
+    finally:
+        server.close()
+    out = CliRunner().invoke(app, [*spawn, "--host", "B", "--id", "w-8"])  # no gateway: direct
+    assert out.exit_code == 0, out.output
+    mcp_side.stop(requester="main-a", gid="w-9", host="B")
+    assert commits == [1, 1, 1] and mcp_side.fallbacks == 1
+    with engine.connect() as c:
+        rows = c.execute(select(spawn_requests_table.c.spawn_id)).scalars().all()
+    assert sorted(rows) == ["w-7", "w-8", "w-9"]
+    engine.dispose()
