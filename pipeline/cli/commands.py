@@ -10,7 +10,6 @@ the command's own help and that every command a module defines has its line).
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -71,6 +70,8 @@ def group(name: str, module: str, help: str) -> Lazy:
 
 def listing_help(text: str | None) -> str:
     """The part of a command's help that a group's listing shows: its first paragraph."""
+    import inspect  # not at import: the lean entry reads this module on every `fleet` call
+
     return inspect.cleandoc(text or "").split("\n\n")[0].strip()
 
 

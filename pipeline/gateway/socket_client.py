@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import socket
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +85,8 @@ class SocketClient:
     # The conversation verbs, as GatewayClient.ask/answer/abandon (same kinds, defaults, turns).
     def ask(self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0) -> Queued:
         """A worker asks a main: a new turn (its id minted here, as GatewayClient.ask does)."""
+        import uuid  # only an ask needs it (each `fleet` process pays for its imports)
+
         turn = uuid.uuid4().hex
         return self.send(sender=sender, to=to, body=body, kind="ASK", ttl_s=ttl_s, turn_id=turn)
 
