@@ -16,8 +16,10 @@ from pipeline.bootstrap_client import (
     DEFAULT_FACTORIES,
     Factories,
     build_client,
+    build_control_client,
 )
 from pipeline.control import SPAWN, STOP
+from pipeline.control.client import ControlClient
 from pipeline.control.handler import SpawnHandler
 from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
@@ -37,7 +39,7 @@ from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import InjectionQueue
 from pipeline.gateway.injectors import InjectMetrics, Injector, build_injector
 from pipeline.gateway.maintenance import Maintenance
-from pipeline.gateway.metrics import GatewayMetrics
+from pipeline.gateway.metrics import GatewayMetrics, SocketMetrics
 from pipeline.gateway.nudge import Nudger
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.relay_failed import RelayFailedSink
@@ -314,7 +316,13 @@ def build_gateway(
         config, signer=signer, engine=engine, factories=factories, metrics=metrics, pairing=pairing
     )
     interval = maintenance_interval_s or config.sweep_interval_s
-    server = _local_socket(config, client, relay)
+    server = _local_socket(
+        config,
+        client,
+        relay,
+        SocketMetrics(registry),
+        build_control_client(config, signer=signer, engine=engine, factories=factories),
+    )
 
     def run_runtime(stop: Any) -> None:
         # verification step 2 needs the bindings: the inbox starts once the roster has caught
@@ -397,14 +405,25 @@ def _pairing(
 
 
 def _local_socket(
-    config: GatewayConfig, client: GatewayClient, relay: Relay
+    config: GatewayConfig,
+    client: GatewayClient,
+    relay: Relay,
+    metrics: SocketMetrics,
+    control: ControlClient,
 ) -> SocketServer | None:
     """Local entities hand their sends to this process, the store's one writer; each commit wakes
     the relay (docs/gateway.md, "The local socket")."""
     path = config.local_socket
     if not path:
         return None
-    return SocketServer(path=path, client=client, on_commit=relay.wake, mode=config.socket_mode)
+    return SocketServer(
+        path=path,
+        client=client,
+        on_commit=relay.wake,
+        mode=config.socket_mode,
+        metrics=metrics,
+        control=control,
+    )
 
 
 def _control_plane(
