@@ -124,63 +124,90 @@ class InjectionQueue:
         return all(q.unfinished_tasks == 0 for q in self._queues.values())
 
     def _work(self, q: queue.Queue[_Job | None]) -> None:
+        ahead: list[_Job | None] = []  # the next job, taken early by the last close
+        opened = False  # ... and its journal row opened in that close's transaction
         while True:
-            job = q.get()
+            job = ahead.pop() if ahead else q.get()
             try:
                 if job is None:
                     return
-                self._record(job, self._inject(job))
+                outcome = self._inject(job, opened=opened)
+                opened = False
+                opened = self._record(job, outcome, self._take_next(q, outcome, ahead))
             except Exception:  # one bad job must not kill the entity's worker
                 log.exception("injection worker error")
             finally:
                 q.task_done()
 
-    def _record(self, job: _Job, outcome: _Outcome) -> None:
+    @staticmethod
+    def _take_next(
+        q: queue.Queue[_Job | None], outcome: _Outcome, ahead: list[_Job | None]
+    ) -> _Job | None:
+        """The next tracked job when it is already queued and this outcome closes a row: its
+        row is then opened in the same transaction (one transaction per inject in a burst, and
+        still one open row -- one inject -- per entity at a time)."""
+        if outcome.journal is None:
+            return None
+        try:
+            nxt = q.get_nowait()
+        except queue.Empty:
+            return None
+        ahead.append(nxt)
+        return nxt if nxt is not None and nxt.tracked else None
+
+    def _record(self, job: _Job, outcome: _Outcome, then_open: _Job | None = None) -> bool:
         """Close the journal row and stage the receipt: one transaction, right after the inject
-        (the receipt is never more than this one transaction behind its inject)."""
+        (the receipt is never more than this one transaction behind its inject); ``then_open``'s
+        row is opened in it too. True when ``then_open``'s row was opened."""
         if outcome.journal is None and outcome.receipt is None:
-            return
+            return False
         with self.sessions.begin() as s:
             if outcome.journal is not None and not journal.close_entry(
                 s, job.envelope.msg_id, outcome.journal
             ):
                 # a restart's report (a twin's) moved the row first: its one outcome stands
                 log.warning("journal row of %s was not open any more", job.envelope.msg_id)
-                return
-            if outcome.receipt is not None:
+            elif outcome.receipt is not None:
                 self.publisher.stage(s, outcome.receipt.envelope, to_host=outcome.receipt.host)
+            return then_open is not None and self._open_in(s, then_open)
 
     def _open(self, job: _Job) -> bool:
         """Commit the journal row before the first inject attempt; False: already journaled."""
-        assert job.reply_host is not None
-        env = job.envelope
         with self.sessions.begin() as s:
-            opened = journal.open_entry(
-                s,
-                msg_id=env.msg_id,
-                gid=job.gid,
-                sender=env.sender,
-                reply_host=job.reply_host,
-                trace_id=env.trace_id,
-            )
+            opened = self._open_in(s, job)
         if not opened:
             log.error("brief %s to %s is already in the inject journal: not injected again",
-                      env.msg_id, job.gid)  # fmt: skip
+                      job.envelope.msg_id, job.gid)  # fmt: skip
         return opened
 
-    def _inject(self, job: _Job) -> _Outcome:
+    @staticmethod
+    def _open_in(session: Session, job: _Job) -> bool:
+        assert job.reply_host is not None
         env = job.envelope
+        return journal.open_entry(
+            session,
+            msg_id=env.msg_id,
+            gid=job.gid,
+            sender=env.sender,
+            reply_host=job.reply_host,
+            trace_id=env.trace_id,
+        )
+
+    def _inject(self, job: _Job, *, opened: bool = False) -> _Outcome:
+        """Inject one job; ``opened``: its journal row is already committed (by the last close)."""
+        env = job.envelope
+        journaled = opened  # the journal row is committed (tracked briefs, first attempt)
+
+        def closing(state: str, receipt: _Receipt | None) -> _Outcome:
+            return _Outcome(state if journaled else None, receipt)
+
         entity = self.entities.get(job.gid)
         injector = entity.injector if entity is not None else None
         if injector is None:
             why = f"{job.gid} has no injector configured"
-            return _Outcome(None, self._failed(job, Delivery.NO_INJECTOR, why))
+            return closing(journal.FAILED, self._failed(job, Delivery.NO_INJECTOR, why))
         body = for_injector(env, job.gid)  # a control kind lands as a sentence, not raw bytes
-        journaled = False  # the journal row is committed (tracked briefs, first attempt)
         attempt = 0
-
-        def closing(state: str, receipt: _Receipt | None) -> _Outcome:
-            return _Outcome(state if journaled else None, receipt)
 
         while True:
             if self._stop.is_set():

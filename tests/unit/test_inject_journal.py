@@ -116,6 +116,44 @@ def test_each_inject_closes_its_row_and_stages_its_injected_at_once(engine: Engi
     assert [(k, r.msg_id, r.stage) for k, r in got] == [("INJECTED", b.msg_id, "") for b in briefs]
 
 
+def test_in_a_burst_each_inject_sees_exactly_its_own_row_open(engine: Engine) -> None:
+    """A burst opens the next brief's row in the transaction that closes the last one, yet the
+    window stays one inject: whenever the injector runs, the one open row is its own brief's."""
+    seen: list[tuple[str, list[str]]] = []
+    gate = threading.Event()
+
+    def look(**kw: Any) -> None:
+        gate.wait(5)  # hold the first inject until the whole burst is queued
+        with engine.connect() as c:
+            t = journal.journal_table
+            rows = c.execute(select(t.c.msg_id).where(t.c.state == journal.OPEN))
+            seen.append((kw["msg_id"], [r.msg_id for r in rows]))
+
+    entities = LocalEntities()
+    entities.register(
+        gid="worker-b", role=Role.WORKER, delivery=Delivery.INJECT, injector=CallbackInjector(look)
+    )
+    q = InjectionQueue(
+        entities=entities,
+        sessions=session_factory(engine),
+        publisher=Publisher(host="B", signer=Signer.generate("B"), topics=TopicNames()),
+        metrics=GatewayMetrics(CollectorRegistry()),
+    )
+    alone: list[str] = []  # rows opened in a transaction of their own
+    own = q._open
+    q._open = lambda job: alone.append(job.envelope.msg_id) or own(job)  # type: ignore[method-assign]
+    briefs = [_brief() for _ in range(6)]
+    for b in briefs:
+        q.submit("worker-b", b, reply_host="A")
+    gate.set()
+    _wait(q)
+    q.stop()
+    assert seen == [(b.msg_id, [b.msg_id]) for b in briefs]
+    assert alone == [briefs[0].msg_id], "the rest opened in the previous close's transaction"
+    assert _states(engine) == {b.msg_id: journal.INJECTED for b in briefs}
+    assert [r.msg_id for _, r in _receipts(engine)] == [b.msg_id for b in briefs]
+
+
 def test_an_untracked_inject_writes_no_journal_row(engine: Engine) -> None:
     """A broadcast (no reply host) gets no receipt, so it needs no journal: no cost added."""
     injected: list[str] = []
