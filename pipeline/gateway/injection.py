@@ -29,6 +29,7 @@ from pipeline.errors import FleetError
 from pipeline.failures.retry import BackoffPolicy
 from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.reasons import Delivery, Verification
+from pipeline.store import with_retry
 
 from . import journal
 from .entities import LocalEntities
@@ -161,20 +162,29 @@ class InjectionQueue:
         row is opened in it too. True when ``then_open``'s row was opened."""
         if outcome.journal is None and outcome.receipt is None:
             return False
-        with self.sessions.begin() as s:
-            if outcome.journal is not None and not journal.close_entry(
-                s, job.envelope.msg_id, outcome.journal
-            ):
-                # a restart's report (a twin's) moved the row first: its one outcome stands
-                log.warning("journal row of %s was not open any more", job.envelope.msg_id)
-            elif outcome.receipt is not None:
-                self.publisher.stage(s, outcome.receipt.envelope, to_host=outcome.receipt.host)
-            return then_open is not None and self._open_in(s, then_open)
+
+        def once() -> bool:  # a whole transaction, so a retry applies nothing twice
+            with self.sessions.begin() as s:
+                if outcome.journal is not None and not journal.close_entry(
+                    s, job.envelope.msg_id, outcome.journal
+                ):
+                    # a restart's report (a twin's) moved the row first: its one outcome stands
+                    log.warning("journal row of %s was not open any more", job.envelope.msg_id)
+                elif outcome.receipt is not None:
+                    self.publisher.stage(s, outcome.receipt.envelope, to_host=outcome.receipt.host)
+                return then_open is not None and self._open_in(s, then_open)
+
+        # a store hiccup must not leave an injected brief without its receipt until a restart
+        return with_retry(once, what="inject receipt")
 
     def _open(self, job: _Job) -> bool:
         """Commit the journal row before the first inject attempt; False: already journaled."""
-        with self.sessions.begin() as s:
-            opened = self._open_in(s, job)
+
+        def once() -> bool:
+            with self.sessions.begin() as s:
+                return self._open_in(s, job)
+
+        opened = with_retry(once, what="inject journal")
         if not opened:
             log.error("brief %s to %s is already in the inject journal: not injected again",
                       job.envelope.msg_id, job.gid)  # fmt: skip
