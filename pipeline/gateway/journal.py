@@ -29,7 +29,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, String, Table, insert, select, update
+from sqlalchemy import BigInteger, Column, String, Table, bindparam, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from pipeline.store import metadata
@@ -56,40 +57,43 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+# Built once (the compiled form is cached by SQLAlchemy): the journal costs two statements per
+# inject on the forward path's hot loop, so none is rebuilt per call.
+_OPEN = {
+    "sqlite": sqlite.insert(journal_table).on_conflict_do_nothing(),
+    "postgresql": postgresql.insert(journal_table).on_conflict_do_nothing(),
+}
+_CLOSE = (
+    update(journal_table)
+    .where(journal_table.c.msg_id == bindparam("b_msg_id"), journal_table.c.state == OPEN)
+    .values(state=bindparam("b_state"), closed_ms=bindparam("b_closed_ms"))
+)
+
+
 def open_entry(
     session: Session, *, msg_id: str, gid: str, sender: str, reply_host: str, trace_id: str
 ) -> bool:
     """Record "about to inject ``msg_id``" (the caller commits before injecting). False when
-    the msgId is already journaled: it was attempted before, and is not injected again (a
-    twin's race past this check fails the insert on the primary key instead)."""
-    if state_of(session, msg_id) is not None:
-        return False
-    session.execute(
-        insert(journal_table),
-        {
-            "msg_id": msg_id,
-            "gid": gid,
-            "sender": sender,
-            "reply_host": reply_host,
-            "trace_id": trace_id,
-            "opened_ms": _now_ms(),
-            "state": OPEN,
-        },
-    )
-    return True
+    the msgId is already journaled: it was attempted before, and is not injected again."""
+    stmt = _OPEN[session.get_bind().dialect.name]
+    row = {
+        "msg_id": msg_id,
+        "gid": gid,
+        "sender": sender,
+        "reply_host": reply_host,
+        "trace_id": trace_id,
+        "opened_ms": _now_ms(),
+        "state": OPEN,
+    }
+    return bool(getattr(session.execute(stmt, row), "rowcount", 0))
 
 
 def close_entry(session: Session, msg_id: str, state: str) -> bool:
     """Move ``msg_id`` out of ``open``; False when it was not open (a restart's report or a
     twin got there first: the caller then stages no receipt)."""
     assert state in CLOSED, state
-    t = journal_table
-    result = session.execute(
-        update(t)
-        .where(t.c.msg_id == msg_id, t.c.state == OPEN)
-        .values(state=state, closed_ms=_now_ms())
-    )
-    return bool(getattr(result, "rowcount", 0))
+    params = {"b_msg_id": msg_id, "b_state": state, "b_closed_ms": _now_ms()}
+    return bool(getattr(session.execute(_CLOSE, params), "rowcount", 0))
 
 
 def open_entries(session: Session, limit: int = 500) -> Sequence[Any]:
