@@ -33,6 +33,7 @@ from pipeline.gateway.deadletters import OutboxDeadLetterSink, dead_letter_held,
 from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.held import HeldStore
 from pipeline.gateway.inbound import InboxHandler
+from pipeline.gateway.incarnation import take_incarnation
 from pipeline.gateway.injection import InjectionQueue
 from pipeline.gateway.injectors import InjectMetrics, Injector, build_injector
 from pipeline.gateway.maintenance import Maintenance
@@ -128,6 +129,14 @@ def _stop_presence(presence: PresencePublisher, gateway: Gateway) -> None:
     presence.stop(retract=not isinstance(gateway.fatal, FencedError))
 
 
+def _roster_caught_up(follower: RosterFollower, stop: Any) -> bool:
+    """Wait for the roster's first catch-up; False when the gateway stops first."""
+    while not follower.caught_up.wait(0.2):
+        if stop.is_set():
+            return False
+    return True
+
+
 def _on_stop_and_refusal(
     gateway: Gateway, factories: Factories, hooks: list[Callable[[], None]]
 ) -> None:
@@ -194,6 +203,8 @@ def build_gateway(
         interval_s=config.presence_interval_s,
         ttl_s=config.presence_ttl_s,
         profiles=[SpawnProfile(name=p.name, description=p.description) for p in config.profiles],
+        # taken once the roster has caught up (both loops that publish wait for it)
+        incarnation=lambda: take_incarnation(sessions, host, seen=roster.incarnation_of(host)),
     )
     seen = BoundedSeenSet()
     verifier = Verifier(
@@ -314,14 +325,16 @@ def build_gateway(
     def run_runtime(stop: Any) -> None:
         # verification step 2 needs the bindings: the inbox starts once the roster has caught
         # up (the roster loop waits out transient broker errors meanwhile)
-        while not follower.caught_up.wait(0.2):
-            if stop.is_set():
-                return
+        if not _roster_caught_up(follower, stop):
+            return
         spawn_handler.relive()
         maintenance.refresh_roster()
         runtime.run(stop)
 
     def run_presence(stop: Any) -> None:
+        # the incarnation is taken above what the roster holds of this host
+        if not _roster_caught_up(follower, stop):
+            return
         for e in config.entities:
             presence.register(e.gid, role=e.role, delivery=e.delivery, groups=e.groups)
         presence.start()

@@ -8,6 +8,10 @@ While the broker is away every heartbeat fails (``_MSG_TIMED_OUT``): that is one
 delivery starts failing and one line when it recovers (plus
 ``fleet_presence_heartbeat_failures_total`` and the ``fleet_presence_publisher_failing`` gauge),
 never a line per heartbeat.
+
+Every record carries this gateway's **incarnation** (docs/presence.md "Order"): given as a
+number, or as a callable asked once, just before the first record is built (the gateway's takes
+the next value from its store, above what the caught-up roster has seen of this host).
 """
 
 from __future__ import annotations
@@ -58,8 +62,12 @@ class PresencePublisher:
         ttl_s: float = 30.0,
         clock_ms: Callable[[], int] = now_ms,
         metrics: PresenceMetrics | None = None,
+        incarnation: int | Callable[[], int] = 0,
     ) -> None:
         self._producer = producer
+        self._take_incarnation = incarnation
+        self._incarnation: int | None = incarnation if isinstance(incarnation, int) else None
+        self._incarnation_lock = threading.Lock()
         self._metrics = metrics
         self._failing_since: int | None = None  # wall ms of the first failure of this episode
         self._signer = signer
@@ -77,6 +85,19 @@ class PresencePublisher:
     @property
     def host(self) -> str:
         return self._signer.host
+
+    @property
+    def incarnation(self) -> int:
+        """This run's incarnation, taken on first use (a callable is asked once)."""
+        with self._incarnation_lock:
+            if self._incarnation is None:
+                take = self._take_incarnation
+                assert callable(take)
+                self._incarnation = take()
+                log.info("presence: %s runs as incarnation %d", self.host, self._incarnation)
+                if self._metrics is not None:
+                    self._metrics.incarnation.set(self._incarnation)
+            return self._incarnation
 
     def register(self, gid: str, *, role: str, delivery: str, groups: Iterable[str] = ()) -> None:
         """``role`` / ``delivery`` by value, so the gateway config's enums fit as they are."""
@@ -114,6 +135,7 @@ class PresencePublisher:
             ts_ms=self._clock(),
             ttl_ms=self._ttl_ms,
             profiles=self._profiles if role is Role.GATEWAY else (),
+            incarnation=self.incarnation,
         )
 
     def heartbeat(self) -> int:
