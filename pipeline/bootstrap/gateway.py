@@ -67,7 +67,7 @@ from pipeline.runtime.routing import ByTopic
 from pipeline.store import read_sessions, session_factory
 
 if TYPE_CHECKING:
-    pass
+    from sqlalchemy.orm import Session, sessionmaker
 
 
 log = logging.getLogger(__name__)
@@ -135,6 +135,29 @@ def _roster_caught_up(follower: RosterFollower, stop: Any) -> bool:
         if stop.is_set():
             return False
     return True
+
+
+def _run_presence(
+    config: GatewayConfig,
+    presence: PresencePublisher,
+    follower: RosterFollower,
+    sessions: sessionmaker[Session],
+    stop: Any,
+) -> None:
+    """The presence loop: once the roster has caught up (the incarnation is taken above what it
+    holds of this host), announce the configured entities and heartbeat; every interval, take a
+    new incarnation if a twin with this host id outranks ours (docs/presence.md "Order")."""
+    if not _roster_caught_up(follower, stop):
+        return
+    for e in config.entities:
+        presence.register(e.gid, role=e.role, delivery=e.delivery, groups=e.groups)
+    presence.start()
+    host = config.host
+    while not stop.wait(config.presence_interval_s):
+        presence.outranked(
+            follower.view.incarnation_of(host),
+            lambda seen: take_incarnation(sessions, host, seen=seen),
+        )
 
 
 def _on_stop_and_refusal(
@@ -331,15 +354,6 @@ def build_gateway(
         maintenance.refresh_roster()
         runtime.run(stop)
 
-    def run_presence(stop: Any) -> None:
-        # the incarnation is taken above what the roster holds of this host
-        if not _roster_caught_up(follower, stop):
-            return
-        for e in config.entities:
-            presence.register(e.gid, role=e.role, delivery=e.delivery, groups=e.groups)
-        presence.start()
-        stop.wait()
-
     def run_maintenance(stop: Any) -> None:
         while not stop.wait(min(interval, 0.5)):
             maintenance.tick(stop)  # a stop ends a purge pass between two batches
@@ -351,7 +365,10 @@ def build_gateway(
     gateway = Gateway(
         host=host,
         loops=[
-            Supervised("presence", run_presence),
+            Supervised(
+                "presence",
+                functools.partial(_run_presence, config, presence, follower, sessions),
+            ),
             Supervised("roster", follower.run),
             Supervised("inbox", run_runtime, restart=False),
             Supervised("relay", relay.run_forever),

@@ -286,10 +286,15 @@ class SkewRig:
 def skew_rig(w: Workload, _cluster: LocalCluster | None) -> Iterator[SkewRig]:
     if not LIBFAKETIME.exists():
         raise FileNotFoundError(f"{LIBFAKETIME} missing: apt-get install -y faketime")
-    shim = w.root / "faketime-shim"
+    yield SkewRig(shim=write_skew_shim(w.root))
+
+
+def write_skew_shim(root: Path) -> Path:
+    """The directory to put on a skewed gateway's PYTHONPATH (:func:`skew_env`)."""
+    shim = root / "faketime-shim"
     shim.mkdir(exist_ok=True)
     (shim / "sitecustomize.py").write_text(_SHIM)
-    yield SkewRig(shim=shim)
+    return shim
 
 
 def skew_env(shim: Path, offset_s: float) -> dict[str, str]:

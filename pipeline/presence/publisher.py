@@ -99,6 +99,27 @@ class PresencePublisher:
                     self._metrics.incarnation.set(self._incarnation)
             return self._incarnation
 
+    def outranked(self, seen: int, take: Callable[[int], int]) -> bool:
+        """``seen``: the highest incarnation of this host the roster holds. Above ours, another
+        gateway with this host id started after we took ours (a twin: Kafka fences one of the
+        two, and the survivor must not stay outranked by the other's last records), so take a
+        new one with ``take(seen)``; the next heartbeat carries it. True when it did."""
+        if seen <= self.incarnation:
+            return False
+        with self._incarnation_lock:
+            old, self._incarnation = self._incarnation, take(seen)
+            if self._metrics is not None:
+                self._metrics.incarnation.set(self._incarnation)
+        log.warning(
+            "presence: another gateway with host id %s wrote incarnation %d (ours %s): "
+            "now incarnation %d",
+            self.host,
+            seen,
+            old,
+            self._incarnation,
+        )
+        return True
+
     def register(self, gid: str, *, role: str, delivery: str, groups: Iterable[str] = ()) -> None:
         """``role`` / ``delivery`` by value, so the gateway config's enums fit as they are."""
         role, delivery = Role(role), Delivery(delivery)

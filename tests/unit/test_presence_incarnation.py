@@ -182,3 +182,23 @@ def test_the_publisher_asks_for_its_incarnation_once_and_signs_it_into_every_rec
     assert view.get("a._gateway").incarnation == 42  # type: ignore[union-attr]
     assert view.departed("w1").incarnation == 42  # type: ignore[union-attr]
     assert registry.get_sample_value("fleet_presence_incarnation") == 42
+
+
+def test_a_gateway_outranked_by_a_twin_takes_a_higher_incarnation() -> None:
+    """Two gateways with one host id (chaos #4 `twin-host`): Kafka fences one; the survivor may
+    have taken the lower incarnation (it joined the group last), and must not stay outranked by
+    the fenced one's last records."""
+    f = Fleet()
+    producer = ListProducer()
+    pub = PresencePublisher(producer=producer, signer=f.signers["a"], topics=f.topics,
+                            clock_ms=lambda: f.now, incarnation=5)  # fmt: skip
+    view = make(f)
+    feed(f, view, entry(f, "a._gateway", "a", ts=f.now, inc=6, role=Role.GATEWAY,
+                        delivery=Delivery.NONE))  # fmt: skip  (the twin's)
+    assert not pub.outranked(5, lambda seen: 99), "not outranked by itself"
+    assert pub.outranked(view.incarnation_of("a"), lambda seen: seen + 1)
+    assert pub.incarnation == 7
+    pub.heartbeat()
+    rec = producer.records[-1]
+    view.apply(topic=rec["topic"], key=rec["key"], headers=rec["headers"], value=rec["value"])
+    assert view.get("a._gateway").incarnation == 7  # type: ignore[union-attr]
