@@ -183,6 +183,7 @@ class RosterView:
         self._agreement_by_host[key.host] = kept[-AGREEMENT_KEPT:]
         self._agreement_by_id[key.key_id] = key
         self._agreement_current[key.host] = key
+
     def _superseded_by(self, entry: PresenceEntry) -> str | None:
         """What makes ``entry`` lose, or None when it applies (called under the lock).
 
