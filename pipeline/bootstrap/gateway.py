@@ -141,6 +141,16 @@ def _on_stop_and_refusal(
     factories.on_login_refused(gateway.fail)
 
 
+def _before_inbox(
+    spawn_handler: SpawnHandler, maintenance: Maintenance, injections: InjectionQueue
+) -> None:
+    """Once the roster caught up, before the inbox runs: live workers re-adopted, the roster
+    cache written, and every inject a crash left unrecorded reported (the inject journal)."""
+    spawn_handler.relive()
+    maintenance.refresh_roster()
+    injections.report_uncertain()
+
+
 def build_gateway(
     config: GatewayConfig,
     *,
@@ -218,7 +228,7 @@ def build_gateway(
     )
     publisher = Publisher(host=host, signer=signer, topics=topics, pairing=pairing)
     injections = InjectionQueue(
-        entities=entities, sessions=sessions, publisher=publisher, metrics=metrics
+        entities=entities, sessions=sessions, publisher=publisher, metrics=metrics, hooks=hooks
     )
     conversations = Conversations(sessions)
     handler = InboxHandler(
@@ -330,8 +340,7 @@ def build_gateway(
         while not follower.caught_up.wait(0.2):
             if stop.is_set():
                 return
-        spawn_handler.relive()
-        maintenance.refresh_roster()
+        _before_inbox(spawn_handler, maintenance, injections)
         runtime.run(stop)
 
     def run_presence(stop: Any) -> None:
