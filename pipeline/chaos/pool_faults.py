@@ -1,0 +1,173 @@
+"""Worker-pool scenarios (catalogue #5, #6, #17; ``docs/chaos.md``) and the pool's planted bug.
+
+The fleet under test is :class:`~.pool_workload.PoolWorkload` (members as ``fleet pool run``
+processes), judged by :func:`~.pool_checker.check`. Faults:
+
+* :func:`static_kill9` (#5): kill -9 of one static member (``--instance-id``), restarted at once,
+  well inside its session timeout: the coordinator must hand the same instance its partitions
+  back without a rebalance.
+* :func:`storm` (#6, and #17 around a poison record): a member leaves - SIGTERM or kill -9, drawn
+  by the seed - and rejoins after the hold; or an extra member joins and, after the hold, leaves
+  the same way. Each is a rebalance (a kill -9'd member's partitions move after its session).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from .checker import Verdict
+from .history import HistoryWriter, read_history
+from .nemesis import Fault, NemesisContext, Scenario
+from .planted import Supervisor
+from .pool_checker import PoolRules, check
+from .pool_workload import MemberProc, PoolSpec, PoolWorkload
+from .workload import Workload, WorkloadConfig
+
+STATIC = PoolSpec(static=True, session_timeout_ms=20_000)
+STORM = PoolSpec(concurrency="key", step_s=0.2)
+POISON = PoolSpec(poison_at_s=3.0, retry="0.5:2:5:0")  # waits 0.5, 1, 2, 4 s: 7.5 s of retries
+POISON_RULES = PoolRules(poison=True, min_attempts=5, min_backoff_s=0.3)
+
+
+def _pool(spec: PoolSpec) -> Any:
+    def make(config: WorkloadConfig, history: HistoryWriter) -> Workload:
+        return PoolWorkload(config, history, spec)
+
+    return make
+
+
+def _members(ctx: NemesisContext) -> list[MemberProc]:
+    return [p for p in ctx.workload.procs.values() if isinstance(p, MemberProc)]
+
+
+def static_kill9(ctx: NemesisContext, down: float) -> tuple[str, dict[str, Any]]:
+    """#5: kill -9 one static member, restart it ``down`` seconds later."""
+    p = ctx.rng.choice(_members(ctx))
+    p.kill9()
+    threading.Event().wait(down)
+    p.start()
+    return p.name, {"down_s": round(down, 3), "member": p.member}
+
+
+def _leave(ctx: NemesisContext, p: MemberProc) -> dict[str, Any]:
+    how = ctx.rng.choice(("sigterm", "kill9"))
+    if how == "kill9":
+        p.kill9()
+        return {"left": p.member, "how": how}
+    return {"left": p.member, "how": how, "exit_code": p.stop()}
+
+
+def storm(ctx: NemesisContext, hold: float) -> tuple[str, dict[str, Any]]:
+    """#6: one member leaves and rejoins after ``hold``, or an extra one joins and leaves."""
+    w = ctx.workload
+    assert isinstance(w, PoolWorkload)
+    if ctx.rng.random() < 0.5:
+        p = ctx.rng.choice(_members(ctx))
+        detail = _leave(ctx, p)
+        threading.Event().wait(hold)
+        p.start()
+        return p.name, {**detail, "rejoined": p.member, "hold_s": round(hold, 3)}
+    x = w.add_member()
+    joined = x.member
+    threading.Event().wait(hold)
+    return x.name, {"joined": joined, **_leave(ctx, x), "hold_s": round(hold, 3)}
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            name="static-restart",
+            number=5,
+            fault=Fault.STATIC_KILL9,
+            action=static_kill9,
+            checks="seed 001 'partitions as concurrency' with static membership: a pool "
+            "member (--instance-id) kill -9'd and restarted 0.5-2 s later, inside its 20 s "
+            "session: no rebalance (every partition applied by one instance all run), the "
+            "others' partitions keep flowing meanwhile, nothing lost, one effect per event",
+            hold_s=(0.5, 2.0),
+            gap_s=(2.0, 4.0),
+            duration_s=15.0,
+            workload=_pool(STATIC),
+            checker=lambda rows: check(rows, PoolRules(static=True)),
+        ),
+        Scenario(
+            name="pool-storm",
+            number=6,
+            fault=Fault.STORM,
+            action=storm,
+            checks="seed 001 failure scenarios 1-2 (a worker crashes mid-batch; a rebalance): "
+            "members join and leave every 1-3 s (SIGTERM or kill -9, seeded), key concurrency: "
+            "nothing lost, at most one effect per event id, no partition's steps on two members "
+            "at once, per-key order kept",
+            hold_s=(0.5, 3.0),
+            gap_s=(1.0, 3.0),
+            duration_s=15.0,
+            workload=_pool(STORM),
+            checker=check,
+        ),
+        Scenario(
+            name="poison-rebalance",
+            number=17,
+            fault=Fault.POISON_STORM,
+            action=storm,
+            checks="seed 001 failure scenario 3 'a poison message blocks a partition': retried "
+            "with backoff (5 attempts), then dead-lettered with a reason and its key "
+            "quarantined; later records of the key parked in order, never applied past it; "
+            "other keys flow; members leave and join during its retries, and the rebalance "
+            "loses no quarantine and applies nothing twice",
+            first_s=(3.5, 5.0),
+            hold_s=(0.5, 2.0),
+            gap_s=(1.0, 3.0),
+            duration_s=15.0,
+            workload=_pool(POISON),
+            checker=lambda rows: check(rows, POISON_RULES),
+        ),
+    )
+}
+
+
+def run_pool_planted(
+    *,
+    bootstrap: str,
+    root: Path,
+    duration_s: float = 10.0,
+    rate_per_s: float = 10.0,
+    drain_timeout_s: float = 20.0,
+) -> tuple[Verdict, int]:
+    """The pool workload with member ``m0`` carrying ``plant_commit_first`` (its offsets commit
+    BEFORE the batch's transaction - effect rows and dedupe rows - and it dies in between, the
+    8th time; ``pipeline/hooks.py``); a supervisor restarts it. Returns the verdict and the
+    restarts: the checker must report the events whose offsets moved past them as lost."""
+    root.mkdir(parents=True, exist_ok=True)
+    history_path = root / "planted-pool-commit-first.jsonl"
+    history = HistoryWriter(history_path)
+    w = PoolWorkload(
+        WorkloadConfig(
+            bootstrap=bootstrap,
+            root=root / "pool-commit-first",
+            rate_per_s=rate_per_s,
+            duration_s=duration_s,
+            drain_timeout_s=drain_timeout_s,
+        ),
+        history,
+        PoolSpec(members=2, partitions=4),
+    )
+    sup = Supervisor(w, history, "planted:pool-commit-first")
+    try:
+        w.setup()
+        w.procs["m0"].env["FLEET_FAULT"] = "plant_commit_first"
+        w.start()
+        sup.start()
+        w.run_in_background()
+        w.join()
+        w.drain()
+        sup.stop()
+        w.collect()
+    finally:
+        sup.stop()
+        w.stop()
+        history.close()
+    return check(read_history(history_path)), sup.restarts
