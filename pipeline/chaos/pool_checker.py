@@ -182,8 +182,9 @@ def _static(ix: _Index, rules: PoolRules) -> None:
     rows = [r for rs in ix.applied.values() for r in rs]
     for r in rows:
         owners[int(r["partition"])].add(instance(str(r["member"])))
+    late = {str(h.get("target")) for h in ix.heals if h.get("inside_session") is False}
     for part, who in sorted(owners.items()):
-        if len(who) > 1:
+        if len(who) > 1 and not who & late:  # a member back after its session: moves expected
             ix.add(PoolViolation.REASSIGNED, f"partition {part}", f"applied by {sorted(who)}")
     for fault, heal in zip(ix.faults, ix.heals, strict=False):
         target = str(heal.get("target", ""))

@@ -14,6 +14,7 @@ processes), judged by :func:`~.pool_checker.check`. Faults:
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from .pool_checker import PoolRules, check
 from .pool_workload import MemberProc, PoolSpec, PoolWorkload
 from .workload import Workload, WorkloadConfig
 
-STATIC = PoolSpec(static=True, session_timeout_ms=20_000)
+STATIC = PoolSpec(static=True, session_timeout_ms=30_000)
 STORM = PoolSpec(concurrency="key", step_s=0.2)
 POISON = PoolSpec(poison_at_s=3.0, retry="0.5:2:5:0")  # waits 0.5, 1, 2, 4 s: 7.5 s of retries
 POISON_RULES = PoolRules(poison=True, min_attempts=5, min_backoff_s=0.3)
@@ -42,13 +43,36 @@ def _members(ctx: NemesisContext) -> list[MemberProc]:
     return [p for p in ctx.workload.procs.values() if isinstance(p, MemberProc)]
 
 
+JOIN_BOUND_S = 45.0  # a member process takes 5-18 s to start here (2 loaded cores)
+
+
+def _back(ctx: NemesisContext, p: MemberProc, t0: float) -> float | None:
+    """Wait (bounded) until incarnation ``p.member`` ran a step - it is in the group with
+    partitions - so the next fault does not hit a process still starting; seconds since
+    ``t0``, or None (the stream ended first, or the bound)."""
+    w = ctx.workload
+    assert isinstance(w, PoolWorkload)
+    while not w.stepped(p.member) and time.monotonic() - t0 < JOIN_BOUND_S:
+        if not w.running() and time.monotonic() - t0 > 5.0:  # no stream left to step on
+            break
+        time.sleep(0.2)
+    return round(time.monotonic() - t0, 3) if w.stepped(p.member) else None
+
+
 def static_kill9(ctx: NemesisContext, down: float) -> tuple[str, dict[str, Any]]:
-    """#5: kill -9 one static member, restart it ``down`` seconds later."""
+    """#5: kill -9 one static member, restart it ``down`` seconds later, and wait until the new
+    incarnation runs a step (its partitions are back): the next fault must not kill an
+    incarnation still starting, or the instance's session would run out and the rebalance
+    would be the harness's doing. ``inside_session`` says whether it was back in time."""
     p = ctx.rng.choice(_members(ctx))
+    t0 = time.monotonic()
     p.kill9()
     threading.Event().wait(down)
     p.start()
-    return p.name, {"down_s": round(down, 3), "member": p.member}
+    back = _back(ctx, p, t0)
+    inside = back is not None and back * 1000 < STATIC.session_timeout_ms
+    return p.name, {"down_s": round(down, 3), "member": p.member, "back_s": back,
+                    "inside_session": inside}  # fmt: skip
 
 
 def _leave(ctx: NemesisContext, p: MemberProc) -> dict[str, Any]:
@@ -60,19 +84,23 @@ def _leave(ctx: NemesisContext, p: MemberProc) -> dict[str, Any]:
 
 
 def storm(ctx: NemesisContext, hold: float) -> tuple[str, dict[str, Any]]:
-    """#6: one member leaves and rejoins after ``hold``, or an extra one joins and leaves."""
+    """#6: one member leaves and rejoins after ``hold``, or an extra one joins and, ``hold``
+    after it ran its first step, leaves. Either way the fault ends once the joiner is in (each
+    fault is two rebalances, not a process killed while it starts)."""
     w = ctx.workload
     assert isinstance(w, PoolWorkload)
+    t0 = time.monotonic()
     if ctx.rng.random() < 0.5:
         p = ctx.rng.choice(_members(ctx))
         detail = _leave(ctx, p)
         threading.Event().wait(hold)
         p.start()
-        return p.name, {**detail, "rejoined": p.member, "hold_s": round(hold, 3)}
+        return p.name, {**detail, "rejoined": p.member, "hold_s": round(hold, 3),
+                        "back_s": _back(ctx, p, t0)}  # fmt: skip
     x = w.add_member()
-    joined = x.member
+    joined, back = x.member, _back(ctx, x, t0)
     threading.Event().wait(hold)
-    return x.name, {"joined": joined, **_leave(ctx, x), "hold_s": round(hold, 3)}
+    return x.name, {"joined": joined, "back_s": back, **_leave(ctx, x), "hold_s": round(hold, 3)}
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -84,12 +112,13 @@ SCENARIOS: dict[str, Scenario] = {
             fault=Fault.STATIC_KILL9,
             action=static_kill9,
             checks="seed 001 'partitions as concurrency' with static membership: a pool "
-            "member (--instance-id) kill -9'd and restarted 0.5-2 s later, inside its 20 s "
+            "member (--instance-id) kill -9'd and restarted 0.5-2 s later, inside its 30 s "
             "session: no rebalance (every partition applied by one instance all run), the "
             "others' partitions keep flowing meanwhile, nothing lost, one effect per event",
+            first_s=(1.0, 2.0),
             hold_s=(0.5, 2.0),
             gap_s=(2.0, 4.0),
-            duration_s=15.0,
+            duration_s=20.0,
             workload=_pool(STATIC),
             checker=lambda rows: check(rows, PoolRules(static=True)),
         ),
@@ -99,12 +128,13 @@ SCENARIOS: dict[str, Scenario] = {
             fault=Fault.STORM,
             action=storm,
             checks="seed 001 failure scenarios 1-2 (a worker crashes mid-batch; a rebalance): "
-            "members join and leave every 1-3 s (SIGTERM or kill -9, seeded), key concurrency: "
+            "members leave (SIGTERM or kill -9, seeded) and rejoin, or join and leave, back to "
+            "back (1-3 s after the joiner ran its first step), key concurrency: "
             "nothing lost, at most one effect per event id, no partition's steps on two members "
             "at once, per-key order kept",
             hold_s=(0.5, 3.0),
             gap_s=(1.0, 3.0),
-            duration_s=15.0,
+            duration_s=20.0,
             workload=_pool(STORM),
             checker=check,
         ),
@@ -121,7 +151,7 @@ SCENARIOS: dict[str, Scenario] = {
             first_s=(3.5, 5.0),
             hold_s=(0.5, 2.0),
             gap_s=(1.0, 3.0),
-            duration_s=15.0,
+            duration_s=20.0,
             workload=_pool(POISON),
             checker=lambda rows: check(rows, POISON_RULES),
         ),

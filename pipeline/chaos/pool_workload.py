@@ -166,6 +166,11 @@ class PoolWorkload(Workload):
         p.start()
         return p
 
+    def stepped(self, member: str) -> bool:
+        """True once incarnation ``member`` started a step (its ``--events`` file has a line)."""
+        path = self.root / f"events-{member}.jsonl"
+        return path.exists() and path.stat().st_size > 0
+
     # -- the steady stream -------------------------------------------------------------------
     def send_one(self) -> None:
         if not self._t0:
