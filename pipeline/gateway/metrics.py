@@ -98,3 +98,51 @@ class GatewayMetrics:
         self.verify_failures.labels(label).inc()
         if reason == Verification.EXPIRED:
             self.expiries.labels("delivery").inc()
+
+
+SOCKET_OUTCOMES = ("queued", "refused", "failed", "malformed")
+_GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class SocketMetrics:
+    """The local socket's instruments (docs/gateway.md, "The local socket"): requests by kind and
+    outcome, refusals by reason, and each group commit's size and duration. Kind labels are the
+    envelope's kinds (``OTHER`` for anything else), reasons the registry's codes."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        from pipeline.envelope import Kind
+
+        ns = "fleet_gateway_socket"
+        self._kinds = frozenset(k.value for k in Kind)
+        self.requests = Counter(
+            f"{ns}_requests_total",
+            "Requests on the local socket, by message kind and outcome (queued: committed; "
+            "refused: answered with its reason; failed: the group's commit failed; malformed).",
+            ["kind", "outcome"],
+            registry=registry,
+        )
+        for outcome in SOCKET_OUTCOMES:
+            self.requests.labels(Kind.SEND.value, outcome)
+        self.refusals = Counter(
+            f"{ns}_refusals_total",
+            "Requests on the local socket refused, by reason code.",
+            ["reason"],
+            registry=registry,
+        )
+        self.group_size = Histogram(
+            f"{ns}_group_size",
+            "Requests committed in one transaction by the socket's writer (group commit).",
+            buckets=_GROUP_BUCKETS,
+            registry=registry,
+        )
+        self.commit_seconds = Histogram(
+            f"{ns}_commit_seconds",
+            "Time of one group commit (checks, rows, COMMIT) by the socket's writer.",
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+
+    def request(self, kind: object, outcome: str, reason: str | None = None) -> None:
+        self.requests.labels(reasons.label(str(kind), self._kinds), outcome).inc()
+        if reason is not None:
+            self.refusals.labels(reason if reasons.known(reason) else reasons.OTHER).inc()
