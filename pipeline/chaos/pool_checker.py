@@ -16,7 +16,9 @@ effectively once", "partitions as concurrency", failure scenarios 1-3):
   (``CHAOS_POOL_REASSIGNED``: a restart inside the session moved it), and while a member is
   down the others' partitions keep flowing (``CHAOS_POOL_STALLED``);
 * poison (``poison``): the poison event is retried (at least ``min_attempts`` failed attempts,
-  consecutive ones on a member at least ``min_backoff_s`` apart: ``CHAOS_POOL_NOT_RETRIED``),
+  consecutive ones on a member at least ``min_backoff_s`` apart: ``CHAOS_POOL_NOT_RETRIED``) and
+  no more than ``max_attempts`` in all, whoever owned it (the retry limit of seed 001 scenario 3
+  and the stall bound of docs/failures.md: ``CHAOS_POOL_RETRY_BUDGET``),
   then its key is quarantined with a reason (``CHAOS_POOL_NOT_QUARANTINED``); no later record of
   that key is applied (they are parked, in order: ``CHAOS_OUT_OF_ORDER``); other keys are applied
   while it is retried (``CHAOS_POOL_STALLED``).
@@ -46,6 +48,7 @@ class PoolViolation(StrEnum):
     STALLED = "CHAOS_POOL_STALLED"
     NOT_RETRIED = "CHAOS_POOL_NOT_RETRIED"
     NOT_QUARANTINED = "CHAOS_POOL_NOT_QUARANTINED"
+    RETRY_BUDGET = "CHAOS_POOL_RETRY_BUDGET"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +56,9 @@ class PoolRules:
     static: bool = False
     poison: bool = False
     min_attempts: int = 2  # failed attempts before the quarantine (the retry budget)
+    # at most this many in all (None: unbounded): the budget, plus one attempt whose failure a
+    # kill -9 may have cut off before it was counted
+    max_attempts: int | None = None
     min_backoff_s: float = 0.25  # between consecutive attempts on one member
     stall_window_s: float = 1.0  # a fault window shorter than this is not judged for stalls
 
@@ -215,6 +221,10 @@ def _poison(ix: _Index, rules: PoolRules) -> int:
         tries = sorted(ix.attempts.get(mid, []), key=lambda r: r["started_ms"])
         if len(tries) < rules.min_attempts:
             ix.add(PoolViolation.NOT_RETRIED, mid, f"{len(tries)} failed attempts")
+        if rules.max_attempts is not None and len(tries) > rules.max_attempts:
+            per = Counter(str(r["member"]) for r in tries)
+            ix.add(PoolViolation.RETRY_BUDGET, mid,
+                   f"{len(tries)} failed attempts (limit {rules.max_attempts}): {dict(per)}")  # fmt: skip
         for member, mine in itertools.groupby(
             sorted(tries, key=lambda r: (r["member"], r["started_ms"])), key=lambda r: r["member"]
         ):

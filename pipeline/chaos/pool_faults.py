@@ -29,7 +29,7 @@ from .workload import Workload, WorkloadConfig
 STATIC = PoolSpec(static=True, session_timeout_ms=30_000)
 STORM = PoolSpec(concurrency="key", step_s=0.2)
 POISON = PoolSpec(poison_at_s=3.0, retry="0.5:2:5:0")  # waits 0.5, 1, 2, 4 s: 7.5 s of retries
-POISON_RULES = PoolRules(poison=True, min_attempts=5, min_backoff_s=0.3)
+POISON_RULES = PoolRules(poison=True, min_attempts=5, max_attempts=6, min_backoff_s=0.3)
 
 
 def _pool(spec: PoolSpec) -> Any:
@@ -146,7 +146,7 @@ SCENARIOS: dict[str, Scenario] = {
             fault=Fault.POISON_STORM,
             action=storm,
             checks="seed 001 failure scenario 3 'a poison message blocks a partition': retried "
-            "with backoff (5 attempts), then dead-lettered with a reason and its key "
+            "with backoff (5 attempts, at most 6 in all whoever owns it), then dead-lettered with a reason and its key "
             "quarantined; later records of the key parked in order, never applied past it; "
             "other keys flow; members leave and join during its retries, and the rebalance "
             "loses no quarantine and applies nothing twice",

@@ -114,7 +114,7 @@ def test_static_restart_that_stopped_the_others_is_stalled() -> None:
     assert PoolViolation.STALLED in codes(rows, PoolRules(static=True))
 
 
-POISON = PoolRules(poison=True, min_attempts=3, min_backoff_s=0.3)
+POISON = PoolRules(poison=True, min_attempts=3, max_attempts=4, min_backoff_s=0.3)
 
 
 def poisoned() -> list[dict[str, Any]]:
@@ -192,3 +192,14 @@ def test_a_dead_letter_without_a_reason_is_caught() -> None:
     rows = poisoned()
     next(r for r in rows if r["op"] == "dead_letter")["reason"] = ""
     assert codes(rows, POISON) == [Violation.NO_REASON]
+
+
+def test_a_retry_budget_started_again_by_each_new_owner_is_caught() -> None:
+    """Seed 001 scenario 3 "a retry limit": 3 attempts on m0, the partition moves, 3 more on m3
+    (the budget counted per owner) exceed the limit."""
+    rows = poisoned()
+    for i in range(3):
+        start = int((T0 + 1.0 + 0.4 * i) * 1000)
+        rows.append({"op": "attempt", "msgId": "p1", "member": "m3.1", "key": "p",
+                     "started_ms": start, "ended_ms": start + 10})  # fmt: skip
+    assert codes(rows, POISON) == [PoolViolation.RETRY_BUDGET]
