@@ -21,7 +21,7 @@ from typing import Any
 from .checker import Verdict
 from .history import HistoryWriter, read_history
 from .nemesis import Fault, NemesisContext, Scenario
-from .planted import Supervisor
+from .planted import run_supervised
 from .pool_checker import PoolRules, check
 from .pool_workload import MemberProc, PoolSpec, PoolWorkload
 from .workload import Workload, WorkloadConfig
@@ -187,19 +187,7 @@ def run_pool_planted(
         history,
         PoolSpec(members=2, partitions=4),
     )
-    sup = Supervisor(w, history, "planted:pool-commit-first")
-    try:
-        w.setup()
-        w.procs["m0"].env["FLEET_FAULT"] = "plant_commit_first"
-        w.start()
-        sup.start()
-        w.run_in_background()
-        w.join()
-        w.drain()
-        sup.stop()
-        w.collect()
-    finally:
-        sup.stop()
-        w.stop()
-        history.close()
-    return check(read_history(history_path)), sup.restarts
+    restarts = run_supervised(
+        w, history, name="planted:pool-commit-first", proc="m0", fault="plant_commit_first"
+    )
+    return check(read_history(history_path)), restarts
