@@ -51,6 +51,26 @@ class GatewayMetrics:
             "was wrong.",
             registry=registry,
         )
+        self.inject_uncertain = Counter(
+            f"{ns}_inject_uncertain_total",
+            "Briefs this host reported to their sender as INJECTED with stage uncertain (may "
+            "have been injected): journal rows found open at a start (restart: the gateway died "
+            "between deciding to inject and recording it), or an injector that raised (raised).",
+            ["why"],
+            registry=registry,
+        )
+        for why in ("restart", "raised"):
+            self.inject_uncertain.labels(why)
+        self.uncertain_injected = Counter(
+            f"{ns}_uncertain_injected_total",
+            "INJECTED receipts with stage uncertain this host's senders received, by what the "
+            "tracker held before: pending (the one outcome) or failed (an INJECT_TIMEOUT came "
+            "first and may have been wrong).",
+            ["before"],
+            registry=registry,
+        )
+        for before in ("pending", "failed"):
+            self.uncertain_injected.labels(before)
         self.queue_to_inject_seconds = Histogram(
             f"{ns}_commit_to_inject_seconds",
             "From the offset commit to the inject landing (includes busy-target waits).",
