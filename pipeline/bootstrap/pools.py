@@ -18,6 +18,7 @@ from pipeline.failures.dlq import DeadLetterWriter
 from pipeline.failures.metrics import FailureMetrics
 from pipeline.failures.quarantine import QuarantineStore
 from pipeline.failures.runtime_ports import FailurePorts
+from pipeline.hooks import NO_HOOKS, Hooks
 from pipeline.kafka.settings import (
     pool_consumer_overrides,
     producer_config,
@@ -76,9 +77,12 @@ def build_pool_member(
     registry: CollectorRegistry | None = None,
     apply_topics: bool = True,
     factories: Factories = DEFAULT_FACTORIES,
+    hooks: Hooks = NO_HOOKS,
 ) -> PoolMember:
     """One member of ``fleet.pool.<pool>`` on topic ``fleet.pool.<pool>`` (issue 10): the
-    consumer runtime with an in-flight dispatcher, the pool handler, failure ports."""
+    consumer runtime with an in-flight dispatcher, the pool handler, failure ports. ``hooks``:
+    crash points and planted bugs for the chaos suite (``pipeline/hooks.py``), off in
+    production."""
     topics = TopicNames(prefix=config.topic_prefix)
     topic, group = topics.pool(config.pool), topics.pool_group(config.pool)
     if apply_topics:
@@ -168,6 +172,7 @@ def build_pool_member(
         metrics=RuntimeMetrics(registry),
         consumer_factory=factories.consumer,
         inflight=dispatcher,
+        hooks=hooks,
     )
     purger = None
     if config.retention is not None:

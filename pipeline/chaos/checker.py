@@ -49,7 +49,7 @@ class Violation(StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class Finding:
-    code: Violation
+    code: StrEnum  # a Violation, or a workload's own (pipeline/chaos/pool_checker.py)
     msg_id: str
     detail: str = ""
 
@@ -73,7 +73,7 @@ class Verdict:
     def ok(self) -> bool:
         return not self.findings
 
-    def count(self, code: Violation) -> int:
+    def count(self, code: StrEnum) -> int:
         return sum(f.code == code for f in self.findings)
 
 

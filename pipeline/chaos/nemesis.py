@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,8 +24,9 @@ from typing import Any
 
 from pipeline.kafka.local import LocalCluster
 
+from .checker import Verdict
 from .history import HistoryWriter, Op
-from .workload import Workload
+from .workload import Workload, WorkloadConfig
 
 RECOVERY_BOUND_S = 90.0
 SESSION_TIMEOUT_S = 10.0  # pipeline.kafka.settings: the gateway consumer's session.timeout.ms
@@ -50,6 +51,10 @@ class Fault(StrEnum):
     CRASH_AFTER_COMMIT = "crash_after_commit"
     TWIN = "twin"
     CRASH_BEFORE_MARK_SENT = "crash_before_mark_sent"
+    # worker-pool faults: pipeline/chaos/pool_faults.py
+    STATIC_KILL9 = "static_kill9"
+    STORM = "storm"
+    POISON_STORM = "poison_storm"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +89,10 @@ class Scenario:
     rig: Rig | None = None
     max_faults: int | None = None  # None: faults until the stream ends
     duration_s: float | None = None  # None: the run's --duration
+    # the fleet under test and its rules: the two gateways and checker.check by default; a pool
+    # scenario brings its own (pipeline/chaos/pool_faults.py)
+    workload: Callable[[WorkloadConfig, HistoryWriter], Workload] = Workload
+    checker: Callable[[Iterable[Mapping[str, Any]]], Verdict] | None = None
 
 
 def _recover(ctx: NemesisContext, fault: str, healed_at: float) -> None:

@@ -121,10 +121,19 @@ def run_planted(
         ),
         history,
     )
-    sup = Supervisor(w, history, f"planted:{plant.name}")
+    restarts = run_supervised(
+        w, history, name=f"planted:{plant.name}", proc=plant.host, fault=plant.fault
+    )
+    return check(read_history(history_path)), restarts
+
+
+def run_supervised(w: Workload, history: HistoryWriter, *, name: str, proc: str, fault: str) -> int:
+    """One run of ``w`` (set up, stream, drain, collect) with ``FLEET_FAULT=fault`` on process
+    ``proc`` and a :class:`Supervisor` restarting whatever dies; returns the restarts."""
+    sup = Supervisor(w, history, name)
     try:
         w.setup()
-        w.procs[plant.host].env["FLEET_FAULT"] = plant.fault
+        w.procs[proc].env["FLEET_FAULT"] = fault
         w.start()
         sup.start()
         w.run_in_background()
@@ -136,4 +145,4 @@ def run_planted(
         sup.stop()
         w.stop()
         history.close()
-    return check(read_history(history_path)), sup.restarts
+    return sup.restarts

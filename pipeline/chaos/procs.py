@@ -29,10 +29,15 @@ class GatewayProc:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
+    def command(self) -> list[str]:
+        """The ``python -m pipeline`` arguments of the next incarnation (a pool member's
+        process overrides it: ``pipeline/chaos/pool_workload.py``)."""
+        return ["gateway", "run", "--config", str(self.config)]
+
     def start(self) -> GatewayProc:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pipeline", "gateway", "run", "--config", str(self.config)],
+                [sys.executable, "-m", "pipeline", *self.command()],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env},

@@ -21,7 +21,7 @@ from .catalogue import SCENARIOS
 from .checker import Finding, Verdict, check
 from .history import HistoryWriter, read_history
 from .nemesis import NemesisContext, Scenario, play
-from .workload import Workload, WorkloadConfig
+from .workload import WorkloadConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +101,7 @@ def repetition(
     history = HistoryWriter(history_path)
     rng = random.Random(f"{cfg.seed}:{scenario.name}:{rep}")
     duration = scenario.duration_s or cfg.duration_s
-    w = Workload(
+    w = scenario.workload(
         WorkloadConfig(
             bootstrap=bootstrap, root=root, rate_per_s=cfg.rate_per_s, duration_s=duration
         ),
@@ -123,7 +123,10 @@ def repetition(
     finally:
         w.stop()
         history.close()
-    return check(read_history(history_path), strict=scenario.strict), history_path
+    rows = read_history(history_path)
+    if scenario.checker is not None:
+        return scenario.checker(rows), history_path
+    return check(rows, strict=scenario.strict), history_path
 
 
 def _broker(directory: Path, scenario: Scenario) -> LocalCluster:

@@ -37,8 +37,10 @@ def run(
     bootstrap: Annotated[
         str | None,
         typer.Option(
+            "--bootstrap",
+            "-b",
             help="Broker for scenarios that do not kill it (default: $KAFKA_BOOTSTRAP, else a "
-            "broker started for the run). Broker faults always start their own."
+            "broker started for the run). Broker faults always start their own.",
         ),
     ] = None,
     duration: Annotated[float, typer.Option(help="Seconds of sending per repetition.")] = 20.0,

@@ -131,6 +131,7 @@ def run(
     """Run one pool member until SIGTERM/SIGINT; it purges its own store (--retention)."""
     from pipeline.bootstrap import build_pool_member
     from pipeline.failures.retry import BackoffPolicy
+    from pipeline.hooks import hooks_from_fault
     from pipeline.pool import Assignment, PoolConfig
     from pipeline.pool.config import parse_retry
     from pipeline.pool.steps import CommandStep, SleepStep, StepFn, load_handler
@@ -180,6 +181,8 @@ def run(
         ),
         step=step,
         factories=(factories := kafka_factories(kafka_config, check=bootstrap)),
+        # tests only: the chaos suite's planted bugs and crash points (pipeline/hooks.py)
+        hooks=hooks_from_fault(os.environ.get("FLEET_FAULT"), os.environ.get("FLEET_FAULT_AT")),
     )
     serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
     stop = threading.Event()
