@@ -329,13 +329,16 @@ def pull_inbox(
     mains: tuple[str, ...],
     senders: dict[str, str],
     verify_threads: int = 1,
+    pairing: Any = None,
     workers: dict[str, Any] | None = None,
 ) -> PullInbox:
     """The gateway's ``InboxHandler`` for ``mains`` (all pull delivery) on ``engine``, without
     the gateway around it: for tests and benches that drive a ``ConsumerRuntime`` themselves.
     ``senders`` is the signed presence (gid -> host) of the other side; ``verify_threads`` > 1
-    verifies each batch across a thread pool, as the gateway does. ``workers`` (gid -> callback)
-    adds inject-delivery workers, each injected through its callback: the forward path."""
+    verifies each batch across a thread pool, as the gateway does; ``pairing`` (a
+    :class:`~pipeline.envelope.Pairing`) turns the pairwise MAC mode on. ``workers``
+    (gid -> callback) adds inject-delivery workers, each injected through its callback: the
+    forward path."""
     from prometheus_client import CollectorRegistry
 
     from pipeline.envelope import BatchVerifier, BoundedSeenSet, Signer, Verifier
@@ -360,6 +363,7 @@ def pull_inbox(
         presence=StaticPresence({**senders, **dict.fromkeys((*mains, *callbacks), host)}),
         seen=seen,
         topics=topics,
+        pairing=pairing,
     )
     config = GatewayConfig(
         host=host,
