@@ -71,7 +71,15 @@ def start_whole(cluster: LocalCluster) -> None:
 @pytest.fixture(scope="session")
 def _own_cluster() -> Iterator[LocalCluster]:
     cluster = LocalCluster(
-        LauncherConfig(directory=test_broker_dir("own"), nodes=1, heap_mb=512), owned=True
+        LauncherConfig(
+            directory=test_broker_dir("own"),
+            nodes=1,
+            heap_mb=512,
+            # a restart after kill -9 recovers every earlier test's logs: on a loaded machine
+            # that is slow, and a slow start is no failure
+            ready_timeout_s=300.0,
+        ),
+        owned=True,
     ).start()
     yield cluster
     cluster.stop()
