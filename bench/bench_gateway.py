@@ -24,7 +24,6 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from prometheus_client import CollectorRegistry
 from sqlalchemy import insert
 
 from pipeline.envelope import BoundedSeenSet, Envelope, Kind, Signer, TrustStore, Verifier, encode
@@ -155,63 +154,38 @@ def _gateway_path(
     bootstrap: str,
     topic: str,
     n: int,
-    verifier: Verifier,
+    trust: TrustStore,
     db: Path,
     forward: bool,
-    signer: Signer,
     topics: TopicNames,
     to: str,
 ) -> float:
-    from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
-    from pipeline.gateway.conversations import Conversations
-    from pipeline.gateway.deadletters import OutboxDeadLetterSink
-    from pipeline.gateway.entities import LocalEntities
-    from pipeline.gateway.inbound import InboxHandler
-    from pipeline.gateway.injection import InjectionQueue
-    from pipeline.gateway.metrics import GatewayMetrics
-    from pipeline.gateway.outbound import Publisher
+    """The gateway's own inbox handler (:func:`pipeline.testing.pull_inbox`, built as the
+    gateway builds it) in a ``ConsumerRuntime``: ``to`` a pull main, or a worker injected through
+    a callback (``forward``)."""
     from pipeline.runtime import ConsumerRuntime, RuntimeConfig
-    from pipeline.store import read_sessions
+    from pipeline.testing import pull_inbox
 
     engine = make_engine(f"sqlite:///{db}")
-    sessions = session_factory(engine)
-    registry = CollectorRegistry()
-    metrics = GatewayMetrics(registry)
-    entity = (
-        EntityConfig(
-            gid=to,
-            role=Role.WORKER,
-            delivery=Delivery.INJECT,
-            injector=InjectorSpec(type="callback", callback=to),
-        )
-        if forward
-        else EntityConfig(gid=to, role=Role.MAIN, delivery=Delivery.PULL)
-    )
-    cfg = GatewayConfig(host="B", bootstrap=bootstrap, entities=(entity,))
-    publisher = Publisher(host="B", signer=signer, topics=topics)
     injected = [0]
-    entities = LocalEntities.from_config(
-        cfg, callbacks={to: lambda **_kw: injected.__setitem__(0, injected[0] + 1)}
-    )
-    injections = InjectionQueue(
-        entities=entities, sessions=sessions, publisher=publisher, metrics=metrics
-    )
-    handler = InboxHandler(
+
+    def inject(**_kw: Any) -> None:
+        injected[0] += 1
+
+    inbox = pull_inbox(
+        engine,
         host="B",
-        verifier=verifier,
-        entities=entities,
-        publisher=publisher,
-        conversations=Conversations(sessions),
-        injections=injections,
-        reads=read_sessions(engine),
-        metrics=metrics,
-        seen=BoundedSeenSet(),
+        topics=topics,
+        trust=trust,
+        mains=() if forward else (to,),
+        workers={to: inject} if forward else None,
+        senders={"main-a": "A"},
     )
     rt = ConsumerRuntime(
         RuntimeConfig(bootstrap=bootstrap, group_id=unique_name("bench.gw"), topics=(topic,)),
-        handler=handler,
-        sessions=sessions,
-        dead_letters=OutboxDeadLetterSink(topics=topics, gateway="B"),
+        handler=inbox.handler,
+        sessions=session_factory(engine),
+        dead_letters=inbox.dead_letters,
     )
     rt.subscribe()
     done = 0
@@ -219,7 +193,7 @@ def _gateway_path(
     while done < n or (forward and injected[0] < n):
         done += rt.step()
     elapsed = time.perf_counter() - t0
-    injections.stop()
+    inbox.close()
     rt.close()
     engine.dispose()
     return elapsed
@@ -242,14 +216,18 @@ def _throughput(bootstrap: str, n: int, forward: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         for rep in range(2):  # alternate sides; keep each side's best run
             for side in ("baseline", "gateway"):
-                verifier = Verifier(
-                    host="B", trust=trust, presence=presence, seen=BoundedSeenSet(), topics=topics
-                )
                 db = Path(d) / f"{side}{rep}.sqlite"
                 if side == "baseline":
+                    verifier = Verifier(
+                        host="B",
+                        trust=trust,
+                        presence=presence,
+                        seen=BoundedSeenSet(),
+                        topics=topics,
+                    )
                     took = _baseline(bootstrap, topic, n, verifier, db, forward, b, topics)
                 else:
-                    took = _gateway_path(bootstrap, topic, n, verifier, db, forward, b, topics, to)
+                    took = _gateway_path(bootstrap, topic, n, trust, db, forward, topics, to)
                 results[side].append(took)
     base, gw = min(results["baseline"]), min(results["gateway"])
     return {

@@ -308,7 +308,7 @@ def fleet_process(
 
 @dataclass
 class PullInbox:
-    """A gateway inbox handler for pull mains, built as the gateway builds it (see
+    """A gateway inbox handler (pull mains, callback workers), built as the gateway builds it (see
     :func:`pull_inbox`); ``close()`` stops its verify threads and its injection queue."""
 
     handler: Any  # pipeline.gateway.inbound.InboxHandler
@@ -330,16 +330,19 @@ def pull_inbox(
     senders: dict[str, str],
     verify_threads: int = 1,
     pairing: Any = None,
+    workers: dict[str, Any] | None = None,
 ) -> PullInbox:
     """The gateway's ``InboxHandler`` for ``mains`` (all pull delivery) on ``engine``, without
     the gateway around it: for tests and benches that drive a ``ConsumerRuntime`` themselves.
     ``senders`` is the signed presence (gid -> host) of the other side; ``verify_threads`` > 1
     verifies each batch across a thread pool, as the gateway does; ``pairing`` (a
-    :class:`~pipeline.envelope.Pairing`) turns the pairwise MAC mode on."""
+    :class:`~pipeline.envelope.Pairing`) turns the pairwise MAC mode on. ``workers``
+    (gid -> callback) adds inject-delivery workers, each injected through its callback: the
+    forward path."""
     from prometheus_client import CollectorRegistry
 
     from pipeline.envelope import BatchVerifier, BoundedSeenSet, Signer, Verifier
-    from pipeline.gateway.config import EntityConfig, GatewayConfig
+    from pipeline.gateway.config import EntityConfig, GatewayConfig, InjectorSpec
     from pipeline.gateway.conversations import Conversations
     from pipeline.gateway.deadletters import OutboxDeadLetterSink
     from pipeline.gateway.entities import LocalEntities
@@ -351,12 +354,13 @@ def pull_inbox(
     from pipeline.presence.model import Delivery, Role
     from pipeline.store import read_sessions, session_factory
 
+    callbacks = dict(workers or {})
     sessions = session_factory(engine)
     seen = BoundedSeenSet()
     verifier = Verifier(
         host=host,
         trust=trust,
-        presence=StaticPresence({**senders, **dict.fromkeys(mains, host)}),
+        presence=StaticPresence({**senders, **dict.fromkeys((*mains, *callbacks), host)}),
         seen=seen,
         topics=topics,
         pairing=pairing,
@@ -364,11 +368,22 @@ def pull_inbox(
     config = GatewayConfig(
         host=host,
         bootstrap="unused:0",
-        entities=tuple(EntityConfig(gid=g, role=Role.MAIN, delivery=Delivery.PULL) for g in mains),
+        entities=(
+            *(EntityConfig(gid=g, role=Role.MAIN, delivery=Delivery.PULL) for g in mains),
+            *(
+                EntityConfig(
+                    gid=g,
+                    role=Role.WORKER,
+                    delivery=Delivery.INJECT,
+                    injector=InjectorSpec(type="callback", callback=g),
+                )
+                for g in callbacks
+            ),
+        ),
     )
     metrics = GatewayMetrics(CollectorRegistry())
     publisher = Publisher(host=host, signer=Signer.generate(host), topics=topics)
-    entities = LocalEntities.from_config(config)
+    entities = LocalEntities.from_config(config, callbacks=callbacks)
     injections = InjectionQueue(
         entities=entities, sessions=sessions, publisher=publisher, metrics=metrics
     )

@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline.testing import BrokerHandle, start_test_broker, unique_name
+from pipeline.kafka.local import LauncherConfig, LocalCluster
+from pipeline.testing import BrokerHandle, start_test_broker, test_broker_dir, unique_name
 
 _BROKER_LINES: list[str] = []
 
@@ -42,14 +43,79 @@ def kafka(request: pytest.FixtureRequest) -> Iterator[BrokerHandle]:
 
 
 @pytest.fixture(scope="session")
-def kafka3(request: pytest.FixtureRequest) -> Iterator[BrokerHandle]:
-    """A three-node KRaft cluster we control (kill -9, pause, restart a node)."""
+def _cluster3(request: pytest.FixtureRequest) -> Iterator[BrokerHandle]:
     handle = start_test_broker(nodes=3, name="triple")
     _announce(
         request, f"\nkafka 3-node cluster: {handle.bootstrap} Kafka version: {handle.version}"
     )
     yield handle
     handle.close()
+
+
+@pytest.fixture
+def kafka3(_cluster3: BrokerHandle) -> BrokerHandle:
+    """A three-node KRaft cluster we control (kill -9, pause, restart a node), one for the
+    session. Each test gets every node running: a node a test left killed is started again
+    (same data) before the next test, not at the end of the one that killed it."""
+    assert _cluster3.cluster is not None
+    start_whole(_cluster3.cluster)
+    return _cluster3
+
+
+def start_whole(cluster: LocalCluster) -> None:
+    """Start again any node a test left stopped or killed (same data), and wait until ready."""
+    if not all(n.is_running() for n in cluster.nodes):
+        cluster.start_again()
+
+
+@pytest.fixture(scope="session")
+def _own_cluster() -> Iterator[LocalCluster]:
+    cluster = LocalCluster(
+        LauncherConfig(
+            directory=test_broker_dir("own"),
+            nodes=1,
+            heap_mb=512,
+            # a restart after kill -9 recovers every earlier test's logs: on a loaded machine
+            # that is slow, and a slow start is no failure
+            ready_timeout_s=300.0,
+        ),
+        owned=True,
+    ).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def kafka_own(_own_cluster: LocalCluster) -> LocalCluster:
+    """A one-node cluster of our own, for tests that kill -9 or stop the broker (the session's
+    ``kafka`` may be someone else's, KAFKA_BOOTSTRAP). One for the session: each test gets it
+    running, whatever the one before did (unique names keep tests apart, as on ``kafka``)."""
+    start_whole(_own_cluster)
+    return _own_cluster
+
+
+# Every login the secured modules use (each host's login is its host id), plus `admin`.
+SECURE_LOGINS = ("a", "b", "c", "s", "z", "pool", "exporter", "r", "owner")
+
+
+@pytest.fixture(scope="session")
+def secure_kafka() -> Iterator[LocalCluster]:
+    """One SASL_SSL cluster (``fleet kafka up --secure``) for every secured module.
+
+    Tests share it by using unique topic prefixes, groups and grants. A test that stops the
+    cluster starts it again (``stop_all``/``start_again`` keep the data, logins and ACLs); the one
+    that rotates login z's password puts the recorded one back."""
+    cluster = LocalCluster(
+        LauncherConfig(
+            directory=test_broker_dir("secure"),
+            secure_hosts=SECURE_LOGINS,
+            heap_mb=512,
+            ready_timeout_s=300.0,  # the shared machine may be loaded: a slow start is no failure
+        ),
+        owned=True,
+    ).start()
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture

@@ -43,13 +43,14 @@ class Fleet:
         store: str | None = None,
         extra: str = "",
         presence_ttl_s: float = 30.0,
+        presence_interval_s: float = 1.0,
     ) -> Path:
         path = self.root / f"{host}-{len(list(self.root.glob(host + '-*.toml')))}.toml"
         store_url = store or f"sqlite:///{self.root / (host + '.sqlite')}"
         path.write_text(
             f'host = "{host}"\nbootstrap = "{self.bootstrap}"\nstore_url = "{store_url}"\n'
             f'topic_prefix = "{self.prefix}"\nkey_file = "{self.root / (host + ".key")}"\n'
-            f'trust_dir = "{self.root / "trusted"}"\npresence_interval_s = 1.0\n'
+            f'trust_dir = "{self.root / "trusted"}"\npresence_interval_s = {presence_interval_s}\n'
             f"presence_ttl_s = {presence_ttl_s}\nsweep_interval_s = 0.5\n{extra}\n{entities}\n"
         )
         return path

@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline import schemas, testing
+from pipeline import schemas
 from pipeline.errors import StoreError
-from pipeline.kafka.local import LauncherConfig, LocalCluster
+from pipeline.kafka.local import LocalCluster
 from pipeline.kafka.settings import consumer_config
 from pipeline.outbox import (
     Fold,
@@ -147,20 +147,8 @@ def _backlog(engine: Engine) -> int:
 
 
 # -- 1, 2, 3, 7, 9: broker down for a whole run ------------------------------------------------
-@pytest.fixture(scope="module")
-def own_cluster() -> Iterator[LocalCluster]:
-    cluster = LocalCluster(
-        LauncherConfig(directory=testing.test_broker_dir("outbox-down"), nodes=1, heap_mb=384),
-        owned=True,
-    ).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
 def test_broker_down_for_a_whole_run_completes_then_every_event_ships(
-    own_cluster: LocalCluster,
+    kafka_own: LocalCluster,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     reader_factory: Callable[[str, str], TopicReader],
@@ -168,7 +156,7 @@ def test_broker_down_for_a_whole_run_completes_then_every_event_ships(
     """Seed 003 Verify 1-3, 7, 9: a user's broker being down is not an agent outage -- the run
     completes with zero broker calls from executor threads; when the broker is back every event
     ships; relay lag is a metric."""
-    bootstrap = own_cluster.bootstrap_servers
+    bootstrap = kafka_own.bootstrap_servers
     topic = make_topic_factory(bootstrap)("outbox-down", partitions=3)
     calls: list[tuple[str, int]] = []
 
@@ -203,7 +191,7 @@ def test_broker_down_for_a_whole_run_completes_then_every_event_ships(
     )
     runs = [("acme", f"r{i}") for i in range(4)]
     with RelayThread(relay) as relay_thread:
-        own_cluster.stop_all()
+        kafka_own.stop_all()
         executor = Executor(sessions=sessions, journal=RunJournal(topic=topic))
         results = executor.run_many(runs, steps=10, threads=4)
 
@@ -238,7 +226,7 @@ def test_broker_down_for_a_whole_run_completes_then_every_event_ships(
         assert (registry.get_sample_value("fleet_outbox_oldest_unsent_age_seconds") or 0) > 0
 
         # 3: broker back -> every event ships
-        own_cluster.start_again()
+        kafka_own.start_again()
         wait_for(lambda: _backlog(engine) == 0, timeout=120, what="the backlog to drain")
     assert calls and {name for name, _ in calls} >= {"produce"}
     assert not (executor.thread_ids & {tid for _, tid in calls})

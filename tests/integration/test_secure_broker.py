@@ -35,14 +35,13 @@ from pipeline.errors import FleetError, SecurityError
 from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 from pipeline.kafka.acls import apply_grants, gateway_grants
 from pipeline.kafka.errors import as_fleet_error
-from pipeline.kafka.local import LauncherConfig, LocalCluster
+from pipeline.kafka.local import LocalCluster
 from pipeline.kafka.local.secure import ADMIN, make_tls
 from pipeline.kafka.security import PLAINTEXT, KafkaSecurity, Secret
 from pipeline.kafka.settings import admin_config, consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.reasons import Security
-from pipeline.testing import test_broker_dir as broker_dir
 from pipeline.testing import unique_name
 from tests.integration.fleet_hosts import Fleet, wait_until
 
@@ -57,17 +56,13 @@ class _Keep(logging.Handler):
 
 
 @pytest.fixture(scope="module")
-def secure() -> Iterator[LocalCluster]:
+def secure(secure_kafka: LocalCluster) -> Iterator[LocalCluster]:
+    """The session's secured cluster (conftest), with this module's log lines kept."""
     handler = _Keep()
     logging.getLogger("pipeline").addHandler(handler)
-    cluster = LocalCluster(
-        LauncherConfig(directory=broker_dir("secure"), secure_hosts=("a", "b"), heap_mb=512),
-        owned=True,
-    ).start()
     try:
-        yield cluster
+        yield secure_kafka
     finally:
-        cluster.stop()
         logging.getLogger("pipeline").removeHandler(handler)
 
 

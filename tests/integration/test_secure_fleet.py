@@ -1,7 +1,8 @@
 """The rest of the suite on a real SASL_SSL broker, each process under its own login with only
 the ACLs ``fleet acls plan`` gives it (issue 13; seed 000 §10.2: per-gateway logins over TLS).
 
-One secured cluster for the module. In order: a host whose login lacks WRITE on the other
+The session's secured cluster (conftest ``secure_kafka``), shared with the other secured
+modules; the tests that stop it start it again, the rotation puts z's password back. In order: a host whose login lacks WRITE on the other
 host's inbox cannot inject; a worker-pool member with the ``pool`` set; the control plane
 (SPAWN on another host, then STOP); ``fleet exporter``'s HTTP endpoint under the exporter login;
 a whole-cluster outage under running gateways; a password rotated under a running gateway,
@@ -49,14 +50,13 @@ from pipeline.gateway.config import (
 from pipeline.gateway.held import held_table
 from pipeline.gateway.receipts import read_receipt
 from pipeline.kafka.acls import Grant, Operation, Pattern, Resource, apply_grants, gateway_grants
-from pipeline.kafka.local import LauncherConfig, LocalCluster
+from pipeline.kafka.local import LocalCluster
 from pipeline.kafka.local.ports import free_ports
 from pipeline.kafka.local.secure import ADMIN
 from pipeline.kafka.settings import admin_config, consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import RowStatus, outbox
 from pipeline.reasons import Security
-from pipeline.testing import test_broker_dir as broker_dir
 from pipeline.testing import unique_name
 from tests.integration.fleet_hosts import Fleet, wait_until
 from tests.integration.secure_logins import (
@@ -71,8 +71,8 @@ from tests.integration.secure_logins import (
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
-# gateways a, b, c (c: no write on inboxes), s (the outage), z (the rotation); pool, exporter
-LOGINS = ("a", "b", "c", "s", "z", "pool", "exporter")
+# logins used here (conftest's SECURE_LOGINS): gateways a, b, c (c: no write on inboxes),
+# s (the outage), z (the rotation); pool, exporter
 
 _SEEN: list[str] = []  # every captured log line, output and error text: scanned at the end
 _LOGS: list[Path] = []  # every child process's output file: scanned at the end
@@ -85,22 +85,13 @@ class _Keep(logging.Handler):
 
 
 @pytest.fixture(scope="module")
-def secure() -> Iterator[LocalCluster]:
+def secure(secure_kafka: LocalCluster) -> Iterator[LocalCluster]:
+    """The session's secured cluster (conftest), with this module's log lines kept."""
     handler = _Keep()
     logging.getLogger("pipeline").addHandler(handler)
-    cluster = LocalCluster(
-        LauncherConfig(
-            directory=broker_dir("secure-fleet"),
-            secure_hosts=LOGINS,
-            heap_mb=512,
-            ready_timeout_s=300.0,  # the shared machine may be loaded: a slow start is no failure
-        ),
-        owned=True,
-    ).start()
     try:
-        yield cluster
+        yield secure_kafka
     finally:
-        cluster.stop()
         logging.getLogger("pipeline").removeHandler(handler)
 
 
@@ -426,16 +417,17 @@ def test_a_gateway_rides_out_a_secured_cluster_restart(
     topology(secure, names, ("s", "b"))
     for host in ("s", "b"):
         acls(secure, "gateway", host, fleet.prefix)
-    ttl_s = 5.0
+    ttl_s = 2.5  # five heartbeats of 0.5 s, as test_presence_outage
+    timing = {"presence_ttl_s": ttl_s, "presence_interval_s": 0.5}
     main_s = EntityConfig(gid="main-s", role=Role.MAIN, delivery=Delivery.PULL)
     main_b = EntityConfig(gid="main-b", role=Role.MAIN, delivery=Delivery.PULL)
     s = build_gateway(
-        gateway_config(secure, fleet, tmp_path, "s", main_s, presence_ttl_s=ttl_s),
+        gateway_config(secure, fleet, tmp_path, "s", main_s, **timing),
         signer=fleet.signers["s"],
         trust=fleet.trust,
     )
     b = build_gateway(
-        gateway_config(secure, fleet, tmp_path, "b", main_b, presence_ttl_s=ttl_s),
+        gateway_config(secure, fleet, tmp_path, "b", main_b, **timing),
         signer=fleet.signers["b"],
         trust=fleet.trust,
     )
@@ -502,11 +494,7 @@ def test_a_password_rotated_under_a_running_gateway_stops_it_with_auth_failed(
         new_password = f"rotated-{unique_name('pw')}"
         _ROTATED.append(new_password)
         admin = admin_factories(secure).admin(admin_config(secure.bootstrap_servers))
-        upsert = UserScramCredentialUpsertion(
-            "z", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), new_password.encode()
-        )
-        for future in admin.alter_user_scram_credentials([upsert]).values():
-            future.result(30)
+        _set_password(admin, "z", new_password)
         assert gateway.proc is not None and gateway.proc.poll() is None, "no reconnect yet"
         secure.stop_all()
         secure.start_again()
@@ -517,6 +505,18 @@ def test_a_password_rotated_under_a_running_gateway_stops_it_with_auth_failed(
         assert "stopped:" in output  # fleet gateway run's exit line, with the reason
     finally:
         gateway.stop()
+        # the cluster is the session's: z's recorded password holds again for whoever comes next
+        admin = admin_factories(secure).admin(admin_config(secure.bootstrap_servers))
+        _set_password(admin, "z", secure.secure.password("z").reveal())
+
+
+def _set_password(admin: Any, user: str, password: str) -> None:
+    """The operator's rotation: a new SCRAM-SHA-512 credential for ``user``, set as admin."""
+    upsert = UserScramCredentialUpsertion(
+        user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode()
+    )
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(30)
 
 
 def test_zz_no_password_in_any_output(secure: LocalCluster) -> None:

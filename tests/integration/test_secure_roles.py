@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +27,11 @@ from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Injec
 from pipeline.gateway.held import held_table
 from pipeline.gateway.receipts import read_receipt
 from pipeline.kafka.errors import as_fleet_error
-from pipeline.kafka.local import LauncherConfig, LocalCluster
+from pipeline.kafka.local import LocalCluster
 from pipeline.kafka.local.secure import ADMIN
 from pipeline.kafka.settings import consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.reasons import Security
-from pipeline.testing import test_broker_dir as broker_dir
 from pipeline.testing import unique_name
 from tests.integration.fleet_hosts import Fleet, wait_until
 from tests.integration.secure_logins import (
@@ -47,19 +45,14 @@ from tests.integration.secure_logins import (
 
 pytestmark = pytest.mark.kafka
 ROOT = Path(__file__).resolve().parents[2]
-LOGINS = ("a", "b", "r", "exporter", "owner")  # gateways, reporter host r, exporter, DLQ owner
+# logins used here (conftest's SECURE_LOGINS): gateways a and b, reporter host r, exporter,
+# DLQ owner
 
 
 @pytest.fixture(scope="module")
-def secure() -> Iterator[LocalCluster]:
-    cluster = LocalCluster(
-        LauncherConfig(directory=broker_dir("secure-roles"), secure_hosts=LOGINS, heap_mb=512),
-        owned=True,
-    ).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+def secure(secure_kafka: LocalCluster) -> LocalCluster:
+    """The session's secured cluster (conftest)."""
+    return secure_kafka
 
 
 def test_the_exporter_login_reads_lag_but_cannot_consume_an_inbox(secure: LocalCluster) -> None:
