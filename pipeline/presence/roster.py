@@ -211,11 +211,6 @@ class RosterView:
                 f"presence for {entry.gid} claims host {entry.host}, signed by {signer_host}",
                 reason=SIGNER_MISMATCH,
             )
-        if entry.incarnation < 0:
-            raise EnvelopeError(
-                f"presence for {entry.gid} has incarnation {entry.incarnation}",
-                reason=SCHEMA_INVALID,
-            )
         if entry.is_gateway != (entry.gid == gateway_gid(entry.host)):
             raise EnvelopeError(f"bad gateway entry {entry.gid}", reason=SIGNER_MISMATCH)
 
