@@ -572,7 +572,7 @@ SCENARIOS: dict[str, Scenario] = {
             "host B restarted with its wall clock off by 0.2-0.7x clock_skew_s "
             "(nothing may change), then 1.5-3x (refusals carry CLOCK_SKEW; nothing silent)",
             max_faults=2,
-            duration_s=40.0,
+            duration_s=90.0,  # room for both faults: a skewed start took 11-17 s here
             hold_s=(8.0, 12.0),
             gap_s=(1.0, 2.0),
         ),

@@ -25,7 +25,6 @@ from collections.abc import Callable
 
 from pipeline import schemas
 from pipeline.envelope import (
-    SCHEMA_INVALID,
     SIGNER_MISMATCH,
     TO_MISMATCH,
     TTL_TOO_LONG,
@@ -170,11 +169,6 @@ class RosterView:
             raise EnvelopeError(
                 f"presence for {entry.gid} claims host {entry.host}, signed by {signer_host}",
                 reason=SIGNER_MISMATCH,
-            )
-        if entry.incarnation < 0:
-            raise EnvelopeError(
-                f"presence for {entry.gid} has incarnation {entry.incarnation}",
-                reason=SCHEMA_INVALID,
             )
         if entry.is_gateway != (entry.gid == gateway_gid(entry.host)):
             raise EnvelopeError(f"bad gateway entry {entry.gid}", reason=SIGNER_MISMATCH)
