@@ -86,6 +86,8 @@ class PresenceEntry:
     labels: Mapping[str, str] = field(default_factory=dict)
     gone: Gone | None = None  # set only on a departure record
     incarnation: int = 0  # the publishing gateway's start count (0: an older gateway wrote it)
+    # the gateway entry's X25519 public key, when its host takes pairwise-MAC'd records
+    agreement_key: bytes | None = None
 
     @property
     def is_gateway(self) -> bool:
@@ -119,6 +121,7 @@ class PresenceEntry:
             "profiles": [{"name": p.name, "description": p.description} for p in self.profiles],
             "labels": self._labels(),
             "gone": None if self.gone is None else self.gone.value,
+            "agreement_key": self.agreement_key,
         }
 
     @classmethod
@@ -140,6 +143,7 @@ class PresenceEntry:
             labels=labels,
             gone=None if rec.get("gone") is None else Gone(rec["gone"]),
             incarnation=incarnation,
+            agreement_key=rec.get("agreement_key"),
         )
 
     def as_json(self, now_ms: int) -> dict[str, Any]:
@@ -150,11 +154,17 @@ def presence_record(
     entry: PresenceEntry, *, signer: Signer, topics: TopicNames = TopicNames()
 ) -> tuple[bytes, list[tuple[str, bytes]], bytes]:
     """(key, headers, value) of a signed heartbeat; the envelope lives as long as the entry."""
+    record = entry.to_record()
+    if entry.agreement_key is None:  # readers of v3 (older gateways) still read it
+        del record["agreement_key"]
+        body = schemas.encode(SCHEMA, record, version=3)
+    else:
+        body = schemas.encode(SCHEMA, record)
     env = Envelope.new(
         kind=Kind.PRESENCE,
         sender=entry.gid,
         to=entry.gid,
-        body=schemas.encode(SCHEMA, entry.to_record()),
+        body=body,
         ttl_s=entry.ttl_ms / 1000,
         now_ms=entry.ts_ms,
     )

@@ -20,6 +20,7 @@ TABLE_MODULES = (
     "pipeline.gateway.roster_cache",
     "pipeline.gateway.incarnation",
     "pipeline.gateway.tracking",
+    "pipeline.gateway.journal",
     "pipeline.control.requests",
     "pipeline.control.spawns",
     "pipeline.control.stops",

@@ -1,11 +1,8 @@
 """fleet_incarnation: each host's gateway start count, which orders its presence records
 
 Revision ID: 0011_presence_incarnation
-Revises: 0009_stop_requests_roster_gone
+Revises: 0010_inject_journal
 Create Date: 2026-12-01
-
-Numbered 0011 (0010 may be taken by another branch's revision; the two are re-chained when
-both land).
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0011_presence_incarnation"
-down_revision: str | None = "0009_stop_requests_roster_gone"
+down_revision: str | None = "0010_inject_journal"
 branch_labels: str | None = None
 depends_on: str | None = None
 
