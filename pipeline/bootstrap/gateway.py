@@ -239,11 +239,11 @@ def build_gateway(
         interval_s=config.presence_interval_s,
         ttl_s=config.presence_ttl_s,
         profiles=[SpawnProfile(name=p.name, description=p.description) for p in config.profiles],
-        # taken once the roster has caught up (both loops that publish wait for it)
-        incarnation=lambda: take_incarnation(sessions, host, seen=roster.incarnation_of(host)),
         agreement_key=None
         if (pairing := _pairing(config, signer, roster, trust)) is None
         else pairing.own.public_bytes,
+        # taken once the roster has caught up (both loops that publish wait for it)
+        incarnation=lambda: take_incarnation(sessions, host, seen=roster.incarnation_of(host)),
     )
     seen = BoundedSeenSet()
     verifier = Verifier(

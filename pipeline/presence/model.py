@@ -7,8 +7,7 @@ too: its headers cover an empty body, so only the owning host can retract an ent
 
 Order (docs/presence.md "Order: incarnation, then ts"): the records one host wrote for a gid
 compare by ``(incarnation, ts_ms)``. The incarnation is the publishing gateway's start count,
-taken from its store at start and signed inside the body (label ``fleet.incarnation``), so a
-gateway restarted
+taken from its store at start and signed inside the body (presence v4), so a gateway restarted
 with its clock behind still outranks everything its previous run wrote; records of older
 gateways (v1-v3) read as incarnation 0. Across hosts (a gid moving) the incarnations are
 unrelated counters and ``ts_ms`` alone decides. Liveness (``ts + ttl``) is judged by time.
@@ -17,25 +16,18 @@ unrelated counters and ``ts_ms`` alone decides. Liveness (``ts + ttl``) is judge
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline import schemas
-from pipeline.envelope import SCHEMA_INVALID, Envelope, Kind, Signer, encode
+from pipeline.envelope import Envelope, Kind, Signer, encode
 from pipeline.envelope.reasons import GATEWAY_SUFFIX
-from pipeline.errors import EnvelopeError
 from pipeline.kafka.topics import TopicNames
 
 from . import roles
 
 SCHEMA = "presence"
-# the incarnation travels as a reserved label (labels exist since presence v2, inside the signed
-# body): a gateway that predates it reads the record and ignores the label, and its own records,
-# without the label, read as incarnation 0 -- a mixed fleet keeps working during an upgrade
-INCARNATION_LABEL = "fleet.incarnation"
-_DECIMAL = re.compile(r"[0-9]{1,18}")
 # defined in .roles (a config reads them without loading the envelope); still importable here
 Role = roles.Role
 Delivery = roles.Delivery
@@ -48,17 +40,6 @@ class Gone(enum.StrEnum):
 
     STOPPED = "stopped"  # a STOP asked for it
     DIED = "died"  # its process (or its profile's check) said it was gone
-
-
-def _incarnation(raw: str | None, gid: object) -> int:
-    if raw is None:
-        return 0  # written by a gateway older than incarnations
-    if not _DECIMAL.fullmatch(raw):
-        raise EnvelopeError(
-            f"presence for {gid}: label {INCARNATION_LABEL}={raw[:40]!r} is not a count",
-            reason=SCHEMA_INVALID,
-        )
-    return int(raw)
 
 
 def gateway_gid(host: str) -> str:
@@ -85,9 +66,9 @@ class PresenceEntry:
     profiles: tuple[SpawnProfile, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     gone: Gone | None = None  # set only on a departure record
-    incarnation: int = 0  # the publishing gateway's start count (0: an older gateway wrote it)
     # the gateway entry's X25519 public key, when its host takes pairwise-MAC'd records
     agreement_key: bytes | None = None
+    incarnation: int = 0  # the publishing gateway's start count (0: an older gateway wrote it)
 
     @property
     def is_gateway(self) -> bool:
@@ -103,12 +84,6 @@ class PresenceEntry:
             return (self.incarnation, self.ts_ms) < (other.incarnation, other.ts_ms)
         return self.ts_ms < other.ts_ms
 
-    def _labels(self) -> dict[str, str]:
-        labels = {k: v for k, v in self.labels.items() if k != INCARNATION_LABEL}
-        if self.incarnation:
-            labels[INCARNATION_LABEL] = str(self.incarnation)
-        return labels
-
     def to_record(self) -> dict[str, Any]:
         return {
             "gid": self.gid,
@@ -119,15 +94,14 @@ class PresenceEntry:
             "ts_ms": self.ts_ms,
             "ttl_ms": self.ttl_ms,
             "profiles": [{"name": p.name, "description": p.description} for p in self.profiles],
-            "labels": self._labels(),
+            "labels": dict(self.labels),
             "gone": None if self.gone is None else self.gone.value,
             "agreement_key": self.agreement_key,
+            "incarnation": self.incarnation,
         }
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> PresenceEntry:
-        labels = dict(rec.get("labels") or {})
-        incarnation = _incarnation(labels.pop(INCARNATION_LABEL, None), rec.get("gid"))
         return cls(
             gid=rec["gid"],
             host=rec["host"],
@@ -140,10 +114,10 @@ class PresenceEntry:
                 SpawnProfile(name=p["name"], description=p.get("description", ""))
                 for p in rec.get("profiles") or ()
             ),
-            labels=labels,
+            labels=dict(rec.get("labels") or {}),
             gone=None if rec.get("gone") is None else Gone(rec["gone"]),
-            incarnation=incarnation,
             agreement_key=rec.get("agreement_key"),
+            incarnation=int(rec.get("incarnation") or 0),
         )
 
     def as_json(self, now_ms: int) -> dict[str, Any]:
@@ -154,12 +128,8 @@ def presence_record(
     entry: PresenceEntry, *, signer: Signer, topics: TopicNames = TopicNames()
 ) -> tuple[bytes, list[tuple[str, bytes]], bytes]:
     """(key, headers, value) of a signed heartbeat; the envelope lives as long as the entry."""
-    record = entry.to_record()
-    if entry.agreement_key is None:  # readers of v3 (older gateways) still read it
-        del record["agreement_key"]
-        body = schemas.encode(SCHEMA, record, version=3)
-    else:
-        body = schemas.encode(SCHEMA, record)
+    # always v4: the incarnation orders a host's records, so it is signed on every one
+    body = schemas.encode(SCHEMA, entry.to_record())
     env = Envelope.new(
         kind=Kind.PRESENCE,
         sender=entry.gid,

@@ -62,15 +62,15 @@ class PresencePublisher:
         ttl_s: float = 30.0,
         clock_ms: Callable[[], int] = now_ms,
         metrics: PresenceMetrics | None = None,
-        incarnation: int | Callable[[], int] = 0,
         agreement_key: bytes | None = None,
+        incarnation: int | Callable[[], int] = 0,
     ) -> None:
         self._producer = producer
+        # the X25519 public key the host entry publishes (the pairwise MAC mode); None: off
+        self._agreement_key = agreement_key
         self._take_incarnation = incarnation
         self._incarnation: int | None = incarnation if isinstance(incarnation, int) else None
         self._incarnation_lock = threading.Lock()
-        # the X25519 public key the host entry publishes (the pairwise MAC mode); None: off
-        self._agreement_key = agreement_key
         self._metrics = metrics
         self._failing_since: int | None = None  # wall ms of the first failure of this episode
         self._signer = signer
@@ -159,8 +159,8 @@ class PresencePublisher:
             ts_ms=self._clock(),
             ttl_ms=self._ttl_ms,
             profiles=self._profiles if role is Role.GATEWAY else (),
-            incarnation=self.incarnation,
             agreement_key=self._agreement_key if role is Role.GATEWAY else None,
+            incarnation=self.incarnation,
         )
 
     def heartbeat(self) -> int:

@@ -47,8 +47,8 @@ from .static import StaticPresence
 log = logging.getLogger(__name__)
 
 MAX_GONE = 100_000  # departures remembered (the oldest forgotten first: then UNKNOWN_RECIPIENT)
-MAX_RETRACTED = 100_000  # retracted records remembered as a floor (the oldest forgotten first)
 AGREEMENT_KEPT = 2  # a host's current agreement key and its previous one (records in flight)
+MAX_RETRACTED = 100_000  # retracted records remembered as a floor (the oldest forgotten first)
 
 
 class RosterView:
@@ -77,13 +77,13 @@ class RosterView:
         self._lock = threading.Lock()
         self._freshness = Freshness()
         self.rejections: Counter[str] = Counter()
-        # authentic records that lost to a newer one, by what decided: "incarnation" (an older
-        # run of the host) or "ts" (an older heartbeat of the same run, or another host's)
-        self.superseded: Counter[str] = Counter()
         # the pairwise MAC mode's peer keys, from signed gateway entries (PeerKeys)
         self._agreement_by_host: dict[str, list[PeerKey]] = {}  # newest last
         self._agreement_current: dict[str, PeerKey] = {}  # hosts whose mode is on now
         self._agreement_by_id: dict[str, PeerKey] = {}
+        # authentic records that lost to a newer one, by what decided: "incarnation" (an older
+        # run of the host) or "ts" (an older heartbeat of the same run, or another host's)
+        self.superseded: Counter[str] = Counter()
 
     @classmethod
     def build(
@@ -156,23 +156,6 @@ class RosterView:
                 self._agreement_current.pop(entry.host, None)
         return entry
 
-    def _superseded_by(self, entry: PresenceEntry) -> str | None:
-        """What makes ``entry`` lose, or None when it applies (called under the lock).
-
-        While ``gid`` is bound, an older record (replayed, reordered, or from an older run of the
-        host) never wins. Once its host retracted or departed it, only an older *incarnation* of
-        that host is refused: a zombie's late heartbeat must not bring back what the newer run
-        took away, while the same run may announce the gid again whatever its clock says."""
-        current = self._entries.get(entry.gid)
-        if current is not None:
-            if not entry.older_than(current):
-                return None
-            return "incarnation" if entry.incarnation != current.incarnation else "ts"
-        floor = self._gone.get(entry.gid) or self._retracted.get(entry.gid)
-        if floor is not None and floor.host == entry.host and entry.incarnation < floor.incarnation:
-            return "incarnation"
-        return None
-
     def _peer_key(self, entry: PresenceEntry, vouched_by: str) -> PeerKey | None:
         """The agreement key a gateway entry publishes, bound to the host key that signed it."""
         raw = entry.agreement_key
@@ -201,6 +184,23 @@ class RosterView:
         self._agreement_by_id[key.key_id] = key
         self._agreement_current[key.host] = key
 
+    def _superseded_by(self, entry: PresenceEntry) -> str | None:
+        """What makes ``entry`` lose, or None when it applies (called under the lock).
+
+        While ``gid`` is bound, an older record (replayed, reordered, or from an older run of the
+        host) never wins. Once its host retracted or departed it, only an older *incarnation* of
+        that host is refused: a zombie's late heartbeat must not bring back what the newer run
+        took away, while the same run may announce the gid again whatever its clock says."""
+        current = self._entries.get(entry.gid)
+        if current is not None:
+            if not entry.older_than(current):
+                return None
+            return "incarnation" if entry.incarnation != current.incarnation else "ts"
+        floor = self._gone.get(entry.gid) or self._retracted.get(entry.gid)
+        if floor is not None and floor.host == entry.host and entry.incarnation < floor.incarnation:
+            return "incarnation"
+        return None
+
     def _check_claim(self, entry: PresenceEntry, sender: str, signer_host: str) -> None:
         if not 0 < entry.ttl_ms <= self._max_ttl_ms:
             raise EnvelopeError(f"presence ttl {entry.ttl_ms} ms", reason=TTL_TOO_LONG)
@@ -210,6 +210,11 @@ class RosterView:
             raise EnvelopeError(
                 f"presence for {entry.gid} claims host {entry.host}, signed by {signer_host}",
                 reason=SIGNER_MISMATCH,
+            )
+        if entry.incarnation < 0:
+            raise EnvelopeError(
+                f"presence for {entry.gid} has incarnation {entry.incarnation}",
+                reason=SCHEMA_INVALID,
             )
         if entry.is_gateway != (entry.gid == gateway_gid(entry.host)):
             raise EnvelopeError(f"bad gateway entry {entry.gid}", reason=SIGNER_MISMATCH)

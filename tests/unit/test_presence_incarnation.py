@@ -13,7 +13,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from pipeline import schemas
-from pipeline.envelope import Envelope, Kind, encode
 from pipeline.envelope import reasons as r
 from pipeline.presence import (
     Delivery,
@@ -26,7 +25,6 @@ from pipeline.presence import (
     tombstone_record,
 )
 from pipeline.presence.metrics import PresenceMetrics
-from pipeline.presence.model import INCARNATION_LABEL
 from tests.envelope_kit import Fleet
 from tests.unit.test_presence_publisher import ListProducer
 
@@ -123,20 +121,14 @@ def test_an_older_runs_late_record_neither_overrides_nor_resurrects() -> None:
 
 
 def test_records_without_an_incarnation_read_as_zero() -> None:
-    """A mixed fleet during an upgrade: an older gateway's records carry no incarnation label
-    (they read as 0), and an older gateway reads ours (the label is just a label to it)."""
+    """A mixed fleet during an upgrade: presence v3 (older gateways) has no incarnation."""
     f = Fleet()
     view = make(f)
     t = f.now
-    new = entry(f, "w1", "a", ts=t, inc=9, labels={"build": "x"})
-    rec = new.to_record()
-    assert rec["labels"] == {"build": "x", INCARNATION_LABEL: "9"}
-    as_v3 = schemas.decode("presence", schemas.encode("presence", rec, version=3))
-    assert as_v3["labels"][INCARNATION_LABEL] == "9", "a v3 reader decodes it"
-    back = PresenceEntry.from_record(as_v3)
-    assert back.incarnation == 9 and back.labels == {"build": "x"}
     old = entry(f, "w1", "a", ts=t, inc=0)
-    assert INCARNATION_LABEL not in old.to_record()["labels"]
+    rec = {k: v for k, v in old.to_record().items() if k != "incarnation"}
+    body = schemas.encode("presence", rec, version=3)
+    assert PresenceEntry.from_record(schemas.decode("presence", body)).incarnation == 0
     feed(f, view, old)  # as an older gateway's record reads
     assert feed(f, view, entry(f, "w1", "a", ts=t - 1_000, inc=0)) is None, "ts, as before"
     assert feed(f, view, entry(f, "w1", "a", ts=t - SKEW_MS, inc=1)) is not None  # upgraded
@@ -158,20 +150,12 @@ def test_the_incarnation_is_signed_a_changed_one_is_refused() -> None:
     view = make(f)
     e = entry(f, "w1", "a", ts=f.now, inc=1)
     key, headers, value = presence_record(e, signer=f.signers["a"], topics=f.topics)
-    rec = e.to_record()
-    forged = schemas.encode(
-        "presence", {**rec, "labels": {INCARNATION_LABEL: str(1 << 40)}}, version=value[1]
-    )
+    forged = schemas.encode("presence", {**e.to_record(), "incarnation": 1 << 40})
     assert forged != value
     assert view.apply(topic=f.topics.roster, key=key, headers=headers, value=forged) is None
     assert view.rejections == {r.SIG_INVALID: 1} and view.host_of("w1") is None
-    for bad in ("-1", "7x", "", "1" * 19):  # signed by its host, but not a count
-        body = schemas.encode("presence", {**rec, "labels": {INCARNATION_LABEL: bad}})
-        env = Envelope.new(kind=Kind.PRESENCE, sender="w1", to="w1", body=body, ttl_s=30,
-                           now_ms=f.now)  # fmt: skip
-        key, headers, value = encode(env, topic=f.topics.roster, signer=f.signers["a"])
-        assert view.apply(topic=f.topics.roster, key=key, headers=headers, value=value) is None
-    assert view.rejections[r.SCHEMA_INVALID] == 4
+    assert feed(f, view, entry(f, "w1", "a", ts=f.now, inc=-1)) is None  # signed, but nonsense
+    assert view.rejections[r.SCHEMA_INVALID] == 1
 
 
 def test_the_publisher_asks_for_its_incarnation_once_and_signs_it_into_every_record() -> None:

@@ -3,6 +3,8 @@
 Revision ID: 0011_presence_incarnation
 Revises: 0010_inject_journal
 Create Date: 2026-12-01
+
+Numbered 0011: chained after 0010_inject_journal.
 """
 
 from __future__ import annotations
