@@ -99,17 +99,19 @@ class _WriteGate:
         self.wait_s = wait_s
         self._lock = threading.Lock()
         self._holder: Any = None
+        self._thread: int | None = None
 
     def enter(self, dbapi_conn: Any) -> None:
-        # bounded: a thread that already writes through another connection must not hang here
-        # forever; past the wait it meets SQLite's own busy timeout, as without the gate
+        if self._thread == threading.get_ident():
+            return  # this thread writes already (another connection): SQLite decides, as before
+        # bounded: past the wait the writer meets SQLite's own busy timeout, as without the gate
         if self._lock.acquire(timeout=self.wait_s):
-            self._holder = dbapi_conn
+            self._holder, self._thread = dbapi_conn, threading.get_ident()
 
     def leave(self, dbapi_conn: Any) -> None:
         raw = getattr(dbapi_conn, "dbapi_connection", dbapi_conn)  # the pool passes its wrapper
         if raw is not None and raw is self._holder:
-            self._holder = None
+            self._holder = self._thread = None
             self._lock.release()
 
 

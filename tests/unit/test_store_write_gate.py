@@ -117,3 +117,17 @@ def test_a_begin_refused_by_another_process_releases_the_gate(
     with engine.begin() as conn:
         conn.execute(sa.text("INSERT INTO t VALUES (2)"))
     assert _gate_free(engine)
+
+
+def test_a_thread_writing_through_a_second_connection_meets_sqlite_not_the_gate(
+    engine: Engine,
+) -> None:
+    """A nested write in the thread that holds the gate is not queued behind itself (it would
+    wait out the gate's bound): it meets SQLite's lock at once, exactly as without the gate."""
+    serialize_writes(engine)
+    with engine.begin() as outer:
+        outer.execute(sa.text("INSERT INTO t VALUES (1)"))
+        with pytest.raises(OperationalError), engine.begin() as inner:
+            inner.execute(sa.text("INSERT INTO t VALUES (2)"))
+        assert not _gate_free(engine)  # still the outer transaction's
+    assert _gate_free(engine)
