@@ -49,6 +49,7 @@ class ScenarioResult:
     unseen: int = 0
     refused: int = 0
     late: int = 0
+    uncertain: int = 0
     findings: int = 0
     slowest_recovery_s: float | None = None
     examples: list[Finding] = field(default_factory=list)
@@ -70,6 +71,7 @@ class ScenarioResult:
         self.unseen += v.unseen
         self.refused += v.refused
         self.late += v.late
+        self.uncertain += v.uncertain
         self.findings += len(v.findings)
         self.examples += list(v.findings[: max(0, 5 - len(self.examples))])
         if v.slowest_recovery_s is not None:
@@ -82,7 +84,7 @@ class ScenarioResult:
             "repetitions": self.repetitions, "operations": self.operations, "sends": self.sends,
             "faults": self.faults, "lost": self.lost, "duplicated": self.duplicated,
             "out_of_order": self.out_of_order, "unseen": self.unseen, "refused": self.refused,
-            "late": self.late,
+            "late": self.late, "uncertain": self.uncertain,
             "findings": self.findings,
             "slowest_recovery_s": self.slowest_recovery_s, "ok": self.ok,
             "examples": [{"code": str(f.code), "msgId": f.msg_id, "detail": f.detail}

@@ -173,9 +173,11 @@ class Workload:
             held = collect.held_count(self.store_url("B"), MAIN_B)
             # distinct briefs with an outcome: one both injected and FAILED counts once, so a
             # conflict cannot end the drain before another brief's FAILED is due
-            briefs = set(collect.injected_ids(self.injected_file)) | {
-                str(r["msgId"]) for r in collect.failed_receipts(self.store_url("A"), SENDER)
-            }
+            briefs = (
+                set(collect.injected_ids(self.injected_file))
+                | {str(r["msgId"]) for r in collect.failed_receipts(self.store_url("A"), SENDER)}
+                | set(collect.uncertain_ids(self.store_url("A")))
+            )
             if held >= self.seq[MAIN_B] and len(briefs) >= self.seq[WORKER_B]:
                 drained = True
                 break
@@ -192,6 +194,7 @@ class Workload:
         )
         h.extend(collect.failed_receipts(self.store_url("A"), SENDER))
         h.extend(collect.late_injected(self.store_url("A")))
+        h.extend(collect.inject_uncertain(self.store_url("A")))
         for host in HOSTS:
             h.extend(collect.outbox_rows(self.store_url(host), self.topics.dlq, host))
 
