@@ -35,7 +35,7 @@ from pipeline.retention.rules import POOL_MEMBER_TABLES
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.inflight import Dispatcher, InflightConfig
 from pipeline.runtime.metrics import RuntimeMetrics
-from pipeline.store import read_sessions, session_factory
+from pipeline.store import serialize_writes, session_factory
 
 if TYPE_CHECKING:
     pass
@@ -66,6 +66,7 @@ class PoolMember:
             if self.handler.claims is not None:
                 self.handler.claims.stopping.set()
             self.heartbeat.close()
+            self.handler.close()
             if purge is not None:
                 purge.join(timeout=10)
 
@@ -94,7 +95,8 @@ def build_pool_member(
             admin_factory=factories.admin,
         )
     registry = registry or CollectorRegistry()
-    engine = factories.engine(config.store_url)
+    # SQLite: the member's threads (step claims and results, batches) queue in-process
+    engine = serialize_writes(factories.engine(config.store_url))
     sessions = session_factory(engine)
     metrics = PoolMetrics(registry, pool=config.pool)
     dedupe_header = "msgId" if config.dedupe else None
@@ -113,7 +115,6 @@ def build_pool_member(
         step,
         scope=group,
         member=config.member,
-        reads=read_sessions(engine),
         claims=claims,
         dedupe_header=dedupe_header,
         metrics=metrics,

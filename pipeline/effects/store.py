@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, and_, delete, select, update
+from sqlalchemy import Row, and_, bindparam, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -89,8 +89,9 @@ class IdempotencyStore:
         digest = payload_hash(payload)
         now = self._now_ms()
         values = self._fresh(kc, digest, now)
-        stmt = _insert_for(session)(idempotency).values(key_class=kc.name, idem_key=key, **values)
-        inserted = session.execute(stmt.on_conflict_do_nothing().returning(idempotency.c.idem_key))
+        inserted = session.execute(
+            _reserve_for(session), {"key_class": kc.name, "idem_key": key, **values}
+        )
         if inserted.first() is not None:
             return self._count(kc, ReserveOutcome.FIRST_USE, FirstUse(key=key))
         row = self._row(session, kc.name, key)
@@ -201,14 +202,14 @@ class IdempotencyStore:
         (completed, released, or taken over after the lease ran out)."""
         kc = self.key_class(key_class)
         result = session.execute(
-            update(idempotency)
-            .where(
-                idempotency.c.key_class == kc.name,
-                idempotency.c.idem_key == key,
-                idempotency.c.state == int(KeyState.IN_PROGRESS),
-                idempotency.c.attempt == attempt,
-            )
-            .values(lease_until_ms=self._now_ms() + int(kc.lease_s * 1000))
+            _RENEW,
+            {
+                "k_class": kc.name,
+                "k_key": key,
+                "k_state": int(KeyState.IN_PROGRESS),
+                "k_attempt": attempt,
+                "new_lease": self._now_ms() + int(kc.lease_s * 1000),
+            },
         )
         return int(getattr(result, "rowcount", 0) or 0) == 1
 
@@ -222,17 +223,14 @@ class IdempotencyStore:
         attempt: int | None,
     ) -> None:
         kc = self.key_class(key_class)
-        held = [
-            idempotency.c.key_class == kc.name,
-            idempotency.c.idem_key == key,
-            idempotency.c.state == int(KeyState.IN_PROGRESS),
-        ]
-        if attempt is not None:
-            held.append(idempotency.c.attempt == attempt)
         result = session.execute(
-            update(idempotency)
-            .where(*held)
-            .values(state=int(state), result=json.dumps(body), completed_at_ms=self._now_ms())
+            _FINISH if attempt is None else _FINISH_ATTEMPT,
+            {
+                **_held(kc.name, key, attempt),
+                "new_state": int(state),
+                "new_result": json.dumps(body),
+                "done_ms": self._now_ms(),
+            },
         )
         if int(getattr(result, "rowcount", 0) or 0) != 1:
             raise StoreError(
@@ -248,14 +246,9 @@ class IdempotencyStore:
         """Forget an in-progress key whose work never began (validation failed) or failed in a
         way the caller retries itself: the next ``reserve`` is a first use again."""
         kc = self.key_class(key_class)
-        held = [
-            idempotency.c.key_class == kc.name,
-            idempotency.c.idem_key == key,
-            idempotency.c.state == int(KeyState.IN_PROGRESS),
-        ]
-        if attempt is not None:
-            held.append(idempotency.c.attempt == attempt)
-        session.execute(delete(idempotency).where(*held))
+        session.execute(
+            _RELEASE if attempt is None else _RELEASE_ATTEMPT, _held(kc.name, key, attempt)
+        )
 
     def purge_expired(self, session: Session) -> int:
         """Delete keys past their retention (they would start a new request anyway)."""
@@ -268,11 +261,7 @@ class IdempotencyStore:
         return None if row is None else _record(row)
 
     def _row(self, session: Session, key_class: str, key: str) -> Row[Any] | None:
-        return session.execute(
-            select(idempotency).where(
-                idempotency.c.key_class == key_class, idempotency.c.idem_key == key
-            )
-        ).first()
+        return session.execute(_ROW, {"k_class": key_class, "k_key": key}).first()
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -342,10 +331,49 @@ def _record(row: Row[Any]) -> KeyRecord:
     )
 
 
-def _insert_for(session: Session) -> Any:
+# The statements every reserve / complete / renew / release runs, built once with bound
+# parameters: SQLAlchemy then compiles each once and finds it by a memoised cache key, instead
+# of building a new statement (and its cache key) per call -- most of a pool step's store CPU.
+_RESERVE = {
+    "postgresql": postgresql.insert(idempotency)
+    .on_conflict_do_nothing()
+    .returning(idempotency.c.idem_key),
+    "sqlite": sqlite.insert(idempotency).on_conflict_do_nothing().returning(idempotency.c.idem_key),
+}
+_KEY = (
+    idempotency.c.key_class == bindparam("k_class"),
+    idempotency.c.idem_key == bindparam("k_key"),
+)
+_HELD = (*_KEY, idempotency.c.state == bindparam("k_state"))
+_HELD_ATTEMPT = (*_HELD, idempotency.c.attempt == bindparam("k_attempt"))
+_ROW = select(idempotency).where(*_KEY)
+_FINISH_VALUES: dict[str, Any] = {
+    "state": bindparam("new_state"),
+    "result": bindparam("new_result"),
+    "completed_at_ms": bindparam("done_ms"),
+}
+_FINISH = update(idempotency).where(*_HELD).values(**_FINISH_VALUES)
+_FINISH_ATTEMPT = update(idempotency).where(*_HELD_ATTEMPT).values(**_FINISH_VALUES)
+_RENEW = update(idempotency).where(*_HELD_ATTEMPT).values(lease_until_ms=bindparam("new_lease"))
+_RELEASE = delete(idempotency).where(*_HELD)
+_RELEASE_ATTEMPT = delete(idempotency).where(*_HELD_ATTEMPT)
+
+
+def _held(key_class: str, key: str, attempt: int | None) -> dict[str, Any]:
+    """Parameters of ``_HELD`` (and ``_HELD_ATTEMPT``): the key, in progress, at ``attempt``."""
+    params: dict[str, Any] = {
+        "k_class": key_class,
+        "k_key": key,
+        "k_state": int(KeyState.IN_PROGRESS),
+    }
+    if attempt is not None:
+        params["k_attempt"] = attempt
+    return params
+
+
+def _reserve_for(session: Session) -> Any:
     dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        return postgresql.insert
-    if dialect == "sqlite":
-        return sqlite.insert
-    raise ConfigError(f"idempotency: unsupported database dialect {dialect!r}")
+    stmt = _RESERVE.get(dialect)
+    if stmt is None:
+        raise ConfigError(f"idempotency: unsupported database dialect {dialect!r}")
+    return stmt

@@ -5,7 +5,10 @@ One path per concern: a step's stored outcome lives in ``fleet_idempotency`` und
 A step is an external effect (a model call taking seconds to minutes), so it uses the store's
 "reserve, commit, act, complete" mode:
 
-1. ``claim`` reserves the key in its own short transaction. ``FirstUse``: run the step.
+1. ``claim`` reserves the key in its own short transaction, which first asks ``applied`` (the
+   runtime's dedupe row, seed 001: "dedupe before the model call"): an event applied already is
+   :class:`Applied` and never reserved -- one transaction per claim, not a read and a write.
+   ``FirstUse``: run the step.
    ``Done``: the stored outcome, replayed (no second model call). ``InProgress``: another member
    holds it (a step given up at a revoke and still running, or a member killed mid-step whose
    lease has not run out): wait, polling, until it is ``Done`` or the lease ends and this member
@@ -24,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +37,16 @@ from pipeline.effects import Done, FirstUse, IdempotencyStore, Mismatch, Reserva
 from pipeline.errors import StoreError
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """The event's dedupe row exists: its effect was applied, the step must not run."""
+
+    key: str
+
+
+AppliedCheck = Callable[[Session], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +76,16 @@ class StepClaims:
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}
 
-    def claim(self, key: str, payload: Any) -> Reservation:
+    def claim(
+        self, key: str, payload: Any, *, applied: AppliedCheck | None = None
+    ) -> Reservation | Applied:
         """``FirstUse`` (now held), ``Done`` or ``Mismatch``; waits out ``InProgress``. Returns
-        the last ``InProgress`` only when the member is stopping."""
+        the last ``InProgress`` only when the member is stopping. ``applied`` is asked first, in
+        the same transaction (each time round while waiting): ``True`` answers :class:`Applied`."""
         while True:
             with self.sessions.begin() as session:
+                if applied is not None and applied(session):
+                    return Applied(key)
                 answer = self.store.reserve(session, key, payload, key_class=self.key_class)
             if isinstance(answer, FirstUse):
                 with self._lock:

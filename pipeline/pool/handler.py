@@ -11,24 +11,25 @@ and commits the offset after it (commit after processing).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from pipeline.effects import Done, FirstUse, Mismatch
 from pipeline.errors import FleetError
 from pipeline.failures.outcomes import Ack, Outcome
 from pipeline.reasons import Idempotency
 from pipeline.record import Record
-from pipeline.runtime.dedupe import seen_ids
+from pipeline.runtime.dedupe import is_applied
 from pipeline.runtime.staging import Staged
 
-from .claims import StepClaims, outcome_value
+from .claims import Applied, StepClaims, outcome_value
 from .metrics import PoolMetrics
 from .steps import StepFn
 from .tables import effects_table
@@ -70,7 +71,6 @@ class PoolHandler:
         *,
         scope: str,
         member: str,
-        reads: sessionmaker[Session],
         claims: StepClaims | None,
         dedupe_header: str | None = "msgId",
         metrics: PoolMetrics | None = None,
@@ -79,7 +79,6 @@ class PoolHandler:
         self.step = step
         self.scope = scope
         self.member = member
-        self.reads = reads
         self.claims = claims if dedupe_header is not None else None
         self.dedupe_header = dedupe_header
         self.metrics = metrics
@@ -87,6 +86,7 @@ class PoolHandler:
         self._lock = threading.Lock()
         self._results: dict[Ref, StepResult] = {}
         self._running: dict[Ref, int] = {}
+        self._events: TextIO | None = None
 
     def running_since(self) -> list[int]:
         """Start times (epoch ms) of the steps on worker threads now: the heartbeat's lanes."""
@@ -115,10 +115,9 @@ class PoolHandler:
         eid = event_id(record, self.dedupe_header or "msgId")
         claims, payload = self.claims, record.value or b""
         if claims is not None:
-            with self.reads() as session:
-                if seen_ids(session, self.scope, [eid]):
-                    return StepResult(started, _now_ms())
-            answer = claims.claim(eid, payload)
+            answer = claims.claim(eid, payload, applied=functools.partial(self._applied, eid))
+            if isinstance(answer, Applied):
+                return StepResult(started, _now_ms())
             if isinstance(answer, Done):
                 return self._reused(started, outcome_value(answer))
             if isinstance(answer, Mismatch):
@@ -139,6 +138,10 @@ class PoolHandler:
             if stored != value:  # taken over while it ran: the other holder's outcome wins
                 return self._reused(started, stored)
         return StepResult(started, _now_ms(), result=value)
+
+    def _applied(self, eid: str, session: Session) -> bool:
+        """The runtime's dedupe row exists (asked inside the claim's transaction)."""
+        return is_applied(session, self.scope, eid)
 
     def _reused(self, started: int, value: str) -> StepResult:
         if self.metrics:
@@ -177,8 +180,18 @@ class PoolHandler:
             "end_ms": None if r is None else r.ended_ms,
             "kind": kind,
         }
-        with self._lock, open(self.events_path, "a", encoding="utf-8") as out:
-            out.write(json.dumps(line) + "\n")
+        text = json.dumps(line) + "\n"
+        with self._lock:
+            if self._events is None:  # line-buffered: each line is in the file once written
+                self._events = open(self.events_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+            self._events.write(text)
+
+    def close(self) -> None:
+        """Close the events log (a step given up and ending later opens it again)."""
+        with self._lock:
+            events, self._events = self._events, None
+        if events is not None:
+            events.close()
 
     # -- poll thread -------------------------------------------------------------------------------
     def verify(self, record: Record) -> None:

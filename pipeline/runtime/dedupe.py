@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import BigInteger, Column, Connection, String, Table, delete, select
+from sqlalchemy import BigInteger, Column, Connection, String, Table, bindparam, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -73,3 +73,14 @@ def seen_ids(session: Session, scope: str, msg_ids: Iterable[str]) -> set[str]:
         )
         found.update(r[0] for r in rows)
     return found
+
+
+# one id, the pool's question before each step (built once: compiled and cache-keyed once)
+_APPLIED = select(dedupe_table.c.msg_id).where(
+    dedupe_table.c.scope == bindparam("d_scope"), dedupe_table.c.msg_id == bindparam("d_id")
+)
+
+
+def is_applied(session: Session | Connection, scope: str, msg_id: str) -> bool:
+    """Whether ``msg_id`` was applied in ``scope`` (a pool member asks before a step)."""
+    return session.execute(_APPLIED, {"d_scope": scope, "d_id": msg_id}).first() is not None

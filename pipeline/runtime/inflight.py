@@ -25,10 +25,15 @@ built with a :class:`Dispatcher` (worker pools); the gateway inbox runs without 
 
 **Waking up for a finished step.** A finished step frees its lane only when the poll thread
 collects it, and ``consumer.poll`` cannot be woken. So while steps run, ``wait_s()`` blocks on
-the done queue instead when nothing can be fetched (every assigned partition paused), and
-otherwise shortens the poll to ``1/WAKE_FRACTION`` of the mean step time (at least
-``MIN_WAKE_S``): a lane then waits on average 1/40 of a step for its next record. With no step
-running, and for steps of seconds, the poll keeps its full timeout (no busy loop when idle).
+the done queue instead whenever no record fetched now could start: every assigned partition
+paused, or every step slot (``max_in_flight``) running, or -- one lane per partition -- a step
+running on every partition that is not paused. That is the saturated member (a backlog): its
+lanes restart the moment a step ends, and the loop turns once per finished step instead of
+spinning; what librdkafka fetched meanwhile is taken by the next turn. Otherwise (a lane is
+idle and a record may arrive for it) the poll is shortened to ``1/WAKE_FRACTION`` of the mean
+step time (at least ``MIN_WAKE_S``): a finished step then waits on average 1/40 of a step to be
+collected. With no step running, and for steps of seconds, the poll keeps its full timeout (no
+busy loop when idle).
 """
 
 from __future__ import annotations
@@ -54,6 +59,16 @@ log = logging.getLogger(__name__)
 WAKE_FRACTION = 20  # poll slices of a twentieth of the mean step while steps run
 MIN_WAKE_S = 0.001
 _STEP_EWMA = 0.1  # weight of the newest step in the mean step time
+
+
+class _Every:
+    """The set of every partition (``tp in _EVERY`` is always true)."""
+
+    def __contains__(self, _tp: object) -> bool:
+        return True
+
+
+_EVERY = _Every()
 
 
 class StepRunner(Protocol):
@@ -122,10 +137,25 @@ class Dispatcher:
             if resume:
                 consumer.resume([TopicPartition(t, p) for t, p in resume])
         self._paused = (self._paused | pause) - (self._paused - full)
-        self._fetchable = any(tp not in full and not held_elsewhere(tp) for tp in assigned)
+        busy = self._busy_lanes()
+        self._fetchable = any(
+            tp not in full and not held_elsewhere(tp) and tp not in busy for tp in assigned
+        )
         if self.observer:
             self.observer.paused_count(len(self._paused))
         return room
+
+    def _busy_lanes(self) -> set[TP] | _Every:
+        """Partitions whose record, fetched now, could only queue: every one when all step
+        slots run, else (one lane per partition) those with a step running. A turn that can
+        fetch nothing that would start waits for a finished step instead (``wait_s``); the next
+        turn fetches what came meanwhile just as well."""
+        running = self.lanes.running()
+        if len(running) >= self.config.max_in_flight:
+            return _EVERY
+        if self.lanes.mode is Concurrency.KEY:
+            return set()
+        return {r.tp for r in running}
 
     def wait_s(self, idle_s: float) -> float:
         """How long the next poll may block (see the module docstring): ``idle_s`` with no step

@@ -4,7 +4,14 @@ Tables live beside the subsystem using them; :mod:`pipeline.store.schema` runs t
 revisions in ``migrations/``; :mod:`pipeline.store.retry` retries transient errors.
 """
 
-from .engine import make_engine, metadata, read_sessions, readonly, session_factory
+from .engine import (
+    make_engine,
+    metadata,
+    read_sessions,
+    readonly,
+    serialize_writes,
+    session_factory,
+)
 from .retry import DEFAULT_RETRY, StoreRetry, is_transient, with_retry
 
 __all__ = [
@@ -15,6 +22,7 @@ __all__ = [
     "metadata",
     "read_sessions",
     "readonly",
+    "serialize_writes",
     "session_factory",
     "with_retry",
 ]

@@ -20,8 +20,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.effects import Done, FirstUse, IdempotencyStore, KeyClass, KeyState
 from pipeline.pool.claims import StepClaims
+from pipeline.pool.handler import PoolHandler
 from pipeline.pool.heartbeat import Heartbeat, member_lanes
 from pipeline.pool.metrics import PoolMetrics
+from pipeline.record import Record
+from pipeline.runtime.dedupe import claim_ids
 from pipeline.store import make_engine, session_factory
 
 LEASE_S = 0.6
@@ -222,3 +225,28 @@ def test_a_step_that_completes_while_the_beat_renews_is_not_a_lost_lease(
     beat.beat()
     lost = registry.get_sample_value("fleet_pool_step_leases_lost_total", {"pool": "t"})
     assert not lost
+
+
+def test_an_applied_event_is_never_claimed_and_its_step_never_runs(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Seed 001, "dedupe before the model call": the handler asks for the dedupe row inside the
+    claim's own transaction (one write transaction, not a read and a write); an applied event
+    reserves no step key and runs no step, and the runtime drops it as a duplicate."""
+    ran: list[Record] = []
+    handler = PoolHandler(ran.append, scope="g", member="m", claims=_claims(sessions))
+
+    def record(msg_id: str) -> Record:
+        return Record("t", 0, 0, b"k", b"v", (("msgId", msg_id.encode()),), 0)
+
+    with sessions.begin() as session:
+        claim_ids(session.connection(), "g", ["applied"], 0)
+    handler.run(record("applied"))
+    handler.run(record("fresh"))
+    assert [r.header_str("msgId") for r in ran] == ["fresh"]
+    with sessions() as session:
+        store = handler.claims.store if handler.claims else None
+        assert store is not None
+        assert store.get(session, "applied", key_class=KC) is None  # never reserved
+        fresh = store.get(session, "fresh", key_class=KC)
+        assert fresh is not None and fresh.state is KeyState.SUCCEEDED

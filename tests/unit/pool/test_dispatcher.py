@@ -117,6 +117,29 @@ def test_with_nothing_fetchable_the_loop_waits_for_a_step_to_end_instead_of_poll
     d.close()
 
 
+def test_a_saturated_member_waits_for_a_finished_step_not_a_poll_slice() -> None:
+    """Every lane busy (a step on each partition; in key mode every step slot): a record fetched
+    now could only queue, so the loop sleeps on the done queue and wakes when a step ends --
+    the backlog's next record starts at once instead of a poll slice later."""
+    for mode, assigned, submitted in (
+        (Concurrency.PARTITION, {(T, 0), (T, 1)}, [rec(0), rec(0, partition=1)]),
+        (Concurrency.KEY, {(T, 0), (T, 1)}, [rec(0)]),
+    ):
+        gate = Gate()
+        cfg = InflightConfig(mode=mode, max_in_flight=1 if mode is Concurrency.KEY else 64)
+        d = Dispatcher(cfg, gate)
+        consumer = Consumer()
+        d.submit(submitted)
+        for _ in submitted:
+            assert gate.started.acquire(timeout=5)
+        d.room(consumer, assigned, lambda _tp: False)
+        assert consumer.paused == set()  # nothing is full: records still arrive in the buffer
+        threading.Timer(0.05, gate.release.set).start()
+        assert d.wait_s(5.0) == 0.0, mode  # returned when a step ended, not after 5 s
+        assert d.completed()
+        d.close()
+
+
 def test_while_steps_run_and_records_may_arrive_the_poll_is_a_slice_of_a_step() -> None:
     gate = Gate()
     d = dispatcher(gate)
