@@ -94,6 +94,7 @@ class Workload:
         self.procs: dict[str, GatewayProc] = {}
         self.client: GatewayClient | None = None
         self.client_b: GatewayClient | None = None
+        self._signer_b: Signer | None = None
         self.journal = RunJournal(topic=self.run_topic)
         self.run_steps: dict[str, int] = dict.fromkeys(RUNS, 0)
 
@@ -143,10 +144,13 @@ class Workload:
             "B": GatewayProc(b, self.root / "B.log", name="B"),
         }
         self.client = build_client(load_config(a), signer=signers["A"])
-        self.client_b = build_client(load_config(b), signer=signers["B"])
+        self._signer_b = signers["B"]  # B's client is built in start(): after a rig moved B's store
 
     def start(self) -> None:
         t0 = time.monotonic()
+        if self.client_b is None:  # creates B's store (schema at head) before B's gateway opens it
+            assert self._signer_b is not None, "setup() first"
+            self.client_b = build_client(load_config(self.procs["B"].config), signer=self._signer_b)
         for p in self.procs.values():
             p.start()
         client, client_b = self.client, self.client_b
