@@ -128,8 +128,11 @@ def repetition(
                 w.start()
                 w.run_in_background()
                 ctx = NemesisContext(workload=w, history=history, rng=rng, cluster=cluster, rig=rig)
+                t_play = time.monotonic()
                 play(scenario, ctx)
                 w.join()
+                # the stream and the faults: longer than the stream when the last recovery is
+                w.timings["faults_s"] = round(time.monotonic() - t_play, 3)
                 w.drain()
                 w.collect()
             finally:

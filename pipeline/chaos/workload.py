@@ -162,7 +162,9 @@ class Workload:
         ):  # fmt: skip
             if time.monotonic() > deadline:
                 raise TimeoutError("main-b, worker-b and worker-a never became live in the rosters")
+            self._note_running(t0)
             time.sleep(0.2)
+        self._note_running(t0)
         with client_b.sessions.begin() as s:
             for run_id in RUNS:
                 self.journal.start(s, tenant=TENANT, run_id=run_id)
@@ -171,6 +173,13 @@ class Workload:
         self._answering.set()
         self._responder.start()
         self.timings["start_s"] = round(time.monotonic() - t0, 3)
+
+    def _note_running(self, t0: float) -> None:
+        """When each gateway printed its ``running`` line (a phase of the start-up)."""
+        for name, p in self.procs.items():
+            key = f"running_{name}_s"
+            if key not in self.timings and p.ready():
+                self.timings[key] = round(time.monotonic() - t0, 3)
 
     # -- the steady stream -------------------------------------------------------------------
     def send_one(self) -> None:
