@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ from pipeline.gateway.config import load_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import ensure_pool_topic
 from pipeline.runs import RunJournal
+from pipeline.store import make_engine
 from pipeline.testing import unique_name
 
 from . import checker, collect
@@ -113,6 +115,23 @@ class Workload:
         )
         return path
 
+    def _fresh_store(self, host: str) -> None:
+        """``host``'s store: an empty copy of a store migrated to head once per run (the
+        template beside the repetitions' directories), not a migration per host and
+        repetition - seconds each on a loaded machine. The gateway's start-up schema check
+        still runs on it (at head: one query). Written through a symlink a rig put there."""
+        template = self.root.parent / "store-template.sqlite"
+        if not template.exists():
+            tmp = self.root.parent / f"store-template.{id(self)}.tmp"
+            make_engine(f"sqlite:///{tmp}").dispose()
+            tmp.replace(template)
+        src, dst = sqlite3.connect(template), sqlite3.connect(self.root / f"{host}.sqlite")
+        try:
+            src.backup(dst)
+        finally:
+            src.close()
+            dst.close()
+
     def setup(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "trusted").mkdir(exist_ok=True)
@@ -143,6 +162,7 @@ class Workload:
             "A": GatewayProc(a, self.root / "A.log", name="A"),
             "B": GatewayProc(b, self.root / "B.log", name="B"),
         }
+        self._fresh_store("A")
         self.client = build_client(load_config(a), signer=signers["A"])
         self._signer_b = signers["B"]  # B's client is built in start(): after a rig moved B's store
 
@@ -150,6 +170,7 @@ class Workload:
         t0 = time.monotonic()
         if self.client_b is None:  # creates B's store (schema at head) before B's gateway opens it
             assert self._signer_b is not None, "setup() first"
+            self._fresh_store("B")
             self.client_b = build_client(load_config(self.procs["B"].config), signer=self._signer_b)
         for p in self.procs.values():
             p.start()
