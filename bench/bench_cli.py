@@ -28,8 +28,21 @@ FAR_MS = 10**15
 
 
 def _fleet() -> list[str]:
+    """The installed ``fleet`` script when it runs the lean entry (``pipeline.cli.entry``), else
+    ``python -m pipeline`` (the same entry; a script installed before the entry moved would run
+    the Typer app directly)."""
     script = Path(sys.executable).with_name("fleet")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "pipeline"]
+    if script.exists() and "pipeline.cli.entry" in script.read_text(errors="replace"):
+        return [str(script)]
+    return [sys.executable, "-m", "pipeline"]
+
+
+def _load() -> str:
+    """The 1/5/15-minute load averages (what ``uptime`` prints): the machine's queue for a core."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
 
 
 def _host(root: Path, socket: str = "") -> Path:
@@ -95,6 +108,7 @@ def _summary(times: list[float], base: float, cpu: list[float]) -> dict[str, Any
 def main(quick: bool = False) -> dict[str, Any]:
     repeats = 3
     fleet = _fleet()
+    load_before = _load()
     with tempfile.TemporaryDirectory(prefix="fleet-bench-cli-") as d:
         config = _host(Path(d))
         try:
@@ -103,6 +117,8 @@ def main(quick: bool = False) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - code without the socket (a "before" run)
             via_socket, server = None, None
         send = ["send", "--from", "main-a", "--to", "main-b", "bench"]
+        # through the socket `fleet send` takes the lean entry (no Typer, Rich or SQLAlchemy);
+        # with no gateway it is the Typer command writing the store
         runs = {
             "python -c pass": [sys.executable, "-c", "pass"],
             "fleet --help": [*fleet, "--help"],
@@ -126,6 +142,7 @@ def main(quick: bool = False) -> dict[str, Any]:
     base = statistics.median(times["python -c pass"])
     return {
         "repeats": repeats,
+        "load_before_after": [load_before, _load()],
         "command": " ".join(fleet),
         "baseline_python_s": _summary(times["python -c pass"], base, cpu["python -c pass"]),
         **{

@@ -2,7 +2,9 @@
 
 ``python -m bench envelope [--quick]``. The Ed25519 calls in cryptography release the GIL, so
 verification should scale with threads up to the free cores; the parsing around it does not.
-Baselines in the same run: raw Ed25519 verify (the crypto floor) and 1-thread verify.
+Baselines in the same run: raw Ed25519 verify (the crypto floor) and 1-thread verify. Beside
+them, the pairwise MAC mode (docs/envelope.md): full ``Verifier.verify`` of MAC'd records and the
+raw HMAC-SHA256, with the ratio to signed verify measured in the same run.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ BODY = b"x" * 1024
 TOPIC = "fleet.inbox.b"
 
 
-def _records(signer: Signer, n: int) -> list[tuple[bytes, list[tuple[str, bytes]], bytes]]:
+def _records(
+    signer: Signer, n: int, pair: Any = None
+) -> list[tuple[bytes, list[tuple[str, bytes]], bytes]]:
     out = []
     for _ in range(n):
         env = Envelope.new(kind=Kind.SEND, sender="w-a", to="m-b", body=BODY, ttl_s=3600)
-        out.append(encode(env, topic=TOPIC, signer=signer))
+        out.append(encode(env, topic=TOPIC, signer=signer, pair=pair))
     return out
 
 
@@ -76,6 +80,26 @@ def main(quick: bool) -> dict[str, Any]:
         return n / (time.perf_counter() - t0)
 
     two = two_threads()
+
+    from bench.bench_runtime import pairings
+    from pipeline.envelope.pairwise import mac
+
+    sender, receiver = pairings(signer, trust, peer_host="b")
+    pair = sender.seal("b")
+    mac_records = _records(signer, n, pair)
+    mac_verifier = Verifier(host="b", trust=trust, presence=StaticPresence({"w-a": "a"}),
+                            seen=BoundedSeenSet(), pairing=receiver)  # fmt: skip
+
+    def mac_verify(k: int) -> None:
+        for key, headers, value in mac_records[:k]:
+            mac_verifier.verify(topic=TOPIC, key=key, headers=headers, value=value)
+
+    def raw_mac(k: int) -> None:
+        for _ in range(k):
+            mac(pair.key, message)  # type: ignore[union-attr]
+
+    mac_one = _rate(mac_verify, n)
+    raw_mac_rate = _rate(raw_mac, n)
     return {
         "n": n,
         "body_bytes": len(BODY),
@@ -86,4 +110,9 @@ def main(quick: bool) -> dict[str, Any]:
         "verify_vs_raw_ed25519_ratio": round(one / raw_rate, 3),
         "verify_per_s_2threads": round(two),
         "verify_2threads_vs_1thread_ratio": round(two / one, 3),
+        "mac_verify_per_s_1core": round(mac_one),
+        "raw_hmac_sha256_per_s": round(raw_mac_rate),
+        "mac_verify_over_signed_verify": round(mac_one / one, 2),
+        "verify_us_signed": round(1e6 / one, 1),
+        "verify_us_mac": round(1e6 / mac_one, 1),
     }

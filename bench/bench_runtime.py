@@ -18,8 +18,10 @@ ratios of CPU seconds (``*_cpu``: every thread of the contender's process, from 
 to its N-th) are printed beside them, since the wall clock of a shared machine moves with its
 other tenants. Then the signed pull path (the gateway's ``InboxHandler`` in the runtime, N/5
 signed records to 24 pull mains): msg/s and CPU µs per message with verification on the consume
-thread (1) and across 2 threads (``BatchVerifier``), target ≥ 10k msg/s. Three repeats, reported
-as min / median / max. ``python -m bench runtime`` (``--quick``: 10k records, 1 repeat).
+thread (1) and across 2 threads (``BatchVerifier``), target ≥ 10k msg/s, and the same path with
+the records MAC'd in the pairwise mode (``mac_*``, docs/envelope.md). Three repeats, reported
+as min / median / max. ``python -m bench runtime`` (``--quick``: 10k records, 1 repeat);
+``python -m bench pull`` runs the pull rows alone.
 """
 
 from __future__ import annotations
@@ -194,7 +196,8 @@ VERIFY_THREADS = (1, 2)  # 1: verified on the consume thread (as before issue 17
 FULL = (50_000, 3)  # records, repeats
 
 
-def _signed_topic(bootstrap: str, n: int, signer: Any, topics: Any) -> str:
+def _signed_topic(bootstrap: str, n: int, signer: Any, topics: Any, pair: Any = None) -> str:
+    """N REPLYs from A to B's pull mains, signed by A, or MAC'd for the pair A-B (``pair``)."""
     from pipeline.envelope import Envelope, Kind, encode
 
     name = topics.inbox("B")
@@ -204,7 +207,30 @@ def _signed_topic(bootstrap: str, n: int, signer: Any, topics: Any) -> str:
         )
         for i in range(n)
     )
-    return _fill(bootstrap, name, (encode(e, topic=name, signer=signer) for e in envelopes))
+    return _fill(
+        bootstrap,
+        name,
+        (encode(e, topic=name, signer=signer, pair=pair) for e in envelopes),
+    )
+
+
+def pairings(signer: Any, trust: Any, peer_host: str = "B") -> tuple[Any, Any]:
+    """(A's pairing, B's pairing): each host's agreement key derived from its host key, the
+    peer's as its signed presence would publish it (docs/envelope.md, the pairwise MAC mode)."""
+    from pipeline.envelope import AgreementKey, Pairing, PeerKey, Signer
+    from pipeline.envelope.pairwise import StaticPeerKeys
+
+    a, b = AgreementKey.from_signer(signer), AgreementKey.from_signer(Signer.generate(peer_host))
+
+    def peer(k: Any) -> Any:
+        return PeerKey(
+            host=k.host, key_id=k.key_id, public_bytes=k.public_bytes, vouched_by=signer.key_id
+        )
+
+    return (
+        Pairing(own=a, peers=StaticPeerKeys(peer(b)), trusted=trust.lookup),
+        Pairing(own=b, peers=StaticPeerKeys(peer(a)), trusted=trust.lookup),
+    )
 
 
 class _Timed:
@@ -230,24 +256,30 @@ class _Timed:
 
 
 def _signed_pull(
-    bootstrap: str, topic: str, n: int, db: Path, signer: Any, topics: Any, threads: int
+    bootstrap: str,
+    topic: str,
+    n: int,
+    db: Path,
+    signer: Any,
+    topics: Any,
+    threads: int,
+    pairing: Any = None,
 ) -> tuple[float, float]:
     """The gateway's pull path in the runtime: verify (``threads`` verifying), held + dedupe
-    rows in the batch transaction, offset commit. Seconds from the first record to the N-th."""
-    from pipeline.envelope import TrustStore
+    rows in the batch transaction, offset commit. Seconds from the first record to the N-th.
+    With ``pairing`` (B's) the MAC'd records verify in the pairwise mode."""
     from pipeline.testing import pull_inbox
 
     engine = make_engine(f"sqlite:///{db}")
-    trust = TrustStore()
-    trust.add(signer.host, signer.key_id, signer.public_key_bytes)
     inbox = pull_inbox(
         engine,
         host="B",
         topics=topics,
-        trust=trust,
+        trust=_trust(signer),
         mains=tuple(f"main-{i}" for i in range(MAINS)),
         senders={"main-a": "A"},
         verify_threads=threads,
+        pairing=pairing,
     )
     handler = _Timed(inbox.handler)
     rt = ConsumerRuntime(
@@ -300,27 +332,58 @@ def _spread(values: list[float]) -> dict[str, float]:
     }
 
 
+def _trust(signer: Any) -> Any:
+    from pipeline.envelope import TrustStore
+
+    trust = TrustStore()
+    trust.add(signer.host, signer.key_id, signer.public_key_bytes)
+    return trust
+
+
 def _signed(bootstrap: str, n: int, tmp: str, r: int) -> dict[str, float]:
-    """Signed pull msg/s with verification on the consume thread (1) and on 2 threads."""
+    """The pull path, msg/s and CPU µs/msg, verification on the consume thread (1) and on 2
+    threads: Ed25519-signed records (``signed_*``) and pairwise-MAC'd ones (``mac_*``), each
+    its own topic filled before either is read; ``mac_over_signed_*`` = signed_s / mac_s."""
     from pipeline.envelope import Signer
     from pipeline.kafka.topics import TopicNames
 
     signer = Signer.generate("A")
-    topics = TopicNames(prefix=unique_name("bench").replace(".", "") + ".")
-    topic = _signed_topic(bootstrap, n, signer, topics)
-    secs = {
-        t: _signed_pull(bootstrap, topic, n, Path(tmp) / f"pull{t}_{r}.sqlite", signer, topics, t)
-        for t in VERIFY_THREADS
-    }
-    out = {
-        "signed_pull_1thread_msg_per_s": round(n / secs[1][0]),
-        "signed_pull_1thread_cpu_us_per_msg": round(secs[1][1] / n * 1e6, 1),
-    }
-    if 2 in secs:
-        out["signed_pull_2threads_msg_per_s"] = round(n / secs[2][0])
-        out["signed_pull_2threads_cpu_us_per_msg"] = round(secs[2][1] / n * 1e6, 1)
-        out["signed_pull_2threads_over_1thread"] = secs[1][0] / secs[2][0]
+    sender, receiver = pairings(signer, _trust(signer))
+    sources = {}
+    for mode, pair, pairing in (("signed", None, None), ("mac", sender.seal("B"), receiver)):
+        topics = TopicNames(prefix=unique_name("bench").replace(".", "") + ".")
+        sources[mode] = (_signed_topic(bootstrap, n, signer, topics, pair), topics, pairing)
+    out: dict[str, float] = {}
+    wall: dict[tuple[str, int], float] = {}
+    for t in VERIFY_THREADS:  # interleaved, so a change in the machine's load hits both modes
+        for mode, (topic, topics, pairing) in sources.items():
+            db = Path(tmp) / f"{mode}{t}_{r}.sqlite"
+            secs = _signed_pull(bootstrap, topic, n, db, signer, topics, t, pairing)
+            wall[mode, t] = secs[0]
+            out[f"{mode}_pull_{t}thread{'s' if t > 1 else ''}_msg_per_s"] = round(n / secs[0])
+            out[f"{mode}_pull_{t}thread{'s' if t > 1 else ''}_cpu_us_per_msg"] = round(
+                secs[1] / n * 1e6, 1
+            )
+    for mode in sources:
+        if (mode, 2) in wall:
+            out[f"{mode}_pull_2threads_over_1thread"] = wall[mode, 1] / wall[mode, 2]
+    for t in VERIFY_THREADS:
+        out[f"mac_over_signed_{t}thread{'s' if t > 1 else ''}"] = wall["signed", t] / wall["mac", t]
     return out
+
+
+PULL_ROWS = (
+    *(
+        f"{mode}_pull_{t}_{what}"
+        for mode in ("signed", "mac")
+        for t in ("1thread", "2threads")
+        for what in ("msg_per_s", "cpu_us_per_msg")
+    ),
+    "signed_pull_2threads_over_1thread",
+    "mac_pull_2threads_over_1thread",
+    "mac_over_signed_1thread",
+    "mac_over_signed_2threads",
+)
 
 
 def main(quick: bool) -> dict[str, Any]:
@@ -368,11 +431,7 @@ def main(quick: bool) -> dict[str, Any]:
                 "runtime_over_faststream",
                 "runtime_over_hand_cpu",
                 "runtime_over_faststream_cpu",
-                "signed_pull_1thread_msg_per_s",
-                "signed_pull_1thread_cpu_us_per_msg",
-                "signed_pull_2threads_msg_per_s",
-                "signed_pull_2threads_cpu_us_per_msg",
-                "signed_pull_2threads_over_1thread",
+                *PULL_ROWS,
             )
             if k in runs[0]
         },
@@ -381,5 +440,6 @@ def main(quick: bool) -> dict[str, Any]:
             "runtime_over_hand": 0.85,
             "runtime_over_faststream": 3.0,
             "signed_pull_2threads_msg_per_s": 10_000,
+            "mac_pull_2threads_msg_per_s": 10_000,
         },
     }

@@ -1,3 +1,3 @@
-from pipeline.cli.main import app
+from pipeline.cli.entry import main
 
-app()
+main()

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from pipeline.envelope import Signer
+    from pipeline.envelope.pairwise import Pairing
     from pipeline.gateway.config import GatewayConfig
     from pipeline.gateway.metrics import GatewayMetrics
 
@@ -114,13 +115,16 @@ def build_client(
     engine: Engine | None = None,
     factories: Factories = DEFAULT_FACTORIES,
     metrics: GatewayMetrics | None = None,
+    pairing: Pairing | None = None,
 ) -> GatewayClient:
-    """A client for local entities of ``config.host`` (CLI `fleet send`/`poll`, MCP, libraries)."""
+    """A client for local entities of ``config.host`` (CLI `fleet send`/`poll`, MCP, libraries).
+    ``pairing`` (the gateway's own, for its local socket): MAC conversation records for hosts
+    that take them; a process without the roster in memory signs everything."""
     engine = engine or factories.engine(config.store_url)
     topics = TopicNames(prefix=config.topic_prefix)
     return GatewayClient(
         sessions=session_factory(engine),
-        publisher=Publisher(host=config.host, signer=signer, topics=topics),
+        publisher=Publisher(host=config.host, signer=signer, topics=topics, pairing=pairing),
         inject_deadline_s=config.inject_deadline_s,
         clock_skew_s=config.clock_skew_s,
         local_senders=local_senders(config),

@@ -28,13 +28,15 @@ from pipeline.reasons import Config
 
 
 class Window(StrEnum):
-    """Named crash points (``Hooks.crash``): three inside the window a planted bug opens, one in
-    a window the code is built to survive (seed 001 'the relay may publish twice')."""
+    """Named crash points (``Hooks.crash``): three inside the window a planted bug opens, two in
+    windows the code is built to survive (seed 001 'the relay may publish twice'; seed 000 §5's
+    inject that cannot be recorded in its own transaction: the inject journal)."""
 
     COMMITTED_BEFORE_TRANSACTION = "committed_before_transaction"  # runtime: offsets, no rows
     DEDUPE_COMMITTED_ALONE = "dedupe_committed_alone"  # runtime: dedupe rows, no effects
     ACKED_BEFORE_REPORT = "acked_before_report"  # relay: rows marked sent, nothing produced
     REPORTED_NOT_MARKED = "reported_not_marked"  # relay: delivery reports in, rows still pending
+    INJECTED_NOT_RECORDED = "injected_not_recorded"  # inject returned, journal row still open
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,13 +93,18 @@ _PLANTS = {
     ),
 }
 PLANTED = tuple(_PLANTS)
-CRASHES = ("crash_after_commit", "crash_before_mark_sent")
+_WINDOWS = {
+    "crash_before_mark_sent": Window.REPORTED_NOT_MARKED,
+    "crash_after_inject": Window.INJECTED_NOT_RECORDED,
+}
+CRASHES = ("crash_after_commit", *_WINDOWS)
 
 
 def hooks_from_fault(fault: str | None, at: str | None = None) -> Hooks:
     """``FLEET_FAULT=crash_after_commit`` kills the process (exit 137) right after an offset
     commit that has injects pending; ``crash_before_mark_sent`` right after a relay batch's
-    delivery reports came in, before its rows are marked sent; ``FLEET_FAULT_AT=n`` (``at``)
+    delivery reports came in, before its rows are marked sent; ``crash_after_inject`` right after
+    an inject returned, before its journal row is closed; ``FLEET_FAULT_AT=n`` (``at``)
     makes it the n-th such moment instead of the first. ``FLEET_FAULT=plant_*``
     (:data:`PLANTED`) plants one bug and kills the process the :data:`PLANT_CRASH_AT`-th time
     its window is reached. Tests only."""
@@ -112,8 +119,8 @@ def hooks_from_fault(fault: str | None, at: str | None = None) -> Hooks:
                           reason=Config.CONFIG_INVALID)  # fmt: skip
     if fault in _PLANTS:
         return _PLANTS[fault]()
-    if fault == "crash_before_mark_sent":
-        return Hooks(crash=_exit_at(Window.REPORTED_NOT_MARKED, nth))
+    if fault in _WINDOWS:
+        return Hooks(crash=_exit_at(_WINDOWS[fault], nth))
     if fault != "crash_after_commit":
         raise ConfigError(f"unknown FLEET_FAULT {fault!r}", reason=Config.CONFIG_INVALID)
     seen = 0

@@ -35,8 +35,15 @@ class Verification(enum.StrEnum):
     MALFORMED_HEADERS = "MALFORMED_HEADERS"  # missing/duplicate/look-alike/ill-formed headers
     UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"  # ``v`` is not a canonical form this reader knows
     UNKNOWN_KEY = "UNKNOWN_KEY"  # ``keyId`` not in the trust store
+    # a MAC'd record whose ``keyId`` names no pair this host can derive (no signed presence
+    # published that agreement key, its voucher is untrusted, or it names another recipient)
+    UNKNOWN_PAIR = "UNKNOWN_PAIR"
     SIG_INVALID = "SIG_INVALID"  # Ed25519 signature does not verify over the canonical bytes
+    MAC_INVALID = "MAC_INVALID"  # the pairwise HMAC-SHA256 tag does not verify (or is not 32 B)
     UNKNOWN_KIND = "UNKNOWN_KIND"  # signed, but ``kind`` is not a known kind
+    # a MAC'd record this host does not take MAC'd: the mode is off here, or its kind/topic
+    # must be signed (presence, control, reports, broadcast)
+    MAC_NOT_ALLOWED = "MAC_NOT_ALLOWED"
     UNKNOWN_SENDER = "UNKNOWN_SENDER"  # no live signed presence for ``from``
     SIGNER_MISMATCH = "SIGNER_MISMATCH"  # ``from`` lives on another host than the signer
     TO_MISMATCH = "TO_MISMATCH"  # ``to`` != record key, or the topic is not this host's inbox

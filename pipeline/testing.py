@@ -329,11 +329,13 @@ def pull_inbox(
     mains: tuple[str, ...],
     senders: dict[str, str],
     verify_threads: int = 1,
+    pairing: Any = None,
 ) -> PullInbox:
     """The gateway's ``InboxHandler`` for ``mains`` (all pull delivery) on ``engine``, without
     the gateway around it: for tests and benches that drive a ``ConsumerRuntime`` themselves.
     ``senders`` is the signed presence (gid -> host) of the other side; ``verify_threads`` > 1
-    verifies each batch across a thread pool, as the gateway does."""
+    verifies each batch across a thread pool, as the gateway does; ``pairing`` (a
+    :class:`~pipeline.envelope.Pairing`) turns the pairwise MAC mode on."""
     from prometheus_client import CollectorRegistry
 
     from pipeline.envelope import BatchVerifier, BoundedSeenSet, Signer, Verifier
@@ -357,6 +359,7 @@ def pull_inbox(
         presence=StaticPresence({**senders, **dict.fromkeys(mains, host)}),
         seen=seen,
         topics=topics,
+        pairing=pairing,
     )
     config = GatewayConfig(
         host=host,

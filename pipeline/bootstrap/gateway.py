@@ -16,8 +16,10 @@ from pipeline.bootstrap_client import (
     DEFAULT_FACTORIES,
     Factories,
     build_client,
+    build_control_client,
 )
 from pipeline.control import SPAWN, STOP
+from pipeline.control.client import ControlClient
 from pipeline.control.handler import SpawnHandler
 from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
@@ -25,6 +27,7 @@ from pipeline.control.reaper import Reaper
 from pipeline.control.stop_handler import StopHandler
 from pipeline.envelope import BatchVerifier, BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.envelope.model import now_ms
+from pipeline.envelope.pairwise import AgreementKey, Pairing
 from pipeline.errors import FencedError
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import GatewayConfig, ProfileConfig
@@ -36,7 +39,7 @@ from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import InjectionQueue
 from pipeline.gateway.injectors import InjectMetrics, Injector, build_injector
 from pipeline.gateway.maintenance import Maintenance
-from pipeline.gateway.metrics import GatewayMetrics
+from pipeline.gateway.metrics import GatewayMetrics, SocketMetrics
 from pipeline.gateway.nudge import Nudger
 from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.relay_failed import RelayFailedSink
@@ -138,6 +141,16 @@ def _on_stop_and_refusal(
     factories.on_login_refused(gateway.fail)
 
 
+def _before_inbox(
+    spawn_handler: SpawnHandler, maintenance: Maintenance, injections: InjectionQueue
+) -> None:
+    """Once the roster caught up, before the inbox runs: live workers re-adopted, the roster
+    cache written, and every inject a crash left unrecorded reported (the inject journal)."""
+    spawn_handler.relive()
+    maintenance.refresh_roster()
+    injections.report_uncertain()
+
+
 def build_gateway(
     config: GatewayConfig,
     *,
@@ -186,7 +199,7 @@ def build_gateway(
         metrics=presence_metrics,
         consumer_factory=factories.consumer,
     )
-    presence = PresencePublisher(
+    presence = PresencePublisher(  # with the pairwise mode on, the host entry carries its key
         metrics=presence_metrics,
         producer=cast("ProducerLike", factories.producer(producer_config(config.bootstrap))),
         signer=signer,
@@ -194,6 +207,9 @@ def build_gateway(
         interval_s=config.presence_interval_s,
         ttl_s=config.presence_ttl_s,
         profiles=[SpawnProfile(name=p.name, description=p.description) for p in config.profiles],
+        agreement_key=None
+        if (pairing := _pairing(config, signer, roster, trust)) is None
+        else pairing.own.public_bytes,
     )
     seen = BoundedSeenSet()
     verifier = Verifier(
@@ -204,14 +220,15 @@ def build_gateway(
         topics=topics,
         max_ttl_s=config.max_ttl_s,
         skew_s=config.clock_skew_s,
+        pairing=pairing,
     )
     # one set of inject instruments for the configured and the spawned workers
     entities = LocalEntities.from_config(
         config, callbacks=callbacks, metrics=(inject_metrics := InjectMetrics(registry))
     )
-    publisher = Publisher(host=host, signer=signer, topics=topics)
+    publisher = Publisher(host=host, signer=signer, topics=topics, pairing=pairing)
     injections = InjectionQueue(
-        entities=entities, sessions=sessions, publisher=publisher, metrics=metrics
+        entities=entities, sessions=sessions, publisher=publisher, metrics=metrics, hooks=hooks
     )
     conversations = Conversations(sessions)
     handler = InboxHandler(
@@ -306,10 +323,16 @@ def build_gateway(
     )
     nudger = _build_nudger(config, callbacks, reads, conversations, metrics, publisher)
     client = build_client(
-        config, signer=signer, engine=engine, factories=factories, metrics=metrics
+        config, signer=signer, engine=engine, factories=factories, metrics=metrics, pairing=pairing
     )
     interval = maintenance_interval_s or config.sweep_interval_s
-    server = _local_socket(config, client, relay)
+    server = _local_socket(
+        config,
+        client,
+        relay,
+        SocketMetrics(registry),
+        build_control_client(config, signer=signer, engine=engine, factories=factories),
+    )
 
     def run_runtime(stop: Any) -> None:
         # verification step 2 needs the bindings: the inbox starts once the roster has caught
@@ -317,8 +340,7 @@ def build_gateway(
         while not follower.caught_up.wait(0.2):
             if stop.is_set():
                 return
-        spawn_handler.relive()
-        maintenance.refresh_roster()
+        _before_inbox(spawn_handler, maintenance, injections)
         runtime.run(stop)
 
     def run_presence(stop: Any) -> None:
@@ -380,15 +402,37 @@ def build_gateway(
     )
 
 
+def _pairing(
+    config: GatewayConfig, signer: Signer, roster: RosterView, trust: TrustStore
+) -> Pairing | None:
+    """The pairwise MAC mode (docs/envelope.md), when ``pairwise_mac`` is on: the agreement key
+    derived from the host key, the peers' keys from signed presence, vouchers from the trust
+    store. Off: every record is signed and a MAC'd one is refused (``MAC_NOT_ALLOWED``)."""
+    if not config.pairwise_mac:
+        return None
+    return Pairing(own=AgreementKey.from_signer(signer), peers=roster, trusted=trust.lookup)
+
+
 def _local_socket(
-    config: GatewayConfig, client: GatewayClient, relay: Relay
+    config: GatewayConfig,
+    client: GatewayClient,
+    relay: Relay,
+    metrics: SocketMetrics,
+    control: ControlClient,
 ) -> SocketServer | None:
     """Local entities hand their sends to this process, the store's one writer; each commit wakes
     the relay (docs/gateway.md, "The local socket")."""
     path = config.local_socket
     if not path:
         return None
-    return SocketServer(path=path, client=client, on_commit=relay.wake, mode=config.socket_mode)
+    return SocketServer(
+        path=path,
+        client=client,
+        on_commit=relay.wake,
+        mode=config.socket_mode,
+        metrics=metrics,
+        control=control,
+    )
 
 
 def _control_plane(

@@ -8,9 +8,11 @@ from pipeline.bootstrap_client import (
     build_client,
     build_control_client,
 )
+from pipeline.control.socket_first import SocketFirstControl
 from pipeline.envelope import Signer
 from pipeline.errors import ConfigError
 from pipeline.gateway.config import GatewayConfig
+from pipeline.gateway.socket_first import SocketFirst
 from pipeline.presence.model import Delivery
 from pipeline.reasons import Config
 from pipeline.store import make_engine
@@ -32,8 +34,12 @@ def build_mcp_server(config: GatewayConfig, *, signer: Signer, gid: str) -> MCPS
             context={"key": "as", "value": gid},
         )
     engine = make_engine(config.store_url)
+    client = build_client(config, signer=signer, engine=engine)
     return build_server(
-        build_client(config, signer=signer, engine=engine),
+        client,
         gid=gid,
-        control=build_control_client(config, signer=signer, engine=engine),
+        control=SocketFirstControl.over(
+            build_control_client(config, signer=signer, engine=engine), config.local_socket
+        ),
+        writer=SocketFirst(config.local_socket, client),
     )

@@ -11,6 +11,11 @@ once'):
   inject and a FAILED for one brief (a FAILED tells the sender it did not happen) -- unless the
   sender's gateway recorded the INJECTED as arriving after its FAILED (``late_injected``): the
   forward path's residual window, said loudly there, counted in its own column ``late``.
+* uncertain - a brief the sender's gateway recorded as ``uncertain`` (``inject_uncertain``: the
+  recipient died between deciding to inject it and recording it) is an outcome, counted in its
+  own column ``uncertain``: injected at most once, at most one FAILED (an INJECT_TIMEOUT that
+  came before the report), never lost and never a gap; it is never uncertain under a strict
+  (orderly) fault.
 * order - per ``from -> to`` stream, holds (and injects) come in send order, without gaps: a send
   skipped while a later one on its stream was delivered is a gap, unless it was dead-lettered,
   rejected or FAILED (an outcome that says why).
@@ -77,6 +82,7 @@ class Verdict:
     unseen: int
     refused: int = 0  # sends the client refused locally (never acknowledged, not checked)
     late: int = 0  # briefs injected AND FAILED whose sender recorded the INJECTED as late
+    uncertain: int = 0  # briefs reported "may have been injected" (the inject journal)
     slowest_recovery_s: float | None
     findings: tuple[Finding, ...] = field(default_factory=tuple)
     asks: int = 0  # acknowledged ASKs (conversations)
@@ -139,6 +145,7 @@ class _Index:
     faults: int = 0
     refused: int = 0
     late_ids: set[str] = field(default_factory=set)
+    uncertain_ids: set[str] = field(default_factory=set)
     recoveries: list[float] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
@@ -159,6 +166,8 @@ class _Index:
             self.refused += 1
         elif op == Op.LATE_INJECTED:
             self.late_ids.add(str(r.get("msgId", "")))
+        elif op == Op.INJECT_UNCERTAIN:
+            self.uncertain_ids.add(str(r.get("msgId", "")))
         elif op == Op.FAULT:
             self.faults += 1
         elif op == Op.RECOVERED and r.get("seconds") is not None:
@@ -207,9 +216,9 @@ def _stream(send: Mapping[str, Any]) -> Stream:
     return (str(send["from"]), str(send["to"]))
 
 
-def _outcomes(ix: _Index, strict: bool) -> tuple[int, int, int]:
-    """Nothing lost, nothing twice; returns (lost, unseen, late)."""
-    lost = unseen = late = 0
+def _outcomes(ix: _Index, strict: bool) -> tuple[int, int, int, int]:
+    """Nothing lost, nothing twice; returns (lost, unseen, late, uncertain)."""
+    lost = unseen = late = uncertain = 0
     for mid, s in ix.sends.items():
         c = ix.seen.get(mid, Counter())
         delivered = c[Op.HELD] + c[Op.INJECTED]
@@ -217,6 +226,13 @@ def _outcomes(ix: _Index, strict: bool) -> tuple[int, int, int]:
         failed = c[Op.FAILED]
         if c[Op.HELD] > 1 or c[Op.INJECTED] > 1 or failed > 1:
             ix.findings.append(Finding(code=Violation.DUPLICATED, msg_id=mid, detail=repr(dict(c))))
+        if mid in ix.uncertain_ids:  # "may have been injected": the one outcome that says so
+            uncertain += 1
+            if strict:
+                ix.findings.append(
+                    Finding(code=Violation.NOT_CLEAN, msg_id=mid, detail="uncertain")
+                )
+            continue
         if failed and c[Op.INJECTED]:
             if mid in ix.late_ids:  # the sender knows its FAILED was wrong: loud, counted
                 late += 1
@@ -231,7 +247,7 @@ def _outcomes(ix: _Index, strict: bool) -> tuple[int, int, int]:
             continue
         lost += 1
         ix.findings.append(Finding(code=Violation.LOST, msg_id=mid, detail=f"seq {s.get('seq')}"))
-    return lost, unseen, late
+    return lost, unseen, late, uncertain
 
 
 def _order(ix: _Index) -> int:
@@ -255,6 +271,8 @@ def _order(ix: _Index) -> int:
         for s in by_stream[stream]:
             mid = str(s["msgId"])
             if int(s["seq"]) >= high or mid in done:
+                continue
+            if mid in ix.uncertain_ids:  # "may have been injected" is an outcome that says why
                 continue
             if sum(ix.seen.get(mid, Counter())[o] for o in _EXPLAINED):
                 continue
@@ -380,7 +398,7 @@ def check(history: Iterable[Mapping[str, Any]], *, strict: bool = False) -> Verd
     of an acknowledged send is a finding too, reason or not."""
     rows = list(history)
     ix = _Index.of(rows)
-    lost, unseen, late = _outcomes(ix, strict)
+    lost, unseen, late, uncertain = _outcomes(ix, strict)
     lost += _conversations(ix)
     b_lost, b_unseen = _broadcasts(ix, strict)
     r_lost, r_unseen, r_order = _runs(ix, strict)
@@ -397,6 +415,7 @@ def check(history: Iterable[Mapping[str, Any]], *, strict: bool = False) -> Verd
         unseen=unseen,
         refused=ix.refused,
         late=late,
+        uncertain=uncertain,
         slowest_recovery_s=max(ix.recoveries, default=None),
         findings=tuple(ix.findings),
         asks=len(ix.asks),

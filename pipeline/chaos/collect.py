@@ -4,11 +4,12 @@ After heal-and-drain the driver reads: the recipient host's held rows (``held``)
 msgIds the worker's command appended (``injected``), dead letters staged in either host's outbox
 (``dead_letter``, with the reason from their context header), FAILED receipts held for the
 sender (``failed``), INJECTED receipts the sender recorded after its FAILED
-(``late_injected``), and the sender's outbox rows that never shipped (``unshipped``) or were
-refused for good (``rejected``); the conversation refusals (``no_waiter``, ``too_late``)
-and the FAILED expiry notices held for an asker; which hosts each broadcast was staged for
-(``staged``); and a run topic read from its start through the production fold
-(:class:`~pipeline.outbox.fold.Fold`): ``run_applied`` per ``(BranchKey, Lsn)`` applied.
+(``late_injected``) or with stage ``uncertain`` (``inject_uncertain``), and the sender's
+outbox rows that never shipped (``unshipped``) or were refused for good (``rejected``); the
+conversation refusals (``no_waiter``, ``too_late``) and the FAILED expiry notices held for an
+asker; which hosts each broadcast was staged for (``staged``); and a run topic read from its
+start through the production fold (:class:`~pipeline.outbox.fold.Fold`): ``run_applied`` per
+``(BranchKey, Lsn)`` applied.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from sqlalchemy import select
 
 from pipeline import schemas
 from pipeline.failures.dlq import DLQ_HEADER, SCHEMA
-from pipeline.gateway.deadlines import LATE
+from pipeline.gateway.deadlines import LATE, UNCERTAIN
 from pipeline.gateway.held import held_table
 from pipeline.gateway.receipts import read_receipt
 from pipeline.gateway.tracking import forward_table
@@ -125,16 +126,30 @@ def failed_receipts(url: str, sender: str) -> Iterator[dict[str, Any]]:
         engine.dispose()
 
 
-def late_injected(url: str) -> Iterator[dict[str, Any]]:
-    """Forward sends whose INJECTED reached the sender after its FAILED (state ``late``)."""
+def _forward_in(url: str, state: str) -> list[str]:
     engine = _engine(url)
     try:
         with engine.connect() as c:
-            q = select(forward_table.c.msg_id).where(forward_table.c.state == LATE)
-            for r in c.execute(q.order_by(forward_table.c.msg_id)):
-                yield row(Op.LATE_INJECTED, msgId=r.msg_id)
+            q = select(forward_table.c.msg_id).where(forward_table.c.state == state)
+            return [str(r.msg_id) for r in c.execute(q.order_by(forward_table.c.msg_id))]
     finally:
         engine.dispose()
+
+
+def late_injected(url: str) -> Iterator[dict[str, Any]]:
+    """Forward sends whose INJECTED reached the sender after its FAILED (state ``late``)."""
+    for mid in _forward_in(url, LATE):
+        yield row(Op.LATE_INJECTED, msgId=mid)
+
+
+def uncertain_ids(url: str) -> list[str]:
+    """Forward sends the sender recorded as ``uncertain`` (the inject journal's report)."""
+    return _forward_in(url, UNCERTAIN)
+
+
+def inject_uncertain(url: str) -> Iterator[dict[str, Any]]:
+    for mid in uncertain_ids(url):
+        yield row(Op.INJECT_UNCERTAIN, msgId=mid)
 
 
 def outbox_rows(

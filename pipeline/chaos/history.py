@@ -12,6 +12,9 @@ Operations (``op``):
 * ``rejected`` - the sender's outbox refused it for good (``reason``).
 * ``late_injected`` - the sender's gateway recorded an INJECTED that came after its FAILED (the
   forward path's residual window, logged and counted there; ``docs/gateway.md``).
+* ``inject_uncertain`` - the sender's gateway recorded an INJECTED with stage ``uncertain``: the
+  recipient's gateway died between deciding to inject it and recording it (its inject journal
+  row was open at its restart), so it may or may not have been injected (``docs/gateway.md``).
 * ``unshipped`` - still in the sender's outbox at the end (not seen yet, not lost).
 * ``no_waiter`` / ``too_late`` - the conversation refusals (seed 000 §7.4), held for the asker
   (an ASK nobody listened for) or the answerer (an ANSWER after its turn ended): ``turnId``,
@@ -48,6 +51,7 @@ class Op(StrEnum):
     REJECTED = "rejected"
     UNSHIPPED = "unshipped"
     LATE_INJECTED = "late_injected"
+    INJECT_UNCERTAIN = "inject_uncertain"
     NO_WAITER = "no_waiter"
     TOO_LATE = "too_late"
     BROADCAST = "broadcast"

@@ -49,6 +49,7 @@ class ScenarioResult:
     unseen: int = 0
     refused: int = 0
     late: int = 0
+    uncertain: int = 0
     findings: int = 0
     slowest_recovery_s: float | None = None
     examples: list[Finding] = field(default_factory=list)
@@ -76,6 +77,7 @@ class ScenarioResult:
         self.unseen += v.unseen
         self.refused += v.refused
         self.late += v.late
+        self.uncertain += v.uncertain
         self.asks += v.asks
         self.broadcasts += v.broadcasts
         self.run_steps += v.run_steps
@@ -91,8 +93,8 @@ class ScenarioResult:
             "repetitions": self.repetitions, "operations": self.operations, "sends": self.sends,
             "faults": self.faults, "lost": self.lost, "duplicated": self.duplicated,
             "out_of_order": self.out_of_order, "unseen": self.unseen, "refused": self.refused,
-            "late": self.late, "asks": self.asks, "broadcasts": self.broadcasts,
-            "run_steps": self.run_steps,
+            "late": self.late, "uncertain": self.uncertain, "asks": self.asks,
+            "broadcasts": self.broadcasts, "run_steps": self.run_steps,
             "findings": self.findings,
             "slowest_recovery_s": self.slowest_recovery_s, "ok": self.ok,
             "examples": [{"code": str(f.code), "msgId": f.msg_id, "detail": f.detail}

@@ -373,6 +373,7 @@ class Workload:
         yield from collect.failed_receipts(a, SENDER)
         yield from collect.failed_receipts(a, ASKER)  # an ASK's expiry notice
         yield from collect.late_injected(a)
+        yield from collect.inject_uncertain(a)
         inboxes = {self.topics.inbox(h): h for h in HOSTS}
         yield from collect.staged_rows(a, f"broadcast.{GROUP}".encode(), inboxes)
         for host in HOSTS:

@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from . import hot
 from .gateway_cmd import ConfigOpt, JsonOpt, _load, _signer
 from .output import console, emit_json, fail_on_fleet_error
+
+if TYPE_CHECKING:
+    from pipeline.gateway.config import GatewayConfig
 
 
 def spawn(
@@ -28,10 +32,10 @@ def spawn(
 ) -> None:
     """Queue a SPAWN (outbox; works while the broker is down). The outcome, or one FAILED
     (SPAWN_TIMEOUT) past spawn_deadline_s, arrives through ``fleet poll``."""
-    from pipeline.bootstrap_client import build_control_client
-
     cfg = _load(Path(config))
-    req = build_control_client(cfg, signer=_signer(cfg)).spawn(
+    req = _control(
+        cfg,
+        "spawn",
         requester=requester,
         host=host,
         profile=profile,
@@ -44,15 +48,15 @@ def spawn(
     if as_json:
         emit_json(
             {
-                "msgId": req.msg_id,
-                "spawnId": req.spawn_id,
-                "host": req.host,
-                "profile": req.profile,
-                "deadline": req.deadline_ms,
+                "msgId": req["msg_id"],
+                "spawnId": req["spawn_id"],
+                "host": req["host"],
+                "profile": req["profile"],
+                "deadline": req["deadline_ms"],
             }
         )
     else:
-        console.print(f"queued SPAWN {req.msg_id}: {req.spawn_id} ({profile}) on {host}")
+        console.print(f"queued SPAWN {req['msg_id']}: {req['spawn_id']} ({profile}) on {host}")
 
 
 def stop(
@@ -74,7 +78,6 @@ def stop(
     """Queue a STOP for a spawned worker (outbox; works while the broker is down). Its host
     stops it, tombstones its presence and marks it reaped; the outcome (INJECTED = stopped, or
     FAILED with the reason) arrives through ``fleet poll``."""
-    from pipeline.bootstrap_client import build_control_client
     from pipeline.gateway.config import invalid
     from pipeline.presence.model import Delivery
 
@@ -84,13 +87,31 @@ def stop(
         if len(pulls) != 1:
             raise invalid("--as", None, f"name the requester: pull entities here are {pulls}")
         requester = pulls[0]
-    req = build_control_client(cfg, signer=_signer(cfg)).stop(
-        requester=requester, gid=gid, host=host, reason=reason, stop_id=stop_id
+    req = _control(
+        cfg, "stop", requester=requester, gid=gid, host=host, reason=reason, stop_id=stop_id
     )
     if as_json:
-        emit_json({"msgId": req.msg_id, "stopId": req.stop_id, "gid": req.gid, "host": req.host})
+        emit_json({"msgId": req["msg_id"], "stopId": req["stop_id"], "gid": req["gid"],
+                   "host": req["host"]})  # fmt: skip
     else:
-        console.print(f"queued STOP {req.msg_id}: {req.gid} on {req.host} (stopId {req.stop_id})")
+        console.print(f"queued STOP {req['msg_id']}: {req['gid']} on {req['host']} "
+                      f"(stopId {req['stop_id']})")  # fmt: skip
+
+
+def _control(cfg: GatewayConfig, op: str, **fields: Any) -> dict[str, Any]:
+    """A SPAWN or STOP queued through the gateway's local socket when one answers (it commits
+    it, as it does sends), else straight into the store; the queued request's fields."""
+    client = hot.connect(cfg)
+    if client is not None:
+        with client:
+            return client.control(op, **fields)
+    import dataclasses
+
+    from pipeline.bootstrap_client import build_control_client
+
+    control = build_control_client(cfg, signer=_signer(cfg))
+    call = control.spawn if op == "spawn" else control.stop
+    return dataclasses.asdict(call(**fields))
 
 
 def workers(config: ConfigOpt, as_json: JsonOpt = False) -> None:

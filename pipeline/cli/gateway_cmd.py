@@ -18,11 +18,13 @@ import typer
 from pipeline.errors import ConfigError, DeliveryError
 from pipeline.reasons import Config
 
+from . import hot
 from .output import EXIT_FLEET_ERROR, console, emit_json, err_console, fail_on_fleet_error
 from .serving import LOOPBACK, MetricsAddressOpt, MetricsPortOpt, serve_metrics
 
 if TYPE_CHECKING:
     from pipeline.envelope import Signer
+    from pipeline.gateway.client import GatewayClient
     from pipeline.gateway.config import GatewayConfig
 
 app = typer.Typer(help="Run a host's gateway: the per-host inbox with the dual ack model.")
@@ -49,12 +51,6 @@ def _signer(cfg: GatewayConfig) -> Signer:
             reason=Config.CONFIG_MISSING_KEY,
         )
     return Signer.load(cfg.key_file)
-
-
-def _body(text: str | None) -> bytes:
-    if text is None or text == "-":
-        return sys.stdin.buffer.read()
-    return text.encode("utf-8")
 
 
 @app.command("run")
@@ -108,18 +104,13 @@ def send(
     """
     cfg = _load(config)
     try:
-        msg_id, trace_id, kind, via = _send(cfg, sender, to, _body(body), kind, ttl)
+        msg_id, trace_id, kind, via = _send(cfg, sender, to, hot.read_body(body), kind, ttl)
     except DeliveryError as exc:  # e.g. UNKNOWN_RECIPIENT, RECIPIENT_GONE: refused at once
         if not as_json:
             raise
-        # the MCP error shape (pipeline.mcp.server.failed), plus the error's context
-        emit_json({"error": {"reason": exc.reason, "retriable": exc.retriable,
-                             "message": str(exc), "to": to, **exc.context}})  # fmt: skip
+        hot.refused_json(exc, to)
         raise typer.Exit(EXIT_FLEET_ERROR) from exc
-    if as_json:
-        emit_json({"msgId": msg_id, "traceId": trace_id, "to": to, "kind": kind, "via": via})
-    else:
-        console.print(f"queued {kind} {msg_id} -> {to}")
+    hot.sent(msg_id=msg_id, trace_id=trace_id, to=to, kind=kind, via=via, as_json=as_json)
 
 
 def _send(
@@ -128,25 +119,15 @@ def _send(
     """``(msg_id, trace_id, kind, via)`` of one send: through the gateway's socket when one
     answers (via ``gateway``; this process loads neither the store nor the envelope), else
     straight into the store (via ``store``)."""
-    from pipeline.gateway.socket_client import GatewayUnavailable, SocketClient
-
-    path = cfg.local_socket
-    if path:
-        try:
-            client = SocketClient.connect(path)
-        except GatewayUnavailable:
-            pass  # the gateway is down: write the store ourselves, as it would
-        else:
-            with client:
-                queued = client.send(sender=sender, to=to, body=body, kind=kind, ttl_s=ttl)
-            return queued.msg_id, queued.trace_id, kind.upper(), "gateway"
-    from pipeline.bootstrap_client import build_client
+    client = hot.connect(cfg)
+    if client is not None:
+        with client:
+            queued = client.send(sender=sender, to=to, body=body, kind=kind, ttl_s=ttl)
+        return queued.msg_id, queued.trace_id, kind.upper(), "gateway"
     from pipeline.gateway.socket_server import parse_kind
 
     k = parse_kind(kind)
-    env = build_client(cfg, signer=_signer(cfg)).send(
-        sender=sender, to=to, body=body, kind=k, ttl_s=ttl
-    )
+    env = _direct(cfg).send(sender=sender, to=to, body=body, kind=k, ttl_s=ttl)
     return env.msg_id, env.trace_id, k.value, "store"
 
 
@@ -159,16 +140,16 @@ def ask(
     as_json: JsonOpt = False,
 ) -> None:
     """A worker asks a main; the answer is injected into the worker while its turn waits."""
-    from pipeline.bootstrap_client import build_client
-
-    cfg = _load(config)
-    env = build_client(cfg, signer=_signer(cfg)).ask(
-        sender=sender, to=to, body=_body(body), ttl_s=ttl
-    )
-    if as_json:
-        emit_json({"msgId": env.msg_id, "turnId": env.turn_id})
+    cfg, data = _load(config), hot.read_body(body)
+    client = hot.connect(cfg)
+    if client is not None:
+        with client:
+            q = client.ask(sender=sender, to=to, body=data, ttl_s=ttl)
+        msg_id, turn_id = q.msg_id, q.turn_id
     else:
-        console.print(f"asked {to}: turn {env.turn_id}")
+        env = _direct(cfg).ask(sender=sender, to=to, body=data, ttl_s=ttl)
+        msg_id, turn_id = env.msg_id, env.turn_id
+    hot.asked(msg_id=msg_id, turn_id=turn_id, to=to, as_json=as_json)
 
 
 def answer(
@@ -180,16 +161,14 @@ def answer(
     as_json: JsonOpt = False,
 ) -> None:
     """Answer an ASK (TOO_LATE comes back if the asker's turn has ended)."""
-    from pipeline.bootstrap_client import build_client
-
-    cfg = _load(config)
-    env = build_client(cfg, signer=_signer(cfg)).answer(
-        sender=sender, to=to, turn_id=turn, body=_body(body)
-    )
-    if as_json:
-        emit_json({"msgId": env.msg_id, "turnId": turn})
+    cfg, data = _load(config), hot.read_body(body)
+    client = hot.connect(cfg)
+    if client is not None:
+        with client:
+            msg_id = client.answer(sender=sender, to=to, turn_id=turn, body=data).msg_id
     else:
-        console.print(f"answered turn {turn}")
+        msg_id = _direct(cfg).answer(sender=sender, to=to, turn_id=turn, body=data).msg_id
+    hot.answered(msg_id=msg_id, turn_id=turn, as_json=as_json)
 
 
 def abandon(
@@ -200,14 +179,21 @@ def abandon(
     as_json: JsonOpt = False,
 ) -> None:
     """Give up a turn you asked: the asked side gets ABANDONED, a late ANSWER gets TOO_LATE."""
+    cfg = _load(config)
+    client = hot.connect(cfg)
+    if client is not None:
+        with client:
+            msg_id = client.abandon(sender=sender, to=to, turn_id=turn).msg_id
+    else:
+        msg_id = _direct(cfg).abandon(sender=sender, to=to, turn_id=turn).msg_id
+    hot.abandoned(msg_id=msg_id, turn_id=turn, as_json=as_json)
+
+
+def _direct(cfg: GatewayConfig) -> GatewayClient:
+    """The store written directly, as the gateway would (no gateway answers on its socket)."""
     from pipeline.bootstrap_client import build_client
 
-    cfg = _load(config)
-    env = build_client(cfg, signer=_signer(cfg)).abandon(sender=sender, to=to, turn_id=turn)
-    if as_json:
-        emit_json({"msgId": env.msg_id, "turnId": turn})
-    else:
-        console.print(f"abandoned turn {turn}")
+    return build_client(cfg, signer=_signer(cfg))
 
 
 def poll(

@@ -13,64 +13,18 @@ every entry's help to its command's own, so the table cannot drift.
 
 from __future__ import annotations
 
-import importlib
-import inspect
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import typer
-from typer.core import DEFAULT_MARKUP_MODE, MarkupMode, TyperCommand, TyperGroup
-from typer.main import get_group
+from typer.core import TyperCommand, TyperGroup
+
+from .commands import Lazy, command, group, listing_help
 
 if TYPE_CHECKING:
     # typer (>= 0.26) vendors click; TyperGroup's method signatures are written against it
     from typer import _click
 
-
-@dataclass(frozen=True, kw_only=True)
-class Lazy:
-    """One top-level ``fleet`` command, loaded from ``pipeline.cli.<module>`` when used.
-
-    ``group``: the module's ``app`` is ``fleet <name> ...``; otherwise ``<name>`` is one of the
-    top-level commands the module adds (its ``register(root)``, or the commands of an unnamed
-    ``app``). ``help`` is the first paragraph of the command's help, as ``fleet --help`` shows it.
-    """
-
-    name: str
-    module: str
-    help: str
-    group: bool = False
-
-    def load(self, rich_markup_mode: MarkupMode = DEFAULT_MARKUP_MODE) -> _click.Command:
-        return self.module_commands(rich_markup_mode)[self.name]
-
-    def module_commands(
-        self, rich_markup_mode: MarkupMode = DEFAULT_MARKUP_MODE
-    ) -> Mapping[str, _click.Command]:
-        """Every top-level command the module adds in this entry's role, this one among them."""
-        module = importlib.import_module(f"pipeline.cli.{self.module}")
-        holder = typer.Typer(add_completion=False, rich_markup_mode=rich_markup_mode)
-        if self.group:
-            holder.add_typer(module.app, name=self.name)
-        elif hasattr(module, "register"):
-            module.register(holder)
-        else:
-            holder.add_typer(module.app)
-        return get_group(holder).commands
-
-
-def command(name: str, module: str, help: str) -> Lazy:
-    return Lazy(name=name, module=module, help=help)
-
-
-def group(name: str, module: str, help: str) -> Lazy:
-    return Lazy(name=name, module=module, help=help, group=True)
-
-
-def listing_help(text: str | None) -> str:
-    """The part of a command's help that a group's listing shows: its first paragraph."""
-    return inspect.cleandoc(text or "").split("\n\n")[0].strip()
+__all__ = ["Lazy", "LazyGroup", "command", "group", "listing_help"]
 
 
 class LazyGroup(TyperGroup):

@@ -1,50 +1,20 @@
 """The ``fleet`` command: one Typer app whose subcommands load on use (see :mod:`.lazy`).
 
-Add a command with one line in :data:`COMMANDS`: its name, the ``pipeline.cli`` module that
-defines it, and its help's first paragraph (``tests/unit/test_cli_lazy.py`` checks that text
-against the command's own help and that every command a module defines has its line).
+Add a command with one line in :data:`COMMANDS` (:mod:`.commands`): its name, the
+``pipeline.cli`` module that defines it, and its help's first paragraph
+(``tests/unit/test_cli_lazy.py`` checks that text against the command's own help and that every
+command a module defines has its line). The ``fleet`` console script is :func:`.entry.main`: it
+runs the hot commands without this module when it can, and this app for everything else.
 """
 
 from __future__ import annotations
 
 import typer
 
-from .lazy import LazyGroup, command, group
+from .commands import COMMANDS, ROOT_HELP
+from .lazy import LazyGroup
 
-# In `fleet --help` order.
-# fmt: off
-COMMANDS = (
-    command("send", "gateway_cmd", "Send a message (works while the broker is down: it is queued in the outbox)."),
-    command("ask", "gateway_cmd", "A worker asks a main; the answer is injected into the worker while its turn waits."),
-    command("answer", "gateway_cmd", "Answer an ASK (TOO_LATE comes back if the asker's turn has ended)."),
-    command("abandon", "gateway_cmd", "Give up a turn you asked: the asked side gets ABANDONED, a late ANSWER gets TOO_LATE."),
-    command("poll", "gateway_cmd", "Drain held messages (an open pull while waiting: ASKs surface here)."),
-    command("mcp", "gateway_cmd", "Serve one main over MCP on stdio (send, ask, answer, abandon, broadcast, poll, roster)."),
-    command("demo", "demo_cmd", "Main on host A briefs a worker on host B; INJECTED and the REPLY come back, live."),
-    command("init", "init_cmd", "Write a working fleet.toml, a signing key and a trust folder for host H."),
-    command("spawn", "control_cmd", "Queue a SPAWN (outbox; works while the broker is down). The outcome, or one FAILED\n(SPAWN_TIMEOUT) past spawn_deadline_s, arrives through ``fleet poll``."),
-    command("stop", "control_cmd", "Queue a STOP for a spawned worker (outbox; works while the broker is down). Its host\nstops it, tombstones its presence and marks it reaped; the outcome (INJECTED = stopped, or\nFAILED with the reason) arrives through ``fleet poll``."),
-    command("workers", "control_cmd", "Live workers this host spawned: gid, parent, job, profile, age (from the local store)."),
-    group("kafka", "kafka_cmd", "Run a local Apache Kafka (KRaft) from Maven Central jars; no Docker."),
-    command("exporter", "observability_cmd", "Serve Prometheus metrics: lag (messages, seconds), retention risk, DLQ depth, and with\n``--store-url`` held messages, quarantined keys, outbox backlog and oldest unsent age."),
-    command("lag", "observability_cmd", 'Per group/topic/partition: committed, log end, lag, lag seconds, retention risk, status;\nper group: time to drain the lag at the measured rates ("never" if it cannot).'),
-    group("keys", "keys_cmd", "Ed25519 host keys: create, trust, rotate."),
-    group("lab", "lab_cmd", "Size a worker pool: predict with seed 001's model, then measure it."),
-    group("topics", "topics_cmd", "Kafka topology: inboxes, control, roster, DLQ, pools."),
-    group("roster", "roster_cmd", "Who is live where (signed presence)."),
-    group("outbox", "outbox_cmd", "Inspect the transactional outbox."),
-    group("relay", "relay_cmd", "Ship committed outbox rows to Kafka (the outbox relay)."),
-    group("store", "store_cmd", "The SQL store: schema version, size per table, retention purges."),
-    group("dlq", "dlq_cmd", "Inspect, replay and report the dead-letter topic."),
-    group("quarantine", "quarantine_cmd", "Per-key quarantine: list keys, release one."),
-    group("idem", "idem_cmd", "Idempotency keys: list them, show one."),
-    group("saga", "saga_cmd", "Sagas: list, show, and work the human queue."),
-    group("gateway", "gateway_cmd", "Run a host's gateway: the per-host inbox with the dual ack model."),
-    group("pool", "pool_cmd", "Worker pools: members of consumer group fleet.pool.<NAME>."),
-    group("acls", "acls_cmd", "Least-privilege ACLs per login and role."),
-    group("chaos", "chaos_cmd", "Faults on a seeded schedule, a recorded history, one checker."),
-)
-# fmt: on
+__all__ = ["COMMANDS", "FleetGroup", "app", "main"]
 
 
 class FleetGroup(LazyGroup):
@@ -54,7 +24,7 @@ class FleetGroup(LazyGroup):
 app = typer.Typer(
     name="fleet",
     cls=FleetGroup,
-    help="fleet-pipeline: signed agent messaging on Apache Kafka.",
+    help=ROOT_HELP,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )

@@ -7,13 +7,16 @@ decode = verify (:class:`Verifier`) -> deserialize (:func:`codec_for`).
 from .batch import BatchVerifier
 from .body import AvroBody, BodyCodec, RawBody, codec_for
 from .canonical import DOMAIN_TAG, canonical_bytes
-from .codec import Decoded, decode, encode, sign_fields
+from .codec import Decoded, decode, encode, seal_fields, sign_fields
 from .keys import Signer, TrustedKey, TrustStore, key_id_for
 from .model import Envelope
+from .pairwise import AgreementKey, Pairing, PeerKey
 from .reasons import (
     ALL_REASONS,
     CLOCK_SKEW,
     EXPIRED,
+    MAC_INVALID,
+    MAC_NOT_ALLOWED,
     MALFORMED_HEADERS,
     NOT_SIGNED,
     REPLAY,
@@ -25,6 +28,7 @@ from .reasons import (
     TTL_TOO_LONG,
     UNKNOWN_KEY,
     UNKNOWN_KIND,
+    UNKNOWN_PAIR,
     UNKNOWN_SENDER,
     UNSUPPORTED_VERSION,
     Kind,
@@ -37,6 +41,8 @@ __all__ = [
     "CLOCK_SKEW",
     "DOMAIN_TAG",
     "EXPIRED",
+    "MAC_INVALID",
+    "MAC_NOT_ALLOWED",
     "MALFORMED_HEADERS",
     "NOT_SIGNED",
     "REPLAY",
@@ -48,8 +54,10 @@ __all__ = [
     "TTL_TOO_LONG",
     "UNKNOWN_KEY",
     "UNKNOWN_KIND",
+    "UNKNOWN_PAIR",
     "UNKNOWN_SENDER",
     "UNSUPPORTED_VERSION",
+    "AgreementKey",
     "AvroBody",
     "BatchVerifier",
     "BodyCodec",
@@ -57,6 +65,8 @@ __all__ = [
     "Decoded",
     "Envelope",
     "Kind",
+    "Pairing",
+    "PeerKey",
     "PresenceView",
     "RawBody",
     "SeenSet",
@@ -70,5 +80,6 @@ __all__ = [
     "decode",
     "encode",
     "key_id_for",
+    "seal_fields",
     "sign_fields",
 ]

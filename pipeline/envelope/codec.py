@@ -18,7 +18,8 @@ from .canonical import canonical_bytes
 from .headers import RawHeaders
 from .keys import Signer
 from .model import Envelope
-from .reasons import COVERED, H_KEY_ID, H_SIG
+from .pairwise import Pair, mac
+from .reasons import COVERED, H_KEY_ID, H_MAC, H_SIG
 from .verify import Verified, Verifier
 
 
@@ -33,11 +34,27 @@ def sign_fields(fields: Mapping[str, bytes], *, topic: str, body: bytes, signer:
     return headers
 
 
+def seal_fields(fields: Mapping[str, bytes], *, topic: str, body: bytes, pair: Pair) -> Headers:
+    """The pairwise mode's :func:`sign_fields`: ``keyId`` names the pair (sender / recipient
+    agreement key ids) and ``mac`` = HMAC-SHA256 over the same canonical bytes, in place of
+    ``sig`` (docs/envelope.md, "The pairwise MAC mode")."""
+    covered = {**fields, H_KEY_ID: pair.outbound_key_id.encode("utf-8")}
+    tag = mac(pair.key, canonical_bytes(covered, topic=topic, body=body))
+    headers: Headers = [(name, covered[name]) for name in COVERED if name in covered]
+    headers.append((H_MAC, tag))
+    return headers
+
+
 def encode(
-    envelope: Envelope, *, topic: str, signer: Signer
+    envelope: Envelope, *, topic: str, signer: Signer, pair: Pair | None = None
 ) -> tuple[bytes, list[tuple[str, bytes]], bytes]:
-    """Return ``(record key, headers, value)``: key = ``to`` (UTF-8), value = the body bytes."""
-    headers = sign_fields(envelope.header_fields(), topic=topic, body=envelope.body, signer=signer)
+    """Return ``(record key, headers, value)``: key = ``to`` (UTF-8), value = the body bytes.
+    With ``pair`` the record is MAC'd for that pair's host instead of signed."""
+    fields, body = envelope.header_fields(), envelope.body
+    if pair is not None:
+        headers = seal_fields(fields, topic=topic, body=body, pair=pair)
+        return envelope.to.encode("utf-8"), headers, body
+    headers = sign_fields(fields, topic=topic, body=body, signer=signer)
     return envelope.to.encode("utf-8"), headers, envelope.body
 
 

@@ -18,6 +18,7 @@ from .model import Envelope
 
 _DECIMAL = re.compile(rb"^(0|[1-9][0-9]{0,15})$")
 SIG_LEN = 64
+MAC_LEN = 32  # HMAC-SHA256
 RawHeaders = Sequence[tuple[str, bytes | str | None]]
 
 
@@ -36,7 +37,8 @@ def collect(
     max_header_bytes: int,
     max_body_bytes: int,
 ) -> dict[str, bytes]:
-    """Stages 1-2 without crypto: bounds, then the reserved headers as raw bytes."""
+    """Stages 1-2 without crypto: bounds, then the reserved headers as raw bytes. Exactly one
+    tag travels: ``sig`` (Ed25519) or ``mac`` (the pairwise HMAC, :mod:`.pairwise`)."""
     if not headers:
         fail(r.NOT_SIGNED, "record has no headers", raw)
     if len(headers) > max_headers:
@@ -58,15 +60,20 @@ def collect(
         if val is None:
             fail(r.MALFORMED_HEADERS, f"header {name!r} has no value", raw)
         fields[name] = val.encode("utf-8") if isinstance(val, str) else bytes(val)
-    if r.H_SIG not in fields:
-        fail(r.NOT_SIGNED, "no 'sig' header", raw)
+    tag = r.H_SIG if r.H_SIG in fields else r.H_MAC if r.H_MAC in fields else None
+    if tag is None:
+        fail(r.NOT_SIGNED, "no 'sig' (or 'mac') header", raw)
+    if tag == r.H_SIG and r.H_MAC in fields:
+        fail(r.MALFORMED_HEADERS, "both 'sig' and 'mac': a record carries exactly one tag", raw)
     missing = [h for h in r.REQUIRED if h not in fields]
     if missing:
         fail(r.MALFORMED_HEADERS, f"missing headers {missing}", raw)
     if fields[r.H_V] != str(r.VERSION).encode():
         fail(r.UNSUPPORTED_VERSION, f"envelope version {fields[r.H_V]!r}", raw)
-    if len(fields[r.H_SIG]) != SIG_LEN:
+    if tag == r.H_SIG and len(fields[r.H_SIG]) != SIG_LEN:
         fail(r.SIG_INVALID, f"sig is {len(fields[r.H_SIG])} bytes, not 64", raw)
+    if tag == r.H_MAC and len(fields[r.H_MAC]) != MAC_LEN:
+        fail(r.MAC_INVALID, f"mac is {len(fields[r.H_MAC])} bytes, not {MAC_LEN}", raw)
     return fields
 
 

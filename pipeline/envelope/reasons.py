@@ -17,6 +17,9 @@ MALFORMED_HEADERS = Verification.MALFORMED_HEADERS
 UNSUPPORTED_VERSION = Verification.UNSUPPORTED_VERSION
 UNKNOWN_KEY = Verification.UNKNOWN_KEY
 SIG_INVALID = Verification.SIG_INVALID
+UNKNOWN_PAIR = Verification.UNKNOWN_PAIR
+MAC_INVALID = Verification.MAC_INVALID
+MAC_NOT_ALLOWED = Verification.MAC_NOT_ALLOWED
 UNKNOWN_KIND = Verification.UNKNOWN_KIND
 UNKNOWN_SENDER = Verification.UNKNOWN_SENDER
 SIGNER_MISMATCH = Verification.SIGNER_MISMATCH
@@ -62,6 +65,7 @@ H_TS = "ts"
 H_EXPIRES_AT = "expiresAt"
 H_KEY_ID = "keyId"
 H_SIG = "sig"
+H_MAC = "mac"  # the pairwise mode's tag, in place of ``sig`` (docs/envelope.md)
 
 # The covered headers, in canonical order. The order is part of the v1 wire format.
 COVERED: tuple[str, ...] = (
@@ -79,7 +83,7 @@ COVERED: tuple[str, ...] = (
 )
 OPTIONAL: frozenset[str] = frozenset({H_TURN_ID, H_SPAWN_ID})
 REQUIRED: tuple[str, ...] = tuple(h for h in COVERED if h not in OPTIONAL)
-RESERVED: frozenset[str] = frozenset((*COVERED, H_SIG))
+RESERVED: frozenset[str] = frozenset((*COVERED, H_SIG, H_MAC))
 RESERVED_FOLDED: dict[str, str] = {h.casefold(): h for h in RESERVED}
 
 VERSION = 1

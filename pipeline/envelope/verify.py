@@ -8,6 +8,9 @@
    required headers present; ``v`` is a known canonical form; ``keyId`` trusted  NOT_SIGNED,
                                                   MALFORMED_HEADERS, UNSUPPORTED_VERSION, UNKNOWN_KEY
 3. Ed25519 signature over the canonical bytes (raw header values, topic, body) SIG_INVALID
+   -- or, for a record carrying ``mac`` instead of ``sig`` (the pairwise mode, :mod:`.pairwise`):
+   the pair ``keyId`` names (UNKNOWN_PAIR), its HMAC over the same bytes (MAC_INVALID), and
+   only a conversation kind on this host's inbox with the mode on here (MAC_NOT_ALLOWED)
    (except: a record in our inbox whose signature verifies for the inbox of the host presence
    places ``to`` on is authentic but copied here                                 TO_MISMATCH)
 4. field syntax (signed, now safe to parse): kind, UTF-8 ids, decimal times   UNKNOWN_KIND,
@@ -29,6 +32,7 @@ for "gid lives on my host"), expiry and replay (liveness is the roster's TTL; ne
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -42,6 +46,7 @@ from .canonical import canonical_bytes
 from .headers import RawHeaders, collect, fail, parse
 from .keys import TrustedKey, TrustStore
 from .model import Envelope, now_ms
+from .pairwise import MAC_KINDS, Pairing, UnknownPair, mac
 from .seen import SeenSet
 
 
@@ -77,8 +82,10 @@ class Verifier:
         max_header_bytes: int = 8192,
         max_body_bytes: int = 1_048_576,
         clock_ms: Callable[[], int] = now_ms,
+        pairing: Pairing | None = None,
     ) -> None:
         self.host = host
+        self.pairing = pairing  # None: the pairwise MAC mode is off here (MAC_NOT_ALLOWED)
         self.trust = trust
         self.presence = presence
         self.seen = seen
@@ -103,8 +110,8 @@ class Verifier:
         value: bytes | None,
     ) -> Verified:
         raw = {"topic": topic, "key": key, "headers": headers, "value": value}
-        env, trusted = self._authentic(topic, key, headers, value, raw, route=True)
-        self._check_sender(env, trusted.host, raw)
+        env, signer_host, key_id = self._authentic(topic, key, headers, value, raw, route=True)
+        self._check_sender(env, signer_host, raw)
         self._check_destination(env, topic, key, raw)
         now = self.clock_ms()
         if now > env.expires_at_ms + self.skew_ms:
@@ -114,7 +121,7 @@ class Verifier:
             fail(r.TTL_TOO_LONG, f"ttl {env.expires_at_ms - env.ts_ms} ms", raw, env)
         if self.seen.contains(env.msg_id):
             fail(r.REPLAY, f"msgId {env.msg_id} already seen", raw, env)
-        return Verified(envelope=env, signer_host=trusted.host, key_id=trusted.key_id)
+        return Verified(envelope=env, signer_host=signer_host, key_id=key_id)
 
     def verify_presence(
         self,
@@ -125,7 +132,7 @@ class Verifier:
         value: bytes | None,
     ) -> Verified:
         raw = {"topic": topic, "key": key, "headers": headers, "value": value}
-        env, trusted = self._authentic(topic, key, headers, value, raw, route=False)
+        env, signer_host, key_id = self._authentic(topic, key, headers, value, raw, route=False)
         if env.kind is not r.Kind.PRESENCE:
             fail(r.UNKNOWN_KIND, f"kind {env.kind} on the roster", raw, env)
         if topic != self.topics.roster or key is None or key != env.to.encode("utf-8"):
@@ -133,7 +140,7 @@ class Verifier:
         if env.to != env.sender:
             fail(r.TO_MISMATCH, "presence 'from' and 'to' must both be the gid", raw, env)
         self._check_not_future(env, self.clock_ms(), raw)
-        return Verified(envelope=env, signer_host=trusted.host, key_id=trusted.key_id)
+        return Verified(envelope=env, signer_host=signer_host, key_id=key_id)
 
     # -- stages -----------------------------------------------------------------------------
     def _authentic(
@@ -145,7 +152,8 @@ class Verifier:
         raw: dict[str, Any],
         *,
         route: bool,
-    ) -> tuple[Envelope, TrustedKey]:
+    ) -> tuple[Envelope, str, str]:
+        """Stages 1-4: the envelope, the host that vouched for it and the key id it names."""
         body = b"" if value is None else bytes(value)
         fields = collect(
             key,
@@ -156,6 +164,8 @@ class Verifier:
             max_header_bytes=self.max_header_bytes,
             max_body_bytes=self.max_body_bytes,
         )
+        if r.H_MAC in fields:
+            return self._mac_authentic(fields, topic, body, raw, route=route)
         trusted = self._key(fields, raw)
         try:
             message = canonical_bytes(fields, topic=topic, body=body)
@@ -168,7 +178,31 @@ class Verifier:
             if signed_for is not None:
                 fail(r.TO_MISMATCH, f"authentic record for {signed_for} found on {topic}", raw)
             fail(r.SIG_INVALID, f"signature does not verify under {trusted.key_id}", raw)
-        return parse(fields, body, raw), trusted
+        return parse(fields, body, raw), trusted.host, trusted.key_id
+
+    def _mac_authentic(
+        self, fields: dict[str, bytes], topic: str, body: bytes, raw: dict[str, Any], *, route: bool
+    ) -> tuple[Envelope, str, str]:
+        """Stages 2-4 of a MAC'd record: the pair its ``keyId`` names (the peer host comes from
+        the agreement key its signed presence published, never from the record), the tag over
+        the same canonical bytes a signature covers, then only conversation kinds on our inbox."""
+        if self.pairing is None or not route:
+            what = "presence" if not route else f"{self.host} (the pairwise mode is off)"
+            fail(r.MAC_NOT_ALLOWED, f"a MAC'd record is not accepted for {what}", raw)
+        try:
+            pair = self.pairing.open(fields[r.H_KEY_ID])
+        except UnknownPair as exc:
+            fail(r.UNKNOWN_PAIR, str(exc), raw)
+        try:
+            message = canonical_bytes(fields, topic=topic, body=body)
+        except UnicodeEncodeError:
+            fail(r.TO_MISMATCH, f"topic {topic!r} is not valid UTF-8", raw)
+        if not hmac.compare_digest(mac(pair.key, message), fields[r.H_MAC]):
+            fail(r.MAC_INVALID, f"mac does not verify for the pair with {pair.host}", raw)
+        env = parse(fields, body, raw)
+        if env.kind not in MAC_KINDS or topic != self._inbox:
+            fail(r.MAC_NOT_ALLOWED, f"{env.kind} on {topic} must be signed", raw, env)
+        return env, pair.host, fields[r.H_KEY_ID].decode("utf-8")
 
     def _signed_for(
         self, fields: dict[str, bytes], topic: str, body: bytes, trusted: TrustedKey

@@ -229,6 +229,10 @@ class GatewayClient:
                 sent_ms=env.ts_ms,
                 deadline_ms=env.expires_at_ms + int(self.clock_skew_s * 1000),
             )
+        if kind == Kind.ABANDONED and env.turn_id is not None:
+            # the asker gives up its turn in the same transaction as the notice (a refused
+            # ABANDONED leaves the turn as it was)
+            Conversations.close_turn(s, env.turn_id, ABANDONED)
         if kind == Kind.ASK and env.turn_id is not None:
             Conversations.open_turn(
                 s,
@@ -259,9 +263,8 @@ class GatewayClient:
         )
 
     def abandon(self, *, sender: str, to: str, turn_id: str) -> Envelope:
-        """The asker gives up its turn: a late ANSWER will get TOO_LATE."""
-        with self.sessions.begin() as s:
-            Conversations.close_turn(s, turn_id, ABANDONED)
+        """The asker gives up its turn: a late ANSWER will get TOO_LATE (one transaction: the
+        turn closed and the ABANDONED notice queued, see :meth:`_stage`)."""
         return self.send(sender=sender, to=to, body=b"", kind=Kind.ABANDONED, turn_id=turn_id)
 
     def broadcast(

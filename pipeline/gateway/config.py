@@ -277,6 +277,8 @@ class GatewayConfig:
     # the local socket (docs/gateway.md): None = next to a SQLite store, "" = none
     socket_path: str | None = None
     socket_mode: int = 0o600
+    # the pairwise MAC mode (docs/envelope.md): off by default, opt in per fleet
+    pairwise_mac: bool = False
 
     def __post_init__(self) -> None:
         _name(self.host, "host", "host id")
@@ -294,6 +296,8 @@ class GatewayConfig:
                 _text(value, key, optional=key != "store_url")
             if value is not None:
                 object.__setattr__(self, key, value.replace("<host>", self.host))
+        if not isinstance(self.pairwise_mac, bool):
+            raise invalid("pairwise_mac", self.pairwise_mac, "must be true or false")
         if self.socket_mode not in (0o600, 0o660) or isinstance(self.socket_mode, bool):
             raise invalid(
                 "socket_mode",

@@ -33,7 +33,7 @@ from pipeline.envelope import Envelope, Kind
 from .held import hold_notice
 from .receipts import failed_body
 
-PENDING, FAILED, LATE = "pending", "failed", "late"
+PENDING, FAILED, LATE, UNCERTAIN = "pending", "failed", "late", "uncertain"
 
 
 def tracked_columns() -> tuple[Column[Any], ...]:
@@ -95,6 +95,22 @@ def mark_late(session: Session, kinds: Sequence[Tracked], msg_id: str) -> bool:
         )
         marked = marked or bool(getattr(result, "rowcount", 0))
     return marked
+
+
+def mark_uncertain(session: Session, kinds: Sequence[Tracked], msg_id: str) -> str | None:
+    """An ``INJECTED`` with stage ``uncertain`` came back (the recipient died between deciding
+    to inject and recording it, ``gateway/journal.py``): ``pending`` or ``failed`` ->
+    ``uncertain``. Returns the state it moved from (``failed``: the deadline's FAILED came
+    first and may have been wrong), None when there was nothing to move."""
+    for kind in kinds:
+        t = kind.table
+        for before in (PENDING, FAILED):
+            result = session.execute(
+                update(t).where(t.c.msg_id == msg_id, t.c.state == before).values(state=UNCERTAIN)
+            )
+            if getattr(result, "rowcount", 0):
+                return before
+    return None
 
 
 def state_of(session: Session, kind: Tracked, msg_id: str) -> str | None:

@@ -47,6 +47,7 @@ from .conversations import ABANDONED, ANSWERED, Conversations
 from .entities import LocalEntities
 from .held import held_table
 from .injection import TRACKED_KINDS, InjectionQueue, past_inject_deadline
+from .journal import STAGE_UNCERTAIN
 from .metrics import GatewayMetrics
 from .outbound import Publisher
 from .receipts import read_receipt
@@ -234,6 +235,9 @@ class InboxHandler:
             state = self._read(lambda s: deadlines.answered(s, self.tracked, receipt.msg_id))
             if env.kind == Kind.FAILED and state == deadlines.FAILED:
                 return ACK  # the deadline already reported it: exactly one FAILED per send
+            if env.kind == Kind.INJECTED and receipt.stage == STAGE_UNCERTAIN:
+                self._uncertain_injected(env, receipt.msg_id, state, tx)
+                return self._hold(env, record, tx, env.to)
             if env.kind == Kind.INJECTED and state == deadlines.FAILED:
                 self._late_injected(env, receipt.msg_id, tx)
             tx.call(
@@ -259,6 +263,24 @@ class InboxHandler:
         )  # fmt: skip
         tx.call(functools.partial(deadlines.mark_late, kinds=self.tracked, msg_id=msg_id))
         tx.after_store(self.metrics.late_injected.inc)
+
+    def _uncertain_injected(
+        self, env: Envelope, msg_id: str, state: str | None, tx: Staged
+    ) -> None:
+        """The recipient's gateway died between deciding to inject this brief and recording it
+        (its inject journal row was still open at its restart): it may have been injected. The
+        tracked row becomes ``uncertain`` (from ``pending``: the one outcome; from ``failed``:
+        the deadline's INJECT_TIMEOUT came first and may have been wrong) and the INJECTED is
+        held for the sender, who reads "may have been injected"."""
+        before = "failed" if state == deadlines.FAILED else "pending"
+        log.warning(
+            "UNCERTAIN INJECT: %s reports brief %s from %s may have been injected (it died "
+            "mid-inject)%s",
+            env.sender, msg_id, env.to,
+            "; the INJECT_TIMEOUT already given may have been wrong" if before == "failed" else "",
+        )  # fmt: skip
+        tx.call(functools.partial(deadlines.mark_uncertain, kinds=self.tracked, msg_id=msg_id))
+        tx.after_store(self.metrics.uncertain_injected.labels(before).inc)
 
     def _turn_waiting(self, turn_id: str) -> bool:
         with self.reads() as s:

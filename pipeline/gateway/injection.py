@@ -2,8 +2,15 @@
 
 Per-recipient order is kept (one queue per gid). A busy target (``TARGET_BUSY``, retriable) is
 retried with backoff until the message expires; success publishes ``INJECTED`` (through the
-outbox) to the sender, a final failure publishes ``FAILED``. A crash anywhere here loses the
-inject *visibly*: the sender's deadline turns the missing ``INJECTED`` into one ``FAILED``.
+outbox) to the sender, a final failure publishes ``FAILED``.
+
+A tracked brief (one whose sender waits for ``INJECTED``) goes through the inject journal
+(:mod:`pipeline.gateway.journal`): a row committed right before its first inject attempt, closed
+in the same transaction that stages its receipt right after the inject returns. A crash before
+the row loses the inject *visibly* (the sender's deadline turns the missing ``INJECTED`` into
+one ``FAILED``, which is true); a crash while the row is open -- one inject per entity at most --
+is reported at the next start as an ``INJECTED`` with stage ``uncertain``
+(:meth:`InjectionQueue.report_uncertain`), never as a false "not injected".
 """
 
 from __future__ import annotations
@@ -20,8 +27,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import FleetError
 from pipeline.failures.retry import BackoffPolicy
+from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.reasons import Delivery, Verification
+from pipeline.store import with_retry
 
+from . import journal
 from .entities import LocalEntities
 from .metrics import GatewayMetrics
 from .outbound import Publisher
@@ -32,7 +42,6 @@ log = logging.getLogger(__name__)
 
 RECEIPT_TTL_S = 3600.0
 TRACKED_KINDS = frozenset({Kind.SEND, Kind.ANSWER})
-RECEIPT_BATCH = 200
 
 
 def past_inject_deadline(env: Envelope, now_ms: int | None = None) -> bool:
@@ -56,6 +65,17 @@ class _Job:
     reply_host: str | None
     queued_at: float
 
+    @property
+    def tracked(self) -> bool:
+        """The sender waits for this brief's INJECTED: it is journaled and gets a receipt."""
+        return self.reply_host is not None and self.envelope.kind in TRACKED_KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    journal: str | None  # the state the journal row closes in; None: no row was opened
+    receipt: _Receipt | None
+
 
 class InjectionQueue:
     def __init__(
@@ -67,6 +87,7 @@ class InjectionQueue:
         metrics: GatewayMetrics,
         busy_policy: BackoffPolicy | None = None,
         on_injected: Callable[[str, Envelope], None] | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.entities = entities
         self.sessions = sessions
@@ -74,6 +95,7 @@ class InjectionQueue:
         self.metrics = metrics
         self.busy = busy_policy or BackoffPolicy(base_s=0.05, max_s=2.0, max_attempts=10_000)
         self.on_injected = on_injected
+        self.hooks = hooks
         self._queues: dict[str, queue.Queue[_Job | None]] = {}
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -103,54 +125,117 @@ class InjectionQueue:
         return all(q.unfinished_tasks == 0 for q in self._queues.values())
 
     def _work(self, q: queue.Queue[_Job | None]) -> None:
-        # Receipts (INJECTED or FAILED) of a burst go out in ONE outbox transaction once the
-        # queue runs dry, or every RECEIPT_BATCH injects: an inject never waits for a database
-        # write, and a receipt is at most one burst behind its inject.
-        pending: list[_Receipt] = []
+        ahead: list[_Job | None] = []  # the next job, taken early by the last close
+        opened = False  # ... and its journal row opened in that close's transaction
         while True:
-            job = q.get()
+            job = ahead.pop() if ahead else q.get()
             try:
                 if job is None:
-                    self._flush(pending)
                     return
-                receipt = self._inject(job)
-                if receipt is not None:
-                    pending.append(receipt)
-                if q.empty() or len(pending) >= RECEIPT_BATCH:
-                    self._flush(pending)
+                outcome = self._inject(job, opened=opened)
+                opened = False
+                opened = self._record(job, outcome, self._take_next(q, outcome, ahead))
             except Exception:  # one bad job must not kill the entity's worker
                 log.exception("injection worker error")
             finally:
                 q.task_done()
 
-    def _flush(self, pending: list[_Receipt]) -> None:
-        if not pending:
-            return
-        with self.sessions.begin() as s:
-            for r in pending:
-                self.publisher.stage(s, r.envelope, to_host=r.host)
-        pending.clear()
+    @staticmethod
+    def _take_next(
+        q: queue.Queue[_Job | None], outcome: _Outcome, ahead: list[_Job | None]
+    ) -> _Job | None:
+        """The next tracked job when it is already queued and this outcome closes a row: its
+        row is then opened in the same transaction (one transaction per inject in a burst, and
+        still one open row -- one inject -- per entity at a time)."""
+        if outcome.journal is None:
+            return None
+        try:
+            nxt = q.get_nowait()
+        except queue.Empty:
+            return None
+        ahead.append(nxt)
+        return nxt if nxt is not None and nxt.tracked else None
 
-    def _inject(self, job: _Job) -> _Receipt | None:
+    def _record(self, job: _Job, outcome: _Outcome, then_open: _Job | None = None) -> bool:
+        """Close the journal row and stage the receipt: one transaction, right after the inject
+        (the receipt is never more than this one transaction behind its inject); ``then_open``'s
+        row is opened in it too. True when ``then_open``'s row was opened."""
+        if outcome.journal is None and outcome.receipt is None:
+            return False
+
+        def once() -> bool:  # a whole transaction, so a retry applies nothing twice
+            with self.sessions.begin() as s:
+                if outcome.journal is not None and not journal.close_entry(
+                    s, job.envelope.msg_id, outcome.journal
+                ):
+                    # a restart's report (a twin's) moved the row first: its one outcome stands
+                    log.warning("journal row of %s was not open any more", job.envelope.msg_id)
+                elif outcome.receipt is not None:
+                    self.publisher.stage(s, outcome.receipt.envelope, to_host=outcome.receipt.host)
+                return then_open is not None and self._open_in(s, then_open)
+
+        # a store hiccup must not leave an injected brief without its receipt until a restart
+        return with_retry(once, what="inject receipt")
+
+    def _open(self, job: _Job) -> bool:
+        """Commit the journal row before the first inject attempt; False: already journaled."""
+
+        def once() -> bool:
+            with self.sessions.begin() as s:
+                return self._open_in(s, job)
+
+        opened = with_retry(once, what="inject journal")
+        if not opened:
+            log.error("brief %s to %s is already in the inject journal: not injected again",
+                      job.envelope.msg_id, job.gid)  # fmt: skip
+        return opened
+
+    @staticmethod
+    def _open_in(session: Session, job: _Job) -> bool:
+        assert job.reply_host is not None
         env = job.envelope
+        return journal.open_entry(
+            session,
+            msg_id=env.msg_id,
+            gid=job.gid,
+            sender=env.sender,
+            reply_host=job.reply_host,
+            trace_id=env.trace_id,
+        )
+
+    def _inject(self, job: _Job, *, opened: bool = False) -> _Outcome:
+        """Inject one job; ``opened``: its journal row is already committed (by the last close)."""
+        env = job.envelope
+        journaled = opened  # the journal row is committed (tracked briefs, first attempt)
+
+        def closing(state: str, receipt: _Receipt | None) -> _Outcome:
+            return _Outcome(state if journaled else None, receipt)
+
         entity = self.entities.get(job.gid)
         injector = entity.injector if entity is not None else None
         if injector is None:
-            return self._failed(job, Delivery.NO_INJECTOR, f"{job.gid} has no injector configured")
+            why = f"{job.gid} has no injector configured"
+            return closing(journal.FAILED, self._failed(job, Delivery.NO_INJECTOR, why))
         body = for_injector(env, job.gid)  # a control kind lands as a sentence, not raw bytes
         attempt = 0
+
         while True:
             if self._stop.is_set():
-                return None  # shutting down: the sender's deadline reports the loss
+                # shutting down, this attempt never made: the sender's deadline reports it
+                return closing(journal.DROPPED, None)
             if past_inject_deadline(env):
                 if env.kind in TRACKED_KINDS:  # expiresAt is the sender's inject deadline
                     self.metrics.inject_deadline_passed.labels("queue").inc()
-                    return self._failed(
+                    failed = self._failed(
                         job, Delivery.INJECT_DEADLINE_PASSED, "inject deadline passed in the queue"
                     )
-                return self._failed(
-                    job, Verification.EXPIRED, "expired while the target stayed busy"
-                )
+                    return closing(journal.FAILED, failed)
+                why = "expired while the target stayed busy"
+                return closing(journal.FAILED, self._failed(job, Verification.EXPIRED, why))
+            if job.tracked and not journaled:
+                if not self._open(job):
+                    return _Outcome(None, None)
+                journaled = True
             attempt += 1
             try:
                 injector.inject(
@@ -164,11 +249,51 @@ class InjectionQueue:
                 if exc.retriable:
                     time.sleep(self.busy.delay_for(min(attempt, 6)))
                     continue
-                return self._failed(job, exc.reason, str(exc))
+                return closing(journal.FAILED, self._failed(job, exc.reason, str(exc)))
+            except Exception:  # an injector bug: the inject may or may not have landed
+                log.exception("injector of %s raised on %s", job.gid, env.msg_id)
+                self.metrics.inject_uncertain.labels("raised").inc()
+                uncertain = injected_body(env.msg_id, job.gid, stage=journal.STAGE_UNCERTAIN)
+                return closing(journal.UNCERTAIN, self._receipt(job, Kind.INJECTED, uncertain))
+            self.hooks.at(Window.INJECTED_NOT_RECORDED)
             self.metrics.queue_to_inject_seconds.observe(time.monotonic() - job.queued_at)
             if self.on_injected is not None:
                 self.on_injected(job.gid, env)
-            return self._receipt(job, Kind.INJECTED, injected_body(env.msg_id, job.gid))
+            injected = injected_body(env.msg_id, job.gid)
+            return closing(journal.INJECTED, self._receipt(job, Kind.INJECTED, injected))
+
+    def report_uncertain(self, limit: int = 500) -> int:
+        """At start, before the inbox runs: every journal row still open is a brief this host
+        decided to inject and died before recording. Each becomes ``uncertain`` and, in the same
+        transaction, one ``INJECTED`` with stage ``uncertain`` for its sender ("may have been
+        injected"). Returns how many were reported."""
+        reported = 0
+        while True:
+            with self.sessions.begin() as s:
+                rows = journal.open_entries(s, limit)
+                for r in rows:
+                    if not journal.close_entry(s, r.msg_id, journal.UNCERTAIN):
+                        continue
+                    notice = Envelope.new(
+                        kind=Kind.INJECTED,
+                        sender=self.publisher.gateway_id,
+                        to=r.sender,
+                        body=injected_body(r.msg_id, r.gid, stage=journal.STAGE_UNCERTAIN),
+                        ttl_s=RECEIPT_TTL_S,
+                        trace_id=r.trace_id,
+                    )
+                    self.publisher.stage(s, notice, to_host=r.reply_host)
+                    reported += 1
+                    log.warning(
+                        "UNCERTAIN INJECT: brief %s from %s to %s was being injected when this "
+                        "gateway died; its sender is told it may have been injected",
+                        r.msg_id, r.sender, r.gid,
+                    )  # fmt: skip
+            if len(rows) < limit:
+                break
+        if reported:
+            self.metrics.inject_uncertain.labels("restart").inc(reported)
+        return reported
 
     def _receipt(self, job: _Job, kind: Kind, body: bytes) -> _Receipt | None:
         env = job.envelope

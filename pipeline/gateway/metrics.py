@@ -51,6 +51,26 @@ class GatewayMetrics:
             "was wrong.",
             registry=registry,
         )
+        self.inject_uncertain = Counter(
+            f"{ns}_inject_uncertain_total",
+            "Briefs this host reported to their sender as INJECTED with stage uncertain (may "
+            "have been injected): journal rows found open at a start (restart: the gateway died "
+            "between deciding to inject and recording it), or an injector that raised (raised).",
+            ["why"],
+            registry=registry,
+        )
+        for why in ("restart", "raised"):
+            self.inject_uncertain.labels(why)
+        self.uncertain_injected = Counter(
+            f"{ns}_uncertain_injected_total",
+            "INJECTED receipts with stage uncertain this host's senders received, by what the "
+            "tracker held before: pending (the one outcome) or failed (an INJECT_TIMEOUT came "
+            "first and may have been wrong).",
+            ["before"],
+            registry=registry,
+        )
+        for before in ("pending", "failed"):
+            self.uncertain_injected.labels(before)
         self.queue_to_inject_seconds = Histogram(
             f"{ns}_commit_to_inject_seconds",
             "From the offset commit to the inject landing (includes busy-target waits).",
@@ -98,3 +118,51 @@ class GatewayMetrics:
         self.verify_failures.labels(label).inc()
         if reason == Verification.EXPIRED:
             self.expiries.labels("delivery").inc()
+
+
+SOCKET_OUTCOMES = ("queued", "refused", "failed", "malformed")
+_GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class SocketMetrics:
+    """The local socket's instruments (docs/gateway.md, "The local socket"): requests by kind and
+    outcome, refusals by reason, and each group commit's size and duration. Kind labels are the
+    envelope's kinds (``OTHER`` for anything else), reasons the registry's codes."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        from pipeline.envelope import Kind
+
+        ns = "fleet_gateway_socket"
+        self._kinds = frozenset(k.value for k in Kind)
+        self.requests = Counter(
+            f"{ns}_requests_total",
+            "Requests on the local socket, by message kind and outcome (queued: committed; "
+            "refused: answered with its reason; failed: the group's commit failed; malformed).",
+            ["kind", "outcome"],
+            registry=registry,
+        )
+        for outcome in SOCKET_OUTCOMES:
+            self.requests.labels(Kind.SEND.value, outcome)
+        self.refusals = Counter(
+            f"{ns}_refusals_total",
+            "Requests on the local socket refused, by reason code.",
+            ["reason"],
+            registry=registry,
+        )
+        self.group_size = Histogram(
+            f"{ns}_group_size",
+            "Requests committed in one transaction by the socket's writer (group commit).",
+            buckets=_GROUP_BUCKETS,
+            registry=registry,
+        )
+        self.commit_seconds = Histogram(
+            f"{ns}_commit_seconds",
+            "Time of one group commit (checks, rows, COMMIT) by the socket's writer.",
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+
+    def request(self, kind: object, outcome: str, reason: str | None = None) -> None:
+        self.requests.labels(reasons.label(str(kind), self._kinds), outcome).inc()
+        if reason is not None:
+            self.refusals.labels(reason if reasons.known(reason) else reasons.OTHER).inc()

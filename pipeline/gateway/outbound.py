@@ -1,7 +1,8 @@
 """Every publish from a gateway goes through the outbox, in the caller's transaction.
 
-``Publisher.stage`` signs the envelope for its destination topic and writes the exact record
-(key = recipient gid, signed headers, body) as an outbox row; the relay ships it verbatim. The
+``Publisher.stage`` signs (or, in the pairwise mode, MACs) the envelope for its destination
+topic and writes the exact record (key = recipient gid, signed headers, body) as an outbox row;
+the relay ships it verbatim. The
 branch key is ``<host>><to>`` so messages from one host to one recipient keep their order.
 """
 
@@ -13,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from pipeline import outbox
 from pipeline.envelope import Envelope, Signer, encode
+from pipeline.envelope.pairwise import MAC_KINDS, Pairing
 from pipeline.kafka.topics import TopicNames
 
 GATEWAY_SUFFIX = "._gateway"
@@ -23,6 +25,9 @@ class Publisher:
     host: str
     signer: Signer
     topics: TopicNames
+    # the pairwise MAC mode (docs/envelope.md): a conversation record for a host that published
+    # an agreement key in its signed presence is MAC'd for that host; None: everything signed
+    pairing: Pairing | None = None
 
     @property
     def gateway_id(self) -> str:
@@ -31,7 +36,10 @@ class Publisher:
 
     def stage(self, session: Session, envelope: Envelope, *, to_host: str) -> int:
         topic = self.topics.inbox(to_host)
-        key, headers, value = encode(envelope, topic=topic, signer=self.signer)
+        pair = None
+        if self.pairing is not None and envelope.kind in MAC_KINDS:
+            pair = self.pairing.seal(to_host)
+        key, headers, value = encode(envelope, topic=topic, signer=self.signer, pair=pair)
         return outbox.write(
             session,
             topic=topic,

@@ -11,7 +11,8 @@ is readable as it stands, so :func:`describe` turns it into
   reader can do, for agents and people.
 
 An ``INJECTED`` whose stage is ``stop`` or ``spawn`` is a control request's outcome, not an
-injection: it reads "worker w-1 stopped (stop X)" (or spawned).
+injection: it reads "worker w-1 stopped (stop X)" (or spawned). One whose stage is ``uncertain``
+is the inject journal's report after a crash mid-inject: it reads "may have been injected".
 
 Content kinds (``SEND``, ``REPLY``, ``ASK``, ``ANSWER``, ``BROADCAST``) keep their body: the text
 *is* the message. An ASK whose answer never came is reported to the asker as a ``FAILED`` about
@@ -27,6 +28,7 @@ from pipeline.envelope import Envelope, Kind
 from pipeline.errors import FleetError
 
 from .held import HeldMessage
+from .journal import STAGE_UNCERTAIN
 from .receipts import read_receipt
 
 CONTROL_KINDS = frozenset(
@@ -66,6 +68,13 @@ def describe(
                 return Rendered(
                     kind=kind,
                     text=f"worker {r.recipient} {DONE[r.stage]} ({r.stage} {r.msg_id}).",
+                    fields=fields | {"stage": r.stage},
+                )
+            if r.stage == STAGE_UNCERTAIN:  # the inject journal's restart report
+                return Rendered(
+                    kind=kind,
+                    text=f"uncertain: your message {r.msg_id} may have been injected into "
+                    f"{r.recipient} (its gateway died mid-inject); check before sending it again.",
                     fields=fields | {"stage": r.stage},
                 )
             return Rendered(

@@ -34,6 +34,7 @@ class Queued:
     msg_id: str
     trace_id: str
     ts_ms: int
+    turn_id: str | None = None
 
 
 class SocketClient:
@@ -72,13 +73,34 @@ class SocketClient:
         body: bytes,
         kind: str = "SEND",
         ttl_s: float | None = None,
+        turn_id: str | None = None,
     ) -> Queued:
         """Queue one message through the gateway; a refusal raises its FleetError."""
         result = self.send_many([{"sender": sender, "to": to, "body": body, "kind": kind,
-                                  "ttl_s": ttl_s}])[0]  # fmt: skip
+                                  "ttl_s": ttl_s, "turn_id": turn_id}])[0]  # fmt: skip
         if isinstance(result, FleetError):
             raise result
         return result
+
+    # The conversation verbs, as GatewayClient.ask/answer/abandon (same kinds, defaults, turns).
+    def ask(self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0) -> Queued:
+        """A worker asks a main: a new turn (its id minted here, as GatewayClient.ask does)."""
+        import uuid  # only an ask needs it (each `fleet` process pays for its imports)
+
+        turn = uuid.uuid4().hex
+        return self.send(sender=sender, to=to, body=body, kind="ASK", ttl_s=ttl_s, turn_id=turn)
+
+    def answer(
+        self, *, sender: str, to: str, turn_id: str, body: bytes, ttl_s: float = 120.0
+    ) -> Queued:
+        return self.send(
+            sender=sender, to=to, body=body, kind="ANSWER", ttl_s=ttl_s, turn_id=turn_id
+        )
+
+    def abandon(self, *, sender: str, to: str, turn_id: str) -> Queued:
+        """The asker gives up its turn (closed in the gateway's transaction that queues the
+        ABANDONED notice): a late ANSWER will get TOO_LATE."""
+        return self.send(sender=sender, to=to, body=b"", kind="ABANDONED", turn_id=turn_id)
 
     def send_many(self, sends: Sequence[dict[str, Any]]) -> list[Queued | FleetError]:
         """Pipeline ``sends`` (each: sender, to, body, kind, ttl_s) on this connection and return
@@ -95,22 +117,37 @@ class SocketClient:
                 "body": base64.b64encode(s["body"]).decode("ascii"),
                 "kind": s.get("kind", "SEND"),
                 "ttl_s": s.get("ttl_s"),
+                "turn_id": s.get("turn_id"),
             }
             out += encode_frame(request)
-        self._next_id += len(sends)
+        answers = self._exchange(out, first, len(sends))
+        return [a if isinstance(a, FleetError) else _queued(a) for a in answers]
+
+    def control(self, op: str, **fields: Any) -> dict[str, Any]:
+        """A ``spawn`` or ``stop`` through the gateway (ControlClient's keyword arguments); the
+        queued request's fields, or its refusal raised."""
+        first = self._next_id
+        (answer,) = self._exchange(encode_frame({"id": first, "op": op, **fields}), first, 1)
+        if isinstance(answer, FleetError):
+            raise answer
+        return answer
+
+    def _exchange(
+        self, out: bytes | bytearray, first: int, n: int
+    ) -> list[dict[str, Any] | FleetError]:
+        self._next_id = first + n
         try:
             self._sock.sendall(out)
-            answers = [self._answer(first + i) for i in range(len(sends))]
+            return [self._answer(first + i) for i in range(n)]
         except OSError as exc:
             raise DeliveryError(
-                f"the gateway's local socket failed before it answered ({exc}); the send may or "
-                "may not be queued: look in `fleet outbox` before sending again",
+                f"the gateway's local socket failed before it answered ({exc}); the request may "
+                "or may not be queued: look in `fleet outbox` before sending again",
                 reason=Delivery.DELIVERY_FAILED,
                 retriable=True,
             ) from None
-        return answers
 
-    def _answer(self, want: int) -> Queued | FleetError:
+    def _answer(self, want: int) -> dict[str, Any] | FleetError:
         answer = read_frame(self._sock)
         if answer is None:
             raise ConnectionResetError("the gateway closed the connection")
@@ -118,5 +155,10 @@ class SocketClient:
             raise ConnectionResetError(f"answer {answer.get('id')} where {want} was due")
         if "error" in answer:
             return error_from(answer["error"])
-        ok = answer["ok"]
-        return Queued(msg_id=ok["msgId"], trace_id=ok["traceId"], ts_ms=int(ok["tsMs"]))
+        ok: dict[str, Any] = answer["ok"]
+        return ok
+
+
+def _queued(ok: dict[str, Any]) -> Queued:
+    return Queued(msg_id=ok["msgId"], trace_id=ok["traceId"], ts_ms=int(ok["tsMs"]),
+                  turn_id=ok.get("turnId"))  # fmt: skip

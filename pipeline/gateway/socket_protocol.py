@@ -5,10 +5,13 @@ A request names its ``op`` and carries an ``id`` the answer echoes, so a client 
 requests before reading (pipelining); answers come back in request order per connection.
 
     request   {"id": 7, "op": "send", "sender": "main-a", "to": "main-b",
-               "body": "<base64>", "kind": "SEND", "ttl_s": null}
+               "body": "<base64>", "kind": "SEND", "ttl_s": null, "turn_id": null}
     answer    {"id": 7, "ok": {"msgId": "...", "traceId": "...", "tsMs": 1764578000000}}
     refusal   {"id": 7, "error": {"type": "DeliveryError", "reason": "UNKNOWN_RECIPIENT",
                "retriable": false, "message": "...", "context": {"to": "nobody"}}}
+
+``spawn`` and ``stop`` carry ControlClient.spawn / .stop's keyword arguments and are answered
+with the queued request's fields (``msg_id``, ``spawn_id`` / ``stop_id``, ``host`` ...).
 
 A refusal is the :class:`~pipeline.errors.FleetError` the gateway's ``send`` raised, carried
 as data and raised again on the client side with the same class, reason, ``retriable`` and
@@ -31,7 +34,7 @@ from pipeline.reasons import Delivery
 
 _LENGTH = struct.Struct(">I")
 MAX_FRAME_BYTES = 4 * 1024 * 1024  # the largest record the outbox takes is 1 MiB (base64: 4/3)
-OPS = ("send",)
+OPS = ("send", "spawn", "stop")
 
 
 class FrameError(FleetError):

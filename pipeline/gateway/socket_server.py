@@ -24,21 +24,28 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
+import functools
 import logging
 import os
 import queue
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import ConfigError, DeliveryError, FleetError, StoreError
 from pipeline.reasons import Config, Verification
 
 from .client import GatewayClient, SendRequest
+from .metrics import SocketMetrics
 from .socket_protocol import FrameError, encode_frame, error_data, read_frame
+
+if TYPE_CHECKING:
+    from pipeline.control.client import ControlClient
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +66,11 @@ def parse_send(message: dict[str, Any]) -> SendRequest:
         sender, to, body = message["sender"], message["to"], message["body"]
         if not isinstance(sender, str) or not isinstance(to, str) or not isinstance(body, str):
             raise TypeError("sender, to and body must be strings")
-        ttl = message.get("ttl_s")
+        ttl, turn_id = message.get("ttl_s"), message.get("turn_id")
         if ttl is not None and not isinstance(ttl, int | float):
             raise TypeError("ttl_s must be a number")
+        if turn_id is not None and not isinstance(turn_id, str):
+            raise TypeError("turn_id must be a string")
         raw = base64.b64decode(body, validate=True)
     except (KeyError, TypeError, binascii.Error) as exc:
         raise ConfigError(f"local socket: malformed send request: {exc}") from None
@@ -71,25 +80,55 @@ def parse_send(message: dict[str, Any]) -> SendRequest:
         body=raw,
         kind=parse_kind(message.get("kind", "SEND")),
         ttl_s=float(ttl) if ttl is not None else None,
+        turn_id=turn_id,
     )
+
+
+# The control plane's requests (ControlClient.spawn / .stop): their fields and value types.
+_TEXT, _MAYBE_TEXT, _MAYBE_INT = (str,), (str, type(None)), (int, type(None))
+CONTROL_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "spawn": {"requester": _TEXT, "host": _TEXT, "profile": _TEXT, "spawn_id": _MAYBE_TEXT,
+              "parent": _MAYBE_TEXT, "job": _MAYBE_TEXT, "brief": _MAYBE_TEXT,
+              "budget": _MAYBE_INT},
+    "stop": {"requester": _TEXT, "gid": _TEXT, "host": _MAYBE_TEXT, "reason": _MAYBE_TEXT,
+             "stop_id": _MAYBE_TEXT},
+}  # fmt: skip
+
+
+def parse_control(message: dict[str, Any], control: ControlClient) -> Callable[[], Any]:
+    """A ``spawn`` / ``stop`` request as the ControlClient call it asks for; a malformed one is
+    ``CONFIG_INVALID``."""
+    op = str(message.get("op"))
+    fields = CONTROL_FIELDS[op]
+    kwargs: dict[str, Any] = {}
+    for name, types in fields.items():
+        value = message.get(name)
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise ConfigError(f"local socket: malformed {op} request: {name} is {value!r}")
+        kwargs[name] = value
+    return functools.partial(control.spawn if op == "spawn" else control.stop, **kwargs)
 
 
 @dataclass
 class _Pending:
     id: Any
     request: SendRequest | None
-    result: Envelope | FleetError | None = None
+    call: Callable[[], Any] | None = None  # a control request, run by the writer on its own
+    kind: str = ""  # for the metrics: the send's kind, or SPAWN / STOP
+    result: Envelope | dict[str, Any] | FleetError | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
-    def finish(self, result: Envelope | FleetError) -> None:
+    def finish(self, result: Envelope | dict[str, Any] | FleetError) -> None:
         self.result = result
         self.done.set()
 
     def answer(self) -> dict[str, Any]:
         r = self.result
+        if isinstance(r, dict):
+            return {"id": self.id, "ok": r}
         if isinstance(r, Envelope):
             return {"id": self.id, "ok": {"msgId": r.msg_id, "traceId": r.trace_id,
-                                          "tsMs": r.ts_ms}}  # fmt: skip
+                                          "tsMs": r.ts_ms, "turnId": r.turn_id}}  # fmt: skip
         assert isinstance(r, FleetError)
         return {"id": self.id, "error": error_data(r)}
 
@@ -105,6 +144,8 @@ class SocketServer:
         on_commit: Callable[[], None] = lambda: None,
         mode: int = 0o600,
         max_batch: int = 256,
+        metrics: SocketMetrics | None = None,
+        control: ControlClient | None = None,
     ) -> None:
         if mode not in SOCKET_MODES:
             raise ConfigError(
@@ -117,6 +158,8 @@ class SocketServer:
         self.on_commit = on_commit
         self.mode = mode
         self.max_batch = max_batch
+        self.metrics = metrics
+        self.control = control
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._listener: socket.socket | None = None
         self._inode: int | None = None
@@ -234,19 +277,28 @@ class SocketServer:
                 try:
                     message = read_frame(conn)
                 except FrameError as exc:  # unreadable: answer it, then hang up
+                    if self.metrics is not None:
+                        self.metrics.request(None, "malformed", exc.reason)
                     pending = _Pending(id=None, request=None)
                     pending.finish(exc)
                     answers.put(pending)
                     return
                 if message is None:
                     return
-                pending = _Pending(id=message.get("id"), request=None)
+                op = message.get("op")
+                pending = _Pending(id=message.get("id"), request=None, kind=str(op).upper())
                 try:
-                    if message.get("op") != "send":
-                        raise ConfigError(f"local socket: unknown op {message.get('op')!r}")
-                    pending.request = parse_send(message)
+                    if op == "send":
+                        pending.kind = str(message.get("kind", "SEND")).upper()
+                        pending.request = parse_send(message)
+                    elif op in CONTROL_FIELDS and self.control is not None:
+                        pending.call = parse_control(message, self.control)
+                    else:
+                        raise ConfigError(f"local socket: unknown op {op!r}")
                 except FleetError as exc:
                     pending.finish(exc)
+                    if self.metrics is not None:
+                        self.metrics.request(pending.kind, "malformed", exc.reason)
                 else:
                     self._queue.put(pending)
                 answers.put(pending)
@@ -284,18 +336,68 @@ class SocketServer:
             self.commit(batch)
 
     def commit(self, batch: list[_Pending]) -> None:
-        """One transaction for ``batch``; every request gets its envelope or its error."""
+        """One transaction for ``batch``'s sends (each gets its envelope or its error), then each
+        control request on its own, in order."""
+        self._commit_sends([p for p in batch if p.request is not None])
+        for pending in batch:
+            if pending.call is not None:
+                self._run_control(pending)
+
+    def _run_control(self, pending: _Pending) -> None:
+        assert pending.call is not None
+        try:
+            result: dict[str, Any] | FleetError = dataclasses.asdict(pending.call())
+        except FleetError as exc:
+            result = exc
+        except Exception as exc:  # a store failure: nothing was queued
+            log.exception("local socket: a %s request failed", pending.kind)
+            result = StoreError(f"the gateway could not commit the request: {exc}", retriable=True)
+        if isinstance(result, dict):
+            self.on_commit()
+        if self.metrics is not None:
+            if isinstance(result, dict):
+                self.metrics.request(pending.kind, "queued")
+            elif isinstance(result, StoreError):
+                self.metrics.request(pending.kind, "failed")
+            else:
+                self.metrics.request(pending.kind, "refused", result.reason)
+        pending.finish(result)
+
+    def _commit_sends(self, batch: list[_Pending]) -> None:
+        if not batch:
+            return
         requests = [p.request for p in batch if p.request is not None]
+        started = time.perf_counter()
+        failed = False
         try:
             results: list[Envelope | FleetError] = list(self.client.send_all(requests))
         except FleetError as exc:
-            results = [exc] * len(requests)
+            results, failed = [exc] * len(requests), True
         except Exception as exc:  # a store failure: nothing of the batch is queued
             log.exception("local socket: a group commit of %d sends failed", len(requests))
             err = StoreError(f"the gateway could not commit the send: {exc}", retriable=True)
-            results = [err] * len(requests)
+            results, failed = [err] * len(requests), True
         if any(isinstance(r, Envelope) for r in results):
             self.on_commit()
-        for pending, result in zip((p for p in batch if p.request is not None), results,
-                                   strict=True):  # fmt: skip
+        if self.metrics is not None:
+            self._count(requests, results, failed, time.perf_counter() - started)
+        for pending, result in zip(batch, results, strict=True):
             pending.finish(result)
+
+    def _count(
+        self,
+        requests: list[SendRequest],
+        results: list[Envelope | FleetError],
+        failed: bool,
+        seconds: float,
+    ) -> None:
+        assert self.metrics is not None
+        self.metrics.group_size.observe(len(requests))
+        self.metrics.commit_seconds.observe(seconds)
+        for request, result in zip(requests, results, strict=True):
+            if isinstance(result, Envelope):
+                self.metrics.request(request.kind, "queued")
+            elif failed:
+                self.metrics.request(request.kind, "failed")
+            else:
+                self.metrics.request(request.kind, "refused", result.reason)

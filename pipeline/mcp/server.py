@@ -2,7 +2,8 @@
 
 Seed 000 §3 and §9: a main is an MCP client of its host's gateway; several mains share one
 gateway, each its own gid (one server process per main). Every tool is a thin call into
-:class:`~pipeline.gateway.client.GatewayClient` -- the same code ``fleet send|ask|poll`` runs:
+:class:`~pipeline.gateway.client.GatewayClient` -- the same code ``fleet send|ask|poll`` runs
+(its writes through the gateway's local socket while one answers, :mod:`pipeline.gateway.socket_first`):
 
 * ``poll`` with ``wait_s > 0`` **is** the open pull: it registers a waiter row in the store, so
   an ASK arriving meanwhile surfaces here instead of getting ``NO_WAITER``;
@@ -27,6 +28,7 @@ from pipeline.envelope import Kind
 from pipeline.errors import FleetError
 from pipeline.gateway import render
 from pipeline.gateway.client import GatewayClient
+from pipeline.gateway.socket_first import SocketFirst
 
 from .lifecycle_tools import add_stop_and_workers
 
@@ -72,9 +74,12 @@ def build_server(
     gid: str,
     control: ControlClient | None = None,
     extra_tools: Callable[[MCPServer], None] | None = None,
+    writer: SocketFirst | None = None,
 ) -> MCPServer:
     """The MCP server for main ``gid``; ``control`` adds the lifecycle tools ``spawn``,
-    ``stop`` and ``workers``."""
+    ``stop`` and ``workers``; ``writer`` sends through the host's gateway socket while one
+    answers (else, and by default, ``client`` writes the store)."""
+    w: SocketFirst | GatewayClient = client if writer is None else writer
     server: MCPServer = MCPServer("fleet", instructions=INSTRUCTIONS.format(gid=gid))
 
     def tool(description: str) -> Callable[[Callable[..., CallToolResult]], Any]:
@@ -91,7 +96,7 @@ def build_server(
         kind: Annotated[str, Field(pattern="^(SEND|REPLY)$")] = "SEND",
         wait_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S)] = 0.0,
     ) -> CallToolResult:
-        env = client.send(sender=gid, to=to, body=body.encode(), kind=Kind(kind), ttl_s=ttl_s)
+        env = w.send(sender=gid, to=to, body=body.encode(), kind=Kind(kind), ttl_s=ttl_s)
         data: dict[str, Any] = {"msgId": env.msg_id, "traceId": env.trace_id, "to": to}
         data["kind"] = kind
         text = f"queued {kind} {env.msg_id} to {to}"
@@ -108,20 +113,20 @@ def build_server(
     def ask(
         to: Gid, body: Body, ttl_s: Annotated[float, Field(gt=0, le=86400)] = 120.0
     ) -> CallToolResult:
-        env = client.ask(sender=gid, to=to, body=body.encode(), ttl_s=ttl_s)
+        env = w.ask(sender=gid, to=to, body=body.encode(), ttl_s=ttl_s)
         data = {"msgId": env.msg_id, "turnId": env.turn_id, "to": to}
         return ok(f"asked {to}: turn {env.turn_id}", data)
 
     @tool("Answer a worker's ASK (from poll: its from and turnId). If the worker's turn has "
           "ended, poll later shows TOO_LATE.")  # fmt: skip
     def answer(to: Gid, turn_id: Turn, body: Body) -> CallToolResult:
-        env = client.answer(sender=gid, to=to, turn_id=turn_id, body=body.encode())
+        env = w.answer(sender=gid, to=to, turn_id=turn_id, body=body.encode())
         return ok(f"answered turn {turn_id}", {"msgId": env.msg_id, "turnId": turn_id, "to": to})
 
     @tool("Give up a turn you asked: the other side is told ABANDONED, and a late answer is "
           "refused with TOO_LATE.")  # fmt: skip
     def abandon(to: Gid, turn_id: Turn) -> CallToolResult:
-        env = client.abandon(sender=gid, to=to, turn_id=turn_id)
+        env = w.abandon(sender=gid, to=to, turn_id=turn_id)
         return ok(f"abandoned turn {turn_id}", {"msgId": env.msg_id, "turnId": turn_id, "to": to})
 
     @tool("Send one message to every live member of a group (all = everyone). A group with "

@@ -59,6 +59,8 @@ class PresenceEntry:
     profiles: tuple[SpawnProfile, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     gone: Gone | None = None  # set only on a departure record
+    # the gateway entry's X25519 public key, when its host takes pairwise-MAC'd records
+    agreement_key: bytes | None = None
 
     @property
     def is_gateway(self) -> bool:
@@ -79,6 +81,7 @@ class PresenceEntry:
             "profiles": [{"name": p.name, "description": p.description} for p in self.profiles],
             "labels": dict(self.labels),
             "gone": None if self.gone is None else self.gone.value,
+            "agreement_key": self.agreement_key,
         }
 
     @classmethod
@@ -97,6 +100,7 @@ class PresenceEntry:
             ),
             labels=dict(rec.get("labels") or {}),
             gone=None if rec.get("gone") is None else Gone(rec["gone"]),
+            agreement_key=rec.get("agreement_key"),
         )
 
     def as_json(self, now_ms: int) -> dict[str, Any]:
@@ -107,11 +111,17 @@ def presence_record(
     entry: PresenceEntry, *, signer: Signer, topics: TopicNames = TopicNames()
 ) -> tuple[bytes, list[tuple[str, bytes]], bytes]:
     """(key, headers, value) of a signed heartbeat; the envelope lives as long as the entry."""
+    record = entry.to_record()
+    if entry.agreement_key is None:  # readers of v3 (older gateways) still read it
+        del record["agreement_key"]
+        body = schemas.encode(SCHEMA, record, version=3)
+    else:
+        body = schemas.encode(SCHEMA, record)
     env = Envelope.new(
         kind=Kind.PRESENCE,
         sender=entry.gid,
         to=entry.gid,
-        body=schemas.encode(SCHEMA, entry.to_record()),
+        body=body,
         ttl_s=entry.ttl_ms / 1000,
         now_ms=entry.ts_ms,
     )

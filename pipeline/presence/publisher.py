@@ -58,8 +58,11 @@ class PresencePublisher:
         ttl_s: float = 30.0,
         clock_ms: Callable[[], int] = now_ms,
         metrics: PresenceMetrics | None = None,
+        agreement_key: bytes | None = None,
     ) -> None:
         self._producer = producer
+        # the X25519 public key the host entry publishes (the pairwise MAC mode); None: off
+        self._agreement_key = agreement_key
         self._metrics = metrics
         self._failing_since: int | None = None  # wall ms of the first failure of this episode
         self._signer = signer
@@ -114,6 +117,7 @@ class PresencePublisher:
             ts_ms=self._clock(),
             ttl_ms=self._ttl_ms,
             profiles=self._profiles if role is Role.GATEWAY else (),
+            agreement_key=self._agreement_key if role is Role.GATEWAY else None,
         )
 
     def heartbeat(self) -> int:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from pipeline import schemas
 from pipeline.envelope import (
+    SCHEMA_INVALID,
     SIGNER_MISMATCH,
     TO_MISMATCH,
     TTL_TOO_LONG,
@@ -32,7 +33,9 @@ from pipeline.envelope import (
     Verifier,
 )
 from pipeline.envelope.headers import RawHeaders
+from pipeline.envelope.keys import key_id_for
 from pipeline.envelope.model import now_ms
+from pipeline.envelope.pairwise import PUBLIC_LEN, PeerKey
 from pipeline.errors import EnvelopeError
 from pipeline.kafka.topics import TopicNames
 
@@ -43,6 +46,7 @@ from .static import StaticPresence
 log = logging.getLogger(__name__)
 
 MAX_GONE = 100_000  # departures remembered (the oldest forgotten first: then UNKNOWN_RECIPIENT)
+AGREEMENT_KEPT = 2  # a host's current agreement key and its previous one (records in flight)
 
 
 class RosterView:
@@ -68,6 +72,10 @@ class RosterView:
         self._lock = threading.Lock()
         self._freshness = Freshness()
         self.rejections: Counter[str] = Counter()
+        # the pairwise MAC mode's peer keys, from signed gateway entries (PeerKeys)
+        self._agreement_by_host: dict[str, list[PeerKey]] = {}  # newest last
+        self._agreement_current: dict[str, PeerKey] = {}  # hosts whose mode is on now
+        self._agreement_by_id: dict[str, PeerKey] = {}
 
     @classmethod
     def build(
@@ -112,6 +120,7 @@ class RosterView:
                 return None
             entry = PresenceEntry.from_record(schemas.decode(SCHEMA, env.body))
             self._check_claim(entry, env.sender, verified.signer_host)
+            peer_key = self._peer_key(entry, verified.key_id)
         except EnvelopeError as exc:
             self.rejections[exc.reason] += 1
             log.warning("roster: rejected presence record key=%r: %s", key, exc)
@@ -130,7 +139,39 @@ class RosterView:
                 log.warning("roster: %s moved from %s to %s", entry.gid, current.host, entry.host)
             self._entries[entry.gid] = entry
             self._gone.pop(entry.gid, None)  # bound again: no longer gone
+            if peer_key is not None:
+                self._publish_agreement(peer_key)
+            elif entry.is_gateway:  # the mode is off there now: seal nothing more for it
+                self._agreement_current.pop(entry.host, None)
         return entry
+
+    def _peer_key(self, entry: PresenceEntry, vouched_by: str) -> PeerKey | None:
+        """The agreement key a gateway entry publishes, bound to the host key that signed it."""
+        raw = entry.agreement_key
+        if raw is None:
+            return None
+        if not entry.is_gateway or len(raw) != PUBLIC_LEN:
+            raise EnvelopeError(
+                f"agreement key on {entry.gid}: only a gateway entry, {PUBLIC_LEN} bytes",
+                reason=SCHEMA_INVALID,
+            )
+        return PeerKey(
+            host=entry.host,
+            key_id=key_id_for(entry.host, raw),
+            public_bytes=raw,
+            vouched_by=vouched_by,
+        )
+
+    def _publish_agreement(self, key: PeerKey) -> None:
+        """Under the lock: ``key`` becomes its host's current one; the previous stays readable
+        by id (records MAC'd before a peer saw the new key), older ones are forgotten."""
+        kept = [k for k in self._agreement_by_host.get(key.host, []) if k.key_id != key.key_id]
+        kept.append(key)
+        for old in kept[:-AGREEMENT_KEPT]:
+            self._agreement_by_id.pop(old.key_id, None)
+        self._agreement_by_host[key.host] = kept[-AGREEMENT_KEPT:]
+        self._agreement_by_id[key.key_id] = key
+        self._agreement_current[key.host] = key
 
     def _check_claim(self, entry: PresenceEntry, sender: str, signer_host: str) -> None:
         if not 0 < entry.ttl_ms <= self._max_ttl_ms:
@@ -186,6 +227,14 @@ class RosterView:
         retracted by a tombstone. Verification step 2 asks this."""
         entry = self._entries.get(gid)
         return None if entry is None else entry.host
+
+    def current_agreement(self, host: str) -> PeerKey | None:
+        """``host``'s newest published agreement key (a sender seals with it); PeerKeys."""
+        return self._agreement_current.get(host)
+
+    def agreement(self, key_id: str) -> PeerKey | None:
+        """A published agreement key by id, current or previous (a receiver opens with it)."""
+        return self._agreement_by_id.get(key_id)
 
     def live_host(self, gid: str) -> str | None:
         """The host of ``gid`` while it is live (routing)."""

@@ -60,7 +60,7 @@ class RetentionConfig:
 
     ``outbox_sent_s`` -- outbox rows the broker confirmed (``SENT``) or a rewind dropped
     (``DROPPED``); ``tracking_finished_s`` -- settled forward-send tracking rows, counted from
-    their deadline; ``failed_reported_s`` -- the FAILED reporter's rows (a dedupe: see the module
+    their deadline, and closed inject journal rows, counted from their close; ``failed_reported_s`` -- the FAILED reporter's rows (a dedupe: see the module
     doc); ``held_drained_s`` -- held messages already handed out; ``turns_closed_s`` -- answered,
     abandoned or expired turns, counted from their ASK's expiry; ``dedupe_s`` -- the inbox dedupe
     rows; ``inbox_topic_s`` -- the ``retention.ms`` the gateway declares on its inbox and control

@@ -9,6 +9,7 @@ table                   purged once                                  never purge
 ======================  ==========================================  =============================
 outbox                  SENT/DROPPED, ``outbox_sent_s`` old          PENDING, FAILED (unsent)
 fleet_forward_sends     settled, ``tracking_finished_s`` past due    pending
+fleet_inject_journal    closed ``tracking_finished_s`` ago           open (reported at restart)
 fleet_failed_reported   ``failed_reported_s`` old (a dedupe)         --
 fleet_held              drained ``held_drained_s`` ago               undrained
 fleet_turns             closed, ``turns_closed_s`` past expiry       waiting
@@ -53,7 +54,7 @@ from pipeline.effects.tables import expired, idempotency
 from pipeline.failures import quarantine_model
 from pipeline.failures.quarantine_tables import release_table
 from pipeline.failures.reporter import reported_table
-from pipeline.gateway import tracking
+from pipeline.gateway import journal, tracking
 from pipeline.gateway.conversations import WAITING, turns_table, waiters_table
 from pipeline.gateway.held import held_table
 from pipeline.outbox.tables import RowStatus, outbox
@@ -69,6 +70,7 @@ class StoreTable(enum.StrEnum):
 
     OUTBOX = "outbox"
     TRACKING = "fleet_forward_sends"
+    INJECT_JOURNAL = "fleet_inject_journal"
     FAILED_REPORTED = "fleet_failed_reported"
     HELD = "fleet_held"
     TURNS = "fleet_turns"
@@ -123,6 +125,11 @@ def _outbox(now: int, p: RetentionConfig) -> ColumnElement[bool]:
 def _tracking(now: int, p: RetentionConfig) -> ColumnElement[bool]:
     c = tracking.forward_table.c
     return and_(c.state != tracking.PENDING, c.deadline_ms < now - _ms(p.tracking_finished_s))
+
+
+def _journal(now: int, p: RetentionConfig) -> ColumnElement[bool]:
+    c = journal.journal_table.c
+    return and_(c.state != journal.OPEN, c.closed_ms < now - _ms(p.tracking_finished_s))
 
 
 def _reported(now: int, p: RetentionConfig) -> ColumnElement[bool]:
@@ -250,6 +257,12 @@ RULES: tuple[PurgeRule, ...] = (
         table=tracking.forward_table,
         condition=_tracking,
         age=tracking.forward_table.c.sent_ms,
+    ),
+    PurgeRule(
+        name=StoreTable.INJECT_JOURNAL,
+        table=journal.journal_table,
+        condition=_journal,
+        age=journal.journal_table.c.opened_ms,
     ),
     PurgeRule(
         name=StoreTable.FAILED_REPORTED,

@@ -15,7 +15,10 @@ built with a :class:`Dispatcher` (worker pools); the gateway inbox runs without 
 3. ``completed()`` each turn: finished steps, in the order they finished, for the runtime's one
    ``process()`` path (decide, one transaction, commit); ``committable()`` turns the batch's
    handled offsets into the lanes' watermark.
-4. ``revoke(tps)`` from ``on_revoke`` (and at shutdown): queued records are dropped, running
+4. ``hold_back(tp, offset, handed)`` when a record is retried: the partition is paused for the
+   backoff and its records from that offset on wait here, in memory, until ``release(tp)`` puts
+   them back into their lanes (no seek, no re-read: a re-read waited out a fresh fetch).
+5. ``revoke(tps)`` from ``on_revoke`` (and at shutdown): queued records are dropped, running
    steps are awaited up to ``revoke_wait_s`` and handed back to be processed and committed
    before the partition goes; a step still running then is given up (its late result is
    discarded, the new owner re-reads the record and reuses the stored result if it was stored).
@@ -31,10 +34,11 @@ running, and for steps of seconds, the poll keeps its full timeout (no busy loop
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -96,6 +100,7 @@ class Dispatcher:
         self._done: queue.SimpleQueue[tuple[Record, float]] = queue.SimpleQueue()
         self._finished: list[Record] = []
         self._paused: set[TP] = set()
+        self._held_back: dict[TP, list[Record]] = {}  # a retry's records, back at release()
         self._fetchable = True  # some assigned partition is neither paused nor held elsewhere
         self.step_s: float | None = None  # mean step time (EWMA), for the poll slice
 
@@ -104,7 +109,8 @@ class Dispatcher:
         """Pause full partitions (all of them when the member holds ``max_records``), resume
         ones with room unless a retry paused them; returns how many records may be fetched."""
         self._collect()
-        room = max(0, self.config.max_records - self.lanes.total_held())
+        held = self.lanes.total_held() + sum(len(r) for r in self._held_back.values())
+        room = max(0, self.config.max_records - held)
         full = {tp for tp in self.lanes.partitions() if self.lanes.full(tp)}
         if room == 0:
             full |= assigned
@@ -139,7 +145,12 @@ class Dispatcher:
         """Records join their lanes (a full partition is paused at the next ``room()``)."""
         for rec in records:
             if self.lanes.holds(rec):
-                continue  # fetched twice (a retry's seek raced a fetch)
+                continue  # fetched twice
+            held_back = self._held_back.get(rec.tp)
+            if held_back is not None:  # behind a retry's records, never ahead of them
+                if all(r.offset != rec.offset for r in held_back):
+                    held_back.append(rec)
+                continue
             self.lanes.add(rec)
         self._start()
 
@@ -192,16 +203,37 @@ class Dispatcher:
             out[tp] = offset
         return out
 
-    def rewind(self, tp: TP, offset: int) -> int:
-        """Re-read ``tp`` from ``offset`` (a retry): returns where to seek (see Lanes.rewind)."""
+    def hold_back(self, tp: TP, offset: int, handed: Iterable[Record] = ()) -> None:
+        """Handle ``tp`` again from ``offset`` after a retry's pause, **without re-reading it**.
+
+        The records from there on -- ``handed`` (the batch's records the runtime did not apply:
+        the retried one and those after it) and the lanes' queued and running ones -- are kept
+        here, in offset order, and go back into their lanes at :meth:`release`, just before the
+        partition is resumed. The consumer's position stays past them, so nothing is fetched
+        twice; a seek instead would wait out a fresh fetch (up to ``fetch.wait.max.ms``) on
+        every retry, which made a poison record's backoffs run half a second long each.
+        Nothing from ``offset`` on is committable meanwhile (the lanes' floor)."""
         self._paused.discard(tp)  # the retry's pause owns it now
-        return self.lanes.rewind(tp, offset)
+        seek, dropped = self.lanes.rewind(tp, offset)
+        kept = {r.offset: r for r in self._held_back.get(tp, ())}
+        kept.update((r.offset, r) for r in (*handed, *dropped) if r.tp == tp and r.offset >= seek)
+        self._held_back[tp] = sorted(kept.values(), key=lambda r: r.offset)
+
+    def release(self, tp: TP) -> None:
+        """The retry's pause is over: the held-back records rejoin their lanes, in order."""
+        records = self._held_back.pop(tp, ())
+        running = {id(r) for r in self.lanes.running({tp})}
+        for rec in records:  # a step still running since the hold-back is discarded when it
+            self.lanes.add(copy.copy(rec) if id(rec) in running else rec)  # ends: a copy reruns
+        if records:
+            self._start()
 
     # 4 -- rebalance and shutdown
     def revoke(self, tps: set[TP]) -> list[Record]:
         """Wait (bounded) for running steps of ``tps``; returns finished ones to process."""
         deadline = time.monotonic() + self.config.revoke_wait_s
         self.lanes.forget_queued(tps)
+        self._drop_held_back(tps)
         while self.lanes.running(tps) and (left := deadline - time.monotonic()) > 0:
             self._collect(timeout=min(left, 0.1))
         ready = [r for r in self._finished if r.tp in tps]
@@ -210,12 +242,18 @@ class Dispatcher:
 
     def forget(self, tps: set[TP]) -> None:
         gone = self.lanes.forget(tps)
+        self._drop_held_back(tps)
         self._paused -= tps
         self._finished = [r for r in self._finished if r.tp not in tps]
         if gone:
             log.warning("gave up %d in-flight step(s) of revoked partitions", len(gone))
             if self.observer:
                 self.observer.given_up_count(len(gone))
+
+    def _drop_held_back(self, tps: set[TP]) -> None:
+        """Revoked or lost: the new owner reads them from the committed offset."""
+        for tp in tps:
+            self._held_back.pop(tp, None)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

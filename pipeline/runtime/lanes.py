@@ -10,9 +10,8 @@ Rules it upholds (``docs/pools.md``):
   finished (or the rewind floor, see :meth:`Lanes.rewind`); with nothing outstanding, one past the
   highest finished offset. An offset is never committed past a record still queued or running.
 - **Bounded buffer.** At most ``depth`` records per partition are held (queued or running); a
-  partition at its depth is reported ``full`` so the loop pauses it and keeps polling. The
-  dispatcher refuses a fetched record past the depth (one fetch may bring many records of one
-  partition) and re-reads the partition from it later.
+  partition at its depth is reported ``full`` so the loop pauses it and keeps polling (one fetch
+  may still bring more records of one partition: they wait in their lane).
 """
 
 from __future__ import annotations
@@ -126,19 +125,23 @@ class Lanes:
         return part.finished_to
 
     # -- rewind and revoke -------------------------------------------------------------------
-    def rewind(self, tp: TP, offset: int) -> int:
-        """The partition must be re-read from ``offset`` (a retry or a failed transaction).
+    def rewind(self, tp: TP, offset: int) -> tuple[int, list[Record]]:
+        """The partition must be handled again from ``offset`` (a retry or a failed transaction).
 
-        Queued records are dropped; returns where to seek: ``offset``, or lower when a dropped
-        record of another key came earlier (key mode). Running steps finish, but nothing from
-        the seek offset on is committable until that record is fetched again, and a step that
-        started at or past it is discarded when it ends (the re-read copy takes its place)."""
+        Queued records are dropped; returns where handling resumes -- ``offset``, or lower when
+        a dropped record of another key came earlier (key mode) -- and the records dropped from
+        there on (queued, and running ones), so the caller can hand them back (:meth:`add`)
+        instead of re-reading them. Running steps finish, but nothing from that offset on is
+        committable until its record is added again, and a step that started at or past it is
+        discarded when it ends (the added copy takes its place)."""
+        queued = [r for k, q in self._queues.items() if (k[0], k[1]) == tp for r in q]
         low = self.forget_queued({tp}).get(tp, offset)
         seek = min(offset, low)
         part = self._parts.setdefault(tp, _Partition())
+        dropped = [*queued, *(r for o, r in part.outstanding.items() if o >= seek)]
         part.outstanding = {o: r for o, r in part.outstanding.items() if o < seek}
         part.floor = seek if part.floor is None else min(part.floor, seek)
-        return seek
+        return seek, sorted({r.offset: r for r in dropped}.values(), key=lambda r: r.offset)
 
     def forget_queued(self, tps: set[TP]) -> dict[TP, int]:
         """Drop queued (not running) records of ``tps``; the watermark stays below the lowest

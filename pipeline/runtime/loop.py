@@ -8,7 +8,9 @@ Per batch, in this order (``docs/runtime.md`` has the crash windows):
    stages its writes and returns an outcome, and :func:`pipeline.failures.decide.decide` says
    what happens. ``Retry`` blocks the rest of that partition for this batch (order is kept) and
    is rescheduled by pausing the partition (``poll`` goes on, so ``max.poll.interval.ms`` is
-   never blown). A spent retry budget becomes ``Quarantine`` (ordered flows) or ``DeadLetter``.
+   never blown) and seeking back to the record -- or, in a worker pool, by holding its records
+   in memory until the pause ends (``inflight.hold_back``). A spent retry budget becomes
+   ``Quarantine`` (ordered flows) or ``DeadLetter``.
    A failed store READ (dedupe lookup, quarantine state) backs the batch off exactly like a
    failed transaction: nothing escapes the loop, the batch is re-read later.
 2. **One database transaction** for the whole batch: dedupe rows, effects, dead letters, parks.
@@ -97,6 +99,7 @@ class _Batch:
     applied_ids: set[str] = field(default_factory=set)
     quarantined: set[str] = field(default_factory=set)
     counts: dict[str, int] = field(default_factory=dict)
+    records: Sequence[Record] = ()  # what process() was given (a retry hands some back)
 
     def count(self, outcome: str) -> None:
         self.counts[outcome] = self.counts.get(outcome, 0) + 1
@@ -470,7 +473,7 @@ class ConsumerRuntime:
     def process(self, records: list[Record], *, releasing: str | None = None) -> None:
         cfg = self.config
         scope = cfg.dedupe_scope
-        batch = _Batch()
+        batch = _Batch(records=records)
         head = cfg.dedupe_header
         ids = [rec.header_str(head) for rec in records] if head else [None] * len(records)
         first = batch.first_offset
@@ -704,16 +707,15 @@ class ConsumerRuntime:
     def _schedule_retries(self, batch: _Batch) -> None:
         now = time.monotonic()
         for (topic, partition), (blocked_at, delay) in batch.blocked.items():
-            offset = blocked_at
-            if self.inflight is not None:  # inflight: drop its queued records, seek below them
-                offset = self.inflight.rewind((topic, partition), blocked_at)
-            tp = TopicPartition(topic, partition, offset)
             try:
-                self.consumer.seek(tp)
+                if self.inflight is None:  # re-read the partition from the blocked record
+                    self.consumer.seek(TopicPartition(topic, partition, blocked_at))
                 self.consumer.pause([TopicPartition(topic, partition)])
             except Exception:  # noqa: BLE001 - a revoked partition: the new owner re-reads it
                 log.info("could not pause %s[%s] (revoked?)", topic, partition)
                 continue
+            if self.inflight is not None:  # inflight: its records wait in memory, no re-read
+                self.inflight.hold_back((topic, partition), blocked_at, batch.records)
             self._paused[(topic, partition)] = now + delay
         if self.metrics:
             self.metrics.paused_partitions.labels(self.config.group_id).set(len(self._paused))
@@ -724,6 +726,9 @@ class ConsumerRuntime:
         now = time.monotonic()
         due = [tp for tp, until in self._paused.items() if until <= now]
         if due:
+            if self.inflight is not None:  # held-back records first, then what is fetched next
+                for tp in due:
+                    self.inflight.release(tp)
             self.consumer.resume([TopicPartition(t, p) for t, p in due])
             for tp in due:
                 del self._paused[tp]

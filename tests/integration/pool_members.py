@@ -120,7 +120,9 @@ def stop(proc: subprocess.Popen[bytes], *, timeout: float = 60) -> int:
     return proc.wait(timeout=timeout)
 
 
-def produce_to(bootstrap: str, topic: str, partition: int, value: str) -> str:
+def produce_to(
+    bootstrap: str, topic: str, partition: int, value: str, *, key: str | None = None
+) -> str:
     """One record on ``partition`` with a fresh ``msgId`` (as ``fleet pool submit`` sets one)."""
     import uuid
 
@@ -131,7 +133,11 @@ def produce_to(bootstrap: str, topic: str, partition: int, value: str) -> str:
     msg_id = uuid.uuid4().hex
     producer = Producer(producer_config(bootstrap))
     producer.produce(
-        topic, value=value.encode(), partition=partition, headers=[("msgId", msg_id.encode())]
+        topic,
+        value=value.encode(),
+        key=None if key is None else key.encode(),
+        partition=partition,
+        headers=[("msgId", msg_id.encode())],
     )
     if producer.flush(30):
         raise AssertionError("the broker did not confirm the record")

@@ -3,7 +3,9 @@
 Issue 17: local tools hand their sends to the running gateway (the store's one writer); when the
 gateway is down ``fleet send`` still succeeds by writing the store directly (seed 003: "the
 framework never calls a broker from the execution path" -- a send is an outbox row either way).
-Seed 000 §5, pull path: a REPLY is held at the recipient's host exactly once.
+Seed 000 §5, pull path: a REPLY is held at the recipient's host exactly once. Seed 000 §7.4: an
+ASK and its abandon through the socket open and close the turn at the asker's host, and the
+asked side is told ABANDONED.
 """
 
 from __future__ import annotations
@@ -30,14 +32,45 @@ pytestmark = pytest.mark.kafka
 MAIN = '[[entities]]\ngid = "{gid}"\nrole = "main"\ndelivery = "pull"\n'
 
 
-def _fleet_send(config: Path, body: str) -> dict[str, Any]:
+def _fleet(*args: str) -> dict[str, Any]:
+    """One ``fleet`` process (the console script's entry: the lean path while A's gateway serves
+    its socket, the Typer command otherwise) and its ``--json`` result."""
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "send", "-c", str(config), "--from", "main-a",
-         "--to", "main-b", "--kind", "REPLY", "--json", body],
+        [sys.executable, "-m", "pipeline", *args, "--json"],
         capture_output=True, text=True, timeout=120, check=False, env=os.environ.copy(),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     return dict(json.loads(done.stdout))
+
+
+def _fleet_send(config: Path, body: str) -> dict[str, Any]:
+    return _fleet("send", "-c", str(config), "--from", "main-a", "--to", "main-b", "--kind",
+                  "REPLY", body)  # fmt: skip
+
+
+def _held_kinds(store: str, turn_id: str) -> list[str]:
+    engine = make_engine(store, create=False)
+    try:
+        with engine.connect() as c:
+            rows = c.execute(
+                select(held_table.c.kind).where(
+                    held_table.c.recipient == "main-b", held_table.c.turn_id == turn_id
+                )
+            )
+            return sorted(r.kind for r in rows)
+    finally:
+        engine.dispose()
+
+
+def _turn_state(store: str, turn_id: str) -> str | None:
+    engine = make_engine(store, create=False)
+    try:
+        with engine.connect() as c:
+            rows = c.exec_driver_sql("SELECT state FROM fleet_turns WHERE turn_id = ?", (turn_id,))
+            state = rows.scalar_one_or_none()
+            return None if state is None else str(state)
+    finally:
+        engine.dispose()
 
 
 def _held_ids(store: str, msg_id: str) -> list[str]:
@@ -73,6 +106,15 @@ def test_a_send_through_the_socket_is_held_once_and_with_the_gateway_down_goes_d
         # exactly once: a second look after more relay passes still finds one row
         time.sleep(2.0)
         assert _held_ids(store_b, via_socket["msgId"]) == [via_socket["msgId"]]
+
+        # seed 000 §7.4 through the socket: an ASK opens the turn at A, an abandon closes it
+        # there and B is told ABANDONED
+        asked = _fleet("ask", "-c", str(config_a), "--from", "main-a", "--to", "main-b", "?")
+        turn = asked["turnId"]
+        assert _turn_state(store_a, turn) is not None  # waiting (or closed by a NO_WAITER)
+        _fleet("abandon", "-c", str(config_a), "--from", "main-a", "--to", "main-b", "--turn", turn)
+        assert _turn_state(store_a, turn) == "abandoned"
+        wait_until(lambda: "ABANDONED" in _held_kinds(store_b, turn), 60, "ABANDONED held at B")
 
         assert a.stop() == 0, a.output()
         assert not sock.exists()  # the gateway removed its socket on the way out

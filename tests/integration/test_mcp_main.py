@@ -149,6 +149,14 @@ def test_a_main_over_mcp_briefs_a_worker_and_reads_injected_and_the_reply(hosts:
             bad = await s.call_tool("send", {"to": "nobody-anywhere", "body": "x"})
             assert bad.is_error and bad.structured_content is not None
             assert bad.structured_content["error"]["reason"] == "UNKNOWN_RECIPIENT"
+            # issue 17: the MCP server's writes went through A's local socket (A's gateway
+            # committed them), the refusal too, with the same reason code
+            sample = hosts.a.registry.get_sample_value
+            queued = sample("fleet_gateway_socket_requests_total",
+                            {"kind": "SEND", "outcome": "queued"})  # fmt: skip
+            assert queued == 2
+            refused = sample("fleet_gateway_socket_refusals_total", {"reason": "UNKNOWN_RECIPIENT"})
+            assert refused == 1
             nowhere = await s.call_tool("spawn", {"host": "nowhere", "profile": "shell"})
             assert nowhere.is_error and nowhere.structured_content is not None
             assert nowhere.structured_content["error"]["reason"] == "UNKNOWN_HOST"

@@ -82,6 +82,22 @@ def test_a_late_injected_the_sender_recorded_is_its_own_column_not_a_conflict() 
     assert [(f.code, f.msg_id) for f in v.findings] == [(Violation.CONFLICT, "b1")]
 
 
+def test_an_uncertain_brief_is_its_own_column_never_lost_a_gap_or_a_conflict() -> None:
+    """The inject journal's report: "may have been injected". Injected once (b0, its INJECT_TIMEOUT
+    came first), or not at all (b1, the crash came before the inject): either way counted as
+    ``uncertain``, neither lost, a gap before b2, nor a conflict. Injected twice stays a dup."""
+    h = [brief("b0", 0), brief("b1", 1), brief("b2", 2), brief("b3", 3),
+         out(Op.INJECTED, "b0"), out(Op.FAILED, "b0", reason="INJECT_TIMEOUT"),
+         out(Op.INJECT_UNCERTAIN, "b0"), out(Op.INJECT_UNCERTAIN, "b1"),
+         out(Op.INJECTED, "b2"),
+         out(Op.INJECTED, "b3"), out(Op.INJECTED, "b3"), out(Op.INJECT_UNCERTAIN, "b3")]  # fmt: skip
+    v = check(h)
+    assert (v.uncertain, v.lost, v.out_of_order) == (3, 0, 0)
+    assert [(f.code, f.msg_id) for f in v.findings] == [(Violation.DUPLICATED, "b3")]
+    strict = check([brief("b0", 0), out(Op.INJECT_UNCERTAIN, "b0")], strict=True)
+    assert strict.count(Violation.NOT_CLEAN) == 1, "an orderly stop leaves nothing uncertain"
+
+
 def test_holds_out_of_send_order_are_found() -> None:
     h = [send("r0", 0), send("r1", 1), send("r2", 2),
          out(Op.HELD, "r0"), out(Op.HELD, "r2"), out(Op.HELD, "r1")]  # fmt: skip

@@ -20,6 +20,7 @@ def test_exported_names_are_exactly_all() -> None:
         "keys",
         "metrics",
         "model",
+        "pairwise",
         "reasons",
         "seen",
         "verify",
@@ -44,7 +45,7 @@ def test_envelope_and_verifier_signatures() -> None:
                       "body", "turn_id", "spawn_id", "v"]  # fmt: skip
     params = inspect.signature(Verifier.__init__).parameters
     assert list(params)[1:] == ["host", "trust", "presence", "seen", "topics", "max_ttl_s",
-        "skew_s", "max_headers", "max_header_bytes", "max_body_bytes", "clock_ms"]  # fmt: skip
+        "skew_s", "max_headers", "max_header_bytes", "max_body_bytes", "clock_ms", "pairing"]  # fmt: skip
     assert list(inspect.signature(Verifier.verify).parameters)[1:] == [
         "topic", "key", "headers", "value"]  # fmt: skip
     assert isinstance(BoundedSeenSet(), SeenSet)

@@ -158,6 +158,42 @@ def test_a_send_through_the_socket_is_one_outbox_row_and_wakes_the_relay(served)
     assert _rows(engine) == 1 and commits == [1]
 
 
+def test_the_socket_counts_requests_by_kind_and_outcome_and_its_group_sizes(tmp_path: Path) -> None:
+    """Socket metrics: queued, refused (by reason) and malformed requests; one group per commit."""
+    from prometheus_client import CollectorRegistry
+
+    from pipeline.gateway.metrics import SocketMetrics
+
+    client, engine, cfg = _host(tmp_path)
+    registry = CollectorRegistry()
+    server = SocketServer(
+        path=cfg.local_socket or "", client=client, metrics=SocketMetrics(registry)
+    ).start()
+    try:
+        with SocketClient.connect(server.path) as c:
+            c.send_many([{"sender": "main-a", "to": "main-b", "body": b"x", "kind": "ASK",
+                          "turn_id": "t1"}, {"sender": "main-a", "to": "nobody", "body": b"x"}])  # fmt: skip
+            with pytest.raises(ConfigError):
+                c.send(sender="main-a", to="main-b", body=b"x", kind="SHOUT")
+    finally:
+        server.close()
+        engine.dispose()
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    requests = "fleet_gateway_socket_requests_total"
+    assert value(requests, kind="ASK", outcome="queued") == 1
+    assert value(requests, kind="SEND", outcome="refused") == 1
+    assert value(requests, kind="OTHER", outcome="malformed") == 1  # SHOUT is no kind
+    assert value("fleet_gateway_socket_refusals_total", reason="UNKNOWN_RECIPIENT") == 1
+    assert value("fleet_gateway_socket_refusals_total", reason="UNKNOWN_KIND") == 1
+    groups = value("fleet_gateway_socket_group_size_count") or 0
+    sent = value("fleet_gateway_socket_group_size_sum")
+    assert 1 <= groups <= 2 and sent == 2  # both in one group, or one each
+    assert value("fleet_gateway_socket_commit_seconds_count") == groups
+
+
 def test_a_refusal_is_the_same_fleet_error_as_the_direct_path(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Seed 000 §5: a send to nobody is refused at once (UNKNOWN_RECIPIENT), through either path."""
     server, engine, cfg, commits = served
@@ -334,4 +370,104 @@ def test_fleet_send_writes_the_store_directly_when_no_gateway_serves(tmp_path: P
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["via"] == "store"
     assert _rows(engine) == 1
+    engine.dispose()
+
+
+# -- long-lived writers (the MCP server) ---------------------------------------------------------
+def test_socket_first_writes_through_the_gateway_and_falls_back_when_it_is_gone(
+    tmp_path: Path,
+) -> None:
+    """The MCP server's writes: through the socket while a gateway serves it (its commits), to
+    the store directly once it is gone (counted in ``fallbacks``), with the same refusals."""
+    from pipeline.envelope import Kind
+    from pipeline.gateway.socket_first import SocketFirst
+
+    client, engine, cfg = _host(tmp_path)
+    commits: list[int] = []
+    server = SocketServer(
+        path=cfg.local_socket or "", client=client, on_commit=lambda: commits.append(1)
+    ).start()
+    writer = SocketFirst(cfg.local_socket, client)
+    try:
+        writer.send(sender="main-a", to="main-b", body=b"1", kind=Kind.REPLY)
+        turn = writer.ask(sender="main-a", to="main-b", body=b"?").turn_id
+        assert turn is not None
+        writer.abandon(sender="main-a", to="main-b", turn_id=turn)
+        assert (len(commits), writer.fallbacks) == (3, 0)
+    finally:
+        server.close()
+    writer.answer(sender="main-a", to="main-b", turn_id="t1", body=b"late")
+    assert (len(commits), writer.fallbacks) == (3, 1)
+    with pytest.raises(DeliveryError) as gone:
+        writer.send(sender="main-a", to="nobody", body=b"x")
+    assert gone.value.reason == "UNKNOWN_RECIPIENT"
+    assert _rows(engine) == 4
+    engine.dispose()
+
+
+# -- the control plane: spawn / stop -----------------------------------------------------------------
+def test_spawn_and_stop_go_through_the_socket_with_the_direct_paths_refusals(
+    tmp_path: Path,
+) -> None:
+    """Seed 000 §7.8 requester side: ``fleet spawn`` / ``fleet stop`` through the gateway's
+    socket queue the same rows as the direct path, and refuse with the same reason codes
+    (UNKNOWN_HOST, UNKNOWN_WORKER, NOT_LOCAL_SENDER); with no gateway they write the store."""
+    from pipeline.bootstrap import build_control_client
+    from pipeline.control import spawn_requests_table
+    from pipeline.control.socket_first import SocketFirstControl
+
+    client, engine, cfg = _host(tmp_path)
+    with session_factory(engine).begin() as s:
+        roster_cache.replace_all(s, [
+            roster_cache.RosterEntry("main-b", "B", "main", "pull", (), FAR),
+            roster_cache.RosterEntry("B._gateway", "B", "gateway", "none", (), FAR),
+        ])  # fmt: skip
+    signer = Signer.load(cfg.key_file or "")
+    control = build_control_client(cfg, signer=signer, engine=engine)
+    commits: list[int] = []
+    server = SocketServer(
+        path=cfg.local_socket or "",
+        client=client,
+        control=control,
+        on_commit=lambda: commits.append(1),
+    ).start()
+    config = _config_file(tmp_path, cfg)
+    spawn = ["spawn", "-c", str(config), "--as", "main-a", "--profile", "shell", "--json"]
+    try:
+        out = CliRunner().invoke(app, [*spawn, "--host", "B", "--id", "w-7", "--job", "j"])
+        assert out.exit_code == 0, out.output
+        assert commits == [1]  # the gateway committed it
+        got = json.loads(out.output)
+        assert (got["spawnId"], got["host"], got["profile"]) == ("w-7", "B", "shell")
+        stop = CliRunner().invoke(app, ["stop", "-c", str(config), "--as", "main-a", "--gid",
+                                        "w-7", "--host", "B", "--json"])  # fmt: skip
+        assert stop.exit_code == 0, stop.output
+        assert json.loads(stop.output)["gid"] == "w-7" and commits == [1, 1]
+        with SocketClient.connect(server.path) as c:
+            for op, fields in (
+                ("spawn", {"requester": "main-a", "host": "C", "profile": "shell"}),
+                ("stop", {"requester": "main-a", "gid": "nobody"}),
+                ("spawn", {"requester": "not-mine", "host": "B", "profile": "shell"}),
+            ):
+                call = control.spawn if op == "spawn" else control.stop
+                with pytest.raises(DeliveryError) as direct:
+                    call(**fields)  # type: ignore[arg-type]
+                with pytest.raises(DeliveryError) as through:
+                    c.control(op, **fields)
+                assert (through.value.reason, str(through.value), through.value.context) == (
+                    direct.value.reason, str(direct.value), direct.value.context)  # fmt: skip
+            with pytest.raises(ConfigError):
+                c.control("spawn", requester="main-a", host="B", profile=7)
+        mcp_side = SocketFirstControl.over(control, cfg.local_socket)  # the MCP server's
+        assert mcp_side.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-9")
+        assert commits == [1, 1, 1] and mcp_side.fallbacks == 0
+    finally:
+        server.close()
+    out = CliRunner().invoke(app, [*spawn, "--host", "B", "--id", "w-8"])  # no gateway: direct
+    assert out.exit_code == 0, out.output
+    mcp_side.stop(requester="main-a", gid="w-9", host="B")
+    assert commits == [1, 1, 1] and mcp_side.fallbacks == 1
+    with engine.connect() as c:
+        rows = c.execute(select(spawn_requests_table.c.spawn_id)).scalars().all()
+    assert sorted(rows) == ["w-7", "w-8", "w-9"]
     engine.dispose()

@@ -42,6 +42,12 @@ def test_a_crash_point_fires_at_the_nth_time_its_window_is_reached(
     assert exits == []
     h.at(Window.REPORTED_NOT_MARKED)
     assert exits == [137]
+    inject = hooks_from_fault("crash_after_inject")
+    inject.at(Window.REPORTED_NOT_MARKED)
+    assert exits == [137]
+    inject.at(Window.INJECTED_NOT_RECORDED)
+    assert exits == [137, 137]
+    del exits[1:]
     commit = hooks_from_fault("crash_after_commit", "2").fault_after_commit
     assert commit is not None
     commit(0)  # no injects pending: not the window

@@ -161,3 +161,40 @@ def test_an_injected_after_the_senders_failed_is_loud_marked_late_and_still_held
     assert "LATE INJECTED" in caplog.text and "b1" in caplog.text
     assert handler.metrics.late_injected._value.get() == 1
     engine.dispose()
+
+
+def test_an_uncertain_injected_after_the_senders_failed_is_recorded_uncertain_not_late(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The inject journal's restart report (``docs/gateway.md``): an INJECTED with stage
+    ``uncertain`` that comes after the INJECT_TIMEOUT marks the row ``uncertain`` (the FAILED may
+    have been wrong), is counted, and is held for the sender; it is not ``late``."""
+    handler, engine, _ = _handler(tmp_path, delivery="pull")
+    sessions = session_factory(engine)
+    with sessions.begin() as s:
+        deadlines.track(s, FORWARD, msg_id="b1", sender="main-a", recipient="worker-b",
+                        trace_id="t", sent_ms=1, deadline_ms=2)  # fmt: skip
+        deadlines.settle(s, FORWARD, "b1", deadlines.FAILED, "INJECT_TIMEOUT")
+    receipt = Envelope.new(
+        kind=Kind.INJECTED, sender="B._gateway", to="main-a", ttl_s=60,
+        body=injected_body("b1", "worker-b", stage="uncertain"),
+    )  # fmt: skip
+    record = Record(
+        topic="inbox.A", partition=0, offset=1, key=b"main-a", value=b"", headers=(),
+        timestamp_ms=0,
+    )  # fmt: skip
+    tx = Staged()
+    with caplog.at_level(logging.WARNING):
+        handler._to_pull(receipt, record, tx, "B")
+    with sessions.begin() as s:
+        tx.flush(s)
+    for effect in tx.effects:
+        effect.fn()
+    with sessions() as s:
+        assert deadlines.state_of(s, FORWARD, "b1") == deadlines.UNCERTAIN
+        held = [r.msg_id for r in s.execute(select(held_table.c.msg_id))]
+    assert held == [receipt.msg_id]
+    assert "UNCERTAIN INJECT" in caplog.text and "LATE INJECTED" not in caplog.text
+    assert handler.metrics.uncertain_injected.labels("failed")._value.get() == 1
+    assert handler.metrics.late_injected._value.get() == 0
+    engine.dispose()

@@ -533,3 +533,60 @@ def test_a_planted_bug_opens_its_window_in_the_claiming_batch(
     else:
         assert seen == [(window, {}, [], {"m0"})], "the dedupe row alone, no effect yet"
     assert effect_values(sessions) == ["v0"]  # no crash here: the batch completes
+
+
+class SeekCounting(FakeConsumer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seeks: list[tuple[str, int, int]] = []
+
+    def seek(self, tp: Any) -> None:
+        self.seeks.append((tp.topic, tp.partition, tp.offset))
+        super().seek(tp)
+
+
+class Steps(Script):
+    """A pool-style handler: ``run`` on a worker thread, then ``handle`` (scripted)."""
+
+    def __init__(self, outcomes: dict[str, list[Outcome]]) -> None:
+        super().__init__(outcomes)
+        self.ran: list[str] = []
+
+    def run(self, record: Record) -> None:
+        self.ran.append((record.value or b"").decode())
+
+
+def test_a_pool_retry_keeps_its_records_in_memory_and_never_seeks_back(sessions: Any) -> None:
+    """Seed 001 scenario 3 in a worker pool: the retried record and the ones behind it wait in
+    memory for the backoff and run again in order; the consumer is never sought back (a re-read
+    waits out a fresh fetch), and the partition's offset is committed only past them."""
+    from pipeline.runtime.inflight import Dispatcher, InflightConfig
+
+    fake = SeekCounting()
+    for v in ("a1", "a2", "a3"):
+        fake.produce("t", 0, b"a", v.encode(), [("msgId", v.encode())])
+    fake.produce("t", 1, b"b", b"b1", [("msgId", b"b1")])
+    handler = Steps({"a1": [Retry(delay_s=0.0)]})
+    config = RuntimeConfig(
+        bootstrap="fake:0",
+        group_id="g",
+        topics=("t",),
+        retry=BackoffPolicy(base_s=0.0, max_attempts=3, jitter=0),
+    )
+    rt = ConsumerRuntime(
+        config,
+        handler=handler,
+        sessions=sessions,
+        dead_letters=ListSink(),
+        consumer_factory=lambda _conf: fake,
+        inflight=Dispatcher(InflightConfig(max_records=10, depth=5), handler),
+    )
+    for _ in range(400):
+        rt.step()
+        if len(effect_values(sessions)) == 4:
+            break
+    assert fake.seeks == []
+    assert [v for v in effect_values(sessions) if v.startswith("a")] == ["a1", "a2", "a3"]
+    assert handler.ran.count("a1") == 2  # the failed attempt and the retry
+    rt.step()
+    assert fake.committed[("t", 0)] == 3

@@ -19,6 +19,7 @@ TABLE_MODULES = (
     "pipeline.gateway.conversations",
     "pipeline.gateway.roster_cache",
     "pipeline.gateway.tracking",
+    "pipeline.gateway.journal",
     "pipeline.control.requests",
     "pipeline.control.spawns",
     "pipeline.control.stops",

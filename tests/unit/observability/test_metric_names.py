@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from pipeline.failures.metrics import FailureMetrics
 from pipeline.gateway.injectors.metrics import InjectMetrics
-from pipeline.gateway.metrics import GatewayMetrics
+from pipeline.gateway.metrics import GatewayMetrics, SocketMetrics
 from pipeline.observability import LagCollector, LagSampler, SamplerConfig
 from pipeline.outbox.metrics import OutboxMetrics
 from pipeline.runtime.metrics import RuntimeMetrics
@@ -51,6 +51,7 @@ def _names(registry: CollectorRegistry) -> set[str]:
 def exported_by_process() -> dict[str, set[str]]:
     gateway = CollectorRegistry()
     GatewayMetrics(gateway)
+    SocketMetrics(gateway)
     InjectMetrics(gateway)
     RuntimeMetrics(gateway)
     relay = CollectorRegistry()

@@ -132,3 +132,85 @@ def test_while_steps_run_and_records_may_arrive_the_poll_is_a_slice_of_a_step() 
     assert d.wait_s(0.05) == 0.05
     gate.release.set()
     d.close()
+
+
+class Recorder:
+    """A step runner that records what ran and ends at once."""
+
+    def __init__(self) -> None:
+        self.ran: list[int] = []
+        self.lock = threading.Lock()
+
+    def run(self, record: Record) -> None:
+        with self.lock:
+            self.ran.append(record.offset)
+
+
+def _drain(d: Dispatcher) -> list[Record]:
+    out: list[Record] = []
+    for _ in range(200):
+        out += d.completed()
+        if not d.lanes.running() and not any(d.lanes._queues.values()):
+            return out
+        threading.Event().wait(0.005)
+    raise AssertionError("steps did not end")
+
+
+def test_a_retried_record_waits_in_memory_and_rejoins_its_lane_in_order_without_a_re_read() -> None:
+    """Seed 001 scenario 3 (a poison record, retried with backoff): a retry in a worker pool
+    keeps the partition's records in memory for the backoff -- nothing is sought back or
+    fetched twice (a re-read waited out a fresh fetch, making every backoff half a second too
+    long) -- and at release they rejoin their lane in offset order; nothing from the retried
+    offset on is committable meanwhile."""
+    runner = Recorder()
+    d = dispatcher(runner, depth=10)
+    d.submit([rec(0), rec(1), rec(2)])
+    done = _drain(d)
+    assert [r.offset for r in done] == [0, 1, 2]
+    # the runtime applied 0, and retries 1: it hands back 1 and 2 (2 was skipped behind it)
+    d.hold_back((T, 0), 1, done[1:])
+    d.submit([rec(3)])  # fetched before the pause took effect: it waits behind them
+    assert d.lanes.watermark((T, 0)) == 1
+    assert d.committable({(T, 0): 3}, {}) == {(T, 0): 1}
+    runner.ran.clear()
+    d.release((T, 0))
+    done = _drain(d)
+    assert runner.ran == [1, 2, 3]
+    assert [r.offset for r in done] == [1, 2, 3]
+    assert d.lanes.watermark((T, 0)) == 4
+
+
+def test_a_step_still_running_at_the_hold_back_is_discarded_and_its_copy_runs_again() -> None:
+    gate = Gate()
+    d = dispatcher(gate, depth=10)
+    d.submit([rec(5)])
+    assert gate.started.acquire(timeout=5)
+    d.hold_back((T, 0), 5)  # the record is running: it is handed back from the lanes
+    d.release((T, 0))
+    assert len(d.lanes.running()) == 1  # the lane is still busy with the old run
+    gate.release.set()
+    done = _drain(d)
+    assert [r.offset for r in done] == [5]  # the copy's completion only, not the old run's
+    assert d.lanes.watermark((T, 0)) == 6
+
+
+def test_a_revoke_drops_held_back_records() -> None:
+    runner = Recorder()
+    d = dispatcher(runner, depth=10)
+    d.submit([rec(0)])
+    done = _drain(d)
+    d.hold_back((T, 0), 0, done)
+    d.forget({(T, 0)})
+    d.release((T, 0))
+    assert d.lanes.held((T, 0)) == 0
+
+
+def test_held_back_records_count_against_the_members_record_bound() -> None:
+    """``max.poll.records`` bounds what a member holds uncommitted (seed 001: redelivered after
+    a crash <= members x max.poll.records), held-back records included."""
+    runner = Recorder()
+    d = dispatcher(runner, depth=10, max_records=5)
+    d.submit([rec(0), rec(1), rec(2)])
+    done = _drain(d)
+    d.hold_back((T, 0), 0, done)
+    assert d.room(Consumer(), {(T, 0), (T, 1)}, lambda _tp: False) == 2

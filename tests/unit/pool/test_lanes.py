@@ -73,8 +73,9 @@ def test_rewind_seeks_below_dropped_records_of_other_keys_and_discards_late_copi
     for r in (a0, a1, b2, b3):
         lanes.add(r)
     lanes.startable(10)  # a0, b2 running; a1, b3 queued
-    # b2 failed and must be retried: a1 (queued, lower offset) is dropped, so seek to 1
-    assert lanes.rewind((T, 0), 2) == 1
+    # b2 failed and must be retried: a1 (queued, lower offset) is dropped, so resume at 1;
+    # the dropped records are handed back: a1 (queued) and b2, b3 (running / queued)
+    assert lanes.rewind((T, 0), 2) == (1, [a1, b2, b3])
     assert lanes.watermark((T, 0)) == 0  # a0 still running
     assert lanes.finish(a0)
     assert lanes.watermark((T, 0)) == 1  # the floor: nothing from 1 on until re-fetched

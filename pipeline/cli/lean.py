@@ -1,0 +1,157 @@
+"""A minimal parser for the hot commands' options: the lean half of ``fleet send`` (issue 17).
+
+Agents call ``fleet send`` from their shells, one process per message; Typer and Rich alone cost
+about 0.3 s of each. :mod:`.entry` parses the hot commands with this module instead, and hands
+every argv it does not take whole to the Typer app, which then answers exactly as it always did.
+
+The parser accepts a strict subset of what click accepts for the same command -- long options
+(``--to X``, ``--to=X``), the command's short options (``-c X``, ``-cX``), flags, ``--`` and
+positional arguments in any order -- and declines (``None``) everything else: an unknown or
+repeated option, a missing required one, a value that does not convert, a value that looks
+like an option, ``--help``, an extra argument. A declined argv is never an error here: Typer
+parses it again and gives the usage error, help or result it always gave.
+
+Invariant: a :class:`Spec` is the Typer command's parameters, name for name.
+``tests/unit/test_cli_lean.py`` holds every spec to its command (option names, required, value
+types, defaults) and checks that whatever the lean parser accepts, click parses to the same
+values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# The value types the lean parser converts. Typer converts with pydantic, whose number syntax is
+# not Python's (underscores, whitespace, "inf"): the lean parser takes plain decimals only.
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?")
+CONVERTERS: tuple[Callable[[str], Any], ...] = (str, float, Path)
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One option: ``dest`` is the command function's parameter name."""
+
+    dest: str
+    names: tuple[str, ...]
+    type: Callable[[str], Any] = str  # one of CONVERTERS, or bool for a flag
+    required: bool = False
+    default: Any = None
+
+    @property
+    def flag(self) -> bool:
+        return self.type is bool
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One positional argument (optional, one value)."""
+
+    dest: str
+    type: Callable[[str], Any] = str
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class Spec:
+    options: tuple[Opt, ...]
+    arguments: tuple[Arg, ...] = ()
+
+    def parse(self, args: Sequence[str]) -> dict[str, Any] | None:
+        """The command's parameters from ``args`` (after the command name), or ``None`` when
+        this argv is not for the lean path (Typer will parse it)."""
+        by_name = {name: opt for opt in self.options for name in opt.names}
+        values: dict[str, Any] = {}
+        positional: list[str] = []
+        i = 0
+        while i < len(args):
+            token = args[i]
+            i += 1
+            if token == "--":
+                positional.extend(args[i:])
+                break
+            if not token.startswith("-") or token == "-":
+                positional.append(token)
+                continue
+            name, value = _split(token)
+            opt = by_name.get(name)
+            if opt is None or opt.dest in values:
+                return None  # unknown (or --help), or repeated: Typer decides
+            if opt.flag:
+                if value is not None:
+                    return None
+                values[opt.dest] = True
+                continue
+            if value is None:
+                if i >= len(args):
+                    return None
+                value, i = args[i], i + 1
+            if value.startswith("-") and value != "-":
+                return None  # click would take it as the value; an agent rarely means that
+            converted = _convert(opt.type, value)
+            if converted is None:
+                return None
+            values[opt.dest] = converted
+        if len(positional) > len(self.arguments):
+            return None
+        for opt in self.options:
+            if opt.dest not in values:
+                if opt.required:
+                    return None
+                values[opt.dest] = False if opt.flag else opt.default
+        for n, arg in enumerate(self.arguments):
+            if n < len(positional):
+                values[arg.dest] = _convert(arg.type, positional[n])
+                if values[arg.dest] is None:
+                    return None
+            else:
+                values[arg.dest] = arg.default
+        return values
+
+
+def _split(token: str) -> tuple[str, str | None]:
+    """``--name=value`` / ``--name`` / ``-cVALUE`` / ``-c`` as (option name, attached value)."""
+    if token.startswith("--"):
+        name, eq, value = token.partition("=")
+        return name, value if eq else None
+    return token[:2], token[2:] or None
+
+
+def _convert(convert: Callable[[str], Any], value: str) -> Any:
+    if convert not in CONVERTERS or (convert is float and not _DECIMAL.fullmatch(value)):
+        return None
+    try:
+        return convert(value)
+    except ValueError:
+        return None
+
+
+CONFIG = Opt("config", ("--config", "-c"), type=Path, required=True)
+JSON = Opt("as_json", ("--json",), type=bool, default=False)
+SENDER = Opt("sender", ("--from",), required=True)
+TO = Opt("to", ("--to",), required=True)
+TURN = Opt("turn", ("--turn",), required=True)
+
+# What :mod:`.entry` runs without Typer; each spec mirrors the command in gateway_cmd.py.
+SPECS: dict[str, Spec] = {
+    "send": Spec(
+        options=(
+            CONFIG,
+            SENDER,
+            TO,
+            Opt("kind", ("--kind",), default="SEND"),
+            Opt("ttl", ("--ttl",), type=float),
+            JSON,
+        ),
+        arguments=(Arg("body"),),
+    ),
+    "ask": Spec(
+        options=(CONFIG, SENDER, TO, Opt("ttl", ("--ttl",), type=float, default=120.0), JSON),
+        arguments=(Arg("body"),),
+    ),
+    "answer": Spec(options=(CONFIG, SENDER, TO, TURN, JSON), arguments=(Arg("body"),)),
+    "abandon": Spec(options=(CONFIG, SENDER, TO, TURN, JSON)),
+}

@@ -1,0 +1,327 @@
+"""The inject journal (issue 12, chaos scenario #2 ``commit-inject``).
+
+Seed 000 §5: the forward path is at-most-once -- commit before inject, then ``INJECTED``; no
+``INJECTED`` in time is one loud ``FAILED`` at the sender. An inject into a terminal cannot share
+a transaction with its receipt, so the journal brackets it: a row committed before the inject,
+closed in the receipt's own transaction right after. These tests hold its rules on a real SQLite
+store: a receipt is never more than one transaction behind its inject; a row left open by a crash
+becomes, at the next start, exactly one ``INJECTED`` with stage ``uncertain`` (never a false "not
+injected", never both); the sender records that as ``uncertain``, apart from ``INJECT_TIMEOUT``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+from sqlalchemy import Engine, select
+
+from pipeline.envelope import Envelope, Kind, Signer
+from pipeline.gateway import deadlines, journal
+from pipeline.gateway.entities import LocalEntities
+from pipeline.gateway.injection import InjectionQueue
+from pipeline.gateway.injectors import CallbackInjector
+from pipeline.gateway.metrics import GatewayMetrics
+from pipeline.gateway.outbound import Publisher
+from pipeline.gateway.receipts import Receipt, read_receipt
+from pipeline.gateway.render import describe
+from pipeline.gateway.tracking import FORWARD
+from pipeline.hooks import Hooks, Window
+from pipeline.kafka.topics import TopicNames
+from pipeline.outbox.tables import outbox
+from pipeline.presence.model import Delivery, Role
+from pipeline.record_headers import unpack_headers
+from pipeline.retention.policy import RetentionConfig
+from pipeline.retention.rules import StoreTable, rules_for
+from pipeline.store import make_engine, session_factory
+
+
+class Crash(BaseException):
+    """Stands for kill -9 at a crash point: nothing after it runs (not an ``Exception``, so the
+    worker's guard does not catch it)."""
+
+
+def _queue(
+    engine: Engine, injected: list[str], *, hooks: Hooks | None = None
+) -> tuple[InjectionQueue, GatewayMetrics]:
+    entities = LocalEntities()
+    entities.register(
+        gid="worker-b",
+        role=Role.WORKER,
+        delivery=Delivery.INJECT,
+        injector=CallbackInjector(lambda **kw: injected.append(kw["msg_id"])),
+    )
+    metrics = GatewayMetrics(CollectorRegistry())
+    q = InjectionQueue(
+        entities=entities,
+        sessions=session_factory(engine),
+        publisher=Publisher(host="B", signer=Signer.generate("B"), topics=TopicNames()),
+        metrics=metrics,
+        **({"hooks": hooks} if hooks is not None else {}),
+    )
+    return q, metrics
+
+
+def _brief(**kw: Any) -> Envelope:
+    return Envelope.new(kind=Kind.SEND, sender="main-a", to="worker-b", ttl_s=60, **kw)
+
+
+def _receipts(engine: Engine) -> list[tuple[str, Receipt]]:
+    """(kind, receipt) of every receipt staged in the outbox, in order."""
+    out = []
+    with engine.connect() as c:
+        for r in c.execute(select(outbox.c.headers, outbox.c.value).order_by(outbox.c.id)):
+            headers = dict(unpack_headers(bytes(r.headers)))
+            kind = bytes(headers["kind"]).decode()
+            out.append((kind, read_receipt(kind, bytes(r.value))))
+    return out
+
+
+def _states(engine: Engine) -> dict[str, str]:
+    with engine.connect() as c:
+        t = journal.journal_table
+        return {r.msg_id: r.state for r in c.execute(select(t.c.msg_id, t.c.state))}
+
+
+def _wait(q: InjectionQueue) -> None:
+    for _ in range(400):
+        if q.idle():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("injection queue never went idle")
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Engine:
+    e = make_engine(f"sqlite:///{tmp_path / 'B.sqlite'}")
+    yield e  # type: ignore[misc]
+    e.dispose()
+
+
+def test_each_inject_closes_its_row_and_stages_its_injected_at_once(engine: Engine) -> None:
+    injected: list[str] = []
+    q, _ = _queue(engine, injected)
+    briefs = [_brief() for _ in range(3)]
+    for b in briefs:
+        q.submit("worker-b", b, reply_host="A")
+    _wait(q)
+    q.stop()
+    assert injected == [b.msg_id for b in briefs]
+    assert _states(engine) == {b.msg_id: journal.INJECTED for b in briefs}
+    got = _receipts(engine)
+    assert [(k, r.msg_id, r.stage) for k, r in got] == [("INJECTED", b.msg_id, "") for b in briefs]
+
+
+def test_in_a_burst_each_inject_sees_exactly_its_own_row_open(engine: Engine) -> None:
+    """A burst opens the next brief's row in the transaction that closes the last one, yet the
+    window stays one inject: whenever the injector runs, the one open row is its own brief's."""
+    seen: list[tuple[str, list[str]]] = []
+    gate = threading.Event()
+
+    def look(**kw: Any) -> None:
+        gate.wait(5)  # hold the first inject until the whole burst is queued
+        with engine.connect() as c:
+            t = journal.journal_table
+            rows = c.execute(select(t.c.msg_id).where(t.c.state == journal.OPEN))
+            seen.append((kw["msg_id"], [r.msg_id for r in rows]))
+
+    entities = LocalEntities()
+    entities.register(
+        gid="worker-b", role=Role.WORKER, delivery=Delivery.INJECT, injector=CallbackInjector(look)
+    )
+    q = InjectionQueue(
+        entities=entities,
+        sessions=session_factory(engine),
+        publisher=Publisher(host="B", signer=Signer.generate("B"), topics=TopicNames()),
+        metrics=GatewayMetrics(CollectorRegistry()),
+    )
+    alone: list[str] = []  # rows opened in a transaction of their own
+    own = q._open
+    q._open = lambda job: alone.append(job.envelope.msg_id) or own(job)  # type: ignore[method-assign]
+    briefs = [_brief() for _ in range(6)]
+    for b in briefs:
+        q.submit("worker-b", b, reply_host="A")
+    gate.set()
+    _wait(q)
+    q.stop()
+    assert seen == [(b.msg_id, [b.msg_id]) for b in briefs]
+    assert alone == [briefs[0].msg_id], "the rest opened in the previous close's transaction"
+    assert _states(engine) == {b.msg_id: journal.INJECTED for b in briefs}
+    assert [r.msg_id for _, r in _receipts(engine)] == [b.msg_id for b in briefs]
+
+
+def test_an_untracked_inject_writes_no_journal_row(engine: Engine) -> None:
+    """A broadcast (no reply host) gets no receipt, so it needs no journal: no cost added."""
+    injected: list[str] = []
+    q, _ = _queue(engine, injected)
+    b = _brief()
+    q.submit("worker-b", b, reply_host=None)
+    _wait(q)
+    q.stop()
+    assert injected == [b.msg_id] and _states(engine) == {} and _receipts(engine) == []
+
+
+def test_a_crash_after_the_inject_leaves_the_row_open_and_the_restart_reports_it_uncertain(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kill -9 between the inject and its receipt's transaction (``Window.INJECTED_NOT_RECORDED``):
+    no receipt yet, the row open. The next start reports it once, as INJECTED stage uncertain;
+    a second report finds nothing (exactly once)."""
+    injected: list[str] = []
+
+    def die(window: str) -> None:
+        if window == Window.INJECTED_NOT_RECORDED:
+            raise Crash
+
+    crashing, _ = _queue(engine, injected, hooks=Hooks(crash=die))
+    b = _brief()
+    with pytest.raises(Crash):
+        crashing._record(_job(b), crashing._inject(_job(b)))
+    assert injected == [b.msg_id], "the inject ran"
+    assert _states(engine) == {b.msg_id: journal.OPEN} and _receipts(engine) == []
+
+    restarted, metrics = _queue(engine, [])
+    with caplog.at_level(logging.WARNING):
+        assert restarted.report_uncertain() == 1
+    assert restarted.report_uncertain() == 0, "reported once"
+    assert _states(engine) == {b.msg_id: journal.UNCERTAIN}
+    [(kind, r)] = _receipts(engine)
+    assert (kind, r.msg_id, r.recipient, r.stage) == ("INJECTED", b.msg_id, "worker-b", "uncertain")
+    assert "UNCERTAIN INJECT" in caplog.text and b.msg_id in caplog.text
+    assert metrics.inject_uncertain.labels("restart")._value.get() == 1
+
+
+def _job(env: Envelope) -> Any:
+    from pipeline.gateway.injection import _Job
+
+    return _Job("worker-b", env, "A", 0.0)
+
+
+def test_the_row_is_committed_before_the_inject_runs(engine: Engine) -> None:
+    """The inject sees its own journal row already committed (a fresh connection reads it):
+    a crash anywhere during the inject is reported uncertain, never as not injected."""
+    seen: list[str | None] = []
+
+    def look(**kw: Any) -> None:
+        with session_factory(engine)() as s:
+            seen.append(journal.state_of(s, kw["msg_id"]))
+
+    entities = LocalEntities()
+    entities.register(
+        gid="worker-b", role=Role.WORKER, delivery=Delivery.INJECT, injector=CallbackInjector(look)
+    )
+    q = InjectionQueue(
+        entities=entities,
+        sessions=session_factory(engine),
+        publisher=Publisher(host="B", signer=Signer.generate("B"), topics=TopicNames()),
+        metrics=GatewayMetrics(CollectorRegistry()),
+    )
+    b = _brief()
+    q._record(_job(b), q._inject(_job(b)))
+    assert seen == [journal.OPEN]
+    assert _states(engine) == {b.msg_id: journal.INJECTED}
+
+
+def test_whoever_closes_the_row_first_sends_the_one_outcome(engine: Engine) -> None:
+    """A restart's report (a twin's) and the injecting worker race on one open row: the
+    conditional close lets exactly one of them stage its receipt."""
+    injected: list[str] = []
+    q, _ = _queue(engine, injected)
+    b = _brief()
+    outcome = q._inject(_job(b))  # injected; the row is open
+    assert q.report_uncertain() == 1  # the other process got there first
+    q._record(_job(b), outcome)  # the worker's close finds the row not open
+    assert [(k, r.stage) for k, r in _receipts(engine)] == [("INJECTED", "uncertain")]
+    assert _states(engine) == {b.msg_id: journal.UNCERTAIN}
+
+
+def test_a_journaled_msg_id_is_never_injected_again(engine: Engine) -> None:
+    injected: list[str] = []
+    q, _ = _queue(engine, injected)
+    b = _brief()
+    q._record(_job(b), q._inject(_job(b)))
+    q._record(_job(b), q._inject(_job(b)))
+    assert injected == [b.msg_id]
+    assert len(_receipts(engine)) == 1
+
+
+def test_a_permanent_inject_failure_closes_failed_with_its_failed(engine: Engine) -> None:
+    from pipeline.errors import InjectError
+
+    def refuse(**kw: Any) -> None:
+        raise InjectError("no pane", reason="INJECT_FAILED")
+
+    entities = LocalEntities()
+    entities.register(
+        gid="worker-b",
+        role=Role.WORKER,
+        delivery=Delivery.INJECT,
+        injector=CallbackInjector(refuse),
+    )
+    q = InjectionQueue(
+        entities=entities,
+        sessions=session_factory(engine),
+        publisher=Publisher(host="B", signer=Signer.generate("B"), topics=TopicNames()),
+        metrics=GatewayMetrics(CollectorRegistry()),
+    )
+    b = _brief()
+    q._record(_job(b), q._inject(_job(b)))
+    assert _states(engine) == {b.msg_id: journal.FAILED}
+    [(kind, r)] = _receipts(engine)
+    assert (kind, r.reason) == ("FAILED", "INJECT_FAILED")
+    assert q.report_uncertain() == 0
+
+
+def test_the_sender_records_an_uncertain_report_apart_from_injected_and_from_timeout(
+    tmp_path: Path,
+) -> None:
+    """Sender side: ``pending`` -> ``uncertain`` (the one outcome), and ``failed`` (an
+    INJECT_TIMEOUT came first) -> ``uncertain`` too, so the store keeps that the FAILED may
+    have been wrong. A row already ``injected`` is not touched."""
+    e = make_engine(f"sqlite:///{tmp_path / 'A.sqlite'}")
+    sessions = session_factory(e)
+    with sessions.begin() as s:
+        for mid in ("p", "f", "i"):
+            deadlines.track(s, FORWARD, msg_id=mid, sender="main-a", recipient="worker-b",
+                            trace_id="t", sent_ms=1, deadline_ms=2)  # fmt: skip
+        deadlines.settle(s, FORWARD, "f", deadlines.FAILED, "INJECT_TIMEOUT")
+        deadlines.settle(s, FORWARD, "i", FORWARD.answered)
+    with sessions.begin() as s:
+        assert deadlines.mark_uncertain(s, [FORWARD], "p") == deadlines.PENDING
+        assert deadlines.mark_uncertain(s, [FORWARD], "f") == deadlines.FAILED
+        assert deadlines.mark_uncertain(s, [FORWARD], "i") is None
+        assert deadlines.mark_uncertain(s, [FORWARD], "p") is None
+    with sessions() as s:
+        states = {m: deadlines.state_of(s, FORWARD, m) for m in ("p", "f", "i")}
+    assert states == {"p": "uncertain", "f": "uncertain", "i": "injected"}
+    e.dispose()
+
+
+def test_an_uncertain_injected_reads_may_have_been_injected() -> None:
+    from pipeline.gateway.receipts import injected_body
+
+    r = describe(kind="INJECTED", sender="B._gateway", recipient="main-a", msg_id="x",
+                 turn_id=None, body=injected_body("b1", "worker-b", stage="uncertain"))  # fmt: skip
+    assert "may have been injected" in r.text and r.fields["stage"] == "uncertain"
+
+
+def test_retention_purges_closed_journal_rows_and_never_an_open_one(engine: Engine) -> None:
+    q, _ = _queue(engine, [])
+    done, stuck = _brief(), _brief()
+    q._record(_job(done), q._inject(_job(done)))
+    with session_factory(engine).begin() as s:
+        journal.open_entry(s, msg_id=stuck.msg_id, gid="worker-b", sender="main-a",
+                           reply_host="A", trace_id="t")  # fmt: skip
+    [rule] = rules_for(StoreTable.INJECT_JOURNAL)
+    policy = RetentionConfig(tracking_finished_s=1.0)
+    far = 10**13
+    with engine.connect() as c:
+        t = journal.journal_table
+        gone = {r.msg_id for r in c.execute(select(t.c.msg_id).where(rule.condition(far, policy)))}
+        now = {r.msg_id for r in c.execute(select(t.c.msg_id).where(rule.condition(0, policy)))}
+    assert gone == {done.msg_id}, "closed rows go; the open one waits for a restart's report"
+    assert now == set(), "nothing before its retention"
