@@ -36,6 +36,7 @@ from pipeline.gateway.deadletters import OutboxDeadLetterSink, dead_letter_held,
 from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.held import HeldStore
 from pipeline.gateway.inbound import InboxHandler
+from pipeline.gateway.incarnation import take_incarnation
 from pipeline.gateway.injection import InjectionQueue
 from pipeline.gateway.injectors import InjectMetrics, Injector, build_injector
 from pipeline.gateway.maintenance import Maintenance
@@ -69,7 +70,7 @@ from pipeline.runtime.routing import ByTopic
 from pipeline.store import read_sessions, session_factory
 
 if TYPE_CHECKING:
-    pass
+    from sqlalchemy.orm import Session, sessionmaker
 
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,37 @@ def _secured(factories: Factories, config: GatewayConfig, *, check: bool) -> Fac
 def _stop_presence(presence: PresencePublisher, gateway: Gateway) -> None:
     """Fenced: another gateway now speaks for this host; its presence is not ours to retract."""
     presence.stop(retract=not isinstance(gateway.fatal, FencedError))
+
+
+def _roster_caught_up(follower: RosterFollower, stop: Any) -> bool:
+    """Wait for the roster's first catch-up; False when the gateway stops first."""
+    while not follower.caught_up.wait(0.2):
+        if stop.is_set():
+            return False
+    return True
+
+
+def _run_presence(
+    config: GatewayConfig,
+    presence: PresencePublisher,
+    follower: RosterFollower,
+    sessions: sessionmaker[Session],
+    stop: Any,
+) -> None:
+    """The presence loop: once the roster has caught up (the incarnation is taken above what it
+    holds of this host), announce the configured entities and heartbeat; every interval, take a
+    new incarnation if a twin with this host id outranks ours (docs/presence.md "Order")."""
+    if not _roster_caught_up(follower, stop):
+        return
+    for e in config.entities:
+        presence.register(e.gid, role=e.role, delivery=e.delivery, groups=e.groups)
+    presence.start()
+    host = config.host
+    while not stop.wait(config.presence_interval_s):
+        presence.outranked(
+            follower.view.incarnation_of(host),
+            lambda seen: take_incarnation(sessions, host, seen=seen),
+        )
 
 
 def _on_stop_and_refusal(
@@ -210,6 +242,8 @@ def build_gateway(
         agreement_key=None
         if (pairing := _pairing(config, signer, roster, trust)) is None
         else pairing.own.public_bytes,
+        # taken once the roster has caught up (both loops that publish wait for it)
+        incarnation=lambda: take_incarnation(sessions, host, seen=roster.incarnation_of(host)),
     )
     seen = BoundedSeenSet()
     verifier = Verifier(
@@ -337,17 +371,10 @@ def build_gateway(
     def run_runtime(stop: Any) -> None:
         # verification step 2 needs the bindings: the inbox starts once the roster has caught
         # up (the roster loop waits out transient broker errors meanwhile)
-        while not follower.caught_up.wait(0.2):
-            if stop.is_set():
-                return
+        if not _roster_caught_up(follower, stop):
+            return
         _before_inbox(spawn_handler, maintenance, injections)
         runtime.run(stop)
-
-    def run_presence(stop: Any) -> None:
-        for e in config.entities:
-            presence.register(e.gid, role=e.role, delivery=e.delivery, groups=e.groups)
-        presence.start()
-        stop.wait()
 
     def run_maintenance(stop: Any) -> None:
         while not stop.wait(min(interval, 0.5)):
@@ -360,7 +387,10 @@ def build_gateway(
     gateway = Gateway(
         host=host,
         loops=[
-            Supervised("presence", run_presence),
+            Supervised(
+                "presence",
+                functools.partial(_run_presence, config, presence, follower, sessions),
+            ),
             Supervised("roster", follower.run),
             Supervised("inbox", run_runtime, restart=False),
             Supervised("relay", relay.run_forever),

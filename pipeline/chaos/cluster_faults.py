@@ -1,7 +1,7 @@
 """Broker-side and environment faults: issue 12's catalogue #7, #9, #11-#14 and #16.
 
 Each fault here is an :data:`~pipeline.chaos.nemesis.Action` (do the fault, hold it, heal it)
-and, where the fault needs apparatus, a rig (a proxy, a small filesystem, a faketime shim) that
+and, where the fault needs apparatus, a rig (a proxy, a small filesystem, a clock-skew shim) that
 lives for one repetition. The cluster faults run on the scenario's own brokers - three KRaft
 nodes (RF 3, min ISR 2) for the leader faults - never on a shared one. A heal waits (bounded)
 until every partition of the run's topics has its full ISR again, so the next fault starts from
@@ -40,7 +40,6 @@ ISR_BOUND_S = 90.0
 RETENTION_VERDICT_S = 240.0
 BROKER_SESSION_S = 9.0  # KRaft broker.session.timeout.ms: the controller fences a silent broker
 CUT_LISTENER = "CUT"
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 CLOCK_SKEW_S = 30.0  # gateway config clock_skew_s (the workload keeps the default)
 
 
@@ -257,23 +256,26 @@ def _store_full(ctx: NemesisContext, hold: float) -> tuple[str, dict[str, Any]]:
 
 
 # -- one gateway's clock skewed (#16) -----------------------------------------------------------
-# libfaketime with a faked CLOCK_MONOTONIC hangs Python's timed waits (Event.wait) at a negative
-# offset; with FAKETIME_DONT_FAKE_MONOTONIC=1 only wall time moves (as a skewed host's clock
-# does) but its clock_nanosleep wrapper answers EINVAL to Python's time.sleep. This shim, on the
-# skewed gateway's PYTHONPATH only, routes time.sleep through a condition wait, which works.
-_SHIM = '''"""chaos clock-skew shim (pipeline/chaos/cluster_faults.py): time.sleep under libfaketime."""
-import threading
+# Only the skewed gateway's Python wall clock moves: a sitecustomize.py on its PYTHONPATH offsets
+# time.time and time.time_ns, through which every wall-clock reading of the fleet goes (envelope
+# ts and expiresAt, presence ts, deadlines, the verifier's "now"); the monotonic clock, timed
+# waits and librdkafka are untouched, as on a host whose NTP is off. libfaketime (LD_PRELOAD) was
+# used first and is unusable here: with any offset the process's librdkafka never completes a
+# metadata request (libfaketime 0.9.10, librdkafka 2.16: a bare AdminClient.list_topics times out
+# at -20 s and fails with a transport error at +20 s, while the broker connection itself comes
+# up), so the "skewed" gateway never got past its topology step and never ran.
+SKEW_ENV = "FLEET_CHAOS_CLOCK_OFFSET_S"
+_SHIM = f'''"""chaos clock-skew shim (pipeline/chaos/cluster_faults.py): wall clock + {SKEW_ENV}."""
+import os
 import time
 
-_never = threading.Event()
-
-
-def _sleep(seconds: float) -> None:
-    _never.wait(max(0.0, seconds))
-
-
-time.sleep = _sleep
+_offset_s = float(os.environ.get("{SKEW_ENV}", "0"))
+if _offset_s:
+    _time, _time_ns, _offset_ns = time.time, time.time_ns, round(_offset_s * 1e9)
+    time.time = lambda: _time() + _offset_s
+    time.time_ns = lambda: _time_ns() + _offset_ns
 '''
+SKEWED_READY_S = 120.0  # bound on the skewed gateway's start (slow on a loaded machine)
 
 
 @dataclass(kw_only=True)
@@ -284,27 +286,27 @@ class SkewRig:
 
 @contextlib.contextmanager
 def skew_rig(w: Workload, _cluster: LocalCluster | None) -> Iterator[SkewRig]:
-    if not LIBFAKETIME.exists():
-        raise FileNotFoundError(f"{LIBFAKETIME} missing: apt-get install -y faketime")
-    shim = w.root / "faketime-shim"
+    yield SkewRig(shim=write_skew_shim(w.root))
+
+
+def write_skew_shim(root: Path) -> Path:
+    """The directory to put on a skewed gateway's PYTHONPATH (:func:`skew_env`)."""
+    shim = root / "clock-skew-shim"
     shim.mkdir(exist_ok=True)
     (shim / "sitecustomize.py").write_text(_SHIM)
-    yield SkewRig(shim=shim)
+    return shim
 
 
 def skew_env(shim: Path, offset_s: float) -> dict[str, str]:
+    """The environment of a gateway whose wall clock is off by ``offset_s``."""
     path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p)
-    return {
-        "LD_PRELOAD": str(LIBFAKETIME),
-        "FAKETIME": f"{offset_s:+.0f}",
-        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-        "PYTHONPATH": path,
-    }
+    return {SKEW_ENV: f"{offset_s:+.3f}", "PYTHONPATH": path}
 
 
 def _clock_skew(ctx: NemesisContext, hold: float) -> tuple[str, dict[str, Any]]:
     """Restart host B with its wall clock off by an offset inside ``clock_skew_s`` (odd faults)
-    or beyond it (even ones), sign drawn by the seed; the heal restarts it on the true clock."""
+    or beyond it (even ones), sign drawn by the seed; ``hold`` counts from B's running line (a
+    skew that never ran proves nothing); the heal restarts it on the true clock."""
     rig: SkewRig = ctx.rig
     beyond = rig.faults % 2 == 1
     rig.faults += 1
@@ -315,11 +317,23 @@ def _clock_skew(ctx: NemesisContext, hold: float) -> tuple[str, dict[str, Any]]:
     b.stop()
     b.env = {**before, **skew_env(rig.shim, offset)}
     b.start()
-    time.sleep(hold)
+    t0 = time.monotonic()
+    while not b.ready() and b.alive and time.monotonic() - t0 < SKEWED_READY_S:
+        time.sleep(0.2)
+    ran = b.ready()
+    ready_s = time.monotonic() - t0
+    if ran:
+        time.sleep(hold)
     b.stop()
     b.env = before
     b.start()
-    return "B", {"offset_s": round(offset), "beyond": beyond, "skewed_s": round(hold, 3)}
+    return "B", {
+        "offset_s": round(offset),
+        "beyond": beyond,
+        "skewed_ran": ran,
+        "skewed_ready_s": round(ready_s, 3),
+        "skewed_s": round(hold, 3) if ran else 0.0,
+    }
 
 
 # -- an offset that fell off retention while a gateway was down (#18) ---------------------------
@@ -555,7 +569,7 @@ SCENARIOS: dict[str, Scenario] = {
             action=_clock_skew,
             rig=skew_rig,
             checks="seed 000 envelope rules 'ts <= now + skew' and 'now <= expiresAt + skew': "
-            "host B restarted under libfaketime with its wall clock off by 0.2-0.7x clock_skew_s "
+            "host B restarted with its wall clock off by 0.2-0.7x clock_skew_s "
             "(nothing may change), then 1.5-3x (refusals carry CLOCK_SKEW; nothing silent)",
             max_faults=2,
             duration_s=40.0,

@@ -5,7 +5,7 @@ should take at most 0.15 s; Typer and Rich alone take 0.27-0.30 s to import). :f
 looks at argv first:
 
 * ``fleet --help`` prints the :data:`~.commands.COMMANDS` table as plain text;
-* ``fleet send|ask|answer|abandon ...`` is parsed by :mod:`.lean` and, when a gateway answers on
+* ``fleet send|ask|answer|abandon|poll ...`` is parsed by :mod:`.lean` and, when a gateway answers on
   the host's local socket, handed to it by :mod:`.hot` -- the same code the Typer command runs;
 * anything else -- another command, an argv the lean parser declines, no gateway answering, a
   config that does not load -- runs the Typer app (:mod:`.main`) on the same argv, which answers
@@ -54,7 +54,7 @@ def _lean(name: str, args: Sequence[str]) -> int | None:
     return None if params is None else run(params)
 
 
-LEAN = ("send", "ask", "answer", "abandon")  # each: a lean.SPECS entry and a hot.<name>
+LEAN = ("send", "ask", "answer", "abandon", "poll")  # each: a lean.SPECS entry and a hot.<name>
 
 
 def lean(argv: Sequence[str]) -> int | None:

@@ -19,7 +19,7 @@ from pipeline.errors import ConfigError, DeliveryError
 from pipeline.reasons import Config
 
 from . import hot
-from .output import EXIT_FLEET_ERROR, console, emit_json, err_console, fail_on_fleet_error
+from .output import EXIT_FLEET_ERROR, console, err_console, fail_on_fleet_error
 from .serving import LOOPBACK, MetricsAddressOpt, MetricsPortOpt, serve_metrics
 
 if TYPE_CHECKING:
@@ -205,18 +205,18 @@ def poll(
     as_json: JsonOpt = False,
 ) -> None:
     """Drain held messages (an open pull while waiting: ASKs surface here)."""
-    from pipeline.bootstrap_client import build_client
+    cfg = _load(config)
+    client = hot.connect(cfg)
+    if client is not None:
+        with client:
+            got = client.poll(recipient, sender=sender, limit=limit, wait_s=wait)
+        hot.polled(got["messages"], got["lines"], as_json=as_json)
+        return
     from pipeline.gateway import render
 
-    cfg = _load(config)
-    got = build_client(cfg, signer=_signer(cfg)).poll(
-        recipient, sender=sender, limit=limit, wait_s=wait
-    )
-    if as_json:
-        emit_json([render.held_dict(m) for m in got])
-        return
-    for m in got:
-        console.print(render.held_line(m), markup=False, highlight=False)
+    held = _direct(cfg).poll(recipient, sender=sender, limit=limit, wait_s=wait)
+    messages, lines = [render.held_dict(m) for m in held], [render.held_line(m) for m in held]
+    hot.polled(messages, lines, as_json=as_json)
 
 
 def mcp(

@@ -1,4 +1,4 @@
-"""What ``fleet send|ask|answer|abandon`` do through a running gateway, shared by the Typer
+"""What ``fleet send|ask|answer|abandon|poll`` do through a running gateway, shared by the Typer
 commands and the lean entry (:mod:`.entry`): one implementation, two parsers in front of it.
 
 Nothing here imports Typer, Rich, SQLAlchemy, confluent-kafka or the envelope: the gateway's
@@ -165,3 +165,27 @@ def abandon(p: dict[str, Any]) -> int | None:
         lambda c: c.abandon(sender=p["sender"], to=p["to"], turn_id=p["turn"]),
         lambda q: abandoned(msg_id=q.msg_id, turn_id=p["turn"], as_json=p["as_json"]),
     )
+
+
+def polled(messages: list[dict[str, Any]], lines: list[str], *, as_json: bool) -> None:
+    """``fleet poll``'s output: the held messages as JSON, or one line each."""
+    if as_json:
+        emit_json(messages)
+    else:
+        sys.stdout.writelines(f"{line}\n" for line in lines)
+
+
+def poll(p: dict[str, Any]) -> int | None:
+    """``fleet poll`` through the gateway's socket (``None``: see :func:`_gateway`)."""
+    client = _gateway(p)
+    if client is None:
+        return None
+    with client:
+        try:
+            got = client.poll(p["recipient"], sender=p["sender"], limit=p["limit"],
+                              wait_s=p["wait"])  # fmt: skip
+        except FleetError as exc:
+            print_error(exc)
+            return EXIT_FLEET_ERROR
+    polled(got["messages"], got["lines"], as_json=p["as_json"])
+    return 0

@@ -28,7 +28,8 @@ from typing import Any
 # The value types the lean parser converts. Typer converts with pydantic, whose number syntax is
 # not Python's (underscores, whitespace, "inf"): the lean parser takes plain decimals only.
 _DECIMAL = re.compile(r"[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?")
-CONVERTERS: tuple[Callable[[str], Any], ...] = (str, float, Path)
+_DIGITS = re.compile(r"[0-9]+")
+CONVERTERS: tuple[Callable[[str], Any], ...] = (str, float, int, Path)
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,8 @@ def _split(token: str) -> tuple[str, str | None]:
 def _convert(convert: Callable[[str], Any], value: str) -> Any:
     if convert not in CONVERTERS or (convert is float and not _DECIMAL.fullmatch(value)):
         return None
+    if convert is int and not _DIGITS.fullmatch(value):
+        return None
     try:
         return convert(value)
     except ValueError:
@@ -154,4 +157,14 @@ SPECS: dict[str, Spec] = {
     ),
     "answer": Spec(options=(CONFIG, SENDER, TO, TURN, JSON), arguments=(Arg("body"),)),
     "abandon": Spec(options=(CONFIG, SENDER, TO, TURN, JSON)),
+    "poll": Spec(
+        options=(
+            CONFIG,
+            Opt("recipient", ("--as",), required=True),
+            Opt("sender", ("--from",)),
+            Opt("limit", ("--limit",), type=int, default=100),
+            Opt("wait", ("--wait",), type=float, default=0.0),
+            JSON,
+        )
+    ),
 }

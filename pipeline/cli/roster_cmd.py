@@ -60,6 +60,7 @@ def roster(
             "entries": [e.as_json(view.horizon_ms()) for e in entries],
             "hosts": sorted(view.hosts()),
             "rejected": dict(view.rejections),
+            "superseded": dict(view.superseded),
         })  # fmt: skip
         return
     from rich.table import Table

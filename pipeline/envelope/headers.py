@@ -50,10 +50,10 @@ def collect(
         fail(r.TOO_LARGE, f"body {len(body)} bytes > {max_body_bytes}", raw)
     fields: dict[str, bytes] = {}
     for name, val in headers:
-        canonical = r.RESERVED_FOLDED.get(str(name).casefold())
-        if canonical is None:
-            continue  # uncovered header: carried, never read by the envelope layer
-        if canonical != name:
+        if name not in r.RESERVED:  # the exact names take the fast path; the rest are folded
+            canonical = r.RESERVED_FOLDED.get(str(name).casefold())
+            if canonical is None:
+                continue  # uncovered header: carried, never read by the envelope layer
             fail(r.MALFORMED_HEADERS, f"look-alike header {name!r}", raw)
         if name in fields:
             fail(r.MALFORMED_HEADERS, f"duplicate header {name!r}", raw)

@@ -132,6 +132,25 @@ class SocketClient:
             raise answer
         return answer
 
+    def poll(
+        self, recipient: str, *, sender: str | None = None, limit: int = 100, wait_s: float = 0.0
+    ) -> dict[str, Any]:
+        """Drain ``recipient``'s held messages through the gateway (an open pull while it
+        waits): ``{"messages": [held_dict ...], "lines": [held_line ...]}``."""
+        first = self._next_id
+        request = {"id": first, "op": "poll", "recipient": recipient, "sender": sender,
+                   "limit": limit, "wait_s": wait_s}  # fmt: skip
+        timeout = self._sock.gettimeout()
+        if timeout is not None:  # the gateway answers once the wait is over
+            self._sock.settimeout(timeout + max(0.0, wait_s))
+        try:
+            (answer,) = self._exchange(encode_frame(request), first, 1)
+        finally:
+            self._sock.settimeout(timeout)
+        if isinstance(answer, FleetError):
+            raise answer
+        return answer
+
     def _exchange(
         self, out: bytes | bytearray, first: int, n: int
     ) -> list[dict[str, Any] | FleetError]:

@@ -11,7 +11,9 @@ requests before reading (pipelining); answers come back in request order per con
                "retriable": false, "message": "...", "context": {"to": "nobody"}}}
 
 ``spawn`` and ``stop`` carry ControlClient.spawn / .stop's keyword arguments and are answered
-with the queued request's fields (``msg_id``, ``spawn_id`` / ``stop_id``, ``host`` ...).
+with the queued request's fields (``msg_id``, ``spawn_id`` / ``stop_id``, ``host`` ...). ``poll``
+carries GatewayClient.poll's (recipient, sender, limit, wait_s) and is answered with the drained
+messages as ``fleet poll`` prints them: ``{"messages": [...], "lines": [...]}``.
 
 A refusal is the :class:`~pipeline.errors.FleetError` the gateway's ``send`` raised, carried
 as data and raised again on the client side with the same class, reason, ``retriable`` and
@@ -34,7 +36,7 @@ from pipeline.reasons import Delivery
 
 _LENGTH = struct.Struct(">I")
 MAX_FRAME_BYTES = 4 * 1024 * 1024  # the largest record the outbox takes is 1 MiB (base64: 4/3)
-OPS = ("send", "spawn", "stop")
+OPS = ("send", "spawn", "stop", "poll")
 
 
 class FrameError(FleetError):

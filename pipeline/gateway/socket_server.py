@@ -109,6 +109,23 @@ def parse_control(message: dict[str, Any], control: ControlClient) -> Callable[[
     return functools.partial(control.spawn if op == "spawn" else control.stop, **kwargs)
 
 
+def parse_poll(message: dict[str, Any]) -> dict[str, Any]:
+    """A ``poll`` request as GatewayClient.poll's arguments; a malformed one is
+    ``CONFIG_INVALID``."""
+    recipient, sender = message.get("recipient"), message.get("sender")
+    limit, wait_s = message.get("limit", 100), message.get("wait_s", 0.0)
+    if (
+        not isinstance(recipient, str)
+        or not isinstance(sender, str | None)
+        or not isinstance(limit, int)
+        or isinstance(limit, bool)
+        or not isinstance(wait_s, int | float)
+        or isinstance(wait_s, bool)
+    ):
+        raise ConfigError(f"local socket: malformed poll request: {message!r}")
+    return {"recipient": recipient, "sender": sender, "limit": limit, "wait_s": float(wait_s)}
+
+
 @dataclass
 class _Pending:
     id: Any
@@ -293,6 +310,10 @@ class SocketServer:
                         pending.request = parse_send(message)
                     elif op in CONTROL_FIELDS and self.control is not None:
                         pending.call = parse_control(message, self.control)
+                    elif op == "poll":
+                        self._poll(pending, parse_poll(message))
+                        answers.put(pending)
+                        continue
                     else:
                         raise ConfigError(f"local socket: unknown op {op!r}")
                 except FleetError as exc:
@@ -306,6 +327,26 @@ class SocketServer:
             return
         finally:
             answers.put(None)
+
+    def _poll(self, pending: _Pending, kwargs: dict[str, Any]) -> None:
+        """A poll reads (and drains) held rows on its own thread: with ``wait_s`` it is an open
+        pull that may block for that long, and must hold up neither the writer nor this
+        connection's next requests (answers still go out in request order)."""
+
+        def run() -> None:
+            from . import render
+
+            try:
+                got = self.client.poll(**kwargs)
+                pending.finish({"messages": [render.held_dict(m) for m in got],
+                                "lines": [render.held_line(m) for m in got]})  # fmt: skip
+            except FleetError as exc:
+                pending.finish(exc)
+            except Exception as exc:  # a store failure: nothing was drained
+                log.exception("local socket: a poll failed")
+                pending.finish(StoreError(f"the gateway could not poll: {exc}", retriable=True))
+
+        threading.Thread(target=run, name="gw-socket-poll", daemon=True).start()
 
     def _answer(self, conn: socket.socket, answers: queue.Queue[_Pending | None]) -> None:
         """Answers out, in request order, each once the writer has decided it."""

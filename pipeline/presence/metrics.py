@@ -38,3 +38,9 @@ class PresenceMetrics:
             "1 from the first undelivered heartbeat until one is delivered again.",
             registry=registry,
         )
+        self.incarnation = Gauge(
+            "fleet_presence_incarnation",
+            "This gateway's incarnation: its start count, which orders its presence records "
+            "ahead of their timestamps.",
+            registry=registry,
+        )

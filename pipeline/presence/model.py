@@ -4,6 +4,13 @@ Key = gid (or ``<host>._gateway`` for the host entry, which carries the spawn pr
 agentless host is still visible as a spawn target). Value = Avro ``presence`` inside a signed
 envelope of kind PRESENCE with ``from`` = ``to`` = the gid. A tombstone (null value) is signed
 too: its headers cover an empty body, so only the owning host can retract an entry.
+
+Order (docs/presence.md "Order: incarnation, then ts"): the records one host wrote for a gid
+compare by ``(incarnation, ts_ms)``. The incarnation is the publishing gateway's start count,
+taken from its store at start and signed inside the body (presence v4), so a gateway restarted
+with its clock behind still outranks everything its previous run wrote; records of older
+gateways (v1-v3) read as incarnation 0. Across hosts (a gid moving) the incarnations are
+unrelated counters and ``ts_ms`` alone decides. Liveness (``ts + ttl``) is judged by time.
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ class PresenceEntry:
     gone: Gone | None = None  # set only on a departure record
     # the gateway entry's X25519 public key, when its host takes pairwise-MAC'd records
     agreement_key: bytes | None = None
+    incarnation: int = 0  # the publishing gateway's start count (0: an older gateway wrote it)
 
     @property
     def is_gateway(self) -> bool:
@@ -68,6 +76,13 @@ class PresenceEntry:
 
     def live(self, now_ms: int) -> bool:
         return now_ms <= self.ts_ms + self.ttl_ms
+
+    def older_than(self, other: PresenceEntry) -> bool:
+        """True when ``other`` supersedes this record: by ``(incarnation, ts_ms)`` when one
+        host wrote both, by ``ts_ms`` alone across hosts (their incarnations are unrelated)."""
+        if self.host == other.host:
+            return (self.incarnation, self.ts_ms) < (other.incarnation, other.ts_ms)
+        return self.ts_ms < other.ts_ms
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -82,6 +97,7 @@ class PresenceEntry:
             "labels": dict(self.labels),
             "gone": None if self.gone is None else self.gone.value,
             "agreement_key": self.agreement_key,
+            "incarnation": self.incarnation,
         }
 
     @classmethod
@@ -101,6 +117,7 @@ class PresenceEntry:
             labels=dict(rec.get("labels") or {}),
             gone=None if rec.get("gone") is None else Gone(rec["gone"]),
             agreement_key=rec.get("agreement_key"),
+            incarnation=int(rec.get("incarnation") or 0),
         )
 
     def as_json(self, now_ms: int) -> dict[str, Any]:
@@ -111,12 +128,8 @@ def presence_record(
     entry: PresenceEntry, *, signer: Signer, topics: TopicNames = TopicNames()
 ) -> tuple[bytes, list[tuple[str, bytes]], bytes]:
     """(key, headers, value) of a signed heartbeat; the envelope lives as long as the entry."""
-    record = entry.to_record()
-    if entry.agreement_key is None:  # readers of v3 (older gateways) still read it
-        del record["agreement_key"]
-        body = schemas.encode(SCHEMA, record, version=3)
-    else:
-        body = schemas.encode(SCHEMA, record)
+    # always v4: the incarnation orders a host's records, so it is signed on every one
+    body = schemas.encode(SCHEMA, entry.to_record())
     env = Envelope.new(
         kind=Kind.PRESENCE,
         sender=entry.gid,

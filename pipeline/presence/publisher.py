@@ -8,6 +8,10 @@ While the broker is away every heartbeat fails (``_MSG_TIMED_OUT``): that is one
 delivery starts failing and one line when it recovers (plus
 ``fleet_presence_heartbeat_failures_total`` and the ``fleet_presence_publisher_failing`` gauge),
 never a line per heartbeat.
+
+Every record carries this gateway's **incarnation** (docs/presence.md "Order"): given as a
+number, or as a callable asked once, just before the first record is built (the gateway's takes
+the next value from its store, above what the caught-up roster has seen of this host).
 """
 
 from __future__ import annotations
@@ -59,10 +63,14 @@ class PresencePublisher:
         clock_ms: Callable[[], int] = now_ms,
         metrics: PresenceMetrics | None = None,
         agreement_key: bytes | None = None,
+        incarnation: int | Callable[[], int] = 0,
     ) -> None:
         self._producer = producer
         # the X25519 public key the host entry publishes (the pairwise MAC mode); None: off
         self._agreement_key = agreement_key
+        self._take_incarnation = incarnation
+        self._incarnation: int | None = incarnation if isinstance(incarnation, int) else None
+        self._incarnation_lock = threading.Lock()
         self._metrics = metrics
         self._failing_since: int | None = None  # wall ms of the first failure of this episode
         self._signer = signer
@@ -80,6 +88,40 @@ class PresencePublisher:
     @property
     def host(self) -> str:
         return self._signer.host
+
+    @property
+    def incarnation(self) -> int:
+        """This run's incarnation, taken on first use (a callable is asked once)."""
+        with self._incarnation_lock:
+            if self._incarnation is None:
+                take = self._take_incarnation
+                assert callable(take)
+                self._incarnation = take()
+                log.info("presence: %s runs as incarnation %d", self.host, self._incarnation)
+                if self._metrics is not None:
+                    self._metrics.incarnation.set(self._incarnation)
+            return self._incarnation
+
+    def outranked(self, seen: int, take: Callable[[int], int]) -> bool:
+        """``seen``: the highest incarnation of this host the roster holds. Above ours, another
+        gateway with this host id started after we took ours (a twin: Kafka fences one of the
+        two, and the survivor must not stay outranked by the other's last records), so take a
+        new one with ``take(seen)``; the next heartbeat carries it. True when it did."""
+        if seen <= self.incarnation:
+            return False
+        with self._incarnation_lock:
+            old, self._incarnation = self._incarnation, take(seen)
+            if self._metrics is not None:
+                self._metrics.incarnation.set(self._incarnation)
+        log.warning(
+            "presence: another gateway with host id %s wrote incarnation %d (ours %s): "
+            "now incarnation %d",
+            self.host,
+            seen,
+            old,
+            self._incarnation,
+        )
+        return True
 
     def register(self, gid: str, *, role: str, delivery: str, groups: Iterable[str] = ()) -> None:
         """``role`` / ``delivery`` by value, so the gateway config's enums fit as they are."""
@@ -118,6 +160,7 @@ class PresencePublisher:
             ttl_ms=self._ttl_ms,
             profiles=self._profiles if role is Role.GATEWAY else (),
             agreement_key=self._agreement_key if role is Role.GATEWAY else None,
+            incarnation=self.incarnation,
         )
 
     def heartbeat(self) -> int:

@@ -2,7 +2,8 @@
 
 Built from the compacted roster topic: every record is verified with
 :meth:`~pipeline.envelope.Verifier.verify_presence`, its body must name the signing host, and
-the newest ``ts`` per gid wins.
+the newest record per gid wins: by ``(incarnation, ts)`` among one host's records, by ``ts``
+across hosts (:meth:`PresenceEntry.older_than`).
 
 Presence answers two questions (docs/presence.md):
 
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 MAX_GONE = 100_000  # departures remembered (the oldest forgotten first: then UNKNOWN_RECIPIENT)
 AGREEMENT_KEPT = 2  # a host's current agreement key and its previous one (records in flight)
+MAX_RETRACTED = 100_000  # retracted records remembered as a floor (the oldest forgotten first)
 
 
 class RosterView:
@@ -69,6 +71,9 @@ class RosterView:
         self._max_ttl_ms = max_ttl_ms  # a silent host's claims must lapse in bounded time
         self._entries: dict[str, PresenceEntry] = {}
         self._gone: dict[str, PresenceEntry] = {}  # departure records of reaped workers
+        # the last record of each retracted gid: a late record of an older incarnation of its
+        # host must not bring it back (a zombie's heartbeat after the survivor's tombstone)
+        self._retracted: dict[str, PresenceEntry] = {}
         self._lock = threading.Lock()
         self._freshness = Freshness()
         self.rejections: Counter[str] = Counter()
@@ -76,6 +81,9 @@ class RosterView:
         self._agreement_by_host: dict[str, list[PeerKey]] = {}  # newest last
         self._agreement_current: dict[str, PeerKey] = {}  # hosts whose mode is on now
         self._agreement_by_id: dict[str, PeerKey] = {}
+        # authentic records that lost to a newer one, by what decided: "incarnation" (an older
+        # run of the host) or "ts" (an older heartbeat of the same run, or another host's)
+        self.superseded: Counter[str] = Counter()
 
     @classmethod
     def build(
@@ -126,15 +134,18 @@ class RosterView:
             log.warning("roster: rejected presence record key=%r: %s", key, exc)
             return None
         with self._lock:
-            current = self._entries.get(entry.gid)
-            if current is not None and current.ts_ms > entry.ts_ms:
-                return None  # an older heartbeat (replayed or reordered) never wins
+            by = self._superseded_by(entry)
+            if by is not None:
+                self.superseded[by] += 1
+                return None
+            self._retracted.pop(entry.gid, None)
             if entry.gone is not None:  # a departure: the binding goes, its cause stays
                 self._entries.pop(entry.gid, None)
                 self._gone[entry.gid] = entry
                 if len(self._gone) > MAX_GONE:
                     self._gone.pop(next(iter(self._gone)))  # the oldest departure
                 return None
+            current = self._entries.get(entry.gid)
             if current is not None and current.host != entry.host:
                 log.warning("roster: %s moved from %s to %s", entry.gid, current.host, entry.host)
             self._entries[entry.gid] = entry
@@ -173,6 +184,23 @@ class RosterView:
         self._agreement_by_id[key.key_id] = key
         self._agreement_current[key.host] = key
 
+    def _superseded_by(self, entry: PresenceEntry) -> str | None:
+        """What makes ``entry`` lose, or None when it applies (called under the lock).
+
+        While ``gid`` is bound, an older record (replayed, reordered, or from an older run of the
+        host) never wins. Once its host retracted or departed it, only an older *incarnation* of
+        that host is refused: a zombie's late heartbeat must not bring back what the newer run
+        took away, while the same run may announce the gid again whatever its clock says."""
+        current = self._entries.get(entry.gid)
+        if current is not None:
+            if not entry.older_than(current):
+                return None
+            return "incarnation" if entry.incarnation != current.incarnation else "ts"
+        floor = self._gone.get(entry.gid) or self._retracted.get(entry.gid)
+        if floor is not None and floor.host == entry.host and entry.incarnation < floor.incarnation:
+            return "incarnation"
+        return None
+
     def _check_claim(self, entry: PresenceEntry, sender: str, signer_host: str) -> None:
         if not 0 < entry.ttl_ms <= self._max_ttl_ms:
             raise EnvelopeError(f"presence ttl {entry.ttl_ms} ms", reason=TTL_TOO_LONG)
@@ -182,6 +210,11 @@ class RosterView:
             raise EnvelopeError(
                 f"presence for {entry.gid} claims host {entry.host}, signed by {signer_host}",
                 reason=SIGNER_MISMATCH,
+            )
+        if entry.incarnation < 0:
+            raise EnvelopeError(
+                f"presence for {entry.gid} has incarnation {entry.incarnation}",
+                reason=SCHEMA_INVALID,
             )
         if entry.is_gateway != (entry.gid == gateway_gid(entry.host)):
             raise EnvelopeError(f"bad gateway entry {entry.gid}", reason=SIGNER_MISMATCH)
@@ -195,7 +228,18 @@ class RosterView:
                     reason=SIGNER_MISMATCH,
                     raw=raw,
                 )
-            self._entries.pop(gid, None)
+            gone = self._entries.pop(gid, None) or self._gone.get(gid)
+            if gone is not None:
+                self._retracted[gid] = gone
+                if len(self._retracted) > MAX_RETRACTED:
+                    self._retracted.pop(next(iter(self._retracted)))
+
+    def incarnation_of(self, host: str) -> int:
+        """The highest incarnation of ``host`` this view has read (0: none): a gateway starting
+        takes one above it, so a wiped store or a twin on another store cannot go backwards."""
+        with self._lock:
+            seen = [*self._entries.values(), *self._gone.values(), *self._retracted.values()]
+        return max((e.incarnation for e in seen if e.host == host), default=0)
 
     # -- freshness (set by the follower) ---------------------------------------------------------
     def mark_current(self, horizon_ms: int) -> None:

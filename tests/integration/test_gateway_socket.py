@@ -43,6 +43,15 @@ def _fleet(*args: str) -> dict[str, Any]:
     return dict(json.loads(done.stdout))
 
 
+def _fleet_list(*args: str) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", *args, "--json"],
+        capture_output=True, text=True, timeout=120, check=False, env=os.environ.copy(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return list(json.loads(done.stdout))
+
+
 def _fleet_send(config: Path, body: str) -> dict[str, Any]:
     return _fleet("send", "-c", str(config), "--from", "main-a", "--to", "main-b", "--kind",
                   "REPLY", body)  # fmt: skip
@@ -115,6 +124,11 @@ def test_a_send_through_the_socket_is_held_once_and_with_the_gateway_down_goes_d
         _fleet("abandon", "-c", str(config_a), "--from", "main-a", "--to", "main-b", "--turn", turn)
         assert _turn_state(store_a, turn) == "abandoned"
         wait_until(lambda: "ABANDONED" in _held_kinds(store_b, turn), 60, "ABANDONED held at B")
+        # main-b drains them through B's gateway (its socket), once
+        polled = _fleet_list("poll", "-c", str(config_b), "--as", "main-b")
+        assert via_socket["msgId"] in {m["msgId"] for m in polled}, polled
+        assert "ABANDONED" in {m["kind"] for m in polled}
+        assert _fleet_list("poll", "-c", str(config_b), "--as", "main-b") == []
 
         assert a.stop() == 0, a.output()
         assert not sock.exists()  # the gateway removed its socket on the way out

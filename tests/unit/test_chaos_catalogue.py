@@ -3,10 +3,14 @@ play; the broker-side ones run on their own brokers, never on a shared one."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from pipeline.chaos.catalogue import SCENARIOS
-from pipeline.chaos.cluster_faults import set_bootstrap, skew_env
+from pipeline.chaos.cluster_faults import set_bootstrap, skew_env, write_skew_shim
 from pipeline.chaos.nemesis import _ACTIONS
 
 
@@ -28,7 +32,21 @@ def test_the_cut_off_gateway_is_pointed_at_the_proxy_and_only_it(tmp_path: Path)
     assert cfg.read_text() == 'host = "B"\nbootstrap = "127.0.0.1:2"\nbootstrap_note = "x"\n'
 
 
-def test_the_skewed_gateway_fakes_wall_time_only_and_gets_the_sleep_shim(tmp_path: Path) -> None:
-    env = skew_env(tmp_path, -45.4)
-    assert env["FAKETIME"] == "-45" and env["FAKETIME_DONT_FAKE_MONOTONIC"] == "1"
-    assert env["PYTHONPATH"].split(":")[0] == str(tmp_path)
+def test_the_skewed_gateway_sees_its_wall_clock_offset_and_nothing_else(tmp_path: Path) -> None:
+    """The shim moves time.time/time.time_ns (every wall-clock reading of the fleet) and
+    leaves the monotonic clock alone, as on a host whose NTP is off."""
+    shim = write_skew_shim(tmp_path)
+    env = skew_env(shim, -45.4)
+    assert env["PYTHONPATH"].split(":")[0] == str(shim) and "LD_PRELOAD" not in env
+    probe = (
+        "import time; from pipeline.envelope.model import now_ms; "
+        "print(time.time(), now_ms(), time.monotonic())"
+    )
+    before = time.time()
+    out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **env},
+                         capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    wall, ms, mono = (float(v) for v in out.stdout.split())
+    after = time.time()
+    assert before - 45.4 <= wall <= after - 45.4
+    assert before - 45.4 <= ms / 1000 <= after - 45.4 + 0.001
+    assert abs(mono - time.monotonic()) < after - before + 1, "monotonic is not moved"

@@ -81,6 +81,13 @@ SEND_ARGVS = [
     ["-c", "f.toml", "--from", "a", "--to", "b", "-x"],
     ["-c", "f.toml", "--from", "a", "--to", "--json"],
 ]
+POLL_ARGVS = [
+    ["-c", "f.toml", "--as", "m", "--limit", "7", "--wait=2.5", "--from", "b"],
+    ["-c", "f.toml", "--as", "m", "--json"],
+    ["-c", "f.toml", "--as", "m", "--limit", "+7"],
+    ["-c", "f.toml", "--as", "m", "--limit", "7.0"],
+    ["-c", "f.toml", "--as", "m", "--limit", "1_000"],
+]
 
 
 @pytest.mark.parametrize("argv", SEND_ARGVS, ids=" ".join)
@@ -93,7 +100,17 @@ def test_what_the_lean_parser_accepts_click_parses_the_same(argv: list[str]) -> 
     assert lean == {k: (Path(v) if k == "config" else v) for k, v in ctx.params.items()}
 
 
+@pytest.mark.parametrize("argv", POLL_ARGVS, ids=" ".join)
+def test_what_the_lean_poll_parser_accepts_click_parses_the_same(argv: list[str]) -> None:
+    lean = SPECS["poll"].parse(argv)
+    if lean is None:
+        return
+    ctx = _typer_command("poll").make_context("poll", list(argv))
+    assert lean == {k: (Path(v) if k == "config" else v) for k, v in ctx.params.items()}
+
+
 def test_the_lean_parser_declines_what_it_does_not_take_whole() -> None:
+    assert [a for a in POLL_ARGVS if SPECS["poll"].parse(a) is not None] == POLL_ARGVS[:2]
     accepted = [a for a in SEND_ARGVS if SPECS["send"].parse(a) is not None]
     assert accepted == SEND_ARGVS[:6]
     assert SPECS["send"].parse(SEND_ARGVS[2]) == {
@@ -262,3 +279,61 @@ def test_fleet_help_loads_nothing_heavy() -> None:
     code, out, err, loaded = _run(LEAN, ["--help"])
     assert (code, err, loaded) == (0, "", [])
     assert out == entry.root_help()
+
+
+def _served_host_with_held(root: Path) -> tuple[Path, Any]:
+    """A host whose gateway socket serves and whose main-a has two held receipts (the same rows,
+    msg ids and times in every host made here, so two hosts print the same poll)."""
+    from sqlalchemy import insert
+
+    from pipeline.gateway.held import held_table
+    from pipeline.gateway.receipts import injected_body
+
+    root.mkdir()
+    store = f"sqlite:///{root / 'A.sqlite'}"
+    engine = make_engine(store)
+    now = 1_764_578_000_000
+    row = {"recipient": "main-a", "sender": "B._gateway", "trace_id": "t", "headers": None,
+           "topic": None, "ts_ms": now, "expires_at_ms": 10**15, "held_at_ms": now}  # fmt: skip
+    with session_factory(engine).begin() as s:
+        s.execute(insert(held_table), [
+            row | {"msg_id": "r1", "kind": "INJECTED", "turn_id": None,
+                   "body": injected_body("brief-1", "worker-b")},
+            row | {"msg_id": "r2", "kind": "TOO_LATE", "turn_id": "t-7", "body": b""},
+        ])  # fmt: skip
+    key = root / "A.key"
+    Signer.generate("A").write_private(key)
+    cfg = GatewayConfig(
+        host="A",
+        store_url=store,
+        key_file=str(key),
+        entities=(EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),),
+    )
+    config = root / "fleet.toml"
+    config.write_text(
+        f'host = "A"\nstore_url = "{store}"\nkey_file = "{key}"\n'
+        '[[entities]]\ngid = "main-a"\nrole = "main"\ndelivery = "pull"\n'
+    )
+    client = build_client(cfg, signer=Signer.load(key), engine=engine)
+    return config, SocketServer(path=cfg.local_socket or "", client=client).start()
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--from", "B._gateway", "--limit", "1"]])
+def test_a_lean_poll_is_the_typer_poll_byte_for_byte(tmp_path: Path, extra: list[str]) -> None:
+    """The same held receipts drained through the gateway by a lean and a Typer process (each
+    from its own identical host) print the same lines or JSON; a second poll finds nothing."""
+    outs = []
+    for name, code in (("lean", LEAN), ("typer", TYPER)):
+        config, server = _served_host_with_held(tmp_path / name)
+        try:
+            argv = ["poll", "-c", str(config), "--as", "main-a", *extra]
+            outs.append(_run(code, argv))
+            again = _run(code, [*argv, "--json"])
+        finally:
+            server.close()
+        if "--limit" not in extra:
+            assert again[:2] == (0, "[]\n"), again  # drained by the first poll
+    lean, typer = outs
+    assert lean[:3] == typer[:3] and lean[0] == 0, (lean, typer)
+    assert lean[3] == [] and "typer" in typer[3]
+    assert "brief-1 was injected into worker-b" in lean[1]

@@ -18,6 +18,7 @@ TABLE_MODULES = (
     "pipeline.gateway.held",
     "pipeline.gateway.conversations",
     "pipeline.gateway.roster_cache",
+    "pipeline.gateway.incarnation",
     "pipeline.gateway.tracking",
     "pipeline.gateway.journal",
     "pipeline.control.requests",
