@@ -19,8 +19,23 @@ once'):
 * order - per ``from -> to`` stream, holds (and injects) come in send order, without gaps: a send
   skipped while a later one on its stream was delivered is a gap, unless it was dead-lettered,
   rejected or FAILED (an outcome that says why).
-* every rejection (dead letter, FAILED, outbox refusal) carries a reason code.
+* every rejection (dead letter, FAILED, outbox refusal, NO_WAITER, TOO_LATE) carries a reason.
 * strict (orderly faults only, e.g. a clean restart): no FAILED, dead letter or refusal at all.
+
+And for the rest of the mix:
+
+* conversations (seed 000 §7.4) - every acknowledged ASK ends exactly once: one ANSWER held for
+  the asker, or one NO_WAITER, or one FAILED (the turn's expiry); none is ``CHAOS_UNANSWERED``
+  (unless the ASK or its ANSWER is still in an outbox), two are ``CHAOS_DUPLICATED``. The ASK
+  and its ANSWER are sends like any other (held once, in order per stream); an ANSWER refused
+  TOO_LATE (its turn had ended) is explained.
+* broadcasts (seed 000 §8) - each member of the group on each host the broadcast was staged
+  for (the hosts live in the sender's roster at the time) holds it exactly once, or the
+  broadcast was dead-lettered / refused with a reason; twice is ``CHAOS_DUPLICATED``, never
+  ``CHAOS_LOST``.
+* runs (seed 003) - per ``BranchKey`` the consumer's fold applies lsn 1, 2, 3 ... in that order,
+  each once (else ``CHAOS_RUN_ORDER`` / ``CHAOS_DUPLICATED``), and every committed step is
+  applied, or still in its outbox (unseen), or refused with a reason (else ``CHAOS_LOST``).
 """
 
 from __future__ import annotations
@@ -45,6 +60,8 @@ class Violation(StrEnum):
     NO_REASON = "CHAOS_NO_REASON"
     UNKNOWN_MSG = "CHAOS_UNKNOWN_MSG"
     NOT_CLEAN = "CHAOS_FAILED_UNDER_CLEAN_FAULT"
+    UNANSWERED = "CHAOS_UNANSWERED"
+    RUN_ORDER = "CHAOS_RUN_ORDER"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +85,9 @@ class Verdict:
     uncertain: int = 0  # briefs reported "may have been injected" (the inject journal)
     slowest_recovery_s: float | None
     findings: tuple[Finding, ...] = field(default_factory=tuple)
+    asks: int = 0  # acknowledged ASKs (conversations)
+    broadcasts: int = 0
+    run_steps: int = 0
 
     @property
     def ok(self) -> bool:
@@ -77,18 +97,51 @@ class Verdict:
         return sum(f.code == code for f in self.findings)
 
 
-_OUTCOMES = (Op.HELD, Op.INJECTED, Op.DEAD_LETTER, Op.FAILED, Op.REJECTED, Op.UNSHIPPED)
-_EXPLAINED = (Op.DEAD_LETTER, Op.FAILED, Op.REJECTED)
+# the rows the driver writes for an operation the fleet acknowledged (what the drain waits on)
+ACKED = frozenset({Op.SEND, Op.BROADCAST, Op.RUN_STEP})
+_OUTCOMES = (
+    Op.HELD, Op.INJECTED, Op.DEAD_LETTER, Op.FAILED, Op.REJECTED, Op.UNSHIPPED, Op.NO_WAITER,
+    Op.TOO_LATE,
+)  # fmt: skip
+_EXPLAINED = (Op.DEAD_LETTER, Op.FAILED, Op.REJECTED, Op.NO_WAITER, Op.TOO_LATE)
+_DELIVERED = (Op.HELD, Op.INJECTED)
 Stream = tuple[str, str]
+RunPos = tuple[str, int]  # (BranchKey, Lsn)
+
+
+@dataclass(kw_only=True)
+class _Runs:
+    steps: dict[RunPos, Mapping[str, Any]] = field(default_factory=dict)
+    applied: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    unshipped: set[RunPos] = field(default_factory=set)
+    rejected: set[RunPos] = field(default_factory=set)
+
+    def add(self, r: Mapping[str, Any]) -> None:
+        op, pos = r.get("op"), (str(r.get("branchKey", "")), int(r.get("lsn", 0)))
+        if op == Op.RUN_STEP:
+            self.steps[pos] = r
+        elif op == Op.RUN_APPLIED:
+            self.applied[pos[0]].append(pos[1])
+        elif op == Op.RUN_UNSHIPPED:
+            self.unshipped.add(pos)
+        elif op == Op.RUN_REJECTED:
+            self.rejected.add(pos)
 
 
 @dataclass(kw_only=True)
 class _Index:
-    """The history, indexed by msgId and by ``from -> to`` stream."""
+    """The history, indexed by msgId, by ``from -> to`` stream, by turn, by broadcast and by
+    ``(BranchKey, Lsn)``."""
 
     sends: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     seen: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     delivered: dict[Stream, list[str]] = field(default_factory=lambda: defaultdict(list))
+    asks: dict[str, str] = field(default_factory=dict)  # turnId -> the ASK's msgId
+    answers: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    broadcasts: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    staged: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    bseen: dict[str, Counter[tuple[str, str]]] = field(default_factory=lambda: defaultdict(Counter))
+    runs: _Runs = field(default_factory=_Runs)
     faults: int = 0
     refused: int = 0
     late_ids: set[str] = field(default_factory=set)
@@ -96,36 +149,65 @@ class _Index:
     recoveries: list[float] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
+    def _acked(self, r: Mapping[str, Any]) -> None:
+        op = r.get("op")
+        if op == Op.SEND:
+            mid = str(r["msgId"])
+            self.sends[mid] = r
+            if r.get("kind") == "ASK" and r.get("turnId"):
+                self.asks[str(r["turnId"])] = mid
+            elif r.get("kind") == "ANSWER" and r.get("turnId"):
+                self.answers[str(r["turnId"])].append(mid)
+        elif op == Op.BROADCAST:
+            self.broadcasts[str(r["msgId"])] = r
+        elif op == Op.STAGED:
+            self.staged[str(r.get("msgId", ""))].add(str(r.get("host", "")))
+        elif op == Op.REJECTED and r.get("local"):
+            self.refused += 1
+        elif op == Op.LATE_INJECTED:
+            self.late_ids.add(str(r.get("msgId", "")))
+        elif op == Op.INJECT_UNCERTAIN:
+            self.uncertain_ids.add(str(r.get("msgId", "")))
+        elif op == Op.FAULT:
+            self.faults += 1
+        elif op == Op.RECOVERED and r.get("seconds") is not None:
+            self.recoveries.append(float(r["seconds"]))
+        else:
+            self.runs.add(r)
+
+    def _msg_id(self, r: Mapping[str, Any]) -> str:
+        """The msgId an outcome row is about; a turn's refusal is about the ASK (NO_WAITER) or
+        the ANSWER (TOO_LATE) of that turn."""
+        op, turn = r.get("op"), str(r.get("turnId", ""))
+        if op == Op.NO_WAITER:
+            return self.asks.get(turn, "")
+        if op == Op.TOO_LATE:
+            return next(iter(self.answers.get(turn, [])), "")
+        return str(r.get("msgId", ""))
+
     @classmethod
     def of(cls, rows: list[Mapping[str, Any]]) -> _Index:
         ix = cls()
         for r in rows:
-            if r.get("op") == Op.SEND:
-                ix.sends[str(r["msgId"])] = r
-            elif r.get("op") == Op.REJECTED and r.get("local"):
-                ix.refused += 1
-            elif r.get("op") == Op.LATE_INJECTED:
-                ix.late_ids.add(str(r.get("msgId", "")))
-            elif r.get("op") == Op.INJECT_UNCERTAIN:
-                ix.uncertain_ids.add(str(r.get("msgId", "")))
-            elif r.get("op") == Op.FAULT:
-                ix.faults += 1
-            elif r.get("op") == Op.RECOVERED and r.get("seconds") is not None:
-                ix.recoveries.append(float(r["seconds"]))
+            ix._acked(r)
         for r in rows:
-            op, mid = r.get("op"), str(r.get("msgId", ""))
+            op = r.get("op")
             if op not in _OUTCOMES:
                 continue
+            mid = ix._msg_id(r)
             if op in _EXPLAINED and not r.get("reason"):
                 ix.findings.append(Finding(code=Violation.NO_REASON, msg_id=mid, detail=str(op)))
+            if mid in ix.broadcasts:
+                ix.bseen[mid][(str(op), str(r.get("to", "")))] += 1
+                continue
             if mid not in ix.sends:
-                if op in (Op.HELD, Op.INJECTED):  # delivered, yet never acknowledged as sent
+                if op in _DELIVERED:  # delivered, yet never acknowledged as sent
                     ix.findings.append(
                         Finding(code=Violation.UNKNOWN_MSG, msg_id=mid, detail=str(op))
                     )
                 continue
             ix.seen[mid][str(op)] += 1
-            if op in (Op.HELD, Op.INJECTED):
+            if op in _DELIVERED:
                 ix.delivered[_stream(ix.sends[mid])].append(mid)
         return ix
 
@@ -140,7 +222,7 @@ def _outcomes(ix: _Index, strict: bool) -> tuple[int, int, int, int]:
     for mid, s in ix.sends.items():
         c = ix.seen.get(mid, Counter())
         delivered = c[Op.HELD] + c[Op.INJECTED]
-        explained = c[Op.DEAD_LETTER] + c[Op.REJECTED]
+        explained = c[Op.DEAD_LETTER] + c[Op.REJECTED] + c[Op.NO_WAITER] + c[Op.TOO_LATE]
         failed = c[Op.FAILED]
         if c[Op.HELD] > 1 or c[Op.INJECTED] > 1 or failed > 1:
             ix.findings.append(Finding(code=Violation.DUPLICATED, msg_id=mid, detail=repr(dict(c))))
@@ -199,6 +281,117 @@ def _order(ix: _Index) -> int:
     return violations
 
 
+def _conversations(ix: _Index) -> int:
+    """Every acknowledged ASK ends exactly once: an ANSWER held for the asker, a NO_WAITER or
+    a FAILED (its turn's expiry). Returns the ASKs with no end."""
+    unanswered = 0
+    for turn, ask in ix.asks.items():
+        c = ix.seen.get(ask, Counter())
+        answers = ix.answers.get(turn, [])
+        held = [a for a in answers if ix.seen.get(a, Counter())[Op.HELD]]
+        ends = len(held) + (c[Op.NO_WAITER] > 0) + (c[Op.FAILED] > 0)
+        if ends > 1:
+            ix.findings.append(
+                Finding(code=Violation.DUPLICATED, msg_id=ask,
+                        detail=f"conversation ended {ends} times: {len(held)} ANSWER, "
+                        f"NO_WAITER {c[Op.NO_WAITER]}, FAILED {c[Op.FAILED]}")
+            )  # fmt: skip
+        elif ends == 0:
+            waiting = c[Op.UNSHIPPED] + sum(
+                ix.seen.get(a, Counter())[Op.UNSHIPPED] for a in answers
+            )
+            if waiting:  # the ASK or its ANSWER is still in an outbox: unseen, counted there
+                continue
+            unanswered += 1
+            ix.findings.append(
+                Finding(code=Violation.UNANSWERED, msg_id=ask,
+                        detail=f"{len(answers)} ANSWER sent, none held; no NO_WAITER, no FAILED")
+            )  # fmt: skip
+    return unanswered
+
+
+def _broadcasts(ix: _Index, strict: bool) -> tuple[int, int]:
+    """Each member on each host a broadcast was staged for holds it exactly once, unless the
+    broadcast was dead-lettered or refused with a reason. Returns (lost, unseen)."""
+    lost = unseen = 0
+    for mid, b in ix.broadcasts.items():
+        c = ix.bseen.get(mid, Counter())
+        staged = ix.staged.get(mid, set())
+        explained = sum(n for (op, _to), n in c.items() if op in _EXPLAINED)
+        unshipped = sum(n for (op, _to), n in c.items() if op == Op.UNSHIPPED)
+        if strict and explained:
+            ix.findings.append(Finding(code=Violation.NOT_CLEAN, msg_id=mid, detail="broadcast"))
+        if len(staged) < int(b.get("hosts", 0)):
+            lost += 1
+            ix.findings.append(
+                Finding(code=Violation.LOST, msg_id=mid,
+                        detail=f"broadcast staged for {sorted(staged)}, acknowledged for "
+                        f"{b.get('hosts')} hosts")
+            )  # fmt: skip
+        members: Mapping[str, list[str]] = b.get("members") or {}
+        expected = {gid for host in staged for gid in members.get(host, [])}
+        delivered: Counter[str] = Counter()
+        for (op, to), n in c.items():
+            if op in _DELIVERED:
+                delivered[to] += n
+        for gid in sorted(set(delivered) - expected):
+            ix.findings.append(
+                Finding(code=Violation.UNKNOWN_MSG, msg_id=mid, detail=f"broadcast to {gid}")
+            )
+        for gid in sorted(expected):
+            if delivered[gid] > 1:
+                ix.findings.append(
+                    Finding(code=Violation.DUPLICATED, msg_id=mid,
+                            detail=f"broadcast held {delivered[gid]} times by {gid}")
+                )  # fmt: skip
+            elif delivered[gid] == 0 and not explained:
+                if unshipped:
+                    unseen += 1
+                    continue
+                lost += 1
+                ix.findings.append(
+                    Finding(code=Violation.LOST, msg_id=mid, detail=f"broadcast to {gid}")
+                )
+    return lost, unseen
+
+
+def _runs(ix: _Index, strict: bool) -> tuple[int, int, int]:
+    """Per BranchKey: the fold applied lsn 1, 2, 3 ... in order, each once; every committed
+    step applied, unshipped (unseen) or refused with a reason. Returns (lost, unseen, order)."""
+    runs = ix.runs
+    lost = unseen = order = 0
+    applied: set[RunPos] = set()
+    for branch, lsns in runs.applied.items():
+        high = 0
+        for lsn in lsns:
+            where = f"{branch}#{lsn}"
+            if (branch, lsn) in applied:
+                ix.findings.append(
+                    Finding(code=Violation.DUPLICATED, msg_id=where, detail="applied twice")
+                )
+            elif lsn != high + 1:
+                order += 1
+                ix.findings.append(
+                    Finding(code=Violation.RUN_ORDER, msg_id=where, detail=f"applied after {high}")
+                )
+            applied.add((branch, lsn))
+            high = max(high, lsn)
+            if (branch, lsn) not in runs.steps:
+                ix.findings.append(Finding(code=Violation.UNKNOWN_MSG, msg_id=where, detail="run"))
+    for pos in sorted(runs.steps):
+        where = f"{pos[0]}#{pos[1]}"
+        if strict and pos in runs.rejected:
+            ix.findings.append(Finding(code=Violation.NOT_CLEAN, msg_id=where, detail="run"))
+        if pos in applied or pos in runs.rejected:
+            continue
+        if pos in runs.unshipped:
+            unseen += 1
+            continue
+        lost += 1
+        ix.findings.append(Finding(code=Violation.LOST, msg_id=where, detail="run step"))
+    return lost, unseen, order
+
+
 def check(history: Iterable[Mapping[str, Any]], *, strict: bool = False) -> Verdict:
     """Apply every rule to ``history`` (rows as written by :class:`~.history.HistoryWriter`).
     ``strict`` (an orderly fault such as a clean restart): any FAILED, dead letter or refusal
@@ -206,7 +399,11 @@ def check(history: Iterable[Mapping[str, Any]], *, strict: bool = False) -> Verd
     rows = list(history)
     ix = _Index.of(rows)
     lost, unseen, late, uncertain = _outcomes(ix, strict)
-    out_of_order = _order(ix)
+    lost += _conversations(ix)
+    b_lost, b_unseen = _broadcasts(ix, strict)
+    r_lost, r_unseen, r_order = _runs(ix, strict)
+    lost, unseen = lost + b_lost + r_lost, unseen + b_unseen + r_unseen
+    out_of_order = _order(ix) + r_order
     dup = sum(f.code in (Violation.DUPLICATED, Violation.CONFLICT) for f in ix.findings)
     return Verdict(
         operations=len(rows),
@@ -221,4 +418,15 @@ def check(history: Iterable[Mapping[str, Any]], *, strict: bool = False) -> Verd
         uncertain=uncertain,
         slowest_recovery_s=max(ix.recoveries, default=None),
         findings=tuple(ix.findings),
+        asks=len(ix.asks),
+        broadcasts=len(ix.broadcasts),
+        run_steps=len(ix.runs.steps),
     )
+
+
+def pending(history: Iterable[Mapping[str, Any]]) -> int:
+    """Acknowledged operations with no outcome yet in ``history`` (lost or unseen as the checker
+    would count them now): the drain waits for 0. Run steps are not counted (the run topic is
+    read once, at the end)."""
+    v = check(r for r in history if r.get("op") != Op.RUN_STEP)
+    return v.lost + v.unseen

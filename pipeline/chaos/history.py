@@ -16,6 +16,18 @@ Operations (``op``):
   recipient's gateway died between deciding to inject it and recording it (its inject journal
   row was open at its restart), so it may or may not have been injected (``docs/gateway.md``).
 * ``unshipped`` - still in the sender's outbox at the end (not seen yet, not lost).
+* ``no_waiter`` / ``too_late`` - the conversation refusals (seed 000 §7.4), held for the asker
+  (an ASK nobody listened for) or the answerer (an ANSWER after its turn ended): ``turnId``,
+  ``reason``; the checker resolves the turn to the ASK or the ANSWER it refuses.
+* ``broadcast`` - a broadcast the sender's gateway acknowledged locally: ``msgId``, ``group``,
+  ``hosts`` (how many hosts it was staged for), ``members`` (host -> the group's gids there).
+* ``staged`` - a broadcast's outbox row for one host (``msgId``, ``host``), read from the
+  sender's store: which hosts it was sent to.
+* ``run_step`` - a run journal's step (or completion) committed with its outbox row:
+  ``branchKey``, ``lsn``, ``runId``, ``step``.
+* ``run_applied`` - the consumer's fold applied ``(branchKey, lsn)`` (one row per apply, in
+  apply order); ``run_unshipped`` / ``run_rejected`` - a run's row still pending or refused for
+  good in its outbox; ``run_transport`` - the records read from the run topic, copies included.
 * ``fault`` / ``heal`` / ``recovered`` - the nemesis's account (``name``, ``seconds``).
 """
 
@@ -40,6 +52,15 @@ class Op(StrEnum):
     UNSHIPPED = "unshipped"
     LATE_INJECTED = "late_injected"
     INJECT_UNCERTAIN = "inject_uncertain"
+    NO_WAITER = "no_waiter"
+    TOO_LATE = "too_late"
+    BROADCAST = "broadcast"
+    STAGED = "staged"
+    RUN_STEP = "run_step"
+    RUN_APPLIED = "run_applied"
+    RUN_UNSHIPPED = "run_unshipped"
+    RUN_REJECTED = "run_rejected"
+    RUN_TRANSPORT = "run_transport"
     FAULT = "fault"
     HEAL = "heal"
     RECOVERED = "recovered"

@@ -55,6 +55,12 @@ class ScenarioResult:
     examples: list[Finding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     histories: list[str] = field(default_factory=list)
+    # per repetition: wall seconds of each phase (start, stream, drain, quiet, collect, stop,
+    # total) - where a repetition's time goes
+    timings: list[dict[str, float]] = field(default_factory=list)
+    asks: int = 0
+    broadcasts: int = 0
+    run_steps: int = 0
 
     @property
     def ok(self) -> bool:
@@ -72,6 +78,9 @@ class ScenarioResult:
         self.refused += v.refused
         self.late += v.late
         self.uncertain += v.uncertain
+        self.asks += v.asks
+        self.broadcasts += v.broadcasts
+        self.run_steps += v.run_steps
         self.findings += len(v.findings)
         self.examples += list(v.findings[: max(0, 5 - len(self.examples))])
         if v.slowest_recovery_s is not None:
@@ -84,18 +93,25 @@ class ScenarioResult:
             "repetitions": self.repetitions, "operations": self.operations, "sends": self.sends,
             "faults": self.faults, "lost": self.lost, "duplicated": self.duplicated,
             "out_of_order": self.out_of_order, "unseen": self.unseen, "refused": self.refused,
-            "late": self.late, "uncertain": self.uncertain,
+            "late": self.late, "uncertain": self.uncertain, "asks": self.asks,
+            "broadcasts": self.broadcasts, "run_steps": self.run_steps,
             "findings": self.findings,
             "slowest_recovery_s": self.slowest_recovery_s, "ok": self.ok,
             "examples": [{"code": str(f.code), "msgId": f.msg_id, "detail": f.detail}
                          for f in self.examples],
-            "errors": self.errors, "histories": self.histories,
+            "errors": self.errors, "histories": self.histories, "timings": self.timings,
         }  # fmt: skip
 
 
 def repetition(
-    scenario: Scenario, cfg: RunConfig, rep: int, bootstrap: str, cluster: LocalCluster | None
+    scenario: Scenario,
+    cfg: RunConfig,
+    rep: int,
+    bootstrap: str,
+    cluster: LocalCluster | None,
+    timings: dict[str, float] | None = None,
 ) -> tuple[Verdict, Path]:
+    """One seeded repetition; ``timings`` (when given) gets the wall seconds of its phases."""
     root = cfg.root / f"{scenario.name}-{rep}"
     history_path = cfg.root / f"{scenario.name}-{rep}.jsonl"
     history = HistoryWriter(history_path)
@@ -114,8 +130,11 @@ def repetition(
                 w.start()
                 w.run_in_background()
                 ctx = NemesisContext(workload=w, history=history, rng=rng, cluster=cluster, rig=rig)
+                t_play = time.monotonic()
                 play(scenario, ctx)
                 w.join()
+                # the stream and the faults: longer than the stream when the last recovery is
+                w.timings["faults_s"] = round(time.monotonic() - t_play, 3)
                 w.drain()
                 w.collect()
             finally:
@@ -123,6 +142,8 @@ def repetition(
     finally:
         w.stop()
         history.close()
+        if timings is not None:
+            timings.update(w.timings)
     rows = read_history(history_path)
     if scenario.checker is not None:
         return scenario.checker(rows), history_path
@@ -155,16 +176,21 @@ def run_scenario(
         assert bootstrap is not None
         for rep in range(cfg.repeat):
             t0 = time.monotonic()
+            timings: dict[str, float] = {}
             try:
-                verdict, path = repetition(scenario, cfg, rep, bootstrap, cluster)
+                verdict, path = repetition(scenario, cfg, rep, bootstrap, cluster, timings)
             except Exception as exc:  # noqa: BLE001 - a repetition that could not run is an error row, not a pass
                 result.errors.append(f"rep {rep}: {type(exc).__name__}: {exc}")
                 progress(f"{name} #{rep}: ERROR {exc}")
                 continue
             result.add(verdict, path)
+            timings["total_s"] = round(time.monotonic() - t0, 3)
+            result.timings.append(timings)
+            phases = ", ".join(f"{k[:-2]} {v:.1f}" for k, v in timings.items())
             progress(
-                f"{name} #{rep}: {verdict.sends} sends, {verdict.faults} faults, "
-                f"{len(verdict.findings)} findings ({time.monotonic() - t0:.0f} s)"
+                f"{name} #{rep}: {verdict.sends} sends, {verdict.asks} asks, "
+                f"{verdict.broadcasts} broadcasts, {verdict.run_steps} run steps, "
+                f"{verdict.faults} faults, {len(verdict.findings)} findings ({phases} s)"
             )
     finally:
         if cluster is not None:

@@ -267,16 +267,31 @@ class GatewayClient:
         turn closed and the ABANDONED notice queued, see :meth:`_stage`)."""
         return self.send(sender=sender, to=to, body=b"", kind=Kind.ABANDONED, turn_id=turn_id)
 
-    def broadcast(self, *, sender: str, group: str, body: bytes, ttl_s: float | None = None) -> int:
+    def broadcast(
+        self,
+        *,
+        sender: str,
+        group: str,
+        body: bytes,
+        ttl_s: float | None = None,
+        msg_id: str | None = None,
+    ) -> int:
         """One record per host with members of ``group`` (key ``broadcast.<group>``).
 
         Returns the number of hosts. A group with no live member is legal silence (seed 000 §8
         step 6: ``mandatory`` is false only for BROADCAST): nothing is sent, 0 is returned, and
-        ``fleet_gateway_empty_broadcasts_total`` counts it.
+        ``fleet_gateway_empty_broadcasts_total`` counts it. ``msg_id`` (default a fresh one) is
+        the broadcast's id on every host, for a caller that correlates its deliveries (the
+        chaos workload); reusing one is a replay the recipients drop.
         """
         to = f"broadcast.{group}"
         env = Envelope.new(
-            kind=Kind.BROADCAST, sender=sender, to=to, body=body, ttl_s=ttl_s or self.default_ttl_s
+            kind=Kind.BROADCAST,
+            sender=sender,
+            to=to,
+            body=body,
+            ttl_s=ttl_s or self.default_ttl_s,
+            msg_id=msg_id,
         )
         with self.sessions.begin() as s:
             self._check_sender(s, sender)

@@ -3,7 +3,9 @@
 Scenario kill9-pull checks seed 000 §6 (reply path: hold + dedupe in one transaction, then
 commit) and §5 (forward path: ack before inject, a lost inject answered by one FAILED) under
 kill -9 of host B at seeded random points; clean-restart checks seed 000 §5-§6 under an orderly
-SIGTERM and restart: no duplicates and no FAILED at all. The full catalogue with more
+SIGTERM and restart: no duplicates and no FAILED at all. The workload's mix also carries ASK/ANSWER
+(seed 000 §7.4: each ASK ends once), broadcasts (§8: each member holds one once) and run steps
+(seed 003: per (BranchKey, Lsn) applied in order, without gaps). The full catalogue with more
 repetitions is ``make chaos``.
 """
 
@@ -40,6 +42,8 @@ def test_a_short_seeded_pass_finds_no_violation_and_the_checker_sees_a_planted_o
         assert r["repetitions"] == 1 and r["ok"], r
         assert r["faults"] >= 1, r
         assert r["sends"] >= 60, r
+        # the whole mix ran: conversations, broadcasts and run steps were checked too
+        assert r["asks"] >= 5 and r["broadcasts"] >= 5 and r["run_steps"] >= 10, r
         assert (r["lost"], r["duplicated"], r["out_of_order"]) == (0, 0, 0), r
 
     # The same real history, with one delivery removed and one repeated: the checker says so.

@@ -150,3 +150,168 @@ def test_strict_mode_refuses_any_failed_or_dead_letter() -> None:
 def test_a_send_refused_locally_is_counted_apart_and_is_not_a_violation() -> None:
     v = check([{"op": "rejected", "msgId": "", "reason": "UNKNOWN_RECIPIENT", "local": True}])
     assert v.ok and v.refused == 1 and v.sends == 0
+
+
+# -- conversations: every acknowledged ASK ends exactly once ------------------------------------
+def ask(mid: str, seq: int, turn: str) -> dict[str, Any]:
+    return {"op": "send", "msgId": mid, "from": "worker-a", "to": "main-b", "kind": "ASK",
+            "seq": seq, "path": "pull", "turnId": turn}  # fmt: skip
+
+
+def answer(mid: str, seq: int, turn: str) -> dict[str, Any]:
+    return {"op": "send", "msgId": mid, "from": "main-b", "to": "worker-a", "kind": "ANSWER",
+            "seq": seq, "path": "pull", "turnId": turn}  # fmt: skip
+
+
+def test_each_ask_ends_once_by_answer_no_waiter_or_expiry() -> None:
+    h = [
+        ask("q0", 0, "t0"), ask("q1", 1, "t1"), ask("q2", 2, "t2"), ask("q3", 3, "t3"),
+        out(Op.HELD, "q0"), answer("a0", 0, "t0"), out(Op.HELD, "a0", to="worker-a"),
+        {"op": "no_waiter", "turnId": "t1", "reason": "NO_WAITER"},
+        out(Op.HELD, "q2"), answer("a2", 1, "t2"),
+        {"op": "too_late", "turnId": "t2", "reason": "TOO_LATE"},
+        out(Op.FAILED, "q2", reason="EXPIRED", stage="expiry"),
+        out(Op.DEAD_LETTER, "q3", reason="EXPIRED"), out(Op.FAILED, "q3", reason="EXPIRED"),
+    ]  # fmt: skip
+    v = check(h)
+    assert v.ok, v.findings
+    assert (v.asks, v.sends, v.lost) == (4, 6, 0)
+    assert not check(h, strict=True).ok  # NO_WAITER, TOO_LATE and expiry are not clean
+
+
+def test_an_ask_held_and_answered_but_the_answer_never_held_is_unanswered() -> None:
+    v = check([ask("q0", 0, "t0"), out(Op.HELD, "q0"), answer("a0", 0, "t0")])
+    assert v.count(Violation.UNANSWERED) == 1 and v.count(Violation.LOST) == 1  # and the ANSWER
+    assert v.lost == 2
+
+
+def test_an_ask_nobody_answered_and_whose_turn_never_expired_is_unanswered() -> None:
+    v = check([ask("q0", 0, "t0"), out(Op.HELD, "q0")])
+    assert [f.code for f in v.findings] == [Violation.UNANSWERED]
+
+
+def test_an_ask_still_in_an_outbox_is_unseen_not_unanswered() -> None:
+    v = check([ask("q0", 0, "t0"), out(Op.UNSHIPPED, "q0")])
+    assert v.ok and v.unseen == 1
+    v = check([ask("q0", 0, "t0"), out(Op.HELD, "q0"), answer("a0", 0, "t0"),
+               out(Op.UNSHIPPED, "a0")])  # fmt: skip
+    assert v.ok and v.unseen == 1
+
+
+def test_an_ask_answered_and_also_expired_ended_twice() -> None:
+    v = check([ask("q0", 0, "t0"), out(Op.HELD, "q0"), answer("a0", 0, "t0"),
+               out(Op.HELD, "a0"), out(Op.FAILED, "q0", reason="EXPIRED")])  # fmt: skip
+    assert v.count(Violation.DUPLICATED) == 1 and "ended 2 times" in v.findings[0].detail
+
+
+def test_an_answer_held_twice_is_one_duplicate_not_two_ends() -> None:
+    v = check([ask("q0", 0, "t0"), out(Op.HELD, "q0"), answer("a0", 0, "t0"),
+               out(Op.HELD, "a0"), out(Op.HELD, "a0")])  # fmt: skip
+    assert v.count(Violation.DUPLICATED) == 1
+
+
+def test_a_refusal_about_a_turn_needs_its_reason() -> None:
+    v = check([ask("q0", 0, "t0"), {"op": "no_waiter", "turnId": "t0", "reason": ""}])
+    assert v.count(Violation.NO_REASON) == 1
+
+
+# -- broadcasts: each member on each staged host holds it once ----------------------------------
+MEMBERS = {"A": ["worker-a"], "B": ["main-b"]}
+
+
+def bcast(mid: str, hosts: int = 2) -> dict[str, Any]:
+    return {"op": "broadcast", "msgId": mid, "from": "main-a", "group": "crew", "hosts": hosts,
+            "members": MEMBERS}  # fmt: skip
+
+
+def staged(mid: str, *hosts: str) -> list[dict[str, Any]]:
+    return [{"op": "staged", "msgId": mid, "host": h} for h in hosts]
+
+
+def test_a_broadcast_held_once_by_each_member_passes() -> None:
+    h = [
+        bcast("x0"), *staged("x0", "A", "B"), out(Op.HELD, "x0", to="worker-a"),
+        out(Op.HELD, "x0", to="main-b"),
+        bcast("x1", 1), *staged("x1", "A"), out(Op.HELD, "x1", to="worker-a"),  # B was away
+        bcast("x2"), *staged("x2", "A", "B"), out(Op.HELD, "x2", to="worker-a"),
+        out(Op.DEAD_LETTER, "x2", reason="EXPIRED", at="B"),
+        bcast("x3"), *staged("x3", "A", "B"), out(Op.UNSHIPPED, "x3", at="A"),
+        out(Op.HELD, "x3", to="main-b"),
+    ]  # fmt: skip
+    v = check(h)
+    assert v.ok, v.findings
+    assert (v.broadcasts, v.lost, v.unseen, v.sends) == (4, 0, 1, 0)
+
+
+def test_a_broadcast_member_that_never_held_it_is_lost() -> None:
+    v = check([bcast("x0"), *staged("x0", "A", "B"), out(Op.HELD, "x0", to="worker-a")])
+    assert v.lost == 1 and v.findings[0].code == Violation.LOST
+    assert v.findings[0].detail == "broadcast to main-b"
+
+
+def test_a_broadcast_held_twice_by_one_member_is_a_duplicate() -> None:
+    v = check([bcast("x0"), *staged("x0", "A", "B"), out(Op.HELD, "x0", to="worker-a"),
+               out(Op.HELD, "x0", to="main-b"), out(Op.HELD, "x0", to="main-b")])  # fmt: skip
+    assert [f.code for f in v.findings] == [Violation.DUPLICATED] and v.duplicated == 1
+
+
+def test_a_broadcast_staged_for_fewer_hosts_than_acknowledged_is_lost() -> None:
+    v = check([bcast("x0"), *staged("x0", "A"), out(Op.HELD, "x0", to="worker-a")])
+    assert v.count(Violation.LOST) == 1 and "staged for ['A']" in v.findings[0].detail
+
+
+def test_a_broadcast_held_by_a_non_member_is_unknown() -> None:
+    v = check([bcast("x0", 1), *staged("x0", "A"), out(Op.HELD, "x0", to="worker-a"),
+               out(Op.HELD, "x0", to="main-b")])  # fmt: skip
+    assert [f.code for f in v.findings] == [Violation.UNKNOWN_MSG]
+
+
+# -- runs: per (BranchKey, Lsn), applied in lsn order without gaps ------------------------------
+def step(branch: str, lsn: int) -> dict[str, Any]:
+    return {"op": "run_step", "branchKey": branch, "lsn": lsn, "runId": branch, "step": lsn}
+
+
+def applied(branch: str, *lsns: int) -> list[dict[str, Any]]:
+    return [{"op": "run_applied", "branchKey": branch, "lsn": n} for n in lsns]
+
+
+def test_runs_applied_in_lsn_order_pass_and_an_unshipped_tail_is_unseen() -> None:
+    h = [*(step("c/r0/b1", n) for n in (1, 2, 3)), *(step("c/r1/b1", n) for n in (1, 2, 3)),
+         *applied("c/r0/b1", 1, 2, 3), *applied("c/r1/b1", 1, 2),
+         {"op": "run_unshipped", "branchKey": "c/r1/b1", "lsn": 3}]  # fmt: skip
+    v = check(h)
+    assert v.ok, v.findings
+    assert (v.run_steps, v.unseen, v.lost) == (6, 1, 0)
+
+
+def test_a_run_step_applied_out_of_lsn_order_is_a_run_order_finding() -> None:
+    v = check([*(step("c/r0/b1", n) for n in (1, 2, 3)), *applied("c/r0/b1", 1, 3, 2)])
+    assert v.count(Violation.RUN_ORDER) == 2 and v.out_of_order == 2  # 3 skips 2; 2 after 3
+
+
+def test_a_gap_in_a_branch_is_found_and_the_missing_step_is_lost() -> None:
+    v = check([*(step("c/r0/b1", n) for n in (1, 2, 3)), *applied("c/r0/b1", 1, 3)])
+    assert v.count(Violation.RUN_ORDER) == 1 and v.count(Violation.LOST) == 1
+    assert {f.msg_id for f in v.findings} == {"c/r0/b1#3", "c/r0/b1#2"}
+
+
+def test_a_run_step_applied_twice_is_a_duplicate() -> None:
+    v = check([step("c/r0/b1", 1), *applied("c/r0/b1", 1, 1)])
+    assert [f.code for f in v.findings] == [Violation.DUPLICATED]
+
+
+def test_a_committed_run_step_never_applied_is_lost_unless_refused_with_a_reason() -> None:
+    v = check([step("c/r0/b1", 1), step("c/r0/b1", 2), *applied("c/r0/b1", 1)])
+    assert [(f.code, f.msg_id) for f in v.findings] == [(Violation.LOST, "c/r0/b1#2")]
+    refused = {"op": "run_rejected", "branchKey": "c/r0/b1", "lsn": 2, "reason": "TOO_LARGE"}
+    assert check([step("c/r0/b1", 1), step("c/r0/b1", 2), *applied("c/r0/b1", 1), refused]).ok
+    assert not check([step("c/r0/b1", 2), refused], strict=True).ok
+
+
+def test_pending_counts_what_has_no_outcome_yet() -> None:
+    from pipeline.chaos.checker import pending
+
+    h = [send("r0", 0), send("r1", 1), out(Op.HELD, "r0"), ask("q0", 0, "t0"),
+         out(Op.HELD, "q0"), bcast("x0"), *staged("x0", "A", "B"),
+         out(Op.HELD, "x0", to="main-b"), step("c/r0/b1", 1)]  # fmt: skip
+    assert pending(h) == 3  # r1, the ASK's end, worker-a's broadcast; run steps are not counted

@@ -73,3 +73,51 @@ def test_a_store_reads_back_as_history_rows_the_checker_accepts(tmp_path: Path) 
     v = check([*sends, *held, *collect.failed_receipts(url, "main-a"), *rows])
     assert v.ok, v.findings
     assert (v.lost, v.unseen) == (0, 1)
+
+
+def _held_turn(c: Any, mid: str, recipient: str, kind: str, turn: str) -> None:
+    now = int(time.time() * 1000)
+    c.execute(insert(held_table).values(
+        recipient=recipient, msg_id=mid, kind=kind, sender="x", body=b"", ts_ms=now,
+        expires_at_ms=now + 60_000, held_at_ms=now, turn_id=turn))  # fmt: skip
+
+
+def test_conversations_broadcasts_and_run_rows_read_back_for_the_checker(tmp_path: Path) -> None:
+    from pipeline.runs import RunJournal
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    engine = make_engine(url)
+    with engine.begin() as c:
+        _held_turn(c, "a0", "worker-a", "ANSWER", "t0")
+        _held_turn(c, "nw", "worker-a", "NO_WAITER", "t1")
+        _held(c, "x0", "worker-a", "BROADCAST")
+        _held_turn(c, "tl", "main-b", "TOO_LATE", "t2")
+    journal = RunJournal(topic="t.pool.runs")
+    with engine.begin() as c:
+        with Session(bind=c) as s:
+            writer.write(s, topic="t.inbox.A", key=b"broadcast.crew", value=b"1",
+                         branch_key="A>broadcast.crew@A", headers=[("msgId", b"x0")])  # fmt: skip
+            writer.write(s, topic="t.inbox.B", key=b"broadcast.crew", value=b"1",
+                         branch_key="A>broadcast.crew@B", headers=[("msgId", b"x0")])  # fmt: skip
+            journal.start(s, tenant="c", run_id="r0")
+            first = journal.step(s, tenant="c", run_id="r0", state={"n": 1})
+            journal.step(s, tenant="c", run_id="r0", state={"n": 2})
+            s.flush()
+        c.execute(update(outbox).where(outbox.c.lsn == first.lsn,
+            outbox.c.branch_key == first.branch_key).values(status=int(RowStatus.SENT)))  # fmt: skip
+    engine.dispose()
+
+    rows = [*collect.held_rows(url, "worker-a"), *collect.held_rows(url, "main-b")]
+    assert [(r["op"], r.get("msgId"), r.get("turnId"), r.get("reason")) for r in rows] == [
+        ("held", "a0", "t0", None),
+        ("no_waiter", None, "t1", "NO_WAITER"),
+        ("held", "x0", None, None),
+        ("too_late", None, "t2", "TOO_LATE"),
+    ]
+    assert collect.held_turns(url, "worker-a") == {"t0", "t1"}
+    inboxes = {"t.inbox.A": "A", "t.inbox.B": "B"}
+    assert [(r["msgId"], r["host"]) for r in collect.staged_rows(url, b"broadcast.crew", inboxes)
+            ] == [("x0", "A"), ("x0", "B")]  # fmt: skip
+    runs = [r for r in collect.outbox_rows(url, DLQ, "B", "t.pool.runs") if "branchKey" in r]
+    assert [(r["op"], r["branchKey"], r["lsn"]) for r in runs] == [("run_unshipped", "c/r0/b1", 2)]
+    assert collect.pending_rows(url, "t.pool.runs") == 1
