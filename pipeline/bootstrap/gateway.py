@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -74,6 +75,8 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger(__name__)
+
+PRESENCE_FIRST_FLUSH_S = 10.0  # bounded: a broker that is down delays nothing further
 
 
 @dataclass
@@ -145,22 +148,38 @@ def _run_presence(
     presence: PresencePublisher,
     follower: RosterFollower,
     sessions: sessionmaker[Session],
+    announced: threading.Event,
     stop: Any,
 ) -> None:
-    """The presence loop: once the roster has caught up (the incarnation is taken above what it
-    holds of this host), announce the configured entities and heartbeat; every interval, take a
-    new incarnation if a twin with this host id outranks ours (docs/presence.md "Order")."""
-    if not _roster_caught_up(follower, stop):
-        return
+    """The presence loop: announce the configured entities at once and heartbeat; every interval,
+    take a new incarnation if the roster holds a higher one of this host (a twin with this host
+    id, or a wiped store that started below its previous run: docs/presence.md "Order").
+    Announcing does not wait for the roster to catch up: a restarted host's entities read as
+    departed (its clean stop's tombstones) until it announces them, so every second of waiting
+    refused sends to them ``UNKNOWN_RECIPIENT``. ``announced`` is set once the first heartbeats
+    are on the broker (see :func:`_run_relay`)."""
     for e in config.entities:
         presence.register(e.gid, role=e.role, delivery=e.delivery, groups=e.groups)
     presence.start()
+    presence.flush(PRESENCE_FIRST_FLUSH_S)  # on the broker before the relay ships a backlog
+    announced.set()
     host = config.host
     while not stop.wait(config.presence_interval_s):
         presence.outranked(
             follower.view.incarnation_of(host),
             lambda seen: take_incarnation(sessions, host, seen=seen),
         )
+
+
+def _run_relay(relay: Relay, announced: threading.Event, stop: Any) -> None:
+    """The relay ships only once this host's presence is announced: a restarted gateway's
+    backlog reaching a peer before the presence that binds its senders would be dead-lettered
+    there ``UNKNOWN_SENDER`` (its entities read as departed since the clean stop's tombstones).
+    Sends are accepted meanwhile; they wait in the outbox, as during an outage."""
+    while not announced.wait(0.2):
+        if stop.is_set():
+            return
+    relay.run_forever(stop)
 
 
 def _on_stop_and_refusal(
@@ -242,7 +261,8 @@ def build_gateway(
         agreement_key=None
         if (pairing := _pairing(config, signer, roster, trust)) is None
         else pairing.own.public_bytes,
-        # taken once the roster has caught up (both loops that publish wait for it)
+        # taken at the first heartbeat, above the store's count and what the roster holds then;
+        # the presence loop takes a higher one if the caught-up roster outranks it
         incarnation=lambda: take_incarnation(sessions, host, seen=roster.incarnation_of(host)),
     )
     seen = BoundedSeenSet()
@@ -384,16 +404,17 @@ def build_gateway(
             except Exception:
                 log.exception("maintenance duty spawn_handler.sweep failed")
 
+    announced = threading.Event()
     gateway = Gateway(
         host=host,
         loops=[
             Supervised(
                 "presence",
-                functools.partial(_run_presence, config, presence, follower, sessions),
+                functools.partial(_run_presence, config, presence, follower, sessions, announced),
             ),
             Supervised("roster", follower.run),
             Supervised("inbox", run_runtime, restart=False),
-            Supervised("relay", relay.run_forever),
+            Supervised("relay", functools.partial(_run_relay, relay, announced)),
             # PostgreSQL: every commit of an outbox row (the inbox's receipts too) wakes the relay
             *(
                 [Supervised("relay-wake", functools.partial(listen_forever, engine, relay.wake))]

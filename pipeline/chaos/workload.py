@@ -307,31 +307,44 @@ class Workload:
         client_b = self.client_b
         assert client_b is not None
         c = self.config
+        # answers refused because the asker's host is between a clean stop and its next
+        # announcement (UNKNOWN_RECIPIENT): tried again, as an agent would, until the ASK expires
+        later: dict[str, tuple[str | None, float]] = {}
         with client_b.conversations.open_pull(MAIN_B, c.duration_s + c.drain_timeout_s + 300):
             while self._answering.is_set():
                 try:
                     asks = client_b.poll(MAIN_B, kinds=[str(Kind.ASK)], limit=50)
                 except Exception:  # noqa: BLE001 - B's store busy or full: again shortly
                     asks = []
-                for m in asks:
-                    self._answer(client_b, m.msg_id, m.turn_id)
+                todo = [(m.msg_id, m.turn_id, time.monotonic() + c.ask_ttl_s) for m in asks]
+                todo += [(a, t, until) for a, (t, until) in later.items()]
+                later.clear()
+                for ask_id, turn_id, until in todo:
+                    if not self._answer(client_b, ask_id, turn_id, final=time.monotonic() > until):
+                        later[ask_id] = (turn_id, until)
                 time.sleep(0.1)
 
-    def _answer(self, client_b: GatewayClient, ask_id: str, turn_id: str | None) -> None:
+    def _answer(
+        self, client_b: GatewayClient, ask_id: str, turn_id: str | None, *, final: bool
+    ) -> bool:
+        """True when settled (acknowledged, or refused for good); False: try again later."""
         try:
             env = client_b.answer(
                 sender=MAIN_B, to=ASKER, turn_id=str(turn_id), body=ask_id.encode()
             )
         except FleetError as exc:
+            if str(exc.reason) == "UNKNOWN_RECIPIENT" and not final:
+                return False
             self._refused(exc, "ANSWER")
-            return
+            return True
         except Exception as exc:  # noqa: BLE001 - the store refused the write: not acknowledged
             self.refused += 1
             self.history.write(Op.REJECTED, msgId="", reason=type(exc).__name__, local=True,
                                what="ANSWER")  # fmt: skip
-            return
+            return True
         self._acknowledged(MAIN_B, ASKER, Kind.ANSWER, DeliveryPath.PULL, env.msg_id,
                            turnId=turn_id, askId=ask_id)  # fmt: skip
+        return True
 
     def _loop(self) -> None:
         t0 = time.monotonic()

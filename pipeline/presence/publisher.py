@@ -227,6 +227,10 @@ class PresencePublisher:
         while not self._stop.wait(self._interval_s):
             self.heartbeat()
 
+    def flush(self, timeout_s: float) -> bool:
+        """Wait (bounded) until every record produced so far is on the broker."""
+        return not self._producer.flush(timeout_s)
+
     def stop(self, *, timeout_s: float = 10.0, retract: bool = True) -> None:
         """Stop heartbeating and retract every local entry and the host entry with tombstones.
 
