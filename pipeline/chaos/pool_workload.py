@@ -228,6 +228,9 @@ class PoolWorkload(Workload):
             engine.dispose()
         return int(applied) + parked
 
+    def _end_of_stream(self) -> None:
+        """A pool's stream has no outbox runs to complete (no gateways, no host B)."""
+
     def drain(self) -> bool:
         deadline = time.monotonic() + self.config.drain_timeout_s
         drained = False

@@ -355,9 +355,13 @@ class Workload:
             self.send_one()
             nxt += interval
             self._stop.wait(max(0.0, nxt - time.monotonic()))
+        self._end_of_stream()
+        self.timings["stream_s"] = round(time.monotonic() - t0, 3)
+
+    def _end_of_stream(self) -> None:
+        """The outbox runs complete once the stream ends."""
         for run_id in RUNS:
             self._run_step(run_id, complete=True)
-        self.timings["stream_s"] = round(time.monotonic() - t0, 3)
 
     def run_in_background(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="chaos-workload", daemon=True)

@@ -18,7 +18,7 @@ from pipeline.effects.tables import KeyState, idempotency
 from pipeline.failures import quarantine_model
 from pipeline.failures.quarantine_tables import release_table
 from pipeline.failures.reporter import reported_table
-from pipeline.gateway import tracking
+from pipeline.gateway import journal, tracking
 from pipeline.gateway.conversations import ANSWERED, WAITING, turns_table, waiters_table
 from pipeline.gateway.held import held_table
 from pipeline.outbox.tables import RowStatus, outbox
@@ -135,6 +135,29 @@ def _seed(engine: Engine) -> None:
                     (tracking.INJECTED, tracking.FAILED, tracking.INJECTED, tracking.PENDING, "x")
                 )
             ],  # 3 purgeable; the pending one past its deadline stays (its FAILED is due)
+        )
+        conn.execute(
+            insert(journal.journal_table),
+            [
+                {
+                    "msg_id": f"j{i}",
+                    "gid": "w",
+                    "sender": "s",
+                    "reply_host": "A",
+                    "trace_id": "t",
+                    "opened_ms": NOW - 100 * HOUR,
+                    "closed_ms": None if state == journal.OPEN else NOW - closed_ago,
+                    "state": state,
+                }
+                for i, (state, closed_ago) in enumerate(
+                    (
+                        (journal.INJECTED, old),
+                        (journal.UNCERTAIN, old),
+                        (journal.FAILED, young),
+                        (journal.OPEN, 0),  # a crash left it open: reported at restart, never
+                    )
+                )
+            ],  # 2 purgeable
         )
         conn.execute(
             insert(turns_table),
@@ -372,6 +395,7 @@ PURGEABLE = {
     StoreTable.OUTBOX: 11,  # 8 + the 3 sent rows of the runs
     StoreTable.HELD: 5,
     StoreTable.TRACKING: 3,
+    StoreTable.INJECT_JOURNAL: 2,
     StoreTable.TURNS: 2,
     StoreTable.DEDUPE: 6,
     StoreTable.FAILED_REPORTED: 1,
@@ -393,6 +417,7 @@ LEFT = {
     StoreTable.OUTBOX: 5,  # 4 + the stuck run's FAILED row
     StoreTable.HELD: 5,
     StoreTable.TRACKING: 2,
+    StoreTable.INJECT_JOURNAL: 2,
     StoreTable.TURNS: 1,
     StoreTable.DEDUPE: 2,
     StoreTable.FAILED_REPORTED: 1,
