@@ -85,8 +85,10 @@ def two_hosts(
     a.gateway.start()
     b.gateway.start()
     try:
-        wait_until(
-            lambda: a.client.knows("worker-b2") and b.client.knows("main-a2"),
+        everyone = ("main-a", "main-a2", "worker-b", "worker-b2")
+        wait_until(  # each host's mirror holds every entity, its own too (a broadcast counts
+            # the hosts with a live member: A's own main-a2 must be there, not only B's)
+            lambda: all(p.client.knows(g) for p in (a, b) for g in everyone),
             30,
             "presence of both hosts",
         )
