@@ -7,6 +7,7 @@ generation is gone) is reported separately: the caller must stop, loudly.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,11 +42,16 @@ class CommitResult:
     rebalancing: bool = False  # every error is a REBALANCE_CODES one and none is fatal
 
 
-def commit_offsets(consumer: Any, offsets: dict[tuple[str, int], int]) -> CommitResult:
-    """Commit ``{(topic, partition): next_offset}`` synchronously; never raises."""
+def commit_offsets(
+    consumer: Any,
+    offsets: dict[tuple[str, int], int],
+    marks: Mapping[tuple[str, int], str] | None = None,
+) -> CommitResult:
+    """Commit ``{(topic, partition): next_offset}`` synchronously, with a partition's
+    ``marks`` entry as its offset metadata (a retried record's state); never raises."""
     if not offsets:
         return CommitResult(ok=True)
-    tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+    tps = _partitions(offsets, marks or {})
     try:
         result = consumer.commit(offsets=tps, asynchronous=False)
     except KafkaException as exc:
@@ -65,6 +71,15 @@ def commit_offsets(consumer: Any, offsets: dict[tuple[str, int], int]) -> Commit
     return CommitResult(ok=not errors, fenced=fenced, errors=errors, rebalancing=rebalancing)
 
 
+def _partitions(
+    offsets: Mapping[tuple[str, int], int], marks: Mapping[tuple[str, int], str]
+) -> list[TopicPartition]:
+    return [
+        TopicPartition(t, p, o) if (t, p) not in marks else TopicPartition(t, p, o, marks[t, p])
+        for (t, p), o in offsets.items()
+    ]
+
+
 class AsyncCommits:
     """The pull path's asynchronous offset commits (a batch with no at-most-once effect).
 
@@ -81,11 +96,23 @@ class AsyncCommits:
         self.static_member = static_member
         self.on_failure = on_failure  # called with the error text, for metrics and logs
         self.sent: dict[tuple[str, int], int] = {}  # last offset sent per partition
+        self.marks: dict[tuple[str, int], str] = {}  # ... and its metadata, if any
         self._fenced: list[str] = []
 
-    def commit(self, consumer: Any, offsets: dict[tuple[str, int], int]) -> None:
+    def commit(
+        self,
+        consumer: Any,
+        offsets: dict[tuple[str, int], int],
+        marks: Mapping[tuple[str, int], str] | None = None,
+    ) -> None:
         self.sent.update(offsets)
-        tps = [TopicPartition(t, p, o) for (t, p), o in self.sent.items()]
+        for tp in offsets:
+            mark = (marks or {}).get(tp)
+            if mark is None:
+                self.marks.pop(tp, None)
+            else:
+                self.marks[tp] = mark
+        tps = _partitions(self.sent, self.marks)
         try:
             consumer.commit(offsets=tps, asynchronous=True)
         except KafkaException as exc:  # queueing failed: the next commit (or flush) retries
@@ -102,6 +129,7 @@ class AsyncCommits:
             for tp in partitions or []:
                 if self.sent.get((tp.topic, tp.partition)) == tp.offset:
                     del self.sent[(tp.topic, tp.partition)]  # confirmed: nothing to resend
+                    self.marks.pop((tp.topic, tp.partition), None)
             return
         codes = {e.code() for e in errors}
         fatal = any(e.fatal() for e in errors)
@@ -123,15 +151,17 @@ class AsyncCommits:
         for tp, offset in offsets.items():
             if self.sent.get(tp, offset) <= offset:
                 self.sent.pop(tp, None)
+                self.marks.pop(tp, None)
 
     def forget(self, tps: set[tuple[str, int]]) -> None:
         for tp in tps:
             self.sent.pop(tp, None)
+            self.marks.pop(tp, None)
 
     def flush(self, consumer: Any, tps: set[tuple[str, int]] | None = None) -> CommitResult:
         """Commit the last offsets synchronously (all partitions, or ``tps``)."""
         offsets = {tp: o for tp, o in self.sent.items() if tps is None or tp in tps}
-        result = commit_offsets(consumer, offsets)
+        result = commit_offsets(consumer, offsets, self.marks)
         if result.ok:
             self.forget(set(offsets))
         return result

@@ -38,6 +38,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.errors import FencedError, StoreError
+from pipeline.failures import retry_marks
 from pipeline.failures.context import FailureContext, Tries
 from pipeline.failures.decide import classify, decide
 from pipeline.failures.offsets import find_lost_offsets, lost_error, raise_if_offsets_lost
@@ -268,7 +269,11 @@ class ConsumerRuntime:
         group = self.config.group_id
         try:
             lost = find_lost_offsets(self.consumer, group, partitions, timeout_s=5.0)
-            unread = [(tp, low) for tp, low in self._never_committed_starts(partitions) if low > 0]
+            committed = self.consumer.committed(
+                [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=5.0
+            )
+            self._continue_retries(committed)
+            unread = [(tp, low) for tp, low in self._never_committed_starts(committed) if low > 0]
         except Exception as exc:  # noqa: BLE001 - a broker blip must not fail the assignment
             log.warning("could not check %s for offsets lost to retention: %s", partitions, exc)
             return
@@ -289,11 +294,10 @@ class ConsumerRuntime:
             raise lost_error(lost[0])
 
     def _never_committed_starts(
-        self, partitions: list[TopicPartition]
+        self, committed: list[TopicPartition]
     ) -> list[tuple[TopicPartition, int]]:
-        tps = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
         out = []
-        for tp in self.consumer.committed(tps, timeout=5.0):
+        for tp in committed:
             if tp.offset < 0:
                 low, _high = self.consumer.get_watermark_offsets(tp, timeout=5.0, cached=False)
                 out.append((tp, int(low)))
@@ -541,14 +545,14 @@ class ConsumerRuntime:
         redelivers what dedupe absorbs). False when a synchronous commit failed (retries are
         scheduled); raises :class:`FencedError` when fenced."""
         cfg = self.config
-        offsets = batch.next_offset
+        offsets, marks = self._retry_marks(batch)
         if self.inflight is not None:  # inflight: never past a record queued or running
             offsets = self.inflight.committable(offsets, batch.blocked)
         if not sync and not batch.staged.needs_sync_commit():
             if offsets:
-                self.async_commits.commit(self.consumer, offsets)
+                self.async_commits.commit(self.consumer, offsets, marks)
             return True
-        result = commit_offsets(self.consumer, offsets)
+        result = commit_offsets(self.consumer, offsets, marks)
         if not result.ok:
             if self.metrics:
                 self.metrics.commit_failures.labels(cfg.group_id).inc()
@@ -568,6 +572,33 @@ class ConsumerRuntime:
         if self.fault_after_commit is not None:
             self.fault_after_commit(batch.staged.count_after_commit())
         return True
+
+    def _retry_marks(self, batch: _Batch) -> tuple[dict[TP, int], dict[TP, str]]:
+        """The batch's offsets, and for each partition blocked by a retried record that record's
+        attempts as the commit's metadata (:mod:`pipeline.failures.retry_marks`): a member that
+        is assigned the partition next continues the count instead of starting it again."""
+        offsets, marks = dict(batch.next_offset), {}
+        for tp, (at, _delay) in batch.blocked.items():
+            tries = self._attempts.get((*tp, at))
+            if tries is not None:
+                offsets[tp] = min(offsets.get(tp, at), at)
+                marks[tp] = retry_marks.encode(at, tries)
+        return offsets, marks
+
+    def _continue_retries(self, committed: list[TopicPartition]) -> None:
+        """At assignment: the attempts a previous owner committed for a retried record."""
+        for tp in committed:
+            got = retry_marks.decode(getattr(tp, "metadata", None))
+            if got is not None and tp.offset >= 0:
+                at, tries = got
+                key = (tp.topic, tp.partition, at)
+                mine = self._attempts.get(key)
+                if mine is None or mine["attempts"] < tries["attempts"]:
+                    self._attempts[key] = tries
+                    log.info(
+                        "%s[%d] offset %d: continuing its retries after %d attempt(s) elsewhere",
+                        tp.topic, tp.partition, at, tries["attempts"],
+                    )  # fmt: skip
 
     def _is_quarantined(self, scope: str, key: str) -> bool:
         q = self.quarantine

@@ -73,3 +73,44 @@ def test_a_poison_step_is_retried_with_backoff_then_set_aside_and_the_rest_flows
     with sa.create_engine(store).connect() as conn:  # set aside: its key quarantined
         rows = conn.execute(sa.text("SELECT key, reason FROM fleet_quarantine")).all()
     assert [(k, bool(r)) for k, r in rows] == [("poison", True)], rows
+
+
+def test_a_poisons_retry_budget_holds_across_a_move_to_another_member(
+    kafka: BrokerHandle, tmp_path: Path
+) -> None:
+    """Seed 001 scenario 3 ("a retry limit with backoff") held for the group, not one owner
+    (chaos #17 found 9 and 13 attempts against a limit of 5 when the partition moved): member m1
+    makes some attempts and stops; m2 is assigned the partition and makes only the rest, so the
+    poison is attempted exactly ``ATTEMPTS`` times in all before its key is quarantined."""
+    pool = unique_name("pool").replace(".", "-")
+    ensure_pool_topic(kafka.bootstrap, TopicNames(), pool, partitions=1)
+    topic = TopicNames().pool(pool)
+    store = f"sqlite:///{tmp_path / 'pool.sqlite'}"
+    args = ("--handler", "pipeline.lab.step:run_step", "--retry", f"1.0:2:{ATTEMPTS}:0",
+            "--session-timeout-ms", "6000")  # fmt: skip
+    m1 = start_member(tmp_path, pool, kafka.bootstrap, store, "m1", *args)
+    m2 = None
+    try:
+        wait_for(settled(kafka.bootstrap, pool, 1), timeout=60, what="m1 to join")
+        poison = produce_to(kafka.bootstrap, topic, 0, json.dumps({"step_s": 0.05, "poison": True}),
+                            key="poison")  # fmt: skip
+
+        def tries() -> list[dict[str, object]]:
+            return [e for e in events(tmp_path) if e["event_id"] == poison and e["kind"] == "error"]
+
+        wait_for(lambda: len(tries()) >= 2, timeout=60, what="two attempts on m1")
+        assert stop(m1) == 0  # orderly: its retry state is in the committed offset's metadata
+        m2 = start_member(tmp_path, pool, kafka.bootstrap, store, "m2", *args)
+        with sa.create_engine(store).connect() as conn:
+
+            def quarantined() -> bool:
+                q = sa.text("SELECT count(*) FROM fleet_quarantine WHERE key = 'poison'")
+                return bool(conn.execute(q).scalar())
+
+            wait_for(quarantined, timeout=120, what="the poison's key quarantined")
+        done = tries()
+        assert len(done) == ATTEMPTS, [(e["member"], e["start_ms"]) for e in done]
+        assert {e["member"] for e in done} == {"m1", "m2"}
+    finally:
+        if m2 is not None:
+            assert stop(m2) == 0
