@@ -256,3 +256,14 @@ def test_initial_lag_drain_pooled_matches_seed_example() -> None:
     (drain,) = [r for r in a.rows if r.quantity == "initial lag drain (s)"]
     assert drain.measured == pytest.approx(14.0, abs=1.0) and drain.ok
     assert "after the start" in drain.note
+
+
+def test_drain_end_is_interpolated_between_ticks() -> None:
+    """The lag is sampled per tick: the drain ends between the last tick above the steady level
+    and the first one at it, not at the later tick (half a tick period too long on average)."""
+    s = load_scenario(EXAMPLES / "lag_drain.toml")
+    sparse = [t for t in fluid_ticks(s) if t.t % 5 == 0]  # ticks 5 s apart: 0, 5, 10, 15, ...
+    a = analyse(s, predict(s), sparse, [], {})
+    (drain,) = [r for r in a.rows if r.quantity == "initial lag drain (s)"]
+    # 210 + 30/s in, 45/s out: at 10 s 60 behind, at 15 s 0; the level (2.1) is crossed at 14.6
+    assert 14.0 < drain.measured < 15.0
