@@ -267,3 +267,19 @@ def test_drain_end_is_interpolated_between_ticks() -> None:
     (drain,) = [r for r in a.rows if r.quantity == "initial lag drain (s)"]
     # 210 + 30/s in, 45/s out: at 10 s 60 behind, at 15 s 0; the level (2.1) is crossed at 14.6
     assert 14.0 < drain.measured < 15.0
+
+
+def test_in_flight_is_the_step_logs_time_average_with_the_measured_step_in_the_note() -> None:
+    """Little's law on the step log: 2/s of steps taking 2.2 s (10% over a 2 s schedule) hold
+    4.4 in flight on average, exactly, however few ticks the window has; the note names the
+    measured step time so an overrun is not mistaken for the model missing."""
+    s = load_scenario(EXAMPLES / "six_on_four.toml")
+    steps = [
+        Step(seq=i, member="m00", partition=i % 6, t0=i * 0.5, t1=i * 0.5 + 2.2, scheduled_s=2.0)
+        for i in range(600)
+    ]
+    ticks = [t for t in fluid_ticks(s) if t.t % 7 == 0]  # sparse: 7 s apart
+    rows = {r.quantity: r for r in analyse(s, predict(s), ticks, steps, {}).rows}
+    row = rows["in flight (Little's law)"]
+    assert row.measured == pytest.approx(4.4, rel=0.01)
+    assert "1.100 x their scheduled time" in row.note
