@@ -525,6 +525,14 @@ def machine_verdict(
         facts["producer_shortfall"] = short
         if short > PRODUCER_SHORTFALL:
             reasons.append(f"producer fell {short:.0%} behind the arrival rate")
+    prefill_late = producer.get("prefill_late_s")
+    if prefill_late is not None:
+        facts["prefill_late_s"] = prefill_late / s.time_scale  # scenario seconds after t = 0
+        if prefill_late > 0.5 * s.wall(s.step.mean_s):
+            reasons.append(
+                f"the initial lag reached the log {prefill_late * 1000:.0f} ms after t = 0, "
+                "over half a step: the drain starts that late"
+            )
     late = producer.get("late_p99_s")
     if late is not None and late > 0.5 * s.wall(s.step.mean_s):
         reasons.append(

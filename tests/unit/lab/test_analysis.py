@@ -283,3 +283,36 @@ def test_in_flight_is_the_step_logs_time_average_with_the_measured_step_in_the_n
     row = rows["in flight (Little's law)"]
     assert row.measured == pytest.approx(4.4, rel=0.01)
     assert "1.100 x their scheduled time" in row.note
+
+
+def test_the_initial_lag_goes_out_at_t0_not_at_the_producers_start(tmp_path: Path) -> None:
+    """The model has the backlog in the log at t = 0, with arrivals from t = 0. A prefill sent
+    as soon as the producer started landed up to a second late under load (its imports ran past
+    t = 0), with the arrivals due meanwhile in a burst behind it: lag_drain 3 x that too long."""
+    from pipeline.lab.producer import produce
+
+    sent: list[float] = []
+
+    class Fake:
+        def produce(self, topic: str, **kw: object) -> None:
+            sent.append(time.time())
+
+        def poll(self, _t: float) -> int:
+            return 0
+
+        def flush(self, _t: float) -> int:
+            return 0
+
+    s = dataclasses.replace(load_scenario(EXAMPLES / "lag_drain.toml"), duration_s=0.2)
+    start_at = time.time() + 0.3
+    stats = produce(
+        s,
+        bootstrap="fake:0",
+        topic="t",
+        start_at=start_at,
+        stats=tmp_path / "p.json",
+        producer_factory=lambda _conf: Fake(),
+    )
+    assert stats["prefilled"] == 210 and sent
+    assert sent[0] >= start_at  # the first of the prefill: not before t = 0
+    assert stats["prefill_late_s"] is not None and stats["prefill_late_s"] >= 0
