@@ -108,7 +108,7 @@ def build_pool_member(
     )
     claims = StepClaims(
         IdempotencyStore([step_keys], metrics=IdempotencyMetrics(registry)),
-        sessions,
+        engine,  # plain connections for the claim / result transactions
         key_class=step_keys.name,
     )
     handler = PoolHandler(

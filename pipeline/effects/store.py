@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, and_, bindparam, delete, select, update
+from sqlalchemy import Connection, Row, and_, bindparam, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -41,6 +41,9 @@ from .retention import KeyClass, class_map
 from .tables import KeyState, expired, idempotency
 
 Clock = Callable[[], float]
+# The caller's transaction: an ORM ``Session`` or a Core ``Connection`` (a pool member's claims
+# use plain connections: no ORM unit of work around two statements).
+Tx = Session | Connection
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,7 +86,7 @@ class IdempotencyStore:
         return kc
 
     # -- reserve ------------------------------------------------------------------------------
-    def reserve(self, session: Session, key: str, payload: Any, *, key_class: str) -> Reservation:
+    def reserve(self, session: Tx, key: str, payload: Any, *, key_class: str) -> Reservation:
         kc = self.key_class(key_class)
         check_key(key)
         digest = payload_hash(payload)
@@ -123,7 +126,7 @@ class IdempotencyStore:
 
     def _take_over(
         self,
-        session: Session,
+        session: Tx,
         kc: KeyClass,
         key: str,
         digest: str,
@@ -170,7 +173,7 @@ class IdempotencyStore:
     # -- complete / fail / release ------------------------------------------------------------
     def complete(
         self,
-        session: Session,
+        session: Tx,
         key: str,
         result: Any,
         *,
@@ -185,7 +188,7 @@ class IdempotencyStore:
 
     def fail(
         self,
-        session: Session,
+        session: Tx,
         key: str,
         error: StoredError,
         *,
@@ -196,7 +199,7 @@ class IdempotencyStore:
         body = {"error": {"reason": error.reason, "message": error.message}}
         self._finish(session, key, key_class, KeyState.FAILED, body, attempt)
 
-    def renew(self, session: Session, key: str, *, key_class: str, attempt: int) -> bool:
+    def renew(self, session: Tx, key: str, *, key_class: str, attempt: int) -> bool:
         """Extend an in-progress key's lease by its class's ``lease_s`` (a heartbeat from a
         holder whose work is still running). False: the key is no longer held at ``attempt``
         (completed, released, or taken over after the lease ran out)."""
@@ -215,7 +218,7 @@ class IdempotencyStore:
 
     def _finish(
         self,
-        session: Session,
+        session: Tx,
         key: str,
         key_class: str,
         state: KeyState,
@@ -240,9 +243,7 @@ class IdempotencyStore:
                 retriable=False,
             )
 
-    def release(
-        self, session: Session, key: str, *, key_class: str, attempt: int | None = None
-    ) -> None:
+    def release(self, session: Tx, key: str, *, key_class: str, attempt: int | None = None) -> None:
         """Forget an in-progress key whose work never began (validation failed) or failed in a
         way the caller retries itself: the next ``reserve`` is a first use again."""
         kc = self.key_class(key_class)
@@ -260,7 +261,7 @@ class IdempotencyStore:
         row = self._row(session, key_class, key)
         return None if row is None else _record(row)
 
-    def _row(self, session: Session, key_class: str, key: str) -> Row[Any] | None:
+    def _row(self, session: Tx, key_class: str, key: str) -> Row[Any] | None:
         return session.execute(_ROW, {"k_class": key_class, "k_key": key}).first()
 
     def _now_ms(self) -> int:
@@ -371,8 +372,9 @@ def _held(key_class: str, key: str, attempt: int | None) -> dict[str, Any]:
     return params
 
 
-def _reserve_for(session: Session) -> Any:
-    dialect = session.get_bind().dialect.name
+def _reserve_for(session: Tx) -> Any:
+    bind = session if isinstance(session, Connection) else session.get_bind()
+    dialect = bind.dialect.name
     stmt = _RESERVE.get(dialect)
     if stmt is None:
         raise ConfigError(f"idempotency: unsupported database dialect {dialect!r}")

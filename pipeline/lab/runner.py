@@ -40,6 +40,10 @@ from .processes import Members, spawn
 from .report import write_reports
 from .scenario import Scenario, StopSignal
 
+# t = 0 comes this long after the producer is spawned: its imports (1-2 s on a loaded machine)
+# must be done by then, since the prefill goes out at t = 0 (pipeline.lab.producer)
+START_LEAD_S = 3.0
+
 Progress = Callable[[float, str], None]  # (scenario seconds done, what happens)
 
 
@@ -206,7 +210,7 @@ def run(
             members.start(m)
         note(0.0, "members joining")
         _wait_settled(s, observer, members, out, tick_s, settle_timeout_s)
-        start = time.time() + 1.0
+        start = time.time() + START_LEAD_S
         stats_path = out / "producer.json"
         producer = spawn(
             [

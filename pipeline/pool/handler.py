@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from pipeline.effects import Done, FirstUse, Mismatch
@@ -139,7 +140,7 @@ class PoolHandler:
                 return self._reused(started, stored)
         return StepResult(started, _now_ms(), result=value)
 
-    def _applied(self, eid: str, session: Session) -> bool:
+    def _applied(self, eid: str, session: Session | Connection) -> bool:
         """The runtime's dedupe row exists (asked inside the claim's transaction)."""
         return is_applied(session, self.scope, eid)
 

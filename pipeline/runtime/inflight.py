@@ -223,11 +223,18 @@ class Dispatcher:
     def committable(
         self, handled: dict[TP, int], blocked: dict[TP, tuple[int, float]]
     ) -> dict[TP, int]:
-        """The batch's handled offsets capped by the watermark (and by a blocked record)."""
+        """The batch's partitions at their watermark (capped by a blocked record).
+
+        The watermark, not the batch's own highest offset: in key mode a partition's later
+        record may finish (and be processed, in an earlier batch) before an earlier one, and
+        committing only this batch's ``handled`` offset would leave that later record
+        uncommitted until the partition's next record -- at the end of a stream, for good. Every
+        record below the watermark was processed: a partition's finished records all reach
+        ``process()`` in the turn they are collected, and a failed one rewinds it."""
         out: dict[TP, int] = {}
         for tp, nxt in handled.items():
             mark = self.lanes.watermark(tp)
-            offset = nxt if mark is None else min(nxt, mark)
+            offset = nxt if mark is None else mark
             if tp in blocked:
                 offset = min(offset, blocked[tp][0])
             out[tp] = offset

@@ -9,6 +9,9 @@ a busy timeout, and foreign keys on.
 
 from __future__ import annotations
 
+import fcntl
+import logging
+import os
 import threading
 import weakref
 from typing import Any
@@ -18,6 +21,8 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from .version import at_head
+
+log = logging.getLogger(__name__)
 
 READONLY_OPTION = "fleet_readonly"
 
@@ -91,46 +96,85 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
 
 
 class _WriteGate:
-    """One process's SQLite write transactions, queued on a lock of its own (see
-    :func:`serialize_writes`). The holder is the DBAPI connection in a write transaction: its
-    commit or rollback (or its return to the pool mid-transaction) lets the next one in."""
+    """The write transactions on one SQLite file, queued (see :func:`serialize_writes`): first
+    on a lock of this process, then on an ``flock`` of a file beside the database, which every
+    gated process on that file takes too. The holder is the DBAPI connection in a write
+    transaction: its commit or rollback (or its return to the pool mid-transaction) lets the
+    next one in -- of this process or of another, woken by the kernel at once instead of
+    SQLite's busy handler sleeping 1, 2, 5, 10 ms between tries."""
 
-    def __init__(self, wait_s: float) -> None:
+    def __init__(self, wait_s: float, fd: int | None = None) -> None:
         self.wait_s = wait_s
         self._lock = threading.Lock()
         self._holder: Any = None
         self._thread: int | None = None
+        self._fd = fd  # the lock file beside the database (None: this process only)
 
     def enter(self, dbapi_conn: Any) -> None:
         if self._thread == threading.get_ident():
             return  # this thread writes already (another connection): SQLite decides, as before
         # bounded: past the wait the writer meets SQLite's own busy timeout, as without the gate
         if self._lock.acquire(timeout=self.wait_s):
+            self._lock_file()
             self._holder, self._thread = dbapi_conn, threading.get_ident()
 
     def leave(self, dbapi_conn: Any) -> None:
         raw = getattr(dbapi_conn, "dbapi_connection", dbapi_conn)  # the pool passes its wrapper
         if raw is not None and raw is self._holder:
             self._holder = self._thread = None
+            self._unlock_file()
             self._lock.release()
+
+    def _lock_file(self) -> None:
+        """Blocks while a gated writer of another process holds it. Not bounded here: the
+        holder keeps it only for one write transaction, itself bounded by SQLite's busy
+        timeout, and a process that dies (kill -9) drops its lock with its file descriptor."""
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def _unlock_file(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
 
 _GATES: weakref.WeakKeyDictionary[Any, _WriteGate] = weakref.WeakKeyDictionary()
+# one gate per database file in a process: a thread writing through one engine and then,
+# nested, through another on the same file is not queued behind itself (nor its flock)
+_FILE_GATES: weakref.WeakValueDictionary[str, _WriteGate] = weakref.WeakValueDictionary()
+
+
+def _gate_for(engine: Engine, wait_s: float) -> _WriteGate:
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return _WriteGate(wait_s)
+    path = os.path.realpath(database)
+    gate = _FILE_GATES.get(path)
+    if gate is None:
+        try:
+            fd: int | None = os.open(path + "-writers", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:  # a read-only directory: this process's writers only, as before
+            log.warning("SQLite write gate: no lock file beside %s", path, exc_info=True)
+            fd = None
+        gate = _FILE_GATES[path] = _WriteGate(wait_s, fd)
+        if fd is not None:
+            weakref.finalize(gate, os.close, fd)
+    return gate
 
 
 def serialize_writes(engine: Engine, *, wait_s: float = 30.0) -> Engine:
-    """SQLite: queue this process's write transactions on an in-process lock before ``BEGIN
-    IMMEDIATE`` (a no-op on other databases); returns ``engine``.
+    """SQLite: queue write transactions on the database file before ``BEGIN IMMEDIATE`` -- this
+    process's on an in-process lock, and across processes that use this gate on an ``flock`` of
+    ``<database>-writers`` (a no-op on other databases); returns ``engine``.
 
-    SQLite allows one writer. Without the gate, threads of one process that write often (a pool
-    member's step claims and results beside its batch transactions) wait in SQLite's busy
+    SQLite allows one writer. Without the gate, writers that write often (pool members' step
+    claims and results beside their batch transactions, on one file) wait in SQLite's busy
     handler, which sleeps 1, 2, 5, 10, ... ms between tries: a wait for a lock held 1 ms costs
-    3 ms or more. Behind the gate a waiting thread starts as soon as the holder's COMMIT (or
-    ROLLBACK) has run. Other processes on the same file still meet SQLite's lock and busy
-    timeout, as before; read-only transactions (:func:`readonly`) never queue."""
+    3 ms or more. Behind the gate a waiting writer starts as soon as the holder's COMMIT (or
+    ROLLBACK) has run. Processes that do not use the gate on the same file still meet SQLite's
+    lock and busy timeout, as before; read-only transactions (:func:`readonly`) never queue."""
     if engine.dialect.name != "sqlite" or engine.pool in _GATES:
         return engine
-    gate = _GATES[engine.pool] = _WriteGate(wait_s)
+    gate = _GATES[engine.pool] = _gate_for(engine, wait_s)
     dialect = engine.dialect
     commit, rollback = dialect.do_commit, dialect.do_rollback
 

@@ -45,7 +45,8 @@ def sessions(engine: Engine) -> sessionmaker[Session]:
 
 def _claims(sessions: sessionmaker[Session], lease_s: float = LEASE_S) -> StepClaims:
     kc = KeyClass(name=KC, retention_s=None, replay_window_s=None, lease_s=lease_s)
-    return StepClaims(IdempotencyStore([kc]), sessions, key_class=KC, poll_s=0.05)
+    # the engine, as bootstrap.build_pool_member passes it: plain connections per transaction
+    return StepClaims(IdempotencyStore([kc]), sessions.kw["bind"], key_class=KC, poll_s=0.05)
 
 
 def _beat(

@@ -9,7 +9,10 @@ means the second writer waited on the gate, not in SQLite."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,3 +134,51 @@ def test_a_thread_writing_through_a_second_connection_meets_sqlite_not_the_gate(
             inner.execute(sa.text("INSERT INTO t VALUES (2)"))
         assert not _gate_free(engine)  # still the outer transaction's
     assert _gate_free(engine)
+
+
+_HOLDER = """
+import sys
+import sqlalchemy as sa
+from pipeline.store import make_engine, serialize_writes
+engine = serialize_writes(make_engine(sys.argv[1]))
+with engine.begin() as conn:
+    conn.execute(sa.text("INSERT INTO t VALUES (10)"))
+    print("held", flush=True)
+    sys.stdin.readline()
+print("committed", flush=True)
+"""
+
+
+def test_a_writer_of_another_gated_process_is_waited_for_not_refused(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Pool members are processes on one file: a gated writer waits for another gated
+    process's write transaction on the file lock beside the database (woken when it commits),
+    where SQLite -- here with ``busy_timeout=0`` -- would refuse it at once (the control above,
+    and the refused-BEGIN test with an ungated holder)."""
+    serialize_writes(engine)
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    with subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as child:
+        assert child.stdout is not None and child.stdin is not None
+        try:
+            assert child.stdout.readline().strip() == "held"
+            errors: list[BaseException] = []
+            waiter = _write_in_thread(engine, 2, errors)
+            waiter.join(timeout=0.3)  # refused at once without the file lock
+            assert waiter.is_alive() and errors == []
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "committed"
+            waiter.join()
+            assert errors == []
+        finally:
+            child.kill()
+    with readonly(engine).connect() as conn:
+        assert sorted(conn.execute(sa.text("SELECT v FROM t")).scalars()) == [2, 10]

@@ -20,12 +20,12 @@ from pipeline.runtime.lanes import Concurrency
 T = "fleet.pool.t"
 
 
-def rec(offset: int, partition: int = 0) -> Record:
+def rec(offset: int, partition: int = 0, key: str = "k") -> Record:
     return Record(
         topic=T,
         partition=partition,
         offset=offset,
-        key=b"k",
+        key=key.encode(),
         value=b"",
         headers=(),
         timestamp_ms=0,
@@ -237,3 +237,22 @@ def test_held_back_records_count_against_the_members_record_bound() -> None:
     done = _drain(d)
     d.hold_back((T, 0), 0, done)
     assert d.room(Consumer(), {(T, 0), (T, 1)}, lambda _tp: False) == 2
+
+
+def test_a_later_record_finished_first_is_committed_with_the_earlier_one() -> None:
+    """Key mode: offset 1 (key b) ends and is processed before offset 0 (key a). The batch of 0
+    commits past both (the watermark), not just past 0 -- else 1 stays uncommitted until the
+    partition's next record, at the end of a stream for good (found by the lab's harness)."""
+    cfg = InflightConfig(mode=Concurrency.KEY, max_records=50, depth=10)
+    runner = Recorder()
+    d = Dispatcher(cfg, runner)
+    d.lanes.add(rec(0, key="a"))
+    d.lanes.add(rec(1, key="b"))
+    started = d.lanes.startable(10)
+    assert [r.offset for r in started] == [0, 1]
+    assert d.lanes.finish(started[1])  # offset 1 ends first: its batch may commit only to 0
+    assert d.committable({(T, 0): 2}, {}) == {(T, 0): 0}
+    assert d.lanes.finish(started[0])
+    assert d.committable({(T, 0): 1}, {}) == {(T, 0): 2}
+    assert d.committable({(T, 0): 1}, {(T, 0): (1, 0.5)}) == {(T, 0): 1}  # a blocked record caps
+    d.close()
