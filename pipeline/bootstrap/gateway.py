@@ -68,7 +68,7 @@ from pipeline.retention.purger import Purger
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.runtime.routing import ByTopic
-from pipeline.store import read_sessions, session_factory
+from pipeline.store import read_sessions, serialize_writes, session_factory
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -236,7 +236,8 @@ def build_gateway(
             deadline_s=120.0,
             log=log,
         )
-    engine = factories.engine(config.store_url)
+    # SQLite: the gateway's writers (inbox, injects, relay, socket, maintenance) queue in-process
+    engine = serialize_writes(factories.engine(config.store_url))
     sessions = session_factory(engine)
     reads = read_sessions(engine)
     metrics = GatewayMetrics(registry)
@@ -282,7 +283,12 @@ def build_gateway(
     )
     publisher = Publisher(host=host, signer=signer, topics=topics, pairing=pairing)
     injections = InjectionQueue(
-        entities=entities, sessions=sessions, publisher=publisher, metrics=metrics, hooks=hooks
+        entities=entities,
+        sessions=sessions,
+        publisher=publisher,
+        metrics=metrics,
+        hooks=hooks,
+        burst=config.inject_burst,
     )
     conversations = Conversations(sessions)
     handler = InboxHandler(
@@ -339,6 +345,7 @@ def build_gateway(
         producer_factory=factories.producer,
         hooks=hooks,
     )
+    injections.on_receipts = relay.wake  # a burst's receipts ship at once, not at the next poll
     maintenance = Maintenance(
         sessions=sessions,
         held=HeldStore(sessions),

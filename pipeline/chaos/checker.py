@@ -36,6 +36,15 @@ And for the rest of the mix:
 * runs (seed 003) - per ``BranchKey`` the consumer's fold applies lsn 1, 2, 3 ... in that order,
   each once (else ``CHAOS_RUN_ORDER`` / ``CHAOS_DUPLICATED``), and every committed step is
   applied, or still in its outbox (unseen), or refused with a reason (else ``CHAOS_LOST``).
+
+And for the processes (issue 12: "no process hot-loops or dies on a bad record"):
+
+* a bad record (garbage, forged, a stranger's) is never held or injected
+  (``CHAOS_BAD_ACCEPTED``) and ends dead-lettered or refused with a reason
+  (``CHAOS_BAD_UNREJECTED``, counted in ``lost``: it vanished without a word);
+* no gateway uses more than :data:`HOT_LOOP_SHARE` of a core over the quiet window, when the
+  fleet has nothing left to do (``CHAOS_HOT_LOOP``), and every gateway is running when the
+  history is collected (``CHAOS_DIED``: the heal restarts a gateway a fault took down).
 """
 
 from __future__ import annotations
@@ -62,6 +71,14 @@ class Violation(StrEnum):
     NOT_CLEAN = "CHAOS_FAILED_UNDER_CLEAN_FAULT"
     UNANSWERED = "CHAOS_UNANSWERED"
     RUN_ORDER = "CHAOS_RUN_ORDER"
+    BAD_ACCEPTED = "CHAOS_BAD_ACCEPTED"
+    BAD_UNREJECTED = "CHAOS_BAD_UNREJECTED"
+    HOT_LOOP = "CHAOS_HOT_LOOP"
+    DIED = "CHAOS_DIED"
+
+
+# a gateway with nothing to do (the quiet window) idles on timers: a few percent of a core
+HOT_LOOP_SHARE = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +105,7 @@ class Verdict:
     asks: int = 0  # acknowledged ASKs (conversations)
     broadcasts: int = 0
     run_steps: int = 0
+    bad: int = 0  # bad records the broker confirmed in an inbox
 
     @property
     def ok(self) -> bool:
@@ -147,6 +165,8 @@ class _Index:
     late_ids: set[str] = field(default_factory=set)
     uncertain_ids: set[str] = field(default_factory=set)
     recoveries: list[float] = field(default_factory=list)
+    bad: dict[str, Counter[str]] = field(default_factory=dict)  # msgId -> its outcome rows
+    procs: list[Mapping[str, Any]] = field(default_factory=list)  # ``cpu`` and ``exited`` rows
     findings: list[Finding] = field(default_factory=list)
 
     def _acked(self, r: Mapping[str, Any]) -> None:
@@ -172,6 +192,10 @@ class _Index:
             self.faults += 1
         elif op == Op.RECOVERED and r.get("seconds") is not None:
             self.recoveries.append(float(r["seconds"]))
+        elif op == Op.BAD:
+            self.bad[str(r.get("msgId", ""))] = Counter()
+        elif op in (Op.CPU, Op.EXITED):
+            self.procs.append(r)
         else:
             self.runs.add(r)
 
@@ -199,6 +223,9 @@ class _Index:
                 ix.findings.append(Finding(code=Violation.NO_REASON, msg_id=mid, detail=str(op)))
             if mid in ix.broadcasts:
                 ix.bseen[mid][(str(op), str(r.get("to", "")))] += 1
+                continue
+            if mid in ix.bad:
+                ix.bad[mid][str(op)] += 1
                 continue
             if mid not in ix.sends:
                 if op in _DELIVERED:  # delivered, yet never acknowledged as sent
@@ -392,6 +419,32 @@ def _runs(ix: _Index, strict: bool) -> tuple[int, int, int]:
     return lost, unseen, order
 
 
+def _bad_and_procs(ix: _Index) -> int:
+    """Bad records rejected with a reason and never delivered; no gateway hot-looping in the
+    quiet window or gone at the end. Returns the bad records with no rejection (lost)."""
+    unrejected = 0
+    for mid, c in ix.bad.items():
+        if c[Op.HELD] or c[Op.INJECTED]:
+            ix.findings.append(
+                Finding(code=Violation.BAD_ACCEPTED, msg_id=mid, detail=repr(dict(c)))
+            )
+        elif not sum(c[o] for o in _EXPLAINED):
+            unrejected += 1
+            ix.findings.append(Finding(code=Violation.BAD_UNREJECTED, msg_id=mid))
+    for r in ix.procs:
+        name = str(r.get("name", ""))
+        if r.get("op") == Op.EXITED:
+            ix.findings.append(
+                Finding(code=Violation.DIED, msg_id=name, detail=f"exit code {r.get('exit_code')}")
+            )
+        elif float(r.get("cpu_s", 0)) > HOT_LOOP_SHARE * float(r.get("wall_s", 0) or 1):
+            ix.findings.append(
+                Finding(code=Violation.HOT_LOOP, msg_id=name,
+                        detail=f"{r.get('cpu_s')} CPU s in {r.get('wall_s')} s of quiet")
+            )  # fmt: skip
+    return unrejected
+
+
 def check(history: Iterable[Mapping[str, Any]], *, strict: bool = False) -> Verdict:
     """Apply every rule to ``history`` (rows as written by :class:`~.history.HistoryWriter`).
     ``strict`` (an orderly fault such as a clean restart): any FAILED, dead letter or refusal
@@ -402,7 +455,7 @@ def check(history: Iterable[Mapping[str, Any]], *, strict: bool = False) -> Verd
     lost += _conversations(ix)
     b_lost, b_unseen = _broadcasts(ix, strict)
     r_lost, r_unseen, r_order = _runs(ix, strict)
-    lost, unseen = lost + b_lost + r_lost, unseen + b_unseen + r_unseen
+    lost, unseen = lost + b_lost + r_lost + _bad_and_procs(ix), unseen + b_unseen + r_unseen
     out_of_order = _order(ix) + r_order
     dup = sum(f.code in (Violation.DUPLICATED, Violation.CONFLICT) for f in ix.findings)
     return Verdict(
@@ -421,6 +474,7 @@ def check(history: Iterable[Mapping[str, Any]], *, strict: bool = False) -> Verd
         asks=len(ix.asks),
         broadcasts=len(ix.broadcasts),
         run_steps=len(ix.runs.steps),
+        bad=len(ix.bad),
     )
 
 

@@ -29,6 +29,10 @@ Operations (``op``):
   apply order); ``run_unshipped`` / ``run_rejected`` - a run's row still pending or refused for
   good in its outbox; ``run_transport`` - the records read from the run topic, copies included.
 * ``fault`` / ``heal`` / ``recovered`` - the nemesis's account (``name``, ``seconds``).
+* ``bad`` - a bad record the broker confirmed in B's inbox (``msgId``, ``variant``: garbage,
+  forged, stranger): it must end dead-lettered (or refused) with a reason, never held.
+* ``cpu`` - a gateway's CPU seconds over the quiet window (``name``, ``cpu_s``, ``wall_s``).
+* ``exited`` - a gateway not running when the history was collected (``name``, ``exit_code``).
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ class Op(StrEnum):
     FAULT = "fault"
     HEAL = "heal"
     RECOVERED = "recovered"
+    BAD = "bad"
+    CPU = "cpu"
+    EXITED = "exited"
 
 
 class DeliveryPath(StrEnum):

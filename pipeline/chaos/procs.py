@@ -53,6 +53,19 @@ class GatewayProc:
     def exit_code(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
+    def cpu_s(self) -> float | None:
+        """CPU seconds (user + system, every thread) of the running incarnation, from
+        ``/proc``; None when it is not running or the platform has no ``/proc``."""
+        if not self.alive:
+            return None
+        assert self.proc is not None
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        except OSError:
+            return None
+        fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state is fields[0]
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def ready(self) -> bool:
         """True once the current incarnation printed its ``running`` line."""
         return self.output().count(RUNNING_LINE) >= self.starts

@@ -61,6 +61,7 @@ class ScenarioResult:
     asks: int = 0
     broadcasts: int = 0
     run_steps: int = 0
+    bad: int = 0  # bad records written to an inbox (each rejected with a reason, or a finding)
 
     @property
     def ok(self) -> bool:
@@ -81,6 +82,7 @@ class ScenarioResult:
         self.asks += v.asks
         self.broadcasts += v.broadcasts
         self.run_steps += v.run_steps
+        self.bad += v.bad
         self.findings += len(v.findings)
         self.examples += list(v.findings[: max(0, 5 - len(self.examples))])
         if v.slowest_recovery_s is not None:
@@ -95,7 +97,7 @@ class ScenarioResult:
             "out_of_order": self.out_of_order, "unseen": self.unseen, "refused": self.refused,
             "late": self.late, "uncertain": self.uncertain, "asks": self.asks,
             "broadcasts": self.broadcasts, "run_steps": self.run_steps,
-            "findings": self.findings,
+            "bad": self.bad, "findings": self.findings,
             "slowest_recovery_s": self.slowest_recovery_s, "ok": self.ok,
             "examples": [{"code": str(f.code), "msgId": f.msg_id, "detail": f.detail}
                          for f in self.examples],

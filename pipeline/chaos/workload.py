@@ -12,7 +12,11 @@ what ``fleet send|ask|answer|broadcast`` build) and the run journal
   B's store and sends each ASK's ANSWER ``main-b -> worker-a`` (seed 000 §7.4);
 * BROADCAST ``main-a -> crew`` (``worker-a`` on A, ``main-b`` on B; seed 000 §8);
 * run steps in B's store (two runs, a step each, a completion at the end; seed 003): each step's
-  state and its outbox row in one transaction, shipped by B's gateway relay.
+  state and its outbox row in one transaction, shipped by B's gateway relay;
+* and, every :data:`BAD_EVERY` operations, a **bad record** written straight to B's inbox (what
+  a buggy client or an attacker on the wire would put there): garbage, a REPLY whose body was
+  changed after A signed it, or one signed by a key nobody trusts. B must dead-letter each with
+  a reason, never hold it, and neither die nor hot-loop on it (seed 000 §9, issue 12).
 
 Each locally acknowledged operation is a history row. After heal-and-drain,
 :meth:`Workload.collect` appends what the stores, the file and the run topic (through the fold)
@@ -32,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.bootstrap_client import build_client
-from pipeline.envelope import Kind, Signer
+from pipeline.envelope import Envelope, Kind, Signer, encode
 from pipeline.envelope.model import new_id
 from pipeline.errors import FleetError
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.config import load_config
+from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import ensure_pool_topic
 from pipeline.runs import RunJournal
@@ -59,6 +64,8 @@ RUN_POOL = "runs"  # the run topic is created as <prefix>pool.runs (ensure_pool_
 # one cycle of the mix: REPLY and SEND briefs stay the bulk (the planted bugs bite on them)
 MIX = ("reply", "brief", "ask", "reply", "brief", "broadcast", "reply", "brief", "run", "run")
 Stream = tuple[str, str]
+BAD_EVERY = 20  # one bad record per this many operations of the mix (every 2 s at 10/s)
+BAD_VARIANTS = ("garbage", "forged", "stranger")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +109,9 @@ class Workload:
         self._signer_b: Signer | None = None
         self.journal = RunJournal(topic=self.run_topic)
         self.run_steps: dict[str, int] = dict.fromkeys(RUNS, 0)
+        self.bad = 0  # bad records written to B's inbox
+        self._producer: Any = None  # the raw producer of the bad records (start())
+        self._signers: dict[str, Signer] = {}  # A's key, and a stranger's claiming to be A
 
     # -- setup -------------------------------------------------------------------------------
     def store_url(self, host: str) -> str:
@@ -144,6 +154,7 @@ class Workload:
             s.write_private(self.root / f"{h}.key")
             s.write_public(self.root / "trusted" / f"{h}.pub")
             signers[h] = s
+        self._signers = {"forged": signers["A"], "stranger": Signer.generate("A")}  # not trusted
         self.injected_file.touch()
         a = self._config(
             "A",
@@ -180,6 +191,9 @@ class Workload:
         client, client_b = self.client, self.client_b
         assert client is not None and client_b is not None
         ensure_pool_topic(self.config.bootstrap, self.topics, RUN_POOL, partitions=2)
+        from confluent_kafka import Producer
+
+        self._producer = Producer(producer_config(self.config.bootstrap))
         deadline = time.monotonic() + self.config.ready_timeout_s
         while not (
             client.knows(MAIN_B) and client.knows(WORKER_B) and client_b.knows(ASKER)
@@ -220,6 +234,30 @@ class Workload:
             self._broadcast()
         else:
             self._run_step(RUNS[self.ops % len(RUNS)])
+        if self.ops % BAD_EVERY == 0:
+            self._bad_record()
+
+    def _bad_record(self) -> None:
+        """A record no gateway may accept, straight to B's inbox, keyed to ``main-b``: its
+        ``bad`` history row is written once the broker confirmed it (an unconfirmed one was
+        never there to reject)."""
+        variant = BAD_VARIANTS[self.bad % len(BAD_VARIANTS)]
+        self.bad += 1
+        topic = self.topics.inbox("B")
+        env = Envelope.new(kind=Kind.REPLY, sender=SENDER, to=MAIN_B, body=b"bad", ttl_s=600)
+        if variant == "garbage":  # only a msgId: no envelope at all
+            key, headers, value = MAIN_B.encode(), [("msgId", env.msg_id.encode())], b"\xff\x00"
+        else:
+            key, headers, value = encode(env, topic=topic, signer=self._signers[variant])
+            if variant == "forged":
+                value = b"tampered"  # changed after A signed it
+
+        def confirmed(err: Any, _msg: Any) -> None:
+            if err is None:
+                self.history.write(Op.BAD, msgId=env.msg_id, variant=variant, to=MAIN_B)
+
+        self._producer.produce(topic, value=value, key=key, headers=headers, on_delivery=confirmed)
+        self._producer.poll(0)
 
     def _refused(self, exc: FleetError, what: str) -> None:
         """Refused locally: never acknowledged, so not the checker's."""
@@ -355,6 +393,8 @@ class Workload:
             self.send_one()
             nxt += interval
             self._stop.wait(max(0.0, nxt - time.monotonic()))
+        if self._producer is not None:  # the bad records' confirmations, on this thread only
+            self._producer.flush(self.config.drain_timeout_s)
         self._end_of_stream()
         self.timings["stream_s"] = round(time.monotonic() - t0, 3)
 
@@ -417,13 +457,29 @@ class Workload:
                 break
             time.sleep(0.5)
         self.timings["drain_s"] = round(time.monotonic() - t0, 3)
-        time.sleep(self.config.quiet_s)
-        self.timings["quiet_s"] = self.config.quiet_s
+        self._quiet_window()
         return drained
+
+    def _quiet_window(self) -> None:
+        """The quiet window, with each gateway's CPU seconds over it: the fleet has nothing to
+        do now, so a gateway that burns a core is hot-looping (the checker's ``cpu`` rule)."""
+        before = {name: p.cpu_s() for name, p in self.procs.items()}
+        t0 = time.monotonic()
+        time.sleep(self.config.quiet_s)
+        wall = time.monotonic() - t0
+        for name, p in self.procs.items():
+            start, end = before[name], p.cpu_s()
+            if start is not None and end is not None:
+                self.history.write(Op.CPU, name=name, cpu_s=round(end - start, 3),
+                                   wall_s=round(wall, 3))  # fmt: skip
+        self.timings["quiet_s"] = self.config.quiet_s
 
     def collect(self) -> None:
         t0 = time.monotonic()
         self._stop_answering()
+        for name, p in self.procs.items():  # a supervisor would have to restart these
+            if not p.alive:
+                self.history.write(Op.EXITED, name=name, exit_code=p.exit_code)
         self.history.extend(self.snapshot())
         self.history.extend(collect.run_topic_rows(self.config.bootstrap, self.run_topic))
         self.timings["collect_s"] = round(time.monotonic() - t0, 3)

@@ -79,7 +79,7 @@ def run(
     else:
         table = Table(title=f"fleet chaos run --seed {seed} --repeat {repeat}")
         for col in ("scenario", "reps", "ops", "faults", "lost", "dup", "order", "unseen",
-                    "refused", "late", "uncertain", "slowest recovery", "verdict"):  # fmt: skip
+                    "refused", "late", "uncertain", "bad", "slowest recovery", "verdict"):  # fmt: skip
             table.add_column(col, justify="left" if col in ("scenario", "verdict") else "right")
         for r in results:
             rec = "-" if r.slowest_recovery_s is None else f"{r.slowest_recovery_s:.1f} s"
@@ -87,7 +87,7 @@ def run(
             table.add_row(
                 f"#{r.number} {r.scenario}", str(r.repetitions), str(r.operations), str(r.faults),
                 str(r.lost), str(r.duplicated), str(r.out_of_order), str(r.unseen),
-                str(r.refused), str(r.late), str(r.uncertain), rec, verdict,
+                str(r.refused), str(r.late), str(r.uncertain), str(r.bad), rec, verdict,
             )  # fmt: skip
         console.print(table)
         for r in results:

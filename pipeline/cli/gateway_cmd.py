@@ -33,6 +33,8 @@ ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="The host's flee
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 EXIT_FATAL = 3
+# CPython's GIL switch interval in a gateway process (docs/gateway.md "Latency"): 1 ms, not 5
+GATEWAY_SWITCH_INTERVAL_S = 0.001
 
 
 def _load(config: Path, host: str | None = None) -> GatewayConfig:
@@ -67,6 +69,9 @@ def run(
     from pipeline.hooks import hooks_from_fault
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # the gateway's threads hand the GIL over at every store call, inject and poll: a thread
+    # back from one waits for a busy one's switch interval (5 ms by default) -- issue 17
+    sys.setswitchinterval(GATEWAY_SWITCH_INTERVAL_S)
     cfg = _load(config, host)
     if not cfg.trust_dir:
         raise ConfigError("trust_dir is not set", reason=Config.CONFIG_MISSING_TRUST)

@@ -51,6 +51,9 @@ class SendRequest:
     turn_id: str | None = None
 
 
+_RESOLVED = "fleet_resolved"  # session.info: (transaction, {gid: roster entry})
+
+
 def _now() -> int:
     return int(time.time() * 1000)
 
@@ -109,7 +112,19 @@ class GatewayClient:
             return roster_cache.live(s, _now())
 
     def _resolve(self, session: Session, to: str) -> roster_cache.RosterEntry:
+        # one lookup per recipient per transaction: a group commit of many sends to a few
+        # recipients read the same roster row once per send (a round trip each on PostgreSQL)
+        tx = session.get_transaction()
+        held = session.info.get(_RESOLVED)
+        if held is None or held[0] is not tx:
+            held = session.info[_RESOLVED] = (tx, {})
+        known: dict[str, roster_cache.RosterEntry] = held[1]
+        entry = known.get(to)
+        if entry is not None:
+            return entry
         entry = roster_cache.lookup(session, to)
+        if entry is not None:
+            known[to] = entry
         if entry is None:
             gone = roster_cache.departed(session, to)
             if gone is not None:

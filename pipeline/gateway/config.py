@@ -260,6 +260,8 @@ class GatewayConfig:
     key_file: str | None = None
     trust_dir: str | None = None
     inject_deadline_s: float = 30.0
+    # briefs of one entity journaled as one burst (docs/gateway.md "The inject journal")
+    inject_burst: int = 8
     max_held_per_recipient: int = 10000
     max_ttl_s: float = 86400
     clock_skew_s: float = 30
@@ -327,6 +329,9 @@ class GatewayConfig:
                 "max_held_per_recipient", self.max_held_per_recipient, "must be an integer"
             )
         _number(self.max_held_per_recipient, "max_held_per_recipient")
+        if not isinstance(self.inject_burst, int) or isinstance(self.inject_burst, bool):
+            raise invalid("inject_burst", self.inject_burst, "must be an integer")
+        _number(self.inject_burst, "inject_burst")
         if not isinstance(self.entities, tuple):
             raise invalid("entities", self.entities, "must be a list of entity tables")
         seen: set[str] = set()

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, String, Table, insert, select, update
+from sqlalchemy import BigInteger, Column, String, Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
@@ -71,16 +71,25 @@ def track(session: Session, kind: Tracked, **row: Any) -> None:
     session.execute(insert(kind.table), {**row, "state": PENDING})
 
 
+# Built once per table (the compiled form is then cached): every INJECTED an inbox takes reads
+# and settles its tracked send, on the pull path's hot loop (issue 17).
+_SETTLE: dict[Table, Any] = {}
+_STATE_OF: dict[Table, Any] = {}
+
+
 def settle(
     session: Session, kind: Tracked, msg_id: str, state: str, reason: str | None = None
 ) -> bool:
     """Move a pending row to ``state``; False when it was not pending (already settled)."""
     t = kind.table
-    result = session.execute(
-        update(t)
-        .where(t.c.msg_id == msg_id, t.c.state == PENDING)
-        .values(state=state, reason=reason)
-    )
+    stmt = _SETTLE.get(t)
+    if stmt is None:
+        stmt = _SETTLE[t] = (
+            update(t)
+            .where(t.c.msg_id == bindparam("b_msg_id"), t.c.state == PENDING)
+            .values(state=bindparam("b_state"), reason=bindparam("b_reason"))
+        )
+    result = session.execute(stmt, {"b_msg_id": msg_id, "b_state": state, "b_reason": reason})
     return bool(getattr(result, "rowcount", 0))
 
 
@@ -115,7 +124,10 @@ def mark_uncertain(session: Session, kinds: Sequence[Tracked], msg_id: str) -> s
 
 def state_of(session: Session, kind: Tracked, msg_id: str) -> str | None:
     t = kind.table
-    row = session.execute(select(t.c.state).where(t.c.msg_id == msg_id)).first()
+    stmt = _STATE_OF.get(t)
+    if stmt is None:
+        stmt = _STATE_OF[t] = select(t.c.state).where(t.c.msg_id == bindparam("b_msg_id"))
+    row = session.execute(stmt, {"b_msg_id": msg_id}).first()
     return None if row is None else str(row.state)
 
 
@@ -137,9 +149,11 @@ def answered(session: Session, kinds: Sequence[Tracked], msg_id: str) -> str | N
 def settle_answer(
     session: Session, kinds: Sequence[Tracked], msg_id: str, *, injected: bool, reason: str
 ) -> None:
-    """An ``INJECTED`` or ``FAILED`` about ``msg_id`` came back: settle it, whatever its kind."""
+    """An ``INJECTED`` or ``FAILED`` about ``msg_id`` came back: settle it, whatever its kind
+    (a msgId is tracked under one kind: the first that settles it ends the search)."""
     for kind in kinds:
-        settle(session, kind, msg_id, kind.answered if injected else FAILED, reason or None)
+        if settle(session, kind, msg_id, kind.answered if injected else FAILED, reason or None):
+            return
 
 
 class Deadlines:

@@ -5,16 +5,19 @@ retried with backoff until the message expires; success publishes ``INJECTED`` (
 outbox) to the sender, a final failure publishes ``FAILED``.
 
 A tracked brief (one whose sender waits for ``INJECTED``) goes through the inject journal
-(:mod:`pipeline.gateway.journal`): a row committed right before its first inject attempt, closed
-in the same transaction that stages its receipt right after the inject returns. A crash before
-the row loses the inject *visibly* (the sender's deadline turns the missing ``INJECTED`` into
-one ``FAILED``, which is true); a crash while the row is open -- one inject per entity at most --
-is reported at the next start as an ``INJECTED`` with stage ``uncertain``
+(:mod:`pipeline.gateway.journal`): a row committed before its first inject attempt, closed in the
+same transaction that stages its receipt right after the inject returns. A worker takes what is
+already queued for its entity as one burst (at most ``burst`` briefs, no wait for more): the
+burst's rows open in one transaction (the previous burst's close, when a backlog keeps it busy)
+and close in one after its last inject. A crash before the row loses the inject *visibly* (the
+sender's deadline turns the missing ``INJECTED`` into one ``FAILED``, which is true); a crash
+while rows are open -- one burst per entity at most -- is reported at the next start as an ``INJECTED`` with stage ``uncertain``
 (:meth:`InjectionQueue.report_uncertain`), never as a false "not injected".
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -42,6 +45,10 @@ log = logging.getLogger(__name__)
 
 RECEIPT_TTL_S = 3600.0
 TRACKED_KINDS = frozenset({Kind.SEND, Kind.ANSWER})
+# briefs of one entity journaled together: their rows open in one transaction and close (with
+# their receipts) in one, so a backlog costs one small transaction per burst, not per inject --
+# and a crash mid-burst leaves up to this many rows open, each reported uncertain at restart
+DEFAULT_BURST = 8
 
 
 def past_inject_deadline(env: Envelope, now_ms: int | None = None) -> bool:
@@ -88,13 +95,19 @@ class InjectionQueue:
         busy_policy: BackoffPolicy | None = None,
         on_injected: Callable[[str, Envelope], None] | None = None,
         hooks: Hooks = NO_HOOKS,
+        burst: int = DEFAULT_BURST,
     ) -> None:
+        if burst < 1:
+            raise ValueError(f"burst must be >= 1, got {burst}")
+        self.burst = burst
         self.entities = entities
         self.sessions = sessions
         self.publisher = publisher
         self.metrics = metrics
         self.busy = busy_policy or BackoffPolicy(base_s=0.05, max_s=2.0, max_attempts=10_000)
         self.on_injected = on_injected
+        # called after a transaction staged receipts (the gateway wakes its relay with it)
+        self.on_receipts: Callable[[], None] | None = None
         self.hooks = hooks
         self._queues: dict[str, queue.Queue[_Job | None]] = {}
         self._threads: list[threading.Thread] = []
@@ -125,88 +138,115 @@ class InjectionQueue:
         return all(q.unfinished_tasks == 0 for q in self._queues.values())
 
     def _work(self, q: queue.Queue[_Job | None]) -> None:
-        ahead: list[_Job | None] = []  # the next job, taken early by the last close
-        opened = False  # ... and its journal row opened in that close's transaction
+        nxt: list[_Job | None] = []  # the next burst, taken by the last close ...
+        opened: set[str] | None = None  # ... which opened these rows (None: not opened yet)
         while True:
-            job = ahead.pop() if ahead else q.get()
+            jobs = nxt or self._take(q, q.get())
+            nxt = []
             try:
-                if job is None:
-                    return
-                outcome = self._inject(job, opened=opened)
-                opened = False
-                opened = self._record(job, outcome, self._take_next(q, outcome, ahead))
-            except Exception:  # one bad job must not kill the entity's worker
+                if opened is None:  # no close opened this burst's rows: its own transaction
+                    opened = self._open_all(jobs)
+                done: list[tuple[_Job, _Outcome]] = []
+                for job in jobs:
+                    if job is None:
+                        break
+                    try:
+                        done.append((job, self._inject(job, opened=job.envelope.msg_id in opened)))
+                    except Exception:  # one bad job must not kill the entity's worker
+                        log.exception("injection worker error")  # its row stays open: uncertain
+                opened = None
+                if any(o.journal is not None or o.receipt is not None for _, o in done):
+                    if jobs[-1] is not None:  # not stopping: open the next burst in this close
+                        with contextlib.suppress(queue.Empty):
+                            nxt = self._take(q, q.get_nowait())
+                    opened = self._record(done, nxt)
+                    if not nxt:
+                        opened = None
+            except Exception:
                 log.exception("injection worker error")
             finally:
-                q.task_done()
+                for _ in jobs:
+                    q.task_done()
+            if jobs[-1] is None:
+                return
 
-    @staticmethod
-    def _take_next(
-        q: queue.Queue[_Job | None], outcome: _Outcome, ahead: list[_Job | None]
-    ) -> _Job | None:
-        """The next tracked job when it is already queued and this outcome closes a row: its
-        row is then opened in the same transaction (one transaction per inject in a burst, and
-        still one open row -- one inject -- per entity at a time)."""
-        if outcome.journal is None:
-            return None
-        try:
-            nxt = q.get_nowait()
-        except queue.Empty:
-            return None
-        ahead.append(nxt)
-        return nxt if nxt is not None and nxt.tracked else None
+    def _take(self, q: queue.Queue[_Job | None], first: _Job | None) -> list[_Job | None]:
+        """A burst: ``first`` and what is already queued behind it, at most ``burst`` jobs (no
+        wait for more), ending early at the stop mark."""
+        jobs = [first]
+        while first is not None and len(jobs) < self.burst:
+            try:
+                job = q.get_nowait()
+            except queue.Empty:
+                break
+            jobs.append(job)
+            if job is None:
+                break
+        return jobs
 
-    def _record(self, job: _Job, outcome: _Outcome, then_open: _Job | None = None) -> bool:
-        """Close the journal row and stage the receipt: one transaction, right after the inject
-        (the receipt is never more than this one transaction behind its inject); ``then_open``'s
-        row is opened in it too. True when ``then_open``'s row was opened."""
-        if outcome.journal is None and outcome.receipt is None:
-            return False
+    def _record(self, done: list[tuple[_Job, _Outcome]], then_open: list[_Job | None]) -> set[str]:
+        """Close the burst's journal rows and stage their receipts: one transaction, right after
+        the burst's last inject (a receipt is never more than this one transaction behind its
+        inject); ``then_open``'s rows are opened in it too. Returns the msgIds opened."""
 
-        def once() -> bool:  # a whole transaction, so a retry applies nothing twice
+        def once() -> set[str]:  # a whole transaction, so a retry applies nothing twice
             with self.sessions.begin() as s:
-                if outcome.journal is not None and not journal.close_entry(
-                    s, job.envelope.msg_id, outcome.journal
-                ):
-                    # a restart's report (a twin's) moved the row first: its one outcome stands
-                    log.warning("journal row of %s was not open any more", job.envelope.msg_id)
-                elif outcome.receipt is not None:
-                    self.publisher.stage(s, outcome.receipt.envelope, to_host=outcome.receipt.host)
-                return then_open is not None and self._open_in(s, then_open)
+                for job, outcome in done:
+                    if outcome.journal is not None and not journal.close_entry(
+                        s, job.envelope.msg_id, outcome.journal
+                    ):
+                        # a restart's report (a twin's) moved the row first: its outcome stands
+                        log.warning("journal row of %s was not open any more", job.envelope.msg_id)
+                    elif outcome.receipt is not None:
+                        receipt = outcome.receipt
+                        self.publisher.stage(s, receipt.envelope, to_host=receipt.host)
+                return self._open_in(s, then_open)
 
         # a store hiccup must not leave an injected brief without its receipt until a restart
-        return with_retry(once, what="inject receipt")
-
-    def _open(self, job: _Job) -> bool:
-        """Commit the journal row before the first inject attempt; False: already journaled."""
-
-        def once() -> bool:
-            with self.sessions.begin() as s:
-                return self._open_in(s, job)
-
-        opened = with_retry(once, what="inject journal")
-        if not opened:
-            log.error("brief %s to %s is already in the inject journal: not injected again",
-                      job.envelope.msg_id, job.gid)  # fmt: skip
+        opened = with_retry(once, what="inject receipt")
+        if self.on_receipts is not None and any(o.receipt is not None for _, o in done):
+            self.on_receipts()
         return opened
 
+    def _open_all(self, jobs: list[_Job | None]) -> set[str]:
+        """Commit the burst's journal rows before its first inject; returns the msgIds opened
+        (a tracked brief missing from it was journaled before: it is not injected again)."""
+        if not any(j is not None and j.tracked for j in jobs):
+            return set()
+
+        def once() -> set[str]:
+            with self.sessions.begin() as s:
+                return self._open_in(s, jobs)
+
+        return with_retry(once, what="inject journal")
+
     @staticmethod
-    def _open_in(session: Session, job: _Job) -> bool:
-        assert job.reply_host is not None
-        env = job.envelope
-        return journal.open_entry(
-            session,
-            msg_id=env.msg_id,
-            gid=job.gid,
-            sender=env.sender,
-            reply_host=job.reply_host,
-            trace_id=env.trace_id,
-        )
+    def _open_in(session: Session, jobs: list[_Job | None]) -> set[str]:
+        opened = set()
+        for job in jobs:
+            if job is None or not job.tracked:
+                continue
+            assert job.reply_host is not None
+            env = job.envelope
+            if journal.open_entry(
+                session,
+                msg_id=env.msg_id,
+                gid=job.gid,
+                sender=env.sender,
+                reply_host=job.reply_host,
+                trace_id=env.trace_id,
+            ):
+                opened.add(env.msg_id)
+        return opened
 
     def _inject(self, job: _Job, *, opened: bool = False) -> _Outcome:
-        """Inject one job; ``opened``: its journal row is already committed (by the last close)."""
+        """Inject one job; ``opened``: its journal row is committed (tracked briefs)."""
         env = job.envelope
-        journaled = opened  # the journal row is committed (tracked briefs, first attempt)
+        journaled = opened
+        if job.tracked and not journaled:
+            log.error("brief %s to %s is already in the inject journal: not injected again",
+                      env.msg_id, job.gid)  # fmt: skip
+            return _Outcome(None, None)
 
         def closing(state: str, receipt: _Receipt | None) -> _Outcome:
             return _Outcome(state if journaled else None, receipt)
@@ -232,10 +272,6 @@ class InjectionQueue:
                     return closing(journal.FAILED, failed)
                 why = "expired while the target stayed busy"
                 return closing(journal.FAILED, self._failed(job, Verification.EXPIRED, why))
-            if job.tracked and not journaled:
-                if not self._open(job):
-                    return _Outcome(None, None)
-                journaled = True
             attempt += 1
             try:
                 injector.inject(

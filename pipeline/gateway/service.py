@@ -101,15 +101,22 @@ class Gateway:
 
     def stop(self, timeout: float = 10.0) -> None:
         self.stop_event.set()
-        deadline = time.monotonic() + timeout
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        log.info("gateway %s: stopping", self.host)
         for loop in self.loops:
             if loop.thread is not None:
                 loop.thread.join(max(0.1, deadline - time.monotonic()))
+        stuck = [loop.name for loop in self.loops if loop.thread and loop.thread.is_alive()]
+        if stuck:  # a slow stop says which loop held it (the supervisor's SIGKILL may come next)
+            log.warning("gateway %s: %s still running %.1f s after stop", self.host,
+                        ", ".join(stuck), time.monotonic() - t0)  # fmt: skip
         for fn in self.on_stop:
             try:
                 fn()
             except Exception:
                 log.exception("gateway %s: stop hook failed", self.host)
+        log.info("gateway %s: stopped in %.1f s", self.host, time.monotonic() - t0)
 
     def wait(self, poll_s: float = 0.2) -> BaseException | None:
         """Block until stopped (signal or fatal error); returns the fatal error, if any."""

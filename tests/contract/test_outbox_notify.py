@@ -49,3 +49,46 @@ def test_the_listener_wakes_on_commit_and_not_on_rollback(engine: Engine) -> Non
         stop.set()
         assert thread is not None
         thread.join(10)
+
+
+def test_one_notify_per_transaction_and_a_rolled_back_savepoint_does_not_eat_it(
+    engine: Engine,
+) -> None:
+    """A group commit writes many rows: one NOTIFY (a round trip each) is enough, since
+    PostgreSQL folds repeats; but a NOTIFY issued inside a savepoint that rolls back is gone,
+    so the next write notifies again and the commit still wakes the listener."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    from sqlalchemy import event
+
+    sent: list[str] = []
+    event.listen(
+        engine,
+        "before_cursor_execute",
+        lambda _c, _cur, statement, *_: sent.append(statement) if "NOTIFY" in statement else None,
+    )
+    stop = threading.Event()
+    woken = threading.Event()
+    thread = listen(engine, woken.set, stop)
+    try:
+        assert woken.wait(30)
+        woken.clear()
+        sessions = session_factory(engine)
+        with sessions.begin() as s:
+            for i in range(5):
+                outbox.write(s, topic="t", key=b"k", value=b"v", branch_key=f"many-{i}")
+        assert len(sent) == 1, sent
+        assert woken.wait(30)
+        woken.clear()
+        sent.clear()
+        with sessions.begin() as s:
+            with pytest.raises(RuntimeError), s.begin_nested():
+                outbox.write(s, topic="t", key=b"k", value=b"v", branch_key="in-savepoint")
+                raise RuntimeError("roll the savepoint back")
+            outbox.write(s, topic="t", key=b"k", value=b"v", branch_key="after-savepoint")
+        assert len(sent) == 2, sent
+        assert woken.wait(30)  # the commit delivered the second one
+    finally:
+        stop.set()
+        assert thread is not None
+        thread.join(10)

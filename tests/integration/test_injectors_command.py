@@ -97,6 +97,14 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     assert _gone(grandchild), f"grandchild {grandchild} survived the timeout"
 
 
+def test_a_command_that_never_reads_a_large_body_times_out_not_hangs() -> None:
+    """The body is written while the timeout runs: a hung command that never reads a body larger
+    than the pipe holds is killed at the timeout (INJECT_TIMEOUT), the write does not block."""
+    with pytest.raises(InjectError) as info:
+        sh("echo waiting >&2; sleep 60", timeout_s=1.0).inject(body=b"z" * (1 << 20), **ARGS)
+    assert (info.value.reason, info.value.context["stderr"]) == ("INJECT_TIMEOUT", "waiting")
+
+
 def test_python_module_as_injector(tmp_path: Path) -> None:
     out = tmp_path / "out"
     code = f"import os,sys; open({str(out)!r},'wb').write(os.environ['FLEET_KIND'].encode()+sys.stdin.buffer.read())"

@@ -315,3 +315,45 @@ def test_pending_counts_what_has_no_outcome_yet() -> None:
          out(Op.HELD, "q0"), bcast("x0"), *staged("x0", "A", "B"),
          out(Op.HELD, "x0", to="main-b"), step("c/r0/b1", 1)]  # fmt: skip
     assert pending(h) == 3  # r1, the ASK's end, worker-a's broadcast; run steps are not counted
+
+
+def bad(mid: str, variant: str = "forged") -> dict[str, Any]:
+    return {"op": "bad", "msgId": mid, "variant": variant, "to": "main-b"}
+
+
+def test_bad_records_dead_lettered_with_a_reason_pass_and_count() -> None:
+    """Issue 12: every rejection carries a reason code. A bad record (garbage, forged, a
+    stranger's) that B dead-lettered with its reason, or refused, is the defined outcome."""
+    h = [bad("x0", "garbage"), bad("x1"), bad("x2", "stranger"),
+         out(Op.DEAD_LETTER, "x0", reason="MISSING_HEADER"),
+         out(Op.DEAD_LETTER, "x1", reason="SIG_INVALID"), out(Op.DEAD_LETTER, "x1", reason="SIG_INVALID"),
+         out(Op.REJECTED, "x2", reason="OFFSETS_LOST")]  # fmt: skip
+    v = check(h)
+    assert v.ok, v.findings
+    assert (v.bad, v.lost, v.sends) == (3, 0, 0)
+
+
+def test_a_bad_record_held_is_accepted_and_one_never_rejected_is_lost() -> None:
+    h = [bad("x0"), bad("x1"), out(Op.HELD, "x0"), out(Op.DEAD_LETTER, "x0", reason="SIG_INVALID")]
+    v = check(h)
+    assert [(f.code, f.msg_id) for f in v.findings] == [
+        (Violation.BAD_ACCEPTED, "x0"), (Violation.BAD_UNREJECTED, "x1")
+    ]  # fmt: skip
+    assert v.lost == 1
+
+
+def test_a_bad_records_dead_letter_without_a_reason_is_a_finding() -> None:
+    v = check([bad("x0"), out(Op.DEAD_LETTER, "x0", reason="")])
+    assert v.count(Violation.NO_REASON) == 1
+
+
+def test_a_gateway_burning_a_core_in_the_quiet_window_hot_loops_and_a_gone_one_died() -> None:
+    """Issue 12: no process hot-loops or dies on a bad record."""
+    idle = {"op": "cpu", "name": "A", "cpu_s": 0.08, "wall_s": 3.0}
+    hot = {"op": "cpu", "name": "B", "cpu_s": 2.9, "wall_s": 3.0}
+    gone = {"op": "exited", "name": "B", "exit_code": 1}
+    assert check([idle]).ok
+    v = check([idle, hot, gone])
+    assert [(f.code, f.msg_id) for f in v.findings] == [
+        (Violation.HOT_LOOP, "B"), (Violation.DIED, "B")
+    ]  # fmt: skip

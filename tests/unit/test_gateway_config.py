@@ -160,6 +160,9 @@ def test_missing_required_key(tmp_path: Path, text: str, key: str) -> None:
         ("inject_deadline_s = 0", "inject_deadline_s", 0),
         ("inject_deadline_s = 'soon'", "inject_deadline_s", "soon"),
         ("max_held_per_recipient = 1.5", "max_held_per_recipient", 1.5),
+        ("inject_burst = 0", "inject_burst", 0),
+        ("inject_burst = 2.5", "inject_burst", 2.5),
+        ("inject_burst = true", "inject_burst", True),
         ("max_held_per_recipient = true", "max_held_per_recipient", True),
         ("clock_skew_s = -1", "clock_skew_s", -1),
         ("presence_ttl_s = 5.0", "presence_ttl_s", 5.0),  # not above the 5 s interval

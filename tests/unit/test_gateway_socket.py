@@ -240,6 +240,32 @@ def test_a_pending_batch_is_one_transaction(served) -> None:  # type: ignore[no-
     assert [p.answer()["id"] for p in batch] == list(range(5)) and _rows(engine) == 5
 
 
+def test_a_group_resolves_each_recipient_once_and_the_next_group_afresh(
+    served, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Group commit reads a recipient's roster row once per transaction (a round trip per send
+    on PostgreSQL otherwise); a later transaction reads it again, so a recipient tombstoned
+    between two groups is refused, never served from the first group's copy."""
+    server, engine, _cfg, _commits = served
+    lookups: list[str] = []
+    real = roster_cache.lookup
+    monkeypatch.setattr(
+        roster_cache, "lookup", lambda s, gid, *a: lookups.append(gid) or real(s, gid, *a)
+    )
+    batch = [
+        _Pending(id=i, request=parse_send({"sender": "main-a", "to": "main-b", "body": ""}))
+        for i in range(10)
+    ]
+    server.commit(batch)
+    assert lookups == ["main-b"] and _rows(engine) == 10
+    with session_factory(engine).begin() as s:
+        roster_cache.replace_all(s, [])  # main-b retracted between the groups
+    late = [_Pending(id=0, request=parse_send({"sender": "main-a", "to": "main-b", "body": ""}))]
+    server.commit(late)
+    assert late[0].answer()["error"]["reason"] == "UNKNOWN_RECIPIENT"
+    assert _rows(engine) == 10
+
+
 def test_concurrent_clients_each_get_their_own_answers(served) -> None:  # type: ignore[no-untyped-def]
     server, engine, _cfg, _commits = served
     got: dict[int, list[str]] = {}

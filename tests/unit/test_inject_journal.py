@@ -116,18 +116,18 @@ def test_each_inject_closes_its_row_and_stages_its_injected_at_once(engine: Engi
     assert [(k, r.msg_id, r.stage) for k, r in got] == [("INJECTED", b.msg_id, "") for b in briefs]
 
 
-def test_in_a_burst_each_inject_sees_exactly_its_own_row_open(engine: Engine) -> None:
-    """A burst opens the next brief's row in the transaction that closes the last one, yet the
-    window stays one inject: whenever the injector runs, the one open row is its own brief's."""
-    seen: list[tuple[str, list[str]]] = []
+def _held_burst(engine: Engine, burst: int, n: int) -> tuple[list[Envelope], list[Any], int]:
+    """``n`` briefs queued behind a first inject held until all are queued; returns the briefs,
+    (msgId, open rows) as each inject saw them, and how many bursts opened rows on their own."""
+    seen: list[tuple[str, set[str]]] = []
     gate = threading.Event()
 
     def look(**kw: Any) -> None:
-        gate.wait(5)  # hold the first inject until the whole burst is queued
+        gate.wait(5)  # hold the first inject until the whole backlog is queued
         with engine.connect() as c:
             t = journal.journal_table
             rows = c.execute(select(t.c.msg_id).where(t.c.state == journal.OPEN))
-            seen.append((kw["msg_id"], [r.msg_id for r in rows]))
+            seen.append((kw["msg_id"], {r.msg_id for r in rows}))
 
     entities = LocalEntities()
     entities.register(
@@ -138,20 +138,51 @@ def test_in_a_burst_each_inject_sees_exactly_its_own_row_open(engine: Engine) ->
         sessions=session_factory(engine),
         publisher=Publisher(host="B", signer=Signer.generate("B"), topics=TopicNames()),
         metrics=GatewayMetrics(CollectorRegistry()),
+        burst=burst,
     )
-    alone: list[str] = []  # rows opened in a transaction of their own
-    own = q._open
-    q._open = lambda job: alone.append(job.envelope.msg_id) or own(job)  # type: ignore[method-assign]
-    briefs = [_brief() for _ in range(6)]
+    alone: list[int] = []  # bursts whose rows opened in a transaction of their own
+    own = q._open_all
+
+    def open_all(jobs: list[Any]) -> set[str]:
+        if any(j is not None for j in jobs):  # the stop mark alone opens nothing
+            alone.append(len(jobs))
+        return own(jobs)
+
+    q._open_all = open_all  # type: ignore[method-assign]
+    briefs = [_brief() for _ in range(n)]
     for b in briefs:
         q.submit("worker-b", b, reply_host="A")
     gate.set()
     _wait(q)
     q.stop()
-    assert seen == [(b.msg_id, [b.msg_id]) for b in briefs]
-    assert alone == [briefs[0].msg_id], "the rest opened in the previous close's transaction"
+    assert [m for m, _ in seen] == [b.msg_id for b in briefs], "injected once each, in order"
     assert _states(engine) == {b.msg_id: journal.INJECTED for b in briefs}
     assert [r.msg_id for _, r in _receipts(engine)] == [b.msg_id for b in briefs]
+    return briefs, seen, len(alone)
+
+
+def test_with_burst_one_each_inject_sees_exactly_its_own_row_open(engine: Engine) -> None:
+    """``burst = 1``: the next brief's row opens in the transaction that closes the last one, and
+    the window is one inject: whenever the injector runs, the one open row is its own brief's."""
+    briefs, seen, alone = _held_burst(engine, burst=1, n=6)
+    assert seen == [(b.msg_id, {b.msg_id}) for b in briefs]
+    assert alone == 1, "the rest opened in the previous close's transaction"
+
+
+def test_a_burst_keeps_at_most_burst_rows_open_each_its_own_burst(engine: Engine) -> None:
+    """A backlog is journaled a burst at a time: whenever the injector runs, its own row is open
+    and so are at most ``burst`` rows, all of briefs of its burst (never an earlier brief's: a
+    burst's rows close, with their receipts, before the next burst injects anything)."""
+    briefs, seen, alone = _held_burst(engine, burst=4, n=11)
+    order = {b.msg_id: i for i, b in enumerate(briefs)}
+    for msg_id, open_rows in seen:
+        assert msg_id in open_rows
+        assert len(open_rows) <= 4
+        assert min(order[m] for m in open_rows) >= order[msg_id] - 3
+        assert all(order[m] - order[msg_id] < 4 for m in open_rows)
+    bursts = {frozenset(rows) for _, rows in seen}
+    assert sorted(order[m] for rows in bursts for m in rows) == list(range(11)), "disjoint bursts"
+    assert alone == 1, "after the first, each burst opened in the previous close's transaction"
 
 
 def test_an_untracked_inject_writes_no_journal_row(engine: Engine) -> None:
@@ -180,7 +211,7 @@ def test_a_crash_after_the_inject_leaves_the_row_open_and_the_restart_reports_it
     crashing, _ = _queue(engine, injected, hooks=Hooks(crash=die))
     b = _brief()
     with pytest.raises(Crash):
-        crashing._record(_job(b), crashing._inject(_job(b)))
+        _one(crashing, _job(b))
     assert injected == [b.msg_id], "the inject ran"
     assert _states(engine) == {b.msg_id: journal.OPEN} and _receipts(engine) == []
 
@@ -199,6 +230,17 @@ def _job(env: Envelope) -> Any:
     from pipeline.gateway.injection import _Job
 
     return _Job("worker-b", env, "A", 0.0)
+
+
+def _opened_inject(q: InjectionQueue, job: Any) -> Any:
+    """The worker's steps for a burst of one: its row committed, then the inject."""
+    opened = q._open_all([job])
+    return q._inject(job, opened=job.envelope.msg_id in opened)
+
+
+def _one(q: InjectionQueue, job: Any) -> None:
+    """... and the close with its receipt."""
+    q._record([(job, _opened_inject(q, job))], [])
 
 
 def test_the_row_is_committed_before_the_inject_runs(engine: Engine) -> None:
@@ -221,7 +263,7 @@ def test_the_row_is_committed_before_the_inject_runs(engine: Engine) -> None:
         metrics=GatewayMetrics(CollectorRegistry()),
     )
     b = _brief()
-    q._record(_job(b), q._inject(_job(b)))
+    _one(q, _job(b))
     assert seen == [journal.OPEN]
     assert _states(engine) == {b.msg_id: journal.INJECTED}
 
@@ -232,9 +274,9 @@ def test_whoever_closes_the_row_first_sends_the_one_outcome(engine: Engine) -> N
     injected: list[str] = []
     q, _ = _queue(engine, injected)
     b = _brief()
-    outcome = q._inject(_job(b))  # injected; the row is open
+    outcome = _opened_inject(q, _job(b))  # injected; the row is open
     assert q.report_uncertain() == 1  # the other process got there first
-    q._record(_job(b), outcome)  # the worker's close finds the row not open
+    q._record([(_job(b), outcome)], [])  # the worker's close finds the row not open
     assert [(k, r.stage) for k, r in _receipts(engine)] == [("INJECTED", "uncertain")]
     assert _states(engine) == {b.msg_id: journal.UNCERTAIN}
 
@@ -243,8 +285,8 @@ def test_a_journaled_msg_id_is_never_injected_again(engine: Engine) -> None:
     injected: list[str] = []
     q, _ = _queue(engine, injected)
     b = _brief()
-    q._record(_job(b), q._inject(_job(b)))
-    q._record(_job(b), q._inject(_job(b)))
+    _one(q, _job(b))
+    _one(q, _job(b))
     assert injected == [b.msg_id]
     assert len(_receipts(engine)) == 1
 
@@ -269,7 +311,7 @@ def test_a_permanent_inject_failure_closes_failed_with_its_failed(engine: Engine
         metrics=GatewayMetrics(CollectorRegistry()),
     )
     b = _brief()
-    q._record(_job(b), q._inject(_job(b)))
+    _one(q, _job(b))
     assert _states(engine) == {b.msg_id: journal.FAILED}
     [(kind, r)] = _receipts(engine)
     assert (kind, r.reason) == ("FAILED", "INJECT_FAILED")
@@ -312,7 +354,7 @@ def test_an_uncertain_injected_reads_may_have_been_injected() -> None:
 def test_retention_purges_closed_journal_rows_and_never_an_open_one(engine: Engine) -> None:
     q, _ = _queue(engine, [])
     done, stuck = _brief(), _brief()
-    q._record(_job(done), q._inject(_job(done)))
+    _one(q, _job(done))
     with session_factory(engine).begin() as s:
         journal.open_entry(s, msg_id=stuck.msg_id, gid="worker-b", sender="main-a",
                            reply_host="A", trace_id="t")  # fmt: skip
