@@ -95,8 +95,9 @@ def build_pool_member(
             admin_factory=factories.admin,
         )
     registry = registry or CollectorRegistry()
-    # SQLite: the member's threads (step claims and results, batches) queue in-process
-    engine = serialize_writes(factories.engine(config.store_url))
+    # SQLite: the member's threads (step claims and results, batches) queue in-process, and
+    # the members sharing the file queue on its lock file (not in SQLite's busy handler)
+    engine = serialize_writes(factories.engine(config.store_url), across_processes=True)
     sessions = session_factory(engine)
     metrics = PoolMetrics(registry, pool=config.pool)
     dedupe_header = "msgId" if config.dedupe else None

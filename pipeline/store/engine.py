@@ -143,9 +143,14 @@ _GATES: weakref.WeakKeyDictionary[Any, _WriteGate] = weakref.WeakKeyDictionary()
 _FILE_GATES: weakref.WeakValueDictionary[str, _WriteGate] = weakref.WeakValueDictionary()
 
 
-def _gate_for(engine: Engine, wait_s: float) -> _WriteGate:
+def _gate_for(engine: Engine, wait_s: float, *, across_processes: bool) -> _WriteGate:
     database = engine.url.database
-    if not database or database == ":memory:" or database.startswith("file:"):
+    if (
+        not across_processes
+        or not database
+        or database == ":memory:"
+        or database.startswith("file:")
+    ):
         return _WriteGate(wait_s)
     path = os.path.realpath(database)
     gate = _FILE_GATES.get(path)
@@ -161,10 +166,13 @@ def _gate_for(engine: Engine, wait_s: float) -> _WriteGate:
     return gate
 
 
-def serialize_writes(engine: Engine, *, wait_s: float = 30.0) -> Engine:
-    """SQLite: queue write transactions on the database file before ``BEGIN IMMEDIATE`` -- this
-    process's on an in-process lock, and across processes that use this gate on an ``flock`` of
-    ``<database>-writers`` (a no-op on other databases); returns ``engine``.
+def serialize_writes(
+    engine: Engine, *, wait_s: float = 30.0, across_processes: bool = False
+) -> Engine:
+    """SQLite: queue write transactions before ``BEGIN IMMEDIATE`` -- this process's on an
+    in-process lock, and with ``across_processes`` (pool members: processes on one file) also
+    on an ``flock`` of ``<database>-writers`` that every such process takes (a no-op on other
+    databases); returns ``engine``.
 
     SQLite allows one writer. Without the gate, writers that write often (pool members' step
     claims and results beside their batch transactions, on one file) wait in SQLite's busy
@@ -174,7 +182,7 @@ def serialize_writes(engine: Engine, *, wait_s: float = 30.0) -> Engine:
     lock and busy timeout, as before; read-only transactions (:func:`readonly`) never queue."""
     if engine.dialect.name != "sqlite" or engine.pool in _GATES:
         return engine
-    gate = _GATES[engine.pool] = _gate_for(engine, wait_s)
+    gate = _GATES[engine.pool] = _gate_for(engine, wait_s, across_processes=across_processes)
     dialect = engine.dialect
     commit, rollback = dialect.do_commit, dialect.do_rollback
 

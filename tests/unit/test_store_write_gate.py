@@ -140,7 +140,7 @@ _HOLDER = """
 import sys
 import sqlalchemy as sa
 from pipeline.store import make_engine, serialize_writes
-engine = serialize_writes(make_engine(sys.argv[1]))
+engine = serialize_writes(make_engine(sys.argv[1]), across_processes=True)
 with engine.begin() as conn:
     conn.execute(sa.text("INSERT INTO t VALUES (10)"))
     print("held", flush=True)
@@ -156,7 +156,7 @@ def test_a_writer_of_another_gated_process_is_waited_for_not_refused(
     process's write transaction on the file lock beside the database (woken when it commits),
     where SQLite -- here with ``busy_timeout=0`` -- would refuse it at once (the control above,
     and the refused-BEGIN test with an ungated holder)."""
-    serialize_writes(engine)
+    serialize_writes(engine, across_processes=True)
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     with subprocess.Popen(
@@ -182,3 +182,12 @@ def test_a_writer_of_another_gated_process_is_waited_for_not_refused(
             child.kill()
     with readonly(engine).connect() as conn:
         assert sorted(conn.execute(sa.text("SELECT v FROM t")).scalars()) == [2, 10]
+
+
+def test_the_file_lock_is_opt_in(engine: Engine, tmp_path: Path) -> None:
+    """Only processes that ask for it (pool members) queue across processes: a gateway's gate
+    stays in-process, as before."""
+    serialize_writes(engine)
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO t VALUES (1)"))
+    assert not (tmp_path / "s.sqlite-writers").exists()
