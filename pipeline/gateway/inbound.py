@@ -27,6 +27,7 @@ from pipeline.control.metrics import LifecycleMetrics
 from pipeline.envelope import (
     EXPIRED,
     REPLAY,
+    UNKNOWN_SENDER,
     BatchVerifier,
     BoundedSeenSet,
     Envelope,
@@ -63,6 +64,9 @@ RECIPIENT_GONE = Lifecycle.RECIPIENT_GONE
 INJECT_DEADLINE_PASSED = reasons.Delivery.INJECT_DEADLINE_PASSED
 REPLY_TTL_S = 300.0
 _STILL_A_DUPLICATE = frozenset({REPLAY, EXPIRED})
+# how long a record from a sender the roster does not know waits for the roster to have read
+# every presence record produced before it (the follower's horizon advances about once a second)
+ROSTER_WAIT_S = 5.0
 
 
 @dataclass
@@ -164,6 +168,21 @@ class InboxHandler:
             value=record.value,
         )
 
+    def _roster_caught_up_to(self, record: Record) -> bool:
+        """A sender unknown here may be one whose presence this host has not read yet: records
+        cross topics in no common order, so a peer's first record after its (re)start can
+        overtake its heartbeat (seen after a clean restart: the restarted host's senders read
+        as departed since its tombstones). Wait, bounded, until the roster has read every
+        presence record produced before ``record``; True when it had to wait (verify again),
+        False when it had read that far already (the refusal stands)."""
+        horizon = getattr(self.verifier.presence, "horizon_ms", None)
+        if horizon is None or horizon() >= record.timestamp_ms:
+            return False
+        deadline = time.monotonic() + ROSTER_WAIT_S
+        while horizon() < record.timestamp_ms and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return True
+
     def _refused(self, record: Record, exc: EnvelopeError) -> DeadLetter:
         """Seed 000 §2.1: any failed check is a dead letter with its reason, counted, logged loudly."""
         self.metrics.verify_failure(exc.reason)
@@ -179,7 +198,15 @@ class InboxHandler:
             if exc.reason == REPLAY:
                 self.metrics.verify_failure(exc.reason)
                 return ACK  # a msgId already applied: dropped and counted, not dead-lettered
-            return self._refused(record, exc)
+            if exc.reason != UNKNOWN_SENDER or not self._roster_caught_up_to(record):
+                return self._refused(record, exc)
+            try:  # the roster has now read every presence record produced before this one
+                verified = self.verifier.verify(
+                    topic=record.topic, key=record.key, headers=list(record.headers),
+                    value=record.value,
+                )  # fmt: skip
+            except EnvelopeError as again:
+                return self._refused(record, again)
         env = verified.envelope
         if env.to.startswith(BROADCAST_PREFIX):
             return self._broadcast(env, record, tx)
