@@ -161,6 +161,9 @@ class InboxHandler:
             if isinstance(done, Exception):
                 raise done
             return done
+        return self._verify_afresh(record)
+
+    def _verify_afresh(self, record: Record) -> Verified:
         return self.verifier.verify(
             topic=record.topic,
             key=record.key,
@@ -201,10 +204,7 @@ class InboxHandler:
             if exc.reason != UNKNOWN_SENDER or not self._roster_caught_up_to(record):
                 return self._refused(record, exc)
             try:  # the roster has now read every presence record produced before this one
-                verified = self.verifier.verify(
-                    topic=record.topic, key=record.key, headers=list(record.headers),
-                    value=record.value,
-                )  # fmt: skip
+                verified = self._verify_afresh(record)
             except EnvelopeError as again:
                 return self._refused(record, again)
         env = verified.envelope
