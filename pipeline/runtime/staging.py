@@ -82,12 +82,12 @@ class _Lean:
         return out
 
 
-# (table, dialect name, column keys) -> _Lean, or None where SQLAlchemy must build the rows
-_LEAN: dict[tuple[Table, str, tuple[str, ...]], _Lean | None] = {}
+# (table, dialect name, driver, column keys) -> _Lean, or None where SQLAlchemy must build the rows
+_LEAN: dict[tuple[Table, str, str, tuple[str, ...]], _Lean | None] = {}
 
 
 def _lean_for(table: Table, dialect: Dialect, keys: tuple[str, ...]) -> _Lean | None:
-    cache_key = (table, dialect.name, keys)
+    cache_key = (table, dialect.name, dialect.driver, keys)
     if cache_key in _LEAN:
         return _LEAN[cache_key]
     lean: _Lean | None = None
