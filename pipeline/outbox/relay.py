@@ -425,7 +425,7 @@ class Relay:
                 self._fatal = True
         if confirmed:
             self.metrics.published_total.inc(len(confirmed))
-            oldest = min(r[8] for r in confirmed)
+            oldest = confirmed[0][8]  # id order: the lowest id is the oldest row (status.py)
             lag = max(0.0, time.time() - oldest)
             self.metrics.relay_lag_seconds.set(lag)
             self.metrics.batch_lag_seconds.observe(lag)

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sqlalchemy import BigInteger, Column, Connection, String, Table, bindparam, delete, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from pipeline.store import metadata
@@ -30,23 +29,44 @@ dedupe_table = Table(
 
 _CHUNK = 500
 
-# Insert-or-ignore per dialect, built once (the compiled form is cached by SQLAlchemy).
-_CLAIM = {
-    "sqlite": sqlite.insert(dedupe_table).on_conflict_do_nothing().returning(dedupe_table.c.msg_id),
-    "postgresql": postgresql.insert(dedupe_table)
-    .on_conflict_do_nothing()
-    .returning(dedupe_table.c.msg_id),
-}
+# The claim is on every batch's path: DB-API SQL text with one flat parameter tuple (SQLAlchemy's
+# per-row parameter processing of the same statement cost more than the insert itself).
+_CLAIM_SQL = (
+    "INSERT INTO fleet_dedupe (scope, msg_id, seen_at_ms) VALUES {values} "
+    "ON CONFLICT DO NOTHING RETURNING msg_id"
+)
+_PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
+_claim_sql_cache: dict[tuple[str, int], str] = {}
+
+
+def _claim_sql(paramstyle: str, n: int) -> str:
+    sql = _claim_sql_cache.get((paramstyle, n))
+    if sql is None:
+        p = _PLACEHOLDER.get(paramstyle)
+        if p is None:
+            raise ValueError(f"dedupe: unsupported DB-API paramstyle {paramstyle!r}")
+        one = f"({p}, {p}, {p})"
+        sql = _claim_sql_cache[(paramstyle, n)] = _CLAIM_SQL.format(values=", ".join([one] * n))
+    return sql
 
 
 def claim_ids(conn: Connection, scope: str, msg_ids: Iterable[str], now_ms: int) -> set[str]:
-    """Insert a dedupe row for every id not yet applied in ``scope``; returns those ids."""
+    """Insert a dedupe row for every id not yet applied in ``scope``; returns those ids.
+
+    One multi-row insert-or-ignore per ``_CHUNK`` ids, ``RETURNING`` the ids that were new
+    (SQLite >= 3.35 and PostgreSQL both spell it ``ON CONFLICT DO NOTHING RETURNING``).
+    """
     ids = list(dict.fromkeys(msg_ids))
-    if not ids:
-        return set()
-    stmt = _CLAIM[conn.dialect.name]
-    rows = [{"scope": scope, "msg_id": i, "seen_at_ms": now_ms} for i in ids]
-    return {r[0] for r in conn.execute(stmt, rows)}
+    claimed: set[str] = set()
+    style = conn.dialect.paramstyle
+    for i in range(0, len(ids), _CHUNK):
+        chunk = ids[i : i + _CHUNK]
+        params: list[object] = []
+        for msg_id in chunk:
+            params += (scope, msg_id, now_ms)
+        rows = conn.exec_driver_sql(_claim_sql(style, len(chunk)), tuple(params))
+        claimed.update(rows.scalars().all())
+    return claimed
 
 
 def release_ids(conn: Connection, scope: str, msg_ids: Iterable[str]) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, assert_never
 
-from sqlalchemy import Insert, Table, insert
+from sqlalchemy import Dialect, Insert, Table, insert
 from sqlalchemy.orm import Session
 
 SessionCall = Callable[[Session], object]
@@ -55,6 +55,62 @@ def _insert_for(table: Table) -> Insert:
     if stmt is None:
         stmt = _INSERTS[table] = insert(table)
     return stmt
+
+
+class _Lean:
+    """An INSERT of one table with one set of columns, compiled once for a dialect, executed
+    as DB-API ``executemany`` with parameters built here: each column's bind processor (if its
+    type has one), nothing else. SQLAlchemy's generic per-row parameter construction cost more
+    than the insert itself on the runtime's batch path."""
+
+    __slots__ = ("keys", "processors", "sql")
+
+    def __init__(self, sql: str, keys: tuple[str, ...], processors: tuple[Any, ...]) -> None:
+        self.sql, self.keys, self.processors = sql, keys, processors
+
+    def params(self, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        keys, procs = self.keys, self.processors
+        if not any(procs):
+            return [tuple([row[k] for k in keys]) for row in rows]
+        out = []
+        for row in rows:
+            values = [row[k] for k in keys]
+            for i, proc in enumerate(procs):
+                if proc is not None and values[i] is not None:
+                    values[i] = proc(values[i])
+            out.append(tuple(values))
+        return out
+
+
+# (table, dialect name, driver, column keys) -> _Lean, or None where SQLAlchemy must build the rows
+_LEAN: dict[tuple[Table, str, str, tuple[str, ...]], _Lean | None] = {}
+
+
+def _lean_for(table: Table, dialect: Dialect, keys: tuple[str, ...]) -> _Lean | None:
+    cache_key = (table, dialect.name, dialect.driver, keys)
+    if cache_key in _LEAN:
+        return _LEAN[cache_key]
+    lean: _Lean | None = None
+    cols = table.c
+    # a missing column's Python-side default is SQLAlchemy's to fill in: such rows take its path
+    missing_defaults = any(
+        c.default is not None or c.onupdate is not None for c in cols if c.key not in keys
+    )
+    if (
+        all(k in cols for k in keys)
+        and not missing_defaults
+        and dialect.paramstyle in ("qmark", "format", "pyformat")
+    ):
+        compiled = insert(table).compile(dialect=dialect, column_keys=list(keys))
+        if compiled.positional and compiled.positiontup is not None:
+            order = tuple(compiled.positiontup)
+            if sorted(order) == sorted(keys):
+                procs = tuple(
+                    cols[k].type.dialect_impl(dialect).bind_processor(dialect) for k in order
+                )
+                lean = _Lean(compiled.string, order, procs)
+    _LEAN[cache_key] = lean
+    return lean
 
 
 class Staged:
@@ -115,18 +171,24 @@ class Staged:
                 on_error()
 
     def flush(self, session: Session) -> None:
-        """Bulk-insert rows table by table (Core executemany), then run calls in staging order."""
-        by_table: dict[Table, list[dict[str, Any]]] = {}
+        """Bulk-insert rows table by table (one ``executemany`` per table and column set), then
+        run calls in staging order."""
+        groups: dict[tuple[Table, tuple[str, ...]], list[dict[str, Any]]] = {}
         for table, row in self.inserts:
-            rows = by_table.get(table)
+            group = (table, tuple(row))
+            rows = groups.get(group)
             if rows is None:
-                by_table[table] = [row]
+                groups[group] = [row]
             else:
                 rows.append(row)
-        if by_table:
+        if groups:
             conn = session.connection()
-            for table, rows in by_table.items():
-                conn.execute(_insert_for(table), rows)
+            for (table, keys), rows in groups.items():
+                lean = _lean_for(table, conn.dialect, keys)
+                if lean is None:
+                    conn.execute(_insert_for(table), rows)
+                else:
+                    conn.exec_driver_sql(lean.sql, lean.params(rows))
         for fn in self.calls:
             fn(session)
 
