@@ -7,6 +7,7 @@ the integration tests use this class too (``tests/integration/fleet_hosts.py``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -103,6 +104,11 @@ class GatewayProc:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            # a gateway that ignored SIGTERM for `timeout` s: have it write every thread's stack
+            # to its log first (faulthandler on SIGUSR2: runs even when a thread holds the GIL)
+            self.proc.send_signal(signal.SIGUSR2)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return self.proc.wait(1.0)
             self.proc.kill()
             return self.proc.wait(5)
 

@@ -6,6 +6,7 @@ The config loader, the envelope and the store are imported by the functions that
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -85,6 +86,9 @@ def run(
     gw = parts.gateway.start()
     signal.signal(signal.SIGTERM, lambda *_: gw.stop_event.set())
     signal.signal(signal.SIGINT, lambda *_: gw.stop_event.set())
+    # SIGUSR2 writes every thread's stack to stderr, even while a thread holds the GIL: what a
+    # supervisor asks for before it SIGKILLs a gateway that did not stop (docs/gateway.md)
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     console.print(f"gateway {cfg.host} running (inbox {parts.runtime.config.topics[0]})")
     fatal = gw.wait()
     gw.stop()
