@@ -100,6 +100,9 @@ class InboxHandler:
         # verifies a whole batch across a thread pool before its transaction (``prepare``)
         self.batch_verifier = batch_verifier
         self._prepared: dict[tuple[str, int, int], Verified | Exception] = {}
+        # the roster's horizon when the prepared batch was verified: the roster had read at
+        # least that far when it judged those records' senders
+        self._prepared_horizon: int | None = None
         self.lifecycle = lifecycle
         self.tracked = tuple(tracked)  # the kinds of tracked send a receipt may settle
         self.seen = seen  # the verifier's bounded seen-set; the store's dedupe rows back it
@@ -135,6 +138,7 @@ class InboxHandler:
         and ``verify`` then take each record's stored result (same stages, same order)."""
         if self.batch_verifier is None:
             return
+        self._prepared_horizon = self._horizon()
         outcomes = self.batch_verifier.verify_all(
             [(r.topic, r.key, r.headers, r.value) for r in records]
         )
@@ -171,18 +175,23 @@ class InboxHandler:
             value=record.value,
         )
 
-    def _roster_caught_up_to(self, record: Record) -> bool:
+    def _horizon(self) -> int | None:
+        horizon = getattr(self.verifier.presence, "horizon_ms", None)
+        return None if horizon is None else int(horizon())
+
+    def _roster_caught_up_to(self, record: Record, judged_at: int | None) -> bool:
         """A sender unknown here may be one whose presence this host has not read yet: records
         cross topics in no common order, so a peer's first record after its (re)start can
         overtake its heartbeat (seen after a clean restart: the restarted host's senders read
-        as departed since its tombstones). Wait, bounded, until the roster has read every
-        presence record produced before ``record``; True when it had to wait (verify again),
-        False when it had read that far already (the refusal stands)."""
-        horizon = getattr(self.verifier.presence, "horizon_ms", None)
-        if horizon is None or horizon() >= record.timestamp_ms:
+        as departed since its tombstones). ``judged_at`` is the roster's horizon when the
+        sender was judged unknown (taken before the verification: a batch is verified ahead of
+        its transaction, and the roster may catch up in between). If the roster had already
+        read every presence record produced before ``record`` then, the refusal stands (False).
+        Else wait, bounded, until it has, and return True: verify again."""
+        if judged_at is None or judged_at >= record.timestamp_ms:
             return False
         deadline = time.monotonic() + ROSTER_WAIT_S
-        while horizon() < record.timestamp_ms and time.monotonic() < deadline:
+        while (self._horizon() or 0) < record.timestamp_ms and time.monotonic() < deadline:
             time.sleep(0.05)
         return True
 
@@ -195,13 +204,15 @@ class InboxHandler:
         return DeadLetter(reason=exc.reason, error=str(exc))
 
     def handle(self, record: Record, tx: Staged) -> Outcome:
+        prepared = (record.topic, record.partition, record.offset) in self._prepared
+        judged_at = self._prepared_horizon if prepared else self._horizon()
         try:
             verified = self._verify(record)
         except EnvelopeError as exc:
             if exc.reason == REPLAY:
                 self.metrics.verify_failure(exc.reason)
                 return ACK  # a msgId already applied: dropped and counted, not dead-lettered
-            if exc.reason != UNKNOWN_SENDER or not self._roster_caught_up_to(record):
+            if exc.reason != UNKNOWN_SENDER or not self._roster_caught_up_to(record, judged_at):
                 return self._refused(record, exc)
             try:  # the roster has now read every presence record produced before this one
                 verified = self._verify_afresh(record)

@@ -38,14 +38,14 @@ class _LaggingRoster:
         return self.horizon
 
 
-def _inbox_and_record(tmp_path: Path, roster: _LaggingRoster, sender: str):  # type: ignore[no-untyped-def]
+def _inbox_and_record(tmp_path: Path, roster: _LaggingRoster, sender: str, threads: int = 1):  # type: ignore[no-untyped-def]
     signer = Signer.generate("A")
     trust = TrustStore()
     trust.add(signer.host, signer.key_id, signer.public_key_bytes)
     topics = TopicNames(prefix="t.")
     engine = make_engine(f"sqlite:///{tmp_path / 'B.sqlite'}")
     inbox = pull_inbox(engine, host="B", topics=topics, trust=trust, mains=("main-b",),
-                       senders={"main-a": "A"})  # fmt: skip
+                       senders={"main-a": "A"}, verify_threads=threads)  # fmt: skip
     inbox.handler.verifier.presence = roster
     env = Envelope.new(kind=Kind.REPLY, sender=sender, to="main-b", body=b"hi", ttl_s=600)
     key, headers, value = encode(env, topic=topics.inbox("B"), signer=signer)
@@ -90,3 +90,26 @@ def test_a_sender_still_unknown_once_the_roster_has_read_past_the_record_is_refu
         engine.dispose()
     assert isinstance(outcome, DeadLetter) and outcome.reason == "UNKNOWN_SENDER"
     assert roster.asked == 1, "the roster had read past the record: no wait, no second verify"
+
+
+def test_a_batch_verified_before_the_roster_caught_up_is_judged_by_the_roster_of_then(
+    tmp_path: Path,
+) -> None:
+    """The gateway verifies a batch ahead of its transaction (``prepare``, a thread pool). Seen
+    in a 20-repetition clean-restart chaos run: A's first ASK after its restart was verified
+    while B's roster still read A's senders as tombstoned; by the time the batch was handled the
+    roster had caught up past the record, so the inbox judged "it has read that far already"
+    and let the stale refusal stand (`UNKNOWN_SENDER` under a clean restart). The horizon that
+    counts is the one the verification saw."""
+    now_ms = int(time.time() * 1000)
+    roster = _LaggingRoster({"main-b": "B"}, horizon_ms=now_ms - 2_000)
+    inbox, record, engine = _inbox_and_record(tmp_path, roster, "main-a2", threads=2)
+    try:
+        inbox.handler.prepare([record])  # verified now: main-a2 unknown, horizon behind
+        roster.bindings["main-a2"] = "A"  # then the follower applies A's heartbeat ...
+        roster.horizon = int(time.time() * 1000) + 1_000  # ... and reads past the record
+        outcome = inbox.handler.handle(record, Staged())
+    finally:
+        inbox.close()
+        engine.dispose()
+    assert outcome is ACK
