@@ -245,14 +245,19 @@ def analyse(
                 )
             else:
                 rows.append(_row(label, predicted, took, note))
-        if rejoined is not None and done is not None and done.t > rejoined.t:
-            sat = _rate_between(rejoined, done)
+        # the pool's capacity, read while the backlog lasted: until it drained, or -- a drain
+        # that outlasts the run (a slow rejoin, utilisation near 1, "never") -- to the run's end
+        until = done if done is not None else (ticks[-1] if ticks else None)
+        if rejoined is not None and until is not None and until.t > rejoined.t:
             rows.append(
                 _row(
                     "throughput at saturation (events/s)",
                     p.capacity,
-                    sat,
-                    "mean consume rate while the backlog drained",
+                    _rate_between(rejoined, until),
+                    "mean consume rate while the backlog drained"
+                    if done is not None
+                    else "mean consume rate from the first progress to the end of the run "
+                    "(the backlog outlasted it)",
                 )
             )
     rows += _moved_rows(s, p, ticks)

@@ -102,6 +102,10 @@ def test_a_slow_rejoin_shows_as_a_longer_drain_and_is_flagged() -> None:
     assert drain.ok is False and drain.measured == "not drained"
     rejoin = float(re.search(r"first progress ([0-9.]+) s", drain.note).group(1))  # type: ignore[union-attr]
     assert rejoin >= 200
+    # the capacity is still measured: from the first progress to the end of the run
+    sat = next(r for r in a.rows if r.quantity == "throughput at saturation (events/s)")
+    assert sat.measured == pytest.approx(24, rel=0.02) and sat.ok
+    assert "the backlog outlasted it" in sat.note
 
 
 def test_never_draining_backlog_is_reported_as_not_drained() -> None:
@@ -109,6 +113,8 @@ def test_never_draining_backlog_is_reported_as_not_drained() -> None:
     a = analyse(s, predict(s), fluid_ticks(s), [], {})
     (drain,) = [r for r in a.rows if r.quantity.startswith("drain after")]
     assert drain.predicted == "never" and drain.measured == "not drained" and drain.ok
+    sat = next(r for r in a.rows if r.quantity == "throughput at saturation (events/s)")
+    assert sat.predicted == 20 and sat.measured == pytest.approx(20, rel=0.02)
 
 
 def test_duplicates_counted_against_their_bound() -> None:
