@@ -9,6 +9,7 @@ Broker choice, in order (as confluent-kafka-python's own integration suite picks
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -40,19 +41,40 @@ class BrokerHandle:
             self._container.stop()
 
 
+_CLAIMED: dict[Path, int] = {}
+
+
 def test_broker_dir(name: str) -> Path:
     """A stable per-user folder, so a crashed run's brokers are reaped by the next run; when a
-    live test run owns that folder, a per-process one (two runs never take each other's broker)."""
+    live process (another test run, or another pytest-xdist worker of this one) holds that
+    folder, a per-process one: two processes never take each other's broker.
+
+    The folder is claimed with an exclusive ``flock`` held for the life of the process, taken
+    before the broker starts: two processes asking at once cannot both get it (the state file
+    alone is written only once a broker runs, too late to tell two starters apart)."""
     base = Path(tempfile.gettempdir()) / f"fleet-test-kafka-{os.getuid()}"
     stable = base / name
-    state = stable / STATE_FILE
-    if state.exists():
+    if stable in _CLAIMED or _claim(stable):
+        state = stable / STATE_FILE
         try:
-            if owned_by_live_process(LocalCluster.attach(stable)):
-                return base / f"{name}-{os.getpid()}"
+            live = state.exists() and owned_by_live_process(LocalCluster.attach(stable))
         except FleetError:
-            pass
-    return stable
+            live = False
+        if not live:
+            return stable
+    return base / f"{name}-{os.getpid()}"
+
+
+def _claim(folder: Path) -> bool:
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / ".claim", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    _CLAIMED[folder] = fd  # held (never closed) until the process ends
+    return True
 
 
 def docker_answers() -> bool:

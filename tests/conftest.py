@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -27,6 +28,20 @@ def _announce(request: pytest.FixtureRequest, line: str) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for line in _BROKER_LINES:
         terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # Under pytest-xdist (`make test`) the brokers start in the workers, whose output is not
+    # shown: each worker hands its lines to the controller, which prints them in the summary.
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["fleet_broker_lines"] = list(_BROKER_LINES)
+
+
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist's hook on the controller: a worker finished; keep its broker lines."""
+    for line in getattr(node, "workeroutput", {}).get("fleet_broker_lines", []):
+        _BROKER_LINES.append(f"{line} (worker {node.gateway.id})")
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 import stat
 from pathlib import Path
@@ -10,7 +12,7 @@ import pytest
 
 from pipeline.errors import ArtifactUnresolved, BrokerNotReady, JavaNotFound, PortInUse
 from pipeline.kafka.local import LauncherConfig, LocalCluster, find_java, resolve_classpath
-from pipeline.kafka.local.cluster import new_cluster_id
+from pipeline.kafka.local.cluster import new_cluster_id, owned_by_live_process
 
 
 def test_port_taken_is_refused_before_anything_starts(tmp_path: Path) -> None:
@@ -113,7 +115,6 @@ def test_a_live_runs_broker_is_never_reaped_by_another_run(tmp_path: Path) -> No
     import time
 
     from pipeline.errors import LauncherError
-    from pipeline.testing import test_broker_dir
 
     ready = tmp_path / "ready"
     script = (
@@ -143,4 +144,48 @@ def test_a_live_runs_broker_is_never_reaped_by_another_run(tmp_path: Path) -> No
     while any(n.is_running() for n in attached.nodes) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(n.is_running() for n in attached.nodes), "PDEATHSIG took the dead run's JVM"
-    assert test_broker_dir("single").name == "single"
+    assert not owned_by_live_process(attached), "a dead run's folder is free for the next run"
+
+
+def test_two_processes_asking_at_once_never_get_the_same_broker_folder() -> None:
+    """Two pytest-xdist workers (or two runs) start their session brokers at the same moment:
+    neither has written a state file yet, so only the folder's flock can tell them apart. A
+    folder whose holder died is the stable one again (a crashed run's brokers get reaped)."""
+    import subprocess
+    import sys
+    import uuid
+
+    from pipeline.testing import test_broker_dir
+
+    name = f"claim-{uuid.uuid4().hex[:8]}"
+    with subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pipeline.testing import test_broker_dir as d;"
+            f" print(d({name!r}), flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as holder:
+        try:
+            assert holder.stdout is not None
+            held = holder.stdout.readline().strip()
+            assert held.endswith(f"/{name}"), held
+            mine = test_broker_dir(name)
+            assert mine.name == f"{name}-{os.getpid()}", "a live holder's folder was handed twice"
+        finally:
+            holder.kill()
+    after = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from pipeline.testing import test_broker_dir as d; print(d({name!r}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert after.stdout.strip() == held, "the dead holder's folder was not given back"
+    shutil.rmtree(held, ignore_errors=True)
