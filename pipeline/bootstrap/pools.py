@@ -147,6 +147,7 @@ def build_pool_member(
             max_records=config.max_poll_records,
             depth=config.depth,
             revoke_wait_s=config.revoke_wait_s,
+            cover_refetch=config.partition_buffer is None,
         ),
         handler,
         observer=metrics,

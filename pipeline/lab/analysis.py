@@ -131,6 +131,16 @@ def _drain(
     return None, rejoined, None
 
 
+def settled(tick: Tick, s: Scenario) -> bool:
+    """The coordinator says STABLE, every member is in the group, every partition is owned once."""
+    owned = sorted(p for ps in tick.assignment.values() for p in ps)
+    return (
+        tick.group_state == "STABLE"
+        and owned == list(range(s.partitions))
+        and len(tick.assignment) == s.members.count
+    )
+
+
 def _crossing(prev: Tick | None, t: Tick, level: float) -> float:
     """When total lag fell to ``level`` between tick ``prev`` (above it) and ``t`` (at or below)."""
     if prev is None:
@@ -245,16 +255,25 @@ def analyse(
                 )
             else:
                 rows.append(_row(label, predicted, took, note))
-        if rejoined is not None and done is not None and done.t > rejoined.t:
-            sat = _rate_between(rejoined, done)
-            rows.append(
-                _row(
-                    "throughput at saturation (events/s)",
-                    p.capacity,
-                    sat,
-                    "mean consume rate while the backlog drained",
+        # the pool's capacity, read while the backlog lasted: from the group's first stable
+        # plan after the rejoin (the first member back may hold every partition until the
+        # others join, then a stop-the-world rebalance follows) until it drained, or -- a drain
+        # that outlasts the run (a slow rejoin, utilisation near 1, "never") -- the run's end
+        until = done if done is not None else (ticks[-1] if ticks else None)
+        if rejoined is not None and until is not None:
+            since = next((t for t in ticks if rejoined.t <= t.t and settled(t, s)), rejoined)
+            if until.t > since.t:
+                rows.append(
+                    _row(
+                        "throughput at saturation (events/s)",
+                        p.capacity,
+                        _rate_between(since, until),
+                        "mean consume rate while the backlog drained (from the first stable plan)"
+                        if done is not None
+                        else "mean consume rate from the first stable plan after the rejoin "
+                        "to the end of the run (the backlog outlasted it)",
+                    )
                 )
-            )
     rows += _moved_rows(s, p, ticks)
     rows += _poison_rows(s, p, steps, ticks)
     rows.append(_rebalance_row(s, ticks))

@@ -29,7 +29,7 @@ from pipeline.kafka.settings import admin_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.reasons import Lab
 
-from .analysis import Analysis, Step, analyse
+from .analysis import Analysis, Step, analyse, settled
 from .arrivals import events
 from .assignors import member_ids
 from .machine import ProcessCpu
@@ -81,16 +81,6 @@ def _create_topic(
             return
         except KafkaException:
             time.sleep(0.2)
-
-
-def settled(tick: Tick, s: Scenario) -> bool:
-    """The coordinator says STABLE, every member is in the group, every partition is owned once."""
-    owned = sorted(p for ps in tick.assignment.values() for p in ps)
-    return (
-        tick.group_state == "STABLE"
-        and owned == list(range(s.partitions))
-        and len(tick.assignment) == s.members.count
-    )
 
 
 def pool_command_available() -> bool:

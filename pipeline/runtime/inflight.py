@@ -8,10 +8,13 @@ built with a :class:`Dispatcher` (worker pools); the gateway inbox runs without 
    partitions whose lane buffer is full / resumes those with room. ``poll`` goes on regardless,
    so ``max.poll.interval.ms`` never expires because steps are slow (seed 001 scenario 2).
    ``wait_s()`` then says how long that poll may block (below).
-2. ``submit(records)`` after a fetch: records join their lanes (:mod:`.lanes`); idle lanes start.
-   (A fetch is not cut at a partition's depth: refusing the records past it and seeking back
-   kept lanes busier under a deep backlog but stalled every seek's partition at low rates --
-   the lab's ``tiny`` scenario fell to 0.64 of its offered throughput -- so it was taken out.)
+2. ``fetched(consumer, msg)`` for each record as the loop takes it (one at a time): a partition
+   is paused the moment it holds its buffer's worth, so the rest of a fetch comes from other
+   partitions (librdkafka hands a backlog out a partition at a time); ``submit(records)``
+   after the fetch: records join their lanes (:mod:`.lanes`); idle lanes start. (Refusing
+   records past the depth and seeking back to them was tried first and taken out: every seek
+   stalled its partition at low rates -- the lab's ``tiny`` scenario fell to 0.64 of its
+   offered throughput. A pause drops only what librdkafka prefetched, never a taken record.)
 3. ``completed()`` each turn: finished steps, in the order they finished, for the runtime's one
    ``process()`` path (decide, one transaction, commit); ``committable()`` turns the batch's
    handled offsets into the lanes' watermark.
@@ -41,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import math
 import queue
 import time
 from collections.abc import Callable, Iterable
@@ -56,6 +60,7 @@ from .lanes import TP, Concurrency, Lanes
 
 log = logging.getLogger(__name__)
 
+REFETCH_S = 1.0  # how long a resumed partition may wait for its next fetch (see ``_depth``)
 WAKE_FRACTION = 20  # poll slices of a twentieth of the mean step while steps run
 MIN_WAKE_S = 0.001
 _STEP_EWMA = 0.1  # weight of the newest step in the mean step time
@@ -94,6 +99,7 @@ class InflightConfig:
     max_records: int = 50
     depth: int = 2
     revoke_wait_s: float = 30.0
+    cover_refetch: bool = False  # raise ``depth`` to cover a refetch (``Dispatcher._depth``)
 
 
 class Dispatcher:
@@ -117,6 +123,7 @@ class Dispatcher:
         self._paused: set[TP] = set()
         self._held_back: dict[TP, list[Record]] = {}  # a retry's records, back at release()
         self._fetchable = True  # some assigned partition is neither paused nor held elsewhere
+        self._taken: dict[TP, int] = {}  # records fetched this turn, not yet submitted
         self.step_s: float | None = None  # mean step time (EWMA), for the poll slice
 
     # 1 -- before a fetch
@@ -124,6 +131,7 @@ class Dispatcher:
         """Pause full partitions (all of them when the member holds ``max_records``), resume
         ones with room unless a retry paused them; returns how many records may be fetched."""
         self._collect()
+        self.lanes.depth = self._depth(len(assigned))
         held = self.lanes.total_held() + sum(len(r) for r in self._held_back.values())
         room = max(0, self.config.max_records - held)
         full = {tp for tp in self.lanes.partitions() if self.lanes.full(tp)}
@@ -144,6 +152,21 @@ class Dispatcher:
         if self.observer:
             self.observer.paused_count(len(self._paused))
         return room
+
+    def _depth(self, assigned: int) -> int:
+        """Records a partition may hold: the configured depth, raised (``cover_refetch``) so
+        the records waiting behind a running step last until a resumed partition is fetched
+        again -- at most the member's record bound shared by its partitions.
+
+        librdkafka notices a resume on its broker thread's next wake-up: a fetch response, or
+        about a second later when every partition is paused (a drain: each holds its depth).
+        With 400 ms steps and one record waiting, a lane ran dry on every other step (the
+        worked example's drain, time scale 0.2); three waiting cover the second."""
+        depth = self.config.depth
+        if self.config.cover_refetch and self.step_s:
+            cover = 1 + math.ceil(REFETCH_S / self.step_s)
+            depth = max(depth, min(cover, self.config.max_records // max(1, assigned)))
+        return depth
 
     def _busy_lanes(self) -> set[TP] | _Every:
         """Partitions whose record, fetched now, could only queue: every one when all step
@@ -170,9 +193,31 @@ class Dispatcher:
             return min(idle_s, 10 * MIN_WAKE_S)
         return min(idle_s, max(MIN_WAKE_S, self.step_s / WAKE_FRACTION))
 
-    # 2 -- after a fetch
+    # 2 -- during and after a fetch
+    def fetched(self, consumer: Any, msg: Any) -> None:
+        """One record was just taken from the consumer (the loop takes them one at a time):
+        pause its partition the moment the partition holds its buffer's worth (``depth``).
+
+        librdkafka hands a backlog out a partition at a time, so one ``consume(50)`` brought
+        50 records of one partition, the member's record bound was spent on one lane and its
+        other lanes sat idle (the worked example drained with half its lanes busy). A pause
+        drops what librdkafka prefetched for the partition (its version barrier), so the next
+        record comes from another partition, and a resume fetches again from the partition's
+        position: nothing is sought, lost or read twice."""
+        if msg.error() is not None:
+            return
+        tp = (msg.topic(), msg.partition())
+        taken = self._taken[tp] = self._taken.get(tp, 0) + 1
+        if tp in self._paused or tp in self._held_back:
+            return  # already paused (full, or a retry's pause owns it)
+        if self.lanes.held(tp) + taken >= self.lanes.depth:
+            with contextlib.suppress(Exception):  # a revoked partition: nothing to pause
+                consumer.pause([TopicPartition(*tp)])
+                self._paused.add(tp)
+
     def submit(self, records: list[Record]) -> None:
-        """Records join their lanes (a full partition is paused at the next ``room()``)."""
+        """Records join their lanes (a full partition is paused at once, see ``fetched``)."""
+        self._taken.clear()
         for rec in records:
             if self.lanes.holds(rec):
                 continue  # fetched twice

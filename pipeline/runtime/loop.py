@@ -454,6 +454,8 @@ class ConsumerRuntime:
         batch = (
             self.config.batch_size if room is None else max(1, min(room, self.config.batch_size))
         )
+        if self.inflight is not None:
+            return self._fetch_each(self.inflight, batch, wait_s)
         messages: list[Any] = self.consumer.consume(batch, 0)
         if messages:
             return messages
@@ -461,6 +463,24 @@ class ConsumerRuntime:
         if first is None:
             return []
         return [first, *self.consumer.consume(batch - 1, 0)]
+
+    def _fetch_each(self, inflight: Dispatcher, batch: int, wait_s: float | None) -> list[Any]:
+        """inflight: ``_fetch`` one record at a time, so the dispatcher pauses a partition the
+        moment it has its buffer's worth (``Dispatcher.fetched``) and the rest of the batch
+        comes from other partitions: one ``consume(batch)`` would hand out a backlog a
+        partition at a time."""
+        wait = self.config.poll_timeout_s if wait_s is None else wait_s
+        out: list[Any] = []
+        while len(out) < batch:
+            got: list[Any] = self.consumer.consume(1, 0)
+            if not got and not out:  # block for the first record only
+                first = self.consumer.poll(wait)
+                got = [] if first is None else [first]
+            if not got:
+                break
+            out.extend(got)
+            inflight.fetched(self.consumer, got[0])
+        return out
 
     def _on_consume_error(self, err: KafkaError, msg: Any) -> None:
         # seed 001 scenario 7: names group, partition, committed offset and how many were lost

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -591,3 +592,41 @@ def test_a_pool_retry_keeps_its_records_in_memory_and_never_seeks_back(sessions:
     assert handler.ran.count("a1") == 2  # the failed attempt and the retry
     rt.step()
     assert fake.committed[("t", 0)] == 3
+
+
+class HeldSteps(Steps):
+    """Steps that run until the test releases them."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.release = threading.Event()
+
+    def run(self, record: Record) -> None:
+        self.release.wait(5)
+        super().run(record)
+
+
+def test_a_backlog_on_every_partition_starts_a_step_on_every_partition(sessions: Any) -> None:
+    """Seed 001 (partitions as concurrency): with a backlog on every partition a pool member
+    runs a step on each of them. The consumer hands a backlog out a partition at a time (as
+    librdkafka does: one ``consume(50)`` returned 50 records of one partition), so the member
+    takes records one by one and pauses a partition once it holds its buffer's worth; before,
+    the first partitions took the member's whole record bound and the last sat idle."""
+    from pipeline.runtime.inflight import Dispatcher, InflightConfig
+
+    fake = FakeConsumer()
+    for p in range(4):
+        for i in range(20):
+            fake.produce("t", p, b"k%d" % p, b"p%d-%d" % (p, i), [("msgId", b"p%d-%d" % (p, i))])
+    handler = HeldSteps()
+    rt = make_runtime(sessions, handler, fake)
+    dispatcher = Dispatcher(InflightConfig(max_records=50, depth=2), handler)
+    rt.inflight = dispatcher
+    try:
+        rt.step()
+        assert {r.partition for r in dispatcher.lanes.running()} == {0, 1, 2, 3}
+        assert [dispatcher.lanes.held(("t", p)) for p in range(4)] == [2, 2, 2, 2]
+        assert fake.paused == {("t", p) for p in range(4)}
+    finally:
+        handler.release.set()
+        dispatcher.close()

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,38 @@ def test_a_slow_rejoin_shows_as_a_longer_drain_and_is_flagged() -> None:
     assert drain.ok is False and drain.measured == "not drained"
     rejoin = float(re.search(r"first progress ([0-9.]+) s", drain.note).group(1))  # type: ignore[union-attr]
     assert rejoin >= 200
+    # the capacity is still measured: from the first progress to the end of the run
+    sat = next(r for r in a.rows if r.quantity == "throughput at saturation (events/s)")
+    assert sat.measured == pytest.approx(24, rel=0.02) and sat.ok
+    assert "the backlog outlasted it" in sat.note
+
+
+def test_capacity_is_read_from_the_groups_first_stable_plan_after_the_rejoin() -> None:
+    """The first member back may own every partition and move a few records before the others
+    join and an eager rebalance stops them all: that stretch is the rejoin, not the pool's
+    capacity (the model's capacity has every member up)."""
+    s = load_scenario(EXAMPLES / "worked_example.toml")
+    ticks = fluid_ticks(s, rejoin_s=100)
+    k = next(
+        i
+        for i, t in enumerate(ticks)
+        if t.t >= 300 and sum(t.committed) > 0 and sum(t.committed) > sum(ticks[i - 1].committed)
+    )
+    frozen = list(ticks[k].committed)
+    lost = [b - a for a, b in zip(frozen, ticks[k + 30].committed, strict=True)]
+    for i in range(k, len(ticks)):
+        t = ticks[i]
+        if i < k + 30:  # one member holds everything, then the rebalance: nothing moves
+            committed = list(frozen)
+            t = replace(t, assignment={"m00": list(range(s.partitions))})
+            t = replace(t, group_state="PREPARING_REBALANCE")
+        else:
+            committed = [c - d for c, d in zip(t.committed, lost, strict=True)]
+        lag = [e - c for e, c in zip(t.log_end, committed, strict=True)]
+        ticks[i] = replace(t, committed=committed, lag=lag)
+    a = analyse(s, predict(s), ticks, [], {})
+    sat = next(r for r in a.rows if r.quantity == "throughput at saturation (events/s)")
+    assert sat.measured == pytest.approx(24, rel=0.02), sat
 
 
 def test_never_draining_backlog_is_reported_as_not_drained() -> None:
@@ -109,6 +142,8 @@ def test_never_draining_backlog_is_reported_as_not_drained() -> None:
     a = analyse(s, predict(s), fluid_ticks(s), [], {})
     (drain,) = [r for r in a.rows if r.quantity.startswith("drain after")]
     assert drain.predicted == "never" and drain.measured == "not drained" and drain.ok
+    sat = next(r for r in a.rows if r.quantity == "throughput at saturation (events/s)")
+    assert sat.predicted == 20 and sat.measured == pytest.approx(20, rel=0.02)
 
 
 def test_duplicates_counted_against_their_bound() -> None:

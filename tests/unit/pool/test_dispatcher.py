@@ -8,14 +8,22 @@ finished step waited for the next ``poll`` timeout before its lane got the next 
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
 from confluent_kafka import TopicPartition
 
 from pipeline.record import Record
-from pipeline.runtime.inflight import MIN_WAKE_S, WAKE_FRACTION, Dispatcher, InflightConfig
+from pipeline.runtime.inflight import (
+    MIN_WAKE_S,
+    REFETCH_S,
+    WAKE_FRACTION,
+    Dispatcher,
+    InflightConfig,
+)
 from pipeline.runtime.lanes import Concurrency
+from pipeline.testing import FakeMessage
 
 T = "fleet.pool.t"
 
@@ -256,3 +264,62 @@ def test_a_later_record_finished_first_is_committed_with_the_earlier_one() -> No
     assert d.committable({(T, 0): 1}, {}) == {(T, 0): 2}
     assert d.committable({(T, 0): 1}, {(T, 0): (1, 0.5)}) == {(T, 0): 1}  # a blocked record caps
     d.close()
+
+
+def msg(offset: int, partition: int = 0) -> FakeMessage:
+    return FakeMessage(T, partition, offset, b"k", b"")
+
+
+def test_a_partition_is_paused_mid_fetch_the_moment_it_holds_its_depth() -> None:
+    """librdkafka hands out a backlog a partition at a time: the loop takes records one by one
+    and the dispatcher pauses a partition as soon as it has its buffer's worth (a pause drops
+    what librdkafka prefetched for it), so the rest of the fetch comes from other partitions."""
+    gate = Gate()
+    d = dispatcher(gate, depth=2)
+    consumer = Consumer()
+    d.room(consumer, {(T, 0), (T, 1)}, lambda _tp: False)
+    d.fetched(consumer, msg(0))
+    assert consumer.paused == set()
+    d.fetched(consumer, msg(1))
+    assert consumer.paused == {0}  # before submit: the next record comes from partition 1
+    d.submit([rec(0), rec(1)])
+    d.fetched(consumer, msg(0, partition=1))
+    assert consumer.paused == {0}  # a new turn counts afresh: partition 1 holds one
+    d.submit([rec(0, partition=1)])
+    d.room(consumer, {(T, 0), (T, 1)}, lambda _tp: False)
+    assert consumer.paused == {0}  # still full: room() agrees and does not resume it
+    gate.release.set()
+    d.close()
+
+
+def test_a_retried_partition_is_left_to_the_retry_s_pause() -> None:
+    runner = Recorder()
+    d = dispatcher(runner, depth=2)
+    consumer = Consumer()
+    d.submit([rec(0)])
+    done = _drain(d)
+    d.hold_back((T, 0), 0, done)
+    d.fetched(consumer, msg(1))
+    d.fetched(consumer, msg(2))
+    assert consumer.paused == set()  # the runtime paused it for the backoff; release resumes
+    d.close()
+
+
+def test_the_depth_covers_a_refetch_within_the_members_record_bound() -> None:
+    """A resumed partition may wait about ``REFETCH_S`` for its next fetch (librdkafka's broker
+    thread notices a resume at its next wake-up): with 400 ms steps a partition holds four
+    records (one running, three covering 1.2 s), at most its share of ``max_records``; an
+    explicit ``--partition-buffer`` (``cover_refetch`` off) is kept as given."""
+    cfg = InflightConfig(max_records=50, depth=2, cover_refetch=True)
+    d = Dispatcher(cfg, Recorder())
+    assert d._depth(12) == 2  # no step time known yet
+    d.step_s = 0.4
+    assert d._depth(12) == 1 + math.ceil(REFETCH_S / 0.4) == 4
+    assert d._depth(20) == 2  # 50 // 20: the bound shared by the partitions, never below depth
+    d.step_s = 2.0
+    assert d._depth(12) == 2  # seed 001's 2 s steps: one waiting record covers a refetch
+    d.close()
+    plain = Dispatcher(InflightConfig(max_records=50, depth=2), Recorder())
+    plain.step_s = 0.4
+    assert plain._depth(12) == 2
+    plain.close()
