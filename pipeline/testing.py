@@ -62,7 +62,32 @@ def test_broker_dir(name: str) -> Path:
             live = False
         if not live:
             return stable
-    return base / f"{name}-{os.getpid()}"
+    _sweep(base, name)
+    own = base / f"{name}-{os.getpid()}"
+    _claim(own)
+    return own
+
+
+def _sweep(base: Path, name: str) -> None:
+    """Remove the per-process folders of ``name`` whose process is gone (its claim is free:
+    its JVMs died with it, PDEATHSIG), so fallbacks do not pile up run after run."""
+    for folder in base.glob(f"{name}-*"):
+        pid = folder.name.removeprefix(f"{name}-")
+        if folder in _CLAIMED or not pid.isdigit() or _alive(int(pid)):
+            continue
+        if _claim(folder):
+            os.close(_CLAIMED.pop(folder))
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _claim(folder: Path) -> bool:

@@ -173,8 +173,12 @@ def test_two_processes_asking_at_once_never_get_the_same_broker_folder() -> None
             assert holder.stdout is not None
             held = holder.stdout.readline().strip()
             assert held.endswith(f"/{name}"), held
+            # a fallback folder a finished run left behind (a pid above any pid_max: not alive)
+            left = Path(held).parent / f"{name}-{os.getpid() + 10_000_000}"
+            left.mkdir()
             mine = test_broker_dir(name)
             assert mine.name == f"{name}-{os.getpid()}", "a live holder's folder was handed twice"
+            assert not left.exists(), "a dead run's fallback folder was not swept"
         finally:
             holder.kill()
     after = subprocess.run(
@@ -189,3 +193,4 @@ def test_two_processes_asking_at_once_never_get_the_same_broker_folder() -> None
     )
     assert after.stdout.strip() == held, "the dead holder's folder was not given back"
     shutil.rmtree(held, ignore_errors=True)
+    shutil.rmtree(mine, ignore_errors=True)
