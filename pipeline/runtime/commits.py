@@ -7,7 +7,8 @@ generation is gone) is reported separately: the caller must stop, loudly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +81,9 @@ def _partitions(
     ]
 
 
+RETRY_S = 1.0  # a failed asynchronous commit is sent again after this long (``retry``)
+
+
 class AsyncCommits:
     """The pull path's asynchronous offset commits (a batch with no at-most-once effect).
 
@@ -92,12 +96,20 @@ class AsyncCommits:
     not redeliver a whole window of batches.
     """
 
-    def __init__(self, *, static_member: bool, on_failure: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        static_member: bool,
+        on_failure: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.static_member = static_member
         self.on_failure = on_failure  # called with the error text, for metrics and logs
         self.sent: dict[tuple[str, int], int] = {}  # last offset sent per partition
         self.marks: dict[tuple[str, int], str] = {}  # ... and its metadata, if any
         self._fenced: list[str] = []
+        self._clock = clock
+        self._retry_at: float | None = None  # a failed commit is sent again from then on
 
     def commit(
         self,
@@ -112,12 +124,34 @@ class AsyncCommits:
                 self.marks.pop(tp, None)
             else:
                 self.marks[tp] = mark
+        self._send(consumer)
+
+    def _send(self, consumer: Any) -> None:
+        """Every unconfirmed offset, asynchronously (a failed one goes again with it)."""
+        self._retry_at = None
         tps = _partitions(self.sent, self.marks)
         try:
             consumer.commit(offsets=tps, asynchronous=True)
-        except KafkaException as exc:  # queueing failed: the next commit (or flush) retries
+        except KafkaException as exc:  # queueing failed: retried (``retry``)
+            self._failed()
             if self.on_failure is not None:
                 self.on_failure(str(exc))
+
+    def _failed(self) -> None:
+        if self._retry_at is None:
+            self._retry_at = self._clock() + RETRY_S
+
+    def retry(self, consumer: Any) -> None:
+        """Send the unconfirmed offsets again once ``RETRY_S`` has passed since a commit failed
+        (say, refused while the group rebalanced), whether or not a new batch came: at the end
+        of a stream no later commit would carry them, and the partition's committed offset
+        would stay behind (lag that never clears) until a revoke or the close."""
+        if self._retry_at is None or self._clock() < self._retry_at:
+            return
+        if not self.sent:
+            self._retry_at = None
+            return
+        self._send(consumer)
 
     def on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """librdkafka's offset-commit callback (every commit's result comes here)."""
@@ -136,8 +170,10 @@ class AsyncCommits:
         rebalancing = not fatal and codes <= REBALANCE_CODES
         if fatal or (codes & FENCING_CODES and (self.static_member or not rebalancing)):
             self._fenced.append("; ".join(e.str() for e in errors))
-        elif self.on_failure is not None:
-            self.on_failure("; ".join(e.str() for e in errors))
+        else:
+            self._failed()
+            if self.on_failure is not None:
+                self.on_failure("; ".join(e.str() for e in errors))
 
     def fencing(self) -> str | None:
         """The error text of a commit that found this member fenced, once."""

@@ -404,6 +404,7 @@ class ConsumerRuntime:
         self._count_rebalance("rejoin")
 
     def _step(self) -> int:
+        self.async_commits.retry(self.consumer)
         fenced = self.async_commits.fencing()
         if fenced is not None:
             cfg = self.config
