@@ -22,6 +22,7 @@ from typing import Any
 from pipeline.errors import FleetError
 from pipeline.kafka.local import LauncherConfig, LocalCluster
 from pipeline.kafka.local.cluster import STATE_FILE, owned_by_live_process
+from pipeline.processes import pid_alive
 
 
 @dataclass(kw_only=True)
@@ -73,21 +74,11 @@ def _sweep(base: Path, name: str) -> None:
     its JVMs died with it, PDEATHSIG), so fallbacks do not pile up run after run."""
     for folder in base.glob(f"{name}-*"):
         pid = folder.name.removeprefix(f"{name}-")
-        if folder in _CLAIMED or not pid.isdigit() or _alive(int(pid)):
+        if folder in _CLAIMED or not pid.isdigit() or pid_alive(int(pid)):
             continue
         if _claim(folder):
             os.close(_CLAIMED.pop(folder))
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _claim(folder: Path) -> bool:

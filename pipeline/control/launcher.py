@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pipeline.gateway.config import InjectorSpec, ProfileConfig
+from pipeline.processes import pid_alive
 
 
 def fill(template: tuple[str, ...], values: Mapping[str, str]) -> tuple[str, ...]:
@@ -60,13 +61,7 @@ class Launcher:
                 return True
             del self.pids[gid]
             return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return pid_alive(pid)
 
     def reap(self) -> None:
         """Collect exited children (no zombies left behind by short-lived launchers)."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from pipeline.errors import BrokerNotReady, ConfigError, LauncherError
 from pipeline.kafka.logs import LIBRDKAFKA_LOG
+from pipeline.processes import pid_alive
 from pipeline.reasons import Launcher
 
 from .classpath import KAFKA_VERSION, BrokerClasspath, resolve_classpath
@@ -361,10 +362,4 @@ def owned_by_live_process(cluster: LocalCluster) -> bool:
     pid = cluster.owner_pid
     if pid <= 0 or pid == os.getpid():
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
