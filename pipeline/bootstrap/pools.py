@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,9 +54,14 @@ class PoolMember:
     heartbeat: PoolHeartbeat
     purger: Purger | None = None
 
-    def run(self, stop: Any) -> None:
+    def run(self, stop: Any, *, join_at: float | None = None) -> None:
         """The heartbeat (lease renewal, lanes row) and the store purge around the consumer
-        runtime."""
+        runtime. ``join_at`` (epoch seconds): warm the store up, then join the group no earlier
+        than that -- a replacement started ahead of its outage's end (``fleet lab run``) has
+        paid its start-up by then, so the outage lasts what the scenario says."""
+        if join_at is not None:
+            self.runtime.warm_up()
+            stop.wait(max(0.0, join_at - time.time()))
         self.heartbeat.start()
         purging = threading.Event()
         purge = self.purger.start(purging) if self.purger is not None else None

@@ -122,6 +122,14 @@ def run(
     events: Annotated[
         Path | None, typer.Option("--events", help="Append one JSON line per step here.")
     ] = None,
+    start_at: Annotated[
+        float | None,
+        typer.Option(
+            "--start-at",
+            help="Join the group at this time (epoch seconds), started up and warmed up before: "
+            "the lab's replacement members.",
+        ),
+    ] = None,
     metrics_port: MetricsPortOpt = None,
     metrics_address: MetricsAddressOpt = LOOPBACK,
     retention: RetentionOpt = None,
@@ -195,7 +203,7 @@ def run(
     signal.signal(signal.SIGINT, _stop)
     logging.getLogger("pipeline.pool").info("member %s of pool %s running", name, pool)
     try:
-        parts.run(stop)
+        parts.run(stop, join_at=start_at)
     finally:
         parts.engine.dispose()
     if refused:

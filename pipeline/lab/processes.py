@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,8 +90,11 @@ class Members:
     store_url: str
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # e.g. FLEET_KAFKA_CONFIG, the login
+    joins: dict[str, float] = field(default_factory=dict)  # wall time a started member joins
 
-    def start(self, member: str) -> None:
+    def start(self, member: str, *, join_at: float | None = None) -> None:
+        """Spawn ``member``; with ``join_at`` (epoch seconds) it starts up now and joins the
+        group then (``fleet pool run --start-at``), and counts as up only from then."""
         env = {**self.env, "FLEET_LAB_TIME_SCALE": repr(self.scenario.time_scale)}
         argv = member_argv(
             self.scenario,
@@ -100,6 +104,9 @@ class Members:
             store_url=self.store_url,
             events=self.out / f"events-{member}.jsonl",
         )
+        if join_at is not None:
+            argv += ["--start-at", repr(join_at)]
+        self.joins[member] = join_at if join_at is not None else 0.0
         self.procs[member] = spawn(argv, env=env, log=self.out / f"member-{member}.log")
 
     def stop(self, member: str, how: StopSignal, *, wait_s: float = 30.0) -> None:
@@ -113,8 +120,12 @@ class Members:
             proc.kill()  # a graceful stop that hangs is reported in the member's log
             proc.wait(timeout=10)
 
-    def up(self) -> int:
-        return sum(1 for p in self.procs.values() if p.poll() is None)
+    def up(self, now: float | None = None) -> int:
+        """Members alive and past their join time (a replacement waiting to join is down)."""
+        now = time.time() if now is None else now
+        return sum(
+            1 for m, p in self.procs.items() if p.poll() is None and self.joins.get(m, 0.0) <= now
+        )
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs.values() if p.poll() is None]

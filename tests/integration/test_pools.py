@@ -213,3 +213,40 @@ def test_scale_one_to_four_and_back_under_load_cooperative_sticky(
             f"scale-{way} handover {(hi - lo) / 1000:.2f} s: {len(flowing)} steps ended on {kept}"
         )
         assert flowing, f"partitions {kept} stalled during the scale-{way} handover {lo}..{hi}"
+
+
+def test_a_member_started_ahead_joins_the_group_at_its_start_time(
+    kafka: BrokerHandle, tmp_path: Path
+) -> None:
+    """``fleet pool run --start-at T`` (the lab's outage replacements, docs/lab.md "The
+    rejoin"): the process starts up and warms its store at once, but is not a group member
+    before T; from T on it joins and runs steps. A SIGTERM while it waits stops it cleanly."""
+    pool, topic = _pool(kafka.bootstrap, 2)
+    store = f"sqlite:///{tmp_path / 'pool.sqlite'}"
+    join_at = time.time() + 12
+    m = start_member(
+        tmp_path, pool, kafka.bootstrap, store, "m1", "--sleep", "0",
+        "--start-at", repr(join_at), *FAST_GROUP,
+    )  # fmt: skip
+    try:
+        seen = None
+        while seen is None:
+            st = pool_status(kafka.bootstrap, pool)
+            if st.members:
+                seen = time.time()
+            assert m.poll() is None, (tmp_path / "m1.log").read_text()
+            assert time.time() < join_at + 90, "the member never joined"
+            time.sleep(0.25)
+        assert seen >= join_at  # no member in the group before its start time
+        submit(kafka.bootstrap, topic, ["a\tone", "b\ttwo"])
+        wait_for(lambda: len(effects(store)) == 2, timeout=60, what="two steps")
+    finally:
+        assert stop(m) == 0
+    waiting = start_member(
+        tmp_path, pool, kafka.bootstrap, store, "m2", "--sleep", "0",
+        "--start-at", repr(time.time() + 3600), *FAST_GROUP,
+    )  # fmt: skip
+    log = tmp_path / "m2.log"  # started up: its SIGTERM handler is in place, it waits
+    wait_for(lambda: "running" in log.read_text(), timeout=60, what="m2 to start up")
+    assert stop(waiting, timeout=60) == 0
+    assert not pool_status(kafka.bootstrap, pool).members

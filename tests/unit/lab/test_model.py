@@ -173,3 +173,62 @@ def test_poison_backoffs_must_be_geometric() -> None:
     with pytest.raises(ConfigError, match="geometric"):
         Poison(backoffs_s=(1.0, 3.0, 4.0))
     assert Poison(backoffs_s=(5.0,)).retry_option(0.5) == "2.5:1.0:2:0"
+
+
+def test_an_outages_replacements_start_ahead_and_join_at_its_end() -> None:
+    """The model's outage is members out of the group for d seconds: the lab spawns the
+    replacements ``REJOIN_LEAD_S`` wall seconds before the outage ends (never before it began)
+    and they join at its end, so their start-up does not lengthen the outage. A restart's
+    replacement starts and joins at once."""
+    from pipeline.lab.runner import REJOIN_LEAD_S, _faults
+    from pipeline.lab.scenario import Restart
+
+    s = load_scenario(EXAMPLES / "worked_example.toml")
+    o = s.outages[0]
+    end = o.at_s + o.duration_s
+    starts = [f for f in _faults(s) if f[2] == "start"]
+    assert len(starts) == 4
+    for at, _order, _action, _member, _how, join in starts:
+        assert join == end
+        assert at == pytest.approx(max(o.at_s, end - REJOIN_LEAD_S / s.time_scale))
+        assert o.at_s <= at < end
+    # an outage shorter than the lead: the replacement is spawned when the member stops
+    short = Scenario(
+        name="short",
+        partitions=4,
+        time_scale=0.5,
+        outages=(Outage(at_s=10.0, duration_s=4.0, members=(1,), signal=StopSignal.TERM),),
+        restarts=(Restart(at_s=30.0, member=0, signal=StopSignal.KILL),),
+        members=Members(count=2),
+    )
+    faults = sorted(_faults(short))
+    assert [(f[0], f[2], f[3], f[5]) for f in faults] == [
+        (10.0, "stop", "m01", 10.0),
+        (10.0, "start", "m01", 14.0),
+        (30.0, "stop", "m00", 30.0),
+        (30.0, "start", "m00", 30.0),
+    ]
+
+
+def test_a_member_waiting_to_join_is_not_up(tmp_path: Path) -> None:
+    """A replacement spawned ahead of its outage's end counts as down until it joins (the
+    analysis reads "every member up" from the ticks)."""
+    import subprocess
+    import sys
+    import time
+
+    from pipeline.lab.processes import Members as Procs
+
+    s = load_scenario(EXAMPLES / "worked_example.toml")
+    procs = Procs(scenario=s, pool="p", bootstrap="b", out=tmp_path, store_url="u")
+    for m, join in (("m00", None), ("m01", time.time() + 3600)):
+        procs.procs[m] = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        procs.joins[m] = join if join is not None else 0.0
+    try:
+        now = time.time()
+        assert procs.up(now) == 1
+        assert procs.up(now + 7200) == 2
+    finally:
+        for p in procs.procs.values():
+            p.kill()
+            p.wait()
