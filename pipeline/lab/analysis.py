@@ -10,6 +10,7 @@ What "measured" means for each quantity, and why, is in ``docs/lab.md``.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import math
 import statistics
@@ -131,6 +132,91 @@ def _drain(
     return None, rejoined, None
 
 
+def _at_measured(
+    row: Row, facts: dict[str, Any], rate: float, backlog: float, capacity: float, rejoin_s: float
+) -> Row:
+    """The model's drain with this run's own capacity and rejoin (arrivals go on meanwhile):
+    ``rejoin + (backlog + rate x rejoin) / (capacity - rate)``. A measured drain that agrees
+    with it and not with the prediction was decided by those two numbers, not by the formula
+    -- at 83% utilisation a capacity 4% short alone turns the worked example's 900 s into
+    1,184 s, and each second of rejoin adds 6."""
+    at = rejoin_s + f.drain_seconds(backlog + rate * rejoin_s, capacity, rate)
+    facts["drain_at_measured_capacity_s"] = at
+    said = "never" if math.isinf(at) else f"{at:,.0f} s"
+    note = f"the model at the measured capacity {capacity:.3g}/s and this rejoin: {said}"
+    return dataclasses.replace(row, note=f"{row.note}; {note}" if row.note else note)
+
+
+def _drain_rows(
+    s: Scenario,
+    p: Prediction,
+    ticks: Sequence[Tick],
+    drain: tuple[str, float, float, float],
+    baseline: float,
+    facts: dict[str, Any],
+) -> list[Row]:
+    """A drain's row (or "never" row) and the pool's capacity measured while it lasted."""
+    label, start, predicted, backlog = drain
+    rows: list[Row] = []
+    took, rejoined, done = _drain(ticks, start, baseline)
+    if math.isinf(predicted):
+        end_lag = sum(ticks[-1].lag) if ticks else 0
+        drained = took is not None
+        rows.append(
+            Row(
+                quantity=label,
+                predicted="never",
+                measured=took if drained else "not drained",
+                ratio=None,
+                ok=not drained,
+                note=f"lag at the end of the run: {end_lag}",
+            )
+        )
+    else:
+        note = ""
+        if rejoined is not None:
+            after = "the start" if start == 0.0 else "the restart (rejoin)"
+            note = f"first progress {rejoined.t - start:.1f} s after {after}"
+        if took is None:  # predicted to drain, and did not by the end of the run: a miss
+            rows.append(
+                Row(
+                    quantity=label,
+                    predicted=predicted,
+                    measured="not drained",
+                    ratio=None,
+                    ok=False,
+                    note=note,
+                )
+            )
+        else:
+            rows.append(_row(label, predicted, took, note))
+    # the pool's capacity, read while the backlog lasted: from the group's first stable
+    # plan after the rejoin (the first member back may hold every partition until the
+    # others join, then a stop-the-world rebalance follows) until it drained, or -- a drain
+    # that outlasts the run (a slow rejoin, utilisation near 1, "never") -- the run's end
+    until = done if done is not None else (ticks[-1] if ticks else None)
+    if rejoined is not None and until is not None:
+        since = next((t for t in ticks if rejoined.t <= t.t and settled(t, s)), rejoined)
+        if until.t > since.t:
+            capacity = _rate_between(since, until)
+            if math.isfinite(predicted) and capacity is not None:
+                rows[0] = _at_measured(
+                    rows[0], facts, p.rate, backlog, capacity, rejoined.t - start
+                )
+            rows.append(
+                _row(
+                    "throughput at saturation (events/s)",
+                    p.capacity,
+                    capacity,
+                    "mean consume rate while the backlog drained (from the first stable plan)"
+                    if done is not None
+                    else "mean consume rate from the first stable plan after the rejoin "
+                    "to the end of the run (the backlog outlasted it)",
+                )
+            )
+    return rows
+
+
 def settled(tick: Tick, s: Scenario) -> bool:
     """The coordinator says STABLE, every member is in the group, every partition is owned once."""
     owned = sorted(p for ps in tick.assignment.values() for p in ps)
@@ -217,63 +303,14 @@ def analyse(
         level = steady_lag[int(0.9 * (len(steady_lag) - 1))] if steady_lag else 0
     baseline = level + max(1.0, 0.01 * peak)
     facts["baseline_lag"] = baseline
-    drain_starts: list[tuple[str, float, float]] = []  # (label, start, predicted)
+    drain_starts: list[tuple[str, float, float, float]] = []  # (label, start, predicted, backlog)
     for o, (_, end) in zip(p.outages, outage_windows, strict=True):
-        drain_starts.append((f"drain after outage at {o.at_s:g} s (s)", end, o.drain_s))
+        label = f"drain after outage at {o.at_s:g} s (s)"
+        drain_starts.append((label, end, o.drain_s, o.backlog))
     if s.lag.initial and p.lag_drain_s is not None:
-        drain_starts.append(("initial lag drain (s)", 0.0, p.lag_drain_s))
-    for label, start, predicted in drain_starts:
-        took, rejoined, done = _drain(ticks, start, baseline)
-        if math.isinf(predicted):
-            end_lag = sum(ticks[-1].lag) if ticks else 0
-            drained = took is not None
-            rows.append(
-                Row(
-                    quantity=label,
-                    predicted="never",
-                    measured=took if drained else "not drained",
-                    ratio=None,
-                    ok=not drained,
-                    note=f"lag at the end of the run: {end_lag}",
-                )
-            )
-        else:
-            note = ""
-            if rejoined is not None:
-                after = "the start" if start == 0.0 else "the restart (rejoin)"
-                note = f"first progress {rejoined.t - start:.1f} s after {after}"
-            if took is None:  # predicted to drain, and did not by the end of the run: a miss
-                rows.append(
-                    Row(
-                        quantity=label,
-                        predicted=predicted,
-                        measured="not drained",
-                        ratio=None,
-                        ok=False,
-                        note=note,
-                    )
-                )
-            else:
-                rows.append(_row(label, predicted, took, note))
-        # the pool's capacity, read while the backlog lasted: from the group's first stable
-        # plan after the rejoin (the first member back may hold every partition until the
-        # others join, then a stop-the-world rebalance follows) until it drained, or -- a drain
-        # that outlasts the run (a slow rejoin, utilisation near 1, "never") -- the run's end
-        until = done if done is not None else (ticks[-1] if ticks else None)
-        if rejoined is not None and until is not None:
-            since = next((t for t in ticks if rejoined.t <= t.t and settled(t, s)), rejoined)
-            if until.t > since.t:
-                rows.append(
-                    _row(
-                        "throughput at saturation (events/s)",
-                        p.capacity,
-                        _rate_between(since, until),
-                        "mean consume rate while the backlog drained (from the first stable plan)"
-                        if done is not None
-                        else "mean consume rate from the first stable plan after the rejoin "
-                        "to the end of the run (the backlog outlasted it)",
-                    )
-                )
+        drain_starts.append(("initial lag drain (s)", 0.0, p.lag_drain_s, sum(s.lag.initial)))
+    for drain in drain_starts:
+        rows += _drain_rows(s, p, ticks, drain, baseline, facts)
     rows += _moved_rows(s, p, ticks)
     rows += _poison_rows(s, p, steps, ticks)
     rows.append(_rebalance_row(s, ticks))
@@ -538,6 +575,8 @@ def machine_verdict(
     if prediction is not None and run_cpu_s:
         reasons += _budget_reasons(s, prediction, steps, run_cpu_s, facts)
     reasons += _lane_reasons(s, ticks, steps, facts)
+    if prediction is not None:
+        reasons += _drain_budget_reasons(s, prediction, facts)
     rate = producer.get("produced_rate")
     if rate is not None and s.arrival.mean_rate > 0:
         short = 1.0 - rate / s.arrival.mean_rate
@@ -612,6 +651,35 @@ def _budget_reasons(
         f"({peak:,.0f} events per wall second) it needs {need:.2f} cores at "
         f"{per_step * 1000:.1f} ms CPU per step, over {MACHINE_SHARE:.0%} of {n_cores} "
         f"cores; a time scale of {fastest:.2g} or slower keeps the machine out of it"
+    ]
+
+
+def _drain_budget_reasons(s: Scenario, p: Prediction, facts: dict[str, Any]) -> list[str]:
+    """A drain divides by ``capacity - rate``, so it multiplies a capacity shortfall by
+    ``1 / (1 - utilisation)``: +-10% on the drain allows steps at most ``TOLERANCE x (1 -
+    utilisation)`` over their schedule (1.7% for the worked example at 83%, 3.3% for the lag
+    example at 67%). A pool step's own cost -- its claim and stored-result transactions and its
+    wake-ups, a few ms whatever the step's length -- is a larger share of a shorter wall step,
+    so the slowest time scale that keeps it inside is named (the overrun taken as fixed in ms)."""
+    drains = [o.drain_s for o in p.outages]
+    if p.lag_drain_s is not None:
+        drains.append(p.lag_drain_s)
+    over = facts.get("step_overhead")
+    if over is None or not any(math.isfinite(d) and d > 0 for d in drains):
+        return []
+    budget = TOLERANCE * (1.0 - p.utilisation)
+    facts["drain_step_overhead_budget"] = round(budget, 4)
+    if budget <= 0 or over <= budget:
+        return []
+    slowest = s.time_scale * over / budget
+    facts["drain_time_scale"] = round(slowest, 3)
+    ms = over * s.wall(p.step_s) * 1000
+    return [
+        f"steps ran {over:.1%} over their schedule ({ms:.0f} ms a step): at "
+        f"{p.utilisation:.0%} utilisation a drain multiplies that by "
+        f"{1 / (1 - p.utilisation):.1f}, and +-10% on it allows {budget:.1%} -- the pool's "
+        f"per-step cost decides the drain at this time scale; about {slowest:.2g} or slower "
+        "keeps it inside"
     ]
 
 

@@ -351,3 +351,43 @@ def test_the_initial_lag_goes_out_at_t0_not_at_the_producers_start(tmp_path: Pat
     assert stats["prefilled"] == 210 and sent
     assert sent[0] >= start_at  # the first of the prefill: not before t = 0
     assert stats["prefill_late_s"] is not None and stats["prefill_late_s"] >= 0
+
+
+def test_the_drain_row_says_what_the_model_gives_at_the_measured_capacity_and_rejoin() -> None:
+    """A 10 s rejoin at full capacity: the drain measures 10 + (3,600 + 20 x 10) / 4 = 960 s,
+    and the row says that the model's formula at this run's capacity and rejoin gives the same
+    -- the 60 s over the prediction are the rejoin, not the formula."""
+    s = load_scenario(EXAMPLES / "worked_example.toml")
+    a = analyse(s, predict(s), fluid_ticks(s, rejoin_s=10), [], {})
+    (drain,) = [r for r in a.rows if r.quantity.startswith("drain after")]
+    assert drain.measured == pytest.approx(960, rel=0.02)
+    assert a.facts["drain_at_measured_capacity_s"] == pytest.approx(drain.measured, rel=0.02)
+    assert "the model at the measured capacity 24" in drain.note
+    assert "first progress" in drain.note
+
+
+def test_machine_verdict_names_a_step_overrun_the_drain_cannot_absorb() -> None:
+    """At 83% utilisation the worked example's drain multiplies a capacity shortfall by 6, so
+    +-10% on it allows steps 1.7% over schedule: 3.4% over (the lab's 400 ms steps with 13.6 ms
+    of store transactions and wake-ups each) is named with the time scale that would absorb it;
+    1% is not. A scenario without a finite drain (never_drains) has no such budget."""
+    s = load_scenario(EXAMPLES / "worked_example.toml")
+
+    def steps(over: float) -> list[Step]:
+        return [
+            Step(seq=i, member="m00", partition=0, t0=2.0 * i, t1=2.0 * i + 2.0 * (1 + over),
+                 scheduled_s=2.0)
+            for i in range(50)
+        ]  # fmt: skip
+
+    facts: dict[str, object] = {}
+    text = " ".join(machine_verdict(s, [], steps(0.034), {}, facts, prediction=predict(s)))
+    assert facts["drain_step_overhead_budget"] == pytest.approx(0.1 / 6, rel=1e-2)
+    assert facts["drain_time_scale"] == pytest.approx(0.2 * 0.034 * 6 / 0.1, rel=1e-2)
+    assert "allows 1.7%" in text and "14 ms a step" in text
+    facts = {}
+    assert not machine_verdict(s, [], steps(0.01), {}, facts, prediction=predict(s))
+    never = load_scenario(EXAMPLES / "never_drains.toml")
+    facts = {}
+    text = " ".join(machine_verdict(never, [], steps(0.034), {}, facts, prediction=predict(never)))
+    assert "allows" not in text and "drain_step_overhead_budget" not in facts
