@@ -17,6 +17,7 @@ from pipeline.failures.quarantine import QuarantineStore
 from pipeline.kafka.topics import TopicNames
 from pipeline.reasons import Failure
 from pipeline.record import key_text
+from pipeline.signals import stop_on_signals
 from pipeline.store import make_engine
 
 from . import dlq_report
@@ -259,7 +260,7 @@ def report(
     factories = kafka_factories(kafka_config)
     registry = CollectorRegistry()
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop_on_signals(stop, (signal.SIGTERM,))
     shipper: dlq_report.ReporterRelay | None = None
     base: RetentionConfig | None = None
     if config is not None:

@@ -18,6 +18,7 @@ import typer
 
 from pipeline.errors import ConfigError, DeliveryError
 from pipeline.reasons import Config
+from pipeline.signals import stop_on_signals
 
 from . import hot
 from .output import EXIT_FLEET_ERROR, console, err_console, fail_on_fleet_error
@@ -84,8 +85,7 @@ def run(
     )
     serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
     gw = parts.gateway.start()
-    signal.signal(signal.SIGTERM, lambda *_: gw.stop_event.set())
-    signal.signal(signal.SIGINT, lambda *_: gw.stop_event.set())
+    stop_on_signals(gw.stop_event)  # never Event.set() inside a handler: pipeline/signals.py
     # SIGUSR2 writes every thread's stack to stderr, even while a thread holds the GIL: what a
     # supervisor asks for before it SIGKILLs a gateway that did not stop (docs/gateway.md)
     faulthandler.register(signal.SIGUSR2, all_threads=True)

@@ -22,6 +22,7 @@ from pipeline.observability import (
 )
 from pipeline.observability.model import LagStatus, worst
 from pipeline.reasons import Config
+from pipeline.signals import stop_on_signals
 
 from .login import KafkaConfigOpt, kafka_factories, stop_on_refused_login
 from .output import console, emit_json, fail_on_fleet_error
@@ -90,7 +91,7 @@ def exporter(
     console.print(f"fleet exporter on http://{address}:{running.port}/metrics")
     done = threading.Event()
     refused = stop_on_refused_login(factories, done)
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    stop_on_signals(done, (signal.SIGTERM,))
     try:
         done.wait()
     except KeyboardInterrupt:

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from pipeline import reasons
 from pipeline.errors import ConfigError
+from pipeline.signals import stop_on_signals
 
 from .login import KafkaConfigOpt, kafka_factories, stop_on_refused_login
 from .output import console, emit_json, fail_on_fleet_error
@@ -187,12 +187,7 @@ def run(
     serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
     stop = threading.Event()
     refused = stop_on_refused_login(factories, stop)
-
-    def _stop(_signum: int, _frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop_on_signals(stop)
     logging.getLogger("pipeline.pool").info("member %s of pool %s running", name, pool)
     try:
         parts.run(stop)

@@ -7,11 +7,12 @@ to be confirmed and acked, anything unconfirmed stays pending and is resent by t
 from __future__ import annotations
 
 import logging
-import signal
 import threading
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
+
+from pipeline.signals import stop_on_signals
 
 from .login import KafkaConfigOpt, kafka_factories
 from .output import console, fail_on_fleet_error
@@ -72,12 +73,7 @@ def run(
     stop = threading.Event()
     if policy is not None:  # its own thread: the relay's never waits for more than one batch
         Purger.for_tables(engine, policy, RELAY_TABLES, registry=registry).start(stop)
-
-    def _stop(_signum: int, _frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop_on_signals(stop)
     console.print(f"outbox relay: {db} -> {bootstrap} (tenant: {tenant or 'all'})")
     listen(engine, relay.wake, stop)  # PostgreSQL: woken by each commit's NOTIFY
     try:

@@ -1,0 +1,44 @@
+"""Stopping a long-running command on SIGTERM / SIGINT without a lock in the signal handler.
+
+A Python signal handler runs on the main thread between two bytecodes -- possibly while that
+thread holds a lock, or inside another handler. ``threading.Event.set()`` takes the event's
+(non-reentrant) lock, so a handler that calls it can deadlock the process forever: a second
+SIGTERM arriving while the first handler's ``set()`` held the lock did exactly that to a
+``fleet gateway run`` (chaos #4 at 20 repetitions, session 8: a supervisor that terminates and
+then stops sends two; the gateway ignored both for 20 s until SIGKILL, and faulthandler's
+dump showed ``Event.set`` inside ``Event.set`` on the main thread).
+
+:func:`stop_on_signals` keeps the handler to one ``os.write`` on a pipe; a daemon thread blocked
+on the pipe's other end sets the event from ordinary code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterable
+from types import FrameType
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def stop_on_signals(event: threading.Event, signals: Iterable[int] = STOP_SIGNALS) -> None:
+    """Set ``event`` once any of ``signals`` arrives (main thread only: where handlers are
+    installed). Further signals are absorbed: the event stays set."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        # a full pipe (BlockingIOError) means a byte is already waiting: nothing to add
+        with contextlib.suppress(OSError):
+            os.write(write_end, b"\0")
+
+    def watch() -> None:
+        os.read(read_end, 1)
+        event.set()
+
+    threading.Thread(target=watch, name="stop-signals", daemon=True).start()
+    for s in signals:
+        signal.signal(s, handler)
