@@ -68,6 +68,16 @@ def behind(engine: Engine) -> int:
         )
 
 
+def _runs(rows: list[Any]) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+    """Per branch, the first and last lsn of ``rows`` (as ``Acker.ack`` computes them)."""
+    firsts: dict[tuple[str, str], int] = {}
+    lasts: dict[tuple[str, str], int] = {}
+    for row in rows:
+        firsts.setdefault((row[1], row[2]), row[3])
+        lasts[(row[1], row[2])] = row[3]
+    return firsts, lasts
+
+
 class WatermarkAcker:
     """Acks confirmed rows by raising their branch's watermark (same contract as ``Acker``)."""
 
@@ -78,11 +88,7 @@ class WatermarkAcker:
     def ack(self, rows: list[Any], *, whole_batch: bool = False) -> None:
         if not rows:
             return
-        firsts: dict[tuple[str, str], int] = {}
-        lasts: dict[tuple[str, str], int] = {}
-        for row in rows:
-            firsts.setdefault((row[1], row[2]), row[3])
-            lasts[(row[1], row[2])] = row[3]
+        firsts, lasts = _runs(rows)
         known = self._acked_upto
         probe = [(t, b, lo - 1) for (t, b), lo in firsts.items() if known.get((t, b), 0) != lo - 1]
         try:
@@ -152,11 +158,7 @@ class BranchWatermarkAcker:
     def ack(self, rows: list[Any], *, whole_batch: bool = False) -> None:
         if not rows:
             return
-        firsts: dict[tuple[str, str], int] = {}
-        lasts: dict[tuple[str, str], int] = {}
-        for row in rows:
-            firsts.setdefault((row[1], row[2]), row[3])
-            lasts[(row[1], row[2])] = row[3]
+        firsts, lasts = _runs(rows)
         params = [(hi, t, b, firsts[(t, b)] - 1, hi) for (t, b), hi in lasts.items()]
         try:
             with self.engine.begin() as conn:
