@@ -35,6 +35,8 @@ from pipeline.runs import Executor, RunJournal
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import fleet_process, test_broker_dir, unique_name
 
+from . import outbox_watermark
+
 
 def _topic(bootstrap: str, partitions: int = 3) -> str:
     name = unique_name("bench.outbox")
@@ -86,10 +88,19 @@ def _raw(bootstrap: str, records: list[Any]) -> tuple[float, float]:
     return elapsed
 
 
-def _relay(engine: Any, bootstrap: str, rows: int) -> tuple[float, float]:
+def _relay(engine: Any, bootstrap: str, rows: int, variant: str = "relay") -> tuple[float, float]:
     with engine.begin() as conn:  # the same rows, pending again
         conn.execute(update(outbox).values(status=int(RowStatus.PENDING), sent_at=None))
-    relay = Relay(engine=engine, bootstrap=bootstrap, batch_size=1000)
+    if variant == "relay":
+        relay = Relay(engine=engine, bootstrap=bootstrap, batch_size=1000)
+    elif variant == "wm_design":  # bench/outbox_watermark.py
+        outbox_watermark.reset_design(engine)
+        relay = outbox_watermark.design_relay(engine, bootstrap=bootstrap, batch_size=1000)
+    else:  # the watermark prototype (bench/outbox_watermark.py)
+        outbox_watermark.reset(engine)
+        relay = outbox_watermark.watermark_relay(
+            engine, bootstrap=bootstrap, batch_size=1000, read_above=variant == "wm_ack_read"
+        )
     warm = relay._ensure_producer()
     warm.produce(_topic_of(engine), value=b"warm-up")
     warm.flush(30)
@@ -98,7 +109,16 @@ def _relay(engine: Any, bootstrap: str, rows: int) -> tuple[float, float]:
     elapsed = time.perf_counter() - started, time.process_time() - cpu
     relay.close()
     assert shipped == rows, (shipped, rows)
+    if variant == "wm_design":  # every branch's watermark reached its last lsn
+        assert outbox_watermark.behind_design(engine) == 0
+    elif variant != "relay":
+        assert outbox_watermark.behind(engine) == 0
     return elapsed
+
+
+# bench/outbox_watermark.py: the ack watermark, with today's read / with a read above it
+# and the designed read + ack on outbox_branch.sent_lsn
+PROTOTYPES = ("wm_ack", "wm_ack_read", "wm_design")
 
 
 def _topic_of(engine: Any) -> str:
@@ -120,9 +140,12 @@ def throughput(bootstrap: str, workdir: Path, *, rows: int, rounds: int) -> dict
             ).all()
         )
     raw_s, relay_s = [], []
+    proto: dict[str, list[tuple[float, float]]] = {v: [] for v in PROTOTYPES}
     for _ in range(rounds):  # alternate, so drift on a shared machine hits both sides
         raw_s.append(_raw(bootstrap, records))
         relay_s.append(_relay(engine, bootstrap, rows))
+        for variant in PROTOTYPES:
+            proto[variant].append(_relay(engine, bootstrap, rows, variant))
     raw, rel = statistics.median(w for w, _ in raw_s), statistics.median(w for w, _ in relay_s)
     return {
         "rows": rows,
@@ -142,6 +165,23 @@ def throughput(bootstrap: str, workdir: Path, *, rows: int, rounds: int) -> dict
         "relay_cpu_us_per_row": _spread([c / rows * 1e6 for _, c in relay_s]),
         "raw_s": [round(w, 3) for w, _ in raw_s],
         "relay_s": [round(w, 3) for w, _ in relay_s],
+        # not production: the ack watermark prototype, each round beside the same raw and relay
+        "watermark_prototype": {
+            variant: {
+                "vs_raw_per_round": _spread(
+                    [r[0] / q[0] for r, q in zip(raw_s, runs, strict=True)]
+                ),
+                "vs_raw_cpu_per_round": _spread(
+                    [r[1] / q[1] for r, q in zip(raw_s, runs, strict=True)]
+                ),
+                "vs_relay_cpu_per_round": _spread(
+                    [r[1] / q[1] for r, q in zip(relay_s, runs, strict=True)]
+                ),
+                "cpu_us_per_row": _spread([c / rows * 1e6 for _, c in runs]),
+                "s": [round(w, 3) for w, _ in runs],
+            }
+            for variant, runs in proto.items()
+        },
     }
 
 

@@ -22,8 +22,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .commands import COMMANDS, ROOT_HELP
-
 ROOT_OPTIONS = (
     ("--install-completion", "Install completion for the current shell."),
     (
@@ -36,6 +34,8 @@ ROOT_OPTIONS = (
 
 def root_help(prog: str = "fleet") -> str:
     """``fleet --help`` as plain text: the root options and the COMMANDS table, in its order."""
+    from .commands import COMMANDS, ROOT_HELP  # here: a lean send does not need the table
+
     lines = [f"Usage: {prog} [OPTIONS] COMMAND [ARGS]...", "", f"  {ROOT_HELP}", "", "Options:"]
     width = max(len(name) for name, _ in ROOT_OPTIONS) + 2
     lines += [f"  {name:<{width}}{text}" for name, text in ROOT_OPTIONS]

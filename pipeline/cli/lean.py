@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,34 +31,47 @@ _DIGITS = re.compile(r"[0-9]+")
 CONVERTERS: tuple[Callable[[str], Any], ...] = (str, float, int, Path)
 
 
-@dataclass(frozen=True)
+# Plain classes with slots, not frozen dataclasses: a lean ``fleet send`` makes them at import,
+# once per message, and a dataclass's generated methods cost 1-2 ms each class (issue 17). The
+# specs below are module constants that nothing assigns to.
 class Opt:
-    """One option: ``dest`` is the command function's parameter name."""
+    """One option: ``dest`` is the command function's parameter name; ``type`` is one of
+    :data:`CONVERTERS`, or ``bool`` for a flag."""
 
-    dest: str
-    names: tuple[str, ...]
-    type: Callable[[str], Any] = str  # one of CONVERTERS, or bool for a flag
-    required: bool = False
-    default: Any = None
+    __slots__ = ("default", "dest", "names", "required", "type")
+
+    def __init__(
+        self,
+        dest: str,
+        names: tuple[str, ...],
+        type: Callable[[str], Any] = str,
+        required: bool = False,
+        default: Any = None,
+    ) -> None:
+        self.dest, self.names, self.type = dest, names, type
+        self.required, self.default = required, default
 
     @property
     def flag(self) -> bool:
         return self.type is bool
 
 
-@dataclass(frozen=True)
 class Arg:
     """One positional argument (optional, one value)."""
 
-    dest: str
-    type: Callable[[str], Any] = str
-    default: Any = None
+    __slots__ = ("default", "dest", "type")
+
+    def __init__(self, dest: str, type: Callable[[str], Any] = str, default: Any = None) -> None:
+        self.dest, self.type, self.default = dest, type, default
 
 
-@dataclass(frozen=True)
 class Spec:
-    options: tuple[Opt, ...]
-    arguments: tuple[Arg, ...] = ()
+    """One command's options and positional arguments."""
+
+    __slots__ = ("arguments", "options")
+
+    def __init__(self, options: tuple[Opt, ...], arguments: tuple[Arg, ...] = ()) -> None:
+        self.options, self.arguments = options, arguments
 
     def parse(self, args: Sequence[str]) -> dict[str, Any] | None:
         """The command's parameters from ``args`` (after the command name), or ``None`` when

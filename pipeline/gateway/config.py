@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pipeline.errors import ConfigError
+from pipeline.kafka.names import check_name
 from pipeline.kafka.security import PLAINTEXT, KafkaSecurity, security_from_table
-from pipeline.kafka.topics import check_name
 from pipeline.presence.roles import ENTITY_DELIVERIES, ENTITY_ROLES, Delivery, Role
 from pipeline.reasons import Config
 from pipeline.retention.policy import RetentionConfig

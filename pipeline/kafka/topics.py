@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from pipeline.errors import ConfigError
-from pipeline.reasons import Config
+from .names import check_name
+
+# check_name lives in names.py (light: the gateway's config loader, on every `fleet send`'s path,
+# imports it without this table); importing it from here keeps working
+__all__ = ["DLQ_SCAN_GROUP_PREFIX", "TopicNames", "check_name"]
 
 DLQ_SCAN_GROUP_PREFIX = "fleet-dlq-scan."
 """``fleet dlq ls|show|replay`` read with a throw-away group under this prefix (assign only)."""
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,100}$")
-
-
-def check_name(value: str, *, what: str) -> str:
-    """Host ids, pool names and the like become topic-name parts: keep them to a safe charset."""
-    if not _NAME.match(value):
-        raise ConfigError(
-            f"invalid {what} {value!r}: use letters, digits, '-' or '_' (max 101 chars)",
-            reason=Config.INVALID_NAME,
-        )
-    return value
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,6 +32,10 @@ from pipeline.presence.roles import Delivery, Role
 from pipeline.store import make_engine, session_factory
 
 NOT_LEAN = ("typer", "rich", "click", "sqlalchemy", "confluent_kafka", "cryptography")
+# Light, but each import is paid once per message (issue 17): the COMMANDS table is for
+# `fleet --help` (entry.root_help imports it), the config loader checks names with
+# pipeline.kafka.names (not the TopicNames table), the socket client base64-encodes with binascii.
+NOT_ON_SEND = ("pipeline.cli.commands", "pipeline.kafka.topics", "base64")
 TABLE = {e.name: e for e in COMMANDS}
 
 
@@ -172,14 +176,17 @@ LEAN = "from pipeline.cli.entry import main\nmain({argv!r})\n"
 TYPER = "from pipeline.cli.main import app\napp({argv!r}, prog_name='fleet')\n"
 PROBE = (
     "import atexit, sys\n"
-    "atexit.register(lambda: sys.stderr.write('\\nLOADED ' + ' '.join(sorted({{m.split('.')[0]"
-    " for m in sys.modules}} & set({not_lean!r}))) + '\\n'))\n"
+    "atexit.register(lambda: sys.stderr.write('\\nLOADED ' + ' '.join(sorted(({{m.split('.')[0]"
+    " for m in sys.modules}} | set(sys.modules)) & set({not_lean!r}))) + '\\n'))\n"
 )
 
 
-def _run(code: str, argv: list[str], stdin: str = "") -> tuple[int, str, str, list[str]]:
-    """Exit code, stdout, stderr and the heavy top-level packages loaded by one fresh process."""
-    src = PROBE.format(not_lean=NOT_LEAN) + code.format(argv=argv)
+def _run(
+    code: str, argv: list[str], stdin: str = "", watch: tuple[str, ...] = NOT_LEAN
+) -> tuple[int, str, str, list[str]]:
+    """Exit code, stdout, stderr and which of ``watch`` (top-level packages or modules) one
+    fresh process loaded."""
+    src = PROBE.format(not_lean=watch) + code.format(argv=argv)
     done = subprocess.run([sys.executable, "-c", src], input=stdin, capture_output=True,
                           text=True, timeout=120, check=False)  # fmt: skip
     err, _, loaded = done.stderr.rpartition("\nLOADED ")
@@ -254,6 +261,13 @@ def test_a_lean_send_reaches_the_gateway(gateway: Path, host: Any) -> None:
     assert json.loads(out)["via"] == "gateway"
     with host[1].connect() as c:
         assert c.exec_driver_sql("SELECT count(*) FROM outbox").scalar() == 1
+
+
+def test_a_lean_send_leaves_out_what_only_other_paths_need(gateway: Path) -> None:
+    argv = [*SEND, "-c", str(gateway), "--to", "main-b", "hi"]
+    code, out, err, loaded = _run(LEAN, argv, watch=NOT_ON_SEND)
+    assert (code, err, loaded) == (0, "", [])
+    assert out.startswith("queued SEND ")
 
 
 def test_without_a_gateway_the_lean_entry_runs_the_typer_send(host: Any) -> None:
