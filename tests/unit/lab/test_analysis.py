@@ -158,7 +158,8 @@ def test_duplicates_counted_against_their_bound() -> None:
 
 
 def test_machine_verdict_names_cpu_slow_steps_and_a_lagging_producer() -> None:
-    s = load_scenario(EXAMPLES / "worked_example.toml")
+    # at time scale 0.2 a send 0.5 s late is more than a step (400 ms wall) late
+    s = dataclasses.replace(load_scenario(EXAMPLES / "worked_example.toml"), time_scale=0.2)
     ticks = fluid_ticks(s, cpu=0.97)
     slow = [Step(seq=1, member="m00", partition=0, t0=0.0, t1=3.0, scheduled_s=2.0)]
     facts: dict[str, object] = {}
@@ -371,7 +372,7 @@ def test_machine_verdict_names_a_step_overrun_the_drain_cannot_absorb() -> None:
     +-10% on it allows steps 1.7% over schedule: 3.4% over (the lab's 400 ms steps with 13.6 ms
     of store transactions and wake-ups each) is named with the time scale that would absorb it;
     1% is not. A scenario without a finite drain (never_drains) has no such budget."""
-    s = load_scenario(EXAMPLES / "worked_example.toml")
+    s = dataclasses.replace(load_scenario(EXAMPLES / "worked_example.toml"), time_scale=0.2)
 
     def steps(over: float) -> list[Step]:
         return [

@@ -22,9 +22,11 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "lab"
 def test_shipped_scenarios_load(path: Path) -> None:
     s = load_scenario(path)
     assert s.name.startswith("seed001-")
-    # each run fits in about eight minutes of wall time: time scales slow enough that a pool
-    # step's fixed store cost stays a small share of a step on 2 cores (docs/lab.md)
-    assert s.wall(s.duration_s) <= 480
+    # each run fits in about eight minutes of wall time -- time scales slow enough that a pool
+    # step's fixed store cost stays a small share of a step on 2 cores -- except the worked
+    # example, which runs in real time: its drain tolerates steps only 1.7% over schedule
+    # (docs/lab.md, "How far the time scale can go")
+    assert s.wall(s.duration_s) <= (1500 if path.stem == "worked_example" else 480)
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.stem)
@@ -41,9 +43,9 @@ def test_a_drain_up_to_the_tolerance_fits_in_the_run(path: Path) -> None:
 
 
 def test_shipped_scenarios_run_in_bounded_time() -> None:
-    """``make lab`` runs them all, one after the other: about fifteen minutes of wall time."""
+    """``make lab`` runs them all, one after the other: about forty minutes of wall time."""
     total = sum((s := load_scenario(path)).wall(s.duration_s) for path in EXAMPLES.glob("*.toml"))
-    assert total <= 900
+    assert total <= 2100
 
 
 def _err(data: dict[str, object]) -> ConfigError:
