@@ -23,9 +23,7 @@ FENCING_CODES = frozenset(
 )
 
 
-# A dynamic member (no group.instance.id) sees these while a rebalance is under way: its
-# generation moved on and it rejoins. Only a static member is fenced by them (a second member
-# with its id, or a zombie past its session timeout).
+# Any member sees these while a rebalance is under way: its generation moved on and it rejoins.
 REBALANCE_CODES = frozenset(
     {
         KafkaError.ILLEGAL_GENERATION,
@@ -34,13 +32,38 @@ REBALANCE_CODES = frozenset(
     }
 )
 
+# What fences a static member (group.instance.id): a second member took its id
+# (FENCED_INSTANCE_ID), or its member id is gone -- it stalled past its session timeout and was
+# removed (UNKNOWN_MEMBER_ID). A stale generation (ILLEGAL_GENERATION) is not one of them: a
+# static member that is still in the group meets it whenever another member's join moved the
+# generation on while a commit was in flight (seen: a pool of static members, cooperative-sticky,
+# rejoining after an outage -- a member stopped as "fenced" while the group was only
+# rebalancing), and librdkafka rejoins under the same member id.
+STATIC_FENCING_CODES = frozenset({KafkaError.FENCED_INSTANCE_ID, KafkaError.UNKNOWN_MEMBER_ID})
+
+
+def fences(codes: set[int], *, fatal: bool, static_member: bool) -> bool:
+    """Whether a failed commit with these error codes means this member was fenced (it must stop,
+    loudly) rather than that the group is rebalancing (rejoin, commit again)."""
+    if fatal:
+        return True
+    if static_member:
+        return bool(codes & STATIC_FENCING_CODES)
+    return bool(codes & FENCING_CODES) and not codes <= REBALANCE_CODES
+
 
 @dataclass
 class CommitResult:
     ok: bool
-    fenced: bool = False
     errors: list[str] = field(default_factory=list)
-    rebalancing: bool = False  # every error is a REBALANCE_CODES one and none is fatal
+    codes: frozenset[int] = frozenset()  # the errors' KafkaError codes
+    fatal: bool = False
+
+    def fences(self, *, static_member: bool) -> bool:
+        """The commit failed because this member was fenced (see :func:`fences`)."""
+        return not self.ok and fences(
+            set(self.codes), fatal=self.fatal, static_member=static_member
+        )
 
 
 def commit_offsets(
@@ -61,15 +84,18 @@ def commit_offsets(
         fatal = bool(isinstance(err, KafkaError) and err.fatal())
         return CommitResult(
             ok=False,
-            fenced=fatal or code in FENCING_CODES,
             errors=[str(exc)],
-            rebalancing=not fatal and code in REBALANCE_CODES,
+            codes=frozenset() if code is None else frozenset({code}),
+            fatal=fatal,
         )
     failed = [tp for tp in (result or []) if tp.error]
     errors = [f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in failed]
-    fenced = any(tp.error.code() in FENCING_CODES for tp in failed)
-    rebalancing = bool(failed) and all(tp.error.code() in REBALANCE_CODES for tp in failed)
-    return CommitResult(ok=not errors, fenced=fenced, errors=errors, rebalancing=rebalancing)
+    return CommitResult(
+        ok=not errors,
+        errors=errors,
+        codes=frozenset(tp.error.code() for tp in failed),
+        fatal=any(tp.error.fatal() for tp in failed),
+    )
 
 
 def _partitions(
@@ -167,8 +193,7 @@ class AsyncCommits:
             return
         codes = {e.code() for e in errors}
         fatal = any(e.fatal() for e in errors)
-        rebalancing = not fatal and codes <= REBALANCE_CODES
-        if fatal or (codes & FENCING_CODES and (self.static_member or not rebalancing)):
+        if fences(codes, fatal=fatal, static_member=self.static_member):
             self._fenced.append("; ".join(e.str() for e in errors))
         else:
             self._failed()

@@ -577,7 +577,7 @@ class ConsumerRuntime:
         if not result.ok:
             if self.metrics:
                 self.metrics.commit_failures.labels(cfg.group_id).inc()
-            if result.fenced and not (cfg.instance_id is None and result.rebalancing):
+            if result.fences(static_member=cfg.instance_id is not None):
                 raise FencedError(
                     f"group {cfg.group_id} member {cfg.instance_id or '(dynamic)'} was "
                     f"fenced: another gateway with the same id took over, or this one "

@@ -434,6 +434,44 @@ def test_an_async_commit_refused_for_fencing_stops_the_member_at_the_next_step(
         rt.step()
 
 
+def test_a_static_member_with_a_stale_generation_is_rebalancing_not_fenced(
+    sessions: Any,
+) -> None:
+    """Seed 001 "partitions as concurrency" with static membership: a static member whose commit
+    meets ILLEGAL_GENERATION (another member's join moved the generation on; seen in the lab with
+    static cooperative-sticky members rejoining after an outage) keeps running and commits again;
+    FENCED_INSTANCE_ID and UNKNOWN_MEMBER_ID still stop it, on both commit paths."""
+    from confluent_kafka import TopicPartition
+
+    rt, fake, _handler = _pull_runtime(sessions, ["p0"], forward=set())
+    rt.config = RuntimeConfig(**{**rt.config.__dict__, "instance_id": "m01"})
+    rt.async_commits.static_member = True
+    rt.step()
+    rt.async_commits.on_commit(
+        KafkaError(KafkaError.ILLEGAL_GENERATION), [TopicPartition("t", 0, 1)]
+    )
+    rt.step()  # no FencedError: the offsets go again after RETRY_S
+    assert rt.async_commits.sent, "the refused offsets are kept for the next commit"
+    for code in (KafkaError.FENCED_INSTANCE_ID, KafkaError.UNKNOWN_MEMBER_ID):
+        rt.async_commits.on_commit(KafkaError(code), [TopicPartition("t", 0, 1)])
+        with pytest.raises(FencedError, match="asynchronous offset commit"):
+            rt.step()
+
+    # the forward path's synchronous commit: nothing injected either way; only fencing raises
+    fake = FakeConsumer()
+    fake.produce("t", 0, b"k", b"brief", [("msgId", b"m1")])
+    handler = Script()
+    fake.fail_commits = KafkaError(KafkaError.ILLEGAL_GENERATION)
+    rt = make_runtime(sessions, handler, fake, instance_id="m01")
+    rt.step()
+    assert handler.injected == []
+    fake.produce("t", 0, b"k", b"brief2", [("msgId", b"m2")])
+    fake.fail_commits = KafkaError(KafkaError.UNKNOWN_MEMBER_ID)
+    with pytest.raises(FencedError, match="fenced"):
+        rt.step()
+    assert handler.injected == []
+
+
 def test_revoke_commits_the_pull_paths_last_offsets_synchronously(sessions: Any) -> None:
     from confluent_kafka import TopicPartition
 
