@@ -421,17 +421,22 @@ def test_an_async_commit_refused_for_fencing_stops_the_member_at_the_next_step(
 ) -> None:
     """An async commit's result arrives through ``on_commit``; a fenced static member still
     stops loudly (the forward path would have raised at its sync commit)."""
+    rt = _static_member_with_a_refused_async_commit(sessions, KafkaError.FENCED_INSTANCE_ID)
+    with pytest.raises(FencedError, match="asynchronous offset commit"):
+        rt.step()
+
+
+def _static_member_with_a_refused_async_commit(sessions: Any, code: int) -> Any:
+    """A static pull-path member that ran one batch, whose asynchronous commit came back
+    refused with ``code`` (librdkafka's ``on_commit``)."""
     from confluent_kafka import TopicPartition
 
     rt, _fake, _handler = _pull_runtime(sessions, ["p0"], forward=set())
-    rt.config = RuntimeConfig(**{**rt.config.__dict__, "instance_id": "hostA"})
+    rt.config = RuntimeConfig(**{**rt.config.__dict__, "instance_id": "m01"})
     rt.async_commits.static_member = True
     rt.step()
-    rt.async_commits.on_commit(
-        KafkaError(KafkaError.FENCED_INSTANCE_ID), [TopicPartition("t", 0, 1)]
-    )
-    with pytest.raises(FencedError, match="asynchronous offset commit"):
-        rt.step()
+    rt.async_commits.on_commit(KafkaError(code), [TopicPartition("t", 0, 1)])
+    return rt
 
 
 def test_a_static_member_with_a_stale_generation_is_rebalancing_not_fenced(
@@ -443,13 +448,7 @@ def test_a_static_member_with_a_stale_generation_is_rebalancing_not_fenced(
     FENCED_INSTANCE_ID and UNKNOWN_MEMBER_ID still stop it, on both commit paths."""
     from confluent_kafka import TopicPartition
 
-    rt, fake, _handler = _pull_runtime(sessions, ["p0"], forward=set())
-    rt.config = RuntimeConfig(**{**rt.config.__dict__, "instance_id": "m01"})
-    rt.async_commits.static_member = True
-    rt.step()
-    rt.async_commits.on_commit(
-        KafkaError(KafkaError.ILLEGAL_GENERATION), [TopicPartition("t", 0, 1)]
-    )
+    rt = _static_member_with_a_refused_async_commit(sessions, KafkaError.ILLEGAL_GENERATION)
     rt.step()  # no FencedError: the offsets go again after RETRY_S
     assert rt.async_commits.sent, "the refused offsets are kept for the next commit"
     for code in (KafkaError.FENCED_INSTANCE_ID, KafkaError.UNKNOWN_MEMBER_ID):
