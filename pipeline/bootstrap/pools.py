@@ -61,7 +61,9 @@ class PoolMember:
         paid its start-up by then, so the outage lasts what the scenario says."""
         if join_at is not None:
             self.runtime.warm_up()
-            stop.wait(max(0.0, join_at - time.time()))
+            if stop.wait(max(0.0, join_at - time.time())):
+                self._stopped_before_joining()
+                return
         self.heartbeat.start()
         purging = threading.Event()
         purge = self.purger.start(purging) if self.purger is not None else None
@@ -75,6 +77,15 @@ class PoolMember:
             self.handler.close()
             if purge is not None:
                 purge.join(timeout=10)
+
+    def _stopped_before_joining(self) -> None:
+        """A stop while waiting to join: close without subscribing. Subscribing and closing at
+        once could leave a JoinGroup the coordinator completes after the leave -- a member with
+        no partitions listed in the group until its session times out."""
+        self.runtime.close()
+        if self.runtime.inflight is not None:
+            self.runtime.inflight.close()
+        self.handler.close()
 
 
 def build_pool_member(
