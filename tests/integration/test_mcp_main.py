@@ -42,6 +42,7 @@ gid = "main-a2"
 role = "main"
 delivery = "pull"
 """
+A_GIDS = ("main-a", "main-a2")
 B_ENTITIES = """
 [[entities]]
 gid = "worker-b"
@@ -78,7 +79,13 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[Hosts]:
     a.gateway.start()
     b.gateway.start()
     try:
-        wait_until(lambda: a.client.knows("worker-b") and b.client.knows("main-a"), 30, "presence")
+        # every entity a test addresses: presence entries arrive one by one, and a B that knows
+        # main-a may not know main-a2 yet (an ASK to it refused UNKNOWN_RECIPIENT, seen in CI)
+        wait_until(
+            lambda: a.client.knows("worker-b") and all(b.client.knows(g) for g in A_GIDS),
+            30,
+            "presence",
+        )
         yield Hosts(a, b, rec, a_config, b_config)
     finally:
         a.gateway.stop()
