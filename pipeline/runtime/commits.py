@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +43,7 @@ REBALANCE_CODES = frozenset(
 STATIC_FENCING_CODES = frozenset({KafkaError.FENCED_INSTANCE_ID, KafkaError.UNKNOWN_MEMBER_ID})
 
 
-def fences(codes: set[int], *, fatal: bool, static_member: bool) -> bool:
+def fences(codes: AbstractSet[int], *, fatal: bool, static_member: bool) -> bool:
     """Whether a failed commit with these error codes means this member was fenced (it must stop,
     loudly) rather than that the group is rebalancing (rejoin, commit again)."""
     if fatal:
@@ -61,9 +62,7 @@ class CommitResult:
 
     def fences(self, *, static_member: bool) -> bool:
         """The commit failed because this member was fenced (see :func:`fences`)."""
-        return not self.ok and fences(
-            set(self.codes), fatal=self.fatal, static_member=static_member
-        )
+        return not self.ok and fences(self.codes, fatal=self.fatal, static_member=static_member)
 
 
 def commit_offsets(
