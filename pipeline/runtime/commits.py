@@ -1,8 +1,8 @@
 """Synchronous offset commits that check every partition's result.
 
 The forward path (at-most-once) injects only after this returns ``ok``; on any error it injects
-nothing. Fencing (a second gateway with the same ``group.instance.id``, or a zombie whose
-generation is gone) is reported separately: the caller must stop, loudly.
+nothing. Fencing (a second gateway with the same ``group.instance.id``) is reported separately:
+the caller must stop, loudly. A member whose session expired is rejoining, not fenced.
 """
 
 from __future__ import annotations
@@ -33,14 +33,19 @@ REBALANCE_CODES = frozenset(
     }
 )
 
-# What fences a static member (group.instance.id): a second member took its id
-# (FENCED_INSTANCE_ID), or its member id is gone -- it stalled past its session timeout and was
-# removed (UNKNOWN_MEMBER_ID). A stale generation (ILLEGAL_GENERATION) is not one of them: a
-# static member that is still in the group meets it whenever another member's join moved the
-# generation on while a commit was in flight (seen: a pool of static members, cooperative-sticky,
-# rejoining after an outage -- a member stopped as "fenced" while the group was only
-# rebalancing), and librdkafka rejoins under the same member id.
-STATIC_FENCING_CODES = frozenset({KafkaError.FENCED_INSTANCE_ID, KafkaError.UNKNOWN_MEMBER_ID})
+# What fences a static member (group.instance.id): a second member holds its id now. The
+# coordinator answers a static member's request with FENCED_INSTANCE_ID when its instance id is
+# registered under another member id, and with UNKNOWN_MEMBER_ID when no member holds the id at
+# all -- its session expired (a stall or a network cut past session.timeout.ms) and nobody took
+# its place. That second case is not fencing: nobody else consumes its partitions under its
+# name, so it rejoins under the same id (librdkafka does so itself; were a second member to
+# start meanwhile, one of the two meets FENCED_INSTANCE_ID and stops). Seen in chaos #11
+# (a 60 s cut-off): the commit in flight across the cut came back UNKNOWN_MEMBER_ID and the
+# gateway stopped [FENCED] although no other gateway existed. A stale generation
+# (ILLEGAL_GENERATION) is not fencing either: a static member still in the group meets it
+# whenever another member's join moved the generation on while a commit was in flight (seen: a
+# pool of static cooperative-sticky members rejoining after an outage).
+STATIC_FENCING_CODES = frozenset({KafkaError.FENCED_INSTANCE_ID})
 
 
 def fences(codes: AbstractSet[int], *, fatal: bool, static_member: bool) -> bool:

@@ -445,16 +445,17 @@ def test_a_static_member_with_a_stale_generation_is_rebalancing_not_fenced(
     """Seed 001 "partitions as concurrency" with static membership: a static member whose commit
     meets ILLEGAL_GENERATION (another member's join moved the generation on; seen in the lab with
     static cooperative-sticky members rejoining after an outage) keeps running and commits again;
-    FENCED_INSTANCE_ID and UNKNOWN_MEMBER_ID still stop it, on both commit paths."""
+    FENCED_INSTANCE_ID (a second member holds its id) still stops it, on both commit paths."""
     from confluent_kafka import TopicPartition
 
     rt = _static_member_with_a_refused_async_commit(sessions, KafkaError.ILLEGAL_GENERATION)
     rt.step()  # no FencedError: the offsets go again after RETRY_S
     assert rt.async_commits.sent, "the refused offsets are kept for the next commit"
-    for code in (KafkaError.FENCED_INSTANCE_ID, KafkaError.UNKNOWN_MEMBER_ID):
-        rt.async_commits.on_commit(KafkaError(code), [TopicPartition("t", 0, 1)])
-        with pytest.raises(FencedError, match="asynchronous offset commit"):
-            rt.step()
+    rt.async_commits.on_commit(
+        KafkaError(KafkaError.FENCED_INSTANCE_ID), [TopicPartition("t", 0, 1)]
+    )
+    with pytest.raises(FencedError, match="asynchronous offset commit"):
+        rt.step()
 
     # the forward path's synchronous commit: nothing injected either way; only fencing raises
     fake = FakeConsumer()
@@ -465,10 +466,37 @@ def test_a_static_member_with_a_stale_generation_is_rebalancing_not_fenced(
     rt.step()
     assert handler.injected == []
     fake.produce("t", 0, b"k", b"brief2", [("msgId", b"m2")])
-    fake.fail_commits = KafkaError(KafkaError.UNKNOWN_MEMBER_ID)
+    fake.fail_commits = KafkaError(KafkaError.FENCED_INSTANCE_ID)
     with pytest.raises(FencedError, match="fenced"):
         rt.step()
     assert handler.injected == []
+
+
+def test_a_static_member_whose_session_expired_rejoins_instead_of_stopping(
+    sessions: Any,
+) -> None:
+    """Seed 000 §5 (commit before inject) across a network cut (chaos #11 `cut-off`): a static
+    member cut off past its session timeout is removed from the group, and the commit it had in
+    flight comes back UNKNOWN_MEMBER_ID -- nobody holds its instance id (a second member would
+    make it FENCED_INSTANCE_ID). That is a lost session, not fencing: the batch's briefs are not
+    injected (the commit failed: the sender's deadline answers them with one FAILED), and the
+    member keeps running -- the next batch is committed and injected. On the pull path the
+    refused async commit goes again."""
+    fake = FakeConsumer()
+    fake.produce("t", 0, b"k", b"brief", [("msgId", b"m1")])
+    handler = Script()
+    fake.fail_commits = KafkaError(KafkaError.UNKNOWN_MEMBER_ID)
+    rt = make_runtime(sessions, handler, fake, instance_id="B")
+    rt.step()  # no FencedError
+    assert handler.injected == [], "nothing is injected through a failed commit"
+    fake.fail_commits = None
+    fake.produce("t", 0, b"k", b"brief2", [("msgId", b"m2")])
+    rt.step()
+    assert handler.injected == ["brief2"] and fake.committed == {("t", 0): 2}
+
+    rt = _static_member_with_a_refused_async_commit(sessions, KafkaError.UNKNOWN_MEMBER_ID)
+    rt.step()  # no FencedError: the offsets go again after RETRY_S
+    assert rt.async_commits.sent, "the refused offsets are kept for the next commit"
 
 
 def test_revoke_commits_the_pull_paths_last_offsets_synchronously(sessions: Any) -> None:
