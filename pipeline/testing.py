@@ -262,6 +262,10 @@ class FakeConsumer:
         self.commit_calls = 0
         self.commit_modes: list[str] = []
         self.closed = False
+        self.member_id: str | None = None  # what ``memberid()`` answers
+
+    def memberid(self) -> str | None:
+        return self.member_id
 
     def produce(
         self,

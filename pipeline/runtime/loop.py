@@ -188,6 +188,7 @@ class ConsumerRuntime:
         self._next_release_check = 0.0
         self._stale_quarantine = False  # a refresh failed: hold every partition until one works
         self._warm = False
+        self._member_id: str | None = None  # the client's member id at its last assignment
         self.batches = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -254,6 +255,7 @@ class ConsumerRuntime:
         with contextlib.suppress(Exception):
             self.consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in partitions])
         self._assigned.update((tp.topic, tp.partition) for tp in partitions)
+        self._member_id = _member_id(self.consumer)
         self._refresh_quarantine()
         self._count_rebalance("assign")
 
@@ -379,12 +381,23 @@ class ConsumerRuntime:
         try:
             return self._step()
         except FencedError:
-            if self.config.instance_id is None or not self.client_log.timed_out_within(
-                _SELF_FENCE_WINDOW_S
-            ):
+            if self.config.instance_id is None or not self._fenced_by_itself():
                 raise
         self._rejoin()
         return 0
+
+    def _fenced_by_itself(self) -> bool:
+        """A static member's fencing came from its own client: it timed out its session
+        (``SESSTMOUT``) lately, or its member id is no longer the one it was assigned under --
+        librdkafka re-joined on its own. The second check is needed because the client's log
+        lines reach us only through ``poll``: a synchronous commit that blocked through a broker
+        outage comes back fenced before the session timeout's line was served (chaos #8). A
+        second member with our id leaves our member id as it was (measured: a fenced client's
+        ``memberid()`` is unchanged, before and after its fatal error)."""
+        timed_out = self.client_log.timed_out_within(_SELF_FENCE_WINDOW_S)
+        now = _member_id(self.consumer)
+        moved = self._member_id is not None and now is not None and now != self._member_id
+        return timed_out or moved
 
     def _rejoin(self) -> None:
         """Drop the fenced client as if every partition was lost (nothing more is committed
@@ -400,6 +413,7 @@ class ConsumerRuntime:
         self._on_lost(self.consumer, lost)
         self.close()
         self.consumer = self._consumer_factory(self._conf)
+        self._member_id = None  # until the fresh client's first assignment
         self.subscribe()
         self._count_rebalance("rejoin")
 
@@ -803,3 +817,12 @@ class ConsumerRuntime:
                     self.process(records, releasing=key)
         except (SQLAlchemyError, StoreError) as exc:  # a read: the next check retries
             self._store_failed("a release check", exc)
+
+
+def _member_id(consumer: Any) -> str | None:
+    """The client's group member id (``""`` while librdkafka re-joins), or None if unknown."""
+    try:
+        member = consumer.memberid()
+    except Exception:  # noqa: BLE001 - a closed client, or one without the call
+        return None
+    return member if isinstance(member, str) else None

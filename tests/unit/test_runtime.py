@@ -171,6 +171,48 @@ def test_fenced_right_after_its_own_session_timeout_rejoins_once_with_a_fresh_cl
     assert len(confs) == 2
 
 
+def test_fenced_after_its_client_rejoined_on_its_own_is_fenced_by_itself(
+    sessions: Any,
+) -> None:
+    """Chaos #8 (broker-down): a synchronous commit blocked through a 68 s outage; meanwhile
+    librdkafka timed out the session and re-joined under a new member id, and the commit came
+    back FENCED_INSTANCE_ID -- but the client's SESSTMOUT line was still waiting to be served by
+    a poll, so the gateway stopped [FENCED] with no second gateway anywhere. A member id that
+    moved since the last assignment is the client's own re-join; an unchanged one (a second
+    member with our id: measured on a real broker) still stops the member."""
+    from confluent_kafka import TopicPartition
+
+    fake = FakeConsumer()
+    fake.produce("t", 0, b"k", b"brief", [("msgId", b"m1")])
+    confs: list[dict[str, Any]] = []
+
+    def factory(conf: dict[str, Any]) -> FakeConsumer:
+        confs.append(conf)
+        return fake
+
+    handler = Script()
+    rt = ConsumerRuntime(
+        RuntimeConfig(bootstrap="fake:0", group_id="g", topics=("t",), instance_id="hostB"),
+        handler=handler,
+        sessions=sessions,
+        dead_letters=ListSink(),
+        consumer_factory=factory,
+    )
+    rt.subscribe()
+    fake.member_id = "hostB-1"
+    rt._on_assign(fake, [TopicPartition("t", 0)])
+    fake.member_id = "hostB-2"  # librdkafka re-joined on its own; no SESSTMOUT served yet
+    fake.fail_commits = KafkaError(KafkaError.FENCED_INSTANCE_ID)
+    rt.step()  # fenced by itself: no exception
+    assert len(confs) == 2 and handler.injected == []
+
+    rt._on_assign(fake, [TopicPartition("t", 0)])  # the fresh client's assignment: hostB-2
+    fake.produce("t", 0, b"k", b"brief2", [("msgId", b"m2")])
+    with pytest.raises(FencedError, match="fenced"):
+        rt.step()  # fenced, member id unchanged: a real second member
+    assert len(confs) == 2 and handler.injected == []
+
+
 def test_retry_pauses_only_its_partition_and_keeps_order(sessions: Any) -> None:
     """Seed 001 scenario 3: retry with backoff without blocking other partitions."""
     fake = FakeConsumer()
