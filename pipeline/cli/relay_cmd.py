@@ -40,7 +40,10 @@ def run(
     batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 500,
     delivery_timeout: Annotated[
         float,
-        typer.Option("--delivery-timeout", help="Seconds before a delivery counts as failed."),
+        typer.Option(
+            "--delivery-timeout",
+            help="Seconds before an unconfirmed delivery is reported (it keeps waiting, in order).",
+        ),
     ] = 10.0,
     metrics_port: MetricsPortOpt = None,
     metrics_address: MetricsAddressOpt = LOOPBACK,

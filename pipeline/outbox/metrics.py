@@ -17,7 +17,7 @@ from pipeline.reasons import ProducePermanent
 class PublishFailure(enum.StrEnum):
     """Why a delivery report failed, folded into a closed set (never a raw broker message)."""
 
-    TIMEOUT = "timeout"  # message.timeout.ms passed: the broker may or may not have it
+    TIMEOUT = "timeout"  # unconfirmed past delivery_timeout_s (still queued, in order)
     TRANSPORT = "transport"  # broker unreachable / connection lost
     FATAL = "fatal"  # the idempotent producer hit a fatal error and is rebuilt
     REJECTED = "rejected"  # the broker refused it (unknown topic, too large, not authorised)

@@ -7,8 +7,9 @@ never propagate a broker error into run execution (writers never see the relay a
 Per batch: read the oldest pending rows, publish them in ``(tenant, branch_key, lsn)`` order with
 the idempotent ``acks=all`` producer, wait for every delivery report, then mark sent -- per
 branch -- only the unbroken run of confirmed rows from its lowest pending lsn. A branch whose row
-failed is resent from that row on the next pass (a timed-out record may still have been written:
-the consumer's fold absorbs the copy).
+failed is resent from that row on the next pass (a failed record may still have been written:
+the consumer's fold absorbs the copy). The producer never times a record out, so a broker outage
+delays a branch but cannot reorder it (docs/outbox.md, invariant 4).
 
 A *permanent* produce error (``pipeline.kafka.produce_errors``: too large, invalid record, not
 authorised ...) is not retried: the row becomes terminal ``FAILED`` with its reason and its branch
@@ -94,7 +95,13 @@ class Relay:
         self._conf = producer_config(
             bootstrap,
             **{
-                "message.timeout.ms": int(delivery_timeout_s * 1000),
+                # Never time a record out. A timed-out record resent later lands *after* the
+                # later records of its branch that the broker took in the meantime: with
+                # per-record timeouts, a broker back between two of them reorders the branch
+                # (chaos #8 broker-down: lsn 11-14 held after 15-59). With no timeout the
+                # idempotent producer delivers a partition's records in order, however long the
+                # outage; delivery_timeout_s only says when to report them (_settle).
+                "message.timeout.ms": 0,
                 # the client refuses what the topic would (at produce(), synchronously), so a
                 # too-large row stops its branch before any later row of it is sent
                 "message.max.bytes": DEFAULT_MAX_RECORD_BYTES + 12,
@@ -348,15 +355,33 @@ class Relay:
             self._stopped = stopped
 
     def _settle(self, batch: Batch) -> None:
-        """Wait for every report of ``batch`` (message.timeout.ms bounds each one)."""
+        """Wait for every report of ``batch``, however long the broker is away (the producer never
+        times a record out: see ``_conf``). Past ``delivery_timeout_s`` the unconfirmed rows are
+        reported once -- a warning and ``publish_errors_total{reason="timeout"}`` -- and the
+        backlog gauges keep moving; the rows stay queued in order. A stop ends the wait after a
+        short grace: what is unconfirmed stays pending and is resent later."""
         producer = self._producer
-        deadline = time.monotonic() + self.delivery_timeout_s + 5.0
+        started = time.monotonic()
+        late: float | None = started + self.delivery_timeout_s
         grace: float | None = None
-        while batch.done < len(batch.rows) and time.monotonic() < deadline:
+        while batch.done < len(batch.rows):
             producer.poll(0.05)
+            now = time.monotonic()
+            if late is not None and now > late:
+                late = None
+                waiting = len(batch.rows) - batch.done
+                self.metrics.publish_error(PublishFailure.TIMEOUT, waiting)
+                log.warning(
+                    "outbox relay: %d deliveries unconfirmed after %.0f s (is the broker "
+                    "reachable?); they stay queued in lsn order until it confirms them",
+                    waiting,
+                    now - started,
+                )
+            if late is None:
+                self._observe_backlog()
             if self._stop is not None and self._stop.is_set():
-                grace = grace or time.monotonic() + 2.0
-                if time.monotonic() > grace:
+                grace = grace or now + 2.0
+                if now > grace:
                     break  # stopping: unconfirmed rows stay pending and are resent later
 
     @staticmethod

@@ -7,6 +7,7 @@ is in tests/integration/test_outbox_relay.py.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -277,3 +278,95 @@ def test_fleet_outbox_status_reports_backlog_and_next_lsn(
     ]
     table = CliRunner().invoke(app, ["outbox", "status", "--db", store_url])
     assert table.exit_code == 0 and "backlog: 3" in table.stdout
+
+
+class AwayBroker:
+    """A producer whose broker is away until :meth:`back`. Like librdkafka, it times a queued
+    record out only under a finite ``message.timeout.ms``: :meth:`expire` is the moment the
+    outage has outlasted that timeout for the ``n`` oldest queued records (but not for the
+    later ones, produced a little after them)."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.timeout_ms = int(conf.get("message.timeout.ms", 300_000))
+        self.queue: list[tuple[Any, dict[str, bytes]]] = []
+        self.sent: list[dict[str, bytes]] = []
+        self.away = True
+        self.lock = threading.Lock()
+
+    def produce(self, topic: str, *, value: Any, key: Any, headers: Any, on_delivery: Any) -> None:
+        with self.lock:
+            self.queue.append((on_delivery, dict(headers)))
+
+    def expire(self, n: int) -> None:
+        if self.timeout_ms == 0:
+            return  # 0 = never: librdkafka keeps the records queued, in order
+        from confluent_kafka import KafkaError
+
+        with self.lock:
+            expired, self.queue = self.queue[:n], self.queue[n:]
+        for callback, _headers in expired:
+            callback(KafkaError(KafkaError._MSG_TIMED_OUT), None)
+
+    def back(self) -> None:
+        self.away = False
+
+    def poll(self, _timeout: float = 0) -> int:
+        if self.away:
+            time.sleep(0.01)
+            return 0
+        with self.lock:
+            queue, self.queue = self.queue, []
+        for callback, headers in queue:
+            self.sent.append(headers)
+            callback(None, None)
+        return len(queue)
+
+    def flush(self, timeout: float = 0) -> int:
+        return self.poll()
+
+
+def test_a_broker_outage_never_reorders_a_branch_on_the_wire(
+    engine: Engine, sessions: sessionmaker[Session]
+) -> None:
+    """Seed 003 (publish in (BranchKey, Lsn) order) through a broker outage longer than the
+    relay's delivery timeout (chaos #8 broker-down: lsn 11-14 held after 15-59). With per-record
+    timeouts, the broker coming back between the timeout of lsn 3 and of lsn 4 lets 4-6 land
+    while 1-3 failed; the relay then resends from lsn 1, after them. The relay's producer never
+    times a record out, so the outage only delays the branch, in order; past the delivery
+    timeout the waiting rows are reported (timeout) but neither failed nor resent."""
+    with sessions.begin() as s:
+        for _ in range(6):
+            write(s, topic="t", key=b"a", value=b"v", branch_key="a")
+    producers: list[AwayBroker] = []
+
+    def factory(conf: dict[str, Any]) -> AwayBroker:
+        producers.append(AwayBroker(conf))
+        return producers[-1]
+
+    relay = Relay(
+        engine=engine,
+        bootstrap="unused:1",
+        producer_factory=factory,
+        delivery_timeout_s=0.2,
+        backoff_initial_s=0.05,
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=relay.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not (producers and len(producers[0].queue) == 6) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        broker = producers[0]
+        time.sleep(0.4)  # past the delivery timeout
+        broker.expire(3)  # the outage outlasted a finite timeout for lsn 1-3, not yet for 4-6
+        broker.back()
+        while outbox_status(engine).backlog and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        thread.join(10)
+    lsns = [int(h[LSN_HEADER]) for h in broker.sent]
+    assert lsns == [1, 2, 3, 4, 5, 6], f"the branch on the wire: {lsns}"
+    assert outbox_status(engine).backlog == 0
+    assert relay.metrics.publish_errors_total.labels(reason="timeout")._value.get() == 6
