@@ -25,7 +25,9 @@ once'):
 And for the rest of the mix:
 
 * conversations (seed 000 §7.4) - every acknowledged ASK ends exactly once: one ANSWER held for
-  the asker, or one NO_WAITER, or one FAILED (the turn's expiry); none is ``CHAOS_UNANSWERED``
+  the asker, or one NO_WAITER, or one FAILED (the turn's expiry) -- or, with none of these, an
+  ANSWER the asker's gateway dead-lettered ``EXPIRED`` (held undrained past its ``expiresAt``,
+  then swept); none is ``CHAOS_UNANSWERED``
   (unless the ASK or its ANSWER is still in an outbox), two are ``CHAOS_DUPLICATED``. The ASK
   and its ANSWER are sends like any other (held once, in order per stream); an ANSWER refused
   TOO_LATE (its turn had ended) is explained.
@@ -163,6 +165,7 @@ class _Index:
     faults: int = 0
     refused: int = 0
     late_ids: set[str] = field(default_factory=set)
+    expired_ids: set[str] = field(default_factory=set)  # dead-lettered EXPIRED by a recipient
     uncertain_ids: set[str] = field(default_factory=set)
     recoveries: list[float] = field(default_factory=list)
     bad: dict[str, Counter[str]] = field(default_factory=dict)  # msgId -> its outcome rows
@@ -234,6 +237,8 @@ class _Index:
                     )
                 continue
             ix.seen[mid][str(op)] += 1
+            if op == Op.DEAD_LETTER and r.get("reason") == "EXPIRED":
+                ix.expired_ids.add(mid)
             if op in _DELIVERED:
                 ix.delivered[_stream(ix.sends[mid])].append(mid)
         return ix
@@ -328,6 +333,11 @@ def _conversations(ix: _Index) -> int:
                 ix.seen.get(a, Counter())[Op.UNSHIPPED] for a in answers
             )
             if waiting:  # the ASK or its ANSWER is still in an outbox: unseen, counted there
+                continue
+            if any(a in ix.expired_ids for a in answers):
+                # the ANSWER reached the asker's gateway (the turn closed answered) and sat
+                # undrained past its expiresAt: the sweeper dead-lettered it EXPIRED, with its
+                # reason -- an end, loud (seen in #7 when a repetition outlived the ANSWER's ttl)
                 continue
             unanswered += 1
             ix.findings.append(

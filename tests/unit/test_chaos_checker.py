@@ -190,6 +190,19 @@ def test_an_ask_nobody_answered_and_whose_turn_never_expired_is_unanswered() -> 
     assert [f.code for f in v.findings] == [Violation.UNANSWERED]
 
 
+def test_an_answer_swept_undrained_past_its_expiry_ends_the_conversation() -> None:
+    """Seed 000 §10.1 (the sweeper): an ANSWER held for the asker but never drained is
+    dead-lettered EXPIRED past its expiresAt -- the turn closed answered, so no expiry FAILED
+    comes. That reasoned dead letter is the conversation's end (chaos #7: a repetition that
+    outlived the ANSWERs' ttl read 50 UNANSWERED); any other dead letter of the ANSWER is not."""
+    h = [ask("q0", 0, "t0"), out(Op.HELD, "q0"), answer("a0", 0, "t0"),
+         out(Op.DEAD_LETTER, "a0", reason="EXPIRED")]  # fmt: skip
+    v = check(h)
+    assert v.ok, v.findings
+    h[-1] = out(Op.DEAD_LETTER, "a0", reason="SIG_INVALID")
+    assert check(h).count(Violation.UNANSWERED) == 1
+
+
 def test_an_ask_still_in_an_outbox_is_unseen_not_unanswered() -> None:
     v = check([ask("q0", 0, "t0"), out(Op.UNSHIPPED, "q0")])
     assert v.ok and v.unseen == 1
