@@ -79,6 +79,26 @@ def test_row_keeps_the_exact_record(engine: Engine, sessions: sessionmaker[Sessi
     assert unpack_headers(row.headers) == headers
 
 
+def test_a_store_error_in_a_write_is_sqlalchemys_and_leaves_nothing(
+    engine: Engine, sessions: sessionmaker[Session]
+) -> None:
+    """``write`` runs its two statements on the raw DB-API cursor (issue 17), yet a database
+    error reaches the caller as SQLAlchemy raises it -- the runtime's batch path and the socket's
+    group commit catch ``SQLAlchemyError`` (a full disk is ``OperationalError``) -- and the
+    caller's rollback takes the lsn back with it."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    with sessions.begin() as s:
+        assert write(s, topic="t", key=b"k", value=b"v", branch_key="a") == 1
+    with pytest.raises(SQLAlchemyError) as caught, sessions.begin() as s:
+        s.execute(text("CREATE TEMPORARY TABLE outbox (id INTEGER)"))  # hides the real one
+        write(s, topic="t", key=b"k", value=b"v", branch_key="a")
+    assert isinstance(caught.value, DBAPIError) and "outbox" in str(caught.value)
+    with sessions.begin() as s:  # nothing of the failed write stayed: the next lsn is 2
+        assert write(s, topic="t", key=b"k", value=b"v", branch_key="a") == 2
+
+
 def test_concurrent_writers_of_one_branch_get_unique_gapless_lsns(
     sessions: sessionmaker[Session],
 ) -> None:
