@@ -395,8 +395,10 @@ class ConsumerRuntime:
         second member with our id leaves our member id as it was (measured: a fenced client's
         ``memberid()`` is unchanged, before and after its fatal error)."""
         timed_out = self.client_log.timed_out_within(_SELF_FENCE_WINDOW_S)
-        now = _member_id(self.consumer)
-        moved = self._member_id is not None and now is not None and now != self._member_id
+        was, now = self._member_id, _member_id(self.consumer)
+        # "" now: the client dropped its member id to re-join (after a session timeout that may
+        # lie minutes back, when the broker was away longer than that: chaos #8, 75 s)
+        moved = bool(was) and now is not None and now != was
         return timed_out or moved
 
     def _rejoin(self) -> None:
@@ -820,9 +822,10 @@ class ConsumerRuntime:
 
 
 def _member_id(consumer: Any) -> str | None:
-    """The client's group member id (``""`` while librdkafka re-joins), or None if unknown."""
+    """The client's group member id; ``""`` when it has none (librdkafka dropped it to re-join
+    on its own: confluent-kafka answers None then), None when it cannot say (a closed client)."""
     try:
         member = consumer.memberid()
     except Exception:  # noqa: BLE001 - a closed client, or one without the call
         return None
-    return member if isinstance(member, str) else None
+    return member if isinstance(member, str) else ""

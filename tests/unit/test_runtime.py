@@ -206,11 +206,20 @@ def test_fenced_after_its_client_rejoined_on_its_own_is_fenced_by_itself(
     rt.step()  # fenced by itself: no exception
     assert len(confs) == 2 and handler.injected == []
 
+    # a broker away longer than session timeout + 30 s: the client dropped its member id to
+    # re-join (memberid() None) and its SESSTMOUT line is too old to excuse anything
     rt._on_assign(fake, [TopicPartition("t", 0)])  # the fresh client's assignment: hostB-2
+    fake.member_id = None
     fake.produce("t", 0, b"k", b"brief2", [("msgId", b"m2")])
+    rt.step()  # fenced by itself again: no exception
+    assert len(confs) == 3 and handler.injected == []
+
+    fake.member_id = "hostB-3"
+    rt._on_assign(fake, [TopicPartition("t", 0)])
+    fake.produce("t", 0, b"k", b"brief3", [("msgId", b"m3")])
     with pytest.raises(FencedError, match="fenced"):
         rt.step()  # fenced, member id unchanged: a real second member
-    assert len(confs) == 2 and handler.injected == []
+    assert len(confs) == 3 and handler.injected == []
 
 
 def test_retry_pauses_only_its_partition_and_keeps_order(sessions: Any) -> None:
