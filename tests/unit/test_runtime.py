@@ -136,12 +136,11 @@ def test_fencing_stops_the_member_loudly_and_injects_nothing(sessions: Any) -> N
     assert handler.injected == []
 
 
-def test_fenced_right_after_its_own_session_timeout_rejoins_once_with_a_fresh_client(
-    sessions: Any,
-) -> None:
-    """librdkafka #3437, seen after a whole-cluster outage (issue 16): a static member that timed
-    out its own session re-joins under a new member id and is fenced as the old one. That member
-    joins again with a fresh client; the next fencing without a session timeout stops it."""
+def _static_member_with_a_brief(
+    sessions: Any, instance_id: str
+) -> tuple[ConsumerRuntime, FakeConsumer, Script, list[dict[str, Any]]]:
+    """A subscribed static member over a fake client holding one brief; ``confs`` lists the
+    configuration of every client it built (a re-join builds a fresh one)."""
     fake = FakeConsumer()
     fake.produce("t", 0, b"k", b"brief", [("msgId", b"m1")])
     confs: list[dict[str, Any]] = []
@@ -152,13 +151,23 @@ def test_fenced_right_after_its_own_session_timeout_rejoins_once_with_a_fresh_cl
 
     handler = Script()
     rt = ConsumerRuntime(
-        RuntimeConfig(bootstrap="fake:0", group_id="g", topics=("t",), instance_id="hostA"),
+        RuntimeConfig(bootstrap="fake:0", group_id="g", topics=("t",), instance_id=instance_id),
         handler=handler,
         sessions=sessions,
         dead_letters=ListSink(),
         consumer_factory=factory,
     )
     rt.subscribe()
+    return rt, fake, handler, confs
+
+
+def test_fenced_right_after_its_own_session_timeout_rejoins_once_with_a_fresh_client(
+    sessions: Any,
+) -> None:
+    """librdkafka #3437, seen after a whole-cluster outage (issue 16): a static member that timed
+    out its own session re-joins under a new member id and is fenced as the old one. That member
+    joins again with a fresh client; the next fencing without a session timeout stops it."""
+    rt, fake, handler, confs = _static_member_with_a_brief(sessions, "hostA")
     confs[0]["logger"].log(4, "%s [%s] %s", "SESSTMOUT", "rdkafka#consumer-1", "timed out")
     fake.fail_commits = KafkaError(KafkaError.FENCED_INSTANCE_ID)
     rt.step()  # fenced by itself: no exception
@@ -182,23 +191,7 @@ def test_fenced_after_its_client_rejoined_on_its_own_is_fenced_by_itself(
     member with our id: measured on a real broker) still stops the member."""
     from confluent_kafka import TopicPartition
 
-    fake = FakeConsumer()
-    fake.produce("t", 0, b"k", b"brief", [("msgId", b"m1")])
-    confs: list[dict[str, Any]] = []
-
-    def factory(conf: dict[str, Any]) -> FakeConsumer:
-        confs.append(conf)
-        return fake
-
-    handler = Script()
-    rt = ConsumerRuntime(
-        RuntimeConfig(bootstrap="fake:0", group_id="g", topics=("t",), instance_id="hostB"),
-        handler=handler,
-        sessions=sessions,
-        dead_letters=ListSink(),
-        consumer_factory=factory,
-    )
-    rt.subscribe()
+    rt, fake, handler, confs = _static_member_with_a_brief(sessions, "hostB")
     fake.member_id = "hostB-1"
     rt._on_assign(fake, [TopicPartition("t", 0)])
     fake.member_id = "hostB-2"  # librdkafka re-joined on its own; no SESSTMOUT served yet
