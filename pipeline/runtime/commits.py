@@ -218,6 +218,15 @@ class AsyncCommits:
                 self.sent.pop(tp, None)
                 self.marks.pop(tp, None)
 
+    def reset(self) -> None:
+        """Drop everything about the client just dropped: its unconfirmed offsets (its partitions
+        were given up as lost, so those records come again and dedupe absorbs them) and any
+        fencing its late results reported -- it was fenced already, that is why it went."""
+        self.sent.clear()
+        self.marks.clear()
+        self._fenced.clear()
+        self._retry_at = None
+
     def forget(self, tps: set[tuple[str, int]]) -> None:
         for tp in tps:
             self.sent.pop(tp, None)

@@ -414,6 +414,10 @@ class ConsumerRuntime:
         lost = [TopicPartition(t, p) for t, p in self._assigned]
         self._on_lost(self.consumer, lost)
         self.close()
+        # the dropped client's late commit results (a refused async commit, served while it
+        # closed) belong to the fencing being handled now, not to the fresh client (chaos #9:
+        # a second "fenced" 0.15 s after the re-join stopped the gateway)
+        self.async_commits.reset()
         self.consumer = self._consumer_factory(self._conf)
         self._member_id = None  # until the fresh client's first assignment
         self.subscribe()

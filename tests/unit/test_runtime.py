@@ -180,6 +180,36 @@ def test_fenced_right_after_its_own_session_timeout_rejoins_once_with_a_fresh_cl
     assert len(confs) == 2
 
 
+def test_the_dropped_clients_late_fencing_does_not_stop_the_rejoined_member(
+    sessions: Any,
+) -> None:
+    """Chaos #9 (paused-leader): fenced right after its own session timeout, gateway A re-joined
+    with a fresh client -- and 0.15 s later stopped [FENCED] on a refused asynchronous commit of
+    the client it had just dropped (served while that client closed). Results of the dropped
+    client are dropped with it; the fresh client's own fencing still stops the member."""
+    from confluent_kafka import TopicPartition
+
+    rt, fake, _handler, confs = _static_member_with_a_brief(sessions, "hostA")
+    rt.step()  # the brief: committed, injected
+    refused = KafkaError(KafkaError.FENCED_INSTANCE_ID)
+    real_close = fake.close
+
+    def close_serving_a_late_result() -> None:  # librdkafka serves callbacks while closing
+        rt.async_commits.on_commit(refused, [TopicPartition("t", 0, 1)])
+        real_close()
+
+    fake.close = close_serving_a_late_result  # type: ignore[method-assign]
+    confs[0]["logger"].log(4, "%s [%s] %s", "SESSTMOUT", "rdkafka#consumer-1", "timed out")
+    rt.async_commits.on_commit(refused, [TopicPartition("t", 0, 1)])
+    rt.step()  # fenced by itself: a fresh client
+    assert len(confs) == 2
+    fake.close = real_close  # type: ignore[method-assign]
+    rt.step()  # the dropped client's late refusal: no exception
+    rt.async_commits.on_commit(refused, [TopicPartition("t", 0, 1)])
+    with pytest.raises(FencedError, match="asynchronous offset commit"):
+        rt.step()  # the fresh client fenced, no session timeout of its own: a second member
+
+
 def test_fenced_after_its_client_rejoined_on_its_own_is_fenced_by_itself(
     sessions: Any,
 ) -> None:
