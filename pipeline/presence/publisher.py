@@ -84,6 +84,8 @@ class PresencePublisher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.delivery_errors = 0
+        self._unreported = 0  # heartbeat records produced whose delivery report has not come
+        self._unreported_lock = threading.Lock()  # its own: reports come from poll and flush
 
     @property
     def host(self) -> str:
@@ -128,7 +130,7 @@ class PresencePublisher:
         role, delivery = Role(role), Delivery(delivery)
         with self._lock:
             self._local[gid] = (role, delivery, tuple(groups))
-        self._send(self._entry(gid, role, delivery, tuple(groups)))
+        self._send(self._entry(gid, role, delivery, tuple(groups)), on_delivery=self._on_delivery)
 
     def unregister(self, gid: str, *, gone: Gone | None = None) -> None:
         """Stop heartbeating ``gid`` and tombstone it. Under the lock a heartbeat uses too, so
@@ -144,7 +146,7 @@ class PresencePublisher:
             if gone is not None:
                 role, delivery, groups = spec or (Role.WORKER, Delivery.INJECT, ())
                 entry = self._entry(gid, role, delivery, groups)
-                self._send(dataclasses.replace(entry, gone=gone))
+                self._send(dataclasses.replace(entry, gone=gone), on_delivery=self._on_delivery)
             self._tombstone(gid)
 
     def _entry(
@@ -164,14 +166,32 @@ class PresencePublisher:
         )
 
     def heartbeat(self) -> int:
-        """Publish every local entry plus the host entry now; returns how many were sent."""
+        """Publish every local entry plus the host entry now; returns how many were sent.
+
+        While the last round is still undelivered and deliveries are failing (the broker is
+        away), no new round is queued behind it: the roster keeps only the newest record per
+        gid, and a backlog of one round per interval, delivered at once when the broker comes
+        back, left followers behind the log end -- STALE again right after an outage, on a
+        loaded host (hundreds of heartbeats after a 60 s outage at a 0.25 s interval)."""
+        self._producer.poll(0)
         with self._lock:  # produce() only enqueues: holding the lock orders us with tombstones
+            with self._unreported_lock:
+                backlog = self._unreported
+            if backlog and self._failing_since is not None:
+                return 0
             entries = [self._entry(gateway_gid(self.host), Role.GATEWAY, Delivery.NONE, ())]
             entries += [self._entry(gid, *spec) for gid, spec in self._local.items()]
+            with self._unreported_lock:  # before produce(): a flush may report at once
+                self._unreported += len(entries)
             for e in entries:
-                self._send(e)
+                self._send(e, on_delivery=self._on_heartbeat_delivery)
         self._producer.poll(0)
         return len(entries)
+
+    def _on_heartbeat_delivery(self, err: Any, msg: Any) -> None:
+        with self._unreported_lock:
+            self._unreported -= 1
+        self._on_delivery(err, msg)
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is None:
@@ -199,14 +219,14 @@ class PresencePublisher:
                 self._interval_s,
             )
 
-    def _send(self, entry: PresenceEntry) -> None:
+    def _send(self, entry: PresenceEntry, *, on_delivery: Callable[[Any, Any], None]) -> None:
         key, headers, value = presence_record(entry, signer=self._signer, topics=self._topics)
         self._producer.produce(
             self._topics.roster,
             key=key,
             value=value,
             headers=headers,
-            on_delivery=self._on_delivery,
+            on_delivery=on_delivery,
         )
 
     def _tombstone(self, gid: str) -> None:

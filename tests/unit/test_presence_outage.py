@@ -208,6 +208,60 @@ def test_publisher_logs_one_line_when_failing_starts_and_one_when_it_ends(
     assert registry.get_sample_value("fleet_presence_publisher_failing") == 0
 
 
+class AwayProducer:
+    """A broker away: records queue until ``time_out`` fails them or ``deliver`` sends them."""
+
+    def __init__(self) -> None:
+        self.queued: list[Any] = []
+        self.produced = 0
+
+    def produce(self, topic: str, **kw: Any) -> None:
+        self.produced += 1
+        self.queued.append(kw["on_delivery"])
+
+    def time_out(self) -> None:
+        queued, self.queued = self.queued, []
+        for report in queued:
+            report(KafkaError(KafkaError._MSG_TIMED_OUT), None)
+
+    def deliver(self) -> int:
+        queued, self.queued = self.queued, []
+        for report in queued:
+            report(None, None)
+        return len(queued)
+
+    def flush(self, timeout: float) -> int:
+        return len(self.queued)
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def test_an_outage_queues_one_heartbeat_round_not_one_per_interval() -> None:
+    """Seed 000 §8 (presence: the newest record per gid wins) through a broker outage: while a
+    round is undelivered and deliveries fail, no new round queues behind it. A round per
+    interval did, and the backlog landing at once when the broker came back left every
+    follower behind the log end: STALE again right after the outage on a loaded host
+    (tests/integration/test_presence_outage.py, CI at load 40: 406 heartbeats in one burst)."""
+    f = Fleet()
+    producer = AwayProducer()
+    pub = PresencePublisher(producer=producer, signer=f.signers["a"], topics=f.topics,
+                            clock_ms=lambda: f.now)  # fmt: skip
+    pub.register("w1", role="worker", delivery="inject")
+    producer.deliver()
+    assert pub.heartbeat() == 2  # the host entry and w1; still undelivered, nothing failed yet
+    assert pub.heartbeat() == 2  # nothing has failed: a slow broker gets every round
+    producer.time_out()  # message.timeout.ms: both rounds failed; the outage is on
+    for _ in range(100):
+        pub.heartbeat()
+    assert len(producer.queued) == 2, "one round waits for the broker, not a hundred"
+    producer.time_out()  # that round timed out too: the next one queues
+    pub.heartbeat()
+    pub.heartbeat()
+    assert producer.deliver() == 2  # the broker is back: one round lands
+    assert pub.heartbeat() == 2 and producer.deliver() == 2  # and the rounds go on
+
+
 def _sent(f: Fleet, sender: str, signer: str) -> dict[str, Any]:
     env = Envelope.new(kind=Kind.SEND, sender=sender, to="m-b", body=b"x", ttl_s=60, now_ms=f.now)
     key, headers, value = encode(env, topic=f.topics.inbox("b"), signer=f.signers[signer])
