@@ -17,18 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.bootstrap import build_client
 from pipeline.envelope import Envelope, Kind, Signer, encode
-from pipeline.gateway import roster_cache
-from pipeline.gateway.config import EntityConfig, GatewayConfig
 from pipeline.gateway.socket_server import parse_send
-from pipeline.presence.roles import Delivery, Role
 from pipeline.record_headers import pack_headers
-from pipeline.store import make_engine, session_factory
+from pipeline.testing import one_host
 
 GROUP = 50
 BODY = "x" * 200
-FAR = 10**15
 TOPIC = "fleet.inbox.B"
 _UPSERT = (
     "INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned) VALUES (?, ?, 1, 0) "
@@ -42,21 +37,8 @@ _INSERT = (
 
 
 def _gateway(directory: Path) -> Any:
-    store = f"sqlite:///{directory / 'A.sqlite'}"
-    engine = make_engine(store)
-    with session_factory(engine).begin() as s:
-        roster_cache.replace_all(
-            s, [roster_cache.RosterEntry("main-b", "B", "main", "pull", (), FAR)]
-        )
-    key = directory / "A.key"
-    Signer.generate("A").write_private(key)
-    cfg = GatewayConfig(
-        host="A",
-        store_url=store,
-        key_file=str(key),
-        entities=(EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),),
-    )
-    return build_client(cfg, signer=Signer.load(key), engine=engine), engine
+    host = one_host(directory)
+    return host.client, host.engine
 
 
 def _gateway_round(client: Any, n: int) -> float:

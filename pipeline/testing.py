@@ -444,3 +444,42 @@ def pull_inbox(
     )
     closers: list[Any] = [injections.stop] + ([batch.close] if batch is not None else [])
     return PullInbox(handler, OutboxDeadLetterSink(topics=topics, gateway=host), closers)
+
+
+@dataclass(frozen=True)
+class OneHost:
+    """A gateway client of host ``A`` (entity ``main-a``, pull) on a SQLite store whose roster
+    knows ``main-b`` on host ``B``: sends are staged as the gateway stages them, no broker."""
+
+    client: Any  # pipeline.gateway.client.GatewayClient
+    engine: Any  # sqlalchemy.Engine
+    config: Any  # pipeline.gateway.config.GatewayConfig
+    store_url: str
+    key_file: Path
+
+
+def one_host(directory: Path) -> OneHost:
+    """Build :class:`OneHost` in ``directory`` (``A.sqlite``, ``A.key``): unit tests of the
+    send path and ``python -m bench sends``."""
+    from pipeline.bootstrap import build_client
+    from pipeline.envelope import Signer
+    from pipeline.gateway import roster_cache
+    from pipeline.gateway.config import EntityConfig, GatewayConfig
+    from pipeline.presence.roles import Delivery, Role
+    from pipeline.store import make_engine, session_factory
+
+    store = f"sqlite:///{directory / 'A.sqlite'}"
+    engine = make_engine(store)
+    with session_factory(engine).begin() as s:
+        entry = roster_cache.RosterEntry("main-b", "B", "main", "pull", (), 10**15)
+        roster_cache.replace_all(s, [entry])
+    key = directory / "A.key"
+    Signer.generate("A").write_private(key)
+    cfg = GatewayConfig(
+        host="A",
+        store_url=store,
+        key_file=str(key),
+        entities=(EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),),
+    )
+    client = build_client(cfg, signer=Signer.load(key), engine=engine)
+    return OneHost(client=client, engine=engine, config=cfg, store_url=store, key_file=key)

@@ -25,11 +25,9 @@ from pipeline.cli.commands import COMMANDS
 from pipeline.cli.lean import SPECS
 from pipeline.cli.main import app
 from pipeline.envelope import Signer
-from pipeline.gateway import roster_cache
-from pipeline.gateway.config import EntityConfig, GatewayConfig
 from pipeline.gateway.socket_server import SocketServer
-from pipeline.presence.roles import Delivery, Role
-from pipeline.store import make_engine, session_factory
+from pipeline.store import session_factory
+from pipeline.testing import one_host
 
 NOT_LEAN = ("typer", "rich", "click", "sqlalchemy", "confluent_kafka", "cryptography")
 # Light, but each import is paid once per message (issue 17): the COMMANDS table is for
@@ -141,19 +139,8 @@ def test_the_lean_help_lists_the_commands_table_in_order() -> None:
 # -- a real gateway socket, the real commands ------------------------------------------------------
 @pytest.fixture
 def host(tmp_path: Path):  # type: ignore[no-untyped-def]
-    store = f"sqlite:///{tmp_path / 'A.sqlite'}"
-    engine = make_engine(store)
-    with session_factory(engine).begin() as s:
-        entry_b = roster_cache.RosterEntry("main-b", "B", "main", "pull", (), 10**15)
-        roster_cache.replace_all(s, [entry_b])
-    key = tmp_path / "A.key"
-    Signer.generate("A").write_private(key)
-    cfg = GatewayConfig(
-        host="A",
-        store_url=store,
-        key_file=str(key),
-        entities=(EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),),
-    )
+    one = one_host(tmp_path)
+    cfg, engine, store, key = one.config, one.engine, one.store_url, one.key_file
     config = tmp_path / "fleet.toml"
     config.write_text(
         f'host = "A"\nstore_url = "{store}"\nkey_file = "{key}"\n'
@@ -304,8 +291,8 @@ def _served_host_with_held(root: Path) -> tuple[Path, Any]:
     from pipeline.gateway.receipts import injected_body
 
     root.mkdir()
-    store = f"sqlite:///{root / 'A.sqlite'}"
-    engine = make_engine(store)
+    one = one_host(root)
+    engine, store, key = one.engine, one.store_url, one.key_file
     now = 1_764_578_000_000
     row = {"recipient": "main-a", "sender": "B._gateway", "trace_id": "t", "headers": None,
            "topic": None, "ts_ms": now, "expires_at_ms": 10**15, "held_at_ms": now}  # fmt: skip
@@ -315,21 +302,12 @@ def _served_host_with_held(root: Path) -> tuple[Path, Any]:
                    "body": injected_body("brief-1", "worker-b")},
             row | {"msg_id": "r2", "kind": "TOO_LATE", "turn_id": "t-7", "body": b""},
         ])  # fmt: skip
-    key = root / "A.key"
-    Signer.generate("A").write_private(key)
-    cfg = GatewayConfig(
-        host="A",
-        store_url=store,
-        key_file=str(key),
-        entities=(EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),),
-    )
     config = root / "fleet.toml"
     config.write_text(
         f'host = "A"\nstore_url = "{store}"\nkey_file = "{key}"\n'
         '[[entities]]\ngid = "main-a"\nrole = "main"\ndelivery = "pull"\n'
     )
-    client = build_client(cfg, signer=Signer.load(key), engine=engine)
-    return config, SocketServer(path=cfg.local_socket or "", client=client).start()
+    return config, SocketServer(path=one.config.local_socket or "", client=one.client).start()
 
 
 @pytest.mark.parametrize("extra", [[], ["--json"], ["--from", "B._gateway", "--limit", "1"]])

@@ -25,7 +25,7 @@ from pipeline.cli.main import app
 from pipeline.envelope import Signer
 from pipeline.errors import ConfigError, DeliveryError
 from pipeline.gateway import roster_cache
-from pipeline.gateway.config import EntityConfig, GatewayConfig
+from pipeline.gateway.config import GatewayConfig
 from pipeline.gateway.socket_client import GatewayUnavailable, SocketClient
 from pipeline.gateway.socket_protocol import (
     MAX_FRAME_BYTES,
@@ -38,28 +38,15 @@ from pipeline.gateway.socket_protocol import (
 )
 from pipeline.gateway.socket_server import SocketServer, _Pending, parse_send
 from pipeline.outbox.tables import outbox
-from pipeline.presence.roles import Delivery, Role
-from pipeline.store import make_engine, session_factory
+from pipeline.store import session_factory
+from pipeline.testing import one_host
 
 FAR = 10**15
 
 
 def _host(tmp_path: Path) -> tuple[Any, Any, GatewayConfig]:
-    store = f"sqlite:///{tmp_path / 'A.sqlite'}"
-    engine = make_engine(store)
-    with session_factory(engine).begin() as s:
-        roster_cache.replace_all(
-            s, [roster_cache.RosterEntry("main-b", "B", "main", "pull", (), FAR)]
-        )
-    key = tmp_path / "A.key"
-    Signer.generate("A").write_private(key)
-    cfg = GatewayConfig(
-        host="A",
-        store_url=store,
-        key_file=str(key),
-        entities=(EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),),
-    )
-    return build_client(cfg, signer=Signer.load(key), engine=engine), engine, cfg
+    host = one_host(tmp_path)
+    return host.client, host.engine, host.config
 
 
 def _rows(engine: Any) -> int:
