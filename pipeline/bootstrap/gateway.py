@@ -60,7 +60,7 @@ from pipeline.outbox import Relay
 from pipeline.outbox.notify import listen_forever
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
 from pipeline.presence.metrics import PresenceMetrics
-from pipeline.presence.model import Delivery, Gone, Role, SpawnProfile
+from pipeline.presence.model import Delivery, Gone, Role, SpawnProfile, gateway_gid
 from pipeline.presence.publisher import ProducerLike
 from pipeline.reasons import Lifecycle
 from pipeline.retention.metrics import RetentionMetrics
@@ -250,6 +250,8 @@ def build_gateway(
         topics=topics,
         metrics=presence_metrics,
         consumer_factory=factories.consumer,
+        own_gid=gateway_gid(host),  # its host entry, heartbeated every presence interval
+        echo_slack_s=config.presence_ttl_s / 2,
     )
     presence = PresencePublisher(  # with the pairwise mode on, the host entry carries its key
         metrics=presence_metrics,

@@ -7,6 +7,13 @@ the view current as of ``t0``. Liveness is judged against that horizon, so while
 cut off (it cannot fetch, or it lags the log end) nobody lapses; past ``stale_after_s`` without a
 new horizon the view says STALE (one log line when it starts, one when it ends, a gauge).
 
+A readable log end is not yet a roster that commits: a replica that died while still in the
+partition's ISR holds the high watermark until the controller fences it, so no heartbeat becomes
+readable while the log end still answers. A gateway's follower therefore also watches its
+**own heartbeats come back** (``own_gid``): the horizon never runs more than ``echo_slack_s``
+past the newest one of this run it has read. Nobody lapses because nobody's heartbeat could be
+read; a host silent while ours were read still does.
+
 Broker errors go through :func:`pipeline.kafka.errors.classify`: transient ones (a leader not yet
 known just after the topic was created, a leader move, timeouts, transport) are waited out with
 backoff and reported; fatal ones raise a non-retriable error that stops the gateway loudly.
@@ -59,6 +66,8 @@ class RosterFollower:
         metrics: PresenceMetrics | None = None,
         consumer_factory: ClientFactory = new_consumer,
         clock_ms: Callable[[], int] = now_ms,
+        own_gid: str | None = None,
+        echo_slack_s: float = 0.0,
     ) -> None:
         self.view = view
         self.topics = topics
@@ -69,6 +78,12 @@ class RosterFollower:
         self._max_backoff_s = max_backoff_s
         self._metrics = metrics
         self._clock = clock_ms
+        # this gateway's own heartbeats (its host entry), read back: what proves the roster
+        # commits. Only this run's count (an older run's last record proves nothing now).
+        self._own_gid = own_gid
+        self._echo_slack_ms = round(echo_slack_s * 1000)
+        self._since_ms = clock_ms()
+        self._own_echo_ms: int | None = None
         self._consumer = consumer_factory(
             consumer_config(bootstrap, f"{topics.prefix}roster-reader.{uuid.uuid4().hex[:12]}")
         )
@@ -130,7 +145,7 @@ class RosterFollower:
             msg = self._consumer.poll(self._poll_s)
             if msg is not None:
                 count += self._handle(msg)
-        self.view.mark_current(t0)
+        self.view.mark_current(self._horizon(t0))
         return count
 
     def _ends(self, parts: list[TopicPartition]) -> dict[int, int]:
@@ -203,9 +218,19 @@ class RosterFollower:
                     self._report(exc, "position")
                     reached = False
                 if reached:
-                    self.view.mark_current(pending[0])
+                    self.view.mark_current(self._horizon(pending[0]))
                     pending = None
             self._judge()
+
+    def _horizon(self, t0: int) -> int:
+        """``t0`` (the log end was read then and reached), held back to ``echo_slack_s`` past
+        the newest own heartbeat read: while none comes back, the roster is not committing."""
+        if self._own_echo_ms is None:
+            return t0
+        return min(t0, self._own_echo_ms + self._echo_slack_ms)
+
+    def _echo_missing(self) -> bool:
+        return self._own_echo_ms is not None and self._horizon(self._clock()) < self._clock()
 
     def _judge(self) -> None:
         now = self._clock()
@@ -220,7 +245,11 @@ class RosterFollower:
         if self._metrics is not None:
             self._metrics.roster_stale.set(1 if stale else 0)
         if stale:
-            why = self._problem or "behind the roster's log end"
+            why = self._problem or (
+                "no own heartbeat read back: the roster does not commit"
+                if self._echo_missing()
+                else "behind the roster's log end"
+            )
             self.view.mark_stale(True, why)
             log.warning(
                 "roster: STALE -- cut off for %.0f s (%s); entries keep their last state, "
@@ -244,12 +273,19 @@ class RosterFollower:
         if self._problem and not self._stale:
             self._problem = ""
         headers = msg.headers()
-        self.view.apply(
+        entry = self.view.apply(
             topic=msg.topic() or "",
             key=msg.key(),
             headers=list(headers.items()) if isinstance(headers, dict) else headers,
             value=msg.value(),
         )
+        if (
+            entry is not None
+            and entry.gid == self._own_gid
+            and entry.ts_ms >= self._since_ms
+            and (self._own_echo_ms is None or entry.ts_ms > self._own_echo_ms)
+        ):
+            self._own_echo_ms = entry.ts_ms
         return 1
 
     def start(self, timeout_s: float = 30.0) -> RosterFollower:

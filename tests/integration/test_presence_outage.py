@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -114,30 +115,52 @@ def _cli_send(config: Path, body: str) -> str:
     return msg_id
 
 
+@dataclass
+class TwoHosts:
+    """Hosts A (main-a) and B (main-b) as gateway processes, and a client of A's."""
+
+    fleet: Fleet
+    cfg_a: Path
+    cfg_b: Path
+    a: GatewayProcess
+    b: GatewayProcess
+    client: GatewayClient
+
+    def wait_until(self, cond: Any, timeout: float, what: str) -> None:
+        try:
+            wait_for(cond, timeout, what)
+        except AssertionError as exc:  # the gateways' own account of what went wrong
+            raise AssertionError(
+                f"{exc}\n--- A.log (tail) ---\n{self.a.output()[-4000:]}"
+                f"\n--- B.log (tail) ---\n{self.b.output()[-4000:]}"
+            ) from None
+
+
+def _two_hosts(cluster: LocalCluster, tmp_path: Path, procs: list[GatewayProcess]) -> TwoHosts:
+    """A and B started (SQLite stores, INTERVAL_S, TTL_S), main-b live in A's view."""
+    fleet = Fleet.create(tmp_path, cluster.bootstrap_servers, ("A", "B"))
+    cfg_a = fleet.config_file("A", MAIN_A, presence_ttl_s=TTL_S, presence_interval_s=INTERVAL_S)
+    cfg_b = fleet.config_file("B", MAIN_B, presence_ttl_s=TTL_S, presence_interval_s=INTERVAL_S)
+    a, b = GatewayProcess(cfg_a, tmp_path / "A.log"), GatewayProcess(cfg_b, tmp_path / "B.log")
+    procs += [a.start(), b.start()]
+    client: GatewayClient = build_client(load_config(cfg_a), signer=fleet.signers["A"])
+    hosts = TwoHosts(fleet, cfg_a, cfg_b, a, b, client)
+    hosts.wait_until(lambda: client.knows("main-b"), 90, "main-b live in A's roster")
+    return hosts
+
+
 def _outage(
     cluster: LocalCluster, outage_s: float, tmp_path: Path, procs: list[GatewayProcess]
 ) -> tuple[list[str], list[str]]:
-    """Hosts A and B as processes (SQLite stores, INTERVAL_S, TTL_S); replies main-a ->
-    main-b before and during a kill -9 of every broker node lasting ``outage_s``; the brokers
-    restart with their data. Returns (A's, B's) log lines written during the outage."""
+    """Hosts A and B as processes; replies main-a -> main-b before and during a kill -9 of every
+    broker node lasting ``outage_s``; the brokers restart with their data. Returns (A's, B's)
+    log lines written during the outage."""
     try:
-        fleet = Fleet.create(tmp_path, cluster.bootstrap_servers, ("A", "B"))
-        cfg_a = fleet.config_file("A", MAIN_A, presence_ttl_s=TTL_S, presence_interval_s=INTERVAL_S)
-        cfg_b = fleet.config_file("B", MAIN_B, presence_ttl_s=TTL_S, presence_interval_s=INTERVAL_S)
-        a, b = GatewayProcess(cfg_a, tmp_path / "A.log"), GatewayProcess(cfg_b, tmp_path / "B.log")
-        procs += [a.start(), b.start()]
-        client: GatewayClient = build_client(load_config(cfg_a), signer=fleet.signers["A"])
-
-        def wait_until(cond: Any, timeout: float, what: str) -> None:
-            try:
-                wait_for(cond, timeout, what)
-            except AssertionError as exc:  # the gateways' own account of what went wrong
-                raise AssertionError(
-                    f"{exc}\n--- A.log (tail) ---\n{a.output()[-4000:]}"
-                    f"\n--- B.log (tail) ---\n{b.output()[-4000:]}"
-                ) from None
-
-        wait_until(lambda: client.knows("main-b"), 90, "main-b live in A's roster")
+        hosts = _two_hosts(cluster, tmp_path, procs)
+        fleet, cfg_a, cfg_b, a, b, client = (
+            hosts.fleet, hosts.cfg_a, hosts.cfg_b, hosts.a, hosts.b, hosts.client
+        )  # fmt: skip
+        wait_until = hosts.wait_until
         sent = [
             client.send(sender="main-a", to="main-b", kind=Kind.REPLY, body=b"before").msg_id
             for _ in range(5)
@@ -210,3 +233,33 @@ def test_a_sixty_second_outage_logs_a_bounded_number_of_lines(
     print(f"outage log lines: A={len(during_a)} B={len(during_b)}")
     assert len(during_a) <= OUTAGE_LOG_BOUND, "\n".join(during_a)
     assert len(during_b) <= OUTAGE_LOG_BOUND, "\n".join(during_b)
+
+
+@pytest.mark.parametrize("nodes", [3])
+def test_one_broker_killed_stalls_the_roster_and_lapses_nobody(
+    cluster: LocalCluster, tmp_path: Path, procs: list[GatewayProcess]
+) -> None:
+    """Issue 16, a partial outage: a follower replica of the roster partition is kill -9'd. Its
+    ISR still counts it until the controller fences it, so no heartbeat commits (acks=all) while
+    the log end stays readable; a horizon taken from the log end alone ran on past main-b's
+    last readable heartbeat and main-b lapsed in A's view (CI: the sequential kill of three
+    nodes). Nobody may lapse while nobody's heartbeat can be read."""
+    try:
+        hosts = _two_hosts(cluster, tmp_path, procs)
+        roster = TopicNames(prefix=hosts.fleet.prefix).roster
+        leader = cluster.leader_of(roster)
+        follower = next(n.spec.node_id for n in cluster.nodes if n.spec.node_id != leader)
+        cluster.kill(follower)
+        lapsed: list[float] = []
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 4 * TTL_S + 5.0:  # the fencing (9 s) and past it
+            if not hosts.client.knows("main-b"):
+                lapsed.append(round(time.monotonic() - t0, 1))
+            time.sleep(0.2)
+        assert not lapsed, f"main-b lapsed in A's view at {lapsed} s after the kill"
+        # the roster commits again once the node is fenced: the view is current, main-b live
+        hosts.wait_until(lambda: _roster_json(hosts.cfg_a)["stale"] is False, 60, "current")
+        assert hosts.client.knows("main-b")
+    finally:
+        for p in procs:
+            p.stop()

@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from pipeline.envelope import Envelope, Kind, encode
@@ -27,6 +27,8 @@ from pipeline.presence import (
     presence_record,
 )
 from pipeline.presence.metrics import PresenceMetrics
+from pipeline.presence.model import gateway_gid
+from pipeline.testing import FakeMessage
 from tests.envelope_kit import Fleet
 
 TRANSIENT = [
@@ -344,3 +346,104 @@ def test_wait_out_gives_up_at_its_deadline_with_a_retriable_error() -> None:
     with pytest.raises(FleetError) as info:
         wait_out(down, what="t", deadline_s=0.05, log=logging.getLogger("t"), first_backoff_s=0.01)
     assert info.value.retriable and info.value.reason == "BROKER_UNAVAILABLE"
+
+
+class StallingRoster:
+    """One roster partition fed by heartbeats of a's gateway entry and b's ``m-b``, a round per
+    tick of its clock (``step_ms``). From tick ``stall_at`` nothing commits: the high watermark
+    stands still but stays readable, as while a dead replica is still in the ISR. From tick
+    ``b_silent_at`` only b is silent (b went away; a's heartbeats still commit)."""
+
+    def __init__(self, f: Fleet, *, stall_at: int = 10**9, b_silent_at: int = 10**9) -> None:
+        self.f, self.stall_at, self.b_silent_at = f, stall_at, b_silent_at
+        self.committed: list[FakeMessage] = []
+        self.delivered = 0
+        self.ticks = 0
+        self.on_tick: Any = None
+
+    def _beat(self, gid: str, host: str, role: Role, delivery: Delivery) -> None:
+        e = PresenceEntry(gid=gid, host=host, role=role, delivery=delivery, ts_ms=self.f.now,
+                          ttl_ms=2500)  # fmt: skip
+        key, headers, value = presence_record(e, signer=self.f.signers[host], topics=self.f.topics)
+        topic = self.f.topics.roster
+        self.committed.append(FakeMessage(topic, 0, len(self.committed), key, value, headers))
+
+    def tick(self) -> None:
+        self.ticks += 1
+        self.f.now += 500
+        if self.ticks < self.stall_at:
+            self._beat(gateway_gid("a"), "a", Role.GATEWAY, Delivery.NONE)
+            if self.ticks < self.b_silent_at:
+                self._beat("m-b", "b", Role.MAIN, Delivery.PULL)
+        if self.on_tick is not None:
+            self.on_tick()
+
+    def list_topics(self, topic: str, timeout: float) -> _Meta:
+        return _Meta(self.f.topics.roster)
+
+    def get_watermark_offsets(self, tp: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        return 0, len(self.committed)
+
+    def assign(self, parts: Any) -> None:
+        pass
+
+    def position(self, tps: Any) -> list[Any]:
+        return [TopicPartition(tp.topic, tp.partition, self.delivered) for tp in tps]
+
+    def poll(self, timeout: float) -> FakeMessage | None:
+        if self.delivered < len(self.committed):
+            self.delivered += 1
+            return self.committed[self.delivered - 1]
+        self.tick()
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def _lapses(f: Fleet, roster: StallingRoster, *, ticks: int, **kw: Any) -> list[int]:
+    """Follow ``roster`` for ``ticks`` rounds; the ticks at which m-b was not live in the view."""
+    view = RosterView.build(trust=f.trust, topics=f.topics, clock_ms=lambda: f.now)
+    follower = RosterFollower(bootstrap="unused:1", view=view, topics=f.topics,
+                              consumer_factory=lambda conf: roster, check_s=0, poll_s=0,
+                              stale_after_s=5, clock_ms=lambda: f.now, **kw)  # fmt: skip
+    lapsed: list[int] = []
+    stop = threading.Event()
+
+    def judge() -> None:
+        if view.live_host("m-b") is None:
+            lapsed.append(roster.ticks)
+        if roster.ticks >= ticks:
+            stop.set()
+
+    roster.tick()  # the first round, before the catch-up
+    roster.on_tick = judge
+    follower.catch_up(timeout_s=5)
+    follower.run(stop)
+    follower.stop()
+    return lapsed
+
+
+OWN = {"own_gid": gateway_gid("a"), "echo_slack_s": 1.25}  # the gateway's: TTL / 2
+
+
+def test_a_roster_that_stops_committing_lapses_nobody(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 16, a partial outage (the CI's 3-node kill): the log end stays readable while no
+    heartbeat commits. Judged by the log end alone, m-b lapsed one TTL in; held back to the
+    gateway's own heartbeats read back, nobody lapses, and STALE says why."""
+    f = Fleet()
+    with caplog.at_level(logging.WARNING, logger="pipeline.presence.follower"):
+        assert _lapses(f, StallingRoster(f, stall_at=10), ticks=40, **OWN) == []
+    stale = [m.getMessage() for m in caplog.records if "STALE" in m.getMessage()]
+    assert len(stale) == 1 and "no own heartbeat read back" in stale[0], stale
+    g = Fleet()  # the same history judged by the log end alone: the bug
+    assert _lapses(g, StallingRoster(g, stall_at=10), ticks=40)[0] <= 10 + 6
+
+
+def test_a_host_silent_while_ours_commit_still_lapses() -> None:
+    """The own-heartbeat bound hides no departure: b silent while a's heartbeats commit lapses
+    within its TTL plus the slack (2.5 s + 1.25 s: under 8 rounds of 0.5 s)."""
+    f = Fleet()
+    lapsed = _lapses(f, StallingRoster(f, b_silent_at=10), ticks=30, **OWN)
+    assert lapsed and 10 < lapsed[0] <= 10 + 8, lapsed
+    assert lapsed == list(range(lapsed[0], 31)), "lapsed for good"
