@@ -42,3 +42,11 @@ def stop_on_signals(event: threading.Event, signals: Iterable[int] = STOP_SIGNAL
     threading.Thread(target=watch, name="stop-signals", daemon=True).start()
     for s in signals:
         signal.signal(s, handler)
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM raises ``KeyboardInterrupt`` in the main thread, as SIGINT does (main thread
+    only). For commands that own child processes (``fleet chaos run``, ``fleet lab run``): their
+    ``finally`` blocks stop the gateways, members and brokers they started; by default a
+    SIGTERM (``timeout``, a CI cancel) ended the command at once and left those running."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)

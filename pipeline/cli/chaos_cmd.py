@@ -56,6 +56,9 @@ def run(
     from pipeline.chaos.runner import RunConfig, run_scenario
     from pipeline.errors import ConfigError
     from pipeline.reasons import Config
+    from pipeline.signals import interrupt_on_sigterm
+
+    interrupt_on_sigterm()  # a killed run stops the gateways and brokers it started
 
     names = list(SCENARIOS) if "all" in scenario else scenario
     unknown = [n for n in names if n not in SCENARIOS]

@@ -63,6 +63,9 @@ def run(
 
     from pipeline.lab.runner import require_pool_command
     from pipeline.lab.runner import run as run_scenario
+    from pipeline.signals import interrupt_on_sigterm
+
+    interrupt_on_sigterm()  # a killed run stops the producer and members it started
 
     s = load_scenario(scenario)
     require_pool_command()
