@@ -59,6 +59,7 @@ from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.outbox import Relay
 from pipeline.outbox.notify import listen_forever
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
+from pipeline.presence.follower import echo_slack_s
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import Delivery, Gone, Role, SpawnProfile, gateway_gid
 from pipeline.presence.publisher import ProducerLike
@@ -251,7 +252,9 @@ def build_gateway(
         metrics=presence_metrics,
         consumer_factory=factories.consumer,
         own_gid=gateway_gid(host),  # its host entry, heartbeated every presence interval
-        echo_slack_s=config.presence_ttl_s / 2,
+        echo_slack_s=echo_slack_s(
+            ttl_s=config.presence_ttl_s, interval_s=config.presence_interval_s
+        ),
     )
     presence = PresencePublisher(  # with the pairwise mode on, the host entry carries its key
         metrics=presence_metrics,

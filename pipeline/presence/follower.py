@@ -48,6 +48,13 @@ from .roster import RosterView
 log = logging.getLogger(__name__)
 
 
+def echo_slack_s(*, ttl_s: float, interval_s: float) -> float:
+    """How far a gateway's horizon may run past its own newest heartbeat read back: half a TTL
+    (a roster that stops committing lapses nobody whose heartbeats stopped with ours), at least
+    one interval (the view never looks stale between two of our heartbeats)."""
+    return max(ttl_s / 2, interval_s)
+
+
 class RosterFollower:
     """Reads every partition of the roster with ``assign`` (no group offsets: the view is always
     rebuilt from the compacted log, which is what makes it a union view after a restart)."""

@@ -26,6 +26,7 @@ from pipeline.presence import (
     RosterView,
     presence_record,
 )
+from pipeline.presence.follower import echo_slack_s
 from pipeline.presence.metrics import PresenceMetrics
 from pipeline.presence.model import gateway_gid
 from pipeline.testing import FakeMessage
@@ -349,13 +350,22 @@ def test_wait_out_gives_up_at_its_deadline_with_a_retriable_error() -> None:
 
 
 class StallingRoster:
-    """One roster partition fed by heartbeats of a's gateway entry and b's ``m-b``, a round per
-    tick of its clock (``step_ms``). From tick ``stall_at`` nothing commits: the high watermark
+    """One roster partition fed by heartbeats of a's gateway entry and b's ``m-b``, a round every
+    ``beat_every`` ticks of its clock (0.5 s each). From tick ``stall_at`` nothing commits: the high watermark
     stands still but stays readable, as while a dead replica is still in the ISR. From tick
     ``b_silent_at`` only b is silent (b went away; a's heartbeats still commit)."""
 
-    def __init__(self, f: Fleet, *, stall_at: int = 10**9, b_silent_at: int = 10**9) -> None:
+    def __init__(
+        self,
+        f: Fleet,
+        *,
+        stall_at: int = 10**9,
+        b_silent_at: int = 10**9,
+        beat_every: int = 1,
+        ttl_ms: int = 2500,
+    ) -> None:
         self.f, self.stall_at, self.b_silent_at = f, stall_at, b_silent_at
+        self.beat_every, self.ttl_ms = beat_every, ttl_ms
         self.committed: list[FakeMessage] = []
         self.delivered = 0
         self.ticks = 0
@@ -363,7 +373,7 @@ class StallingRoster:
 
     def _beat(self, gid: str, host: str, role: Role, delivery: Delivery) -> None:
         e = PresenceEntry(gid=gid, host=host, role=role, delivery=delivery, ts_ms=self.f.now,
-                          ttl_ms=2500)  # fmt: skip
+                          ttl_ms=self.ttl_ms)  # fmt: skip
         key, headers, value = presence_record(e, signer=self.f.signers[host], topics=self.f.topics)
         topic = self.f.topics.roster
         self.committed.append(FakeMessage(topic, 0, len(self.committed), key, value, headers))
@@ -371,7 +381,7 @@ class StallingRoster:
     def tick(self) -> None:
         self.ticks += 1
         self.f.now += 500
-        if self.ticks < self.stall_at:
+        if self.ticks < self.stall_at and (self.ticks - 1) % self.beat_every == 0:
             self._beat(gateway_gid("a"), "a", Role.GATEWAY, Delivery.NONE)
             if self.ticks < self.b_silent_at:
                 self._beat("m-b", "b", Role.MAIN, Delivery.PULL)
@@ -424,7 +434,7 @@ def _lapses(f: Fleet, roster: StallingRoster, *, ticks: int, **kw: Any) -> list[
     return lapsed
 
 
-OWN = {"own_gid": gateway_gid("a"), "echo_slack_s": 1.25}  # the gateway's: TTL / 2
+OWN = {"own_gid": gateway_gid("a"), "echo_slack_s": echo_slack_s(ttl_s=2.5, interval_s=0.5)}
 
 
 def test_a_roster_that_stops_committing_lapses_nobody(caplog: pytest.LogCaptureFixture) -> None:
@@ -447,3 +457,18 @@ def test_a_host_silent_while_ours_commit_still_lapses() -> None:
     lapsed = _lapses(f, StallingRoster(f, b_silent_at=10), ticks=30, **OWN)
     assert lapsed and 10 < lapsed[0] <= 10 + 8, lapsed
     assert lapsed == list(range(lapsed[0], 31)), "lapsed for good"
+
+
+def test_heartbeats_further_apart_than_the_stale_bound_never_read_as_stale(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A 12 s interval against the 5 s STALE bound: with the slack at least one interval the
+    horizon never lags between two of our own heartbeats. At TTL / 2 alone a TTL of one interval
+    (the least the config allows) left it 5.5 s behind before each beat: STALE every interval."""
+    for ttl_s in (24.0, 12.0):
+        f = Fleet()
+        roster = StallingRoster(f, beat_every=24, ttl_ms=int(ttl_s * 1000))
+        slack = echo_slack_s(ttl_s=ttl_s, interval_s=12)
+        with caplog.at_level(logging.WARNING, logger="pipeline.presence.follower"):
+            assert _lapses(f, roster, ticks=240, own_gid=gateway_gid("a"), echo_slack_s=slack) == []
+        assert not [m for m in caplog.records if "STALE" in m.getMessage()], ttl_s
