@@ -48,5 +48,11 @@ def interrupt_on_sigterm() -> None:
     """SIGTERM raises ``KeyboardInterrupt`` in the main thread, as SIGINT does (main thread
     only). For commands that own child processes (``fleet chaos run``, ``fleet lab run``): their
     ``finally`` blocks stop the gateways, members and brokers they started; by default a
-    SIGTERM (``timeout``, a CI cancel) ended the command at once and left those running."""
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    SIGTERM (``timeout``, a CI cancel) ended the command at once and left those running. Only
+    the first one interrupts: a second must not cut that clean-up short."""
+
+    def interrupt_once(_signum: int, _frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt_once)

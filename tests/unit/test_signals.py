@@ -119,3 +119,37 @@ def test_a_burst_of_sigterms_stops_a_busy_process() -> None:
         child.wait()
         if child.stdout is not None:
             child.stdout.close()
+
+
+def test_interrupt_on_sigterm_runs_the_clean_up_and_a_second_sigterm_cannot_cut_it_short() -> None:
+    """``fleet chaos run`` / ``fleet lab run``: the first SIGTERM raises KeyboardInterrupt in the
+    main thread, so ``finally`` stops the children; more SIGTERMs during that clean-up (a
+    supervisor's terminate, then its stop) are ignored instead of interrupting it again."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import os, signal, time
+                from pipeline.signals import interrupt_on_sigterm
+                interrupt_on_sigterm()
+                try:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(30)
+                except KeyboardInterrupt:
+                    print("interrupted", flush=True)
+                finally:
+                    os.kill(os.getpid(), signal.SIGTERM)  # a second one, mid clean-up
+                    time.sleep(0.2)
+                    print("cleaned up", flush=True)
+                """
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=HANG_BOUND_S,
+        check=False,
+    )
+    assert out.stdout.split() == ["interrupted", "cleaned", "up"], out.stderr
+    assert out.returncode == 0, out.stderr
