@@ -19,7 +19,7 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,10 +28,12 @@ from confluent_kafka.admin import AdminClient
 
 from pipeline.kafka.local import LauncherConfig, LocalCluster
 from pipeline.kafka.local.ports import free_ports
+from pipeline.kafka.local.probe import node_answers
 
+from .history import HistoryWriter
 from .nemesis import Fault, NemesisContext, Scenario
 from .proxy import CutProxy, running
-from .workload import Workload
+from .workload import Workload, WorkloadConfig
 
 T = TypeVar("T")
 ISR_BOUND_S = 90.0
@@ -84,18 +86,16 @@ def wait_full_isr(cluster: LocalCluster, prefix: str, bound_s: float = ISR_BOUND
     return bound_s
 
 
-def wait_node(cluster: LocalCluster, node_id: int, bound_s: float = ISR_BOUND_S) -> float:
-    """Wait until node ``node_id`` itself answers a metadata request (the cluster's view may
-    still list a node that just died: asking the node is the only proof it is back)."""
+def wait_node(cluster: LocalCluster, node_id: int, bound_s: float = ISR_BOUND_S) -> float | None:
+    """Seconds until node ``node_id`` itself answers (an ApiVersions request on its own
+    listener: :mod:`pipeline.kafka.local.probe`), None when it did not within ``bound_s``."""
     port = cluster.node(node_id).spec.port
-    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
     t0 = time.monotonic()
     while time.monotonic() - t0 < bound_s:
-        with contextlib.suppress(Exception):
-            if admin.list_topics(timeout=2).orig_broker_id == node_id:
-                return round(time.monotonic() - t0, 3)
+        if node_answers(port):
+            return round(time.monotonic() - t0, 3)
         time.sleep(0.3)
-    return bound_s
+    return None
 
 
 def _back(ctx: NemesisContext, node_id: int) -> dict[str, Any]:
@@ -130,6 +130,20 @@ def _leader_pause(ctx: NemesisContext, stopped: float) -> tuple[str, dict[str, A
     cluster.resume(leader)
     detail = {"topic": topic, "partition": partition, "stopped_s": round(stopped, 3)}
     return f"node-{leader}", {**detail, **_back(ctx, leader)}
+
+
+# The roll's bound: each node answering (ISR_BOUND_S) and its ISR full again (ISR_BOUND_S).
+ROLL_BOUND_S = 3 * 2 * ISR_BOUND_S
+
+
+def _roll_workload(cfg: WorkloadConfig, history: HistoryWriter) -> Workload:
+    """The workload with ASKs that outlive a whole roll and the drain after it. The asker reads
+    its ANSWERs at the end: with the default 60 s an ANSWER held on time at its gateway, but
+    undrained when a slow roll ran past its ``expiresAt``, was swept ``EXPIRED`` -- a dead letter,
+    so a finding of a strict scenario that the fleet did not cause."""
+    return Workload(
+        replace(cfg, ask_ttl_s=ROLL_BOUND_S + cfg.duration_s + cfg.drain_timeout_s), history
+    )
 
 
 def _rolling_restart(ctx: NemesisContext, pause: float) -> tuple[str, dict[str, Any]]:
@@ -519,6 +533,7 @@ SCENARIOS: dict[str, Scenario] = {
             duration_s=30.0,
             hold_s=(0.5, 1.5),
             strict=True,
+            workload=_roll_workload,
         ),
         Scenario(
             name="cut-off",

@@ -8,11 +8,32 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from pipeline.chaos.cluster_faults import wait_node
+from pipeline.kafka.local.ports import free_ports
+from pipeline.kafka.local.probe import node_answers
 from pipeline.kafka.settings import consumer_config, producer_config
 from pipeline.testing import BrokerHandle, unique_name
 from tests.conftest import make_topic_factory
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster3, pytest.mark.slow]
+
+
+def test_each_node_answers_for_itself_and_a_paused_one_does_not(kafka3: BrokerHandle) -> None:
+    """The chaos heals (#7, #9, #12, #14) wait for a restarted node with this probe. The metadata
+    check it replaces asked librdkafka, which sends to any broker it knows: for a node it did
+    not pick, every heal waited out its 90 s bound (a rolling restart took 289 s)."""
+    assert kafka3.cluster is not None
+    cluster = kafka3.cluster
+    for node in cluster.nodes:
+        assert wait_node(cluster, node.spec.node_id, bound_s=60) is not None, node.spec.node_id
+    assert not node_answers(free_ports(1)[0])  # nothing listening
+    paused = cluster.nodes[1]
+    cluster.pause(paused.spec.node_id)
+    try:
+        assert not node_answers(paused.spec.port, timeout_s=1.0)  # accepted, never answered
+    finally:
+        cluster.resume(paused.spec.node_id)
+    assert wait_node(cluster, paused.spec.node_id, bound_s=60) is not None
 
 
 def test_leader_kill9_loses_no_acknowledged_record_and_group_carries_on(
