@@ -102,6 +102,60 @@ def commit_offsets(
     )
 
 
+# The group coordinator moving or loading (a broker roll, a leader change of its
+# __consumer_offsets partition): the commit was refused before it was applied, the member still
+# owns its partitions, and the same commit a moment later is the commit it meant. A forward
+# batch that skipped its injects on these lost them for nothing (chaos #14, a clean rolling
+# restart: COORDINATOR_LOAD_IN_PROGRESS, then one FAILED INJECT_TIMEOUT for a brief that was
+# never injected). A timeout is not among them: the commit may have been applied.
+COORDINATOR_MOVING_CODES = frozenset(
+    {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError._WAIT_COORD,
+    }
+)
+SYNC_COMMIT_RETRY_S = 10.0  # how long a refused synchronous commit is tried again
+
+
+def _waited_into_stop(wait: Callable[[float], bool] | None, seconds: float) -> bool:
+    if wait is None:
+        time.sleep(seconds)
+        return False
+    return wait(seconds)
+
+
+def commit_while_coordinator_moves(
+    consumer: Any,
+    offsets: dict[tuple[str, int], int],
+    marks: Mapping[tuple[str, int], str] | None = None,
+    *,
+    budget_s: float = SYNC_COMMIT_RETRY_S,
+    wait: Callable[[float], bool] | None = None,
+) -> tuple[CommitResult, int]:
+    """:func:`commit_offsets`, tried again (backoff 0.05 s doubling to 1 s, for ``budget_s``)
+    while it fails only with :data:`COORDINATOR_MOVING_CODES`; ``wait(s)`` returning True (a
+    stop) ends it. Returns the last result and how many times it was tried again."""
+    deadline = time.monotonic() + budget_s
+    backoff, waited, retries = 0.05, 0.0, 0
+    while True:
+        result = commit_offsets(consumer, offsets, marks)
+        if (
+            result.ok
+            or result.fatal
+            or not result.codes
+            or not result.codes <= COORDINATOR_MOVING_CODES
+            or waited + backoff > budget_s
+            or time.monotonic() + backoff > deadline
+            or _waited_into_stop(wait, backoff)
+        ):
+            return result, retries
+        retries += 1
+        waited += backoff
+        backoff = min(backoff * 2, 1.0)
+
+
 def _partitions(
     offsets: Mapping[tuple[str, int], int], marks: Mapping[tuple[str, int], str]
 ) -> list[TopicPartition]:

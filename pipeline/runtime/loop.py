@@ -52,7 +52,7 @@ from pipeline.record import Record
 from pipeline.store import with_retry
 from pipeline.store.retry import StoreRetry
 
-from .commits import AsyncCommits, commit_offsets
+from .commits import AsyncCommits, commit_while_coordinator_moves
 from .dedupe import claim_ids, release_ids
 from .inflight import Dispatcher
 from .metrics import RuntimeMetrics
@@ -593,7 +593,14 @@ class ConsumerRuntime:
             if offsets:
                 self.async_commits.commit(self.consumer, offsets, marks)
             return True
-        result = commit_offsets(self.consumer, offsets, marks)
+        result, retries = commit_while_coordinator_moves(self.consumer, offsets, marks)
+        if retries:
+            if self.metrics:
+                self.metrics.commit_retries.labels(cfg.group_id).inc(retries)
+            if result.ok:
+                log.info(
+                    "offset commit went through on try %d (the coordinator moved)", retries + 1
+                )
         if not result.ok:
             if self.metrics:
                 self.metrics.commit_failures.labels(cfg.group_id).inc()

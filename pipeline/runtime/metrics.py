@@ -37,6 +37,13 @@ class RuntimeMetrics:
             namespace=namespace,
             registry=registry,
         )
+        self.commit_retries = Counter(
+            "consumer_commit_retries_total",
+            "Synchronous offset commits tried again because the group coordinator was moving.",
+            ["group"],
+            namespace=namespace,
+            registry=registry,
+        )
         self.store_failures = Counter(
             "consumer_store_failures_total",
             "Store reads and batch transactions that failed; the batch is re-read after a backoff.",

@@ -769,3 +769,57 @@ def test_a_backlog_on_every_partition_starts_a_step_on_every_partition(sessions:
     finally:
         handler.release.set()
         dispatcher.close()
+
+
+def test_a_commit_refused_while_the_coordinator_moves_is_tried_again_then_the_brief_injected(
+    sessions: Any,
+) -> None:
+    """Chaos #14 (a clean rolling restart): the forward batch's commit came back
+    COORDINATOR_LOAD_IN_PROGRESS, its inject was skipped, and the brief ended as one FAILED
+    INJECT_TIMEOUT. Refused before it was applied, the same commit is tried again; the inject
+    still follows a confirmed commit (seed 000 §6)."""
+    fake = FakeConsumer()
+    fake.produce("t", 0, b"k", b"brief", [("msgId", b"m1")])
+    handler = Script()
+    fake.fail_commits = KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
+    commit = fake.commit
+
+    def coordinator_back_on_the_third(offsets: Any = None, asynchronous: bool = True) -> Any:
+        if fake.commit_calls == 2:
+            fake.fail_commits = None
+        return commit(offsets, asynchronous)
+
+    fake.commit = coordinator_back_on_the_third  # type: ignore[method-assign]
+    make_runtime(sessions, handler, fake).step()
+    assert fake.commit_modes == ["sync", "sync", "sync"]
+    assert fake.committed == {("t", 0): 1}
+    assert handler.injected == ["brief"]
+
+
+@pytest.mark.parametrize(
+    ("code", "tried_again"),
+    [
+        (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, True),
+        (KafkaError.NOT_COORDINATOR, True),
+        (KafkaError.REQUEST_TIMED_OUT, False),  # may have been applied: not the same commit
+        (KafkaError.REBALANCE_IN_PROGRESS, False),  # the partitions may be moving away
+        (KafkaError.FENCED_INSTANCE_ID, False),
+    ],
+)
+def test_only_a_moving_coordinator_is_waited_out_and_only_within_the_budget(
+    code: int, tried_again: bool
+) -> None:
+    from pipeline.runtime.commits import commit_while_coordinator_moves
+
+    fake = FakeConsumer()
+    fake.fail_commits = KafkaError(code)
+    waits: list[float] = []
+    result, retries = commit_while_coordinator_moves(
+        fake, {("t", 0): 1}, budget_s=1.0, wait=lambda s: bool(waits.append(s))
+    )
+    assert not result.ok and fake.committed == {}
+    assert (retries > 0) is tried_again
+    assert sum(waits) <= 1.0 and waits == sorted(waits)  # bounded, backing off
+    stopped, _ = commit_while_coordinator_moves(fake, {("t", 0): 1}, wait=lambda s: True)
+    assert not stopped.ok
+    assert fake.commit_calls == retries + 2  # a stop ends the waiting at once
