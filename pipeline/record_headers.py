@@ -23,12 +23,28 @@ _NAME = struct.Struct(">H")
 _VALUE = struct.Struct(">I")
 
 
+_PREFIXES: dict[str, bytes] = {}  # name -> u16 length + UTF-8 name (the same dozen names recur)
+_MAX_PREFIXES = 4096  # bounded: foreign headers cannot grow it without limit
+
+
+def _prefix(name: str) -> bytes:
+    raw = name.encode()
+    prefix = _NAME.pack(len(raw)) + raw
+    if len(_PREFIXES) < _MAX_PREFIXES:
+        _PREFIXES[name] = prefix
+    return prefix
+
+
 def pack_headers(headers: Iterable[tuple[str, bytes]] | None) -> bytes:
-    """The stored form of ``headers`` (``b""`` for none)."""
+    """The stored form of ``headers`` (``b""`` for none). Runs once per held record on the
+    consume thread (issue 17), so each name's prefix is packed once per process."""
     parts: list[bytes] = []
+    append = parts.append
+    prefixes, size = _PREFIXES, _VALUE.pack
     for name, value in headers or ():
-        raw = name.encode()
-        parts += [_NAME.pack(len(raw)), raw, _VALUE.pack(len(value)), bytes(value)]
+        append(prefixes.get(name) or _prefix(name))
+        append(size(len(value)))
+        append(value)
     return b"".join(parts)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from .headers import RawHeaders
+from .reasons import H_MAC
 from .verify import Verified, Verifier
 
 Item = tuple[str, bytes | None, RawHeaders | None, bytes | None]  # topic, key, headers, value
@@ -37,6 +38,10 @@ class BatchVerifier:
 
     def verify_all(self, items: Sequence[Item]) -> list[Outcome]:
         if self._pool is None or len(items) < self.min_batch:
+            return self._slice(items)
+        if sum(1 for item in items if not _maced(item[2])) < self.min_batch:
+            # pairwise-MAC'd records: an HMAC holds the GIL for ~1 µs, so a second thread only
+            # adds hand-offs around the parsing (measured: 2 threads at 0.79x one; issue 17)
             return self._slice(items)
         size = -(-len(items) // self.threads)  # ceil: contiguous slices, the last one ours
         slices = [items[i : i + size] for i in range(0, len(items), size)]
@@ -61,3 +66,8 @@ class BatchVerifier:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _maced(headers: RawHeaders | None) -> bool:
+    """Whether the record carries the pairwise tag (the verifier decides if it is valid)."""
+    return bool(headers) and any(name == H_MAC for name, _ in headers or ())

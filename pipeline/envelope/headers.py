@@ -43,23 +43,34 @@ def collect(
         fail(r.NOT_SIGNED, "record has no headers", raw)
     if len(headers) > max_headers:
         fail(r.TOO_LARGE, f"{len(headers)} headers > {max_headers}", raw)
-    size = sum(len(name) + len(val or b"") for name, val in headers) + len(key or b"")
-    if size > max_header_bytes:
-        fail(r.TOO_LARGE, f"headers+key {size} bytes > {max_header_bytes}", raw)
     if len(body) > max_body_bytes:
         fail(r.TOO_LARGE, f"body {len(body)} bytes > {max_body_bytes}", raw)
+    # One pass (issue 17: this runs once per record on the consume thread): the size bound is
+    # summed while the reserved headers are picked out, and checked before any is returned.
+    size = len(key) if key else 0
     fields: dict[str, bytes] = {}
+    look_alike = duplicate = no_value = None
+    reserved = r.RESERVED
     for name, val in headers:
-        if name not in r.RESERVED:  # the exact names take the fast path; the rest are folded
-            canonical = r.RESERVED_FOLDED.get(str(name).casefold())
-            if canonical is None:
-                continue  # uncovered header: carried, never read by the envelope layer
-            fail(r.MALFORMED_HEADERS, f"look-alike header {name!r}", raw)
+        size += len(name) + (len(val) if val else 0)
+        if name not in reserved:  # the exact names take the fast path; the rest are folded
+            if look_alike is None and r.RESERVED_FOLDED.get(str(name).casefold()) is not None:
+                look_alike = name
+            continue  # uncovered header: carried, never read by the envelope layer
         if name in fields:
-            fail(r.MALFORMED_HEADERS, f"duplicate header {name!r}", raw)
-        if val is None:
-            fail(r.MALFORMED_HEADERS, f"header {name!r} has no value", raw)
-        fields[name] = val.encode("utf-8") if isinstance(val, str) else bytes(val)
+            duplicate = duplicate or name
+        elif val is None:
+            no_value = no_value or name
+        else:
+            fields[name] = val if type(val) is bytes else _as_bytes(val)
+    if size > max_header_bytes:
+        fail(r.TOO_LARGE, f"headers+key {size} bytes > {max_header_bytes}", raw)
+    if look_alike is not None:
+        fail(r.MALFORMED_HEADERS, f"look-alike header {look_alike!r}", raw)
+    if duplicate is not None:
+        fail(r.MALFORMED_HEADERS, f"duplicate header {duplicate!r}", raw)
+    if no_value is not None:
+        fail(r.MALFORMED_HEADERS, f"header {no_value!r} has no value", raw)
     tag = r.H_SIG if r.H_SIG in fields else r.H_MAC if r.H_MAC in fields else None
     if tag is None:
         fail(r.NOT_SIGNED, "no 'sig' (or 'mac') header", raw)
@@ -75,6 +86,10 @@ def collect(
     if tag == r.H_MAC and len(fields[r.H_MAC]) != MAC_LEN:
         fail(r.MAC_INVALID, f"mac is {len(fields[r.H_MAC])} bytes, not {MAC_LEN}", raw)
     return fields
+
+
+def _as_bytes(val: bytes | str) -> bytes:
+    return val.encode("utf-8") if isinstance(val, str) else bytes(val)
 
 
 def parse(fields: dict[str, bytes], body: bytes, raw: dict[str, Any]) -> Envelope:

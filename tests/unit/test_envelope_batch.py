@@ -62,3 +62,38 @@ def test_a_small_batch_is_verified_inline_and_a_bad_thread_count_is_refused() ->
         batch.close()
     with pytest.raises(ValueError, match="threads"):
         BatchVerifier(f.verifier("b"), threads=0)
+
+
+class _Where:
+    """A verifier that records which thread verified each record (and then verifies it)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.threads = inner, set()
+
+    def verify(self, **record: Any) -> Any:
+        import threading
+
+        self.threads.add(threading.get_ident())
+        return self.inner.verify(**record)
+
+
+def test_a_mac_batch_stays_on_the_calling_thread_and_a_signed_one_uses_the_pool() -> None:
+    import threading
+
+    from tests.unit.test_envelope_pairwise import Mesh
+
+    m = Mesh()
+    maced = [m.record(m.f.envelope(msg_id=f"mac-{i}")) for i in range(40)]
+    signed = [m.f.record(m.f.envelope(msg_id=f"sig-{i}")) for i in range(40)]
+    for records, pooled, prefix in ((maced, False, "mac"), (signed, True, "sig")):
+        where = _Where(m.verifier("b"))
+        batch = BatchVerifier(where, threads=2, min_batch=4)  # type: ignore[arg-type]
+        try:
+            items = [(x["topic"], x["key"], x["headers"], x["value"]) for x in records]
+            outcomes = batch.verify_all(items)
+        finally:
+            batch.close()
+        assert all(not isinstance(o, Exception) for o in outcomes), outcomes
+        ids = [o.envelope.msg_id for o in outcomes]  # type: ignore[union-attr]
+        assert ids == [f"{prefix}-{i}" for i in range(40)]  # in order, wherever verified
+        assert (where.threads != {threading.get_ident()}) is pooled, where.threads
