@@ -116,6 +116,43 @@ def _relay(engine: Any, bootstrap: str, rows: int, variant: str = "relay") -> tu
     return elapsed
 
 
+def _store_only(engine: Any, rows: int, *, ack: bool) -> tuple[float, float]:
+    """The relay's store work alone: every pending row read through the production
+    ``FetchSql`` on the raw DB-API cursor, batch by batch as the relay reads them, and with
+    ``ack`` each batch then marked sent by the production :class:`Acker`; nothing produced.
+    This is the work the raw producer never does, so ``raw / (raw + this)`` bounds the relay's
+    ratio whatever its producing costs."""
+    from pipeline.outbox.acker import Acker
+    from pipeline.outbox.fetch import FetchSql
+
+    acker = Acker(engine, tenant=None)
+
+    with engine.begin() as conn:
+        conn.execute(update(outbox).values(status=int(RowStatus.PENDING), sent_at=None))
+    fetch = FetchSql(engine.dialect.paramstyle, tenant=None, limit=1000)
+    started, cpu = time.perf_counter(), time.process_time()
+    after, seen = None, 0
+    while True:
+        sql, params = fetch.build(after=after)
+        conn = engine.raw_connection()
+        try:
+            cur = conn.cursor()
+            cur.execute(sql, params)
+            batch = list(cur.fetchall())
+            cur.close()
+        finally:
+            conn.close()
+        if not batch:
+            break
+        if ack:
+            acker.ack(batch, whole_batch=True)
+        seen += len(batch)
+        after = batch[-1][0]
+    elapsed = time.perf_counter() - started, time.process_time() - cpu
+    assert seen == rows, (seen, rows)
+    return elapsed
+
+
 # bench/outbox_watermark.py: the ack watermark, with today's read / with a read above it
 # and the designed read + ack on outbox_branch.sent_lsn
 PROTOTYPES = ("wm_ack", "wm_ack_read", "wm_design")
@@ -139,10 +176,12 @@ def throughput(bootstrap: str, workdir: Path, *, rows: int, rounds: int) -> dict
                 )
             ).all()
         )
-    raw_s, relay_s = [], []
+    raw_s, relay_s, read_s, store_s = [], [], [], []
     proto: dict[str, list[tuple[float, float]]] = {v: [] for v in PROTOTYPES}
     for _ in range(rounds):  # alternate, so drift on a shared machine hits both sides
         raw_s.append(_raw(bootstrap, records))
+        read_s.append(_store_only(engine, rows, ack=False))
+        store_s.append(_store_only(engine, rows, ack=True))
         relay_s.append(_relay(engine, bootstrap, rows))
         for variant in PROTOTYPES:
             proto[variant].append(_relay(engine, bootstrap, rows, variant))
@@ -160,6 +199,17 @@ def throughput(bootstrap: str, workdir: Path, *, rows: int, rounds: int) -> dict
         ),
         "relay_vs_raw_cpu_per_round": _spread(
             [r[1] / q[1] for r, q in zip(raw_s, relay_s, strict=True)]
+        ),
+        # the relay's store work alone (the read; the read and the ack), and the ratio that
+        # leaves the relay if producing cost it no more than it costs the raw producer:
+        # raw CPU / (raw CPU + store CPU), per round
+        "read_cpu_us_per_row": _spread([c / rows * 1e6 for _, c in read_s]),
+        "read_and_ack_cpu_us_per_row": _spread([c / rows * 1e6 for _, c in store_s]),
+        "bound_by_read_cpu_per_round": _spread(
+            [r[1] / (r[1] + q[1]) for r, q in zip(raw_s, read_s, strict=True)]
+        ),
+        "bound_by_read_and_ack_cpu_per_round": _spread(
+            [r[1] / (r[1] + q[1]) for r, q in zip(raw_s, store_s, strict=True)]
         ),
         "raw_cpu_us_per_row": _spread([c / rows * 1e6 for _, c in raw_s]),
         "relay_cpu_us_per_row": _spread([c / rows * 1e6 for _, c in relay_s]),
@@ -209,6 +259,7 @@ def latency(
     relay = _relay_process(url, cluster.bootstrap_servers)
     up: list[float] = []
     down: list[float] = []
+    per_round: list[float] = []  # each round's down median over its up median
     try:
         time.sleep(2.0)  # let the relay start
         for r in range(rounds):
@@ -220,6 +271,7 @@ def latency(
                 (up if state == "up" else down).extend(x.elapsed_s for x in results)
                 if state == "down":
                     cluster.start_again()
+            per_round.append(statistics.median(down[-runs:]) / statistics.median(up[-runs:]))
     finally:
         relay.send_signal(signal.SIGTERM)
         relay.wait(60)
@@ -231,6 +283,7 @@ def latency(
         "run_latency_up_ms": round(up_s * 1000, 1),
         "run_latency_down_ms": round(down_s * 1000, 1),
         "down_vs_up": round(down_s / up_s, 3),
+        "down_vs_up_per_round": _spread(per_round),
     }
 
 
@@ -246,7 +299,7 @@ def main(quick: bool) -> dict[str, Any]:
             rows=10_000 if quick else 50_000,
             rounds=2 if quick else 3,
         )
-        lat = latency(cluster, workdir, runs=4, steps=10 if quick else 25, rounds=1 if quick else 2)
+        lat = latency(cluster, workdir, runs=4, steps=10 if quick else 25, rounds=1 if quick else 3)
     finally:
         cluster.stop()
     return {

@@ -296,13 +296,26 @@ def run_once(
     seconds: float = 10.0,
     store_urls: dict[str, str] | None = None,
     start_timeout_s: float = 180.0,
+    floor: bool = True,
+    briefs_too: bool = True,
 ) -> dict[str, Any]:
-    """One run; never raises for a slow or failed start: the result says what happened."""
+    """One run; never raises for a slow or failed start: the result says what happened.
+
+    With ``floor``, :mod:`bench.kafka_floor` first runs the bare Kafka hops at each rate, before
+    any gateway starts (so the floor is the hop at its quietest). Without
+    ``briefs_too`` every send is a REPLY (the sender's own rate, no injects beside it)."""
     run = _Run(bootstrap, sender=sender, store_urls=store_urls)
     result: dict[str, Any] = {"sender": sender, "store": run.urls["A"].split(":", 1)[0]}
     arrivals: _Arrivals | None = None
     ok = False
     try:
+        if floor:  # first, with nothing of ours running: the bare hops at its lowest
+            from . import kafka_floor
+
+            for rate in rates:
+                result[f"floor_at_{rate}"] = kafka_floor.measure(
+                    bootstrap, rate=rate, seconds=seconds
+                )
         run.start()
         from pipeline.bootstrap import build_client
         from pipeline.gateway.config import load_config
@@ -346,7 +359,9 @@ def run_once(
             if not (set(warm_r) <= set(held) and set(warm_b) <= set(receipts)):
                 raise TimeoutError("the warm-up messages never arrived")
             for rate in rates:
-                result[f"at_{rate}"] = _phase(sender, arrivals, rate, seconds)
+                result[f"at_{rate}"] = _phase(
+                    sender, arrivals, rate, seconds, briefs_too=briefs_too
+                )
         finally:
             close()
         ok = True
@@ -363,7 +378,9 @@ def run_once(
     return result
 
 
-def _phase(sender: Any, arrivals: _Arrivals, rate: int, seconds: float) -> dict[str, Any]:
+def _phase(
+    sender: Any, arrivals: _Arrivals, rate: int, seconds: float, *, briefs_too: bool = True
+) -> dict[str, Any]:
     send, resolve, settle, _close = sender
     total = int(rate * seconds)
     calls: list[tuple[Any, float, bool]] = []  # (ticket, called at, is a reply)
@@ -379,7 +396,7 @@ def _phase(sender: Any, arrivals: _Arrivals, rate: int, seconds: float) -> dict[
             time.sleep(min(0.0005, target - now))
         called_ms = time.time() * 1000
         try:
-            if i % 2 == 0:
+            if i % 2 == 0 or not briefs_too:
                 calls.append((send("main-b", "REPLY"), called_ms, True))
             else:
                 calls.append((send("worker-b", "SEND"), called_ms, False))
@@ -387,6 +404,7 @@ def _phase(sender: Any, arrivals: _Arrivals, rate: int, seconds: float) -> dict[
             errors += 1
     elapsed = time.perf_counter() - t0
     settle()
+    settled = time.perf_counter() - t0  # every send answered: committed in A's store
     replies: dict[str, float] = {}
     briefs: dict[str, float] = {}
     for ticket, called_ms, reply in calls:
@@ -406,6 +424,8 @@ def _phase(sender: Any, arrivals: _Arrivals, rate: int, seconds: float) -> dict[
     return {
         "offered_msg_per_s": rate,
         "achieved_msg_per_s": round(sent / elapsed),
+        # what the gateway committed: sends answered per second, the last answer included
+        "committed_msg_per_s": round((len(replies) + len(briefs)) / settled),
         "send_errors": errors,
         "send_to_held_ms": {**to_held.summary_ms(), "of": len(replies)},
         "send_to_injected_ms": {**to_injected.summary_ms(), "of": len(briefs)},
@@ -430,7 +450,15 @@ def spread(values: list[float]) -> dict[str, float]:
 
 
 def repeats(
-    bootstrap: str, *, sender: str, store: str, n: int, seconds: float, rates: tuple[int, ...]
+    bootstrap: str,
+    *,
+    sender: str,
+    store: str,
+    n: int,
+    seconds: float,
+    rates: tuple[int, ...],
+    floor: bool = True,
+    briefs_too: bool = True,
 ) -> dict[str, Any]:
     """``n`` runs and, per rate, min / median / max of the p99s and of the achieved rate."""
     runs = []
@@ -445,7 +473,15 @@ def repeats(
                     pg = start_test_postgres()
                 urls = pg_urls(pg.url)
             runs.append(
-                run_once(bootstrap, sender=sender, rates=rates, seconds=seconds, store_urls=urls)
+                run_once(
+                    bootstrap,
+                    sender=sender,
+                    rates=rates,
+                    seconds=seconds,
+                    store_urls=urls,
+                    floor=floor,
+                    briefs_too=briefs_too,
+                )
             )
     finally:
         if pg is not None:
@@ -464,7 +500,31 @@ def repeats(
                 [g["send_to_injected_ms"].get("p99", float("nan")) for g in got]
             ),
             "achieved_msg_per_s": spread([g["achieved_msg_per_s"] for g in got]),
+            "committed_msg_per_s": spread([g["committed_msg_per_s"] for g in got]),
         }
+        floors = [(r[f"at_{rate}"], r[f"floor_at_{rate}"]) for r in runs if f"floor_at_{rate}" in r]
+        if floors:
+            hop = [f["one_hop_ms"]["p99"] for _, f in floors]
+            trip = [f["round_trip_ms"]["p99"] for _, f in floors]
+            table[f"at_{rate}"].update(
+                {
+                    "floor_one_hop_p99_ms": spread(hop),
+                    "floor_round_trip_p99_ms": spread(trip),
+                    # within one run: how many times the bare hop(s) our path's p99 is
+                    "held_p99_over_one_hop_p99": spread(
+                        [
+                            round(g["send_to_held_ms"].get("p99", float("nan")) / h, 2)
+                            for (g, _), h in zip(floors, hop, strict=True)
+                        ]
+                    ),
+                    "injected_p99_over_round_trip_p99": spread(
+                        [
+                            round(g["send_to_injected_ms"].get("p99", float("nan")) / t, 2)
+                            for (g, _), t in zip(floors, trip, strict=True)
+                        ]
+                    ),
+                }
+            )
     return {"sender": sender, "store": store, "summary": table, "runs": runs}
 
 
@@ -479,6 +539,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rates", default="500", help="comma-separated offered rates")
+    ap.add_argument("--no-floor", action="store_true", help="skip the bare Kafka hops")
+    ap.add_argument("--replies-only", action="store_true", help="every send a REPLY, no briefs")
     args = ap.parse_args(argv)
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
     handle = None
@@ -495,6 +557,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             n=args.repeats,
             seconds=args.seconds,
             rates=tuple(int(r) for r in args.rates.split(",")),
+            floor=not args.no_floor,
+            briefs_too=not args.replies_only,
         )
     finally:
         if handle is not None:

@@ -1,0 +1,213 @@
+"""The floor under the latency rows: bare Kafka hops at the same offered rate, in the same run.
+
+``bench.latency`` times send -> held (one Kafka hop between two gateway processes, with a store
+commit on each side) and send -> INJECTED (two hops: the brief there, its receipt back, plus an
+inject). This measures the same hops with nothing of ours on them: a paced producer in this
+process, built from the fabric's own ``producer_config`` (idempotent, ``acks=all``, the same
+``linger.ms``), sends to a consumer in its own process (``consumer_config``: ``read_committed``,
+manual commits); that process forwards every other record to a second topic (what a receipt
+does), read back here. Values carry the producer's wall clock, so:
+
+* ``one_hop_ms`` -- produce() call -> the far process's ``poll()`` returns it (all records);
+* ``round_trip_ms`` -- produce() call -> the echo arrives back here (the echoed half).
+
+Same broker, same machine, same rate: a pipeline stage cannot be faster than the hop it rides on,
+so its p99 over the floor's p99 says how much of the latency is ours. Run alone:
+``python -m bench.kafka_floor [--rate R] [--seconds S]`` (``KAFKA_BOOTSTRAP`` or a local broker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+from .histogram import Histogram
+
+PARTITIONS = 12
+
+
+def _make_topics(bootstrap: str, names: list[str]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(n, PARTITIONS, 1) for n in names]).values():
+        f.result(30)
+
+
+def _delete_topics(bootstrap: str, names: list[str]) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.delete_topics(names).values():
+        with contextlib.suppress(Exception):  # best effort: leave no litter we can help
+            f.result(30)
+
+
+def _consumer(bootstrap: str, topic: str) -> Any:
+    from confluent_kafka import Consumer
+
+    from pipeline.kafka.settings import consumer_config
+
+    c = Consumer(consumer_config(bootstrap, f"{topic}-g"))
+    c.subscribe([topic])
+    return c
+
+
+def _far(bootstrap: str, there: str, back: str, expect: int) -> None:
+    """The far process: consume ``there``, echo every other record to ``back``, report the
+    one-hop histogram on stdout. Prints ``ready`` once it holds its partitions."""
+    from confluent_kafka import Producer
+
+    from pipeline.kafka.settings import producer_config
+
+    consumer = _consumer(bootstrap, there)
+    producer = Producer(producer_config(bootstrap))
+    hop = Histogram()
+    announced = False
+    seen = 0
+    deadline = None
+    while seen < expect:
+        msg = consumer.poll(0.05)
+        if not announced and consumer.assignment():
+            print("ready", flush=True)
+            announced = True
+        if msg is None or msg.error():
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            continue
+        now = time.time() * 1000
+        sent_ms, index = msg.value().split(b" ")
+        if index == b"warm":
+            producer.produce(back, value=msg.value(), key=msg.key())
+            producer.poll(0)
+            continue
+        deadline = deadline or time.monotonic() + 120
+        seen += 1
+        hop.record_ms(now - float(sent_ms))
+        if int(index) % 2:
+            producer.produce(back, value=msg.value(), key=msg.key())
+            producer.poll(0)
+    producer.flush(10)
+    consumer.close()
+    print(json.dumps(hop.summary_ms()), flush=True)
+
+
+def measure(bootstrap: str, *, rate: int = 500, seconds: float = 10.0) -> dict[str, Any]:
+    """One paced run of ``rate * seconds`` records: one-hop and round-trip histograms."""
+    from confluent_kafka import Producer
+
+    from pipeline.kafka.settings import producer_config
+
+    tag = uuid.uuid4().hex[:8]
+    there, back = f"floor{tag}.there", f"floor{tag}.back"
+    _make_topics(bootstrap, [there, back])
+    total = int(rate * seconds)
+    far = subprocess.Popen(
+        [sys.executable, "-m", "bench.kafka_floor", "--far", bootstrap, there, back, str(total)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    trip = Histogram()
+    got: list[int] = []
+    stop = threading.Event()
+    echoed = threading.Event()
+    home = _consumer(bootstrap, back)
+
+    def read_back() -> None:
+        while not stop.is_set():
+            msg = home.poll(0.05)
+            if msg is None or msg.error():
+                continue
+            now = time.time() * 1000
+            sent_ms, index = msg.value().split(b" ")
+            if index == b"warm":
+                echoed.set()
+                continue
+            trip.record_ms(now - float(sent_ms))
+            got.append(1)
+
+    reader = threading.Thread(target=read_back, daemon=True)
+    reader.start()
+    producer = Producer(producer_config(bootstrap))
+    try:
+        assert far.stdout is not None
+        if far.stdout.readline().strip() != "ready":
+            raise RuntimeError("the far consumer never got its partitions")
+        # warm-up until a record went there and back: both groups joined, metadata cached
+        deadline = time.monotonic() + 60
+        while not echoed.is_set():
+            if time.monotonic() > deadline:
+                raise TimeoutError("no warm-up record came back")
+            for p in range(PARTITIONS):
+                producer.produce(there, value=b"0 warm", partition=p)
+            producer.flush(5)
+            echoed.wait(1.0)
+        t0 = time.perf_counter()
+        for i in range(total):
+            target = t0 + i / rate
+            while (now := time.perf_counter()) < target:
+                time.sleep(min(0.0005, target - now))
+            producer.produce(
+                there, value=b"%.3f %d" % (time.time() * 1000, i), key=b"%d" % (i % 64)
+            )
+            producer.poll(0)
+        achieved = total / (time.perf_counter() - t0)
+        producer.flush(30)
+        out, _ = far.communicate(timeout=180)
+        one_hop = json.loads(out.strip().splitlines()[-1])
+        end = time.monotonic() + 30
+        while len(got) < total // 2 and time.monotonic() < end:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        reader.join(5)
+        home.close()
+        if far.poll() is None:
+            far.kill()
+            far.wait(10)
+        _delete_topics(bootstrap, [there, back])
+    return {
+        "offered_msg_per_s": rate,
+        "achieved_msg_per_s": round(achieved),
+        "one_hop_ms": {**one_hop, "of": total},
+        "round_trip_ms": {**trip.summary_ms(), "of": total // 2},
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    import argparse
+
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--far"]:
+        _far(args[1], args[2], args[3], int(args[4]))
+        return {}
+    ap = argparse.ArgumentParser(prog="python -m bench.kafka_floor")
+    ap.add_argument("--rate", type=int, default=500)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ns = ap.parse_args(args)
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    handle = None
+    if not bootstrap:
+        from pipeline.testing import start_test_broker
+
+        handle = start_test_broker(name="bench-floor")
+        bootstrap = handle.bootstrap
+    try:
+        out = measure(bootstrap, rate=ns.rate, seconds=ns.seconds)
+    finally:
+        if handle is not None:
+            with contextlib.suppress(Exception):
+                handle.close()
+    print(json.dumps(out, indent=2), flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    main()
