@@ -1,0 +1,248 @@
+"""Issue 17's table in one run: every hot-path row, three repeats, each beside its baseline.
+
+``python -m bench hotpath`` (``--quick``: one short repeat of each, for a smoke run). Each row is
+measured by the bench that owns it, in this one process and this one window:
+
+* send -> held p99 and send -> INJECTED p99 at 500 msg/s offered, two gateways as processes,
+  SQLite and PostgreSQL (:mod:`bench.latency`), each run followed by the bare Kafka hops at the
+  same rate (:mod:`bench.kafka_floor`): the floor no pipeline on this broker can go under;
+* one sender offering 2,000 msg/s through its gateway's socket: what the gateway committed;
+* the consume runtime vs the hand loop and vs faststream, and the signed / MAC'd pull path
+  (:mod:`bench.bench_runtime`); the crypto floor per core (:mod:`bench.bench_envelope`);
+* the outbox relay vs a raw producer, and broker-down vs broker-up run latency
+  (:mod:`bench.bench_outbox`, which starts and stops its own broker);
+* one ``fleet send`` process (:mod:`bench.bench_cli`).
+
+The ``table`` it returns has one line per row: target, min / median / max, and whether every
+repeat met it. A section that fails reports its error; the others keep their figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import bench_cli, bench_envelope, bench_outbox, bench_runtime, latency
+
+
+def _bootstrap() -> tuple[str, Any]:
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    if bootstrap:
+        return bootstrap, None
+    from pipeline.testing import start_test_broker
+
+    handle = start_test_broker(name="bench-hotpath")
+    return handle.bootstrap, handle
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def _row(
+    what: str, target: str, ok: Callable[[float], bool], spread: dict[str, float] | None
+) -> dict[str, Any]:
+    if not spread:
+        return {"row": what, "target": target, "measured": None, "met": False}
+    values = [spread["min"], spread["median"], spread["max"]]
+    return {
+        "row": what,
+        "target": target,
+        "measured": {k: round(v, 3) for k, v in spread.items()},
+        "met": all(ok(v) for v in values),
+    }
+
+
+def _get(d: dict[str, Any], *path: str) -> Any:
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return None
+        d = d[p]
+    return d
+
+
+def _one(value: float | None) -> dict[str, float] | None:
+    """A single figure as a spread (benches that measure it once per run)."""
+    return None if value is None else {"min": value, "median": value, "max": value}
+
+
+def table(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's rows from the sections' figures (a missing section: ``measured: None``)."""
+    rows = []
+    for store in ("sqlite", "postgresql"):
+        at = _get(out, f"latency_{store}", "summary", "at_500") or {}
+        rows += [
+            _row(
+                f"send -> held p99 at 500 msg/s, {store} (ms)",
+                "<= 10",
+                lambda v: v <= 10,
+                at.get("send_to_held_p99_ms"),
+            ),
+            _row(
+                "  bare Kafka hop p99 at 500 msg/s, same run (ms): the floor under it",
+                "(baseline)",
+                lambda v: True,
+                at.get("floor_one_hop_p99_ms"),
+            ),
+            _row(
+                f"send -> INJECTED p99 at 500 msg/s, {store} (ms)",
+                "<= 25",
+                lambda v: v <= 25,
+                at.get("send_to_injected_p99_ms"),
+            ),
+            _row(
+                "  bare Kafka round trip p99, same run (ms): the floor under it",
+                "(baseline)",
+                lambda v: True,
+                at.get("floor_round_trip_p99_ms"),
+            ),
+        ]
+    rows.append(
+        _row(
+            "one sender offering 2,000 msg/s: committed by its gateway (msg/s)",
+            ">= 2000",
+            lambda v: v >= 1980,  # 1% for the pacing loop's own granularity
+            _get(out, "sender", "summary", "at_2000", "committed_msg_per_s"),
+        )
+    )
+    rt = out.get("runtime") or {}
+    rows += [
+        _row(
+            "consume runtime / hand loop, wall",
+            ">= 0.85",
+            lambda v: v >= 0.85,
+            rt.get("runtime_over_hand"),
+        ),
+        _row(
+            "consume runtime / faststream, wall",
+            ">= 3",
+            lambda v: v >= 3,
+            rt.get("runtime_over_faststream"),
+        ),
+        _row(
+            "  ceiling: faststream / hand_async, wall (a runtime costing nothing)",
+            "(baseline)",
+            lambda v: True,
+            rt.get("faststream_over_hand_async"),
+        ),
+        _row(
+            "signed pull, 2 threads (msg/s)",
+            ">= 10000",
+            lambda v: v >= 10_000,
+            rt.get("signed_pull_2threads_msg_per_s"),
+        ),
+        _row(
+            "MAC'd pull (pairwise_mac), 2 threads (msg/s)",
+            ">= 10000",
+            lambda v: v >= 10_000,
+            rt.get("mac_pull_2threads_msg_per_s"),
+        ),
+        _row(
+            "  Ed25519 verify alone, 1 core (msg/s): the crypto floor",
+            "(baseline)",
+            lambda v: True,
+            _one(_get(out, "envelope", "raw_ed25519_verify_per_s")),
+        ),
+    ]
+    ob = out.get("outbox") or {}
+    rows += [
+        _row(
+            "outbox relay / raw idempotent producer, wall",
+            ">= 0.8",
+            lambda v: v >= 0.8,
+            _get(ob, "throughput", "relay_vs_raw_per_round"),
+        ),
+        _row(
+            "  the same, process CPU",
+            "(beside it)",
+            lambda v: True,
+            _get(ob, "throughput", "relay_vs_raw_cpu_per_round"),
+        ),
+        _row(
+            "  ceiling: raw CPU / (raw CPU + the relay's read and ack alone)",
+            "(baseline)",
+            lambda v: True,
+            _get(ob, "throughput", "bound_by_read_and_ack_cpu_per_round"),
+        ),
+        _row(
+            "broker-down / broker-up run latency",
+            "<= 1.1 every run",
+            lambda v: v <= 1.1,
+            _get(ob, "latency", "down_vs_up_per_round"),
+        ),
+    ]
+    cli = out.get("cli") or {}
+    rows += [
+        _row(
+            "one `fleet send` process through the gateway, wall (s)",
+            "<= 0.15",
+            lambda v: v <= 0.15,
+            _get(cli, "fleet send (gateway socket)", "s"),
+        ),
+        _row(
+            "one `fleet --help` process, wall (s)",
+            "<= 0.15",
+            lambda v: v <= 0.15,
+            _get(cli, "fleet --help", "s"),
+        ),
+        _row(
+            "  `python -c pass`, wall (s): the interpreter's floor",
+            "(baseline)",
+            lambda v: True,
+            _get(cli, "baseline_python_s", "s"),
+        ),
+    ]
+    return rows
+
+
+def main(quick: bool = False) -> dict[str, Any]:
+    bootstrap, handle = _bootstrap()
+    reps, seconds = (1, 4.0) if quick else (3, 10.0)
+    sections: dict[str, Callable[[], Any]] = {
+        "latency_sqlite": lambda: latency.repeats(
+            bootstrap, sender="socket", store="sqlite", n=reps, seconds=seconds, rates=(500,)
+        ),
+        "latency_postgresql": lambda: latency.repeats(
+            bootstrap, sender="socket", store="postgresql", n=reps, seconds=seconds, rates=(500,)
+        ),
+        "sender": lambda: latency.repeats(
+            bootstrap,
+            sender="socket",
+            store="sqlite",
+            n=reps,
+            seconds=seconds / 2,
+            rates=(2000,),
+            floor=False,
+            briefs_too=False,
+        ),
+        "runtime": lambda: bench_runtime.main(quick),
+        "envelope": lambda: bench_envelope.main(quick),
+        "outbox": lambda: bench_outbox.main(quick),
+        "cli": lambda: bench_cli.main(quick),
+    }
+    out: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    try:
+        for name, section in sections.items():
+            before = _load()
+            t0 = time.monotonic()
+            try:
+                out[name] = section()
+            except Exception as exc:  # noqa: BLE001 - keep what was measured, say what failed
+                out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            out.setdefault("sections", {})[name] = {
+                "seconds": round(time.monotonic() - t0, 1),
+                "load_before_after": [before, _load()],
+            }
+            print(json.dumps({name: out["sections"][name]}), flush=True)
+    finally:
+        if handle is not None:
+            handle.close()
+    out["table"] = table(out)
+    for line in out["table"]:
+        m = line["measured"]
+        fig = "-" if m is None else f"{m['min']} / {m['median']} / {m['max']}"
+        print(f"{line['row']:<72} {line['target']:>18}  {fig:>28}  {'met' if line['met'] else ''}")
+    return out
