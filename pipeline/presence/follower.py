@@ -5,7 +5,10 @@ Besides applying records, the follower keeps the view's **horizon**: every ``che
 the broker for the roster's log end (time ``t0``) and, once its own positions reach it, marks
 the view current as of ``t0``. Liveness is judged against that horizon, so while the follower is
 cut off (it cannot fetch, or it lags the log end) nobody lapses; past ``stale_after_s`` without a
-new horizon the view says STALE (one log line when it starts, one when it ends, a gauge).
+new horizon the view says STALE (one log line when it starts, one when it ends, a gauge). It is
+current again only once the horizon is back within half of ``stale_after_s``: a horizon renewed
+from a heartbeat queued through the outage is already seconds old, and judged against the bound
+itself it aged out again before the next fresh heartbeat was read (STALE twice for one outage).
 
 A readable log end is not yet a roster that commits: a replica that died while still in the
 partition's ISR holds the high watermark until the controller fences it, so no heartbeat becomes
@@ -81,6 +84,7 @@ class RosterFollower:
         self._poll_s = poll_s
         self._check_s = check_s
         self._stale_after_ms = round(stale_after_s * 1000)
+        self._current_within_ms = self._stale_after_ms // 2
         self._timeout_s = request_timeout_s
         self._max_backoff_s = max_backoff_s
         self._metrics = metrics
@@ -245,7 +249,7 @@ class RosterFollower:
         age_ms = 0 if horizon is None else now - horizon
         if self._metrics is not None:
             self._metrics.roster_horizon_age.set(max(0, age_ms) / 1000)
-        stale = age_ms > self._stale_after_ms
+        stale = age_ms > (self._current_within_ms if self._stale else self._stale_after_ms)
         if stale == self._stale:
             return
         self._stale = stale
