@@ -99,6 +99,12 @@ def table(out: dict[str, Any]) -> list[dict[str, Any]]:
                 lambda v: True,
                 at.get("floor_round_trip_p99_ms"),
             ),
+            _row(
+                f"  sent at 500 msg/s, {store}, never held or receipted within 60 s",
+                "0",
+                lambda v: v == 0,
+                at.get("not_arrived"),
+            ),
         ]
     rows.append(
         _row(
@@ -106,6 +112,14 @@ def table(out: dict[str, Any]) -> list[dict[str, Any]]:
             ">= 2000",
             lambda v: v >= 1980,  # 1% for the pacing loop's own granularity
             _get(out, "sender", "summary", "at_2000", "committed_msg_per_s"),
+        )
+    )
+    rows.append(
+        _row(
+            "  of them never held within 60 s",
+            "0",
+            lambda v: v == 0,
+            _get(out, "sender", "summary", "at_2000", "not_arrived"),
         )
     )
     rt = out.get("runtime") or {}
