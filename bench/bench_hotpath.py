@@ -100,6 +100,12 @@ def table(out: dict[str, Any]) -> list[dict[str, Any]]:
                 at.get("floor_round_trip_p99_ms"),
             ),
             _row(
+                "  machine CPU busy while it ran and drained (share of all cores)",
+                "(beside it)",
+                lambda v: True,
+                at.get("machine_busy"),
+            ),
+            _row(
                 f"  sent at 500 msg/s, {store}, never held or receipted within 60 s",
                 "0",
                 lambda v: v == 0,

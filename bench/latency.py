@@ -34,6 +34,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from .cpu import CpuWindow, listener_pid
 from .histogram import Histogram
 
 GATEWAYS = ("A", "B")
@@ -64,6 +65,15 @@ class _Run:
         self.urls = store_urls or {h: f"sqlite:///{self.root / (h + '.sqlite')}" for h in GATEWAYS}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, Path] = {}
+
+    def pids(self) -> dict[str, int]:
+        """The gateways' processes and, when it runs on this machine, the broker's."""
+        out = {f"gateway_{h}": p.pid for h, p in self.procs.items()}
+        port = self.bootstrap.split(",")[0].rsplit(":", 1)[-1]
+        broker = listener_pid(int(port)) if port.isdigit() else None
+        if broker is not None:
+            out["broker"] = broker
+        return out
 
     def config(self, h: str) -> Path:
         return self.root / f"{h}.toml"
@@ -365,7 +375,7 @@ def run_once(
                 raise TimeoutError("the warm-up messages never arrived")
             for rate in rates:
                 result[f"at_{rate}"] = _phase(
-                    sender, arrivals, rate, seconds, briefs_too=briefs_too
+                    sender, arrivals, rate, seconds, briefs_too=briefs_too, pids=run.pids()
                 )
         finally:
             close()
@@ -384,9 +394,18 @@ def run_once(
 
 
 def _phase(
-    sender: Any, arrivals: _Arrivals, rate: int, seconds: float, *, briefs_too: bool = True
+    sender: Any,
+    arrivals: _Arrivals,
+    rate: int,
+    seconds: float,
+    *,
+    briefs_too: bool = True,
+    pids: dict[str, int] | None = None,
 ) -> dict[str, Any]:
+    """Offer ``rate`` for ``seconds``; the CPU window runs until every message arrived (or the
+    wait ended), so the drain of a backlog is counted where it was paid."""
     send, resolve, settle, _close = sender
+    cpu = CpuWindow(pids or {}).start()
     total = int(rate * seconds)
     calls: list[tuple[Any, float, bool]] = []  # (ticket, called at, is a reply)
     errors = 0
@@ -419,6 +438,7 @@ def _phase(
         else:
             (replies if reply else briefs)[msg_id] = called_ms
     held, receipts = _wait_for(arrivals, replies, briefs, 60.0)
+    used = cpu.stop()
     to_held, to_injected = Histogram(), Histogram()
     for m, t in replies.items():
         if m in held:
@@ -434,6 +454,7 @@ def _phase(
         "send_errors": errors,
         "send_to_held_ms": {**to_held.summary_ms(), "of": len(replies)},
         "send_to_injected_ms": {**to_injected.summary_ms(), "of": len(briefs)},
+        "cpu": used,
     }
 
 
@@ -515,6 +536,13 @@ def repeats(
             # sent but not held / receipted within the wait: a p99 over the rest hides nothing
             "not_arrived": spread([_not_arrived(g) for g in got]),
         }
+        busy = [g["cpu"]["machine_busy"] for g in got if "machine_busy" in g.get("cpu", {})]
+        if busy:  # how saturated the machine was while the phase ran and drained
+            table[f"at_{rate}"]["machine_busy"] = spread(busy)
+            for name in ("gateway_A", "gateway_B", "broker", "bench"):
+                cores = [g["cpu"][f"{name}_cores"] for g in got if f"{name}_cores" in g["cpu"]]
+                if cores:
+                    table[f"at_{rate}"][f"{name}_cores"] = spread(cores)
         floors = [(r[f"at_{rate}"], r[f"floor_at_{rate}"]) for r in runs if f"floor_at_{rate}" in r]
         if floors:
             hop = [f["one_hop_ms"]["p99"] for _, f in floors]
