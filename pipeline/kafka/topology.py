@@ -13,6 +13,7 @@ the same spec twice changes nothing the second time.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -161,6 +162,58 @@ def _result(future: Any, timeout_s: float, what: str) -> Any:
         raise BrokerError(f"{what}: {exc}") from exc
 
 
+def _plan(admin: Any, desired: list[TopicSpec], timeout_s: float) -> tuple[Any, list[TopicSpec]]:
+    """The cluster's topics and the declared ones that exist; a partition or replication
+    mismatch among those refuses here, before anything changes."""
+    try:
+        meta = admin.list_topics(timeout=timeout_s)
+    except Exception as exc:  # KafkaException: broker unreachable
+        raise BrokerError(f"cannot list topics: {exc}") from exc
+    existing = [d for d in desired if d.name in meta.topics]
+    mismatches = []
+    for d in existing:
+        parts = meta.topics[d.name].partitions
+        have_rf = len(parts[min(parts)].replicas) if parts else 0
+        if len(parts) != d.partitions:
+            mismatches.append(f"{d.name}: partitions {len(parts)} != declared {d.partitions}")
+        if d.replication is not None and have_rf != d.replication:
+            mismatches.append(f"{d.name}: replication {have_rf} != declared {d.replication}")
+    if mismatches:
+        raise TopologyError(
+            "topology mismatch, nothing changed (partition counts are never altered: it would "
+            "break per-key order):\n  " + "\n  ".join(mismatches),
+            context={"mismatches": mismatches},
+        )
+    return meta, existing
+
+
+def _new_topic(d: TopicSpec) -> NewTopic:
+    return NewTopic(
+        d.name,
+        num_partitions=d.partitions,
+        replication_factor=-1 if d.replication is None else d.replication,
+        config=dict(d.config),
+    )
+
+
+def _exist_already(admin: Any, missing: list[TopicSpec], timeout_s: float) -> bool:
+    """True when the controller says one of ``missing`` exists (a validate-only create:
+    nothing is created). Any other answer is left to the real create to report."""
+    futures = admin.create_topics(
+        [_new_topic(d) for d in missing], operation_timeout=timeout_s, validate_only=True
+    )
+    for fut in futures.values():
+        try:
+            fut.result(timeout=timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return True
+        except Exception:  # noqa: BLE001 - a timeout: the real create reports it
+            pass
+    return False
+
+
 def _check_raced(admin: Any, specs: list[TopicSpec], timeout_s: float) -> None:
     """A topic a peer created while we tried: it must still match what we declare."""
     meta = admin.list_topics(timeout=timeout_s)
@@ -187,25 +240,18 @@ def apply_topology(
     """Create what is missing, set differing configs, refuse partition/replication mismatches."""
     admin = admin_factory(admin_config(bootstrap))
     desired = spec.desired()
-    try:
-        meta = admin.list_topics(timeout=timeout_s)
-    except Exception as exc:  # KafkaException: broker unreachable
-        raise BrokerError(f"cannot list topics: {exc}") from exc
-    existing = [d for d in desired if d.name in meta.topics]
-    mismatches = []
-    for d in existing:
-        parts = meta.topics[d.name].partitions
-        have_rf = len(parts[min(parts)].replicas) if parts else 0
-        if len(parts) != d.partitions:
-            mismatches.append(f"{d.name}: partitions {len(parts)} != declared {d.partitions}")
-        if d.replication is not None and have_rf != d.replication:
-            mismatches.append(f"{d.name}: replication {have_rf} != declared {d.replication}")
-    if mismatches:
-        raise TopologyError(
-            "topology mismatch, nothing changed (partition counts are never altered: it would "
-            "break per-key order):\n  " + "\n  ".join(mismatches),
-            context={"mismatches": mismatches},
-        )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta, existing = _plan(admin, desired, timeout_s)
+        missing = [d for d in desired if d.name not in meta.topics]
+        # a broker's metadata can lag its controller by a moment (a topic created just now is
+        # not listed yet): ask the controller, creating nothing, and plan again on what it
+        # says exists, so a mismatch refuses before anything is created (CI 2026-12-04)
+        if dry_run or not missing or not _exist_already(admin, missing, timeout_s):
+            break
+        if time.monotonic() >= deadline:
+            break  # the create below meets them as raced, and checks them then
+        time.sleep(0.1)
     report = TopologyReport(dry_run=dry_run)
     report.altered = _config_diffs(admin, existing, timeout_s)
     report.unchanged = [d.name for d in existing if d.name not in report.altered]
@@ -213,16 +259,7 @@ def apply_topology(
     if dry_run:
         return report
     if report.created:
-        new = [
-            NewTopic(
-                d.name,
-                num_partitions=d.partitions,
-                replication_factor=-1 if d.replication is None else d.replication,
-                config=dict(d.config),
-            )
-            for d in desired
-            if d.name in report.created
-        ]
+        new = [_new_topic(d) for d in desired if d.name in report.created]
         raced: list[str] = []
         for name, fut in admin.create_topics(new, operation_timeout=timeout_s).items():
             try:

@@ -59,3 +59,57 @@ def test_a_gateway_accepts_the_replication_the_cluster_gave_its_topics() -> None
         assert "replication 3 != declared 1" in str(exc)
     else:
         raise AssertionError("an RF mismatch against an explicit factor must be refused")
+
+
+class _Done:
+    def __init__(self, error: int | None = None) -> None:
+        self.error = error
+
+    def result(self, timeout: float) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+
+        if self.error is not None:
+            raise KafkaException(KafkaError(self.error))
+
+
+class _LaggingAdmin(_Admin):
+    """The controller has h1's topics (2 partitions); the broker's metadata lists them only
+    from the second read on, as right after another apply created them."""
+
+    def __init__(self, made: TopologySpec) -> None:
+        self.made = {t.name: _Topic(t.partitions, 1) for t in made.desired()}
+        self.topics, self.reads, self.created = {}, 0, []  # type: ignore[var-annotated]
+
+    def list_topics(self, timeout: float) -> object:
+        self.reads += 1
+        if self.reads >= 2:
+            self.topics = self.made
+        return super().list_topics(timeout)
+
+    def create_topics(self, new: list[object], **kw: object) -> dict[str, _Done]:
+        from confluent_kafka import KafkaError
+
+        names = [t.topic for t in new]  # type: ignore[attr-defined]
+        if not kw.get("validate_only"):
+            self.created += names
+        return {
+            n: _Done(KafkaError.TOPIC_ALREADY_EXISTS if n in self.made else None) for n in names
+        }
+
+
+def test_a_mismatch_hidden_by_lagging_metadata_refuses_before_creating_anything() -> None:
+    """CI 2026-12-04: a grown spec applied right after h1's topics were made with 2 partitions.
+    The broker did not list them yet, so the apply created h9's topics, met h1's as raced and
+    refused only then. The controller is asked first (validate-only): refused, nothing made."""
+    import pytest
+
+    from pipeline.errors import TopologyError
+    from pipeline.kafka.topology import apply_topology
+
+    topics = TopicNames(prefix="t.")
+    admin = _LaggingAdmin(TopologySpec(hosts=("h1",), topics=topics, inbox_partitions=2))
+    grown = TopologySpec(hosts=("h1", "h9"), topics=topics, inbox_partitions=4)
+    with pytest.raises(TopologyError) as info:
+        apply_topology("x", grown, admin_factory=lambda _c: admin)
+    assert "t.inbox.h1: partitions 2 != declared 4" in str(info.value)
+    assert admin.created == []
