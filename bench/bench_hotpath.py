@@ -6,7 +6,8 @@ measured by the bench that owns it, in this one process and this one window:
 * send -> held p99 and send -> INJECTED p99 at 500 msg/s offered, two gateways as processes,
   SQLite and PostgreSQL (:mod:`bench.latency`), each run followed by the bare Kafka hops at the
   same rate (:mod:`bench.kafka_floor`): the floor no pipeline on this broker can go under;
-* one sender offering 2,000 msg/s through its gateway's socket: what the gateway committed;
+* one sender offering 2,500 msg/s through its gateway's socket: what the gateway committed
+  (offered above the 2,000 target, so the row shows the gateway's rate, not the offer's);
 * the consume runtime vs the hand loop and vs faststream, and the signed / MAC'd pull path
   (:mod:`bench.bench_runtime`); the crypto floor per core (:mod:`bench.bench_envelope`);
 * the outbox relay vs a raw producer, and broker-down vs broker-up run latency
@@ -36,6 +37,9 @@ def _bootstrap() -> tuple[str, Any]:
 
     handle = start_test_broker(name="bench-hotpath")
     return handle.bootstrap, handle
+
+
+SENDER_RATE = 2500  # offered: above the 2,000 msg/s target, so a pacing hiccup cannot decide it
 
 
 def _load() -> float:
@@ -114,10 +118,10 @@ def table(out: dict[str, Any]) -> list[dict[str, Any]]:
         ]
     rows.append(
         _row(
-            "one sender offering 2,000 msg/s: committed by its gateway (msg/s)",
+            "one sender offering 2,500 msg/s: committed by its gateway (msg/s)",
             ">= 2000",
-            lambda v: v >= 1980,  # 1% for the pacing loop's own granularity
-            _get(out, "sender", "summary", "at_2000", "committed_msg_per_s"),
+            lambda v: v >= 2000,
+            _get(out, "sender", "summary", "at_2500", "committed_msg_per_s"),
         )
     )
     rows.append(
@@ -125,7 +129,7 @@ def table(out: dict[str, Any]) -> list[dict[str, Any]]:
             "  of them never held within 60 s",
             "0",
             lambda v: v == 0,
-            _get(out, "sender", "summary", "at_2000", "not_arrived"),
+            _get(out, "sender", "summary", "at_2500", "not_arrived"),
         )
     )
     rt = out.get("runtime") or {}
@@ -234,7 +238,7 @@ def main(quick: bool = False) -> dict[str, Any]:
             store="sqlite",
             n=reps,
             seconds=seconds / 2,
-            rates=(2000,),
+            rates=(SENDER_RATE,),
             floor=False,
             briefs_too=False,
         ),

@@ -54,8 +54,8 @@ def test_the_sender_row_reads_what_the_gateway_committed_not_what_was_offered() 
         "committed_msg_per_s": _spread(1200, 1500, 1990),
         "achieved_msg_per_s": _spread(2000, 2000, 2000),
     }
-    rows = _rows({"sender": {"summary": {"at_2000": at}}})
-    row = rows["one sender offering 2,000 msg/s: committed by its gateway (msg/s)"]
+    rows = _rows({"sender": {"summary": {"at_2500": at}}})
+    row = rows["one sender offering 2,500 msg/s: committed by its gateway (msg/s)"]
     assert row["measured"]["min"] == 1200 and not row["met"]
 
 
@@ -67,5 +67,5 @@ def test_a_reply_never_held_fails_its_row_whatever_the_p99_of_the_rest() -> None
     phase = {"send_to_held_ms": {"n": 9999, "of": 10_000}, "send_to_injected_ms": {"of": 0}}
     assert _not_arrived(phase) == 1
     at = {"committed_msg_per_s": _spread(2000, 2000, 2000), "not_arrived": _spread(0, 0, 1)}
-    row = _rows({"sender": {"summary": {"at_2000": at}}})["  of them never held within 60 s"]
+    row = _rows({"sender": {"summary": {"at_2500": at}}})["  of them never held within 60 s"]
     assert row["measured"]["max"] == 1 and not row["met"]
