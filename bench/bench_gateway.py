@@ -16,7 +16,6 @@ starts a local broker.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy import insert
 
+from bench.broker import kafka
 from pipeline.envelope import BoundedSeenSet, Envelope, Kind, Signer, TrustStore, Verifier, encode
 from pipeline.kafka.settings import consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
@@ -34,16 +34,6 @@ from pipeline.store import make_engine, session_factory
 from pipeline.testing import unique_name
 
 from . import latency
-
-
-def _broker() -> tuple[str, Any]:
-    env = os.environ.get("KAFKA_BOOTSTRAP")
-    if env:
-        return env, None
-    from pipeline.testing import start_test_broker
-
-    handle = start_test_broker(name="bench")
-    return handle.bootstrap, handle
 
 
 def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, list[Any], bytes]]) -> None:
@@ -265,7 +255,6 @@ def _verify_cost(n: int = 2000) -> dict[str, Any]:
 
 def main(quick: bool = False) -> dict[str, Any]:
     """Every section in turn; a section that fails says why and the others' figures stay."""
-    bootstrap, handle = _broker()
     n = 2000 if quick else 10000
     reps, seconds = (1, 4.0) if quick else (3, 10.0)
     sections: dict[str, Any] = {
@@ -281,7 +270,7 @@ def main(quick: bool = False) -> dict[str, Any]:
         ),
     }
     out: dict[str, Any] = {}
-    try:
+    with kafka("bench") as bootstrap:
         for name, section in sections.items():
             try:
                 out[name] = section()
@@ -289,6 +278,3 @@ def main(quick: bool = False) -> dict[str, Any]:
                 out[name] = {"error": f"{type(exc).__name__}: {exc}"}
         out["note"] = "ratio_baseline_over_gateway >= 0.85 means within 15% of the hand loop"
         return out
-    finally:
-        if handle is not None:
-            handle.close()

@@ -9,7 +9,6 @@ many stopped on their own (exit code), and the time to up.
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
@@ -18,10 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.broker import kafka
 from pipeline.bootstrap import build_client
 from pipeline.envelope import Signer
 from pipeline.gateway.config import load_config
-from pipeline.testing import start_test_broker, unique_name
+from pipeline.testing import unique_name
 
 ENTITIES = {
     "A": '[[entities]]\ngid = "main-a"\nrole = "main"\ndelivery = "pull"\n',
@@ -88,13 +88,10 @@ def _tails(root: Path) -> str:
 
 
 def main(quick: bool = False) -> dict[str, Any]:
-    env = os.environ.get("KAFKA_BOOTSTRAP")
-    handle = None if env else start_test_broker(name="starts")
-    bootstrap = env or (handle.bootstrap if handle else "")
     rounds = 5 if quick else 50
     times: list[float] = []
     died: list[dict[str, Any]] = []
-    try:
+    with kafka("starts") as bootstrap:
         for _ in range(rounds):
             with tempfile.TemporaryDirectory() as d:
                 up, exits, tail = _round(bootstrap, Path(d), 60.0)
@@ -102,9 +99,6 @@ def main(quick: bool = False) -> dict[str, Any]:
                 died.append({"exit_codes": exits, "log_tails": tail})
             else:
                 times.append(up)
-    finally:
-        if handle is not None:
-            handle.close()
     return {
         "starts": rounds,
         "came_up": len(times),

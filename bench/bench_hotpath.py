@@ -26,18 +26,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench.broker import kafka
+
 from . import bench_cli, bench_envelope, bench_outbox, bench_runtime, latency
-
-
-def _bootstrap() -> tuple[str, Any]:
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-    if bootstrap:
-        return bootstrap, None
-    from pipeline.testing import start_test_broker
-
-    handle = start_test_broker(name="bench-hotpath")
-    return handle.bootstrap, handle
-
 
 SENDER_RATE = 2500  # offered: above the 2,000 msg/s target, so a pacing hiccup cannot decide it
 
@@ -223,7 +214,6 @@ def table(out: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def main(quick: bool = False) -> dict[str, Any]:
-    bootstrap, handle = _bootstrap()
     reps, seconds = (1, 4.0) if quick else (3, 10.0)
     sections: dict[str, Callable[[], Any]] = {
         "latency_sqlite": lambda: latency.repeats(
@@ -248,7 +238,7 @@ def main(quick: bool = False) -> dict[str, Any]:
         "cli": lambda: bench_cli.main(quick),
     }
     out: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-    try:
+    with kafka("bench-hotpath") as bootstrap:
         for name, section in sections.items():
             before = _load()
             t0 = time.monotonic()
@@ -261,9 +251,6 @@ def main(quick: bool = False) -> dict[str, Any]:
                 "load_before_after": [before, _load()],
             }
             print(json.dumps({name: out["sections"][name]}), flush=True)
-    finally:
-        if handle is not None:
-            handle.close()
     out["table"] = table(out)
     for line in out["table"]:
         m = line["measured"]

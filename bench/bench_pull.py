@@ -13,23 +13,19 @@ import json
 import tempfile
 from typing import Any
 
-from bench.bench_runtime import PULL_ROWS, _broker, _signed, _spread
+from bench.bench_runtime import PULL_ROWS, _signed, _spread
+from bench.broker import kafka
 
 FULL = (20_000, 3)  # records per mode, repeats
 
 
 def main(quick: bool) -> dict[str, Any]:
     n, repeats = (4_000, 1) if quick else FULL
-    bootstrap, handle = _broker()
     runs: list[dict[str, float]] = []
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            for r in range(repeats):
-                runs.append(_signed(bootstrap, n, tmp, r))
-                print(json.dumps(runs[-1]), flush=True)
-    finally:
-        if handle is not None:
-            handle.close()
+    with kafka("bench") as bootstrap, tempfile.TemporaryDirectory() as tmp:
+        for r in range(repeats):
+            runs.append(_signed(bootstrap, n, tmp, r))
+            print(json.dumps(runs[-1]), flush=True)
     return {
         "records": n,
         "runs": runs,

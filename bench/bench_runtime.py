@@ -30,7 +30,6 @@ as min / median / max. ``python -m bench runtime`` (``--quick``: 10k records, 1 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import statistics
 import subprocess
@@ -45,6 +44,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy import Column, Integer, LargeBinary, MetaData, String, Table
 
+from bench.broker import kafka
 from pipeline.failures.outcomes import ACK, Outcome
 from pipeline.kafka.settings import consumer_config, producer_config
 from pipeline.record import Record
@@ -81,16 +81,6 @@ class _Clock:
 
     def stop(self) -> tuple[float, float]:
         return time.perf_counter() - self.wall, time.process_time() - self.cpu
-
-
-def _broker() -> tuple[str, Any]:
-    env = os.environ.get("KAFKA_BOOTSTRAP")
-    if env:
-        return env, None
-    from pipeline.testing import start_test_broker
-
-    handle = start_test_broker(name="bench")
-    return handle.bootstrap, handle
 
 
 def _fill(bootstrap: str, name: str, records: Iterator[tuple[bytes, Any, bytes]]) -> str:
@@ -402,43 +392,38 @@ PULL_ROWS = (
 def main(quick: bool) -> dict[str, Any]:
     n, repeats = (10_000, 1) if quick else FULL
     n_signed = n // 5
-    bootstrap, handle = _broker()
     runs: list[dict[str, float]] = []
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            for r in range(repeats):
-                topic = _topic(bootstrap, n)
-                secs = {
-                    name: fn(bootstrap, topic, n, Path(tmp) / f"{name}{r}.sqlite")
-                    for name, fn in (
-                        ("hand", _hand),
-                        ("hand_async", _hand_async),
-                        ("runtime", _runtime),
-                        ("faststream", _faststream),
-                    )
-                }
-                wall = {k: v[0] for k, v in secs.items()}
-                cpu = {k: v[1] for k, v in secs.items()}
-                runs.append(
-                    {
-                        **{f"{k}_msg_per_s": round(n / v) for k, v in wall.items()},
-                        **{f"{k}_cpu_us_per_msg": round(v / n * 1e6, 1) for k, v in cpu.items()},
-                        "runtime_over_hand": wall["hand"] / wall["runtime"],
-                        "runtime_over_hand_async": wall["hand_async"] / wall["runtime"],
-                        "runtime_over_faststream": wall["faststream"] / wall["runtime"],
-                        # the ceiling of the row above: a runtime exactly as fast as the
-                        # hand loop committing asynchronously (what faststream's ACK does)
-                        "faststream_over_hand_async": wall["faststream"] / wall["hand_async"],
-                        "runtime_over_hand_cpu": cpu["hand"] / cpu["runtime"],
-                        "runtime_over_hand_async_cpu": cpu["hand_async"] / cpu["runtime"],
-                        "runtime_over_faststream_cpu": cpu["faststream"] / cpu["runtime"],
-                        **_signed(bootstrap, n_signed, tmp, r),
-                    }
+    with kafka("bench") as bootstrap, tempfile.TemporaryDirectory() as tmp:
+        for r in range(repeats):
+            topic = _topic(bootstrap, n)
+            secs = {
+                name: fn(bootstrap, topic, n, Path(tmp) / f"{name}{r}.sqlite")
+                for name, fn in (
+                    ("hand", _hand),
+                    ("hand_async", _hand_async),
+                    ("runtime", _runtime),
+                    ("faststream", _faststream),
                 )
-                print(json.dumps(runs[-1]), flush=True)
-    finally:
-        if handle is not None:
-            handle.close()
+            }
+            wall = {k: v[0] for k, v in secs.items()}
+            cpu = {k: v[1] for k, v in secs.items()}
+            runs.append(
+                {
+                    **{f"{k}_msg_per_s": round(n / v) for k, v in wall.items()},
+                    **{f"{k}_cpu_us_per_msg": round(v / n * 1e6, 1) for k, v in cpu.items()},
+                    "runtime_over_hand": wall["hand"] / wall["runtime"],
+                    "runtime_over_hand_async": wall["hand_async"] / wall["runtime"],
+                    "runtime_over_faststream": wall["faststream"] / wall["runtime"],
+                    # the ceiling of the row above: a runtime exactly as fast as the
+                    # hand loop committing asynchronously (what faststream's ACK does)
+                    "faststream_over_hand_async": wall["faststream"] / wall["hand_async"],
+                    "runtime_over_hand_cpu": cpu["hand"] / cpu["runtime"],
+                    "runtime_over_hand_async_cpu": cpu["hand_async"] / cpu["runtime"],
+                    "runtime_over_faststream_cpu": cpu["faststream"] / cpu["runtime"],
+                    **_signed(bootstrap, n_signed, tmp, r),
+                }
+            )
+            print(json.dumps(runs[-1]), flush=True)
     return {
         "records": n,
         "partitions": PARTITIONS,

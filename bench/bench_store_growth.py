@@ -16,12 +16,12 @@ starts a local broker. Bounded: 90 s of traffic (40 s quick) plus start-up.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.broker import kafka
 from pipeline.bootstrap import GatewayParts, build_gateway
 from pipeline.envelope import Signer, TrustStore
 from pipeline.gateway.config import EntityConfig, GatewayConfig
@@ -44,16 +44,6 @@ POLICY = RetentionConfig(
     every_s=1,
 )
 BOUNDED = {t.value for t in StoreTable}
-
-
-def _broker() -> tuple[str, Any]:
-    env = os.environ.get("KAFKA_BOOTSTRAP")
-    if env:
-        return env, None
-    from pipeline.testing import start_test_broker
-
-    handle = start_test_broker(name="bench")
-    return handle.bootstrap, handle
 
 
 def _gateways(bootstrap: str, root: Path) -> tuple[GatewayParts, GatewayParts]:
@@ -102,25 +92,20 @@ def _ratio(series: list[tuple[float, int, int]], col: int) -> float | None:
 
 def main(quick: bool) -> dict[str, Any]:
     seconds = 40.0 if quick else 90.0
-    bootstrap, handle = _broker()
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            a, b = _gateways(bootstrap, Path(d))
-            a.gateway.start()
-            b.gateway.start()
-            try:
-                deadline = time.monotonic() + 60
-                while not a.client.knows("main-b"):
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("B's presence never reached A")
-                    time.sleep(0.1)
-                series = _traffic(a, b, seconds)
-            finally:
-                a.gateway.stop()
-                b.gateway.stop()
-    finally:
-        if handle is not None:
-            handle.close()
+    with kafka("bench") as bootstrap, tempfile.TemporaryDirectory() as d:
+        a, b = _gateways(bootstrap, Path(d))
+        a.gateway.start()
+        b.gateway.start()
+        try:
+            deadline = time.monotonic() + 60
+            while not a.client.knows("main-b"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("B's presence never reached A")
+                time.sleep(0.1)
+            series = _traffic(a, b, seconds)
+        finally:
+            a.gateway.stop()
+            b.gateway.stop()
     return {
         "rate_msg_per_s": RATE,
         "seconds": seconds,

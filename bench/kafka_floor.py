@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from typing import Any
+
+from bench.broker import kafka
 
 from .histogram import Histogram
 
@@ -192,19 +193,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rate", type=int, default=500)
     ap.add_argument("--seconds", type=float, default=10.0)
     ns = ap.parse_args(args)
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-    handle = None
-    if not bootstrap:
-        from pipeline.testing import start_test_broker
-
-        handle = start_test_broker(name="bench-floor")
-        bootstrap = handle.bootstrap
-    try:
+    with kafka("bench-floor") as bootstrap:
         out = measure(bootstrap, rate=ns.rate, seconds=ns.seconds)
-    finally:
-        if handle is not None:
-            with contextlib.suppress(Exception):
-                handle.close()
     print(json.dumps(out, indent=2), flush=True)
     return out
 

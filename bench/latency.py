@@ -21,7 +21,6 @@ Run alone: ``python -m bench.latency [--direct] [--postgresql] [--repeats N] [--
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -33,6 +32,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from bench.broker import kafka
 
 from .cpu import CpuWindow, listener_pid
 from .histogram import Histogram
@@ -583,14 +584,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--no-floor", action="store_true", help="skip the bare Kafka hops")
     ap.add_argument("--replies-only", action="store_true", help="every send a REPLY, no briefs")
     args = ap.parse_args(argv)
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-    handle = None
-    if not bootstrap:
-        from pipeline.testing import start_test_broker
-
-        handle = start_test_broker(name="bench-lat")
-        bootstrap = handle.bootstrap
-    try:
+    with kafka("bench-lat") as bootstrap:
         out = repeats(
             bootstrap,
             sender="direct" if args.direct else "socket-sync" if args.sync else "socket",
@@ -601,10 +595,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             floor=not args.no_floor,
             briefs_too=not args.replies_only,
         )
-    finally:
-        if handle is not None:
-            with contextlib.suppress(Exception):
-                handle.close()
     print(json.dumps(out, indent=2), flush=True)
     return out
 
