@@ -25,7 +25,6 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy import insert
 
-from bench.broker import kafka
 from pipeline.envelope import BoundedSeenSet, Envelope, Kind, Signer, TrustStore, Verifier, encode
 from pipeline.kafka.settings import consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
@@ -34,6 +33,7 @@ from pipeline.store import make_engine, session_factory
 from pipeline.testing import unique_name
 
 from . import latency
+from .broker import kafka
 
 
 def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, list[Any], bytes]]) -> None:

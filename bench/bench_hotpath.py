@@ -26,9 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.broker import kafka
-
 from . import bench_cli, bench_envelope, bench_outbox, bench_runtime, latency
+from .broker import kafka
 
 SENDER_RATE = 2500  # offered: above the 2,000 msg/s target, so a pacing hiccup cannot decide it
 

@@ -28,7 +28,7 @@ from sqlalchemy import select, update
 
 from pipeline.kafka.local import LauncherConfig, LocalCluster
 from pipeline.kafka.settings import producer_config
-from pipeline.outbox import Relay, RowStatus, outbox, write
+from pipeline.outbox import Relay, RowStatus, backlog, outbox, write
 from pipeline.outbox.headers import fold_headers
 from pipeline.record_headers import unpack_headers
 from pipeline.runs import Executor, RunJournal
@@ -250,18 +250,10 @@ def _relay_process(url: str, bootstrap: str) -> subprocess.Popen[bytes]:
     )
 
 
-def _pending(engine: Any) -> int:
-    from sqlalchemy import func
-
-    with engine.connect() as c:
-        q = select(func.count()).select_from(outbox).where(outbox.c.status == RowStatus.PENDING)
-        return int(c.execute(q).scalar_one())
-
-
 def _drained(engine: Any, timeout_s: float = 120.0) -> float:
     """Wait until the relay has published every row; returns the seconds it took."""
     t0 = time.monotonic()
-    while _pending(engine) and time.monotonic() - t0 < timeout_s:
+    while backlog(engine)[0] and time.monotonic() - t0 < timeout_s:
         time.sleep(0.05)
     return time.monotonic() - t0
 

@@ -27,8 +27,7 @@ import time
 import uuid
 from typing import Any
 
-from bench.broker import kafka
-
+from .broker import kafka
 from .histogram import Histogram
 
 PARTITIONS = 12

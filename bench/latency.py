@@ -33,8 +33,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.broker import kafka
-
+from .broker import kafka
 from .cpu import CpuWindow, listener_pid
 from .histogram import Histogram
 

@@ -290,6 +290,11 @@ class KafkaNode:
         return None
 
 
+def _state(stat: str) -> str:
+    """The state letter of a ``/proc/.../stat`` line (the command name may hold ')')."""
+    return stat.rsplit(")", 1)[-1].split(maxsplit=1)[0]
+
+
 def _all_threads_stopped(pid: int) -> bool:
     """Every thread of ``pid`` is stopped (``T``/``t``) or gone; a process gone counts too."""
     try:
@@ -301,7 +306,7 @@ def _all_threads_stopped(pid: int) -> bool:
             stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
         except OSError:
             continue  # the thread ended
-        if stat.rsplit(")", 1)[-1].split()[0] not in ("T", "t", "Z", "X"):
+        if _state(stat) not in ("T", "t", "Z", "X"):
             return False
     return True
 
@@ -313,6 +318,6 @@ def _pid_is_our_broker(pid: int, properties_file: Path) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+    if _state(stat) == "Z":
         return False
     return b"kafka.Kafka" in cmdline and str(properties_file).encode() in cmdline
