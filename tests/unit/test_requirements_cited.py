@@ -91,7 +91,8 @@ def _test_names(path: Path) -> set[str]:
     return {
         node.name
         for node in ast.walk(tree)
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name.startswith("test_")
     }
 
 
