@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
-from pipeline.bootstrap_client import (
+from pipeline.bootstrap.client import (
     DEFAULT_FACTORIES,
     Factories,
     build_client,
@@ -31,25 +31,25 @@ from pipeline.envelope.model import now_ms
 from pipeline.envelope.pairwise import AgreementKey, Pairing
 from pipeline.errors import FencedError
 from pipeline.gateway.client import GatewayClient
-from pipeline.gateway.config import GatewayConfig, ProfileConfig
-from pipeline.gateway.conversations import Conversations
 from pipeline.gateway.deadletters import OutboxDeadLetterSink, dead_letter_held, undrained
 from pipeline.gateway.entities import LocalEntities
-from pipeline.gateway.held import HeldStore
 from pipeline.gateway.inbound import InboxHandler
-from pipeline.gateway.incarnation import take_incarnation
 from pipeline.gateway.injection import InjectionQueue
 from pipeline.gateway.injectors import InjectMetrics, Injector, build_injector
 from pipeline.gateway.maintenance import Maintenance
 from pipeline.gateway.metrics import GatewayMetrics, SocketMetrics
 from pipeline.gateway.nudge import Nudger
-from pipeline.gateway.outbound import Publisher
 from pipeline.gateway.relay_failed import RelayFailedSink
-from pipeline.gateway.roster_cache import RosterEntry, RosterState
 from pipeline.gateway.service import Gateway, Supervised
 from pipeline.gateway.socket_server import SocketServer
-from pipeline.gateway.tracking import FORWARD
 from pipeline.hooks import NO_HOOKS, Hooks
+from pipeline.host.config import GatewayConfig, ProfileConfig
+from pipeline.host.conversations import Conversations
+from pipeline.host.held import HeldStore
+from pipeline.host.incarnation import take_incarnation
+from pipeline.host.outbound import Publisher
+from pipeline.host.roster_cache import RosterEntry, RosterState
+from pipeline.host.tracking import FORWARD
 from pipeline.kafka.errors import wait_out
 from pipeline.kafka.settings import (
     producer_config,
@@ -70,6 +70,8 @@ from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.runtime.routing import ByTopic
 from pipeline.store import read_sessions, serialize_writes, session_factory
+
+from .retention import RULES
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -385,7 +387,12 @@ def build_gateway(
         entities=entities,
         injections=injections,
         tracked=tracked,
-        purger=Purger(engine=engine, policy=config.retention, metrics=RetentionMetrics(registry)),
+        purger=Purger(
+            engine=engine,
+            policy=config.retention,
+            metrics=RetentionMetrics(registry),
+            rules=RULES,
+        ),
     )
     nudger = _build_nudger(config, callbacks, reads, conversations, metrics, publisher)
     client = build_client(

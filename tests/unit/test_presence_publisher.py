@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.gateway.config import Delivery as ConfigDelivery
-from pipeline.gateway.config import Role as ConfigRole
+from pipeline.host.config import Delivery as ConfigDelivery
+from pipeline.host.config import Role as ConfigRole
 from pipeline.presence import Gone, PresencePublisher, RosterView, SpawnProfile
 from tests.envelope_kit import Fleet
 
