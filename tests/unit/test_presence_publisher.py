@@ -127,7 +127,7 @@ def test_a_fenced_gateway_stops_heartbeating_without_retracting_its_hosts_entrie
 def test_the_gateway_retracts_its_presence_on_stop_unless_it_was_fenced() -> None:
     """The composition root's stop hook: a clean stop or any other fatal error retracts; a
     ``FencedError`` (another gateway took the host id) does not."""
-    from pipeline.bootstrap.gateway import _stop_presence
+    from pipeline.gateway.loops import stop_presence
     from pipeline.errors import FencedError, StoreError
     from pipeline.gateway.service import Gateway
 
@@ -140,5 +140,5 @@ def test_the_gateway_retracts_its_presence_on_stop_unless_it_was_fenced() -> Non
     for fatal in (None, StoreError("disk"), FencedError("fenced by a second gateway")):
         gateway = Gateway(host="a", loops=[])
         gateway.fatal = fatal
-        _stop_presence(Presence(), gateway)  # type: ignore[arg-type]
+        stop_presence(Presence(), gateway)  # type: ignore[arg-type]
     assert calls == [True, True, False]
