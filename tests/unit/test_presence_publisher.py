@@ -127,8 +127,8 @@ def test_a_fenced_gateway_stops_heartbeating_without_retracting_its_hosts_entrie
 def test_the_gateway_retracts_its_presence_on_stop_unless_it_was_fenced() -> None:
     """The composition root's stop hook: a clean stop or any other fatal error retracts; a
     ``FencedError`` (another gateway took the host id) does not."""
-    from pipeline.gateway.loops import stop_presence
     from pipeline.errors import FencedError, StoreError
+    from pipeline.gateway.loops import stop_presence
     from pipeline.gateway.service import Gateway
 
     calls: list[bool] = []
