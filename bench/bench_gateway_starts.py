@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker import kafka
-from pipeline.bootstrap import build_client
+from pipeline.bootstrap.client import build_client
 from pipeline.envelope import Signer
-from pipeline.gateway.config import load_config
+from pipeline.host.config import load_config
 from pipeline.testing import unique_name
 
 ENTITIES = {

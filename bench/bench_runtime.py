@@ -45,10 +45,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy import Column, Integer, LargeBinary, MetaData, String, Table
 
 from bench.broker import kafka
-from pipeline.failures.outcomes import ACK, Outcome
 from pipeline.kafka.settings import consumer_config, producer_config
 from pipeline.record import Record
 from pipeline.runtime.loop import ConsumerRuntime, RuntimeConfig
+from pipeline.runtime.outcomes import ACK, Outcome
 from pipeline.runtime.staging import Staged
 from pipeline.store import make_engine, metadata, session_factory
 from pipeline.testing import unique_name

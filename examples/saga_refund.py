@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select
 from sqlalchemy.orm import Session
 
-from pipeline.bootstrap import build_saga_process
+from pipeline.bootstrap.sagas import build_saga_process
 from pipeline.cli.serving import serve_metrics
 from pipeline.effects import (
     SAGA_KEY_CLASS,

@@ -169,7 +169,7 @@ class FencedError(FleetError):
 class OffsetsLostError(FleetError):
     """The group's committed position no longer exists on the broker; never skipped silently.
 
-    ``context`` (and ``lost``, a ``pipeline.failures.offsets.LostRange``) name group, topic,
+    ``context`` (and ``lost``, a ``pipeline.runtime.offsets.LostRange``) name group, topic,
     partition, committed offset, log start/end and how many offsets were lost.
     """
 

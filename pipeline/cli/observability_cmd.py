@@ -72,7 +72,7 @@ def exporter(
 ) -> None:
     """Serve Prometheus metrics: lag (messages, seconds), retention risk, DLQ depth, and with
     ``--store-url`` held messages, quarantined keys, outbox backlog and oldest unsent age."""
-    from pipeline.bootstrap import build_exporter
+    from pipeline.bootstrap.reporters import build_exporter
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     server = _bootstrap(bootstrap)

@@ -18,10 +18,10 @@ from pipeline import outbox, schemas
 from pipeline.envelope import Envelope, Kind, encode
 from pipeline.envelope.model import now_ms
 from pipeline.errors import DeliveryError
-from pipeline.gateway import deadlines, roster_cache
-from pipeline.gateway.config import check_gid
-from pipeline.gateway.outbound import Publisher
-from pipeline.gateway.senders import LocalSenders
+from pipeline.host import deadlines, roster_cache
+from pipeline.host.config import check_gid
+from pipeline.host.outbound import Publisher
+from pipeline.host.senders import LocalSenders
 from pipeline.presence.model import gateway_gid
 from pipeline.reasons import Lifecycle
 

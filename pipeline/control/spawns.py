@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import BigInteger, Column, Integer, String, Table, func, select, update
 from sqlalchemy.orm import Session
 
-from pipeline.gateway.held import held_table
+from pipeline.host.held import held_table
 from pipeline.store import metadata
 
 spawns_table = Table(

@@ -10,13 +10,14 @@ Sagas: :class:`SagaOrchestrator` keeps one record per saga and sends commands th
 ``docs/sagas.md`` has the states and crash windows.
 """
 
+from pipeline.effects.key_classes import KeyClass
+
 from .inproc import drain
 from .keys import key_from_identity, key_from_msg_id, payload_hash
 from .metrics import IdempotencyMetrics, ReserveOutcome, SagaMetrics
 from .orchestrator import SagaOrchestrator
 from .participant import SAGA_KEY_CLASS, Participant, ReplyHandler, StepFailed
 from .reservation import Done, FirstUse, InProgress, Mismatch, Reservation, StoredError
-from .retention import KeyClass
 from .saga_model import Command, Phase, Reply, SagaDefinition, SagaState, SagaStep, step_key
 from .saga_record import SagaRecord, list_sagas, state_counts
 from .saga_topics import SagaTopics

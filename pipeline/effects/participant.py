@@ -19,10 +19,10 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from pipeline.errors import FleetError, StoreError
-from pipeline.failures.outcomes import ACK, Outcome
 from pipeline.outbox import write
 from pipeline.reasons import Idempotency, Saga
 from pipeline.record import Record
+from pipeline.runtime.outcomes import ACK, Outcome
 from pipeline.runtime.staging import Staged
 
 from .reservation import Done, FirstUse, InProgress, Mismatch, StoredError

@@ -28,8 +28,7 @@ from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.reasons import Failure
 from pipeline.record import Headers, key_text
-
-from .context import FailureContext
+from pipeline.runtime.context import FailureContext
 
 DLQ_HEADER = "fleet.dlq"
 SCHEMA = "dead_letter"

@@ -35,11 +35,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from pipeline.errors import EnvelopeError
+from pipeline.runtime.offsets import raise_if_offsets_lost
 from pipeline.store import metadata
 
 from .dlq import DeadLetterView, read_dead_letter
 from .metrics import FailureMetrics
-from .offsets import raise_if_offsets_lost
 
 log = logging.getLogger(__name__)
 

@@ -22,16 +22,16 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import DeliveryError, FleetError
+from pipeline.host import deadlines, roster_cache
+from pipeline.host.conversations import ABANDONED, Conversations
+from pipeline.host.held import HeldMessage, HeldStore
+from pipeline.host.outbound import Publisher
+from pipeline.host.senders import LocalSenders
+from pipeline.host.tracking import FORWARD
 from pipeline.reasons import Delivery, Lifecycle
 from pipeline.store import read_sessions
 
-from . import deadlines, roster_cache
-from .conversations import ABANDONED, Conversations
-from .held import HeldMessage, HeldStore
 from .metrics import GatewayMetrics
-from .outbound import Publisher
-from .senders import LocalSenders
-from .tracking import FORWARD
 
 UNKNOWN_RECIPIENT = Delivery.UNKNOWN_RECIPIENT
 RECIPIENT_GONE = Lifecycle.RECIPIENT_GONE

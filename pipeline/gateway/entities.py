@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from pipeline.errors import ConfigError
-from pipeline.gateway.config import ALL_GROUP, EntityConfig, GatewayConfig, check_gid, invalid
 from pipeline.gateway.injectors import InjectMetrics, Injector, build_injector
+from pipeline.host.config import ALL_GROUP, EntityConfig, GatewayConfig, check_gid, invalid
 from pipeline.kafka.topics import check_name
 from pipeline.presence.roles import ENTITY_DELIVERIES, ENTITY_ROLES, Delivery, Role
 from pipeline.reasons import Config

@@ -31,11 +31,10 @@ from pipeline.envelope import Envelope, Kind, TrustStore
 from pipeline.envelope.reasons import H_KEY_ID, H_TRACE_ID
 from pipeline.failures.dlq import DeadLetterView
 from pipeline.failures.reporter import failed_msg_id
+from pipeline.host import roster_cache
+from pipeline.host.outbound import Publisher
+from pipeline.host.receipts import failed_body
 from pipeline.record import key_text
-
-from . import roster_cache
-from .outbound import Publisher
-from .receipts import failed_body
 
 log = logging.getLogger(__name__)
 

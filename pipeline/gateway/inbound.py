@@ -36,23 +36,23 @@ from pipeline.envelope import (
 )
 from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
-from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
+from pipeline.host import deadlines
+from pipeline.host.conversations import ABANDONED, ANSWERED, Conversations
+from pipeline.host.held import held_table
+from pipeline.host.inject_journal import STAGE_UNCERTAIN
+from pipeline.host.outbound import Publisher
+from pipeline.host.receipts import read_receipt
+from pipeline.host.tracking import FORWARD
 from pipeline.presence.model import Delivery
 from pipeline.reasons import Lifecycle
 from pipeline.record_headers import pack_headers
 from pipeline.runtime import Record, Staged
+from pipeline.runtime.outcomes import ACK, DeadLetter, Outcome
 from pipeline.store import with_retry
 
-from . import deadlines
-from .conversations import ABANDONED, ANSWERED, Conversations
 from .entities import LocalEntities
-from .held import held_table
 from .injection import TRACKED_KINDS, InjectionQueue, past_inject_deadline
-from .journal import STAGE_UNCERTAIN
 from .metrics import GatewayMetrics
-from .outbound import Publisher
-from .receipts import read_receipt
-from .tracking import FORWARD
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -28,22 +28,22 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
+from pipeline.host import roster_cache
+from pipeline.host.conversations import EXPIRED, Conversations
+from pipeline.host.deadlines import Deadlines, Tracked
+from pipeline.host.held import HeldStore, hold_notice
+from pipeline.host.outbound import Publisher
+from pipeline.host.receipts import failed_body
+from pipeline.host.tracking import FORWARD
 from pipeline.presence.model import Delivery
 from pipeline.reasons import Verification
 from pipeline.retention.purger import Purger
 from pipeline.store import read_sessions
 
-from . import roster_cache
-from .conversations import EXPIRED, Conversations
 from .deadletters import OutboxDeadLetterSink, dead_letter_held
-from .deadlines import Deadlines, Tracked
 from .entities import LocalEntities
-from .held import HeldStore, hold_notice
 from .injection import InjectionQueue
 from .metrics import GatewayMetrics
-from .outbound import Publisher
-from .receipts import failed_body
-from .tracking import FORWARD
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.errors import FleetError
+from pipeline.host.conversations import Conversations
+from pipeline.host.held import HeldStore
 
-from .conversations import Conversations
-from .held import HeldStore
 from .injectors import Injector
 from .metrics import GatewayMetrics
 from .render import nudge_text

@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import ConfigError, DeliveryError, FleetError, StoreError
+from pipeline.host.socket_protocol import FrameError, encode_frame, error_data, read_frame
 from pipeline.reasons import Config, Verification
 
 from .client import GatewayClient, SendRequest
 from .metrics import SocketMetrics
-from .socket_protocol import FrameError, encode_frame, error_data, read_frame
 
 if TYPE_CHECKING:
     from pipeline.control.client import ControlClient

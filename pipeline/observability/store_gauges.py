@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 from pipeline.errors import ConfigError
 from pipeline.failures.quarantine import QuarantineStore
 from pipeline.failures.quarantine_tables import quarantine_table
-from pipeline.gateway.held import HeldStore, held_table
+from pipeline.host.held import HeldStore, held_table
 from pipeline.outbox.status import backlog
 from pipeline.outbox.tables import outbox
 from pipeline.store import make_engine, read_sessions

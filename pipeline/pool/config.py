@@ -5,10 +5,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from pipeline.failures.retry import BackoffPolicy
 from pipeline.kafka.topology import DAY_MS
 from pipeline.retention.policy import RetentionConfig
 from pipeline.runtime.lanes import Concurrency
+from pipeline.runtime.retry import BackoffPolicy
 
 
 class Assignment(enum.StrEnum):

@@ -24,10 +24,10 @@ from sqlalchemy.orm import Session
 
 from pipeline.effects import Done, FirstUse, Mismatch
 from pipeline.errors import FleetError
-from pipeline.failures.outcomes import Ack, Outcome
 from pipeline.reasons import Idempotency
 from pipeline.record import Record
 from pipeline.runtime.dedupe import is_applied
+from pipeline.runtime.outcomes import Ack, Outcome
 from pipeline.runtime.staging import Staged
 
 from .claims import Applied, StepClaims, outcome_value

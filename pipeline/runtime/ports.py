@@ -7,9 +7,9 @@ from typing import Protocol, runtime_checkable
 
 from sqlalchemy.orm import Session
 
-from pipeline.failures.context import FailureContext
-from pipeline.failures.outcomes import DeadLetter, Outcome
 from pipeline.record import Record
+from pipeline.runtime.context import FailureContext
+from pipeline.runtime.outcomes import DeadLetter, Outcome
 
 from .staging import Staged
 
@@ -67,7 +67,7 @@ class DeadLetterSink(Protocol):
     """The dead-letter port: ``stage`` is called inside the batch, before its transaction.
 
     Adapters: ``pipeline.gateway.deadletters.OutboxDeadLetterSink`` stages an outbox row for the
-    DLQ in the batch transaction (the gateway); ``pipeline.failures.runtime_ports.FailurePorts``
+    DLQ in the batch transaction (the gateway); ``pipeline.failures.runtime_adapters.FailurePorts``
     writes to the DLQ topic and blocks on the broker's ack (library users without an outbox).
     Either way the offset moves past the record only once its dead letter is durable.
     """

@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 
 from sqlalchemy.orm import Session
 
-from pipeline.failures.outcomes import DeadLetter, Outcome
 from pipeline.record import Record
+from pipeline.runtime.outcomes import DeadLetter, Outcome
 
 from .ports import Handler, Prepares, Verifies, Warms
 from .staging import Staged

@@ -14,13 +14,13 @@ from sqlalchemy import insert
 
 from pipeline.envelope import Signer
 from pipeline.gateway import render
-from pipeline.gateway.conversations import EXPIRED, Conversations, turns_table
 from pipeline.gateway.deadletters import OutboxDeadLetterSink
-from pipeline.gateway.held import HeldStore, held_table
 from pipeline.gateway.maintenance import Maintenance
 from pipeline.gateway.metrics import GatewayMetrics
 from pipeline.gateway.nudge import Nudger
-from pipeline.gateway.outbound import Publisher
+from pipeline.host.conversations import EXPIRED, Conversations, turns_table
+from pipeline.host.held import HeldStore, held_table
+from pipeline.host.outbound import Publisher
 from pipeline.kafka.topics import TopicNames
 from pipeline.store import make_engine, session_factory
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.gateway.incarnation import take_incarnation
+from pipeline.host.incarnation import take_incarnation
 from pipeline.store import make_engine, session_factory
 
 pytestmark = pytest.mark.postgres

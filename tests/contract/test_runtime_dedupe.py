@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, select
 
-from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
 from pipeline.runtime import ConsumerRuntime, Record, RuntimeConfig, Staged
 from pipeline.runtime.dedupe import claim_ids, release_ids, seen_ids
+from pipeline.runtime.outcomes import ACK, DeadLetter, Outcome
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import FakeConsumer
 

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.errors import ConfigError
 from pipeline.failures.quarantine import QuarantineStore, Scope
-from pipeline.gateway.held import HeldStore, held_table
+from pipeline.host.held import HeldStore, held_table
 from pipeline.observability.store_gauges import SqlStoreGauges
 from pipeline.outbox import Relay, backlog, write
 from pipeline.store import make_engine, session_factory

@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 from pipeline.cli.main import app
 from pipeline.errors import BrokerError
 from pipeline.failures import dlq_ops
-from pipeline.failures.context import FailureContext
 from pipeline.failures.dlq import DLQ_HEADER, DeadLetterWriter
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.record import Record
+from pipeline.runtime.context import FailureContext
 from pipeline.testing import BrokerHandle
 
 from .dlq_helpers import dead_letter_all, high_watermarks, produce_originals, read_all

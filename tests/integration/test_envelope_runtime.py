@@ -15,13 +15,13 @@ from confluent_kafka import Producer
 from pipeline import schemas
 from pipeline.envelope import Kind, Signer, decode, encode
 from pipeline.envelope import reasons as r
-from pipeline.failures.context import FailureContext
-from pipeline.failures.outcomes import ACK, Outcome
-from pipeline.failures.retry import BackoffPolicy
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.runtime import ConsumerRuntime, Record, RuntimeConfig, Staged
+from pipeline.runtime.context import FailureContext
+from pipeline.runtime.outcomes import ACK, Outcome
+from pipeline.runtime.retry import BackoffPolicy
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import BrokerHandle, unique_name
 from tests.envelope_kit import Fleet

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.bootstrap import GatewayParts, build_gateway
+from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.envelope import Kind
-from pipeline.gateway.config import GatewayConfig
-from pipeline.gateway.held import HeldStore
+from pipeline.host.config import GatewayConfig
+from pipeline.host.held import HeldStore
 from pipeline.kafka.local.ports import free_ports
 from pipeline.observability import ExporterConfig, SamplerConfig, build_exporter
 from pipeline.observability.store_gauges import SqlStoreGauges

@@ -24,12 +24,13 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from pipeline.bootstrap import GatewayParts, build_failed_reporter, build_gateway
+from pipeline.bootstrap.gateway import GatewayParts, build_gateway
+from pipeline.bootstrap.reporters import build_failed_reporter
 from pipeline.failures.reporter import reported_table
-from pipeline.gateway import deadlines, tracking
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
-from pipeline.gateway.held import held_table
-from pipeline.gateway.receipts import Receipt, read_receipt
+from pipeline.host import deadlines, tracking
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.held import held_table
+from pipeline.host.receipts import Receipt, read_receipt
 from pipeline.outbox import backlog
 from pipeline.store import make_engine
 from pipeline.testing import BrokerHandle

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from pipeline.bootstrap import GatewayParts, build_gateway
+from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.envelope import Kind
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
-from pipeline.gateway.held import held_table
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.held import held_table
 from pipeline.outbox.tables import outbox
 from pipeline.store import make_engine
 from pipeline.testing import BrokerHandle
@@ -183,7 +183,7 @@ def test_kill9_between_commit_and_inject_never_injects_and_fails_once(
             time.sleep(0.05)
         time.sleep(3.0)
         got += a.client.poll("main-a")
-        from pipeline.gateway.receipts import read_receipt
+        from pipeline.host.receipts import read_receipt
 
         failed = [read_receipt("FAILED", m.body) for m in got if m.kind == "FAILED"]
         assert [f.msg_id for f in failed] == [brief.msg_id], got

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from pipeline.bootstrap import GatewayParts, build_gateway
+from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.envelope import Kind
 from pipeline.errors import DeliveryError
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until
 
@@ -120,7 +120,7 @@ def test_brief_is_injected_then_injected_receipt_and_reply_reach_the_main(two_ho
     got = _drain(a, "main-a", 6)
     receipts = [m for m in got if m.kind == "INJECTED"]
     assert len(receipts) == 5
-    from pipeline.gateway.receipts import read_receipt
+    from pipeline.host.receipts import read_receipt
 
     assert {read_receipt("INJECTED", m.body).msg_id for m in receipts} == {e.msg_id for e in sent}
     assert [m.body for m in got if m.kind == "REPLY"] == [b"done"]
@@ -135,7 +135,7 @@ def test_ask_without_open_pull_gets_no_waiter_in_one_round_trip(two_hosts: Any) 
     wait_until(lambda: rec.of("worker-b", "NO_WAITER"), 20, "NO_WAITER injected into the asker")
     assert a.client.poll("main-a") == [], "an unanswerable ASK is not held"
     with b.client.sessions() as s:
-        from pipeline.gateway.conversations import Conversations
+        from pipeline.host.conversations import Conversations
 
         assert not Conversations.turn_waiting(s, str(ask.turn_id)), "NO_WAITER ends the turn"
 

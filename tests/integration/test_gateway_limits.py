@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 
-from pipeline.bootstrap import GatewayParts, build_gateway
+from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.envelope import Kind
 from pipeline.failures.dlq import read_dead_letter
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Role
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, Role
 from pipeline.kafka.settings import consumer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.testing import BrokerHandle, unique_name

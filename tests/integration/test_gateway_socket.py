@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import select
 
 from pipeline.chaos.procs import GatewayProc as GatewayProcess
-from pipeline.gateway.held import held_table
+from pipeline.host.held import held_table
 from pipeline.store import make_engine
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until
@@ -144,7 +144,7 @@ def test_a_send_through_the_socket_is_held_once_and_with_the_gateway_down_goes_d
 
 
 def _fleet_send_ready(store_a: str) -> bool:
-    from pipeline.gateway import roster_cache
+    from pipeline.host import roster_cache
     from pipeline.store import read_sessions
 
     engine = make_engine(store_a, create=False)

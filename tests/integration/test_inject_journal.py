@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from pipeline.bootstrap import build_gateway
+from pipeline.bootstrap.gateway import build_gateway
 from pipeline.chaos.procs import GatewayProc as GatewayProcess
-from pipeline.gateway import deadlines
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Role
-from pipeline.gateway.receipts import Receipt, read_receipt
-from pipeline.gateway.tracking import FORWARD
+from pipeline.host import deadlines
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, Role
+from pipeline.host.receipts import Receipt, read_receipt
+from pipeline.host.tracking import FORWARD
 from pipeline.store import session_factory
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until

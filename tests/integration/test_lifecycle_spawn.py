@@ -17,10 +17,11 @@ from confluent_kafka import Producer
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from pipeline.bootstrap import GatewayParts, build_control_client, build_gateway
+from pipeline.bootstrap.client import build_control_client
+from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.cli.main import app
 from pipeline.envelope import Kind
-from pipeline.gateway.config import (
+from pipeline.host.config import (
     Delivery,
     EntityConfig,
     GatewayConfig,
@@ -28,7 +29,7 @@ from pipeline.gateway.config import (
     ProfileConfig,
     Role,
 )
-from pipeline.gateway.receipts import read_receipt
+from pipeline.host.receipts import read_receipt
 from pipeline.kafka.settings import producer_config
 from pipeline.outbox.tables import outbox
 from pipeline.record_headers import unpack_headers

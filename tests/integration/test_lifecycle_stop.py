@@ -26,7 +26,8 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from pipeline.bootstrap import build_client, build_control_client, build_failed_reporter
+from pipeline.bootstrap.client import build_client, build_control_client
+from pipeline.bootstrap.reporters import build_failed_reporter
 from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.cli.main import app
 from pipeline.control import STOP, ControlClient
@@ -35,12 +36,12 @@ from pipeline.control.stops import stops_table
 from pipeline.envelope import Envelope, Kind, encode
 from pipeline.errors import DeliveryError
 from pipeline.failures.reporter import reported_table
-from pipeline.gateway import deadlines, tracking
 from pipeline.gateway.client import GatewayClient
-from pipeline.gateway.config import load_config
-from pipeline.gateway.held import held_table
-from pipeline.gateway.receipts import read_receipt
-from pipeline.gateway.roster_cache import roster_cache_table
+from pipeline.host import deadlines, tracking
+from pipeline.host.config import load_config
+from pipeline.host.held import held_table
+from pipeline.host.receipts import read_receipt
+from pipeline.host.roster_cache import roster_cache_table
 from pipeline.kafka.topics import TopicNames
 from pipeline.record_headers import pack_headers
 from pipeline.store import make_engine

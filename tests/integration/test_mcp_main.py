@@ -23,8 +23,8 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult
 
-from pipeline.bootstrap import GatewayParts, build_gateway
-from pipeline.gateway.config import load_config
+from pipeline.bootstrap.gateway import GatewayParts, build_gateway
+from pipeline.host.config import load_config
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until
 from tests.integration.test_gateway_flows import Recorder

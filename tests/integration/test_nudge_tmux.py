@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from pipeline.bootstrap import build_gateway
+from pipeline.bootstrap.gateway import build_gateway
 from pipeline.envelope import Kind
 from pipeline.gateway import render
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until
 from tests.integration.test_gateway_flows import Recorder

@@ -11,13 +11,13 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pipeline.failures.offsets import (
+from pipeline.kafka.settings import OffsetReset, consumer_config, producer_config
+from pipeline.runtime.offsets import (
     OffsetsLostError,
     assign_from_committed,
     find_lost_offsets,
     raise_if_offsets_lost,
 )
-from pipeline.kafka.settings import OffsetReset, consumer_config, producer_config
 from pipeline.testing import BrokerHandle
 
 pytestmark = pytest.mark.kafka
@@ -166,9 +166,9 @@ def test_the_runtime_refuses_a_committed_offset_that_fell_off_retention(
     runtime checks at assignment, counts the lost offsets and raises OFFSETS_LOST instead."""
     from prometheus_client import CollectorRegistry
 
-    from pipeline.failures.outcomes import ACK
     from pipeline.runtime import ConsumerRuntime, RuntimeConfig
     from pipeline.runtime.metrics import RuntimeMetrics
+    from pipeline.runtime.outcomes import ACK
     from pipeline.store import make_engine, session_factory
 
     topic = new_topic("lostruntime")
@@ -218,9 +218,9 @@ def test_the_runtime_reports_a_never_committed_partition_whose_log_was_trimmed(
 
     from prometheus_client import CollectorRegistry
 
-    from pipeline.failures.outcomes import ACK
     from pipeline.runtime import ConsumerRuntime, RuntimeConfig
     from pipeline.runtime.metrics import RuntimeMetrics
+    from pipeline.runtime.outcomes import ACK
     from pipeline.store import make_engine, session_factory
 
     topic = new_topic("lostnew")

@@ -122,10 +122,10 @@ def test_the_gateway_tells_the_sender_failed_when_its_row_is_refused(
 ) -> None:
     """R-OUT-8: a send that cannot be delivered ends in exactly one FAILED to its sender; here
     the broker refused the row for good (too large, written past the send-side check)."""
-    from pipeline.bootstrap import build_gateway
+    from pipeline.bootstrap.gateway import build_gateway
     from pipeline.envelope import Envelope, Kind, encode
-    from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Role
-    from pipeline.gateway.receipts import read_receipt
+    from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, Role
+    from pipeline.host.receipts import read_receipt
     from pipeline.kafka.topics import TopicNames
     from tests.integration.fleet_hosts import Fleet, wait_until
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from pipeline.bootstrap import GatewayParts, build_gateway
+from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.envelope import Kind
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 from pipeline.kafka.topics import TopicNames
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until

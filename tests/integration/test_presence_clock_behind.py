@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.bootstrap import build_client
+from pipeline.bootstrap.client import build_client
 from pipeline.chaos.cluster_faults import skew_env, write_skew_shim
 from pipeline.chaos.collect import held_count
 from pipeline.chaos.procs import GatewayProc
 from pipeline.envelope import Kind
 from pipeline.envelope.model import now_ms
-from pipeline.gateway.config import load_config
+from pipeline.host.config import load_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.presence import PresenceEntry, RosterFollower, RosterView
 from pipeline.testing import BrokerHandle

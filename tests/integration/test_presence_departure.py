@@ -16,14 +16,14 @@ from confluent_kafka import Producer
 from sqlalchemy import select
 
 from pipeline import schemas
-from pipeline.bootstrap import build_client
+from pipeline.bootstrap.client import build_client
 from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.envelope import Envelope, Kind, encode
 from pipeline.envelope.model import now_ms
 from pipeline.errors import DeliveryError
 from pipeline.failures.dlq import DLQ_HEADER
 from pipeline.failures.dlq import SCHEMA as DLQ_SCHEMA
-from pipeline.gateway.config import load_config
+from pipeline.host.config import load_config
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import outbox

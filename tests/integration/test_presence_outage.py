@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from pipeline.bootstrap import build_client
+from pipeline.bootstrap.client import build_client
 from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.envelope import Kind
 from pipeline.gateway.client import GatewayClient
-from pipeline.gateway.config import load_config
-from pipeline.gateway.held import held_table
+from pipeline.host.config import load_config
+from pipeline.host.held import held_table
 from pipeline.kafka.local import LocalCluster
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import outbox

@@ -30,7 +30,7 @@ from pipeline.envelope import (
     TrustStore,
     encode,
 )
-from pipeline.gateway.held import held_table
+from pipeline.host.held import held_table
 from pipeline.kafka.clients import new_consumer
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames

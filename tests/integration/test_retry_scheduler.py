@@ -11,12 +11,12 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
-from pipeline.failures.context import FailureContext
-from pipeline.failures.outcomes import ACK, Outcome, Retry
-from pipeline.failures.retry import BackoffPolicy
 from pipeline.kafka.settings import producer_config
 from pipeline.runtime import ConsumerRuntime, Record, RuntimeConfig, Staged
+from pipeline.runtime.context import FailureContext
 from pipeline.runtime.metrics import RuntimeMetrics
+from pipeline.runtime.outcomes import ACK, Outcome, Retry
+from pipeline.runtime.retry import BackoffPolicy
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import BrokerHandle
 

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
-from pipeline.bootstrap import Factories, build_gateway
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Role
+from pipeline.bootstrap.client import Factories
+from pipeline.bootstrap.gateway import build_gateway
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, Role
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until
 

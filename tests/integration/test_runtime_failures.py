@@ -17,14 +17,14 @@ from sqlalchemy.engine import Engine
 
 from pipeline.failures import dlq_ops
 from pipeline.failures.dlq import DeadLetterWriter
-from pipeline.failures.outcomes import ACK, Outcome, Retry
 from pipeline.failures.quarantine import QuarantineStore, Scope
-from pipeline.failures.retry import BackoffPolicy
-from pipeline.failures.runtime_ports import FailurePorts
+from pipeline.failures.runtime_adapters import FailurePorts
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.record import Record
 from pipeline.runtime.loop import ConsumerRuntime, RuntimeConfig
+from pipeline.runtime.outcomes import ACK, Outcome, Retry
+from pipeline.runtime.retry import BackoffPolicy
 from pipeline.runtime.staging import Staged
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import BrokerHandle, unique_name

@@ -278,7 +278,7 @@ def _saga_processes(
 ) -> list[Any]:
     """The orchestrator's process (``orchestrator``: more build_saga_process arguments) and one
     per participant of ``examples/saga_refund.py``, all on the store ``url``."""
-    from pipeline.bootstrap import build_saga_process
+    from pipeline.bootstrap.sagas import build_saga_process
     from pipeline.effects import ReplyHandler
 
     topics = orch.topics

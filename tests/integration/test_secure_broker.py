@@ -28,11 +28,12 @@ from confluent_kafka.admin import (
 )
 from typer.testing import CliRunner
 
-from pipeline.bootstrap import Factories, build_gateway
+from pipeline.bootstrap.client import Factories
+from pipeline.bootstrap.gateway import build_gateway
 from pipeline.cli.main import app
 from pipeline.envelope import Kind
 from pipeline.errors import FleetError, SecurityError
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 from pipeline.kafka.acls import apply_grants, gateway_grants
 from pipeline.kafka.errors import as_fleet_error
 from pipeline.kafka.local import LocalCluster

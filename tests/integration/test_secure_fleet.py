@@ -35,11 +35,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from pipeline.bootstrap import build_client, build_control_client, build_gateway
+from pipeline.bootstrap.client import build_client, build_control_client
+from pipeline.bootstrap.gateway import build_gateway
 from pipeline.chaos.procs import GatewayProc
 from pipeline.cli.main import app
 from pipeline.envelope import Kind
-from pipeline.gateway.config import (
+from pipeline.host.config import (
     Delivery,
     EntityConfig,
     InjectorSpec,
@@ -47,8 +48,8 @@ from pipeline.gateway.config import (
     Role,
     load_config,
 )
-from pipeline.gateway.held import held_table
-from pipeline.gateway.receipts import read_receipt
+from pipeline.host.held import held_table
+from pipeline.host.receipts import read_receipt
 from pipeline.kafka.acls import Grant, Operation, Pattern, Resource, apply_grants, gateway_grants
 from pipeline.kafka.local import LocalCluster
 from pipeline.kafka.local.ports import free_ports

@@ -20,12 +20,13 @@ from confluent_kafka import TopicPartition
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from pipeline.bootstrap import Factories, build_gateway
+from pipeline.bootstrap.client import Factories
+from pipeline.bootstrap.gateway import build_gateway
 from pipeline.cli.main import app
 from pipeline.errors import FleetError
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
-from pipeline.gateway.held import held_table
-from pipeline.gateway.receipts import read_receipt
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.held import held_table
+from pipeline.host.receipts import read_receipt
 from pipeline.kafka.errors import as_fleet_error
 from pipeline.kafka.local import LocalCluster
 from pipeline.kafka.local.secure import ADMIN

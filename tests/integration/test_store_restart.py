@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.bootstrap import build_gateway
+from pipeline.bootstrap.gateway import build_gateway
 from pipeline.envelope import Kind
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 from pipeline.testing import BrokerHandle, _pg, start_test_postgres
 from tests.integration.fleet_hosts import Fleet, wait_until
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, insert, select
 
-from pipeline.bootstrap import GatewayParts, build_gateway
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Role
-from pipeline.gateway.held import held_table
+from pipeline.bootstrap.gateway import GatewayParts, build_gateway
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, Role
+from pipeline.host.held import held_table
 from pipeline.outbox.tables import RowStatus, outbox
 from pipeline.retention import RetentionConfig
 from pipeline.runtime.dedupe import dedupe_table

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.bootstrap import build_client
+from pipeline.bootstrap.client import build_client
 from pipeline.cli import entry
 from pipeline.cli.commands import COMMANDS
 from pipeline.cli.lean import SPECS
@@ -227,7 +227,7 @@ def test_an_abandon_through_the_socket_closes_the_turn_with_its_notice(
 ) -> None:
     """R-CONV-2: the asker gives up its turn; a late ANSWER then gets TOO_LATE. Through
     the socket the turn is closed in the transaction that queues the ABANDONED notice."""
-    from pipeline.gateway.socket_client import SocketClient
+    from pipeline.host.socket_client import SocketClient
 
     cfg, engine, _ = host
     with SocketClient.connect(cfg.local_socket or "") as c:
@@ -287,8 +287,8 @@ def _served_host_with_held(root: Path) -> tuple[Path, Any]:
     msg ids and times in every host made here, so two hosts print the same poll)."""
     from sqlalchemy import insert
 
-    from pipeline.gateway.held import held_table
-    from pipeline.gateway.receipts import injected_body
+    from pipeline.host.held import held_table
+    from pipeline.host.receipts import injected_body
 
     root.mkdir()
     one = one_host(root)

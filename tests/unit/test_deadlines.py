@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.control import SPAWN, STOP
-from pipeline.gateway import deadlines
-from pipeline.gateway.deadlines import Deadlines
-from pipeline.gateway.held import HeldStore
-from pipeline.gateway.receipts import read_receipt
-from pipeline.gateway.tracking import FORWARD
+from pipeline.host import deadlines
+from pipeline.host.deadlines import Deadlines
+from pipeline.host.held import HeldStore
+from pipeline.host.receipts import read_receipt
+from pipeline.host.tracking import FORWARD
 from pipeline.store import make_engine, session_factory
 
 

@@ -7,9 +7,9 @@ import random
 import pytest
 
 from pipeline.errors import BrokerError, EnvelopeError, FleetError
-from pipeline.failures.decide import classify, decide
-from pipeline.failures.outcomes import ACK, RETRIES_EXHAUSTED, DeadLetter, Quarantine, Retry
-from pipeline.failures.retry import BackoffPolicy, is_permanent
+from pipeline.runtime.decide import classify, decide
+from pipeline.runtime.outcomes import ACK, RETRIES_EXHAUSTED, DeadLetter, Quarantine, Retry
+from pipeline.runtime.retry import BackoffPolicy, is_permanent
 
 
 def test_delays_grow_exponentially_within_jitter_and_cap() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.gateway import render
-from pipeline.gateway.held import HeldMessage
-from pipeline.gateway.receipts import failed_body, injected_body
+from pipeline.host.held import HeldMessage
+from pipeline.host.receipts import failed_body, injected_body
 
 
 def _held(kind: str, body: bytes, turn: str | None = None) -> HeldMessage:
@@ -77,7 +77,7 @@ class _Capture:
 def _answer(stage: str) -> HeldMessage:
     from typing import Any, cast
 
-    from pipeline.control.handler import stage_answer
+    from pipeline.control.answers import stage_answer
 
     cap = _Capture()
     stage_answer(cast(Any, cap), cast(Any, None), request_msg_id="x-1", requester="main-a",

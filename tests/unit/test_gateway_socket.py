@@ -20,14 +20,15 @@ import pytest
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from pipeline.bootstrap import build_client
+from pipeline.bootstrap.client import build_client
 from pipeline.cli.main import app
 from pipeline.envelope import Signer
 from pipeline.errors import ConfigError, DeliveryError
-from pipeline.gateway import roster_cache
-from pipeline.gateway.config import GatewayConfig
-from pipeline.gateway.socket_client import GatewayUnavailable, SocketClient
-from pipeline.gateway.socket_protocol import (
+from pipeline.gateway.socket_server import SocketServer, _Pending, parse_send
+from pipeline.host import roster_cache
+from pipeline.host.config import GatewayConfig
+from pipeline.host.socket_client import GatewayUnavailable, SocketClient
+from pipeline.host.socket_protocol import (
     MAX_FRAME_BYTES,
     FrameError,
     decode_body,
@@ -36,7 +37,6 @@ from pipeline.gateway.socket_protocol import (
     error_from,
     read_frame,
 )
-from pipeline.gateway.socket_server import SocketServer, _Pending, parse_send
 from pipeline.outbox.tables import outbox
 from pipeline.store import session_factory
 from pipeline.testing import one_host
@@ -425,7 +425,7 @@ def test_spawn_and_stop_go_through_the_socket_with_the_direct_paths_refusals(
     """R-SPAWN-3 requester side: ``fleet spawn`` / ``fleet stop`` through the gateway's
     socket queue the same rows as the direct path, and refuse with the same reason codes
     (UNKNOWN_HOST, UNKNOWN_WORKER, NOT_LOCAL_SENDER); with no gateway they write the store."""
-    from pipeline.bootstrap import build_control_client
+    from pipeline.bootstrap.client import build_control_client
     from pipeline.control import spawn_requests_table
     from pipeline.control.socket_first import SocketFirstControl
 

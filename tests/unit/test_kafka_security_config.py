@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from pipeline.bootstrap import Factories
+from pipeline.bootstrap.client import Factories
 from pipeline.errors import ConfigError, SecurityError
-from pipeline.gateway.config import load_config
+from pipeline.host.config import load_config
 from pipeline.kafka.errors import as_fleet_error
 from pipeline.kafka.refusals import RefusalWatch, refusal_reason, security_error
 from pipeline.kafka.security import KafkaSecurity, Secret, security_from_table

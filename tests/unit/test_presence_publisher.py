@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.gateway.config import Delivery as ConfigDelivery
-from pipeline.gateway.config import Role as ConfigRole
+from pipeline.host.config import Delivery as ConfigDelivery
+from pipeline.host.config import Role as ConfigRole
 from pipeline.presence import Gone, PresencePublisher, RosterView, SpawnProfile
 from tests.envelope_kit import Fleet
 
@@ -127,8 +127,8 @@ def test_a_fenced_gateway_stops_heartbeating_without_retracting_its_hosts_entrie
 def test_the_gateway_retracts_its_presence_on_stop_unless_it_was_fenced() -> None:
     """The composition root's stop hook: a clean stop or any other fatal error retracts; a
     ``FencedError`` (another gateway took the host id) does not."""
-    from pipeline.bootstrap.gateway import _stop_presence
     from pipeline.errors import FencedError, StoreError
+    from pipeline.gateway.loops import stop_presence
     from pipeline.gateway.service import Gateway
 
     calls: list[bool] = []
@@ -140,5 +140,5 @@ def test_the_gateway_retracts_its_presence_on_stop_unless_it_was_fenced() -> Non
     for fatal in (None, StoreError("disk"), FencedError("fenced by a second gateway")):
         gateway = Gateway(host="a", loops=[])
         gateway.fatal = fatal
-        _stop_presence(Presence(), gateway)  # type: ignore[arg-type]
+        stop_presence(Presence(), gateway)  # type: ignore[arg-type]
     assert calls == [True, True, False]

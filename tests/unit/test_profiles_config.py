@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.gateway.config import load_config
+from pipeline.host.config import load_config
 
 BASE = 'host = "B"\n'
 PROFILE = """

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.bootstrap import build_client
+from pipeline.bootstrap.client import build_client
 from pipeline.cli.main import app
 from pipeline.envelope import Signer
 from pipeline.errors import DeliveryError
-from pipeline.gateway import roster_cache
-from pipeline.gateway.config import EntityConfig, GatewayConfig
+from pipeline.host import roster_cache
+from pipeline.host.config import EntityConfig, GatewayConfig
 from pipeline.presence.model import Delivery, Role
 from pipeline.store import make_engine, session_factory
 

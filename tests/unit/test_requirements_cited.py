@@ -17,17 +17,17 @@ REQUIREMENTS = ROOT / "docs" / "requirements.md"
 
 # Files being rewritten on other branches while this test landed. Their citations are listed in
 # the branch report; empty this set once those branches are merged and the files are rewritten.
+# (docs/cli.md and docs/performance.md were in it and are clean now; pipeline/gateway/config.py
+# moved to pipeline/host/config.py.)
 TEMPORARILY_ALLOWED_CITATIONS = frozenset(
     {
-        "docs/cli.md",
-        "docs/performance.md",
         "docs/chaos.md",
         "pipeline/runtime/loop.py",
         "pipeline/lab/analysis.py",
         "pipeline/chaos/cluster_faults.py",
         "pipeline/chaos/workload.py",
         "pipeline/bootstrap/gateway.py",
-        "pipeline/gateway/config.py",
+        "pipeline/host/config.py",
     }
 )
 

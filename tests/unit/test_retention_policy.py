@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.gateway.config import load_config
+from pipeline.host.config import load_config
 from pipeline.kafka.topology import TopologySpec
 from pipeline.reasons import Config, Retention
 from pipeline.retention import RetentionConfig

@@ -10,12 +10,11 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from pipeline.failures import retry_marks
-from pipeline.failures.context import Tries
-from pipeline.failures.outcomes import Retry
-from pipeline.failures.retry import BackoffPolicy
-from pipeline.runtime import ConsumerRuntime, RuntimeConfig
+from pipeline.runtime import ConsumerRuntime, RuntimeConfig, retry_marks
 from pipeline.runtime.commits import AsyncCommits
+from pipeline.runtime.context import Tries
+from pipeline.runtime.outcomes import Retry
+from pipeline.runtime.retry import BackoffPolicy
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import FakeConsumer
 from tests.unit.test_runtime import ListSink, Script, effects_md

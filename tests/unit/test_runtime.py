@@ -10,10 +10,10 @@ import pytest
 from confluent_kafka import KafkaError
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, select
 
-from pipeline.failures.context import FailureContext
-from pipeline.failures.outcomes import ACK, DeadLetter, Outcome, Retry
-from pipeline.failures.retry import BackoffPolicy
 from pipeline.runtime import ConsumerRuntime, FencedError, Record, RuntimeConfig, Staged
+from pipeline.runtime.context import FailureContext
+from pipeline.runtime.outcomes import ACK, DeadLetter, Outcome, Retry
+from pipeline.runtime.retry import BackoffPolicy
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import FakeConsumer
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pipeline.retention.rules import RULES, StoreTable
+from pipeline.bootstrap.retention import RULES
+from pipeline.retention.rules import StoreTable
 from pipeline.store import metadata
 from pipeline.store.migrations import load_all_tables
 

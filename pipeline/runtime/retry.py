@@ -3,7 +3,7 @@
 A transient failure (timeout, rate limit, broker or store briefly away) is retried with
 exponential backoff and jitter, a bounded number of times. A permanent failure (bad signature,
 bad schema, wrong ``to``, expired, ...) never succeeds on a retry, so it skips the budget and goes
-straight to the dead-letter topic. :func:`pipeline.failures.decide.decide` is the one place that turns what a
+straight to the dead-letter topic. :func:`pipeline.runtime.decide.decide` is the one place that turns what a
 handler said plus the attempt count into what the runtime does next.
 """
 

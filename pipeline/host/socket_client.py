@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from pipeline.errors import DeliveryError, FleetError
+from pipeline.host.socket_protocol import encode_frame, error_from, read_frame
 from pipeline.reasons import Delivery
-
-from .socket_protocol import encode_frame, error_from, read_frame
 
 
 class GatewayUnavailable(Exception):

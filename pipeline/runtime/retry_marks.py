@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from .context import Tries
+from pipeline.runtime.context import Tries
 
 PREFIX = "fleet.retry:"
 _MARK = re.compile(r"fleet\.retry:(\d{1,19}):(\d{1,9}):(\d{1,19}):(\d{1,19})")
