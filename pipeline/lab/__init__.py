@@ -1,7 +1,8 @@
 """The consumer-group scaling lab: the R-LAB-1 model, and runs that measure it.
 
 * :mod:`.scenario` / :mod:`.loader` -- the scenario file (TOML) as frozen value objects.
-* :mod:`.formulas` / :mod:`.assignors` / :mod:`.model` -- the model alone, pure.
+* :mod:`.assignors` / :mod:`.model` -- the model alone, pure (its arithmetic:
+  :mod:`pipeline.capacity.formulas`).
 * ``fleet lab predict`` prints it; ``docs/lab.md`` states its assumptions.
 """
 

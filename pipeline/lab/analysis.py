@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.capacity import formulas as f
 from pipeline.runtime.lanes import Concurrency
 
-from . import formulas as f
 from .machine import cores
 from .model import Prediction
 from .observe import Tick

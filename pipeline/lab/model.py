@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from pipeline.capacity import formulas as f
 from pipeline.pool.config import Assignment
 from pipeline.runtime.lanes import Concurrency
 
-from . import formulas as f
 from .assignors import Plan, assign, counts, member_ids, moved, sticky_assign
 from .scenario import Scenario, StopSignal
 

@@ -3,7 +3,7 @@
 R-OBS-3: lags 50 + 0 + 160 = 210 at 30/s in and 45/s out drain in 210 / (45 - 30) = 14 s;
 when consumption does not outpace arrivals the lag never drains (``inf``; ``+Inf`` in
 Prometheus, "never" in ``fleet lag``). The same formula serves ``fleet lab predict``
-(:func:`pipeline.lab.formulas.lag_drain_seconds`).
+(:func:`pipeline.capacity.formulas.lag_drain_seconds`).
 
 Rates come from two samples of the same partitions: committed offsets moved (consumed) and log
 ends moved (arrived), divided by the time between the samples. A partition seen in only one of
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pipeline.lab.formulas import lag_drain_seconds
+from pipeline.capacity.formulas import lag_drain_seconds
 
 from .model import PartitionLag
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.lab import formulas as f
+from pipeline.capacity import formulas as f
 from pipeline.lab.assignors import (
     counts,
     member_ids,
