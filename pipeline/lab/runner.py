@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import heapq
 import json
+import os
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -43,6 +45,9 @@ from .scenario import Scenario, StopSignal
 # t = 0 comes this long after the producer is spawned: its imports (1-2 s on a loaded machine)
 # must be done by then, since the prefill goes out at t = 0 (pipeline.lab.producer)
 START_LEAD_S = 3.0
+
+# bound on ``python -m pipeline pool run --help`` (imports on a loaded machine: seconds)
+POOL_PROBE_TIMEOUT_S = 120.0
 
 Progress = Callable[[float, str], None]  # (scenario seconds done, what happens)
 
@@ -97,10 +102,16 @@ def _create_topic(
 
 
 def pool_command_available() -> bool:
-    """True when this build has ``fleet pool run`` (the members the lab starts)."""
-    from pipeline.cli.main import COMMANDS
-
-    return any(c.name == "pool" for c in COMMANDS)
+    """True when this build has ``fleet pool run`` (the members the lab starts). Asked of the
+    command itself, started the way the members are (``python -m pipeline pool run --help``):
+    the lab does not import the CLI, which sits above it."""
+    probe = spawn(["pool", "run", "--help"], env={}, log=Path(os.devnull))
+    try:
+        return probe.wait(timeout=POOL_PROBE_TIMEOUT_S) == 0
+    except subprocess.TimeoutExpired:
+        probe.kill()
+        probe.wait()
+        raise
 
 
 def require_pool_command() -> None:
