@@ -10,10 +10,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from .analysis import Step, consumed_series, in_flight_series
 from .model import Prediction
 from .observe import Tick
 from .scenario import Scenario
+from .step_log import Step, in_flight_series
+from .tick_series import consumed_series
 
 
 def _shade_outages(ax: object, s: Scenario) -> None:

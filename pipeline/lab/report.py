@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .analysis import Analysis
+from .comparison import Analysis
 from .model import Prediction
 from .scenario import Scenario
 

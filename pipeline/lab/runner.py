@@ -31,9 +31,10 @@ from pipeline.kafka.settings import admin_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.reasons import Lab
 
-from .analysis import Analysis, Step, analyse, settled
+from .analysis import analyse
 from .arrivals import events
 from .assignors import member_ids
+from .comparison import Analysis
 from .machine import ProcessCpu
 from .model import predict
 from .observe import Observer, Tick
@@ -41,6 +42,8 @@ from .plots import write_plots
 from .processes import Members, spawn
 from .report import write_reports
 from .scenario import Scenario, StopSignal
+from .step_log import Step
+from .tick_series import settled
 
 # t = 0 comes this long after the producer is spawned: its imports (1-2 s on a loaded machine)
 # must be done by then, since the prefill goes out at t = 0 (pipeline.lab.producer)

@@ -15,15 +15,17 @@ from pathlib import Path
 import pytest
 
 from pipeline.lab import machine
-from pipeline.lab.analysis import Step, analyse, lane_gaps, machine_verdict
+from pipeline.lab.analysis import analyse
 from pipeline.lab.arrivals import events
 from pipeline.lab.assignors import member_ids, range_assign
 from pipeline.lab.loader import load_scenario
+from pipeline.lab.machine_verdict import lane_gaps, machine_verdict
 from pipeline.lab.model import predict
 from pipeline.lab.observe import Tick
 from pipeline.lab.plots import write_plots
 from pipeline.lab.report import write_reports
 from pipeline.lab.scenario import Scenario
+from pipeline.lab.step_log import Step
 from pipeline.runtime.lanes import Concurrency
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "lab"
