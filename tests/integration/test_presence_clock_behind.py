@@ -1,6 +1,6 @@
 """A gateway restarted with its clock behind, inside ``clock_skew_s`` (the ``clock-skew`` chaos scenario;
 real broker, gateways as processes, the skewed one's wall clock offset as the chaos suite does
-it: ``pipeline.chaos.cluster_faults.skew_env``; libfaketime stops librdkafka, see there).
+it: ``pipeline.chaos.skewed_clock.skew_env``; libfaketime stops librdkafka, see there).
 
 R-ENV-6 envelope rule ``ts <= now + skew`` and R-PRES-2 (signed presence, the union roster):
 a clock off by less than the tolerance changes nothing, so the restarted host is routable as soon
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.bootstrap.client import build_client
-from pipeline.chaos.cluster_faults import skew_env, write_skew_shim
 from pipeline.chaos.collect import held_count
 from pipeline.chaos.procs import GatewayProc
+from pipeline.chaos.skewed_clock import skew_env, write_skew_shim
 from pipeline.envelope import Kind
 from pipeline.envelope.model import now_ms
 from pipeline.host.config import load_config

@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from pipeline.chaos.cluster_faults import wait_node
+from pipeline.chaos.own_cluster import wait_node
 from pipeline.kafka.local.ports import free_ports
 from pipeline.kafka.local.probe import node_answers
 from pipeline.kafka.settings import consumer_config, producer_config

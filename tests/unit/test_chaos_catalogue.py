@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 from pipeline.chaos.catalogue import SCENARIOS
-from pipeline.chaos.cluster_faults import set_bootstrap, skew_env, write_skew_shim
+from pipeline.chaos.client_cut import set_bootstrap
 from pipeline.chaos.nemesis import _ACTIONS
+from pipeline.chaos.skewed_clock import skew_env, write_skew_shim
 
 
 def test_each_number_once_each_fault_playable_broker_faults_on_own_brokers() -> None:
