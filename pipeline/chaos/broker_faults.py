@@ -14,7 +14,8 @@ from typing import Any
 from .history import HistoryWriter
 from .nemesis import NemesisContext
 from .own_cluster import ISR_BOUND_S, back_in_sync, hot_partition, own_cluster, restart_node
-from .workload import Workload, WorkloadConfig
+from .workload import Workload
+from .workload_config import WorkloadConfig
 
 BROKER_SESSION_S = 9.0  # KRaft broker.session.timeout.ms: the controller fences a silent broker
 

@@ -26,7 +26,8 @@ from pipeline.kafka.local import LocalCluster
 
 from .checker import Verdict
 from .history import HistoryWriter, Op
-from .workload import Workload, WorkloadConfig
+from .workload import Workload
+from .workload_config import WorkloadConfig
 
 RECOVERY_BOUND_S = 90.0
 SESSION_TIMEOUT_S = 10.0  # pipeline.kafka.settings: the gateway consumer's session.timeout.ms

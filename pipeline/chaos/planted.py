@@ -17,7 +17,8 @@ from pathlib import Path
 
 from .checker import Verdict, Violation, check
 from .history import HistoryWriter, Op, read_history
-from .workload import Workload, WorkloadConfig
+from .workload import Workload
+from .workload_config import WorkloadConfig
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,7 +25,8 @@ from .nemesis import Fault, NemesisContext, Scenario
 from .planted import run_supervised
 from .pool_checker import PoolRules, check
 from .pool_workload import MemberProc, PoolSpec, PoolWorkload
-from .workload import Workload, WorkloadConfig
+from .workload import Workload
+from .workload_config import WorkloadConfig
 
 STATIC = PoolSpec(static=True, session_timeout_ms=30_000)
 STORM = PoolSpec(concurrency="key", step_s=0.2)

@@ -45,7 +45,8 @@ from pipeline.testing import unique_name
 
 from .history import HistoryWriter, Op
 from .procs import GatewayProc
-from .workload import Workload, WorkloadConfig
+from .workload import Workload
+from .workload_config import WorkloadConfig
 
 
 class PoolOp:

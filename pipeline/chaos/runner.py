@@ -21,7 +21,7 @@ from .catalogue import SCENARIOS
 from .checker import Finding, Verdict, check
 from .history import HistoryWriter, read_history
 from .nemesis import NemesisContext, Scenario, play
-from .workload import WorkloadConfig
+from .workload_config import WorkloadConfig
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,8 @@ import pytest
 
 from pipeline.chaos import collect
 from pipeline.chaos.history import HistoryWriter, Op
-from pipeline.chaos.workload import Workload, WorkloadConfig
+from pipeline.chaos.workload import Workload
+from pipeline.chaos.workload_config import WorkloadConfig
 
 
 def drained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[dict[str, Any]]) -> bool:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from pipeline.chaos.checker import Violation, check
 from pipeline.chaos.history import HistoryWriter, read_history
-from pipeline.chaos.workload import Workload, WorkloadConfig
+from pipeline.chaos.workload import Workload
+from pipeline.chaos.workload_config import WorkloadConfig
 
 
 class Booting:
