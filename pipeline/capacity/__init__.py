@@ -1,4 +1,4 @@
-"""Capacity arithmetic: seed 001's sizing formulas, pure (no I/O, no imports from the fleet).
+"""Capacity arithmetic: the sizing formulas of R-LAB-1..R-LAB-5, pure (no I/O, no fleet imports).
 
 * :mod:`.formulas` -- Little's law, capacity, backlog and drain time, the redelivery bound, the
   poison stall, the slow batch against ``max.poll.interval.ms``.

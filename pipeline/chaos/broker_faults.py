@@ -1,7 +1,7 @@
-"""Faults of the brokers themselves (catalogue #7, #9, #12, #14), on three KRaft nodes (RF 3,
-min ISR 2): the leader of a busy partition killed, paused, or its log directory made
-unwritable, and an orderly roll of every node. Each heal waits for the full ISR
-(:mod:`.own_cluster`). How each is made here is in ``docs/chaos.md``.
+"""Faults of the brokers themselves (leader-kill9, paused-leader, logdir-unwritable,
+rolling-restart), on three KRaft nodes (RF 3, min ISR 2): the leader of a busy partition
+killed, paused, or its log directory made unwritable, and an orderly roll of every node. Each
+heal waits for the full ISR (:mod:`.own_cluster`). How each is made here is in ``docs/chaos.md``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One client cut off from the cluster (catalogue #11): host B reaches its broker only through
+"""One client cut off from the cluster (cut-off): host B reaches its broker only through
 a TCP proxy on a listener of its own, and the fault cuts the proxy while A and the broker carry
 on. Why a listener of its own (clients reconnect to the advertised address) is in
 ``docs/chaos.md``.

@@ -1,11 +1,12 @@
-"""Broker-side and environment faults: issue 12's catalogue #7, #9, #11-#14 and #16, as rows.
+"""Broker-side and environment faults, as catalogue rows.
 
 Each fault is an :data:`~pipeline.chaos.nemesis.Action` (do the fault, hold it, heal it)
 and, where the fault needs apparatus, a rig (a proxy, a small filesystem, a clock-skew shim) that
 lives for one repetition. The cluster faults run on the scenario's own brokers - three KRaft
 nodes (RF 3, min ISR 2) for the leader faults - never on a shared one. The faults themselves:
-:mod:`.broker_faults` (#7, #9, #12, #14), :mod:`.client_cut` (#11), :mod:`.disk_full` (#13),
-:mod:`.skewed_clock` (#16), :mod:`.lost_offsets` (#18); the waits a heal ends with:
+:mod:`.broker_faults` (leader-kill9, paused-leader, logdir-unwritable, rolling-restart),
+:mod:`.client_cut` (cut-off), :mod:`.disk_full` (store-full), :mod:`.skewed_clock` (clock-skew),
+:mod:`.lost_offsets` (retention-gap); the waits a heal ends with:
 :mod:`.own_cluster`.
 
 How each fault is made on this machine (we run as root, loopback only) is in ``docs/chaos.md``.
@@ -34,9 +35,9 @@ SCENARIOS: dict[str, Scenario] = {
             number=7,
             fault=Fault.LEADER_KILL9,
             action=leader_kill9,
-            checks="seed 001 'at-least-once': acks=all with min ISR 2 makes a delivery report a "
-            "promise; kill -9 of the node leading a busy partition of B's inbox, five times, on "
-            "three nodes (RF 3, min ISR 2); nothing acknowledged is lost, nothing applied twice",
+            checks="R-TOP-7 'a delivery report is a promise' with acks=all and min ISR 2: "
+            "kill -9 of the node leading a busy partition of B's inbox, five times, on three "
+            "nodes (RF 3, min ISR 2); nothing acknowledged is lost, nothing applied twice",
             own_broker=True,
             nodes=3,
             max_faults=5,
@@ -50,7 +51,7 @@ SCENARIOS: dict[str, Scenario] = {
             number=9,
             fault=Fault.LEADER_PAUSE,
             action=leader_pause,
-            checks="seed 001 'at-least-once' under a zombie leader: SIGSTOP of the node leading "
+            checks="R-TOP-7 under a zombie leader: SIGSTOP of the node leading "
             "a busy partition of B's inbox, inside and past broker.session.timeout.ms (9 s), "
             "then SIGCONT; the fenced leader cannot take an acks=all write alone",
             own_broker=True,
@@ -65,7 +66,7 @@ SCENARIOS: dict[str, Scenario] = {
             number=14,
             fault=Fault.ROLLING_RESTART,
             action=rolling_restart,
-            checks="seed 000 §6 under an orderly broker roll: each of three nodes stopped "
+            checks="R-ACK-2 under an orderly broker roll: each of three nodes stopped "
             "cleanly and restarted, full ISR awaited between; strict - no duplicates at all, "
             "no FAILED, dead letter or refusal",
             own_broker=True,
@@ -81,7 +82,7 @@ SCENARIOS: dict[str, Scenario] = {
             number=11,
             fault=Fault.CUT_OFF,
             action=cut_off,
-            checks="seed 000 §5-§6 and seed 001 'broker unavailable' seen from one client: host "
+            checks="R-ACK-2, R-ACK-3 and R-OUT-1 (the broker away) seen from one client: host "
             "B cut off from the cluster for a minute (past session.timeout.ms and "
             "message.timeout.ms) by a TCP proxy, while A and the broker carry on",
             own_broker=True,
@@ -96,7 +97,7 @@ SCENARIOS: dict[str, Scenario] = {
             number=12,
             fault=Fault.LOGDIR_UNWRITABLE,
             action=logdir_unwritable,
-            checks="seed 001 'at-least-once' when a broker's disk fails: the log directory of "
+            checks="R-TOP-7 when a broker's disk fails: the log directory of "
             "the node leading a busy partition of B's inbox made immutable (chattr +i) until "
             "the node halts, then restored and restarted; three nodes, RF 3, min ISR 2",
             own_broker=True,
@@ -112,9 +113,9 @@ SCENARIOS: dict[str, Scenario] = {
             fault=Fault.STORE_FULL,
             action=store_full,
             rig=small_disk_rig,
-            checks="seed 001 'the dedupe row in the effect's transaction' when the transaction "
-            "cannot be written: host B's SQLite store on a small tmpfs filled to ENOSPC "
-            "(SQLITE_FULL) for a while; no offset is committed past an unwritten hold",
+            checks="R-ACK-8 'the dedupe row in the effect's own transaction' and R-STORE-2 when "
+            "that transaction cannot be written: host B's SQLite store on a small tmpfs filled "
+            "to ENOSPC (SQLITE_FULL) for a while; no offset is committed past an unwritten hold",
             hold_s=(3.0, 8.0),
             gap_s=(2.0, 4.0),
         ),
@@ -124,7 +125,7 @@ SCENARIOS: dict[str, Scenario] = {
             fault=Fault.CLOCK_SKEW,
             action=clock_skew,
             rig=skew_rig,
-            checks="seed 000 envelope rules 'ts <= now + skew' and 'now <= expiresAt + skew': "
+            checks="R-ENV-6 'ts <= now + skew' and 'now <= expiresAt + skew': "
             "host B restarted with its wall clock off by 0.2-0.7x clock_skew_s "
             "(nothing may change), then 1.5-3x (refusals carry CLOCK_SKEW; nothing silent)",
             max_faults=2,
@@ -137,10 +138,10 @@ SCENARIOS: dict[str, Scenario] = {
             number=18,
             fault=Fault.RETENTION,
             action=retention_gap,
-            checks="seed 001 failure scenario 7 'a missing offset has a default' (never a "
-            "silent skip): host B kill -9'd, the records it had not read deleted while it is "
-            "down, restarted: B must stop with OFFSETS_LOST (exit 3, metric, log) until the "
-            "group is reset; a deleted send counts as explained only if B reported it",
+            checks="R-FAIL-7 'never a silent skip': host B kill -9'd, the records it had not "
+            "read deleted while it is down, restarted: B must stop with OFFSETS_LOST (exit 3, "
+            "metric, log) until the group is reset; a deleted send counts as explained only if "
+            "B reported it",
             own_broker=True,
             max_faults=1,
             first_s=(3.0, 5.0),

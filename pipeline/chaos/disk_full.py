@@ -1,4 +1,4 @@
-"""The store's disk full (catalogue #13): host B's SQLite store on a small tmpfs, filled to
+"""The store's disk full (store-full): host B's SQLite store on a small tmpfs, filled to
 ENOSPC by a ballast file for a while, then emptied again.
 """
 

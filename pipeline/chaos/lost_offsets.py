@@ -1,4 +1,4 @@
-"""An offset that fell off retention while a gateway was down (catalogue #18): host B must
+"""An offset that fell off retention while a gateway was down (retention-gap): host B must
 refuse to resume (``OFFSETS_LOST``) until the operator resets its group, never skip silently.
 """
 
@@ -83,10 +83,10 @@ def _committed(conf: dict[str, Any], group: str, topic: str) -> dict[int, int]:
 def retention_gap(ctx: NemesisContext, down: float) -> tuple[str, dict[str, Any]]:
     """kill -9 host B; while it is down A keeps sending and retention deletes everything B has
     not read (DeleteRecords to the high watermark - what retention does, made deterministic, as
-    in tests/integration/test_offsets_lost.py); restart B. Defined behaviour (seed 001 scenario
-    7): B refuses to resume - OFFSETS_LOST, exit 3 - and only the operator's deliberate reset of
-    the group to the log start lets it go on. Each deleted unread send is written to the history
-    as refused with reason OFFSETS_LOST *only if B said so*; a silent skip leaves them lost."""
+    in tests/integration/test_offsets_lost.py); restart B. Defined behaviour (R-FAIL-7): B
+    refuses to resume - OFFSETS_LOST, exit 3 - and only the operator's deliberate reset of the
+    group to the log start lets it go on. Each deleted unread send is written to the history as
+    refused with reason OFFSETS_LOST *only if B said so*; a silent skip leaves them lost."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     w = ctx.workload

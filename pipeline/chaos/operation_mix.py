@@ -4,7 +4,7 @@ responder that answers the ASKs. The mix is the :class:`~.workload.Workload`'s t
 
 One cycle of :data:`MIX`: REPLY ``main-a -> main-b`` (pull), SEND briefs ``main-a -> worker-b``
 (inject), ASK ``worker-a -> main-b`` answered by ``main-b``, BROADCAST to ``crew``, run steps in
-B's store (seed 003), and every :data:`BAD_EVERY` operations a bad record straight to B's inbox.
+B's store (R-OUT-1), and every :data:`BAD_EVERY` operations a bad record straight to B's inbox.
 Each locally acknowledged operation is a history row; a local refusal is a ``rejected`` row
 marked ``local`` (never acknowledged, so not the checker's).
 """
@@ -148,7 +148,7 @@ class OperationMix:
 
     def _run_step(self, run_id: str, *, complete: bool = False) -> None:
         """One step of ``run_id`` (or its completion): the step's state and its outbox row in
-        one transaction of B's store (seed 003), shipped by B's gateway relay."""
+        one transaction of B's store (R-OUT-1), shipped by B's gateway relay."""
         client_b = self.client_b
         assert client_b is not None
         try:

@@ -29,7 +29,7 @@ def own_cluster(ctx: NemesisContext) -> LocalCluster:
 
 
 def hot_partition(ctx: NemesisContext, topic: str) -> int:
-    """A partition of ``topic`` that carries the stream (it has records), drawn by the seed."""
+    """A partition of ``topic`` that carries the stream (it has records), drawn by ``ctx.rng``."""
     cluster = own_cluster(ctx)
     probe = Consumer({**cluster.client_config(), "group.id": "chaos-probe", "log_level": 0})
     try:

@@ -1,4 +1,4 @@
-"""One gateway's wall clock skewed (catalogue #16): host B restarted with its Python wall clock
+"""One gateway's wall clock skewed (clock-skew): host B restarted with its Python wall clock
 offset, inside ``clock_skew_s`` and beyond it, then restarted on the true clock.
 """
 
@@ -76,7 +76,7 @@ def skew_env(shim: Path, offset_s: float) -> dict[str, str]:
 
 def clock_skew(ctx: NemesisContext, hold: float) -> tuple[str, dict[str, Any]]:
     """Restart host B with its wall clock off by an offset inside ``clock_skew_s`` (odd faults)
-    or beyond it (even ones), sign drawn by the seed; ``hold`` counts from B's running line (a
+    or beyond it (even ones), sign drawn by ``ctx.rng``; ``hold`` counts from B's running line (a
     skew that never ran proves nothing); the heal restarts it on the true clock."""
     rig: SkewRig = ctx.rig
     beyond = rig.faults % 2 == 1

@@ -17,7 +17,7 @@ from pipeline.store import make_engine
 
 HOSTS = ("A", "B")
 SENDER, MAIN_B, WORKER_B = "main-a", "main-b", "worker-b"
-ASKER = "worker-a"  # a worker on A that asks main-b (seed 000 §7.4: a worker asks a main)
+ASKER = "worker-a"  # a worker on A that asks main-b (R-CONV-1: a worker asks a main)
 GROUP = "crew"  # the broadcast group: worker-a on A, main-b on B (both pull)
 MEMBERS = {"A": [ASKER], "B": [MAIN_B]}
 

@@ -7,18 +7,18 @@ client on each host's store (:func:`~pipeline.bootstrap.client.build_client`, wh
 ``fleet send|ask|answer|broadcast`` build) and the run journal (:class:`~pipeline.runs.RunJournal`)
 and, at ``rate_per_s`` for ``duration_s``, cycles through (:mod:`.operation_mix`):
 
-* REPLY ``main-a -> main-b`` (the reply/pull path, seed 000 §6);
-* SEND briefs ``main-a -> worker-b`` (the forward/inject path, §5);
+* REPLY ``main-a -> main-b`` (the reply/pull path, R-ACK-2);
+* SEND briefs ``main-a -> worker-b`` (the forward/inject path, R-ACK-3);
 * ASK ``worker-a -> main-b``, answered by a responder that keeps an open pull for ``main-b`` on
-  B's store and sends each ASK's ANSWER ``main-b -> worker-a`` (seed 000 §7.4);
-* BROADCAST ``main-a -> crew`` (``worker-a`` on A, ``main-b`` on B; seed 000 §8);
-* run steps in B's store (two runs, a step each, a completion at the end; seed 003): each step's
+  B's store and sends each ASK's ANSWER ``main-b -> worker-a`` (R-CONV-2, R-CONV-3);
+* BROADCAST ``main-a -> crew`` (``worker-a`` on A, ``main-b`` on B; R-TOP-6);
+* run steps in B's store (two runs, a step each, a completion at the end; R-OUT-1): each step's
   state and its outbox row in one transaction, shipped by B's gateway relay;
 * and, every :data:`~.operation_mix.BAD_EVERY` operations, a **bad record** written straight to
   B's inbox (what a buggy client or an attacker on the wire would put there): garbage, a REPLY
   whose body was changed after A signed it, or one signed by a key nobody trusts. B must
-  dead-letter each with a reason, never hold it, and neither die nor hot-loop on it (seed 000
-  §9, issue 12).
+  dead-letter each with a reason, never hold it, and neither die nor hot-loop on it
+  (R-ENV-4).
 
 Each locally acknowledged operation is a history row. After heal-and-drain,
 :meth:`Workload.collect` appends what the stores, the file and the run topic (through the fold)
@@ -213,7 +213,7 @@ class Workload(OperationMix):
         while time.monotonic() < deadline:
             # the whole history, not only what was acknowledged: some outcomes exist only there
             # (a nemesis's REJECTED rows, e.g. retention-gap's OFFSETS_LOST), and without them
-            # the drain waited out its bound in every repetition of #18
+            # the drain waited out its bound in every repetition of retention-gap
             ours = list(read_history(self.history.path))
             if (
                 collect.pending_rows(self.store_url("B"), self.run_topic) == 0
@@ -233,7 +233,7 @@ class Workload(OperationMix):
         It opens once every live gateway has printed its ``running`` line (bounded by
         ``ready_timeout_s``): the drain can end while a gateway a fault restarted is still
         importing and joining (nothing was pending on it), and start-up is work, not a hot
-        loop (chaos #4 at 20 repetitions: 1.8 CPU s of a restart's start-up in 3 s of quiet)."""
+        loop (twin-host at 20 repetitions: 1.8 CPU s of a restart's start-up in 3 s of quiet)."""
         self._await_running()
         before = {name: p.cpu_s() for name, p in self.procs.items()}
         t0 = time.monotonic()

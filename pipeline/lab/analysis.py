@@ -233,7 +233,7 @@ def _moved_rows(s: Scenario, p: Prediction, ticks: Sequence[Tick]) -> list[Row]:
 
 def _rebalance_row(s: Scenario, ticks: Sequence[Tick]) -> Row:
     """Assignment changes while every member was up and no fault was due: a member that keeps
-    polling through slow steps causes none (seed 001 scenario 2)."""
+    polling through slow steps causes none (R-POOL-5)."""
     faults = [(o.at_s, o.at_s + o.duration_s) for o in s.outages] + [
         (r.at_s, r.at_s) for r in s.restarts
     ]

@@ -64,6 +64,6 @@ def redelivered(steps: Sequence[Step]) -> int:
 
 def paid_twice(steps: Sequence[Step]) -> int:
     """Events whose step really ran more than once (a second model call); the pool's stored
-    results and dedupe should keep this at 0 (seed 001: "store the result ... and reuse it")."""
+    results and dedupe should keep this at 0 (R-POOL-4: a step's result is stored and reused)."""
     ran = Counter(st.seq for st in steps if st.kind == "ran" and not st.poison)
     return sum(n - 1 for n in ran.values() if n > 1)

@@ -23,9 +23,6 @@ TEMPORARILY_ALLOWED_CITATIONS = frozenset(
     {
         "docs/chaos.md",
         "pipeline/runtime/loop.py",
-        "pipeline/lab/analysis.py",
-        "pipeline/chaos/cluster_faults.py",
-        "pipeline/chaos/workload.py",
         "pipeline/bootstrap/gateway.py",
         "pipeline/host/config.py",
     }
