@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.envelope import Signer
-from pipeline.gateway import roster_cache
+from pipeline.host import roster_cache
 from pipeline.store import make_engine, session_factory
 
 FAR_MS = 10**15
@@ -67,9 +67,9 @@ def _host(root: Path, socket: str = "") -> Path:
 
 def _serve(root: Path, config: Path) -> Any:
     """The gateway's socket server (the production class, over the production client) on A."""
-    from pipeline.bootstrap_client import build_client
-    from pipeline.gateway.config import load_config
+    from pipeline.bootstrap.client import build_client
     from pipeline.gateway.socket_server import SocketServer
+    from pipeline.host.config import load_config
 
     cfg = load_config(config)
     client = build_client(cfg, signer=Signer.load(root / "A.key"))

@@ -1,6 +1,6 @@
 """Failure handling costs, each as a RATIO to a baseline measured in the same run.
 
-* ``poison_p99_ratio`` (issue 5 acceptance): p99 latency (produce -> handled) of the OTHER keys
+* ``poison_p99_ratio``: p99 latency (produce -> handled) of the OTHER keys
   while one key is poisoned (retried, dead-lettered, quarantined, later records parked) divided
   by the p99 of the same run without poison. ``ConsumerRuntime`` + ``FailurePorts``, real broker.
 * ``park_vs_insert``: parking a record (idempotence check + per-key sequence + row) vs a plain
@@ -29,14 +29,14 @@ from sqlalchemy import Column, Integer, LargeBinary, MetaData, String, Table, in
 from sqlalchemy.orm import Session
 
 from pipeline.failures.dlq import DeadLetterWriter
-from pipeline.failures.outcomes import ACK, Outcome, Retry
 from pipeline.failures.quarantine import QuarantineStore, Scope
-from pipeline.failures.retry import BackoffPolicy
-from pipeline.failures.runtime_ports import FailurePorts
+from pipeline.failures.runtime_adapters import FailurePorts
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.record import Record
 from pipeline.runtime.loop import ConsumerRuntime, RuntimeConfig
+from pipeline.runtime.outcomes import ACK, Outcome, Retry
+from pipeline.runtime.retry import BackoffPolicy
 from pipeline.runtime.staging import Staged
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import unique_name

@@ -71,7 +71,7 @@ def _baseline(
     topics: TopicNames,
 ) -> float:
     """The hand-written loop: consume + verify + SQL (one tx per batch) + sync commit."""
-    from pipeline.gateway.held import held_table
+    from pipeline.host.held import held_table
     from pipeline.outbox import write as outbox_write
     from pipeline.record_headers import pack_headers
     from pipeline.runtime.dedupe import dedupe_table, seen_ids

@@ -1,4 +1,4 @@
-"""Back-to-back starts of two gateways on fresh topic prefixes (issue 16).
+"""Back-to-back starts of two gateways on fresh topic prefixes.
 
 Before the roster follower waited out transient broker errors, about one start in three died
 on ``NOT_LEADER_FOR_PARTITION`` from the just-created roster topic's watermark read. Each round
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker import kafka
-from pipeline.bootstrap import build_client
+from pipeline.bootstrap.client import build_client
 from pipeline.envelope import Signer
-from pipeline.gateway.config import load_config
+from pipeline.host.config import load_config
 from pipeline.testing import unique_name
 
 ENTITIES = {

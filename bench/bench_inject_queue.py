@@ -32,7 +32,7 @@ from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.injection import InjectionQueue
 from pipeline.gateway.injectors import CallbackInjector, CommandInjector, Injector
 from pipeline.gateway.metrics import GatewayMetrics
-from pipeline.gateway.outbound import Publisher
+from pipeline.host.outbound import Publisher
 from pipeline.kafka.topics import TopicNames
 from pipeline.presence.model import Delivery, Role
 from pipeline.store import make_engine, session_factory

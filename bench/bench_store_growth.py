@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker import kafka
-from pipeline.bootstrap import GatewayParts, build_gateway
+from pipeline.bootstrap.gateway import GatewayParts, build_gateway
+from pipeline.bootstrap.retention import RULES
 from pipeline.envelope import Signer, TrustStore
-from pipeline.gateway.config import EntityConfig, GatewayConfig
+from pipeline.host.config import EntityConfig, GatewayConfig
 from pipeline.presence.model import Delivery, Role
 from pipeline.retention import RetentionConfig
 from pipeline.retention.rules import StoreTable
@@ -133,7 +134,9 @@ def _traffic(a: GatewayParts, b: GatewayParts, seconds: float) -> list[tuple[flo
     while True:
         now = time.monotonic()
         if now >= next_sample:
-            series.append((now - start, *_size([store_stats(a.engine), store_stats(b.engine)])))
+            series.append(
+                (now - start, *_size([store_stats(a.engine, RULES), store_stats(b.engine, RULES)]))
+            )
             next_sample += SAMPLE_S
             if now - start >= seconds:
                 return series

@@ -1,4 +1,4 @@
-"""Send -> held and send -> INJECTED latency, two gateways as their own processes (issue 17).
+"""Send -> held and send -> INJECTED latency, two gateways as their own processes.
 
 One run: gateways A and B (``fleet gateway run``, one process per host, as deployed) on one
 store type; a sender on host A offers each rate in ``rates`` for ``seconds``: half REPLYs into
@@ -175,7 +175,7 @@ class _Arrivals:
     def held(self) -> dict[str, int]:
         from sqlalchemy import select
 
-        from pipeline.gateway.held import held_table
+        from pipeline.host.held import held_table
 
         with self.engines["B"].connect() as c:
             rows = c.execute(
@@ -188,8 +188,8 @@ class _Arrivals:
     def receipts(self) -> dict[str, int]:
         from sqlalchemy import select
 
-        from pipeline.gateway.held import held_table
-        from pipeline.gateway.receipts import read_receipt
+        from pipeline.host.held import held_table
+        from pipeline.host.receipts import read_receipt
 
         with self.engines["A"].connect() as c:
             rows = c.execute(
@@ -213,7 +213,7 @@ class _Pipelined:
         import socket
         import threading
 
-        from pipeline.gateway.socket_protocol import encode_frame, read_frame
+        from pipeline.host.socket_protocol import encode_frame, read_frame
 
         self._encode, self._read = encode_frame, read_frame
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -265,7 +265,7 @@ def _sender(run: _Run) -> Any:
         client = _Pipelined(run.socket("A"))
         return client.send, client.msg_id, client.settle, client.close
     if run.sender == "socket-sync":  # one send at a time, each waiting for its commit
-        from pipeline.gateway.socket_client import SocketClient
+        from pipeline.host.socket_client import SocketClient
 
         sync = SocketClient.connect(run.socket("A"))
 
@@ -273,9 +273,9 @@ def _sender(run: _Run) -> Any:
             return sync.send(sender="main-a", to=to, body=b"bench", kind=kind).msg_id
 
         return send_sync, lambda ticket: ticket, lambda: None, sync.close
-    from pipeline.bootstrap import build_client
+    from pipeline.bootstrap.client import build_client
     from pipeline.envelope import Kind
-    from pipeline.gateway.config import load_config
+    from pipeline.host.config import load_config
 
     direct = build_client(load_config(run.config("A")), signer=run.signers["A"])
 
@@ -332,8 +332,8 @@ def run_once(
                     bootstrap, rate=rate, seconds=seconds
                 )
         run.start()
-        from pipeline.bootstrap import build_client
-        from pipeline.gateway.config import load_config
+        from pipeline.bootstrap.client import build_client
+        from pipeline.host.config import load_config
         from pipeline.kafka.topics import TopicNames
 
         t_start = time.monotonic()

@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from pipeline.envelope import Kind, Signer, TrustStore
-from pipeline.gateway.config import EntityConfig, GatewayConfig, InjectorSpec
+from pipeline.host.config import EntityConfig, GatewayConfig, InjectorSpec
 from pipeline.presence.model import Delivery, Role
 
 Say = Callable[[str, str], None]
@@ -77,7 +77,7 @@ def run_demo(
     timeout_s: float = 60.0,
 ) -> dict[str, Any]:
     """Run the demo; returns what was observed (tests assert on it)."""
-    from pipeline.bootstrap import build_gateway
+    from pipeline.bootstrap.gateway import build_gateway
 
     out = console or Console()
     t0 = time.monotonic()

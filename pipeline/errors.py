@@ -154,7 +154,7 @@ class InjectError(FleetError):
 
     ``retriable=True`` is a promise that nothing reached the target (reason ``TARGET_BUSY``), so
     trying again cannot inject twice. Every other reason (``INJECT_FAILED``, ``INJECT_TIMEOUT``,
-    ``INJECT_BODY_INVALID``) is final: the forward path is at-most-once (seed 000 §5 invariant 5).
+    ``INJECT_BODY_INVALID``) is final: the forward path is at-most-once (R-ACK-6).
     """
 
     reason: str = Inject.INJECT_FAILED
@@ -169,7 +169,7 @@ class FencedError(FleetError):
 class OffsetsLostError(FleetError):
     """The group's committed position no longer exists on the broker; never skipped silently.
 
-    ``context`` (and ``lost``, a ``pipeline.failures.offsets.LostRange``) name group, topic,
+    ``context`` (and ``lost``, a ``pipeline.runtime.offsets.LostRange``) name group, topic,
     partition, committed offset, log start/end and how many offsets were lost.
     """
 

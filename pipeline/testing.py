@@ -22,7 +22,7 @@ from typing import Any
 from pipeline.errors import FleetError
 from pipeline.kafka.local import LauncherConfig, LocalCluster
 from pipeline.kafka.local.cluster import STATE_FILE, owned_by_live_process
-from pipeline.processes import pid_alive
+from pipeline.support.processes import pid_alive
 
 
 @dataclass(kw_only=True)
@@ -384,14 +384,14 @@ def pull_inbox(
     from prometheus_client import CollectorRegistry
 
     from pipeline.envelope import BatchVerifier, BoundedSeenSet, Signer, Verifier
-    from pipeline.gateway.config import EntityConfig, GatewayConfig, InjectorSpec
-    from pipeline.gateway.conversations import Conversations
     from pipeline.gateway.deadletters import OutboxDeadLetterSink
     from pipeline.gateway.entities import LocalEntities
     from pipeline.gateway.inbound import InboxHandler
     from pipeline.gateway.injection import InjectionQueue
     from pipeline.gateway.metrics import GatewayMetrics
-    from pipeline.gateway.outbound import Publisher
+    from pipeline.host.config import EntityConfig, GatewayConfig, InjectorSpec
+    from pipeline.host.conversations import Conversations
+    from pipeline.host.outbound import Publisher
     from pipeline.presence import StaticPresence
     from pipeline.presence.model import Delivery, Role
     from pipeline.store import read_sessions, session_factory
@@ -453,7 +453,7 @@ class OneHost:
 
     client: Any  # pipeline.gateway.client.GatewayClient
     engine: Any  # sqlalchemy.Engine
-    config: Any  # pipeline.gateway.config.GatewayConfig
+    config: Any  # pipeline.host.config.GatewayConfig
     store_url: str
     key_file: Path
 
@@ -461,10 +461,10 @@ class OneHost:
 def one_host(directory: Path) -> OneHost:
     """Build :class:`OneHost` in ``directory`` (``A.sqlite``, ``A.key``): unit tests of the
     send path and ``python -m bench sends``."""
-    from pipeline.bootstrap import build_client
+    from pipeline.bootstrap.client import build_client
     from pipeline.envelope import Signer
-    from pipeline.gateway import roster_cache
-    from pipeline.gateway.config import EntityConfig, GatewayConfig
+    from pipeline.host import roster_cache
+    from pipeline.host.config import EntityConfig, GatewayConfig
     from pipeline.presence.roles import Delivery, Role
     from pipeline.store import make_engine, session_factory
 

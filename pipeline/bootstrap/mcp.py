@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipeline.bootstrap_client import (
+from pipeline.bootstrap.client import (
     build_client,
     build_control_client,
 )
 from pipeline.control.socket_first import SocketFirstControl
 from pipeline.envelope import Signer
 from pipeline.errors import ConfigError
-from pipeline.gateway.config import GatewayConfig
 from pipeline.gateway.socket_first import SocketFirst
+from pipeline.host.config import GatewayConfig
 from pipeline.presence.model import Delivery
 from pipeline.reasons import Config
 from pipeline.store import make_engine

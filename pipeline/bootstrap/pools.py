@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
-from pipeline.bootstrap_client import (
+from pipeline.bootstrap.client import (
     DEFAULT_FACTORIES,
     Factories,
 )
@@ -18,7 +18,7 @@ from pipeline.effects import IdempotencyMetrics, IdempotencyStore, KeyClass
 from pipeline.failures.dlq import DeadLetterWriter
 from pipeline.failures.metrics import FailureMetrics
 from pipeline.failures.quarantine import QuarantineStore
-from pipeline.failures.runtime_ports import FailurePorts
+from pipeline.failures.runtime_adapters import FailurePorts
 from pipeline.hooks import NO_HOOKS, Hooks
 from pipeline.kafka.settings import (
     pool_consumer_overrides,
@@ -37,6 +37,8 @@ from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.inflight import Dispatcher, InflightConfig
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.store import serialize_writes, session_factory
+
+from .retention import purger_for
 
 if TYPE_CHECKING:
     pass
@@ -97,7 +99,7 @@ def build_pool_member(
     factories: Factories = DEFAULT_FACTORIES,
     hooks: Hooks = NO_HOOKS,
 ) -> PoolMember:
-    """One member of ``fleet.pool.<pool>`` on topic ``fleet.pool.<pool>`` (issue 10): the
+    """One member of ``fleet.pool.<pool>`` on topic ``fleet.pool.<pool>``: the
     consumer runtime with an in-flight dispatcher, the pool handler, failure ports. ``hooks``:
     crash points and planted bugs for the chaos suite (``pipeline/hooks.py``), off in
     production."""
@@ -196,7 +198,7 @@ def build_pool_member(
     )
     purger = None
     if config.retention is not None:
-        purger = Purger.for_tables(engine, config.retention, POOL_MEMBER_TABLES, registry=registry)
+        purger = purger_for(engine, config.retention, POOL_MEMBER_TABLES, registry=registry)
     return PoolMember(
         runtime=runtime,
         handler=handler,

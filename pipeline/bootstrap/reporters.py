@@ -7,18 +7,17 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
-from pipeline.bootstrap_client import (
+from pipeline.bootstrap.client import (
     DEFAULT_FACTORIES,
     Factories,
 )
 from pipeline.envelope import Signer, TrustStore
 from pipeline.failures.metrics import FailureMetrics
-from pipeline.failures.offsets import assign_from_committed
 from pipeline.failures.reporter import FailedReporter
 from pipeline.failures.sinks import TopicFailedSink
-from pipeline.gateway.config import GatewayConfig
 from pipeline.gateway.failed_sink import EnvelopeFailedSink
-from pipeline.gateway.outbound import Publisher
+from pipeline.host.config import GatewayConfig
+from pipeline.host.outbound import Publisher
 from pipeline.kafka.settings import (
     OffsetReset,
     consumer_config,
@@ -29,6 +28,7 @@ from pipeline.observability import ExporterConfig, KafkaOffsetReader
 from pipeline.observability import build_exporter as start_exporter
 from pipeline.observability.exporter import Exporter
 from pipeline.outbox import Relay
+from pipeline.runtime.offsets import assign_from_committed
 
 if TYPE_CHECKING:
     pass
@@ -44,7 +44,7 @@ def build_failed_reporter(
     registry: CollectorRegistry | None = None,
     factories: Factories = DEFAULT_FACTORIES,
 ) -> FailedReporter:
-    """The DLQ's FAILED reporter running as ``config.host`` (seed 000 §10.1).
+    """The DLQ's FAILED reporter running as ``config.host`` (R-DLQ-4).
 
     Its FAILEDs are signed by this host and written to this host's outbox in the transaction of
     the reporter's dedupe row; this host's gateway relay ships them (the relay drains the whole

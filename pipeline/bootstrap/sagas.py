@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
-from pipeline.bootstrap_client import (
+from pipeline.bootstrap.client import (
     DEFAULT_FACTORIES,
     Factories,
 )
@@ -22,6 +22,8 @@ from pipeline.retention.rules import SAGA_TABLES
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.store import session_factory
+
+from .retention import purger_for
 
 if TYPE_CHECKING:
     pass
@@ -120,6 +122,6 @@ def build_saga_process(
         ticker=None if ticker is None else ticker(engine),
         purger=None
         if retention is None
-        else Purger.for_tables(engine, retention, SAGA_TABLES, registry=registry),
+        else purger_for(engine, retention, SAGA_TABLES, registry=registry),
         registry=registry,
     )

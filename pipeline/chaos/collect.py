@@ -23,10 +23,10 @@ from sqlalchemy import select
 
 from pipeline import schemas
 from pipeline.failures.dlq import DLQ_HEADER, SCHEMA
-from pipeline.gateway.deadlines import LATE, UNCERTAIN
-from pipeline.gateway.held import held_table
-from pipeline.gateway.receipts import read_receipt
-from pipeline.gateway.tracking import forward_table
+from pipeline.host.deadlines import LATE, UNCERTAIN
+from pipeline.host.held import held_table
+from pipeline.host.receipts import read_receipt
+from pipeline.host.tracking import forward_table
 from pipeline.kafka.clients import new_consumer
 from pipeline.kafka.settings import consumer_config
 from pipeline.outbox.fold import Fold

@@ -2,7 +2,7 @@
 
 Host A runs ``main-a`` (pull) and ``worker-a`` (pull); host B runs ``main-b`` (pull) and
 ``worker-b`` (inject, through a command that appends ``$FLEET_MSG_ID`` to a file). The driver
-uses the production client on each host's store (:func:`~pipeline.bootstrap_client.build_client`,
+uses the production client on each host's store (:func:`~pipeline.bootstrap.client.build_client`,
 what ``fleet send|ask|answer|broadcast`` build) and the run journal
 (:class:`~pipeline.runs.RunJournal`) and, at ``rate_per_s`` for ``duration_s``, cycles through:
 
@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.bootstrap_client import build_client
+from pipeline.bootstrap.client import build_client
 from pipeline.envelope import Envelope, Kind, Signer, encode
 from pipeline.envelope.model import new_id
 from pipeline.errors import FleetError
 from pipeline.gateway.client import GatewayClient
-from pipeline.gateway.config import load_config
+from pipeline.host.config import load_config
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import ensure_pool_topic

@@ -1,5 +1,5 @@
 """``fleet spawn`` / ``fleet stop`` / ``fleet workers``: the lifecycle from the command line
-(seed 000 §7.8 and §8 step 7, requester side; ``workers`` reads this host's own store)."""
+(R-SPAWN-3, R-LIFE-3, requester side; ``workers`` reads this host's own store)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .gateway_cmd import ConfigOpt, JsonOpt, _load, _signer
 from .output import console, emit_json, fail_on_fleet_error
 
 if TYPE_CHECKING:
-    from pipeline.gateway.config import GatewayConfig
+    from pipeline.host.config import GatewayConfig
 
 
 def spawn(
@@ -78,7 +78,7 @@ def stop(
     """Queue a STOP for a spawned worker (outbox; works while the broker is down). Its host
     stops it, tombstones its presence and marks it reaped; the outcome (INJECTED = stopped, or
     FAILED with the reason) arrives through ``fleet poll``."""
-    from pipeline.gateway.config import invalid
+    from pipeline.host.config import invalid
     from pipeline.presence.model import Delivery
 
     cfg = _load(Path(config))
@@ -107,7 +107,7 @@ def _control(cfg: GatewayConfig, op: str, **fields: Any) -> dict[str, Any]:
             return client.control(op, **fields)
     import dataclasses
 
-    from pipeline.bootstrap_client import build_control_client
+    from pipeline.bootstrap.client import build_control_client
 
     control = build_control_client(cfg, signer=_signer(cfg))
     call = control.spawn if op == "spawn" else control.stop

@@ -257,8 +257,8 @@ def report(
     """
     from prometheus_client import CollectorRegistry
 
+    from pipeline.bootstrap.retention import purger_for
     from pipeline.retention import RetentionConfig
-    from pipeline.retention.purger import Purger
     from pipeline.retention.rules import REPORTER_TABLES
 
     factories = kafka_factories(kafka_config)
@@ -291,9 +291,7 @@ def report(
     serve_metrics(registry, port=metrics_port, address=metrics_address)
     purging = threading.Event()
     if policy is not None:
-        Purger.for_tables(reporter.engine, policy, REPORTER_TABLES, registry=registry).start(
-            purging
-        )
+        purger_for(reporter.engine, policy, REPORTER_TABLES, registry=registry).start(purging)
     try:
         emitted = reporter.run(should_stop=stop.is_set, idle_exit_s=idle_exit)
     finally:

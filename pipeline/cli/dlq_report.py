@@ -25,7 +25,7 @@ from pipeline.reasons import Config
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from pipeline.bootstrap_client import Factories
+    from pipeline.bootstrap.client import Factories
     from pipeline.retention import RetentionConfig
 
 
@@ -39,9 +39,9 @@ def configured_reporter(
 ) -> tuple[FailedReporter, RetentionConfig]:
     """The reporter of the host ``config`` describes: signs with its key, writes its outbox;
     with the host's ``[retention]``."""
-    from pipeline.bootstrap import build_failed_reporter
+    from pipeline.bootstrap.reporters import build_failed_reporter
     from pipeline.envelope import Signer, TrustStore
-    from pipeline.gateway.config import load_config
+    from pipeline.host.config import load_config
 
     cfg = load_config(config)
     if not cfg.key_file or not cfg.trust_dir:
@@ -78,7 +78,7 @@ def plain_reporter(
             "give --config fleet.toml, or --bootstrap, --store-url and --sink-topic (the test sink)",
             reason=Config.CONFIG_MISSING_KEY,
         )
-    from pipeline.bootstrap import build_plain_reporter
+    from pipeline.bootstrap.reporters import build_plain_reporter
 
     return build_plain_reporter(
         bootstrap=bootstrap,
@@ -102,8 +102,8 @@ class ReporterRelay:
 
     @classmethod
     def start(cls, engine: Engine, config: Path, *, factories: Factories) -> ReporterRelay:
-        from pipeline.bootstrap import build_relay
-        from pipeline.gateway.config import load_config
+        from pipeline.bootstrap.reporters import build_relay
+        from pipeline.host.config import load_config
 
         cfg = load_config(config)
         factories = factories.secured(cfg.kafka)  # the host's [kafka] login

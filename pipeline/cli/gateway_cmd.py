@@ -27,7 +27,7 @@ from .serving import LOOPBACK, MetricsAddressOpt, MetricsPortOpt, serve_metrics
 if TYPE_CHECKING:
     from pipeline.envelope import Signer
     from pipeline.gateway.client import GatewayClient
-    from pipeline.gateway.config import GatewayConfig
+    from pipeline.host.config import GatewayConfig
 
 app = typer.Typer(help="Run a host's gateway: the per-host inbox with the dual ack model.")
 
@@ -40,7 +40,7 @@ GATEWAY_SWITCH_INTERVAL_S = 0.001
 
 
 def _load(config: Path, host: str | None = None) -> GatewayConfig:
-    from pipeline.gateway.config import load_config
+    from pipeline.host.config import load_config
 
     overrides = {"host": host} if host else None
     return load_config(config, overrides=overrides)
@@ -66,13 +66,13 @@ def run(
     metrics_address: MetricsAddressOpt = LOOPBACK,
 ) -> None:
     """Run the gateway until SIGTERM/SIGINT; exits 3 when fenced or on a fatal error."""
-    from pipeline.bootstrap import build_gateway
+    from pipeline.bootstrap.gateway import build_gateway
     from pipeline.envelope import TrustStore
     from pipeline.hooks import hooks_from_fault
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # the gateway's threads hand the GIL over at every store call, inject and poll: a thread
-    # back from one waits for a busy one's switch interval (5 ms by default) -- issue 17
+    # back from one waits for a busy one's switch interval (5 ms by default)
     sys.setswitchinterval(GATEWAY_SWITCH_INTERVAL_S)
     cfg = _load(config, host)
     if not cfg.trust_dir:
@@ -200,7 +200,7 @@ def abandon(
 
 def _direct(cfg: GatewayConfig) -> GatewayClient:
     """The store written directly, as the gateway would (no gateway answers on its socket)."""
-    from pipeline.bootstrap_client import build_client
+    from pipeline.bootstrap.client import build_client
 
     return build_client(cfg, signer=_signer(cfg))
 
@@ -233,7 +233,7 @@ def mcp(
     gid: Annotated[str, typer.Option("--as", help="The main's gid (a local pull entity).")],
 ) -> None:
     """Serve one main over MCP on stdio (send, ask, answer, abandon, broadcast, poll, roster)."""
-    from pipeline.bootstrap import build_mcp_server
+    from pipeline.bootstrap.mcp import build_mcp_server
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # stdout is the protocol
     cfg = _load(config)

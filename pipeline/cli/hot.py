@@ -2,7 +2,7 @@
 commands and the lean entry (:mod:`.entry`): one implementation, two parsers in front of it.
 
 Nothing here imports Typer, Rich, SQLAlchemy, confluent-kafka or the envelope: the gateway's
-socket client (:mod:`pipeline.gateway.socket_client`) and the config loader are all a send
+socket client (:mod:`pipeline.host.socket_client`) and the config loader are all a send
 through the socket needs. Output is plain text (stdout: the result; stderr: ``error [REASON]
 message``), the same bytes whichever parser ran.
 """
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from pipeline.errors import DeliveryError, FleetError
 
 if TYPE_CHECKING:
-    from pipeline.gateway.config import GatewayConfig
-    from pipeline.gateway.socket_client import Queued, SocketClient
+    from pipeline.host.config import GatewayConfig
+    from pipeline.host.socket_client import Queued, SocketClient
 
 EXIT_FLEET_ERROR = 2
 
@@ -41,7 +41,7 @@ def read_body(text: str | None) -> bytes:
 
 def connect(cfg: GatewayConfig) -> SocketClient | None:
     """A connection to the host's gateway, or ``None`` when none answers (nothing was sent)."""
-    from pipeline.gateway.socket_client import GatewayUnavailable, SocketClient
+    from pipeline.host.socket_client import GatewayUnavailable, SocketClient
 
     if not cfg.local_socket:
         return None
@@ -69,7 +69,7 @@ def _gateway(params: dict[str, Any]) -> SocketClient | None:
     """The lean half's connection: ``None`` when the Typer command must run instead -- no gateway
     answers (that command writes the store directly) or the config does not load (that command
     reports why). Nothing was sent and stdin is unread then."""
-    from pipeline.gateway.config import load_config
+    from pipeline.host.config import load_config
 
     try:
         cfg = load_config(Path(params["config"]))

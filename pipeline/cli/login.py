@@ -2,7 +2,7 @@
 
 A command builds its clients from :func:`kafka_factories`: the ``[kafka]`` table of the file
 (a fleet.toml, or ``<login>.kafka.toml`` written by ``fleet kafka up --secure``) applied to every
-producer, consumer and admin by :meth:`pipeline.bootstrap_client.Factories.secured` (which goes
+producer, consumer and admin by :meth:`pipeline.bootstrap.client.Factories.secured` (which goes
 through ``with_security``, the one place). Without the option (nor ``FLEET_KAFKA_CONFIG``) the
 clients connect in plaintext, as before. Commands that read a host's fleet.toml (``--config``)
 use its ``[kafka]`` table instead; giving both with different logins is refused.
@@ -19,7 +19,7 @@ import typer
 if TYPE_CHECKING:
     import threading
 
-    from pipeline.bootstrap_client import Factories
+    from pipeline.bootstrap.client import Factories
     from pipeline.errors import SecurityError
 
 KafkaConfigOpt = Annotated[
@@ -36,7 +36,7 @@ def kafka_factories(kafka_config: Path | None, *, check: str | None = None) -> F
     """Factories with the ``[kafka]`` login of ``kafka_config`` (plaintext without one). With
     ``check`` (a bootstrap) and a login, a refused login stops here with its reason
     (AUTH_FAILED, TLS_FAILED) instead of librdkafka retrying it for ever."""
-    from pipeline.bootstrap_client import Factories
+    from pipeline.bootstrap.client import Factories
     from pipeline.kafka.security import load_kafka_file
 
     if kafka_config is None:

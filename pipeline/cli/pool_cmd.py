@@ -1,4 +1,4 @@
-"""``fleet pool run | submit | status`` -- worker pools (issue 10, ``docs/pools.md``).
+"""``fleet pool run | submit | status`` -- worker pools (``docs/pools.md``).
 
 ``run`` parses flags and calls :func:`pipeline.bootstrap.build_pool_member`; SIGTERM/SIGINT stop
 it gracefully (in-flight steps finish or are given up within ``--revoke-wait``, offsets are
@@ -137,13 +137,13 @@ def run(
     kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Run one pool member until SIGTERM/SIGINT; it purges its own store (--retention)."""
-    from pipeline.bootstrap import build_pool_member
-    from pipeline.failures.retry import BackoffPolicy
+    from pipeline.bootstrap.pools import build_pool_member
     from pipeline.hooks import hooks_from_fault
     from pipeline.pool import Assignment, PoolConfig
     from pipeline.pool.config import parse_retry
     from pipeline.pool.steps import CommandStep, SleepStep, StepFn, load_handler
     from pipeline.runtime.lanes import Concurrency
+    from pipeline.runtime.retry import BackoffPolicy
 
     chosen = [x for x in (handler, command, sleep) if x is not None]
     if len(chosen) != 1:

@@ -1,4 +1,4 @@
-"""``fleet relay run`` -- the outbox relay as its own process (seed 003: its own supervision).
+"""``fleet relay run`` -- the outbox relay as its own process (R-OUT-2: its own supervision).
 
 SIGTERM or SIGINT stops it cleanly: no new batch starts, the batch in flight gets a short grace
 to be confirmed and acked, anything unconfirmed stays pending and is resent by the next relay.
@@ -55,9 +55,9 @@ def run(
     """Run the relay until SIGTERM/SIGINT; it purges its store's sent rows (--retention)."""
     from prometheus_client import CollectorRegistry
 
-    from pipeline.bootstrap import build_relay
+    from pipeline.bootstrap.reporters import build_relay
+    from pipeline.bootstrap.retention import purger_for
     from pipeline.outbox.notify import listen
-    from pipeline.retention.purger import Purger
     from pipeline.retention.rules import RELAY_TABLES
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -76,7 +76,7 @@ def run(
     serve_metrics(registry, port=metrics_port, address=metrics_address)
     stop = threading.Event()
     if policy is not None:  # its own thread: the relay's never waits for more than one batch
-        Purger.for_tables(engine, policy, RELAY_TABLES, registry=registry).start(stop)
+        purger_for(engine, policy, RELAY_TABLES, registry=registry).start(stop)
     stop_on_signals(stop)
     console.print(f"outbox relay: {store_url} -> {bootstrap} (tenant: {tenant or 'all'})")
     listen(engine, relay.wake, stop)  # PostgreSQL: woken by each commit's NOTIFY

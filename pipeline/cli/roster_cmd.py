@@ -78,8 +78,8 @@ def roster(
 
 
 def _gateway_view(config: Path, *, include_stale: bool, as_json: bool) -> None:
-    from pipeline.gateway import roster_cache
-    from pipeline.gateway.config import load_config
+    from pipeline.host import roster_cache
+    from pipeline.host.config import load_config
     from pipeline.store import make_engine, read_sessions
 
     cfg = load_config(config)

@@ -40,7 +40,7 @@ def _target(url: str | None, config: Path | None) -> tuple[str, RetentionConfig]
         raise ConfigError("give exactly one of --store-url and --config")
     if url is not None:
         return url, RetentionConfig()
-    from pipeline.gateway.config import load_config
+    from pipeline.host.config import load_config
 
     assert config is not None
     cfg = load_config(config)
@@ -109,12 +109,13 @@ def stats(store_url: StoreUrl = None, config: ConfigOpt = None, as_json: JsonOpt
     """Rows per table, the oldest row's age and the database's size (read-only)."""
     from rich.table import Table
 
+    from pipeline.bootstrap.retention import RULES
     from pipeline.retention.stats import store_stats
     from pipeline.store import make_engine
 
     engine = make_engine(_url(store_url, config), create=False)  # a read: never changes the schema
     try:
-        result = store_stats(engine)
+        result = store_stats(engine, RULES)
     finally:
         engine.dispose()
     if as_json:
@@ -141,13 +142,14 @@ def purge(
 ) -> None:
     """Delete finished rows past their retention (the host's [retention], or the defaults),
     in small batches: safe beside a running gateway, which does the same every few minutes."""
+    from pipeline.bootstrap.retention import RULES
     from pipeline.retention.purger import Purger
     from pipeline.store import make_engine
 
     url, policy = _target(store_url, config)
     engine = make_engine(url)
     try:
-        purger = Purger(engine=engine, policy=policy)
+        purger = Purger(engine=engine, policy=policy, rules=RULES)
         report = purger.run(dry_run=dry_run)
         while not dry_run and report.total and _capped(report, policy):
             more = purger.run()  # a pass is bounded; the command goes on until nothing is left

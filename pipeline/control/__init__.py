@@ -1,9 +1,9 @@
-"""The control plane (seed 000 §7.8, §8 steps 5 and 7): SPAWN and STOP on
+"""The control plane (R-SPAWN, R-LIFE): SPAWN and STOP on
 ``fleet.control.<host>``.
 
 Requester side: :class:`ControlClient` stages a signed SPAWN or STOP through the outbox; a
 SPAWN's (STOP's) deadline is a :data:`~pipeline.control.requests.SPAWN` (``STOP``) row of the
-one deadline tracker (:mod:`pipeline.gateway.deadlines`): no outcome in time is exactly one
+one deadline tracker (:mod:`pipeline.host.deadlines`): no outcome in time is exactly one
 ``FAILED`` (``SPAWN_TIMEOUT``, ``STOP_TIMEOUT``) at the requester. Target side:
 :class:`~pipeline.control.handler.SpawnHandler` (dedupe by ``spawnId``, :func:`admit`'s caps,
 launch after commit), :class:`~pipeline.control.stop_handler.StopHandler` (dedupe by

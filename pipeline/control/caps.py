@@ -1,4 +1,4 @@
-"""Spawn admission (seed 001 failure scenario 8: "a cap on subagents and a budget per job").
+"""Spawn admission (R-FAIL-8: "a cap on subagents and a budget per job").
 
 Pure core, no I/O: the target gateway counts its own workers and asks :func:`admit` whether a
 SPAWN may start one. Refusals carry a stable reason from :class:`pipeline.reasons.Lifecycle`.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pipeline.gateway.config import ProfileConfig
+from pipeline.host.config import ProfileConfig
 from pipeline.reasons import Lifecycle
 
 

@@ -1,4 +1,4 @@
-"""The requester's API for the control plane: ``spawn`` and ``stop`` (seed 000 §7.8, §8).
+"""The requester's API for the control plane: ``spawn`` and ``stop`` (R-SPAWN-3, R-LIFE-3).
 
 A SPAWN is an envelope of kind ``SPAWN`` from the requester to ``<host>._gateway``, keyed by
 that id on ``fleet.control.<host>``, with header ``spawnId`` = the new worker's gid and an Avro
@@ -18,10 +18,10 @@ from pipeline import outbox, schemas
 from pipeline.envelope import Envelope, Kind, encode
 from pipeline.envelope.model import now_ms
 from pipeline.errors import DeliveryError
-from pipeline.gateway import deadlines, roster_cache
-from pipeline.gateway.config import check_gid
-from pipeline.gateway.outbound import Publisher
-from pipeline.gateway.senders import LocalSenders
+from pipeline.host import deadlines, roster_cache
+from pipeline.host.config import check_gid
+from pipeline.host.outbound import Publisher
+from pipeline.host.senders import LocalSenders
 from pipeline.presence.model import gateway_gid
 from pipeline.reasons import Lifecycle
 

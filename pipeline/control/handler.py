@@ -1,4 +1,4 @@
-"""The target gateway's SPAWN handler on ``fleet.control.<host>`` (seed 000 §7.8).
+"""The target gateway's SPAWN handler on ``fleet.control.<host>`` (R-SPAWN-1).
 
 Priced like the forward path: the decision (a ``fleet_spawns`` row keyed by ``spawnId``) is
 written in the batch transaction, the offset is committed, and only then the worker is launched
@@ -14,7 +14,7 @@ stays ``launching`` and :meth:`SpawnHandler.recover` fails it at the next boot.
   lands like an injection); a launch that cannot start is ``FAILED`` (``LAUNCH_FAILED``).
 
 A ``STOP`` on the same topic goes to :class:`~pipeline.control.stop_handler.StopHandler`; both
-answer through :func:`stage_answer`.
+answer through :func:`~pipeline.control.answers.stage_answer`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import insert
 from sqlalchemy.orm import Session, sessionmaker
@@ -32,26 +32,23 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline import schemas
 from pipeline.envelope import REPLAY, Envelope, Kind, Verifier
 from pipeline.errors import EnvelopeError
-from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
-from pipeline.gateway.config import ProfileConfig
-from pipeline.gateway.outbound import Publisher
-from pipeline.gateway.receipts import failed_body, injected_body
+from pipeline.host.config import ProfileConfig
+from pipeline.host.outbound import Publisher
 from pipeline.reasons import Lifecycle
 from pipeline.runtime import Record, Staged
+from pipeline.runtime.outcomes import ACK, DeadLetter, Outcome
 
 from . import spawns
+from .answers import ANSWER_TTL_S, stage_answer
 from .caps import Counts, admit
 from .launcher import Launcher
-
-if TYPE_CHECKING:
-    from .stop_handler import StopHandler
+from .stop_handler import StopHandler
 
 log = logging.getLogger(__name__)
 
 LAUNCH_FAILED = Lifecycle.LAUNCH_FAILED
 LAUNCH_INTERRUPTED = Lifecycle.LAUNCH_INTERRUPTED
 NOT_A_CONTROL_KIND = Lifecycle.NOT_A_CONTROL_KIND
-ANSWER_TTL_S = 3600.0
 
 OnLive = Callable[[str, ProfileConfig, Mapping[str, str]], None]
 
@@ -263,37 +260,3 @@ class SpawnHandler:
             reason=reason,
             error=error,
         )
-
-
-def stage_answer(
-    publisher: Publisher,
-    session: Session,
-    *,
-    request_msg_id: str,
-    requester: str,
-    requester_host: str,
-    gid: str,
-    trace_id: str,
-    reason: str | None,
-    error: str,
-    stage: str = "spawn",
-) -> None:
-    """The one answer path of the control plane (SPAWN and STOP): ``INJECTED`` for the
-    request's msgId on success, else ``FAILED`` with the reason; msgIds are derived from the
-    request's, so a re-staged answer is the same message to the requester's dedupe."""
-    if reason is None:
-        kind, msg_id = Kind.INJECTED, f"injected-{request_msg_id}"
-        body = injected_body(request_msg_id, gid, stage=stage)
-    else:
-        body = failed_body(request_msg_id, gid, reason=reason, error=error, stage=stage)
-        kind, msg_id = Kind.FAILED, f"failed-{request_msg_id}"
-    answer = Envelope.new(
-        kind=kind,
-        msg_id=msg_id,
-        sender=publisher.gateway_id,
-        to=requester,
-        body=body,
-        ttl_s=ANSWER_TTL_S,
-        trace_id=trace_id,
-    )
-    publisher.stage(session, answer, to_host=requester_host)

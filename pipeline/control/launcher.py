@@ -8,8 +8,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from pipeline.gateway.config import InjectorSpec, ProfileConfig
-from pipeline.processes import pid_alive
+from pipeline.host.config import InjectorSpec, ProfileConfig
+from pipeline.support.processes import pid_alive
 
 
 def fill(template: tuple[str, ...], values: Mapping[str, str]) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.gateway.socket_client import GatewayUnavailable, SocketClient
+from pipeline.host.socket_client import GatewayUnavailable, SocketClient
 
 from .client import ControlClient, SpawnRequest, StopRequest
 

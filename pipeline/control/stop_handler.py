@@ -1,4 +1,4 @@
-"""The target gateway's STOP handler on ``fleet.control.<host>`` (seed 000 §8 step 7).
+"""The target gateway's STOP handler on ``fleet.control.<host>`` (R-LIFE-1).
 
 Priced like SPAWN (:mod:`.handler`): the decision is a ``fleet_stops`` row keyed by ``stopId``,
 written in the batch transaction with the worker's ``live`` -> ``stopping``; the offset is
@@ -10,7 +10,7 @@ command, the tombstone, ``reaped`` and the answer in one transaction).
 * a STOP for a gid that is no worker spawned here is refused ``UNKNOWN_WORKER``, in the batch
   transaction.
 
-Answers go through :func:`~pipeline.control.handler.stage_answer`, the one answer path of the
+Answers go through :func:`~pipeline.control.answers.stage_answer`, the one answer path of the
 control plane: ``INJECTED`` (done) or ``FAILED`` (reason) about the STOP's msgId.
 """
 
@@ -29,13 +29,13 @@ from pipeline import schemas
 from pipeline.envelope import Envelope, Kind
 from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
-from pipeline.failures.outcomes import ACK, DeadLetter, Outcome
-from pipeline.gateway.outbound import Publisher
+from pipeline.host.outbound import Publisher
 from pipeline.reasons import Lifecycle
 from pipeline.runtime import Staged
+from pipeline.runtime.outcomes import ACK, DeadLetter, Outcome
 
 from . import spawns, stops
-from .handler import ANSWER_TTL_S, stage_answer
+from .answers import ANSWER_TTL_S, stage_answer
 from .metrics import LifecycleMetrics
 from .reaper import ReapCause, Reaper, begin_stopping
 

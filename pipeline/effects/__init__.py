@@ -1,4 +1,4 @@
-"""Effects that happen once (seed 001): idempotency keys with stored results, and sagas.
+"""Effects that happen once (R-EFF, R-SAGA): idempotency keys with stored results, and sagas.
 
 Idempotency: declare :class:`KeyClass` es (their retention must cover the replay window), build an
 :class:`IdempotencyStore`, and in the effect's transaction ``reserve`` a key derived from the event
@@ -10,13 +10,14 @@ Sagas: :class:`SagaOrchestrator` keeps one record per saga and sends commands th
 ``docs/sagas.md`` has the states and crash windows.
 """
 
+from pipeline.effects.key_classes import KeyClass
+
 from .inproc import drain
 from .keys import key_from_identity, key_from_msg_id, payload_hash
 from .metrics import IdempotencyMetrics, ReserveOutcome, SagaMetrics
 from .orchestrator import SagaOrchestrator
 from .participant import SAGA_KEY_CLASS, Participant, ReplyHandler, StepFailed
 from .reservation import Done, FirstUse, InProgress, Mismatch, Reservation, StoredError
-from .retention import KeyClass
 from .saga_model import Command, Phase, Reply, SagaDefinition, SagaState, SagaStep, step_key
 from .saga_record import SagaRecord, list_sagas, state_counts
 from .saga_topics import SagaTopics

@@ -1,4 +1,4 @@
-"""Idempotency keys with stored results (seed 001, "Under the hood: Idempotency keys").
+"""Idempotency keys with stored results (R-EFF-2).
 
 "Reserve it atomically (a unique constraint) and write it in the same transaction as the effect."
 Every method takes the caller's :class:`Session` and never commits:
@@ -31,13 +31,13 @@ from sqlalchemy import Connection, Row, and_, bindparam, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from pipeline.effects.key_classes import KeyClass, class_map
 from pipeline.errors import ConfigError, StoreError
 from pipeline.reasons import Idempotency
 
 from .keys import check_key, payload_hash
 from .metrics import IdempotencyMetrics, ReserveOutcome
 from .reservation import Done, FirstUse, InProgress, Mismatch, Reservation, StoredError
-from .retention import KeyClass, class_map
 from .tables import KeyState, expired, idempotency
 
 Clock = Callable[[], float]

@@ -16,13 +16,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from pipeline import outbox
-from pipeline.failures.context import FailureContext
 from pipeline.failures.dlq import dead_letter_headers
+from pipeline.host.held import HeldStore, held_table
 from pipeline.kafka.topics import TopicNames
 from pipeline.record_headers import unpack_headers
 from pipeline.runtime import Record, Staged
-
-from .held import HeldStore, held_table
+from pipeline.runtime.context import FailureContext
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from pipeline.errors import ConfigError
-from pipeline.gateway.config import ALL_GROUP, EntityConfig, GatewayConfig, check_gid, invalid
 from pipeline.gateway.injectors import InjectMetrics, Injector, build_injector
+from pipeline.host.config import ALL_GROUP, EntityConfig, GatewayConfig, check_gid, invalid
 from pipeline.kafka.topics import check_name
 from pipeline.presence.roles import ENTITY_DELIVERIES, ENTITY_ROLES, Delivery, Role
 from pipeline.reasons import Config
@@ -31,7 +31,7 @@ class LocalEntity:
 
 
 class LocalEntities:
-    """Who lives on this host (seed 000 §4: a gateway consumes for its co-located entities).
+    """Who lives on this host (R-TOP-1: a gateway consumes for its co-located entities).
 
     Thread-safe: registration comes from the API/CLI while the consumer loop reads. Reads return
     immutable :class:`LocalEntity` values, so a caller never sees a half-made change. Group

@@ -1,6 +1,6 @@
 """The real FAILED sink: a signed ``FAILED`` envelope, written through the reporting host's outbox.
 
-Seed 000 §10.1: "a DLQ consumer reports every dead-lettered forward brief back to its sender as
+R-DLQ-4: "a DLQ consumer reports every dead-lettered forward brief back to its sender as
 FAILED". The reporter (``pipeline.failures.reporter``) decides *whether*; this decides *how*:
 
 * ``from`` = ``<reporting host>._gateway`` (valid exactly when that host signs it), ``to`` = the
@@ -31,11 +31,10 @@ from pipeline.envelope import Envelope, Kind, TrustStore
 from pipeline.envelope.reasons import H_KEY_ID, H_TRACE_ID
 from pipeline.failures.dlq import DeadLetterView
 from pipeline.failures.reporter import failed_msg_id
+from pipeline.host import roster_cache
+from pipeline.host.outbound import Publisher
+from pipeline.host.receipts import failed_body
 from pipeline.record import key_text
-
-from . import roster_cache
-from .outbound import Publisher
-from .receipts import failed_body
 
 log = logging.getLogger(__name__)
 

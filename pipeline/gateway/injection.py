@@ -5,7 +5,7 @@ retried with backoff until the message expires; success publishes ``INJECTED`` (
 outbox) to the sender, a final failure publishes ``FAILED``.
 
 A tracked brief (one whose sender waits for ``INJECTED``) goes through the inject journal
-(:mod:`pipeline.gateway.journal`): a row committed before its first inject attempt, closed in the
+(:mod:`pipeline.host.inject_journal`): a row committed before its first inject attempt, closed in the
 same transaction that stages its receipt right after the inject returns. A worker takes what is
 already queued for its entity as one burst (at most ``burst`` briefs, no wait for more): the
 burst's rows open in one transaction (the previous burst's close, when a backlog keeps it busy)
@@ -29,16 +29,16 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import FleetError
-from pipeline.failures.retry import BackoffPolicy
 from pipeline.hooks import NO_HOOKS, Hooks, Window
+from pipeline.host import inject_journal as journal
+from pipeline.host.outbound import Publisher
+from pipeline.host.receipts import failed_body, injected_body
 from pipeline.reasons import Delivery, Verification
+from pipeline.runtime.retry import BackoffPolicy
 from pipeline.store import with_retry
 
-from . import journal
 from .entities import LocalEntities
 from .metrics import GatewayMetrics
-from .outbound import Publisher
-from .receipts import failed_body, injected_body
 from .render import for_injector
 
 log = logging.getLogger(__name__)

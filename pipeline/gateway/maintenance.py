@@ -7,9 +7,9 @@
   tells the asker: one ``FAILED`` about the ASK, reason ``EXPIRED``, stage ``expiry`` (injected
   into a worker, held for a main), so no question vanishes without a word;
 * **sweeper** -- held messages past ``expiresAt`` are dead-lettered ``EXPIRED`` so an abandoned
-  sender cannot wedge an inbox (seed 000 §10.1);
+  sender cannot wedge an inbox (R-EXP-2);
 * **purges** -- finished rows past their retention, per table, in small batches
-  (:class:`pipeline.retention.purger.Purger`; dedupe rows only past seed 001's horizon, and
+  (:class:`pipeline.retention.purger.Purger`; dedupe rows only past the R-STORE-1 horizon, and
   never an unsent outbox row or an undrained held message): every table stays bounded;
 * **roster cache** -- every known binding and the follower's horizon / STALE flag mirrored into
   the store for local clients (rewritten when they change, the state row at least every 2 s so
@@ -28,22 +28,22 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
+from pipeline.host import roster_cache
+from pipeline.host.conversations import EXPIRED, Conversations
+from pipeline.host.deadlines import Deadlines, Tracked
+from pipeline.host.held import HeldStore, hold_notice
+from pipeline.host.outbound import Publisher
+from pipeline.host.receipts import failed_body
+from pipeline.host.tracking import FORWARD
 from pipeline.presence.model import Delivery
 from pipeline.reasons import Verification
 from pipeline.retention.purger import Purger
 from pipeline.store import read_sessions
 
-from . import roster_cache
-from .conversations import EXPIRED, Conversations
 from .deadletters import OutboxDeadLetterSink, dead_letter_held
-from .deadlines import Deadlines, Tracked
 from .entities import LocalEntities
-from .held import HeldStore, hold_notice
 from .injection import InjectionQueue
 from .metrics import GatewayMetrics
-from .outbound import Publisher
-from .receipts import failed_body
-from .tracking import FORWARD
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,9 @@ from sqlalchemy.orm import Session
 from pipeline.envelope import Envelope, Kind
 from pipeline.envelope.reasons import H_FROM, H_KIND, H_MSG_ID, H_TO, H_TRACE_ID
 from pipeline.failures.reporter import failed_msg_id
+from pipeline.host.outbound import GATEWAY_SUFFIX, Publisher
+from pipeline.host.receipts import failed_body
 from pipeline.outbox.terminal import FailedRow
-
-from .outbound import GATEWAY_SUFFIX, Publisher
-from .receipts import failed_body
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import logging
 from collections.abc import Callable
 
 from pipeline.envelope import Envelope, Kind
+from pipeline.host.socket_client import GatewayUnavailable, Queued, SocketClient
 
 from .client import GatewayClient
-from .socket_client import GatewayUnavailable, Queued, SocketClient
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The gateway's local socket: local entities hand it their sends; it is their store's one writer.
 
-Issue 17: ``fleet send`` processes, the MCP server and an injected worker's replies each used to
+Before it, ``fleet send`` processes, the MCP server and an injected worker's replies each used to
 open the host's store and commit one transaction per send, contending with the gateway's relay
 and inbox for SQLite's single write lock (whose busy handler sleeps up to 100 ms). Through this
 socket the gateway writes for them:
@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import ConfigError, DeliveryError, FleetError, StoreError
+from pipeline.host.socket_protocol import FrameError, encode_frame, error_data, read_frame
 from pipeline.reasons import Config, Verification
 
 from .client import GatewayClient, SendRequest
 from .metrics import SocketMetrics
-from .socket_protocol import FrameError, encode_frame, error_data, read_frame
 
 if TYPE_CHECKING:
     from pipeline.control.client import ControlClient

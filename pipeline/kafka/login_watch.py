@@ -7,7 +7,7 @@ with backoff for ever and reports each attempt to the client's ``error_cb``. A r
 (docs/security.md, "Rotating a login") thus left a gateway running, deaf and mute, with one
 de-duplicated log line per five minutes.
 
-:class:`LoginWatch` is put on every client a secured :class:`~pipeline.bootstrap_client.Factories`
+:class:`LoginWatch` is put on every client a secured :class:`~pipeline.bootstrap.client.Factories`
 builds (it chains the client's own ``error_cb``). The first ``_AUTHENTICATION`` /
 ``SASL_AUTHENTICATION_FAILED`` any of them reports becomes one ``AUTH_FAILED``
 :class:`~pipeline.errors.SecurityError` (redacted, never retriable) handed to the process's

@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 from pipeline.errors import ConfigError
 from pipeline.failures.quarantine import QuarantineStore
 from pipeline.failures.quarantine_tables import quarantine_table
-from pipeline.gateway.held import HeldStore, held_table
+from pipeline.host.held import HeldStore, held_table
 from pipeline.outbox.status import backlog
 from pipeline.outbox.tables import outbox
 from pipeline.store import make_engine, read_sessions
@@ -63,7 +63,7 @@ class _Store:
 
 class SqlStoreGauges:
     """Held messages, quarantined keys and outbox backlog for ``fleet exporter --store-url``
-    (seed 001: alert on the quarantine and the oldest unsent row; seed 003: outbox backlog is
+    (R-OBS-5: alert on the quarantine and the oldest unsent row; R-OUT-7: outbox backlog is
     one of the two numbers that grow silently)."""
 
     def __init__(self, engines: Sequence[Engine], *, clock: Callable[[], float] = time.time):

@@ -1,7 +1,7 @@
 """The pool's handler: the slow half (``run``) on a worker thread, the fast half (``handle``) in
 the runtime's one ``process()`` path.
 
-``run`` (seed 001: "dedupe before the model call"): an event whose dedupe row exists is not run
+``run`` (R-POOL-4: "dedupe before the model call"): an event whose dedupe row exists is not run
 at all (the runtime drops it as a duplicate); else its step key is claimed through
 :mod:`pipeline.effects` (:mod:`.claims`): a stored outcome is replayed (counted, no step), a key
 held by another member is waited for, a first use runs the step and stores its result at once.
@@ -24,10 +24,10 @@ from sqlalchemy.orm import Session
 
 from pipeline.effects import Done, FirstUse, Mismatch
 from pipeline.errors import FleetError
-from pipeline.failures.outcomes import Ack, Outcome
 from pipeline.reasons import Idempotency
 from pipeline.record import Record
 from pipeline.runtime.dedupe import is_applied
+from pipeline.runtime.outcomes import Ack, Outcome
 from pipeline.runtime.staging import Staged
 
 from .claims import Applied, StepClaims, outcome_value

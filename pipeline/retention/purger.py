@@ -22,14 +22,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from threading import Event
 
-from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, delete, func, inspect, select, tuple_
 
 from pipeline.store import readonly
 
 from .metrics import RetentionMetrics
 from .policy import RetentionConfig
-from .rules import RULES, PurgeRule, StoreTable, rules_for
+from .rules import PurgeRule, StoreTable
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +46,8 @@ class PurgeReport:
 
 
 class Purger:
-    """Applies :data:`~pipeline.retention.rules.RULES` to one store (see module doc)."""
+    """Applies ``rules`` (every table's: :data:`pipeline.bootstrap.retention.RULES`) to one store
+    (see module doc)."""
 
     def __init__(
         self,
@@ -56,7 +56,7 @@ class Purger:
         policy: RetentionConfig,
         metrics: RetentionMetrics | None = None,
         clock: Callable[[], float] = time.time,
-        rules: Iterable[PurgeRule] = RULES,
+        rules: Iterable[PurgeRule],
         pause_s: float = 0.005,
     ) -> None:
         self.engine = engine
@@ -68,19 +68,6 @@ class Purger:
         self._all_rules = tuple(rules)
         self._rules: tuple[PurgeRule, ...] | None = None
         self._next = 0.0
-
-    @classmethod
-    def for_tables(
-        cls,
-        engine: Engine,
-        policy: RetentionConfig,
-        tables: Iterable[StoreTable],
-        *,
-        registry: CollectorRegistry | None = None,
-    ) -> Purger:
-        """A process's purger: only ``tables`` (the ones it writes), counted in ``registry``."""
-        metrics = RetentionMetrics(registry) if registry is not None else None
-        return cls(engine=engine, policy=policy, metrics=metrics, rules=rules_for(*tables))
 
     def start(self, stop: Event) -> threading.Thread:
         """Purge on a daemon thread of its own: a pass now, then one every ``every_s``, until

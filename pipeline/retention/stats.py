@@ -9,6 +9,7 @@ database occupies -- SQLite: ``page_count * page_size`` with the free pages a pu
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from sqlalchemy import Engine, func, inspect, select, text
 from pipeline.store import metadata, readonly
 from pipeline.store.migrations import load_all_tables
 
-from .rules import RULES
+from .rules import PurgeRule
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,12 +43,15 @@ class StoreStats:
         return asdict(self) | {"used_bytes": self.used_bytes}
 
 
-def store_stats(engine: Engine, *, now: float | None = None) -> StoreStats:
+def store_stats(
+    engine: Engine, rules: Iterable[PurgeRule], *, now: float | None = None
+) -> StoreStats:
+    """Rows per table, with the oldest row's age read from its rule's ``age`` column."""
     now_ms = (time.time() if now is None else now) * 1000
     load_all_tables()  # every declared table, not only those this process imported
     reader = readonly(engine)
     present = set(inspect(reader).get_table_names())
-    ages = {r.table.name: r for r in RULES}
+    ages = {r.table.name: r for r in rules}
     tables: list[TableStats] = []
     with reader.connect() as conn:
         for table in metadata.sorted_tables:

@@ -5,7 +5,7 @@ Per batch, in this order (``docs/runtime.md`` has the crash windows):
 1. **Decide** each record in partition order: parked if its key is quarantined; if its ``msgId``
    was already applied, it is dropped and counted only once the handler's ``verify`` stage
    passed (a tampered copy is dead-lettered, never taken for a duplicate); else the handler
-   stages its writes and returns an outcome, and :func:`pipeline.failures.decide.decide` says
+   stages its writes and returns an outcome, and :func:`pipeline.runtime.decide.decide` says
    what happens. ``Retry`` blocks the rest of that partition for this batch (order is kept) and
    is rescheduled by pausing the partition (``poll`` goes on, so ``max.poll.interval.ms`` is
    never blown) and seeking back to the record -- or, in a worker pool, by holding its records
@@ -38,17 +38,17 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.errors import FencedError, StoreError
-from pipeline.failures import retry_marks
-from pipeline.failures.context import FailureContext, Tries
-from pipeline.failures.decide import classify, decide
-from pipeline.failures.offsets import find_lost_offsets, lost_error, raise_if_offsets_lost
-from pipeline.failures.outcomes import Ack, DeadLetter, Outcome, Quarantine, Retry
-from pipeline.failures.retry import BackoffPolicy
 from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.kafka.clients import ClientFactory, new_consumer
 from pipeline.kafka.logs import ClientLog
 from pipeline.kafka.settings import OffsetReset, consumer_config
 from pipeline.record import Record
+from pipeline.runtime import retry_marks
+from pipeline.runtime.context import FailureContext, Tries
+from pipeline.runtime.decide import classify, decide
+from pipeline.runtime.offsets import find_lost_offsets, lost_error, raise_if_offsets_lost
+from pipeline.runtime.outcomes import Ack, DeadLetter, Outcome, Quarantine, Retry
+from pipeline.runtime.retry import BackoffPolicy
 from pipeline.store import with_retry
 from pipeline.store.retry import StoreRetry
 
@@ -623,7 +623,7 @@ class ConsumerRuntime:
 
     def _retry_marks(self, batch: _Batch) -> tuple[dict[TP, int], dict[TP, str]]:
         """The batch's offsets, and for each partition blocked by a retried record that record's
-        attempts as the commit's metadata (:mod:`pipeline.failures.retry_marks`): a member that
+        attempts as the commit's metadata (:mod:`pipeline.runtime.retry_marks`): a member that
         is assigned the partition next continues the count instead of starting it again."""
         offsets, marks = dict(batch.next_offset), {}
         for tp, (at, _delay) in batch.blocked.items():

@@ -7,9 +7,9 @@ from typing import Protocol, runtime_checkable
 
 from sqlalchemy.orm import Session
 
-from pipeline.failures.context import FailureContext
-from pipeline.failures.outcomes import DeadLetter, Outcome
 from pipeline.record import Record
+from pipeline.runtime.context import FailureContext
+from pipeline.runtime.outcomes import DeadLetter, Outcome
 
 from .staging import Staged
 
@@ -26,7 +26,7 @@ class Handler(Protocol):
 
 @runtime_checkable
 class Verifies(Protocol):
-    """A handler with a verify stage (the gateway's inbox: seed 000 §2.1).
+    """A handler with a verify stage (the gateway's inbox: R-ENV-3).
 
     The runtime calls ``verify`` for a record whose ``msgId`` was already applied, instead of
     ``handle``: ``None`` means it verifies, so it is dropped as a duplicate and counted; a
@@ -57,7 +57,7 @@ class Warms(Protocol):
 
     ``warm(session)`` runs inside a transaction the runtime always rolls back: it pays the first
     use of the handler's statements (SQLAlchemy compiles and caches them on first execution) at
-    start instead of inside the first batch (issue 17 measured a 130-340 ms first-batch stall).
+    start instead of inside the first batch (measured: a 130-340 ms first-batch stall).
     """
 
     def warm(self, session: Session) -> None: ...
@@ -67,7 +67,7 @@ class DeadLetterSink(Protocol):
     """The dead-letter port: ``stage`` is called inside the batch, before its transaction.
 
     Adapters: ``pipeline.gateway.deadletters.OutboxDeadLetterSink`` stages an outbox row for the
-    DLQ in the batch transaction (the gateway); ``pipeline.failures.runtime_ports.FailurePorts``
+    DLQ in the batch transaction (the gateway); ``pipeline.failures.runtime_adapters.FailurePorts``
     writes to the DLQ topic and blocks on the broker's ack (library users without an outbox).
     Either way the offset moves past the record only once its dead letter is durable.
     """

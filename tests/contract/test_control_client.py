@@ -1,4 +1,4 @@
-"""The requester side of a SPAWN (seed 000 §7.8): one signed outbox row on
+"""The requester side of a SPAWN (R-SPAWN-3): one signed outbox row on
 ``fleet.control.<host>`` plus a spawn-request row with its deadline, in one transaction; an
 unknown host is an immediate ``UNKNOWN_HOST``. Same tests on SQLite and PostgreSQL."""
 
@@ -13,10 +13,10 @@ from pipeline import schemas
 from pipeline.control import SPAWN, UNKNOWN_HOST, ControlClient, requests, spawn_requests_table
 from pipeline.envelope import BoundedSeenSet, Kind, Signer, TrustStore, Verifier
 from pipeline.errors import DeliveryError
-from pipeline.gateway import deadlines, roster_cache
-from pipeline.gateway.deadlines import Deadlines
-from pipeline.gateway.outbound import Publisher
-from pipeline.gateway.senders import LocalSenders
+from pipeline.host import deadlines, roster_cache
+from pipeline.host.deadlines import Deadlines
+from pipeline.host.outbound import Publisher
+from pipeline.host.senders import LocalSenders
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import outbox
 from pipeline.presence.static import StaticPresence
@@ -105,10 +105,10 @@ def test_a_request_settles_once(parts: Any) -> None:
 
 
 def test_no_outcome_by_the_deadline_is_exactly_one_failed(parts: Any) -> None:
-    """Seed 000 §7.8 priced like §5: no answer in time = exactly one FAILED at the requester."""
+    """R-SPAWN-3, priced like R-ACK-5: no answer in time = exactly one FAILED at the requester."""
     from pipeline.control import SPAWN_TIMEOUT
-    from pipeline.gateway.held import HeldStore
-    from pipeline.gateway.receipts import read_receipt
+    from pipeline.host.held import HeldStore
+    from pipeline.host.receipts import read_receipt
 
     client, sessions, _ = parts
     req = client.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-9")
@@ -127,7 +127,7 @@ def test_a_reported_failed_held_first_is_not_doubled_by_the_deadline(parts: Any)
     the deadline's does: one FAILED, and the duty does not wedge on the unique held row."""
     from sqlalchemy import insert
 
-    from pipeline.gateway.held import HeldStore, held_table
+    from pipeline.host.held import HeldStore, held_table
 
     client, sessions, _ = parts
     req = client.spawn(requester="main-a", host="B", profile="shell")

@@ -1,4 +1,4 @@
-"""The signing FAILED sink on SQLite and PostgreSQL (seed 000 §10.1: a DLQ consumer reports every
+"""The signing FAILED sink on SQLite and PostgreSQL (R-DLQ-4: a DLQ consumer reports every
 dead-lettered forward brief back to its sender as FAILED).
 
 The FAILED is an outbox row staged in the reporter's own transaction: it verifies at the sender's
@@ -16,10 +16,10 @@ from sqlalchemy.engine import Engine
 from pipeline.envelope import BoundedSeenSet, Envelope, Kind, Signer, TrustStore, Verifier, encode
 from pipeline.failures.dlq import DeadLetterView
 from pipeline.failures.reporter import FailedReporter, reported_table
-from pipeline.gateway import roster_cache
 from pipeline.gateway.failed_sink import EnvelopeFailedSink
-from pipeline.gateway.outbound import Publisher
-from pipeline.gateway.receipts import read_receipt
+from pipeline.host import roster_cache
+from pipeline.host.outbound import Publisher
+from pipeline.host.receipts import read_receipt
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox import outbox
 from pipeline.record_headers import unpack_headers

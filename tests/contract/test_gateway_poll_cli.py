@@ -1,4 +1,4 @@
-"""``fleet poll`` shows receipts decoded (issue 15: no raw Avro bytes, no empty TOO_LATE)."""
+"""``fleet poll`` shows receipts decoded (no raw Avro bytes, no empty TOO_LATE)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from pipeline.cli.main import app
 from pipeline.envelope import Signer
-from pipeline.gateway.held import held_table
-from pipeline.gateway.receipts import injected_body
+from pipeline.host.held import held_table
+from pipeline.host.receipts import injected_body
 from pipeline.store import make_engine, session_factory
 
 runner = CliRunner()

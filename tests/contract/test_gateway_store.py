@@ -10,10 +10,10 @@ import pytest
 from sqlalchemy import insert
 from sqlalchemy.exc import IntegrityError
 
-from pipeline.gateway import deadlines, roster_cache, tracking
-from pipeline.gateway.conversations import ANSWERED, Conversations
-from pipeline.gateway.held import HeldStore, held_table
-from pipeline.gateway.tracking import FORWARD
+from pipeline.host import deadlines, roster_cache, tracking
+from pipeline.host.conversations import ANSWERED, Conversations
+from pipeline.host.held import HeldStore, held_table
+from pipeline.host.tracking import FORWARD
 from pipeline.runtime.dedupe import dedupe_table, seen_ids
 from pipeline.store import make_engine, session_factory
 

@@ -1,5 +1,5 @@
 """Store contract suite for bounded stores: the purger's rules and batches on SQLite and
-PostgreSQL. Seed 001's rule decides the dedupe horizon; rows in use are never purged."""
+PostgreSQL. R-STORE-1 decides the dedupe horizon; rows in use are never purged."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, func, insert, select
 
+from pipeline.bootstrap.retention import RULES, purger_for
 from pipeline.control import requests, spawns, stops
 from pipeline.effects.saga_model import SagaState
 from pipeline.effects.saga_tables import saga
@@ -18,9 +19,10 @@ from pipeline.effects.tables import KeyState, idempotency
 from pipeline.failures import quarantine_model
 from pipeline.failures.quarantine_tables import release_table
 from pipeline.failures.reporter import reported_table
-from pipeline.gateway import journal, tracking
-from pipeline.gateway.conversations import ANSWERED, WAITING, turns_table, waiters_table
-from pipeline.gateway.held import held_table
+from pipeline.host import inject_journal as journal
+from pipeline.host import tracking
+from pipeline.host.conversations import ANSWERED, WAITING, turns_table, waiters_table
+from pipeline.host.held import held_table
 from pipeline.outbox.tables import RowStatus, outbox
 from pipeline.pool.tables import effects_table, members_table
 from pipeline.retention import RetentionConfig
@@ -448,11 +450,15 @@ def _count(engine: Engine, table: Any, *where: Any) -> int:
 
 
 def test_purge_deletes_exactly_the_finished_rows_past_retention(engine: Engine) -> None:
-    """Seed 001: dedupe rows go only past the horizon; unsent and undrained rows never go."""
+    """R-STORE-1: dedupe rows go only past the horizon; unsent and undrained rows never go."""
     _seed(engine)
     registry = CollectorRegistry()
     purger = Purger(
-        engine=engine, policy=POLICY, metrics=RetentionMetrics(registry), clock=lambda: NOW_S
+        engine=engine,
+        policy=POLICY,
+        metrics=RetentionMetrics(registry),
+        rules=RULES,
+        clock=lambda: NOW_S,
     )
     dry = purger.run(dry_run=True)
     # a run's branches and row wait for its steps: a dry run counts them once the steps are gone
@@ -489,7 +495,7 @@ def test_a_pass_is_bounded_to_max_batches_of_batch_rows(engine: Engine) -> None:
             [{"scope": "g", "msg_id": f"d{i}", "seen_at_ms": NOW - 11 * HOUR} for i in range(11)],
         )
     small = RetentionConfig(**{**_fields(POLICY), "batch_rows": 2, "max_batches": 2})
-    purger = Purger(engine=engine, policy=small, clock=lambda: NOW_S, pause_s=0)
+    purger = Purger(engine=engine, policy=small, rules=RULES, clock=lambda: NOW_S, pause_s=0)
     stopped = threading.Event()
     stopped.set()
     assert purger.run(stop=stopped).total == 0, "a stopping gateway purges nothing more"
@@ -500,7 +506,7 @@ def test_a_pass_is_bounded_to_max_batches_of_batch_rows(engine: Engine) -> None:
 
 def test_stats_report_rows_oldest_age_and_size(engine: Engine) -> None:
     _seed(engine)
-    stats = store_stats(engine, now=NOW_S)
+    stats = store_stats(engine, RULES, now=NOW_S)
     by_name = {t.table: t for t in stats.tables}
     assert by_name["outbox"].rows == 16  # 12 + one per run
     assert by_name["outbox"].oldest_age_s == pytest.approx(100 * 3600)
@@ -579,7 +585,7 @@ def test_a_run_goes_steps_first_and_a_bounded_pass_leaves_no_orphan(engine: Engi
             ],
         )  # fmt: skip
     one = RetentionConfig(**{**_fields(POLICY), "batch_rows": 2, "max_batches": 1})
-    purger = Purger(engine=engine, policy=one, clock=lambda: NOW_S, pause_s=0)
+    purger = Purger(engine=engine, policy=one, rules=RULES, clock=lambda: NOW_S, pause_s=0)
     tables = (StoreTable.RUN_STEPS, StoreTable.RUN_BRANCHES, StoreTable.RUNS)
     reports = [purger.run().rows for _ in range(3)]
     assert [tuple(rows[t] for t in tables) for rows in reports] == [(2, 0, 0), (1, 1, 1), (0, 0, 0)]
@@ -592,13 +598,13 @@ def test_a_process_purges_only_the_tables_it_writes(engine: Engine) -> None:
 
     _seed(engine)
     registry = CollectorRegistry()
-    relay = Purger.for_tables(engine, POLICY, RELAY_TABLES, registry=registry)
+    relay = purger_for(engine, POLICY, RELAY_TABLES, registry=registry)
     relay.clock = lambda: NOW_S
     assert relay.run().rows == {StoreTable.OUTBOX: PURGEABLE[StoreTable.OUTBOX]}
     assert registry.get_sample_value("fleet_store_rows", {"table": "fleet_held"}) is None
-    member = Purger.for_tables(engine, POLICY, POOL_MEMBER_TABLES)
+    member = purger_for(engine, POLICY, POOL_MEMBER_TABLES)
     member.clock = lambda: NOW_S
     assert member.run().rows == {t: PURGEABLE[t] for t in POOL_MEMBER_TABLES}
-    everything = Purger(engine=engine, policy=POLICY, clock=lambda: NOW_S).run().rows
+    everything = Purger(engine=engine, policy=POLICY, rules=RULES, clock=lambda: NOW_S).run().rows
     done = {StoreTable.OUTBOX, *POOL_MEMBER_TABLES}
     assert everything == {t: 0 if t in done else PURGEABLE[t] for t in StoreTable}

@@ -7,11 +7,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from pipeline.failures.context import FailureContext
 from pipeline.failures.dlq import DeadLetterWriter
 from pipeline.kafka.settings import consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.record import Record
+from pipeline.runtime.context import FailureContext
 from pipeline.testing import unique_name
 
 

@@ -9,9 +9,9 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from typer.testing import CliRunner
 
-from pipeline.bootstrap import Factories
+from pipeline.bootstrap.client import Factories
 from pipeline.cli.main import app
-from pipeline.gateway.config import EntityConfig, GatewayConfig
+from pipeline.host.config import EntityConfig, GatewayConfig
 from pipeline.kafka.local import LocalCluster
 from pipeline.kafka.local.secure import ADMIN
 from pipeline.kafka.security import KafkaSecurity

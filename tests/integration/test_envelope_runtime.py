@@ -1,4 +1,4 @@
-"""Bad envelopes never escape the consumer loop (issue 3 acceptance, seed 000 §2.1: "any check
+"""Bad envelopes never escape the consumer loop (R-ENV-4: "any check
 fails -> dead-letter with the reason, loud log, never a wedge"): the real consumer runtime on a
 real broker, a handler that only calls ``decode``, and every failure lands as a dead letter
 with its reason code while good records around it are applied."""
@@ -15,13 +15,13 @@ from confluent_kafka import Producer
 from pipeline import schemas
 from pipeline.envelope import Kind, Signer, decode, encode
 from pipeline.envelope import reasons as r
-from pipeline.failures.context import FailureContext
-from pipeline.failures.outcomes import ACK, Outcome
-from pipeline.failures.retry import BackoffPolicy
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.runtime import ConsumerRuntime, Record, RuntimeConfig, Staged
+from pipeline.runtime.context import FailureContext
+from pipeline.runtime.outcomes import ACK, Outcome
+from pipeline.runtime.retry import BackoffPolicy
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import BrokerHandle, unique_name
 from tests.envelope_kit import Fleet

@@ -1,4 +1,4 @@
-"""The FAILED reporter on a real broker (seed 000 §10.1: every dead-lettered delivery is reported
+"""The FAILED reporter on a real broker (R-DLQ-4: every dead-lettered delivery is reported
 to its sender as FAILED, so the DLQ never becomes a silent loss channel) -- including kill -9."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import pytest
 from confluent_kafka import Consumer
 
 from pipeline import schemas
-from pipeline.failures.context import FailureContext
 from pipeline.failures.dlq import DeadLetterWriter
 from pipeline.failures.reporter import FailedReporter
 from pipeline.failures.sinks import TopicFailedSink
 from pipeline.kafka.settings import consumer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.record import Record
+from pipeline.runtime.context import FailureContext
 from pipeline.store import make_engine
 from pipeline.testing import BrokerHandle, unique_name
 

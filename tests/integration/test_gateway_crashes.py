@@ -1,6 +1,6 @@
 """Crash, fencing and zombie tests: gateways as real processes, killed for real.
 
-Each test names the seed rule it checks (seed 000 §5-§6, seed 001 'at-least-once').
+Each test names the requirement it checks (docs/requirements.md).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from pipeline.bootstrap import GatewayParts, build_gateway
+from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.envelope import Kind
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
-from pipeline.gateway.held import held_table
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.held import held_table
 from pipeline.outbox.tables import outbox
 from pipeline.store import make_engine
 from pipeline.testing import BrokerHandle
@@ -76,7 +76,7 @@ def procs() -> Iterator[list[GatewayProcess]]:
 def test_pull_path_survives_kill9_twenty_times(
     fleet: Fleet, tmp_path: Path, procs: list[GatewayProcess]
 ) -> None:
-    """Seed 000 §6 reply path: hold + dedupe row in one transaction, then commit. kill -9 at
+    """R-ACK-2 reply path: hold + dedupe row in one transaction, then commit. kill -9 at
     random points: every acknowledged reply is held exactly once, none lost, order kept."""
     a_proc = GatewayProcess(fleet.config_file("A", MAIN_A), tmp_path / "A.log")
     procs.append(a_proc.start())
@@ -155,7 +155,7 @@ def _held(engine: Any) -> list[tuple[str, bytes]]:
 def test_kill9_between_commit_and_inject_never_injects_and_fails_once(
     fleet: Fleet, tmp_path: Path, procs: list[GatewayProcess]
 ) -> None:
-    """Seed 000 §5 forward path: ack BEFORE inject. A crash in that window loses the inject
+    """R-ACK-3 forward path: ack BEFORE inject. A crash in that window loses the inject
     visibly: never injected twice (here: never), and exactly one FAILED at the sender."""
     injected = tmp_path / "injected.txt"
     injected.touch()
@@ -183,7 +183,7 @@ def test_kill9_between_commit_and_inject_never_injects_and_fails_once(
             time.sleep(0.05)
         time.sleep(3.0)
         got += a.client.poll("main-a")
-        from pipeline.gateway.receipts import read_receipt
+        from pipeline.host.receipts import read_receipt
 
         failed = [read_receipt("FAILED", m.body) for m in got if m.kind == "FAILED"]
         assert [f.msg_id for f in failed] == [brief.msg_id], got
@@ -197,7 +197,7 @@ def test_kill9_between_commit_and_inject_never_injects_and_fails_once(
 def test_same_host_twice_is_fenced_with_a_clear_exit(
     fleet: Fleet, tmp_path: Path, procs: list[GatewayProcess]
 ) -> None:
-    """Seed 000 §3 'a second gateway fails loudly' (static membership fencing); nothing is
+    """R-TOP-3 'a second gateway fails loudly' (static membership fencing); nothing is
     injected twice."""
     injected = tmp_path / "injected.txt"
     injected.touch()
@@ -245,7 +245,7 @@ def test_same_host_twice_is_fenced_with_a_clear_exit(
 def test_zombie_after_sigstop_injects_nothing_and_cannot_commit(
     fleet: Fleet, tmp_path: Path, procs: list[GatewayProcess]
 ) -> None:
-    """Seed 000 §8 exclusive-consumer caveat: a gateway stalled past its session timeout is
+    """R-TOP-4 exclusive-consumer caveat: a gateway stalled past its session timeout is
     replaced; when it wakes it injects nothing that arrived meanwhile, its late commits do not
     land (no brief is ever injected twice), and exactly one of the two stops loudly (fenced)."""
     zombie_log, fresh_log = tmp_path / "zombie.txt", tmp_path / "fresh.txt"

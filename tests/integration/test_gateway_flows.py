@@ -1,6 +1,6 @@
 """The gateway's flows on a real broker, two in-process gateways (hosts A and B).
 
-Each test names the seed rule it checks (seed 000 = the cross-host chapter).
+Each test names the requirement it checks (docs/requirements.md).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from pipeline.bootstrap import GatewayParts, build_gateway
+from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.envelope import Kind
 from pipeline.errors import DeliveryError
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until
 
@@ -108,7 +108,7 @@ def _drain(parts: GatewayParts, gid: str, want: int, timeout: float = 20, **kw: 
 
 
 def test_brief_is_injected_then_injected_receipt_and_reply_reach_the_main(two_hosts: Any) -> None:
-    """Seed 000 §6: forward path commits, injects, publishes INJECTED correlated to msgId."""
+    """R-ACK-4: forward path commits, injects, publishes INJECTED correlated to msgId."""
     a, b, rec = two_hosts
     sent = [
         a.client.send(sender="main-a", to="worker-b", body=f"brief {i}".encode()) for i in range(5)
@@ -120,7 +120,7 @@ def test_brief_is_injected_then_injected_receipt_and_reply_reach_the_main(two_ho
     got = _drain(a, "main-a", 6)
     receipts = [m for m in got if m.kind == "INJECTED"]
     assert len(receipts) == 5
-    from pipeline.gateway.receipts import read_receipt
+    from pipeline.host.receipts import read_receipt
 
     assert {read_receipt("INJECTED", m.body).msg_id for m in receipts} == {e.msg_id for e in sent}
     assert [m.body for m in got if m.kind == "REPLY"] == [b"done"]
@@ -129,19 +129,19 @@ def test_brief_is_injected_then_injected_receipt_and_reply_reach_the_main(two_ho
 
 
 def test_ask_without_open_pull_gets_no_waiter_in_one_round_trip(two_hosts: Any) -> None:
-    """Seed 000 §7.4: the main's gateway answers NO_WAITER on arrival when nobody pulls."""
+    """R-CONV-1: the main's gateway answers NO_WAITER on arrival when nobody pulls."""
     a, b, rec = two_hosts
     ask = b.client.ask(sender="worker-b", to="main-a", body=b"which branch?")
     wait_until(lambda: rec.of("worker-b", "NO_WAITER"), 20, "NO_WAITER injected into the asker")
     assert a.client.poll("main-a") == [], "an unanswerable ASK is not held"
     with b.client.sessions() as s:
-        from pipeline.gateway.conversations import Conversations
+        from pipeline.host.conversations import Conversations
 
         assert not Conversations.turn_waiting(s, str(ask.turn_id)), "NO_WAITER ends the turn"
 
 
 def test_ask_surfaces_on_open_pull_and_late_answer_gets_too_late(two_hosts: Any) -> None:
-    """Seed 000 §7.4: an ASK surfaces on the open pull; an ANSWER after the turn ended ->
+    """R-CONV-2: an ASK surfaces on the open pull; an ANSWER after the turn ended ->
     TOO_LATE back to the answerer, and nothing is injected."""
     a, b, rec = two_hosts
     got: list[Any] = []
@@ -162,7 +162,7 @@ def test_ask_surfaces_on_open_pull_and_late_answer_gets_too_late(two_hosts: Any)
 
 
 def test_broadcast_reaches_each_group_member_exactly_once(two_hosts: Any) -> None:
-    """DESIGN §1: one record per host keyed broadcast.<group>; the gateway fans out locally."""
+    """R-TOP-6: one record per host keyed broadcast.<group>; the gateway fans out locally."""
     a, _b, rec = two_hosts
     hosts = a.client.broadcast(sender="main-a", group="g", body=b"all hands")
     assert hosts == 2
@@ -177,7 +177,7 @@ def test_broadcast_reaches_each_group_member_exactly_once(two_hosts: Any) -> Non
 
 
 def test_unknown_recipient_is_an_immediate_error(two_hosts: Any) -> None:
-    """Seed 000 §8 step 6: an unroutable send is a fast error, not a black hole."""
+    """R-TOP-5: an unroutable send is a fast error, not a black hole."""
     a, _b, _rec = two_hosts
     with pytest.raises(DeliveryError) as info:
         a.client.send(sender="main-a", to="nobody-anywhere", body=b"x")
@@ -187,7 +187,7 @@ def test_unknown_recipient_is_an_immediate_error(two_hosts: Any) -> None:
 def test_tampered_copies_of_an_applied_message_are_dead_lettered_not_deduped(
     kafka: BrokerHandle, two_hosts: Any
 ) -> None:
-    """Seed 000 §2.1: verification (signature, signer, to, expiry) comes BEFORE the seen-set.
+    """R-ENV-3: verification (signature, signer, to, expiry) comes BEFORE the seen-set.
     A tampered copy of an already-applied message, carrying its msgId, is a dead letter with its
     verification reason, never a silent dedupe hit; only an exact redelivery (which verifies)
     is dropped and counted."""

@@ -1,4 +1,4 @@
-"""Cross-host spawn on the real broker, two gateways (seed 000 §7.8; seed 001 scenario 8).
+"""Cross-host spawn on the real broker, two gateways (R-SPAWN, R-FAIL-8).
 
 The launch command is a real process that leaves one marker file per launch, so launches are
 counted by files.
@@ -17,10 +17,11 @@ from confluent_kafka import Producer
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from pipeline.bootstrap import GatewayParts, build_control_client, build_gateway
+from pipeline.bootstrap.client import build_control_client
+from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.cli.main import app
 from pipeline.envelope import Kind
-from pipeline.gateway.config import (
+from pipeline.host.config import (
     Delivery,
     EntityConfig,
     GatewayConfig,
@@ -28,7 +29,7 @@ from pipeline.gateway.config import (
     ProfileConfig,
     Role,
 )
-from pipeline.gateway.receipts import read_receipt
+from pipeline.host.receipts import read_receipt
 from pipeline.kafka.settings import producer_config
 from pipeline.outbox.tables import outbox
 from pipeline.record_headers import unpack_headers
@@ -113,7 +114,7 @@ def _launches(markers: Path) -> list[str]:
 
 
 def test_a_spawn_sent_twice_and_delivered_twice_starts_one_worker(hosts: Any) -> None:
-    """Seed 000 §7.8: spawn deduped by spawnId. The requester sends the same spawnId twice and
+    """R-SPAWN-2: spawn deduped by spawnId. The requester sends the same spawnId twice and
     the broker carries the first SPAWN record twice: one launch, each request answered once."""
     a, control, markers, b = hosts
     first = control.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-1", brief="go")
@@ -156,7 +157,7 @@ def test_a_spawn_sent_twice_and_delivered_twice_starts_one_worker(hosts: Any) ->
 
 
 def test_unknown_profile_and_over_cap_are_refused_with_their_reasons(hosts: Any) -> None:
-    """Seed 001 scenario 8: a cap on subagents per job -> CAP_EXCEEDED; an unknown profile has
+    """R-FAIL-8: a cap on subagents per job -> CAP_EXCEEDED; an unknown profile has
     its own reason (UNKNOWN_PROFILE). Neither launches anything."""
     a, control, markers, b = hosts
     ok = control.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-j1", job="j")
@@ -179,7 +180,7 @@ def test_unknown_profile_and_over_cap_are_refused_with_their_reasons(hosts: Any)
 def test_kill9_between_committing_a_spawn_and_launching_never_launches_and_fails_once(
     kafka: BrokerHandle, tmp_path: Path
 ) -> None:
-    """Seed 000 §7.8 priced like §5's forward path: commit BEFORE launch. B is killed -9 right
+    """R-SPAWN-3 priced like R-ACK-3's forward path: commit BEFORE launch. B is killed -9 right
     after committing the SPAWN (FLEET_FAULT=crash_after_commit): nothing is launched, not even
     after B restarts, and the requester gets exactly one FAILED."""
     from pipeline.chaos.procs import GatewayProc as GatewayProcess

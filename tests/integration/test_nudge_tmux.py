@@ -1,4 +1,4 @@
-"""Hold and nudge into a real tmux pane, on a real broker (seed 000 §3: "hold + nudge").
+"""Hold and nudge into a real tmux pane, on a real broker (R-HOLD-2: "hold + nudge").
 
 Host A's main has a tmux pane as its nudge target; host B's worker replies to it. Messages the
 main's open pull takes are never nudged about; a message nobody pulls is, once per schedule.
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from pipeline.bootstrap import build_gateway
+from pipeline.bootstrap.gateway import build_gateway
 from pipeline.envelope import Kind
 from pipeline.gateway import render
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until
 from tests.integration.test_gateway_flows import Recorder
@@ -49,7 +49,7 @@ def test_a_held_message_nudges_the_mains_pane_but_an_open_pull_is_never_nudged(
     tmp_path: Path,
     tmux: Tmux,  # noqa: F811
 ) -> None:
-    """Seed 000 §3: held + no open pull -> nudge through the nudge target; never while a pull
+    """R-HOLD-2: held + no open pull -> nudge through the nudge target; never while a pull
     is open. The pane shows exactly one nudge, for the message nobody was pulling."""
     fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A", "B"))
     nudge = InjectorSpec(type="tmux", pane=tmux.pane, socket=tmux.socket)

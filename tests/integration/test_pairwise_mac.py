@@ -1,7 +1,7 @@
-"""The pairwise MAC mode on the real broker (issue 17; docs/envelope.md "The pairwise MAC mode").
+"""The pairwise MAC mode on the real broker (docs/envelope.md "The pairwise MAC mode").
 
 Two gateways with ``pairwise_mac = true`` learn each other's X25519 key from signed presence on
-the roster and exchange conversation records MAC'd; reports stay Ed25519-signed. Seed 000 §2.1
+the roster and exchange conversation records MAC'd; reports stay Ed25519-signed. R-ENV-3
 still holds: a tampered MAC'd record is dead-lettered with its reason, never applied.
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from pipeline.bootstrap import GatewayParts, build_gateway
+from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.envelope import Kind
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 from pipeline.kafka.topics import TopicNames
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until

@@ -1,8 +1,8 @@
-"""A gateway restarted with its clock behind, inside ``clock_skew_s`` (chaos #16 `clock-skew`;
+"""A gateway restarted with its clock behind, inside ``clock_skew_s`` (the ``clock-skew`` chaos scenario;
 real broker, gateways as processes, the skewed one's wall clock offset as the chaos suite does
 it: ``pipeline.chaos.cluster_faults.skew_env``; libfaketime stops librdkafka, see there).
 
-Seed 000 envelope rule ``ts <= now + skew`` and §8 step 5 (signed presence, the union roster):
+R-ENV-6 envelope rule ``ts <= now + skew`` and R-PRES-2 (signed presence, the union roster):
 a clock off by less than the tolerance changes nothing, so the restarted host is routable as soon
 as its first presence record is read. Its records carry timestamps *older* than the ones its
 previous run wrote; they win by the incarnation each start takes (docs/presence.md "Order").
@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.bootstrap import build_client
+from pipeline.bootstrap.client import build_client
 from pipeline.chaos.cluster_faults import skew_env, write_skew_shim
 from pipeline.chaos.collect import held_count
 from pipeline.chaos.procs import GatewayProc
 from pipeline.envelope import Kind
 from pipeline.envelope.model import now_ms
-from pipeline.gateway.config import load_config
+from pipeline.host.config import load_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.presence import PresenceEntry, RosterFollower, RosterView
 from pipeline.testing import BrokerHandle

@@ -1,5 +1,5 @@
-"""Issue 16, the other side: a real departure is still noticed (real broker, gateways as
-processes). Seed 000 §8 step 5 (TTL liveness, signed tombstones) and §2.1 step 2 (``from``
+"""The other side: a real departure is still noticed (real broker, gateways as
+processes). R-PRES-3, R-PRES-6 (TTL liveness, signed tombstones) and R-PRES-4 (``from``
 lives on the signing host)."""
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from confluent_kafka import Producer
 from sqlalchemy import select
 
 from pipeline import schemas
-from pipeline.bootstrap import build_client
+from pipeline.bootstrap.client import build_client
 from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.envelope import Envelope, Kind, encode
 from pipeline.envelope.model import now_ms
 from pipeline.errors import DeliveryError
 from pipeline.failures.dlq import DLQ_HEADER
 from pipeline.failures.dlq import SCHEMA as DLQ_SCHEMA
-from pipeline.gateway.config import load_config
+from pipeline.host.config import load_config
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import outbox
@@ -123,7 +123,7 @@ def _dead_letter_reasons(url: str, topics: TopicNames) -> list[str]:
 def test_a_record_signed_by_a_claiming_a_gid_b_announced_is_signer_mismatch(
     fleet: Fleet, tmp_path: Path, procs: list[GatewayProcess]
 ) -> None:
-    """Seed 000 §2.1 step 2 on the binding: host A signs a message ``from`` main-b (announced
+    """R-PRES-4 on the binding: host A signs a message ``from`` main-b (announced
     by B) into B's inbox; B dead-letters it SIGNER_MISMATCH and holds nothing."""
     cfg_a = fleet.config_file("A", MAIN_A)
     cfg_b = fleet.config_file("B", MAIN_B)

@@ -1,4 +1,4 @@
-"""Seed 001 scenario 3 with a rebalance, in the runtime production runs: two real
+"""R-FAIL-3 with a rebalance, in the runtime production runs: two real
 ``ConsumerRuntime`` members share a group on a real broker; member A quarantines key K; A leaves;
 member B, whose quarantine cache was loaded before, takes K's partition, refreshes on assignment
 and parks K's later records instead of handling them out of order.
@@ -15,13 +15,13 @@ import pytest
 from confluent_kafka import Producer
 
 from pipeline.failures.dlq import DeadLetterWriter
-from pipeline.failures.outcomes import ACK, Outcome, Retry
 from pipeline.failures.quarantine import QuarantineStore, Scope
-from pipeline.failures.retry import BackoffPolicy
-from pipeline.failures.runtime_ports import FailurePorts
+from pipeline.failures.runtime_adapters import FailurePorts
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.runtime import ConsumerRuntime, Record, RuntimeConfig, Staged
+from pipeline.runtime.outcomes import ACK, Outcome, Retry
+from pipeline.runtime.retry import BackoffPolicy
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import BrokerHandle, unique_name
 

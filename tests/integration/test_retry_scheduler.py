@@ -1,5 +1,5 @@
 """Non-blocking retry in the runtime production runs, on a real broker with two real members
-(seed 001 scenario 2: a slow or failing record must not stall poll past max.poll.interval.ms;
+(R-FAIL-2: a slow or failing record must not stall poll past max.poll.interval.ms;
 scenario 3: retries keep the partition's order)."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
-from pipeline.failures.context import FailureContext
-from pipeline.failures.outcomes import ACK, Outcome, Retry
-from pipeline.failures.retry import BackoffPolicy
 from pipeline.kafka.settings import producer_config
 from pipeline.runtime import ConsumerRuntime, Record, RuntimeConfig, Staged
+from pipeline.runtime.context import FailureContext
 from pipeline.runtime.metrics import RuntimeMetrics
+from pipeline.runtime.outcomes import ACK, Outcome, Retry
+from pipeline.runtime.retry import BackoffPolicy
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import BrokerHandle
 

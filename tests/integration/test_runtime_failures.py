@@ -1,5 +1,5 @@
 """The lead's ConsumerRuntime wired to the failure components through their runtime ports, on a
-real broker (seed 001 scenario 3): a deterministic poison record on key K among many keys is
+real broker (R-FAIL-3): a deterministic poison record on key K among many keys is
 retried, dead-lettered with full context and quarantines K; K's later records are parked, not
 lost and not reordered, while other keys flow; after a restart the quarantine holds; a release
 delivers K's records in original order, each exactly once."""
@@ -17,14 +17,14 @@ from sqlalchemy.engine import Engine
 
 from pipeline.failures import dlq_ops
 from pipeline.failures.dlq import DeadLetterWriter
-from pipeline.failures.outcomes import ACK, Outcome, Retry
 from pipeline.failures.quarantine import QuarantineStore, Scope
-from pipeline.failures.retry import BackoffPolicy
-from pipeline.failures.runtime_ports import FailurePorts
+from pipeline.failures.runtime_adapters import FailurePorts
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.record import Record
 from pipeline.runtime.loop import ConsumerRuntime, RuntimeConfig
+from pipeline.runtime.outcomes import ACK, Outcome, Retry
+from pipeline.runtime.retry import BackoffPolicy
 from pipeline.runtime.staging import Staged
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import BrokerHandle, unique_name

@@ -20,12 +20,13 @@ from confluent_kafka import TopicPartition
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from pipeline.bootstrap import Factories, build_gateway
+from pipeline.bootstrap.client import Factories
+from pipeline.bootstrap.gateway import build_gateway
 from pipeline.cli.main import app
 from pipeline.errors import FleetError
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
-from pipeline.gateway.held import held_table
-from pipeline.gateway.receipts import read_receipt
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.held import held_table
+from pipeline.host.receipts import read_receipt
 from pipeline.kafka.errors import as_fleet_error
 from pipeline.kafka.local import LocalCluster
 from pipeline.kafka.local.secure import ADMIN
@@ -56,7 +57,7 @@ def secure(secure_kafka: LocalCluster) -> LocalCluster:
 
 
 def test_the_exporter_login_reads_lag_but_cannot_consume_an_inbox(secure: LocalCluster) -> None:
-    """Issue 13: the exporter's set is describe and offsets only. ``fleet lag`` with its login
+    """The exporter's set is describe and offsets only. ``fleet lag`` with its login
     reports the gateway group's lag on inbox.a; a consumer with the same login that tries to
     read a record of inbox.a is refused NOT_AUTHORIZED (topic)."""
     prefix = unique_name("exp").replace(".", "") + "."
@@ -135,7 +136,7 @@ def held_failed(engine: Any) -> list[tuple[str, Any]]:
 
 
 def test_the_failed_reporter_runs_with_only_its_acls(secure: LocalCluster, tmp_path: Path) -> None:
-    """Seed 000 §10.1 on the secured broker: b dead-letters a's brief (TTL_TOO_LONG); the FAILED
+    """R-DLQ-4 on the secured broker: b dead-letters a's brief (TTL_TOO_LONG); the FAILED
     reporter of host r -- a host with no gateway, whose login has only the reporter set (read
     the DLQ in its group, write inboxes, idempotent write) -- runs ``fleet dlq report --config
     --relay`` and main-a gets exactly one FAILED, signed by r; no password in its output."""

@@ -1,6 +1,6 @@
-"""A PostgreSQL restart under a running gateway loses nothing (issue 14: store reads retried).
+"""A PostgreSQL restart under a running gateway loses nothing (store reads retried).
 
-Seed 000's pull path: every reply the receiving gateway acked is held exactly once. Here the
+R-ACK-2 pull path: every reply the receiving gateway acked is held exactly once. Here the
 receiving gateway's store (real PostgreSQL) is stopped hard and started again while replies
 flow over the real broker; dedupe, quarantine and inbox reads retry like writes, so the inbox
 loop never dies and every reply is held once.
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.bootstrap import build_gateway
+from pipeline.bootstrap.gateway import build_gateway
 from pipeline.envelope import Kind
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 from pipeline.testing import BrokerHandle, _pg, start_test_postgres
 from tests.integration.fleet_hosts import Fleet, wait_until
 

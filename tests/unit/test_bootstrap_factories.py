@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from pipeline.bootstrap import Factories, build_gateway, build_relay
+from pipeline.bootstrap.client import Factories
+from pipeline.bootstrap.gateway import build_gateway
+from pipeline.bootstrap.reporters import build_relay
 from pipeline.envelope import Signer, TrustStore
 from pipeline.errors import BrokerError
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Role
 from pipeline.hooks import NO_HOOKS, hooks_from_fault
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, Role
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import ensure_pool_topic
 from pipeline.observability import KafkaOffsetReader

@@ -14,7 +14,7 @@ from pipeline import schemas
 from pipeline.chaos import collect
 from pipeline.chaos.checker import check
 from pipeline.failures.dlq import DLQ_HEADER, SCHEMA
-from pipeline.gateway.held import held_table
+from pipeline.host.held import held_table
 from pipeline.outbox import writer
 from pipeline.outbox.tables import RowStatus, outbox
 from pipeline.store import make_engine

@@ -27,7 +27,13 @@ NOT_FOR_SEND = (
     "matplotlib",
     "alembic",
     "confluent_kafka",
-    "pipeline.bootstrap",
+    # the composition root's process builders (a send needs only pipeline.bootstrap.client)
+    "pipeline.bootstrap.gateway",
+    "pipeline.bootstrap.mcp",
+    "pipeline.bootstrap.pools",
+    "pipeline.bootstrap.reporters",
+    "pipeline.bootstrap.sagas",
+    "pipeline.bootstrap.retention",
     "pipeline.lab",
     "pipeline.pool",
     "pipeline.observability",
@@ -116,7 +122,7 @@ def test_a_send_loads_the_store_and_envelope_but_not_the_rest(tmp_path: Path) ->
     """A real ``fleet send`` to a recipient the roster cache knows (no broker needed: the
     message waits in the outbox), on a store already at head."""
     from pipeline.envelope import Signer
-    from pipeline.gateway import roster_cache
+    from pipeline.host import roster_cache
     from pipeline.store import make_engine, session_factory
 
     Signer.generate("A").write_private(tmp_path / "A.key")

@@ -1,4 +1,4 @@
-"""The lean ``fleet`` entry (issue 17, docs/cli.md "The lean path"): the hot commands without Typer.
+"""The lean ``fleet`` entry (docs/cli.md "The lean path"): the hot commands without Typer.
 
 Invariants checked here: each lean spec is its Typer command's parameters (names, flags,
 required, types, defaults), and whatever the lean parser accepts click parses to the same
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.bootstrap import build_client
+from pipeline.bootstrap.client import build_client
 from pipeline.cli import entry
 from pipeline.cli.commands import COMMANDS
 from pipeline.cli.lean import SPECS
@@ -30,7 +30,7 @@ from pipeline.store import session_factory
 from pipeline.testing import one_host
 
 NOT_LEAN = ("typer", "rich", "click", "sqlalchemy", "confluent_kafka", "cryptography")
-# Light, but each import is paid once per message (issue 17): the COMMANDS table is for
+# Light, but each import is paid once per message: the COMMANDS table is for
 # `fleet --help` (entry.root_help imports it), the config loader checks names with
 # pipeline.kafka.names (not the TopicNames table), the socket client base64-encodes with binascii.
 NOT_ON_SEND = ("pipeline.cli.commands", "pipeline.kafka.topics", "base64")
@@ -225,9 +225,9 @@ def test_a_lean_command_is_the_typer_command_byte_for_byte(gateway: Path, argv: 
 def test_an_abandon_through_the_socket_closes_the_turn_with_its_notice(
     gateway: Path, host: Any
 ) -> None:
-    """Seed 000 §7.4: the asker gives up its turn; a late ANSWER then gets TOO_LATE. Through
+    """R-CONV-2: the asker gives up its turn; a late ANSWER then gets TOO_LATE. Through
     the socket the turn is closed in the transaction that queues the ABANDONED notice."""
-    from pipeline.gateway.socket_client import SocketClient
+    from pipeline.host.socket_client import SocketClient
 
     cfg, engine, _ = host
     with SocketClient.connect(cfg.local_socket or "") as c:
@@ -287,8 +287,8 @@ def _served_host_with_held(root: Path) -> tuple[Path, Any]:
     msg ids and times in every host made here, so two hosts print the same poll)."""
     from sqlalchemy import insert
 
-    from pipeline.gateway.held import held_table
-    from pipeline.gateway.receipts import injected_body
+    from pipeline.host.held import held_table
+    from pipeline.host.receipts import injected_body
 
     root.mkdir()
     one = one_host(root)

@@ -1,6 +1,6 @@
-"""The pairwise MAC mode (issue 17; docs/envelope.md, "The pairwise MAC mode").
+"""The pairwise MAC mode (docs/envelope.md, "The pairwise MAC mode").
 
-Seed 000 §2.1 still holds for a MAC'd record: nothing crosses hosts without a tag a trusted
+R-ENV-3 still holds for a MAC'd record: nothing crosses hosts without a tag a trusted
 identity vouches for, and every refusal is explicit with a stable reason. The agreement keys
 travel in signed presence, so these tests publish them through the real roster view.
 """
@@ -23,7 +23,7 @@ from pipeline.envelope import (
 from pipeline.envelope import reasons as r
 from pipeline.envelope.pairwise import MAC_KINDS, PeerKey, StaticPeerKeys, pair_key
 from pipeline.errors import EnvelopeError
-from pipeline.gateway.outbound import Publisher
+from pipeline.host.outbound import Publisher
 from pipeline.presence import (
     Delivery,
     PresenceEntry,
@@ -302,7 +302,7 @@ def test_the_publisher_macs_conversation_kinds_for_hosts_with_a_key_and_signs_th
     m = Mesh()
     rows: list[dict[str, Any]] = []
     monkeypatch.setattr(
-        "pipeline.gateway.outbound.outbox.write", lambda _s, **kw: rows.append(kw) or len(rows)
+        "pipeline.host.outbound.outbox.write", lambda _s, **kw: rows.append(kw) or len(rows)
     )
     pub = Publisher(host="a", signer=m.f.signers["a"], topics=m.f.topics, pairing=m.pairings["a"])
     m.f.now += 1

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import BrokerError, ConfigError, EnvelopeError, FleetError
-from pipeline.failures.decide import classify
-from pipeline.failures.outcomes import Quarantine, Retry
 from pipeline.kafka.settings import OffsetReset, consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
+from pipeline.runtime.decide import classify
+from pipeline.runtime.outcomes import Quarantine, Retry
 
 
 def test_retriable_flag_decides_the_outcome_not_the_class() -> None:

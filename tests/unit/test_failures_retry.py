@@ -1,4 +1,4 @@
-"""Retry policy and classification (seed 001: classify failures first; scenario 3 retry limit)."""
+"""Retry policy and classification (R-RETRY-1: classify failures first; R-FAIL-3)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import random
 import pytest
 
 from pipeline.errors import BrokerError, EnvelopeError, FleetError
-from pipeline.failures.decide import classify, decide
-from pipeline.failures.outcomes import ACK, RETRIES_EXHAUSTED, DeadLetter, Quarantine, Retry
-from pipeline.failures.retry import BackoffPolicy, is_permanent
+from pipeline.runtime.decide import classify, decide
+from pipeline.runtime.outcomes import ACK, RETRIES_EXHAUSTED, DeadLetter, Quarantine, Retry
+from pipeline.runtime.retry import BackoffPolicy, is_permanent
 
 
 def test_delays_grow_exponentially_within_jitter_and_cap() -> None:
@@ -26,7 +26,7 @@ def test_no_jitter_is_exact_and_attempts_are_bounded() -> None:
     policy = BackoffPolicy(base_s=1, factor=2, max_s=100, max_attempts=5, jitter=0)
     assert [policy.delay_for(a) for a in range(1, 5)] == [1, 2, 4, 8]
     assert not policy.exhausted(4) and policy.exhausted(5)
-    # seed 001 worked numbers: five attempts waiting 1+2+4+8 stall the key for 15 s
+    # R-LAB-4's numbers: five attempts waiting 1+2+4+8 stall the key for 15 s
     assert policy.worst_case_stall_s() == 15
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.gateway.config import (
+from pipeline.host.config import (
     Delivery,
     EntityConfig,
     GatewayConfig,
@@ -297,7 +297,7 @@ def test_role_and_delivery_are_defined_once_and_the_host_entry_values_are_refuse
     """Role/Delivery live in presence.model; a local entity may not claim the host entry's
     ``gateway`` role or ``none`` delivery."""
     from pipeline.errors import ConfigError
-    from pipeline.gateway import config
+    from pipeline.host import config
     from pipeline.presence import model
 
     assert config.Role is model.Role and config.Delivery is model.Delivery

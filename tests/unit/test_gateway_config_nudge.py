@@ -1,11 +1,11 @@
-"""fleet.toml keys for hold and nudge: strict like every other key (issue 15)."""
+"""fleet.toml keys for hold and nudge: strict like every other key."""
 
 from __future__ import annotations
 
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.gateway.config import config_from_mapping
+from pipeline.host.config import config_from_mapping
 
 MAIN = {"gid": "main-a", "role": "main", "delivery": "pull"}
 WORKER = {"gid": "w", "role": "worker", "delivery": "inject", "injector": {"type": "command",

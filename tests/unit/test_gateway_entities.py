@@ -8,10 +8,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pipeline.errors import ConfigError
-from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 from pipeline.gateway.entities import LocalEntities, LocalEntity
 from pipeline.gateway.injectors import CallbackInjector, CommandInjector, MeteredInjector
 from pipeline.gateway.injectors.metrics import InjectMetrics
+from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
 
 
 def noop(**_: object) -> None:

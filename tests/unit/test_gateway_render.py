@@ -1,11 +1,11 @@
-"""What an agent sees: one rendering for CLI, MCP and injectors (issue 15)."""
+"""What an agent sees: one rendering for CLI, MCP and injectors."""
 
 from __future__ import annotations
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.gateway import render
-from pipeline.gateway.held import HeldMessage
-from pipeline.gateway.receipts import failed_body, injected_body
+from pipeline.host.held import HeldMessage
+from pipeline.host.receipts import failed_body, injected_body
 
 
 def _held(kind: str, body: bytes, turn: str | None = None) -> HeldMessage:
@@ -77,7 +77,7 @@ class _Capture:
 def _answer(stage: str) -> HeldMessage:
     from typing import Any, cast
 
-    from pipeline.control.handler import stage_answer
+    from pipeline.control.answers import stage_answer
 
     cap = _Capture()
     stage_answer(cast(Any, cap), cast(Any, None), request_msg_id="x-1", requester="main-a",
@@ -88,7 +88,7 @@ def _answer(stage: str) -> HeldMessage:
 
 
 def test_a_stop_outcome_reads_worker_stopped_not_injected() -> None:
-    """Issue 15: a successful STOP's answer (an INJECTED about the STOP, staged by the control
+    """R-LIFE-3: a successful STOP's answer (an INJECTED about the STOP, staged by the control
     plane's one answer path) says what happened: the worker stopped -- in text, --json and MCP
     (all :func:`render.held_dict` / :func:`render.held_line`) and in a pane."""
     m = _answer("stop")

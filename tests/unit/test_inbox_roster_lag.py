@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 from pipeline.envelope import Envelope, Kind, Signer, TrustStore, encode
-from pipeline.failures.outcomes import ACK, DeadLetter
 from pipeline.kafka.topics import TopicNames
 from pipeline.runtime import Record, Staged
+from pipeline.runtime.outcomes import ACK, DeadLetter
 from pipeline.store import make_engine
 from pipeline.testing import pull_inbox
 

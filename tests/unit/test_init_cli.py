@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli.main import app
 from pipeline.envelope import Signer, TrustStore
-from pipeline.gateway.config import load_config
+from pipeline.host.config import load_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet.toml"
 runner = CliRunner()

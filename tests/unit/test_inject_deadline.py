@@ -1,6 +1,7 @@
-"""The inject deadline travels in the signed envelope (issue 12, chaos scenario #8).
+"""The inject deadline travels in the signed envelope (R-ACK-5; found by the ``broker-down``
+chaos scenario).
 
-Seed 000 §5: the forward path is at-most-once and "no INJECTED within a bound = a loud FAILED at
+R-ACK-5: the forward path is at-most-once and "no INJECTED within a bound = a loud FAILED at
 the sender". That FAILED must stay true: a brief that reaches its recipient's gateway after the
 inject deadline its sender signed (``expiresAt``) is dead-lettered ``INJECT_DEADLINE_PASSED``,
 never injected; the sender's tracker waits ``clock_skew_s`` past that deadline, so a recipient
@@ -20,21 +21,21 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import select
 
-from pipeline.bootstrap import build_client
+from pipeline.bootstrap.client import build_client
 from pipeline.envelope import Envelope, Kind, Signer
-from pipeline.failures.outcomes import DeadLetter
-from pipeline.gateway import deadlines, roster_cache
-from pipeline.gateway.config import EntityConfig, GatewayConfig
-from pipeline.gateway.held import held_table
 from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import past_inject_deadline
 from pipeline.gateway.metrics import GatewayMetrics
-from pipeline.gateway.receipts import injected_body
-from pipeline.gateway.tracking import FORWARD, forward_table
+from pipeline.host import deadlines, roster_cache
+from pipeline.host.config import EntityConfig, GatewayConfig
+from pipeline.host.held import held_table
+from pipeline.host.receipts import injected_body
+from pipeline.host.tracking import FORWARD, forward_table
 from pipeline.presence.model import Delivery, Role
 from pipeline.reasons import PERMANENT
 from pipeline.reasons import Delivery as DeliveryReason
 from pipeline.runtime import Record, Staged
+from pipeline.runtime.outcomes import DeadLetter
 from pipeline.store import make_engine, read_sessions, session_factory
 
 FAR = 10**15

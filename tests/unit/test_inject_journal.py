@@ -1,6 +1,6 @@
-"""The inject journal (issue 12, chaos scenario #2 ``commit-inject``).
+"""The inject journal (R-ACK-4; found by the ``commit-inject`` chaos scenario).
 
-Seed 000 §5: the forward path is at-most-once -- commit before inject, then ``INJECTED``; no
+R-ACK-3: the forward path is at-most-once -- commit before inject, then ``INJECTED``; no
 ``INJECTED`` in time is one loud ``FAILED`` at the sender. An inject into a terminal cannot share
 a transaction with its receipt, so the journal brackets it: a row committed before the inject,
 closed in the receipt's own transaction right after. These tests hold its rules on a real SQLite
@@ -20,23 +20,25 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, select
 
+from pipeline.bootstrap.retention import rules_for
 from pipeline.envelope import Envelope, Kind, Signer
-from pipeline.gateway import deadlines, journal
 from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.injection import InjectionQueue
 from pipeline.gateway.injectors import CallbackInjector
 from pipeline.gateway.metrics import GatewayMetrics
-from pipeline.gateway.outbound import Publisher
-from pipeline.gateway.receipts import Receipt, read_receipt
 from pipeline.gateway.render import describe
-from pipeline.gateway.tracking import FORWARD
 from pipeline.hooks import Hooks, Window
+from pipeline.host import deadlines
+from pipeline.host import inject_journal as journal
+from pipeline.host.outbound import Publisher
+from pipeline.host.receipts import Receipt, read_receipt
+from pipeline.host.tracking import FORWARD
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import outbox
 from pipeline.presence.model import Delivery, Role
 from pipeline.record_headers import unpack_headers
 from pipeline.retention.policy import RetentionConfig
-from pipeline.retention.rules import StoreTable, rules_for
+from pipeline.retention.rules import StoreTable
 from pipeline.store import make_engine, session_factory
 
 
@@ -344,7 +346,7 @@ def test_the_sender_records_an_uncertain_report_apart_from_injected_and_from_tim
 
 
 def test_an_uncertain_injected_reads_may_have_been_injected() -> None:
-    from pipeline.gateway.receipts import injected_body
+    from pipeline.host.receipts import injected_body
 
     r = describe(kind="INJECTED", sender="B._gateway", recipient="main-a", msg_id="x",
                  turn_id=None, body=injected_body("b1", "worker-b", stage="uncertain"))  # fmt: skip

@@ -6,7 +6,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pipeline.errors import ConfigError, FleetError, InjectError
-from pipeline.gateway.config import InjectorSpec
 from pipeline.gateway.injectors import (
     INJECT_REASONS,
     CallbackInjector,
@@ -16,6 +15,7 @@ from pipeline.gateway.injectors import (
     TmuxInjector,
     build_injector,
 )
+from pipeline.host.config import InjectorSpec
 
 ARGS = {"gid": "w1", "msg_id": "m-1", "kind": "SEND", "sender": "A-main", "body": b"hello"}
 
@@ -27,7 +27,7 @@ def test_callback_receives_the_envelope_fields() -> None:
 
 
 def test_callback_exception_becomes_final_inject_failed() -> None:
-    """Forward path is at-most-once (seed 000 §5): a raising callback is not retried blindly."""
+    """Forward path is at-most-once (R-ACK-6): a raising callback is not retried blindly."""
 
     def boom(**_: object) -> None:
         raise RuntimeError("disk full")

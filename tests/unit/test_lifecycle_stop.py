@@ -1,4 +1,4 @@
-"""STOP and reap, the decisions (seed 000 §8 step 7: on stop or reap the inbox goes away).
+"""STOP and reap, the decisions (R-LIFE: on stop or reap the inbox goes away).
 
 No broker: the pure STOP verdict, the launcher's liveness answer on real child processes, the
 reaper's sweep on a real SQLite store, and ``fleet stop`` queueing through the outbox.
@@ -25,8 +25,8 @@ from pipeline.control.metrics import LifecycleMetrics
 from pipeline.control.reaper import Reaper
 from pipeline.control.stop_handler import StopVerdict, decide_stop
 from pipeline.envelope import Signer
-from pipeline.gateway import roster_cache
-from pipeline.gateway.config import InjectorSpec, ProfileConfig
+from pipeline.host import roster_cache
+from pipeline.host.config import InjectorSpec, ProfileConfig
 from pipeline.outbox.tables import outbox
 from pipeline.presence.model import Gone
 from pipeline.store import make_engine, session_factory
@@ -176,8 +176,8 @@ def test_the_mcp_stop_and_workers_tools_queue_and_list_with_reason_coded_errors(
     """The MCP face's ``stop`` and ``workers`` (no broker: both only touch the host's store)."""
     import asyncio
 
-    from pipeline.bootstrap import build_client, build_control_client
-    from pipeline.gateway.config import Delivery, EntityConfig, GatewayConfig, Role
+    from pipeline.bootstrap.client import build_client, build_control_client
+    from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, Role
     from pipeline.mcp.server import build_server
 
     signer = Signer.generate("A")

@@ -13,7 +13,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from pipeline.errors import ConfigError
-from pipeline.gateway.config import load_config
+from pipeline.host.config import load_config
 from pipeline.kafka.local.secure import ADMIN, BROKER_PRINCIPAL, SecureBroker, scram_credential
 
 

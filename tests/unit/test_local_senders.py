@@ -1,4 +1,4 @@
-"""A worker spawned on this host is a local sender while it lives (seed 000 §4, §7.8).
+"""A worker spawned on this host is a local sender while it lives (R-ENV-7).
 
 The sender check reads the host's store (``fleet_spawns``), so ``fleet send`` in the worker's
 own process -- not just the gateway -- admits it, and refuses it once it is stopped or reaped.
@@ -12,12 +12,12 @@ import pytest
 from sqlalchemy import insert
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline.bootstrap import build_client, build_control_client
+from pipeline.bootstrap.client import build_client, build_control_client
 from pipeline.control import spawns
 from pipeline.envelope import Signer
 from pipeline.errors import DeliveryError
-from pipeline.gateway import roster_cache
-from pipeline.gateway.config import EntityConfig, GatewayConfig
+from pipeline.host import roster_cache
+from pipeline.host.config import EntityConfig, GatewayConfig
 from pipeline.presence.model import Delivery, Role
 from pipeline.store import make_engine, session_factory
 

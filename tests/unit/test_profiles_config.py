@@ -1,4 +1,4 @@
-"""``[[profiles]]`` in fleet.toml: strict keys, templates, caps (seed 001 scenario 8)."""
+"""``[[profiles]]`` in fleet.toml: strict keys, templates, caps (R-SPAWN-4, R-SPAWN-5)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.gateway.config import load_config
+from pipeline.host.config import load_config
 
 BASE = 'host = "B"\n'
 PROFILE = """

@@ -1,5 +1,5 @@
-"""A send to a reaped worker is refused at once with ``RECIPIENT_GONE`` (issue 15: "a later brief
-to it gives its sender one FAILED (RECIPIENT_GONE)"; seed 000 §8 step 7).
+"""A send to a reaped worker is refused at once with ``RECIPIENT_GONE`` (a later brief
+to it gives its sender one FAILED (RECIPIENT_GONE); R-LIFE-1).
 
 The cause comes from the worker's presence departure, mirrored into the store's roster cache
 (``fleet_roster_gone``) by the gateway; a plain tombstone (a gateway that left) stays
@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.bootstrap import build_client
+from pipeline.bootstrap.client import build_client
 from pipeline.cli.main import app
 from pipeline.envelope import Signer
 from pipeline.errors import DeliveryError
-from pipeline.gateway import roster_cache
-from pipeline.gateway.config import EntityConfig, GatewayConfig
+from pipeline.host import roster_cache
+from pipeline.host.config import EntityConfig, GatewayConfig
 from pipeline.presence.model import Delivery, Role
 from pipeline.store import make_engine, session_factory
 

@@ -1,5 +1,5 @@
-"""A retried record's attempts travel with its partition's committed offset (seed 001 failure
-scenario 3, "a retry limit with backoff", held for the group: chaos #17 found a poison record
+"""A retried record's attempts travel with its partition's committed offset (R-RETRY-3,
+R-FAIL-3: a retry limit with backoff, held for the group: the ``poison-rebalance`` chaos scenario found a poison record
 retried 9 and 13 times against a limit of 5 when its partition moved between members)."""
 
 from __future__ import annotations
@@ -10,12 +10,11 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from pipeline.failures import retry_marks
-from pipeline.failures.context import Tries
-from pipeline.failures.outcomes import Retry
-from pipeline.failures.retry import BackoffPolicy
-from pipeline.runtime import ConsumerRuntime, RuntimeConfig
+from pipeline.runtime import ConsumerRuntime, RuntimeConfig, retry_marks
 from pipeline.runtime.commits import AsyncCommits
+from pipeline.runtime.context import Tries
+from pipeline.runtime.outcomes import Retry
+from pipeline.runtime.retry import BackoffPolicy
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import FakeConsumer
 from tests.unit.test_runtime import ListSink, Script, effects_md

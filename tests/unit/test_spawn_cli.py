@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from pipeline.cli.main import app
 from pipeline.control import spawn_requests_table
 from pipeline.envelope import Signer
-from pipeline.gateway import roster_cache
+from pipeline.host import roster_cache
 from pipeline.outbox.tables import outbox
 from pipeline.store import make_engine, session_factory
 

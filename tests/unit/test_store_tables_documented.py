@@ -1,12 +1,13 @@
 """docs/store.md names every table of the store with its retention rule, or says why it has
-none: a table added without a line there fails here (bounded stores, issue 13)."""
+none: a table added without a line there fails here (bounded stores)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from pipeline.retention.rules import RULES, StoreTable
+from pipeline.bootstrap.retention import RULES
+from pipeline.retention.rules import StoreTable
 from pipeline.store import metadata
 from pipeline.store.migrations import load_all_tables
 

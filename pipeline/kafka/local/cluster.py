@@ -21,8 +21,8 @@ from typing import Any
 
 from pipeline.errors import BrokerNotReady, ConfigError, LauncherError
 from pipeline.kafka.logs import LIBRDKAFKA_LOG
-from pipeline.processes import pid_alive
 from pipeline.reasons import Launcher
+from pipeline.support.processes import pid_alive
 
 from .classpath import KAFKA_VERSION, BrokerClasspath, resolve_classpath
 from .java import find_java

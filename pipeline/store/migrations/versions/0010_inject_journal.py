@@ -1,4 +1,4 @@
-"""fleet_inject_journal: the forward path's record of an inject attempt (gateway/journal.py)
+"""fleet_inject_journal: the forward path's record of an inject attempt (host/inject_journal.py)
 
 Revision ID: 0010_inject_journal
 Revises: 0009_stop_requests_roster_gone

@@ -2,11 +2,11 @@
 
 It serves every send whose sender waits for an outcome, each kind a :class:`Tracked` value:
 
-* a **forward send** to an inject-mode recipient (``gateway/tracking.py``): the answer is
-  ``INJECTED``; none by the deadline is ``INJECT_TIMEOUT`` (seed 000 §5: "no INJECTED within a
+* a **forward send** to an inject-mode recipient (``host/tracking.py``): the answer is
+  ``INJECTED``; none by the deadline is ``INJECT_TIMEOUT`` (R-ACK-5: "no INJECTED within a
   bound = fast explicit failure");
 * a **SPAWN** (``control/requests.py``): the answer is the target's ``INJECTED`` (launched) or
-  ``FAILED``; none by the deadline is ``SPAWN_TIMEOUT`` (seed 000 §7.8: a spawn costs like an
+  ``FAILED``; none by the deadline is ``SPAWN_TIMEOUT`` (R-SPAWN-3: a spawn costs like an
   injection);
 * a **STOP** (``control/requests.py``): the answer is the target's ``INJECTED`` (stopped) or
   ``FAILED``; none by the deadline is ``STOP_TIMEOUT``.
@@ -29,9 +29,8 @@ from sqlalchemy import BigInteger, Column, String, Table, bindparam, insert, sel
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
-
-from .held import hold_notice
-from .receipts import failed_body
+from pipeline.host.held import hold_notice
+from pipeline.host.receipts import failed_body
 
 PENDING, FAILED, LATE, UNCERTAIN = "pending", "failed", "late", "uncertain"
 
@@ -72,7 +71,7 @@ def track(session: Session, kind: Tracked, **row: Any) -> None:
 
 
 # Built once per table (the compiled form is then cached): every INJECTED an inbox takes reads
-# and settles its tracked send, on the pull path's hot loop (issue 17).
+# and settles its tracked send, on the pull path's hot loop.
 _SETTLE: dict[Table, Any] = {}
 _STATE_OF: dict[Table, Any] = {}
 
@@ -108,7 +107,7 @@ def mark_late(session: Session, kinds: Sequence[Tracked], msg_id: str) -> bool:
 
 def mark_uncertain(session: Session, kinds: Sequence[Tracked], msg_id: str) -> str | None:
     """An ``INJECTED`` with stage ``uncertain`` came back (the recipient died between deciding
-    to inject and recording it, ``gateway/journal.py``): ``pending`` or ``failed`` ->
+    to inject and recording it, ``host/inject_journal.py``): ``pending`` or ``failed`` ->
     ``uncertain``. Returns the state it moved from (``failed``: the deadline's FAILED came
     first and may have been wrong), None when there was nothing to move."""
     for kind in kinds:

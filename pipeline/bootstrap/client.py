@@ -18,8 +18,8 @@ from pipeline.control import spawns
 from pipeline.control.client import ControlClient
 from pipeline.errors import ConfigError, SecurityError
 from pipeline.gateway.client import GatewayClient
-from pipeline.gateway.outbound import Publisher
-from pipeline.gateway.senders import LocalSenders
+from pipeline.host.outbound import Publisher
+from pipeline.host.senders import LocalSenders
 from pipeline.kafka.clients import ClientFactory, new_admin, new_consumer, new_producer
 from pipeline.kafka.login_watch import LoginWatch
 from pipeline.kafka.security import PLAINTEXT, KafkaSecurity
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
     from pipeline.envelope import Signer
     from pipeline.envelope.pairwise import Pairing
-    from pipeline.gateway.config import GatewayConfig
     from pipeline.gateway.metrics import GatewayMetrics
+    from pipeline.host.config import GatewayConfig
 
 
 @dataclass(frozen=True, kw_only=True)

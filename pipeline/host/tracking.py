@@ -2,8 +2,8 @@
 
 The row is written in the same transaction as the send's outbox row. ``INJECTED`` (correlated by
 msgId) settles it; a row still pending at its deadline becomes exactly one ``FAILED``
-(``INJECT_TIMEOUT``) in the sender's own pull store (seed 000 §5: "no INJECTED within a bound =
-fast explicit failure"). The tracker itself is :mod:`pipeline.gateway.deadlines`, shared with
+(``INJECT_TIMEOUT``) in the sender's own pull store (R-ACK-5: "no INJECTED within a bound =
+fast explicit failure"). The tracker itself is :mod:`pipeline.host.deadlines`, shared with
 SPAWN requests; this module is the table and its :data:`FORWARD` kind.
 """
 
@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from sqlalchemy import Column, String, Table
 
+from pipeline.host.deadlines import FAILED, PENDING, Tracked, tracked_columns
 from pipeline.reasons import Inject
 from pipeline.store import metadata
-
-from .deadlines import FAILED, PENDING, Tracked, tracked_columns
 
 forward_table = Table(
     "fleet_forward_sends",

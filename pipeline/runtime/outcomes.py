@@ -9,8 +9,8 @@ counts as handled.
 that key are parked in order until an operator releases it.
 
 Reason strings are public API (dashboards, alert rules and runbooks key on them).
-Exceptions map onto outcomes through :func:`pipeline.failures.decide.classify`; what the runtime
-does with an outcome is :func:`pipeline.failures.decide.decide` (``docs/failures.md`` has the
+Exceptions map onto outcomes through :func:`pipeline.runtime.decide.classify`; what the runtime
+does with an outcome is :func:`pipeline.runtime.decide.decide` (``docs/failures.md`` has the
 table).
 """
 

@@ -1,4 +1,4 @@
-"""The one failure decision: what the runtime does after an attempt (seed 001 scenario 3).
+"""The one failure decision: what the runtime does after an attempt (R-FAIL-3).
 
 Pure functions, no I/O: :func:`classify` maps an exception a handler raised onto an outcome, and
 :func:`decide` maps ``(outcome, attempt, policy, ordered, keyed)`` onto what happens next. The
@@ -26,9 +26,8 @@ attacker-controlled, and a forged record must not be able to stall a real recipi
 from __future__ import annotations
 
 from pipeline.errors import FleetError
-
-from .outcomes import RETRIES_EXHAUSTED, Ack, DeadLetter, Outcome, Quarantine, Retry
-from .retry import BackoffPolicy, is_permanent, is_verification_failure
+from pipeline.runtime.outcomes import RETRIES_EXHAUSTED, Ack, DeadLetter, Outcome, Quarantine, Retry
+from pipeline.runtime.retry import BackoffPolicy, is_permanent, is_verification_failure
 
 
 def classify(exc: BaseException) -> Outcome:

@@ -26,13 +26,12 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
+from pipeline.failures.dlq import DeadLetterWriter
+from pipeline.failures.metrics import FailureMetrics
+from pipeline.failures.quarantine import QuarantineStore, Scope
 from pipeline.record import Record
+from pipeline.runtime.context import FailureContext
 from pipeline.runtime.staging import Staged
-
-from .context import FailureContext
-from .dlq import DeadLetterWriter
-from .metrics import FailureMetrics
-from .quarantine import QuarantineStore, Scope
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,46 @@
+"""The control plane's one answer path (SPAWN and STOP): ``INJECTED`` or ``FAILED`` for the
+request's msgId, staged in the handler's transaction."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from pipeline.envelope import Envelope, Kind
+from pipeline.host.outbound import Publisher
+from pipeline.host.receipts import failed_body, injected_body
+
+ANSWER_TTL_S = 3600.0
+
+
+def stage_answer(
+    publisher: Publisher,
+    session: Session,
+    *,
+    request_msg_id: str,
+    requester: str,
+    requester_host: str,
+    gid: str,
+    trace_id: str,
+    reason: str | None,
+    error: str,
+    stage: str = "spawn",
+) -> None:
+    """The one answer path of the control plane (SPAWN and STOP): ``INJECTED`` for the
+    request's msgId on success, else ``FAILED`` with the reason; msgIds are derived from the
+    request's, so a re-staged answer is the same message to the requester's dedupe."""
+    if reason is None:
+        kind, msg_id = Kind.INJECTED, f"injected-{request_msg_id}"
+        body = injected_body(request_msg_id, gid, stage=stage)
+    else:
+        body = failed_body(request_msg_id, gid, reason=reason, error=error, stage=stage)
+        kind, msg_id = Kind.FAILED, f"failed-{request_msg_id}"
+    answer = Envelope.new(
+        kind=kind,
+        msg_id=msg_id,
+        sender=publisher.gateway_id,
+        to=requester,
+        body=body,
+        ttl_s=ANSWER_TTL_S,
+        trace_id=trace_id,
+    )
+    publisher.stage(session, answer, to_host=requester_host)
