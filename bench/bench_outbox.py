@@ -246,7 +246,7 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 def _relay_process(url: str, bootstrap: str) -> subprocess.Popen[bytes]:
     return fleet_process(
-        "relay", "run", "--db", url, "--bootstrap", bootstrap, "--delivery-timeout", "5"
+        "relay", "run", "--store-url", url, "--bootstrap", bootstrap, "--delivery-timeout", "5"
     )
 
 

@@ -1,9 +1,9 @@
 """The refund saga of R-SAGA-1: payments, inventory and a carrier, each a participant process.
 
-    python examples/saga_refund.py orchestrator --db URL --bootstrap HOST:PORT
-    python examples/saga_refund.py participant payments --db URL --bootstrap HOST:PORT [--fail S]
-    python examples/saga_refund.py start --db URL --count 10
-    python examples/saga_refund.py demo --db URL --bootstrap HOST:PORT [--fail book_pickup]
+    python examples/saga_refund.py orchestrator --store-url URL --bootstrap HOST:PORT
+    python examples/saga_refund.py participant payments --store-url URL --bootstrap HOST:PORT [--fail S]
+    python examples/saga_refund.py start --store-url URL --count 10
+    python examples/saga_refund.py demo --store-url URL --bootstrap HOST:PORT [--fail book_pickup]
 
 ``--fail STEP`` makes that step's action refuse (``hold_payment``, ``restock``, ``book_pickup``)
 so the compensations run; ``--fail-compensation STEP`` makes an undo keep failing (human queue).
@@ -119,7 +119,7 @@ def run_role(
     expired keys: the default ``[retention]``) and counts everything in ``registry``."""
     topics = topics_for(args.prefix)
     registry = registry or CollectorRegistry()
-    engine = make_engine(args.db)
+    engine = make_engine(args.store_url)
     ledger_meta.create_all(engine)
     if role == "orchestrator":
         metrics = SagaMetrics(registry)
@@ -136,7 +136,7 @@ def run_role(
 
         proc = build_saga_process(
             bootstrap=args.bootstrap,
-            store_url=args.db,
+            store_url=args.store_url,
             role=role,
             handler=ReplyHandler(orch),
             topics=topics,
@@ -154,7 +154,7 @@ def run_role(
         )
         proc = build_saga_process(
             bootstrap=args.bootstrap,
-            store_url=args.db,
+            store_url=args.store_url,
             role=role,
             handler=handler,
             topics=topics,
@@ -208,7 +208,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("command", choices=["orchestrator", "participant", "start", "demo"])
     ap.add_argument("name", nargs="?", help="participant: payments | inventory | carrier")
-    ap.add_argument("--db", required=True)
+    ap.add_argument("--store-url", required=True)
     ap.add_argument("--bootstrap", default="127.0.0.1:9092")
     ap.add_argument("--prefix", default="example")
     ap.add_argument("--count", type=int, default=5)
@@ -223,7 +223,7 @@ def main() -> None:
     stop = threading.Event()
     ensure_topics(args.bootstrap, topics_for(args.prefix))
     if args.command == "start":
-        print("\n".join(start(args.db, args.prefix, args.count)))
+        print("\n".join(start(args.store_url, args.prefix, args.count)))
     elif args.command in ("orchestrator", "participant"):
         role = "orchestrator" if args.command == "orchestrator" else args.name
         registry = CollectorRegistry()
@@ -239,8 +239,8 @@ def main() -> None:
         ]
         for t in threads:
             t.start()
-        start(args.db, args.prefix, args.count)
-        engine = make_engine(args.db)
+        start(args.store_url, args.prefix, args.count)
+        engine = make_engine(args.store_url)
         deadline = time.time() + 60
         while time.time() < deadline:
             with session_factory(engine)() as s:

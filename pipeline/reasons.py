@@ -220,6 +220,7 @@ class Lab(enum.StrEnum):
     LAB_MISSING_KEY = "LAB_MISSING_KEY"  # a required key is absent
     LAB_INVALID_VALUE = "LAB_INVALID_VALUE"  # wrong type or out of range
     LAB_RUN_FAILED = "LAB_RUN_FAILED"  # a run could not start or a process died unexpectedly
+    LAB_PLOTS_UNAVAILABLE = "LAB_PLOTS_UNAVAILABLE"  # matplotlib missing: the ``lab`` extra
 
 
 class Pool(enum.StrEnum):

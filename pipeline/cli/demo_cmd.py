@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .output import fail_on_fleet_error
+from .output import console, fail_on_fleet_error
 
 
 def demo(
@@ -18,7 +18,7 @@ def demo(
     """Main on host A briefs a worker on host B; INJECTED and the REPLY come back, live."""
     from pipeline.demo import run_demo
 
-    observed = run_demo(bootstrap=bootstrap, briefs=briefs)
+    observed = run_demo(bootstrap=bootstrap, console=console, briefs=briefs)
     if not observed.get("ok"):
         raise typer.Exit(1)
 

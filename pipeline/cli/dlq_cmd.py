@@ -157,9 +157,11 @@ def replay(
     reason: Reason = None,
     key: Key = None,
     limit: Limit = None,
-    db: Annotated[
+    store_url: Annotated[
         str | None,
-        typer.Option("--db", envvar="FLEET_DB", help="Store URL: skip quarantined keys."),
+        typer.Option(
+            "--store-url", envvar="FLEET_STORE_URL", help="Store URL: skip quarantined keys."
+        ),
     ] = None,
     as_json: Json = False,
     kafka_config: KafkaConfigOpt = None,
@@ -168,9 +170,9 @@ def replay(
 
     Same key, headers and body, so the same msgId: consumers' dedupe absorbs a second replay.
     A QUARANTINED key must be released with `fleet quarantine release` instead (its owner
-    replays in order); with --db such keys are skipped and counted.
+    replays in order); with --store-url such keys are skipped and counted.
     """
-    quarantined = _quarantined_keys(db) if db else set()
+    quarantined = _quarantined_keys(store_url) if store_url else set()
     skipped: list[DeadLetterView] = []
 
     def keep(views: Iterable[DeadLetterView]) -> Iterator[DeadLetterView]:
@@ -197,8 +199,8 @@ def replay(
             )
 
 
-def _quarantined_keys(db: str) -> set[tuple[str, str]]:
-    engine = make_engine(db)
+def _quarantined_keys(store_url: str) -> set[tuple[str, str]]:
+    engine = make_engine(store_url)
     try:
         return {(e.key, e.scope.topic) for e in QuarantineStore(engine).list()}
     finally:
@@ -216,7 +218,9 @@ def report(
     bootstrap: Annotated[
         str | None, typer.Option("--bootstrap", envvar="KAFKA_BOOTSTRAP", help="Brokers.")
     ] = None,
-    db: Annotated[str | None, typer.Option("--db", envvar="FLEET_DB", help="Store URL.")] = None,
+    store_url: Annotated[
+        str | None, typer.Option("--store-url", envvar="FLEET_STORE_URL", help="Store URL.")
+    ] = None,
     sink_topic: Annotated[
         str | None,
         typer.Option("--sink-topic", help="Tests: write FAILED as plain records to this topic."),
@@ -246,7 +250,7 @@ def report(
     """Run the FAILED reporter: one FAILED per eligible dead letter, even across kill -9.
 
     With --config the FAILED is a signed envelope to the sender's host inbox, written to this
-    host's outbox in the transaction of the reporter's dedupe row. --bootstrap/--db/--sink-topic
+    host's outbox in the transaction of the reporter's dedupe row. --bootstrap/--store-url/--sink-topic
     is the unsigned plain-record sink for tests and local runs. The login is --config's
     [kafka] table, or --kafka-config's (giving both with different logins is refused). It
     purges its reported rows past --config's [retention] (or --retention's).
@@ -275,7 +279,7 @@ def report(
     else:
         reporter = dlq_report.plain_reporter(
             bootstrap,
-            db,
+            store_url,
             sink_topic,
             prefix=prefix,
             dlq_topic=dlq_topic,

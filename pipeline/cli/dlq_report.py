@@ -63,7 +63,7 @@ def configured_reporter(
 
 def plain_reporter(
     bootstrap: str | None,
-    db: str | None,
+    store_url: str | None,
     sink_topic: str | None,
     *,
     prefix: str,
@@ -73,16 +73,16 @@ def plain_reporter(
     registry: CollectorRegistry | None = None,
 ) -> FailedReporter:
     """The unsigned plain-record sink (tests and local runs)."""
-    if not (bootstrap and db and sink_topic):
+    if not (bootstrap and store_url and sink_topic):
         raise ConfigError(
-            "give --config fleet.toml, or --bootstrap, --db and --sink-topic (the test sink)",
+            "give --config fleet.toml, or --bootstrap, --store-url and --sink-topic (the test sink)",
             reason=Config.CONFIG_MISSING_KEY,
         )
     from pipeline.bootstrap.reporters import build_plain_reporter
 
     return build_plain_reporter(
         bootstrap=bootstrap,
-        store_url=db,
+        store_url=store_url,
         sink_topic=sink_topic,
         prefix=prefix,
         dlq_topic=dlq_topic,

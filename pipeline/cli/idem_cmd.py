@@ -17,7 +17,7 @@ from .output import console, emit_json, fail_on_fleet_error
 
 app = typer.Typer(help="Idempotency keys: list them, show one.", no_args_is_help=True)
 
-Db = Annotated[str, typer.Option("--db", envvar="FLEET_DB", help="Store URL.")]
+StoreUrl = Annotated[str, typer.Option("--store-url", envvar="FLEET_STORE_URL", help="Store URL.")]
 Klass = Annotated[str | None, typer.Option("--class", help="Key class.")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
@@ -37,7 +37,7 @@ def _as_dict(r: KeyRecord) -> dict[str, object]:
 @app.command("ls")
 @fail_on_fleet_error
 def ls(
-    db: Db,
+    store_url: StoreUrl,
     key_class: Klass = None,
     state: Annotated[
         str | None, typer.Option("--state", help="in_progress | succeeded | failed")
@@ -52,7 +52,7 @@ def ls(
             wanted = KeyState[state.upper()]
         except KeyError as exc:
             raise ConfigError("--state must be one of in_progress, succeeded, failed") from exc
-    engine = make_engine(db)
+    engine = make_engine(store_url)
     try:
         with read_sessions(engine)() as s:
             rows = list_keys(s, key_class=key_class, state=wanted, limit=limit)
@@ -82,11 +82,11 @@ def ls(
 @fail_on_fleet_error
 def show(
     key: Annotated[str, typer.Argument(help="The idempotency key.")],
-    db: Db,
+    store_url: StoreUrl,
     key_class: Klass = None,
 ) -> None:
     """One key (every class holding it unless --class), with its stored result, as JSON."""
-    engine = make_engine(db)
+    engine = make_engine(store_url)
     try:
         with read_sessions(engine)() as s:
             rows = find_key(s, key, key_class=key_class)

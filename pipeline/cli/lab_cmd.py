@@ -61,14 +61,15 @@ def run(
     lag per partition, and write report.md, report.json and PNG plots beside the prediction."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from pipeline.lab.plots import require_plotting
     from pipeline.lab.runner import require_pool_command
     from pipeline.lab.runner import run as run_scenario
     from pipeline.signals import interrupt_on_sigterm
 
-    interrupt_on_sigterm()  # a killed run stops the producer and members it started
-
     s = load_scenario(scenario)
     require_pool_command()
+    require_plotting()
+    interrupt_on_sigterm()  # a killed run stops the producer and members it started
     server = _bootstrap(bootstrap)
     factories = kafka_factories(kafka_config, check=server)
     # the producer and pool-member processes log in with the same [kafka] table

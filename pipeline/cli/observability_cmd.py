@@ -26,6 +26,7 @@ from pipeline.signals import stop_on_signals
 
 from .login import KafkaConfigOpt, kafka_factories, stop_on_refused_login
 from .output import console, emit_json, fail_on_fleet_error
+from .serving import MetricsAddressOpt
 
 app = typer.Typer()
 
@@ -55,8 +56,10 @@ def _bootstrap(value: str | None) -> str:
 def exporter(
     *,
     bootstrap: Bootstrap = None,
-    port: Annotated[int, typer.Option("--port", help="HTTP port for /metrics.")] = 9308,
-    address: Annotated[str, typer.Option("--address", help="Listen address.")] = "0.0.0.0",
+    metrics_port: Annotated[
+        int, typer.Option("--metrics-port", help="HTTP port for /metrics.")
+    ] = 9308,
+    metrics_address: MetricsAddressOpt = "0.0.0.0",
     groups_prefix: Prefix = "fleet.",
     interval: Annotated[float, typer.Option("--interval", help="Seconds between samples.")] = 15.0,
     dlq_topic: Dlq = "fleet.dlq",
@@ -79,8 +82,8 @@ def exporter(
     running = build_exporter(
         ExporterConfig(
             bootstrap=server,
-            port=port,
-            address=address,
+            port=metrics_port,
+            address=metrics_address,
             sampler=SamplerConfig(
                 groups_prefix=groups_prefix, dlq_topic=dlq_topic or None, interval_s=interval
             ),
@@ -88,7 +91,7 @@ def exporter(
         store_urls=store_url,
         factories=(factories := kafka_factories(kafka_config, check=server)),
     )
-    console.print(f"fleet exporter on http://{address}:{running.port}/metrics")
+    console.print(f"fleet exporter on http://{metrics_address}:{running.port}/metrics")
     done = threading.Event()
     refused = stop_on_refused_login(factories, done)
     stop_on_signals(done, (signal.SIGTERM,))

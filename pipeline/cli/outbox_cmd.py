@@ -14,8 +14,9 @@ app = typer.Typer(help="Inspect the transactional outbox.")
 @app.command()
 @fail_on_fleet_error
 def status(
-    db: Annotated[
-        str, typer.Option("--db", help="Store URL (sqlite:///path or postgresql+psycopg://...).")
+    store_url: Annotated[
+        str,
+        typer.Option("--store-url", help="Store URL (sqlite:///path or postgresql+psycopg://...)."),
     ],
     tenant: Annotated[str | None, typer.Option("--tenant")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
@@ -26,7 +27,7 @@ def status(
     from pipeline.outbox import outbox_status
     from pipeline.store import make_engine
 
-    engine = make_engine(db)
+    engine = make_engine(store_url)
     try:
         st = outbox_status(engine, tenant=tenant)
     finally:

@@ -1,4 +1,10 @@
-"""Shared CLI plumbing: one console, and one mapping from FleetError to a clean exit."""
+"""Shared CLI plumbing: one console, and one mapping from FleetError to a clean exit.
+
+Every command prints through :data:`console` / :data:`err_console`, so how output fits its
+destination is decided here once: a terminal gets its own width; anything else (``| cat``,
+``> file``, a CI log) gets room enough that Rich never squeezes a table until its headers read
+``sc…``, nor wraps a line at an assumed 80 columns.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +13,47 @@ from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
 from pipeline.errors import FleetError
 
 from .hot import EXIT_FLEET_ERROR, emit_json
 
-__all__ = ["EXIT_FLEET_ERROR", "console", "emit_json", "err_console", "fail_on_fleet_error"]
+__all__ = [
+    "EXIT_FLEET_ERROR",
+    "FittingConsole",
+    "console",
+    "emit_json",
+    "err_console",
+    "fail_on_fleet_error",
+]
 
-console = Console(stderr=False)
-err_console = Console(stderr=True)
+# wider than any table a command prints: a destination that is no terminal has no width to fit
+UNBOUNDED_WIDTH = 10_000
+
+
+class FittingConsole(Console):
+    """A Rich console that fits a terminal and never squeezes output that goes elsewhere.
+
+    Rich sizes output that is not a terminal from ``COLUMNS`` or the controlling terminal, else
+    80 columns, and shrinks a wide table to that: columns collapse and headers are cut to
+    ``sc…``. Here such output is as wide as it needs to be; an explicit ``width=`` still wins."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        fitted = super().size
+        if self.is_terminal or self._width is not None:
+            return fitted
+        return ConsoleDimensions(UNBOUNDED_WIDTH, fitted.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+console = FittingConsole(stderr=False)
+err_console = FittingConsole(stderr=True)
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -22,7 +22,7 @@ from .output import console, emit_json, fail_on_fleet_error
 
 app = typer.Typer(help="Per-key quarantine: list keys, release one.", no_args_is_help=True)
 
-Db = Annotated[str, typer.Option("--db", envvar="FLEET_DB", help="Store URL.")]
+StoreUrl = Annotated[str, typer.Option("--store-url", envvar="FLEET_STORE_URL", help="Store URL.")]
 Group = Annotated[str | None, typer.Option("--group", help="Consumer group of the scope.")]
 Topic = Annotated[str | None, typer.Option("--topic", help="Topic of the scope.")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
@@ -36,9 +36,11 @@ def _when(ms: int | None) -> str:
 
 @app.command("ls")
 @fail_on_fleet_error
-def ls(db: Db, group: Group = None, topic: Topic = None, as_json: Json = False) -> None:
+def ls(
+    store_url: StoreUrl, group: Group = None, topic: Topic = None, as_json: Json = False
+) -> None:
     """List quarantined keys with their reason, dead letter and parked-record count."""
-    engine = make_engine(db)
+    engine = make_engine(store_url)
     try:
         entries = QuarantineStore(engine).list()
     finally:
@@ -75,7 +77,7 @@ def ls(db: Db, group: Group = None, topic: Topic = None, as_json: Json = False) 
 def release(
     key: Annotated[str, typer.Argument(help="The quarantined record key.")],
     *,
-    db: Db,
+    store_url: StoreUrl,
     group: Group = None,
     topic: Topic = None,
     no_wait: Annotated[
@@ -85,7 +87,7 @@ def release(
     as_json: Json = False,
 ) -> None:
     """Ask the owning consumer to replay KEY's dead letter and parked records, then lift it."""
-    engine = make_engine(db)
+    engine = make_engine(store_url)
     try:
         store = QuarantineStore(engine)
         scopes = [

@@ -32,8 +32,9 @@ app = typer.Typer(help="Ship committed outbox rows to Kafka (the outbox relay)."
 @app.command("run")
 @fail_on_fleet_error
 def run(
-    db: Annotated[
-        str, typer.Option("--db", help="Store URL (sqlite:///path or postgresql+psycopg://...).")
+    store_url: Annotated[
+        str,
+        typer.Option("--store-url", help="Store URL (sqlite:///path or postgresql+psycopg://...)."),
     ],
     bootstrap: Annotated[str, typer.Option("--bootstrap", help="Kafka bootstrap servers.")],
     tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's rows.")] = None,
@@ -63,7 +64,7 @@ def run(
     policy = retention_from(retention, no_purge=no_purge)
     registry = CollectorRegistry()
     relay = build_relay(
-        db,
+        store_url,
         bootstrap=bootstrap,
         tenant=tenant,
         batch_size=batch_size,
@@ -77,7 +78,7 @@ def run(
     if policy is not None:  # its own thread: the relay's never waits for more than one batch
         purger_for(engine, policy, RELAY_TABLES, registry=registry).start(stop)
     stop_on_signals(stop)
-    console.print(f"outbox relay: {db} -> {bootstrap} (tenant: {tenant or 'all'})")
+    console.print(f"outbox relay: {store_url} -> {bootstrap} (tenant: {tenant or 'all'})")
     listen(engine, relay.wake, stop)  # PostgreSQL: woken by each commit's NOTIFY
     try:
         relay.run_forever(stop)

@@ -28,7 +28,7 @@ from .output import console, emit_json, fail_on_fleet_error
 
 app = typer.Typer(help="Sagas: list, show, and work the human queue.", no_args_is_help=True)
 
-Db = Annotated[str, typer.Option("--db", envvar="FLEET_DB", help="Store URL.")]
+StoreUrl = Annotated[str, typer.Option("--store-url", envvar="FLEET_STORE_URL", help="Store URL.")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 Prefix = Annotated[str, typer.Option("--prefix", help="Saga topic prefix.")]
 Defs = Annotated[
@@ -54,7 +54,7 @@ def _definitions(spec: str | None) -> list[SagaDefinition]:
 @app.command("ls")
 @fail_on_fleet_error
 def ls(
-    db: Db,
+    store_url: StoreUrl,
     state: Annotated[str | None, typer.Option("--state", help="e.g. human, running")] = None,
     limit: Annotated[int, typer.Option("--limit")] = 100,
     as_json: Json = False,
@@ -66,7 +66,7 @@ def ls(
             wanted = SagaState(state)
         except ValueError as exc:
             raise ConfigError(f"--state must be one of {[s.value for s in SagaState]}") from exc
-    engine = make_engine(db)
+    engine = make_engine(store_url)
     try:
         with read_sessions(engine)() as s:
             rows = list_sagas(s, state=wanted, limit=limit)
@@ -103,9 +103,9 @@ def ls(
 
 @app.command("show")
 @fail_on_fleet_error
-def show(saga_id: Annotated[str, typer.Argument()], db: Db) -> None:
+def show(saga_id: Annotated[str, typer.Argument()], store_url: StoreUrl) -> None:
     """One saga's full record (state, results, history) as JSON."""
-    engine = make_engine(db)
+    engine = make_engine(store_url)
     try:
         with read_sessions(engine)() as s:
             rec = load(s, saga_id, lock=False)
@@ -114,8 +114,8 @@ def show(saga_id: Annotated[str, typer.Argument()], db: Db) -> None:
     emit_json(rec.to_dict())
 
 
-def _orchestrate(db: str, spec: str | None, prefix: str, fn: Any) -> None:
-    engine = make_engine(db)
+def _orchestrate(store_url: str, spec: str | None, prefix: str, fn: Any) -> None:
+    engine = make_engine(store_url)
     try:
         orch = SagaOrchestrator(_definitions(spec), topics=SagaTopics(prefix=prefix))
         with session_factory(engine).begin() as s:
@@ -128,12 +128,12 @@ def _orchestrate(db: str, spec: str | None, prefix: str, fn: Any) -> None:
 @fail_on_fleet_error
 def resolve(
     saga_id: Annotated[str, typer.Argument()],
-    db: Db,
+    store_url: StoreUrl,
     note: Annotated[str, typer.Option("--note", help="What the person did.")],
     prefix: Prefix = "fleet",
 ) -> None:
     """Take a saga out of the human queue as ABORTED, recording what was done by hand."""
-    _orchestrate(db, None, prefix, lambda o, s: o.resolve(s, saga_id, note=note))
+    _orchestrate(store_url, None, prefix, lambda o, s: o.resolve(s, saga_id, note=note))
     console.print(f"saga {saga_id}: resolved (aborted)")
 
 
@@ -141,12 +141,12 @@ def resolve(
 @fail_on_fleet_error
 def retry(
     saga_id: Annotated[str, typer.Argument()],
-    db: Db,
+    store_url: StoreUrl,
     definitions: Defs = None,
     prefix: Prefix = "fleet",
 ) -> None:
     """Send a human-queue saga's failing compensation again, attempts reset."""
-    _orchestrate(db, definitions, prefix, lambda o, s: o.retry(s, saga_id))
+    _orchestrate(store_url, definitions, prefix, lambda o, s: o.retry(s, saga_id))
     console.print(f"saga {saga_id}: compensating again")
 
 
@@ -154,7 +154,7 @@ def retry(
 @fail_on_fleet_error
 def decide(
     saga_id: Annotated[str, typer.Argument()],
-    db: Db,
+    store_url: StoreUrl,
     approve: Annotated[bool, typer.Option("--approve/--reject")],
     definitions: Defs = None,
     note: Annotated[str, typer.Option("--note")] = "",
@@ -163,7 +163,7 @@ def decide(
     """Decide a waiting approval step (a late decision, after expiry, changes nothing)."""
     done: list[bool] = []
     _orchestrate(
-        db,
+        store_url,
         definitions,
         prefix,
         lambda o, s: done.append(o.decide(s, saga_id, approved=approve, note=note)),

@@ -18,9 +18,9 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="The SQL store: schema version, size per table, retention purges.")
 
-Url = Annotated[
+StoreUrl = Annotated[
     str | None,
-    typer.Option("--url", help="Store URL (sqlite:///path or postgresql+psycopg://...)."),
+    typer.Option("--store-url", help="Store URL (sqlite:///path or postgresql+psycopg://...)."),
 ]
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="A host's fleet.toml (its store_url).")
@@ -32,11 +32,12 @@ def _url(url: str | None, config: Path | None) -> str:
 
 
 def _target(url: str | None, config: Path | None) -> tuple[str, RetentionConfig]:
-    """The store URL and its retention: the host's ``[retention]``, or the defaults for --url."""
+    """The store URL and its retention: the host's ``[retention]``, or the defaults for
+    --store-url."""
     from pipeline.retention import RetentionConfig
 
     if (url is None) == (config is None):
-        raise ConfigError("give exactly one of --url and --config")
+        raise ConfigError("give exactly one of --store-url and --config")
     if url is not None:
         return url, RetentionConfig()
     from pipeline.host.config import load_config
@@ -49,7 +50,7 @@ def _target(url: str | None, config: Path | None) -> tuple[str, RetentionConfig]
 @app.command()
 @fail_on_fleet_error
 def upgrade(
-    url: Url = None,
+    store_url: StoreUrl = None,
     config: ConfigOpt = None,
     revision: Annotated[str, typer.Option("--to", help="Target revision.")] = "head",
 ) -> None:
@@ -57,7 +58,7 @@ def upgrade(
     from pipeline.store import make_engine
     from pipeline.store.schema import upgrade as run_upgrade
 
-    engine = make_engine(_url(url, config), create=False)
+    engine = make_engine(_url(store_url, config), create=False)
     try:
         before, after = run_upgrade(engine, revision)
     finally:
@@ -68,7 +69,7 @@ def upgrade(
 @app.command()
 @fail_on_fleet_error
 def current(
-    url: Url = None,
+    store_url: StoreUrl = None,
     config: ConfigOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ) -> None:
@@ -76,7 +77,7 @@ def current(
     from pipeline.store import make_engine
     from pipeline.store.schema import schema_state
 
-    engine = make_engine(_url(url, config), create=False)
+    engine = make_engine(_url(store_url, config), create=False)
     try:
         state = schema_state(engine)
     finally:
@@ -104,7 +105,7 @@ def _size(n: int) -> str:
 
 @app.command()
 @fail_on_fleet_error
-def stats(url: Url = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+def stats(store_url: StoreUrl = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Rows per table, the oldest row's age and the database's size (read-only)."""
     from rich.table import Table
 
@@ -112,7 +113,7 @@ def stats(url: Url = None, config: ConfigOpt = None, as_json: JsonOpt = False) -
     from pipeline.retention.stats import store_stats
     from pipeline.store import make_engine
 
-    engine = make_engine(_url(url, config), create=False)  # a read: never changes the schema
+    engine = make_engine(_url(store_url, config), create=False)  # a read: never changes the schema
     try:
         result = store_stats(engine, RULES)
     finally:
@@ -132,7 +133,7 @@ def stats(url: Url = None, config: ConfigOpt = None, as_json: JsonOpt = False) -
 @app.command()
 @fail_on_fleet_error
 def purge(
-    url: Url = None,
+    store_url: StoreUrl = None,
     config: ConfigOpt = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Count what would be purged; delete nothing.")
@@ -145,8 +146,8 @@ def purge(
     from pipeline.retention.purger import Purger
     from pipeline.store import make_engine
 
-    store_url, policy = _target(url, config)
-    engine = make_engine(store_url)
+    url, policy = _target(store_url, config)
+    engine = make_engine(url)
     try:
         purger = Purger(engine=engine, policy=policy, rules=RULES)
         report = purger.run(dry_run=dry_run)

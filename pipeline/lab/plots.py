@@ -1,20 +1,46 @@
-"""The run's PNG plots (matplotlib, Agg: no display needed). Predicted lines are dashed."""
+"""The run's PNG plots (matplotlib, Agg: no display needed). Predicted lines are dashed.
+
+matplotlib is the optional ``lab`` extra (``pip install 'fleet-pipeline[lab]'``), imported only
+when plots are drawn: ``fleet lab predict`` and the rest of the package work without it, and
+``fleet lab run`` calls :func:`require_plotting` before it starts anything.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+from pipeline.errors import ConfigError
+from pipeline.reasons import Lab
 
 from .model import Prediction
 from .observe import Tick
 from .scenario import Scenario
 from .step_log import Step, in_flight_series
 from .tick_series import consumed_series
+
+INSTALL_HINT = "pip install 'fleet-pipeline[lab]'"
+
+
+def require_plotting() -> None:
+    """Fail early, before a run starts anything, when matplotlib is not installed."""
+    _pyplot()
+
+
+def _pyplot() -> ModuleType:
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ConfigError(
+            f"fleet lab run draws its plots with matplotlib, which is not installed: "
+            f"{INSTALL_HINT} ('fleet lab predict' works without it)",
+            reason=Lab.LAB_PLOTS_UNAVAILABLE,
+        ) from e
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _shade_outages(ax: object, s: Scenario) -> None:
@@ -25,6 +51,7 @@ def _shade_outages(ax: object, s: Scenario) -> None:
 def write_plots(
     out: Path, s: Scenario, p: Prediction, ticks: Sequence[Tick], steps: Sequence[Step]
 ) -> list[str]:
+    plt = _pyplot()
     written: list[str] = []
     times = [t.t for t in ticks]
 
@@ -35,7 +62,7 @@ def write_plots(
     _shade_outages(ax, s)
     ax.set(title=f"{s.name}: lag per partition (messages)", xlabel="scenario seconds", ylabel="lag")
     ax.legend()
-    written.append(_save(fig, out / "lag.png"))
+    written.append(_save(plt, fig, out / "lag.png"))
 
     ctimes, rates = consumed_series(ticks)
     fig, ax = plt.subplots(figsize=(9, 4))
@@ -45,7 +72,7 @@ def write_plots(
     _shade_outages(ax, s)
     ax.set(title="throughput against capacity", xlabel="scenario seconds", ylabel="events/s")
     ax.legend()
-    written.append(_save(fig, out / "throughput.png"))
+    written.append(_save(plt, fig, out / "throughput.png"))
 
     fig, ax = plt.subplots(figsize=(9, 4))
     ax.plot(times, in_flight_series(steps, times), label="measured in flight")
@@ -54,7 +81,7 @@ def write_plots(
     _shade_outages(ax, s)
     ax.set(title="in flight against Little's law", xlabel="scenario seconds", ylabel="steps")
     ax.legend()
-    written.append(_save(fig, out / "in_flight.png"))
+    written.append(_save(plt, fig, out / "in_flight.png"))
 
     seen: set[int] = set()
     dup_t, dup_n, n = [0.0], [0], 0
@@ -70,12 +97,12 @@ def write_plots(
     _shade_outages(ax, s)
     ax.set(title="duplicates against their bound", xlabel="scenario seconds", ylabel="steps")
     ax.legend()
-    written.append(_save(fig, out / "duplicates.png"))
+    written.append(_save(plt, fig, out / "duplicates.png"))
     return written
 
 
-def _save(fig: object, path: Path) -> str:
+def _save(plt: ModuleType, fig: object, path: Path) -> str:
     fig.tight_layout()  # type: ignore[attr-defined]
     fig.savefig(path, dpi=90)  # type: ignore[attr-defined]
-    plt.close(fig)  # type: ignore[arg-type]
+    plt.close(fig)
     return path.name

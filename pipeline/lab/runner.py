@@ -38,7 +38,7 @@ from .comparison import Analysis
 from .machine import ProcessCpu
 from .model import predict
 from .observe import Observer, Tick
-from .plots import write_plots
+from .plots import require_plotting, write_plots
 from .processes import Members, spawn
 from .report import write_reports
 from .scenario import Scenario, StopSignal
@@ -196,6 +196,7 @@ def run(
     """``admin_factory``/``consumer_factory`` build this process's clients and ``child_env``
     goes to the producer and pool-member processes (``FLEET_KAFKA_CONFIG``: the same login)."""
     require_pool_command()
+    require_plotting()
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.toml").write_bytes(source.read_bytes())  # the producer reads this copy
     note = progress or (lambda _t, _what: None)

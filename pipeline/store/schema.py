@@ -152,7 +152,7 @@ def ensure_schema(engine: Engine) -> None:
     url = engine.url.render_as_string(hide_password=True)
     raise SchemaError(
         f"the store's schema is at {state.current or 'v0.1.0 (unversioned)'}, this code needs "
-        f"{state.head}: run `fleet store upgrade --url {url}` (or --config fleet.toml)",
+        f"{state.head}: run `fleet store upgrade --store-url {url}` (or --config fleet.toml)",
         context={"current": state.current, "head": state.head},
     )
 

@@ -289,14 +289,14 @@ def test_fleet_outbox_status_reports_backlog_and_next_lsn(
     with sessions.begin() as s:
         for _ in range(3):
             write(s, topic="t", key=b"k", value=b"v", branch_key="a", tenant="acme")
-    result = CliRunner().invoke(app, ["outbox", "status", "--db", store_url, "--json"])
+    result = CliRunner().invoke(app, ["outbox", "status", "--store-url", store_url, "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["backlog"] == 3 and data["oldest_unsent_age_s"] >= 0
     assert data["branches"] == [
         {"tenant": "acme", "branch_key": "a", "next_lsn": 4, "pending": 3, "abandoned": False}
     ]
-    table = CliRunner().invoke(app, ["outbox", "status", "--db", store_url])
+    table = CliRunner().invoke(app, ["outbox", "status", "--store-url", store_url])
     assert table.exit_code == 0 and "backlog: 3" in table.stdout
 
 

@@ -47,24 +47,24 @@ def _seed(url: str) -> None:
 
 def test_ls_lists_scopes_keys_and_parked_counts(store_url: str) -> None:
     _seed(store_url)
-    out = runner.invoke(app, ["quarantine", "ls", "--db", store_url, "--json"])
+    out = runner.invoke(app, ["quarantine", "ls", "--store-url", store_url, "--json"])
     assert out.exit_code == 0, out.output
     rows = json.loads(out.stdout)
     assert [(r["group"], r["key"], r["parked"], r["partition"]) for r in rows] == [
         ("fleet.gw.h1", "K", 1, 1),
         ("g2", "K", 0, 1),
     ]
-    only = runner.invoke(app, ["quarantine", "ls", "--db", store_url, "--group", "g2", "--json"])
+    only = runner.invoke(app, ["quarantine", "ls", "--store-url", store_url, "--group", "g2", "--json"])
     assert [r["group"] for r in json.loads(only.stdout)] == ["g2"]
-    table = runner.invoke(app, ["quarantine", "ls", "--db", store_url])
+    table = runner.invoke(app, ["quarantine", "ls", "--store-url", store_url])
     assert table.exit_code == 0 and "2 quarantined key(s)" in table.stdout
 
 
 def test_release_files_a_request_and_waits_for_the_owner(store_url: str) -> None:
     _seed(store_url)
-    ambiguous = runner.invoke(app, ["quarantine", "release", "K", "--db", store_url])
+    ambiguous = runner.invoke(app, ["quarantine", "release", "K", "--store-url", store_url])
     assert ambiguous.exit_code == 2 and "AMBIGUOUS_SCOPE" in ambiguous.output
-    unknown = runner.invoke(app, ["quarantine", "release", "nope", "--db", store_url])
+    unknown = runner.invoke(app, ["quarantine", "release", "nope", "--store-url", store_url])
     assert unknown.exit_code == 2 and "NOT_QUARANTINED" in unknown.output
 
     engine = make_engine(store_url)
@@ -91,7 +91,7 @@ def test_release_files_a_request_and_waits_for_the_owner(store_url: str) -> None
                 "quarantine",
                 "release",
                 "K",
-                "--db",
+                "--store-url",
                 store_url,
                 "--group",
                 SCOPE.group,
@@ -113,11 +113,11 @@ def test_release_files_a_request_and_waits_for_the_owner(store_url: str) -> None
     # nobody owns g2's partition: --no-wait files and returns, a wait times out loudly
     filed = runner.invoke(
         app,
-        ["quarantine", "release", "K", "--db", store_url, "--group", "g2", "--no-wait", "--json"],
+        ["quarantine", "release", "K", "--store-url", store_url, "--group", "g2", "--no-wait", "--json"],
     )
     assert filed.exit_code == 0 and json.loads(filed.stdout)["state"] == "PENDING"
     waited = runner.invoke(
-        app, ["quarantine", "release", "K", "--db", store_url, "--group", "g2", "--timeout", "0.5"]
+        app, ["quarantine", "release", "K", "--store-url", store_url, "--group", "g2", "--timeout", "0.5"]
     )
     assert waited.exit_code == 2 and "RELEASE_TIMEOUT" in waited.output
     assert len(QuarantineStore(engine).pending_releases(Scope("g2", SCOPE.topic))) == 1

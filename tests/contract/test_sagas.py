@@ -178,11 +178,11 @@ def test_a_compensation_that_keeps_failing_goes_to_the_human_queue(
     assert rec.results == {"0": {"done": "hold_payment"}, "1": {"done": "restock"}}
     assert effect_counts(engine).get(("h1", "hold_payment", "compensate")) is None  # rolled back
     runner = CliRunner()
-    out = runner.invoke(app, ["saga", "ls", "--db", url, "--state", "human", "--json"])
+    out = runner.invoke(app, ["saga", "ls", "--store-url", url, "--state", "human", "--json"])
     assert out.exit_code == 0, out.output
     listed = json.loads(out.output)
     assert listed["counts"]["human"] == 1 and [r["saga_id"] for r in listed["sagas"]] == ["h1"]
-    out = runner.invoke(app, ["saga", "show", "h1", "--db", url])
+    out = runner.invoke(app, ["saga", "show", "h1", "--store-url", url])
     shown = json.loads(out.output)
     assert shown["state"] == "human" and not shown["pending"] and len(shown["history"]) >= 6
     broken["on"] = False
@@ -192,7 +192,7 @@ def test_a_compensation_that_keeps_failing_goes_to_the_human_queue(
             "saga",
             "retry",
             "h1",
-            "--db",
+            "--store-url",
             url,
             "--prefix",
             "t",
@@ -206,7 +206,7 @@ def test_a_compensation_that_keeps_failing_goes_to_the_human_queue(
         (rec,) = list_sagas(s)
     assert rec.state == SagaState.ABORTED and rec.compensations == 2
     assert effect_counts(engine)[("h1", "hold_payment", "compensate")] == 1
-    out = runner.invoke(app, ["saga", "resolve", "h1", "--db", url, "--note", "late"])
+    out = runner.invoke(app, ["saga", "resolve", "h1", "--store-url", url, "--note", "late"])
     assert out.exit_code == 2 and "SAGA_NOT_IN_HUMAN_QUEUE" in out.output
 
 

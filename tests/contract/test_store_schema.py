@@ -82,7 +82,7 @@ V010_PARKED_HEADERS = '[["sig", "AP8="], ["a", ""], ["a", "eA=="]]'
 
 
 def _upgrade_cli(url: str) -> str:
-    result = CliRunner().invoke(app, ["store", "upgrade", "--url", url])
+    result = CliRunner().invoke(app, ["store", "upgrade", "--store-url", url])
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -132,9 +132,9 @@ def test_a_v010_store_is_refused_then_upgraded_and_keeps_its_rows(store_url: str
         make_engine(store_url)
     assert caught.value.reason == Store.STORE_SCHEMA_OUTDATED
     assert caught.value.retriable is False
-    assert "fleet store upgrade --url" in str(caught.value)
+    assert "fleet store upgrade --store-url" in str(caught.value)
 
-    current = CliRunner().invoke(app, ["store", "current", "--url", store_url])
+    current = CliRunner().invoke(app, ["store", "current", "--store-url", store_url])
     assert current.exit_code == 1 and "unversioned" in current.output
     assert "-> " + head_revision() in _upgrade_cli(store_url)
 

@@ -157,7 +157,7 @@ def test_replay_of_1000_keeps_per_key_order_and_a_second_replay_has_no_effect(
 
 def test_replay_with_db_skips_quarantined_keys(kafka: BrokerHandle, new_topic, tmp_path) -> None:
     """A quarantined key is released by its owner, in order; replaying its dead letter through
-    the topic would park it behind later records, so replay --db skips it."""
+    the topic would park it behind later records, so replay --store-url skips it."""
     from sqlalchemy.orm import Session
 
     from pipeline.failures.quarantine import QuarantineStore, Scope
@@ -189,7 +189,7 @@ def test_replay_with_db_skips_quarantined_keys(kafka: BrokerHandle, new_topic, t
     start = high_watermarks(kafka.bootstrap, source)
     out = runner.invoke(
         app,
-        ["dlq", "replay", "--bootstrap", kafka.bootstrap, "--dlq-topic", dlq, "--db", db, "--json"],
+        ["dlq", "replay", "--bootstrap", kafka.bootstrap, "--dlq-topic", dlq, "--store-url", db, "--json"],
     )
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout) == {"replayed": 4, "by_topic": {source: 4}, "skipped": 2}

@@ -136,7 +136,8 @@ def test_fleet_exporter_cli_sums_the_gateways_stores(
     for i in range(3):
         b.client.send(sender="worker-b", to="main-a", kind=Kind.REPLY, body=f"r{i}".encode())
     port = free_ports(1)[0]
-    args = ["--port", str(port), "--address", "127.0.0.1", "--groups-prefix", "fleet.none."]
+    args = ["--metrics-port", str(port), "--metrics-address", "127.0.0.1"]
+    args += ["--groups-prefix", "fleet.none."]
     args += ["--interval", "0.2", "--dlq-topic", "", "--store-url", store_a, "--store-url", store_b]
     proc = subprocess.Popen(
         [sys.executable, "-m", "pipeline", "exporter", *args],

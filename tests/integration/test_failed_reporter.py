@@ -130,7 +130,7 @@ def test_reporter_killed_minus_9_mid_way_still_yields_exactly_one_failed_each(
         "report",
         "--bootstrap",
         kafka.bootstrap,
-        "--db",
+        "--store-url",
         db,
         "--dlq-topic",
         dlq,

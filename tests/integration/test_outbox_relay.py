@@ -342,7 +342,7 @@ def _relay_process(url: str, bootstrap: str, *extra: str) -> subprocess.Popen[by
     return fleet_process(
         "relay",
         "run",
-        "--db",
+        "--store-url",
         url,
         "--bootstrap",
         bootstrap,

@@ -100,7 +100,7 @@ def test_a_standalone_relay_purges_its_sent_rows_and_serves_it(
     port = _free_port()
     rows = ("fleet_store_rows_purged_total", (("table", "outbox"),))
     proc = fleet_process(
-        "relay", "run", "--db", url, "--bootstrap", kafka.bootstrap,
+        "relay", "run", "--store-url", url, "--bootstrap", kafka.bootstrap,
         "--metrics-port", str(port),
         "--retention", "outbox_sent_s=1", "--retention", "every_s=0.5",
     )  # fmt: skip

@@ -44,7 +44,7 @@ def _participant(name: str, db: str, bootstrap: str, prefix: str) -> subprocess.
         str(ROOT / "examples" / "saga_refund.py"),
         "participant",
         name,
-        "--db",
+        "--store-url",
         db,
         "--bootstrap",
         bootstrap,
@@ -64,7 +64,7 @@ def test_sagas_survive_participants_killed_at_random(kafka: BrokerHandle, store_
     topics = saga_refund.topics_for(prefix)
     saga_refund.ensure_topics(kafka.bootstrap, topics)
     stop = threading.Event()
-    ns = argparse.Namespace(db=store_url, bootstrap=kafka.bootstrap, prefix=prefix)
+    ns = argparse.Namespace(store_url=store_url, bootstrap=kafka.bootstrap, prefix=prefix)
     saga_refund.ledger_counts(store_url)  # creates the tables before the processes race to
     orch = threading.Thread(target=saga_refund.run_role, args=("orchestrator", ns, stop))
     orch.start()

@@ -373,7 +373,8 @@ def test_the_exporter_endpoint_serves_lag_under_the_exporter_login(
     log = tmp_path / "exporter.log"
     _LOGS.append(log)
     cmd = [sys.executable, "-m", "pipeline", "exporter", "--bootstrap", server]
-    cmd += ["--port", str(port), "--address", "127.0.0.1", "--groups-prefix", prefix]
+    cmd += ["--metrics-port", str(port), "--metrics-address", "127.0.0.1"]
+    cmd += ["--groups-prefix", prefix]
     cmd += ["--interval", "0.5", "--dlq-topic", names.dlq]
     cmd += ["--kafka-config", str(login_file(secure, "exporter"))]
     with log.open("ab") as out:
