@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console, ConsoleDimensions
@@ -38,12 +38,17 @@ class FittingConsole(Console):
 
     Rich sizes output that is not a terminal from ``COLUMNS`` or the controlling terminal, else
     80 columns, and shrinks a wide table to that: columns collapse and headers are cut to
-    ``sc…``. Here such output is as wide as it needs to be; an explicit ``width=`` still wins."""
+    ``sc…``. Here such output is as wide as it needs to be (``COLUMNS`` included: it describes a
+    terminal, and this output goes to none); an explicit ``width=`` still wins."""
+
+    def __init__(self, *args: Any, width: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, width=width, **kwargs)
+        self._explicit_width = width
 
     @property
     def size(self) -> ConsoleDimensions:
         fitted = super().size
-        if self.is_terminal or self._width is not None:
+        if self.is_terminal or self._explicit_width is not None:
             return fitted
         return ConsoleDimensions(UNBOUNDED_WIDTH, fitted.height)
 

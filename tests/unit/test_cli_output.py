@@ -10,6 +10,7 @@ import ast
 import io
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 from rich.table import Table
 
@@ -33,7 +34,11 @@ def _render(console: Console) -> str:
     return console.file.getvalue()
 
 
-def test_a_wide_table_to_a_non_terminal_keeps_every_header_whole() -> None:
+def test_a_wide_table_to_a_non_terminal_keeps_every_header_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # COLUMNS describes a terminal (pytest-xdist workers and some shells export it): not this one
+    monkeypatch.setenv("COLUMNS", "80")
     text = _render(FittingConsole(file=io.StringIO()))
     for name in HEADERS:
         assert name in text, text
