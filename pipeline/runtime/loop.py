@@ -20,6 +20,13 @@ Per batch, in this order (``docs/runtime.md`` has the crash windows):
    (pull: at-least-once) or deliberately given up (forward: at-most-once).
 4. **After-commit effects** (the forward path's inject) -- only when the commit succeeded. On a
    commit error nothing is injected: a visible loss, never a double injection.
+
+:class:`ConsumerRuntime` runs the step and the batch transaction; each other concern has its own
+module: ``fetch.py`` (taking records off the consumer), ``settle.py`` (step 1, per record),
+``batch_commit.py`` (step 3), ``attempts.py`` (retry counts carried in the commit),
+``pauses.py`` (retries and backoffs as paused partitions), ``quarantine_gate.py`` (quarantine
+reads, refresh and releases), ``rebalance.py`` (assign / revoke / lost), ``fencing.py`` (fenced
+by itself or by a second member) and ``config.py``.
 """
 
 from __future__ import annotations

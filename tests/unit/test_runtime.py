@@ -63,6 +63,7 @@ def sessions(tmp_path: Path) -> Any:
 
 
 def make_runtime(sessions: Any, handler: Any, fake: FakeConsumer, **cfg: Any) -> ConsumerRuntime:
+    inflight = cfg.pop("inflight", None)
     config = RuntimeConfig(
         bootstrap="fake:0",
         group_id="g",
@@ -76,6 +77,7 @@ def make_runtime(sessions: Any, handler: Any, fake: FakeConsumer, **cfg: Any) ->
         sessions=sessions,
         dead_letters=ListSink(),
         consumer_factory=lambda _conf: fake,
+        inflight=inflight,
     )
 
 
@@ -758,9 +760,8 @@ def test_a_backlog_on_every_partition_starts_a_step_on_every_partition(sessions:
         for i in range(20):
             fake.produce("t", p, b"k%d" % p, b"p%d-%d" % (p, i), [("msgId", b"p%d-%d" % (p, i))])
     handler = HeldSteps()
-    rt = make_runtime(sessions, handler, fake)
     dispatcher = Dispatcher(InflightConfig(max_records=50, depth=2), handler)
-    rt.inflight = dispatcher
+    rt = make_runtime(sessions, handler, fake, inflight=dispatcher)
     try:
         rt.step()
         assert {r.partition for r in dispatcher.lanes.running()} == {0, 1, 2, 3}
