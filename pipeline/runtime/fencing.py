@@ -20,13 +20,15 @@ def fenced_by_itself(client_log: ClientLog, was: str | None, consumer: Any) -> b
     (``SESSTMOUT``) lately, or its member id is no longer the one it was assigned under
     (``was``) -- librdkafka re-joined on its own. The second check is needed because the
     client's log lines reach us only through ``poll``: a synchronous commit that blocked through
-    a broker outage comes back fenced before the session timeout's line was served (chaos #8). A
-    second member with our id leaves our member id as it was (measured: a fenced client's
-    ``memberid()`` is unchanged, before and after its fatal error)."""
+    a broker outage comes back fenced before the session timeout's line was served (the
+    ``broker-down`` chaos scenario). A second member with our id leaves our member id as it was
+    (measured: a fenced client's ``memberid()`` is unchanged, before and after its fatal
+    error)."""
     timed_out = client_log.timed_out_within(SELF_FENCE_WINDOW_S)
     now = member_id(consumer)
     # "" now: the client dropped its member id to re-join (after a session timeout that may
-    # lie minutes back, when the broker was away longer than that: chaos #8, 75 s)
+    # lie minutes back, when the broker was away longer than that: the ``broker-down`` chaos
+    # scenario, 75 s)
     moved = bool(was) and now is not None and now != was
     return timed_out or moved
 

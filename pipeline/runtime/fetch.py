@@ -70,7 +70,7 @@ def _fetch_each(
 
 
 def on_consume_error(consumer: Any, config: RuntimeConfig, err: KafkaError, msg: Any) -> None:
-    # seed 001 scenario 7: names group, partition, committed offset and how many were lost
+    # R-FAIL-7: names group, partition, committed offset and how many were lost
     raise_if_offsets_lost(consumer, msg, config.group_id)
     if err.fatal() or err.code() == KafkaError._FATAL:
         # librdkafka reports static-membership fencing (a second member with our

@@ -93,7 +93,7 @@ class ConsumerRuntime:
         # points below are marked ``# inflight:``. ``None`` = every record handled in the loop.
         self.inflight = inflight
         self.handler = handler
-        # the handler's verify stage, run before a dedupe drop (seed 000 §2.1 order)
+        # the handler's verify stage, run before a dedupe drop (R-ENV-3 order)
         self.verify = handler.verify if isinstance(handler, Verifies) else None
         # the handler's batch stage before the transaction (the gateway verifies signatures
         # of the whole batch on a thread pool there)
@@ -249,8 +249,9 @@ class ConsumerRuntime:
         self.rebalance.on_lost(self.consumer, lost)
         self.close()
         # the dropped client's late commit results (a refused async commit, served while it
-        # closed) belong to the fencing being handled now, not to the fresh client (chaos #9:
-        # a second "fenced" 0.15 s after the re-join stopped the gateway)
+        # closed) belong to the fencing being handled now, not to the fresh client (the
+        # ``paused-leader`` chaos scenario: a second "fenced" 0.15 s after the re-join stopped
+        # the gateway)
         self.async_commits.reset()
         self.consumer = self._consumer_factory(self._conf)
         self.rebalance.member_id = None  # until the fresh client's first assignment
@@ -371,7 +372,7 @@ class ConsumerRuntime:
 
     def _claim_apart(self, scope: str, ids: Sequence[str | None], now: int) -> set[str]:
         """PLANTED BUG (``Hooks.dedupe_own_transaction``, tests only): the dedupe rows commit
-        in a transaction of their own, before the effects' -- what seed 001 forbids."""
+        in a transaction of their own, before the effects' -- what R-ACK-8 forbids."""
         with self.sessions.begin() as session:
             claimed = claim_ids(session.connection(), scope, filter(None, ids), now)
         if claimed:

@@ -1,6 +1,6 @@
 """A member's partitions coming and going: librdkafka's assign, revoke and lost callbacks.
 
-At assignment, offsets lost to retention are refused (seed 001 scenario 7, never a silent skip),
+At assignment, offsets lost to retention are refused (R-FAIL-7, never a silent skip),
 a partition never committed whose log was trimmed is reported, the retry counts a previous owner
 committed are taken over, and quarantine state is re-read. At a revoke, steps still in flight
 end (bounded) and commit, and the pull path's asynchronous commits are confirmed, before the
@@ -125,7 +125,7 @@ def refuse_lost_offsets(
     metrics: RuntimeMetrics | None,
     attempts: Attempts,
 ) -> None:
-    """Seed 001 scenario 7, never a silent skip: with ``auto.offset.reset=earliest`` (which a
+    """R-FAIL-7, never a silent skip: with ``auto.offset.reset=earliest`` (which a
     brand-new group needs) librdkafka would jump a committed offset that fell off retention
     to the log start without a word. Checked at assignment: a lost range is counted, logged
     with its numbers and raised (``OffsetsLostError`` out of ``poll``; a gateway exits 3).
