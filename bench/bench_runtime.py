@@ -47,7 +47,7 @@ from sqlalchemy import Column, Integer, LargeBinary, MetaData, String, Table
 from bench.broker import kafka
 from pipeline.kafka.settings import consumer_config, producer_config
 from pipeline.record import Record
-from pipeline.runtime.loop import ConsumerRuntime, RuntimeConfig
+from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.outcomes import ACK, Outcome
 from pipeline.runtime.staging import Staged
 from pipeline.store import make_engine, metadata, session_factory

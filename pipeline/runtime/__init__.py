@@ -3,7 +3,8 @@
 from pipeline.errors import FencedError, OffsetsLostError
 from pipeline.record import Record
 
-from .loop import ConsumerRuntime, RuntimeConfig
+from .config import RuntimeConfig
+from .loop import ConsumerRuntime
 from .ports import DeadLetterSink, Handler, QuarantinePort, Verifies
 from .staging import Staged
 

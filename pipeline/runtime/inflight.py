@@ -1,7 +1,8 @@
 """In-flight steps across polls: slow work on worker threads while the loop keeps polling.
 
-The consumer runtime (``loop.py``) calls this at four clearly marked points when a member is
-built with a :class:`Dispatcher` (worker pools); the gateway inbox runs without one.
+The consumer runtime (``loop.py`` and the modules it calls) calls this at four clearly marked
+points when a member is built with a :class:`Dispatcher` (worker pools); the gateway inbox runs
+without one.
 
 1. ``room()`` before each fetch: how many more records the member may hold (``max.poll.records``
    bounds fetched-but-uncommitted records, hence redeliveries after a crash), and it pauses

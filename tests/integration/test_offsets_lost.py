@@ -245,7 +245,7 @@ def test_the_runtime_reports_a_never_committed_partition_whose_log_was_trimmed(
         metrics=RuntimeMetrics(registry),
     )
     rt.subscribe()
-    caplog.set_level(logging.ERROR, logger="pipeline.runtime.loop")
+    caplog.set_level(logging.ERROR, logger="pipeline.runtime.rebalance")
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and len(handled) < 40:

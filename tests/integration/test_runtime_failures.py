@@ -22,7 +22,7 @@ from pipeline.failures.runtime_adapters import FailurePorts
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.record import Record
-from pipeline.runtime.loop import ConsumerRuntime, RuntimeConfig
+from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.outcomes import ACK, Outcome, Retry
 from pipeline.runtime.retry import BackoffPolicy
 from pipeline.runtime.staging import Staged

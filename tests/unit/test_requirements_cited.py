@@ -22,7 +22,6 @@ REQUIREMENTS = ROOT / "docs" / "requirements.md"
 TEMPORARILY_ALLOWED_CITATIONS = frozenset(
     {
         "docs/chaos.md",
-        "pipeline/runtime/loop.py",
         "pipeline/bootstrap/gateway.py",
         "pipeline/host/config.py",
     }

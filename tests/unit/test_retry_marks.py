@@ -88,7 +88,7 @@ def test_a_new_owner_continues_the_count_and_dead_letters_at_the_groups_budget(
     fake.produce("t", 0, b"a", b"poison", [("msgId", b"p")])
     rt = _runtime(sessions, Script({"poison": [Retry(delay_s=0.0)] * 10}), fake)
     before = Tries(attempts=2, first_failure_ms=1, last_failure_ms=2)
-    rt._continue_retries([TopicPartition("t", 0, 0, retry_marks.encode(0, before))])
+    rt.attempts.continue_retries([TopicPartition("t", 0, 0, retry_marks.encode(0, before))])
     rt.step()  # the third attempt anywhere in the group: the budget of 3 is spent
     sink = rt.dead_letters
     assert isinstance(sink, ListSink)

@@ -63,6 +63,7 @@ def sessions(tmp_path: Path) -> Any:
 
 
 def make_runtime(sessions: Any, handler: Any, fake: FakeConsumer, **cfg: Any) -> ConsumerRuntime:
+    inflight = cfg.pop("inflight", None)
     config = RuntimeConfig(
         bootstrap="fake:0",
         group_id="g",
@@ -76,6 +77,7 @@ def make_runtime(sessions: Any, handler: Any, fake: FakeConsumer, **cfg: Any) ->
         sessions=sessions,
         dead_letters=ListSink(),
         consumer_factory=lambda _conf: fake,
+        inflight=inflight,
     )
 
 
@@ -223,7 +225,7 @@ def test_fenced_after_its_client_rejoined_on_its_own_is_fenced_by_itself(
 
     rt, fake, handler, confs = _static_member_with_a_brief(sessions, "hostB")
     fake.member_id = "hostB-1"
-    rt._on_assign(fake, [TopicPartition("t", 0)])
+    rt.rebalance.on_assign(fake, [TopicPartition("t", 0)])
     fake.member_id = "hostB-2"  # librdkafka re-joined on its own; no SESSTMOUT served yet
     fake.fail_commits = KafkaError(KafkaError.FENCED_INSTANCE_ID)
     rt.step()  # fenced by itself: no exception
@@ -231,14 +233,14 @@ def test_fenced_after_its_client_rejoined_on_its_own_is_fenced_by_itself(
 
     # a broker away longer than session timeout + 30 s: the client dropped its member id to
     # re-join (memberid() None) and its SESSTMOUT line is too old to excuse anything
-    rt._on_assign(fake, [TopicPartition("t", 0)])  # the fresh client's assignment: hostB-2
+    rt.rebalance.on_assign(fake, [TopicPartition("t", 0)])  # the fresh client's assignment: hostB-2
     fake.member_id = None
     fake.produce("t", 0, b"k", b"brief2", [("msgId", b"m2")])
     rt.step()  # fenced by itself again: no exception
     assert len(confs) == 3 and handler.injected == []
 
     fake.member_id = "hostB-3"
-    rt._on_assign(fake, [TopicPartition("t", 0)])
+    rt.rebalance.on_assign(fake, [TopicPartition("t", 0)])
     fake.produce("t", 0, b"k", b"brief3", [("msgId", b"m3")])
     with pytest.raises(FencedError, match="fenced"):
         rt.step()  # fenced, member id unchanged: a real second member
@@ -329,9 +331,9 @@ def test_a_failed_dedupe_claim_backs_the_batch_off_instead_of_escaping(
     monkeypatch.setattr(loop, "claim_ids", down)
     rt.step()  # does not raise
     assert handler.calls == [] and fake.committed == {}
-    assert rt._paused, "the partition waits for the backoff"
+    assert rt.pauses.paused, "the partition waits for the backoff"
     monkeypatch.setattr(loop, "claim_ids", real)
-    rt._paused = {tp: 0.0 for tp in rt._paused}  # the backoff is over
+    rt.pauses.paused = {tp: 0.0 for tp in rt.pauses.paused}  # the backoff is over
     rt.step()
     rt.step()
     assert effect_values(sessions) == ["v0", "v1", "v2"]
@@ -404,7 +406,7 @@ def test_a_failed_quarantine_refresh_holds_every_partition_until_it_works(sessio
         quarantine=FlakyQuarantine(fail=2),  # type: ignore[arg-type]
         consumer_factory=lambda _conf: fake,
     )
-    rt._on_assign(None, [TopicPartition("t", 0)])  # the refresh fails: everything paused
+    rt.rebalance.on_assign(None, [TopicPartition("t", 0)])  # the refresh fails: everything paused
     assert ("t", 0) in fake.paused
     rt.step()  # the refresh fails again: still nothing handled
     assert handler.calls == []
@@ -581,7 +583,7 @@ def test_revoke_commits_the_pull_paths_last_offsets_synchronously(sessions: Any)
     rt.step()
     assert fake.committed == {}
     fake.fail_commits = None
-    rt._on_revoke(fake, [TopicPartition("t", 0)])
+    rt.rebalance.on_revoke(fake, [TopicPartition("t", 0)])
     assert fake.committed == {("t", 0): 2} and fake.commit_modes[-1] == "sync"
 
 
@@ -758,9 +760,8 @@ def test_a_backlog_on_every_partition_starts_a_step_on_every_partition(sessions:
         for i in range(20):
             fake.produce("t", p, b"k%d" % p, b"p%d-%d" % (p, i), [("msgId", b"p%d-%d" % (p, i))])
     handler = HeldSteps()
-    rt = make_runtime(sessions, handler, fake)
     dispatcher = Dispatcher(InflightConfig(max_records=50, depth=2), handler)
-    rt.inflight = dispatcher
+    rt = make_runtime(sessions, handler, fake, inflight=dispatcher)
     try:
         rt.step()
         assert {r.partition for r in dispatcher.lanes.running()} == {0, 1, 2, 3}
