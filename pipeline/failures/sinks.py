@@ -13,13 +13,13 @@ from typing import Any
 from confluent_kafka import Producer
 
 from pipeline import schemas
+from pipeline.envelope.receipt_ids import failed_msg_id
 from pipeline.errors import BrokerError
 from pipeline.kafka.clients import new_producer
 from pipeline.kafka.settings import producer_config
 from pipeline.record import key_text
 
 from .dlq import DeadLetterView
-from .reporter import failed_msg_id
 
 
 class TopicFailedSink:

@@ -15,11 +15,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from pipeline.envelope import Envelope, Kind
 from pipeline.envelope.reasons import H_FROM, H_KIND, H_MSG_ID, H_TO, H_TRACE_ID
-from pipeline.failures.reporter import failed_msg_id
 from pipeline.host.outbound import GATEWAY_SUFFIX, Publisher
-from pipeline.host.receipts import failed_body
+from pipeline.host.receipts import failed_receipt
 from pipeline.outbox.terminal import FailedRow
 
 log = logging.getLogger(__name__)
@@ -38,15 +36,15 @@ class RelayFailedSink:
         if not sender or not msg_id or sender.endswith(GATEWAY_SUFFIX) or h.get(H_KIND) == "FAILED":
             log.error("outbox row %d FAILED (%s): no sender to tell", row.id, row.reason)
             return
-        failed = Envelope.new(
-            kind=Kind.FAILED,
+        failed = failed_receipt(
+            about=msg_id,
+            recipient=h.get(H_TO, ""),
             sender=self.publisher.gateway_id,
             to=sender,
-            body=failed_body(
-                msg_id, h.get(H_TO, ""), reason=row.reason, error=row.error, stage=RELAY_STAGE
-            ),
+            reason=row.reason,
+            error=row.error,
+            stage=RELAY_STAGE,
             ttl_s=self.ttl_s,
             trace_id=h.get(H_TRACE_ID) or None,
-            msg_id=failed_msg_id(msg_id),
         )
         self.publisher.stage(session, failed, to_host=self.publisher.host)

@@ -20,12 +20,14 @@ import pytest
 from pipeline import schemas
 from pipeline.control.answers import stage_answer
 from pipeline.envelope import Envelope, Kind
+from pipeline.envelope.receipt_ids import expired_msg_id, failed_msg_id, injected_msg_id
 from pipeline.failures.dlq import DeadLetterView
 from pipeline.gateway import injection, maintenance
 from pipeline.gateway.failed_sink import EnvelopeFailedSink
 from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.host import deadlines
 from pipeline.host.conversations import Conversations
+from pipeline.host.receipts import failed_receipt
 from pipeline.host.tracking import FORWARD
 from pipeline.outbox.terminal import FailedRow
 from pipeline.store import make_engine, session_factory
@@ -79,6 +81,26 @@ def _assert_failed(
 def _body(msg_id: str, recipient: str, reason: str, error: str, stage: str) -> dict[str, str]:
     return {"msg_id": msg_id, "recipient": recipient, "reason": reason, "error": error,
             "stage": stage}  # fmt: skip
+
+
+def test_the_one_builder_sets_every_field_of_a_failed() -> None:
+    env = failed_receipt(about="m-1", recipient="w-1", sender="A._gateway", to="main-a",
+                         reason="INJECT_TIMEOUT", error="x" * 2000, stage="timeout", ttl_s=30.5,
+                         trace_id="t-1")  # fmt: skip
+    _assert_failed(env, msg_id="failed-m-1", sender="A._gateway", to="main-a", ttl_s=30.5,
+                   trace_id="t-1", body=_body("m-1", "w-1", "INJECT_TIMEOUT", "x" * 1024,
+                                              "timeout"))  # fmt: skip
+    notice = failed_receipt(about="ask-1", recipient="w-1", sender="A._gateway", to="main-a",
+                            reason="EXPIRED", error="", stage="expiry", ttl_s=1, trace_id=None,
+                            msg_id=expired_msg_id("ask-1"), turn_id="turn-1")  # fmt: skip
+    assert (notice.msg_id, notice.turn_id) == ("expired-ask-1", "turn-1")
+
+
+def test_answer_ids_are_derived_from_the_message_they_are_about() -> None:
+    """One spelling: the dedupe across FAILED sources depends on it (seed 000 §10.1)."""
+    assert failed_msg_id("m-1") == "failed-m-1"
+    assert injected_msg_id("sp-1") == "injected-sp-1"
+    assert expired_msg_id("ask-1") == "expired-ask-1"
 
 
 def test_the_deadline_tracker_holds_failed_about_the_send(
