@@ -41,7 +41,7 @@ from pipeline.reasons import Verification
 from pipeline.retention.purger import Purger
 from pipeline.store import read_sessions
 
-from .deadletters import OutboxDeadLetterSink, dead_letter_held
+from .dead_letter_outbox import OutboxDeadLetterSink, dead_letter_held
 from .entities import LocalEntities
 from .injection import InjectionQueue
 from .metrics import GatewayMetrics

@@ -23,8 +23,8 @@ from pipeline.envelope import Envelope, Kind
 from pipeline.envelope.receipt_ids import expired_msg_id, failed_msg_id, injected_msg_id
 from pipeline.failures.dlq import DeadLetterView
 from pipeline.gateway import injection, maintenance
-from pipeline.gateway.failed_sink import EnvelopeFailedSink
-from pipeline.gateway.relay_failed import RelayFailedSink
+from pipeline.gateway.failed_for_dead_letter import EnvelopeFailedSink
+from pipeline.gateway.failed_for_refused_row import RelayFailedSink
 from pipeline.host import deadlines
 from pipeline.host.conversations import Conversations
 from pipeline.host.receipts import failed_receipt

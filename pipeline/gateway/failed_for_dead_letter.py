@@ -1,7 +1,9 @@
-"""The real FAILED sink: a signed ``FAILED`` envelope, written through the reporting host's outbox.
+"""The DLQ reporter's signed sink: a reported dead letter becomes a FAILED to its sender's host.
 
-R-DLQ-4: "a DLQ consumer reports every dead-lettered forward brief back to its sender as
-FAILED". The reporter (``pipeline.failures.reporter``) decides *whether*; this decides *how*:
+A signed ``FAILED`` envelope, written through the reporting host's outbox (the plain, unsigned
+sink for tests is ``pipeline/failures/failed_to_topic.py``). R-DLQ-4: "a DLQ consumer reports
+every dead-lettered forward brief back to its sender as FAILED". The reporter
+(``pipeline.failures.reporter``) decides *whether*; this decides *how*:
 
 * ``from`` = ``<reporting host>._gateway`` (valid exactly when that host signs it), ``to`` = the
   brief's sender (header ``from``), key = ``to``, signed for the inbox of the sender's host;

@@ -1,11 +1,12 @@
-"""The gateway's :class:`~pipeline.outbox.terminal.TerminalSink`: a FAILED to the row's sender.
+"""The relay's terminal sink: an outbox row the broker refused for good becomes a FAILED.
 
-When the relay makes a row terminal (the broker refused it for good, e.g. too large), the local
-sender learns it like any other failed send: a signed ``FAILED`` envelope with
-``msgId = failed-<original msgId>`` (the id the deadline FAILED and the DLQ reporter use, so a
-second copy is harmless), written to this host's own inbox through the outbox in the transaction
-that marks the row FAILED. Nothing is sent for a row the gateway itself originated (a FAILED or a
-receipt): a failure about a failure would only loop.
+The gateway's :class:`~pipeline.outbox.terminal.TerminalSink`. When the relay makes a row
+terminal (the broker refused it for good, e.g. too large), the local sender learns it like any
+other failed send: a signed ``FAILED`` envelope with ``msgId = failed-<original msgId>`` (the id
+the deadline FAILED and the DLQ reporter use, so a second copy is harmless), written to this
+host's own inbox through the outbox in the transaction that marks the row FAILED. Nothing is
+sent for a row the gateway itself originated (a FAILED or a receipt): a failure about a failure
+would only loop.
 """
 
 from __future__ import annotations
