@@ -2,7 +2,7 @@
 
 An answer's msgId is derived from the msgId it is about, never minted, so every source of the
 same answer writes the same message. For ``FAILED`` that is what makes "exactly one FAILED per
-send" (seed 000 §10.1) hold across sources: the sender's deadline tracker, the DLQ reporter, the
+send" (R-ACK-5, R-DLQ-4) hold across sources: the sender's deadline tracker, the DLQ reporter, the
 relay's terminal sink, a failed inject and the control plane's answer all use
 :func:`failed_msg_id`, so the sender's dedupe, its tracking row and its unique held row keep the
 first and drop the rest; and a re-emit after a crash is the same message to the receiver.

@@ -69,7 +69,7 @@ def failed_receipt(
     ``sender`` is the reporting gateway (``<host>._gateway``); ``trace_id`` is carried from the
     failed message (None mints one: the turn-expiry notice has no message to carry it from).
     The msgId is :func:`~pipeline.envelope.receipt_ids.failed_msg_id` of ``about`` -- the same on
-    every path, so the sender keeps exactly one (seed 000 §10.1); ``msg_id`` is only for a notice
+    every path, so the sender keeps exactly one (R-ACK-5, R-DLQ-4); ``msg_id`` is only for a notice
     that is its own message (``expired-<ask>``).
     """
     return Envelope.new(

@@ -1,6 +1,6 @@
 """Every place that tells a sender ``FAILED`` builds the same envelope it always did.
 
-The cross-source dedupe (seed 000 §10.1: exactly one FAILED per send) rests on every source using
+The cross-source dedupe (R-ACK-5, R-DLQ-4: exactly one FAILED per send) rests on every source using
 msgId ``failed-<original msgId>``: the deadline tracker, the DLQ reporter, the relay's terminal
 sink, a failed inject and the control plane's answer. Each test below pins one source's envelope
 field by field (kind, msgId, from, to, TTL, traceId, turnId and the Avro body), so moving the
@@ -97,7 +97,7 @@ def test_the_one_builder_sets_every_field_of_a_failed() -> None:
 
 
 def test_answer_ids_are_derived_from_the_message_they_are_about() -> None:
-    """One spelling: the dedupe across FAILED sources depends on it (seed 000 §10.1)."""
+    """One spelling: the dedupe across FAILED sources depends on it (R-ACK-5, R-DLQ-4)."""
     assert failed_msg_id("m-1") == "failed-m-1"
     assert injected_msg_id("sp-1") == "injected-sp-1"
     assert expired_msg_id("ask-1") == "expired-ask-1"
