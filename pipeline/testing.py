@@ -354,7 +354,7 @@ class PullInbox:
     :func:`pull_inbox`); ``close()`` stops its verify threads and its injection queue."""
 
     handler: Any  # pipeline.gateway.inbound.InboxHandler
-    dead_letters: Any  # pipeline.gateway.deadletters.OutboxDeadLetterSink
+    dead_letters: Any  # pipeline.gateway.dead_letter_outbox.OutboxDeadLetterSink
     closers: list[Any] = field(default_factory=list)
 
     def close(self) -> None:
@@ -384,7 +384,7 @@ def pull_inbox(
     from prometheus_client import CollectorRegistry
 
     from pipeline.envelope import BatchVerifier, BoundedSeenSet, Signer, Verifier
-    from pipeline.gateway.deadletters import OutboxDeadLetterSink
+    from pipeline.gateway.dead_letter_outbox import OutboxDeadLetterSink
     from pipeline.gateway.entities import LocalEntities
     from pipeline.gateway.inbound import InboxHandler
     from pipeline.gateway.injection import InjectionQueue

@@ -15,7 +15,7 @@ from pipeline.control.metrics import LifecycleMetrics
 from pipeline.control.reaper import Reaper
 from pipeline.control.stop_handler import StopHandler
 from pipeline.envelope import Verifier
-from pipeline.gateway.deadletters import OutboxDeadLetterSink, dead_letter_held, undrained
+from pipeline.gateway.dead_letter_outbox import OutboxDeadLetterSink, dead_letter_held, undrained
 from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.injectors import InjectMetrics, build_injector
 from pipeline.host.config import GatewayConfig, ProfileConfig

@@ -25,15 +25,15 @@ from pipeline.control.metrics import LifecycleMetrics
 from pipeline.envelope import BatchVerifier, BoundedSeenSet, Signer, TrustStore, Verifier
 from pipeline.gateway import loops
 from pipeline.gateway.client import GatewayClient
-from pipeline.gateway.deadletters import OutboxDeadLetterSink
+from pipeline.gateway.dead_letter_outbox import OutboxDeadLetterSink
 from pipeline.gateway.entities import LocalEntities
+from pipeline.gateway.failed_for_refused_row import RelayFailedSink
 from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import InjectionQueue
 from pipeline.gateway.injectors import InjectMetrics, Injector, build_injector
 from pipeline.gateway.maintenance import Maintenance
 from pipeline.gateway.metrics import GatewayMetrics, SocketMetrics
 from pipeline.gateway.nudge import Nudger
-from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.gateway.service import Gateway, Supervised
 from pipeline.gateway.socket_server import SocketServer
 from pipeline.hooks import NO_HOOKS, Hooks

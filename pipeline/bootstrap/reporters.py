@@ -12,10 +12,10 @@ from pipeline.bootstrap.client import (
     Factories,
 )
 from pipeline.envelope import Signer, TrustStore
+from pipeline.failures.failed_to_topic import TopicFailedSink
 from pipeline.failures.metrics import FailureMetrics
 from pipeline.failures.reporter import FailedReporter
-from pipeline.failures.sinks import TopicFailedSink
-from pipeline.gateway.failed_sink import EnvelopeFailedSink
+from pipeline.gateway.failed_for_dead_letter import EnvelopeFailedSink
 from pipeline.host.config import GatewayConfig
 from pipeline.host.outbound import Publisher
 from pipeline.kafka.settings import (

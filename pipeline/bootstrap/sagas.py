@@ -13,7 +13,7 @@ from pipeline.bootstrap.client import (
     DEFAULT_FACTORIES,
     Factories,
 )
-from pipeline.gateway.deadletters import OutboxDeadLetterSink
+from pipeline.gateway.dead_letter_outbox import OutboxDeadLetterSink
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox import Relay
 from pipeline.retention import RetentionConfig

@@ -6,8 +6,9 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from pipeline.envelope import Envelope, Kind
+from pipeline.envelope.receipt_ids import injected_msg_id
 from pipeline.host.outbound import Publisher
-from pipeline.host.receipts import failed_body, injected_body
+from pipeline.host.receipts import failed_receipt, injected_body
 
 ANSWER_TTL_S = 3600.0
 
@@ -29,18 +30,25 @@ def stage_answer(
     request's msgId on success, else ``FAILED`` with the reason; msgIds are derived from the
     request's, so a re-staged answer is the same message to the requester's dedupe."""
     if reason is None:
-        kind, msg_id = Kind.INJECTED, f"injected-{request_msg_id}"
-        body = injected_body(request_msg_id, gid, stage=stage)
+        answer = Envelope.new(
+            kind=Kind.INJECTED,
+            msg_id=injected_msg_id(request_msg_id),
+            sender=publisher.gateway_id,
+            to=requester,
+            body=injected_body(request_msg_id, gid, stage=stage),
+            ttl_s=ANSWER_TTL_S,
+            trace_id=trace_id,
+        )
     else:
-        body = failed_body(request_msg_id, gid, reason=reason, error=error, stage=stage)
-        kind, msg_id = Kind.FAILED, f"failed-{request_msg_id}"
-    answer = Envelope.new(
-        kind=kind,
-        msg_id=msg_id,
-        sender=publisher.gateway_id,
-        to=requester,
-        body=body,
-        ttl_s=ANSWER_TTL_S,
-        trace_id=trace_id,
-    )
+        answer = failed_receipt(
+            about=request_msg_id,
+            recipient=gid,
+            sender=publisher.gateway_id,
+            to=requester,
+            reason=reason,
+            error=error,
+            stage=stage,
+            ttl_s=ANSWER_TTL_S,
+            trace_id=trace_id,
+        )
     publisher.stage(session, answer, to_host=requester_host)

@@ -34,6 +34,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from pipeline.envelope.receipt_ids import failed_msg_id
 from pipeline.errors import EnvelopeError
 from pipeline.runtime.offsets import raise_if_offsets_lost
 from pipeline.store import metadata
@@ -55,11 +56,6 @@ reported_table = Table(
     Column("dead_letter_ref", String(512), nullable=False),
     Column("reported_ms", BigInteger, nullable=False),
 )
-
-
-def failed_msg_id(original_msg_id: str) -> str:
-    """Deterministic, so a re-emit after a crash is the same message to the receiver's dedupe."""
-    return f"failed-{original_msg_id}"
 
 
 class FailedSink(Protocol):

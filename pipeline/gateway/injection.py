@@ -32,7 +32,7 @@ from pipeline.errors import FleetError
 from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.host import inject_journal as journal
 from pipeline.host.outbound import Publisher
-from pipeline.host.receipts import failed_body, injected_body
+from pipeline.host.receipts import failed_receipt, injected_body
 from pipeline.reasons import Delivery, Verification
 from pipeline.runtime.retry import BackoffPolicy
 from pipeline.store import with_retry
@@ -290,13 +290,13 @@ class InjectionQueue:
                 log.exception("injector of %s raised on %s", job.gid, env.msg_id)
                 self.metrics.inject_uncertain.labels("raised").inc()
                 uncertain = injected_body(env.msg_id, job.gid, stage=journal.STAGE_UNCERTAIN)
-                return closing(journal.UNCERTAIN, self._receipt(job, Kind.INJECTED, uncertain))
+                return closing(journal.UNCERTAIN, self._injected(job, uncertain))
             self.hooks.at(Window.INJECTED_NOT_RECORDED)
             self.metrics.queue_to_inject_seconds.observe(time.monotonic() - job.queued_at)
             if self.on_injected is not None:
                 self.on_injected(job.gid, env)
             injected = injected_body(env.msg_id, job.gid)
-            return closing(journal.INJECTED, self._receipt(job, Kind.INJECTED, injected))
+            return closing(journal.INJECTED, self._injected(job, injected))
 
     def report_uncertain(self, limit: int = 500) -> int:
         """At start, before the inbox runs: every journal row still open is a brief this host
@@ -331,15 +331,13 @@ class InjectionQueue:
             self.metrics.inject_uncertain.labels("restart").inc(reported)
         return reported
 
-    def _receipt(self, job: _Job, kind: Kind, body: bytes) -> _Receipt | None:
+    def _injected(self, job: _Job, body: bytes) -> _Receipt | None:
+        """The ``INJECTED`` for a tracked brief's sender (None: nobody waits for one)."""
         env = job.envelope
-        if job.reply_host is None or env.kind not in TRACKED_KINDS:
+        if job.reply_host is None or not job.tracked:
             return None
         receipt = Envelope.new(
-            # a FAILED has the same id on every path (deadline, DLQ reporter, inject failure):
-            # the sender's dedupe and unique held row keep exactly one
-            msg_id=f"failed-{env.msg_id}" if kind == Kind.FAILED else None,
-            kind=kind,
+            kind=Kind.INJECTED,
             sender=self.publisher.gateway_id,
             to=env.sender,
             body=body,
@@ -349,7 +347,21 @@ class InjectionQueue:
         return _Receipt(receipt, job.reply_host)
 
     def _failed(self, job: _Job, reason: str, error: str) -> _Receipt | None:
+        """The ``FAILED`` for a tracked brief's sender (None: nobody waits for one); its msgId
+        is the one every path uses, so the sender's dedupe and unique held row keep one."""
         env = job.envelope
         log.warning("inject of %s into %s failed: %s %s", env.msg_id, job.gid, reason, error)
-        body = failed_body(env.msg_id, job.gid, reason=reason, error=error, stage="inject")
-        return self._receipt(job, Kind.FAILED, body)
+        if job.reply_host is None or not job.tracked:
+            return None
+        receipt = failed_receipt(
+            about=env.msg_id,
+            recipient=job.gid,
+            sender=self.publisher.gateway_id,
+            to=env.sender,
+            reason=reason,
+            error=error,
+            stage="inject",
+            ttl_s=RECEIPT_TTL_S,
+            trace_id=env.trace_id,
+        )
+        return _Receipt(receipt, job.reply_host)

@@ -27,20 +27,21 @@ from threading import Event
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline.envelope import Envelope, Kind
+from pipeline.envelope import Envelope
+from pipeline.envelope.receipt_ids import expired_msg_id
 from pipeline.host import roster_cache
 from pipeline.host.conversations import EXPIRED, Conversations
 from pipeline.host.deadlines import Deadlines, Tracked
 from pipeline.host.held import HeldStore, hold_notice
 from pipeline.host.outbound import Publisher
-from pipeline.host.receipts import failed_body
+from pipeline.host.receipts import failed_receipt
 from pipeline.host.tracking import FORWARD
 from pipeline.presence.model import Delivery
 from pipeline.reasons import Verification
 from pipeline.retention.purger import Purger
 from pipeline.store import read_sessions
 
-from .deadletters import OutboxDeadLetterSink, dead_letter_held
+from .dead_letter_outbox import OutboxDeadLetterSink, dead_letter_held
 from .entities import LocalEntities
 from .injection import InjectionQueue
 from .metrics import GatewayMetrics
@@ -115,19 +116,17 @@ class Maintenance:
             for row in Conversations.expired_turns(s, now):
                 if not Conversations.close_turn(s, row.turn_id, EXPIRED):
                     continue
-                notice = Envelope.new(
-                    kind=Kind.FAILED,
-                    msg_id=f"expired-{row.ask_msg_id}",
+                notice = failed_receipt(
+                    about=row.ask_msg_id,
+                    recipient=row.asked,
                     sender=self.publisher.gateway_id,
                     to=row.asker,
-                    body=failed_body(
-                        row.ask_msg_id,
-                        row.asked,
-                        reason=Verification.EXPIRED,
-                        error=f"no answer from {row.asked} before the ASK expired",
-                        stage="expiry",
-                    ),
+                    reason=Verification.EXPIRED,
+                    error=f"no answer from {row.asked} before the ASK expired",
+                    stage="expiry",
                     ttl_s=self.max_ttl_ms / 1000,
+                    trace_id=None,
+                    msg_id=expired_msg_id(row.ask_msg_id),
                     turn_id=row.turn_id,
                 )
                 entity = self.entities.get(row.asker) if self.entities is not None else None

@@ -13,7 +13,7 @@ It serves every send whose sender waits for an outcome, each kind a :class:`Trac
 
 A row is written in the send's own transaction (``pending``). The answer, or the deadline, moves
 it out of ``pending`` with a conditional update, so it is settled exactly once. The deadline's
-``FAILED`` (msgId ``failed-<msgId>``) is held for the sender in the same transaction as the
+``FAILED`` (msgId ``failed-<msgId>``, :func:`~pipeline.host.receipts.failed_receipt`) is held for the sender in the same transaction as the
 settle: both or neither, and a second tick finds nothing pending. A ``FAILED`` with that msgId
 already held (the DLQ reporter's, about the same send) is kept as the one.
 """
@@ -28,9 +28,8 @@ from typing import Any
 from sqlalchemy import BigInteger, Column, String, Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline.envelope import Envelope, Kind
 from pipeline.host.held import hold_notice
-from pipeline.host.receipts import failed_body
+from pipeline.host.receipts import failed_receipt
 
 PENDING, FAILED, LATE, UNCERTAIN = "pending", "failed", "late", "uncertain"
 
@@ -189,19 +188,14 @@ class Deadlines:
             for row in overdue(s, kind, now):
                 if not settle(s, kind, row.msg_id, FAILED, kind.reason):
                     continue
-                owner = getattr(row, kind.owner)
-                failed = Envelope.new(
-                    kind=Kind.FAILED,
-                    msg_id=f"failed-{row.msg_id}",
+                failed = failed_receipt(
+                    about=row.msg_id,
+                    recipient=getattr(row, kind.about),
                     sender=self.gateway_id,
-                    to=owner,
-                    body=failed_body(
-                        row.msg_id,
-                        getattr(row, kind.about),
-                        reason=kind.reason,
-                        error=kind.describe(row),
-                        stage=kind.stage,
-                    ),
+                    to=getattr(row, kind.owner),
+                    reason=kind.reason,
+                    error=kind.describe(row),
+                    stage=kind.stage,
                     ttl_s=self.ttl_s,
                     trace_id=row.trace_id,
                 )

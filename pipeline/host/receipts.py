@@ -1,4 +1,5 @@
-"""Bodies of the gateway's own messages: INJECTED and FAILED (Avro, ``schemas/``)."""
+"""The gateway's own receipts: INJECTED and FAILED bodies (Avro, ``schemas/``), and the one
+builder of the ``FAILED`` envelope, used by every source of a FAILED."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import time
 from dataclasses import dataclass
 
 from pipeline import schemas
+from pipeline.envelope import Envelope, Kind
+from pipeline.envelope.receipt_ids import failed_msg_id
 from pipeline.errors import EnvelopeError
 from pipeline.reasons import Verification
 
@@ -44,6 +47,40 @@ def failed_body(msg_id: str, recipient: str, *, reason: str, error: str, stage: 
             "stage": stage,
             "failed_at_ms": int(time.time() * 1000),
         },
+    )
+
+
+def failed_receipt(
+    *,
+    about: str,
+    recipient: str,
+    sender: str,
+    to: str,
+    reason: str,
+    error: str,
+    stage: str,
+    ttl_s: float,
+    trace_id: str | None,
+    msg_id: str | None = None,
+    turn_id: str | None = None,
+) -> Envelope:
+    """The ``FAILED`` telling ``to`` that the message ``about`` (meant for ``recipient``) failed.
+
+    ``sender`` is the reporting gateway (``<host>._gateway``); ``trace_id`` is carried from the
+    failed message (None mints one: the turn-expiry notice has no message to carry it from).
+    The msgId is :func:`~pipeline.envelope.receipt_ids.failed_msg_id` of ``about`` -- the same on
+    every path, so the sender keeps exactly one (R-ACK-5, R-DLQ-4); ``msg_id`` is only for a notice
+    that is its own message (``expired-<ask>``).
+    """
+    return Envelope.new(
+        kind=Kind.FAILED,
+        msg_id=msg_id or failed_msg_id(about),
+        sender=sender,
+        to=to,
+        body=failed_body(about, recipient, reason=reason, error=error, stage=stage),
+        ttl_s=ttl_s,
+        trace_id=trace_id,
+        turn_id=turn_id,
     )
 
 

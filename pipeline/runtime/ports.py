@@ -66,7 +66,7 @@ class Warms(Protocol):
 class DeadLetterSink(Protocol):
     """The dead-letter port: ``stage`` is called inside the batch, before its transaction.
 
-    Adapters: ``pipeline.gateway.deadletters.OutboxDeadLetterSink`` stages an outbox row for the
+    Adapters: ``pipeline.gateway.dead_letter_outbox.OutboxDeadLetterSink`` stages an outbox row for the
     DLQ in the batch transaction (the gateway); ``pipeline.failures.runtime_adapters.FailurePorts``
     writes to the DLQ topic and blocks on the broker's ack (library users without an outbox).
     Either way the offset moves past the record only once its dead letter is durable.

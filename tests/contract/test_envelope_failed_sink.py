@@ -16,7 +16,7 @@ from sqlalchemy.engine import Engine
 from pipeline.envelope import BoundedSeenSet, Envelope, Kind, Signer, TrustStore, Verifier, encode
 from pipeline.failures.dlq import DeadLetterView
 from pipeline.failures.reporter import FailedReporter, reported_table
-from pipeline.gateway.failed_sink import EnvelopeFailedSink
+from pipeline.gateway.failed_for_dead_letter import EnvelopeFailedSink
 from pipeline.host import roster_cache
 from pipeline.host.outbound import Publisher
 from pipeline.host.receipts import read_receipt

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from pipeline.envelope.receipt_ids import failed_msg_id
 from pipeline.failures.dlq import DeadLetterView
-from pipeline.failures.reporter import FailedReporter, eligible, failed_msg_id
+from pipeline.failures.reporter import FailedReporter, eligible
 from pipeline.store import make_engine
 
 

@@ -14,7 +14,7 @@ from sqlalchemy import insert
 
 from pipeline.envelope import Signer
 from pipeline.gateway import render
-from pipeline.gateway.deadletters import OutboxDeadLetterSink
+from pipeline.gateway.dead_letter_outbox import OutboxDeadLetterSink
 from pipeline.gateway.maintenance import Maintenance
 from pipeline.gateway.metrics import GatewayMetrics
 from pipeline.gateway.nudge import Nudger

@@ -17,8 +17,8 @@ from confluent_kafka import Consumer
 
 from pipeline import schemas
 from pipeline.failures.dlq import DeadLetterWriter
+from pipeline.failures.failed_to_topic import TopicFailedSink
 from pipeline.failures.reporter import FailedReporter
-from pipeline.failures.sinks import TopicFailedSink
 from pipeline.kafka.settings import consumer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.record import Record

@@ -1,7 +1,9 @@
-"""The real FAILED sink: a signed ``FAILED`` envelope, written through the reporting host's outbox.
+"""The DLQ reporter's signed sink: a reported dead letter becomes a FAILED to its sender's host.
 
-R-DLQ-4: "a DLQ consumer reports every dead-lettered forward brief back to its sender as
-FAILED". The reporter (``pipeline.failures.reporter``) decides *whether*; this decides *how*:
+A signed ``FAILED`` envelope, written through the reporting host's outbox (the plain, unsigned
+sink for tests is ``pipeline/failures/failed_to_topic.py``). R-DLQ-4: "a DLQ consumer reports
+every dead-lettered forward brief back to its sender as FAILED". The reporter
+(``pipeline.failures.reporter``) decides *whether*; this decides *how*:
 
 * ``from`` = ``<reporting host>._gateway`` (valid exactly when that host signs it), ``to`` = the
   brief's sender (header ``from``), key = ``to``, signed for the inbox of the sender's host;
@@ -27,13 +29,12 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from pipeline.envelope import Envelope, Kind, TrustStore
+from pipeline.envelope import TrustStore
 from pipeline.envelope.reasons import H_KEY_ID, H_TRACE_ID
 from pipeline.failures.dlq import DeadLetterView
-from pipeline.failures.reporter import failed_msg_id
 from pipeline.host import roster_cache
 from pipeline.host.outbound import Publisher
-from pipeline.host.receipts import failed_body
+from pipeline.host.receipts import failed_receipt
 from pipeline.record import key_text
 
 log = logging.getLogger(__name__)
@@ -80,17 +81,16 @@ class EnvelopeFailedSink:
                 dead_letter.ref,
             )
             return False
-        recipient = dead_letter.header("to") or key_text(dead_letter.key)
-        failed = Envelope.new(
-            kind=Kind.FAILED,
+        failed = failed_receipt(
+            about=original_msg_id,
+            recipient=dead_letter.header("to") or key_text(dead_letter.key),
             sender=self.publisher.gateway_id,
             to=sender,
-            body=failed_body(
-                original_msg_id, recipient, reason=reason, error=error, stage=DLQ_STAGE
-            ),
+            reason=reason,
+            error=error,
+            stage=DLQ_STAGE,
             ttl_s=self.ttl_s,
             trace_id=dead_letter.header(H_TRACE_ID) or None,
-            msg_id=failed_msg_id(original_msg_id),
         )
         self.publisher.stage(session, failed, to_host=host)
         return True

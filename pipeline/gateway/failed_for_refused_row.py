@@ -1,11 +1,12 @@
-"""The gateway's :class:`~pipeline.outbox.terminal.TerminalSink`: a FAILED to the row's sender.
+"""The relay's terminal sink: an outbox row the broker refused for good becomes a FAILED.
 
-When the relay makes a row terminal (the broker refused it for good, e.g. too large), the local
-sender learns it like any other failed send: a signed ``FAILED`` envelope with
-``msgId = failed-<original msgId>`` (the id the deadline FAILED and the DLQ reporter use, so a
-second copy is harmless), written to this host's own inbox through the outbox in the transaction
-that marks the row FAILED. Nothing is sent for a row the gateway itself originated (a FAILED or a
-receipt): a failure about a failure would only loop.
+The gateway's :class:`~pipeline.outbox.terminal.TerminalSink`. When the relay makes a row
+terminal (the broker refused it for good, e.g. too large), the local sender learns it like any
+other failed send: a signed ``FAILED`` envelope with ``msgId = failed-<original msgId>`` (the id
+the deadline FAILED and the DLQ reporter use, so a second copy is harmless), written to this
+host's own inbox through the outbox in the transaction that marks the row FAILED. Nothing is
+sent for a row the gateway itself originated (a FAILED or a receipt): a failure about a failure
+would only loop.
 """
 
 from __future__ import annotations
@@ -15,11 +16,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from pipeline.envelope import Envelope, Kind
 from pipeline.envelope.reasons import H_FROM, H_KIND, H_MSG_ID, H_TO, H_TRACE_ID
-from pipeline.failures.reporter import failed_msg_id
 from pipeline.host.outbound import GATEWAY_SUFFIX, Publisher
-from pipeline.host.receipts import failed_body
+from pipeline.host.receipts import failed_receipt
 from pipeline.outbox.terminal import FailedRow
 
 log = logging.getLogger(__name__)
@@ -38,15 +37,15 @@ class RelayFailedSink:
         if not sender or not msg_id or sender.endswith(GATEWAY_SUFFIX) or h.get(H_KIND) == "FAILED":
             log.error("outbox row %d FAILED (%s): no sender to tell", row.id, row.reason)
             return
-        failed = Envelope.new(
-            kind=Kind.FAILED,
+        failed = failed_receipt(
+            about=msg_id,
+            recipient=h.get(H_TO, ""),
             sender=self.publisher.gateway_id,
             to=sender,
-            body=failed_body(
-                msg_id, h.get(H_TO, ""), reason=row.reason, error=row.error, stage=RELAY_STAGE
-            ),
+            reason=row.reason,
+            error=row.error,
+            stage=RELAY_STAGE,
             ttl_s=self.ttl_s,
             trace_id=h.get(H_TRACE_ID) or None,
-            msg_id=failed_msg_id(msg_id),
         )
         self.publisher.stage(session, failed, to_host=self.publisher.host)

@@ -1,8 +1,9 @@
-"""A plain-record :class:`~pipeline.failures.reporter.FailedSink` for tests and local runs.
+"""The DLQ reporter's plain sink: each FAILED as an unsigned record on one topic (tests, runs).
 
-The production sink (sign a FAILED envelope, publish it to the sender's host inbox) belongs to the
-gateway; this one writes an unsigned record to one topic so the reporter's exactly-once effect can
-be checked end to end. It blocks until the broker confirmed the record, as the port requires.
+A :class:`~pipeline.failures.reporter.FailedSink`. The production sink (sign a FAILED envelope,
+stage it for the sender's host inbox) is the gateway's ``failed_for_dead_letter.py``; this one
+writes an unsigned record to one topic so the reporter's exactly-once effect can be checked end
+to end. It blocks until the broker confirmed the record, as the port requires.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from typing import Any
 from confluent_kafka import Producer
 
 from pipeline import schemas
+from pipeline.envelope.receipt_ids import failed_msg_id
 from pipeline.errors import BrokerError
 from pipeline.kafka.clients import new_producer
 from pipeline.kafka.settings import producer_config
 from pipeline.record import key_text
 
 from .dlq import DeadLetterView
-from .reporter import failed_msg_id
 
 
 class TopicFailedSink:

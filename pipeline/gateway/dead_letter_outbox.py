@@ -1,6 +1,8 @@
-"""Dead letters from the gateway go through the outbox, in the batch's own transaction.
+"""Dead letters (the failed record itself, bound for the DLQ topic) staged as outbox rows.
 
-So a dead-lettered record and the offset commit past it can never disagree: the dead letter is
+Not a ``FAILED``: telling the sender is the DLQ reporter's job (``failed_for_dead_letter.py``).
+A dead letter from the gateway goes through the outbox in the batch's own transaction, so a
+dead-lettered record and the offset commit past it can never disagree: the dead letter is
 durable in the store before the commit, and the relay ships it to ``fleet.dlq`` even if the
 broker is away right now. Format: ``pipeline.failures.dlq`` (original headers and body kept).
 """
