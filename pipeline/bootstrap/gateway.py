@@ -43,8 +43,9 @@ from pipeline.gateway.relay_failed import RelayFailedSink
 from pipeline.gateway.service import Gateway, Supervised
 from pipeline.gateway.socket_server import SocketServer
 from pipeline.hooks import NO_HOOKS, Hooks
-from pipeline.host.config import GatewayConfig, ProfileConfig
 from pipeline.host.conversations import Conversations
+from pipeline.host.entity_config import ProfileConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.held import HeldStore
 from pipeline.host.incarnation import take_incarnation
 from pipeline.host.outbound import Publisher

@@ -16,7 +16,7 @@ from pipeline.failures.metrics import FailureMetrics
 from pipeline.failures.reporter import FailedReporter
 from pipeline.failures.sinks import TopicFailedSink
 from pipeline.gateway.failed_sink import EnvelopeFailedSink
-from pipeline.host.config import GatewayConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.outbound import Publisher
 from pipeline.kafka.settings import (
     OffsetReset,

@@ -8,7 +8,8 @@ the lab's scenarios) is read through here, so the rules are written once:
 * the field's annotation decides the shape: a dataclass is a table, ``tuple[D, ...]`` of a
   dataclass an array of tables, ``tuple[X, ...]`` an array, a ``StrEnum`` or ``Literal`` one of
   its values, ``str``/``int``/``float``/``bool`` that scalar (``int`` is not ``bool``; a
-  ``float`` takes an ``int``; a field's ``metadata={"choices": ...}`` narrows an enum). Ranges and cross-field rules stay in the dataclass's own
+  ``float`` takes an ``int``). A field's metadata may narrow an enum (``"choices"``) or give
+  a wrong value of it its own reason code (``"reason"``, e.g. ``INVALID_NAME`` for a gid). Ranges and cross-field rules stay in the dataclass's own
   ``__post_init__``, so a value built in code is held to them too;
 * every error is a :class:`~pipeline.errors.ConfigError` whose message and context name the key
   path (``entities[1].injector.pane``), the bad value and the detail, with the caller's reason
@@ -154,12 +155,14 @@ def bind(
             if converter is not None:
                 values[f.name] = converter(value, key)
             else:
-                choices = f.metadata.get("choices")
-                values[f.name] = _value(hints[f.name], value, key, reasons, choices)
+                values[f.name] = _value(hints[f.name], value, key, reasons, f.metadata)
     try:
         return cls(**values)
     except ConfigError as exc:
         raise _rekeyed(exc, at) from None
+
+
+_NO_META: Final[Mapping[str, Any]] = types.MappingProxyType({})
 
 
 @functools.cache
@@ -168,50 +171,53 @@ def _hints(cls: type[Any]) -> dict[str, Any]:
 
 
 def _value(
-    hint: Any, value: Any, key: str, reasons: Reasons, choices: tuple[Any, ...] | None = None
+    hint: Any, value: Any, key: str, reasons: Reasons, meta: Mapping[str, Any] = _NO_META
 ) -> Any:
-    """``value`` bound by the annotation ``hint`` (an enum: one of ``choices``, default all its
-    members); what the binder does not know passes as is."""
+    """``value`` bound by the annotation ``hint`` and the field's ``meta``; what the binder does
+    not know passes as is."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    wrong = meta.get("reason", reasons.invalid)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _value(inner[0], value, key, reasons, choices) if len(inner) == 1 else value
+        return _value(inner[0], value, key, reasons, meta) if len(inner) == 1 else value
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         if not isinstance(value, Mapping):
-            raise config_error(key, value, "must be a table", reasons.invalid)
+            raise config_error(key, value, "must be a table", wrong)
         return bind(hint, value, reasons=reasons, at=key + ".")
     if origin is tuple:
-        return _array(args, value, key, reasons)
+        return _array(args, value, key, reasons, meta)
     if origin is typing.Literal:
         if value not in args:
             shown = ", ".join(str(a) for a in args)
-            raise config_error(key, value, f"must be one of {shown}", reasons.invalid)
+            raise config_error(key, value, f"must be one of {shown}", wrong)
         return value
     if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
-        allowed = tuple(hint) if choices is None else choices
+        allowed = meta.get("choices", tuple(hint))
         if not isinstance(value, str) or value not in allowed:
             shown = ", ".join(str(m) for m in allowed)
-            raise config_error(key, value, f"must be one of {shown}", reasons.invalid)
+            raise config_error(key, value, f"must be one of {shown}", wrong)
         return hint(value)
     check = _SCALARS.get(hint)
     if check is not None and not check[0](value):
-        raise config_error(key, value, check[1], reasons.invalid)
+        raise config_error(key, value, check[1], wrong)
     return value
 
 
-def _array(args: tuple[Any, ...], value: Any, key: str, reasons: Reasons) -> Any:
+def _array(
+    args: tuple[Any, ...], value: Any, key: str, reasons: Reasons, meta: Mapping[str, Any]
+) -> Any:
     element = args[0] if len(args) == 2 and args[1] is Ellipsis else None
     table = dataclasses.is_dataclass(element)
     if not isinstance(value, list | tuple) or (
         table and not all(isinstance(v, Mapping) for v in value)
     ):
         shape = f"an array of tables ([[{key}]])" if table else "a list"
-        raise config_error(key, value, f"must be {shape}", reasons.invalid)
+        raise config_error(key, value, f"must be {shape}", meta.get("reason", reasons.invalid))
     if element is None:
         return tuple(value)
-    return tuple(_value(element, v, f"{key}[{i}]", reasons) for i, v in enumerate(value))
+    return tuple(_value(element, v, f"{key}[{i}]", reasons, meta) for i, v in enumerate(value))
 
 
 def _number(value: Any) -> bool:

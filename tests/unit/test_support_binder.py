@@ -39,7 +39,7 @@ class Colour(enum.StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class Leaf:
-    name: str
+    name: str = field(metadata={"reason": "T_NAME"})
     size: int = 1
     colour: Colour = field(default=Colour.RED, metadata={"choices": (Colour.RED, Colour.GREEN)})
 
@@ -169,6 +169,11 @@ def test_choices_narrow_an_enum_and_the_message_offers_only_those() -> None:
     err = fails({"host": "h", "leaf": {"name": "l", "colour": "blue"}})
     assert err.context["key"] == "leaf.colour"
     assert "must be one of red, green" in str(err)
+
+
+def test_a_field_may_give_a_wrong_value_its_own_reason() -> None:
+    err = fails({"host": "h", "leaf": {"name": 5}})
+    assert (err.reason, err.context["key"]) == ("T_NAME", "leaf.name")
 
 
 def test_a_nested_objects_own_error_is_named_under_its_table() -> None:
