@@ -1,6 +1,6 @@
 """Failure handling costs, each as a RATIO to a baseline measured in the same run.
 
-* ``poison_p99_ratio`` (issue 5 acceptance): p99 latency (produce -> handled) of the OTHER keys
+* ``poison_p99_ratio``: p99 latency (produce -> handled) of the OTHER keys
   while one key is poisoned (retried, dead-lettered, quarantined, later records parked) divided
   by the p99 of the same run without poison. ``ConsumerRuntime`` + ``FailurePorts``, real broker.
 * ``park_vs_insert``: parking a record (idempotence check + per-key sequence + row) vs a plain

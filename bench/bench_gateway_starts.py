@@ -1,4 +1,4 @@
-"""Back-to-back starts of two gateways on fresh topic prefixes (issue 16).
+"""Back-to-back starts of two gateways on fresh topic prefixes.
 
 Before the roster follower waited out transient broker errors, about one start in three died
 on ``NOT_LEADER_FOR_PARTITION`` from the just-created roster topic's watermark read. Each round

@@ -1,4 +1,4 @@
-"""Issue 17's table in one run: every hot-path row, three repeats, each beside its baseline.
+"""The hot-path table in one run: every row, three repeats, each beside its baseline.
 
 ``python -m bench hotpath`` (``--quick``: one short repeat of each, for a smoke run). Each row is
 measured by the bench that owns it, in this one process and this one window:

@@ -1,4 +1,4 @@
-"""Outbox relay benchmark (issue 4). Two ratios, each against a baseline from the same run:
+"""Outbox relay benchmark. Two ratios, each against a baseline from the same run:
 
 * ``relay_vs_raw`` -- relay throughput (read pending rows, publish, wait for every delivery
   report, ack in the store) over a raw idempotent ``acks=all`` producer sending the same records

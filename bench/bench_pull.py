@@ -1,4 +1,4 @@
-"""The pull path alone: Ed25519-signed vs pairwise-MAC'd records (issue 17), in one run.
+"""The pull path alone: Ed25519-signed vs pairwise-MAC'd records, in one run.
 
 The signed pull rows of ``bench_runtime`` without the unsigned contenders: N signed and N MAC'd
 1 KiB REPLYs to 24 pull mains through the gateway's ``InboxHandler`` in the runtime, verification

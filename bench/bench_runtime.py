@@ -1,6 +1,6 @@
 """The consume runtime vs a hand-written loop and vs faststream, on the same work, in one run.
 
-Work (issue 17's table): N records of 1 KiB over 12 partitions, unsigned; per batch one SQLite
+Work (the hot-path table's row): N records of 1 KiB over 12 partitions, unsigned; per batch one SQLite
 transaction that dedupes each ``msgId`` (a unique row) and writes an effect row, then the offset
 commit (commit after processing). Three contenders, each its own consumer group on the same topic:
 
@@ -195,7 +195,7 @@ def _drive(rt: ConsumerRuntime, handler: Any, n: int) -> tuple[float, float]:
 
 
 MAINS = 24  # pull recipients spread over the partitions (the record key is the recipient)
-VERIFY_THREADS = (1, 2)  # 1: verified on the consume thread (as before issue 17), 2: a pool
+VERIFY_THREADS = (1, 2)  # 1: verified on the consume thread (as it once was), 2: a pool
 FULL = (50_000, 3)  # records, repeats
 
 

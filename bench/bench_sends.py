@@ -6,7 +6,7 @@ this measures that call in-process on a SQLite store, groups of 50 REPLYs to a p
 the same round a hand loop doing the irreducible work of each send with the same libraries:
 an envelope built and signed (``Envelope.new`` + ``encode``: Ed25519), the branch's lsn upsert
 and the outbox insert on a raw ``sqlite3`` connection, one commit per group. Rounds alternate;
-each ratio is within one round (issue 17: "one sender ... >= 2,000 msg/s").
+each ratio is within one round ("one sender ... >= 2,000 msg/s").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Send -> held and send -> INJECTED latency, two gateways as their own processes (issue 17).
+"""Send -> held and send -> INJECTED latency, two gateways as their own processes.
 
 One run: gateways A and B (``fleet gateway run``, one process per host, as deployed) on one
 store type; a sender on host A offers each rate in ``rates`` for ``seconds``: half REPLYs into

@@ -1,4 +1,4 @@
-"""A bench-only prototype of the per-branch ack watermark (issue 17): what would it give?
+"""A bench-only prototype of the per-branch ack watermark: what would it give?
 
 Not production code. The relay is the real one (:class:`pipeline.outbox.Relay`); only its ack
 is swapped for one upsert per branch per batch into a scratch table, instead of the per-row

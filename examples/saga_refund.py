@@ -1,4 +1,4 @@
-"""Seed 001's refund saga: payments, inventory and a carrier, each a participant process.
+"""The refund saga of R-SAGA-1: payments, inventory and a carrier, each a participant process.
 
     python examples/saga_refund.py orchestrator --db URL --bootstrap HOST:PORT
     python examples/saga_refund.py participant payments --db URL --bootstrap HOST:PORT [--fail S]
@@ -8,7 +8,7 @@
 ``--fail STEP`` makes that step's action refuse (``hold_payment``, ``restock``, ``book_pickup``)
 so the compensations run; ``--fail-compensation STEP`` makes an undo keep failing (human queue).
 Each participant writes its effect to ``refund_ledger`` marked ``pending`` while the saga runs
-(seed 001: "mark such records pending so readers treat them as provisional"); ``fleet saga ls``
+(R-SAGA-1: such records are marked pending so readers treat them as provisional); ``fleet saga ls``
 shows the sagas. All share one store here; in production each service owns its own.
 """
 

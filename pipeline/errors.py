@@ -154,7 +154,7 @@ class InjectError(FleetError):
 
     ``retriable=True`` is a promise that nothing reached the target (reason ``TARGET_BUSY``), so
     trying again cannot inject twice. Every other reason (``INJECT_FAILED``, ``INJECT_TIMEOUT``,
-    ``INJECT_BODY_INVALID``) is final: the forward path is at-most-once (seed 000 §5 invariant 5).
+    ``INJECT_BODY_INVALID``) is final: the forward path is at-most-once (R-ACK-6).
     """
 
     reason: str = Inject.INJECT_FAILED

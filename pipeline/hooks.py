@@ -5,10 +5,10 @@ process sets one from ``FLEET_FAULT`` at its entry point (the environment is rea
 
 Two sorts of hook:
 
-* **crash points** -- ``fault_after_commit`` (seed 000 §5 invariant 5's window) and ``crash``
+* **crash points** -- ``fault_after_commit`` (R-ACK-3's window) and ``crash``
   (called with the name of a :class:`Window`): a test makes the process die exactly there;
-* **planted bugs** -- the three orderings the seeds forbid, switched on only so that the chaos
-  suite can show its checker catching them (issue 12, ``docs/chaos.md`` "Planted bugs"):
+* **planted bugs** -- the three orderings R-ACK-2, R-ACK-8 and R-OUT-4 forbid, switched on only so
+  that the chaos suite can show its checker catching them (``docs/chaos.md`` "Planted bugs"):
   ``commit_before_transaction`` (the inbox offset committed before the batch's transaction),
   ``dedupe_own_transaction`` (dedupe rows committed in a transaction of their own, before the
   effects') and ``ack_before_delivery_report`` (outbox rows marked sent before the broker's
@@ -29,7 +29,7 @@ from pipeline.reasons import Config
 
 class Window(StrEnum):
     """Named crash points (``Hooks.crash``): three inside the window a planted bug opens, two in
-    windows the code is built to survive (seed 001 'the relay may publish twice'; seed 000 §5's
+    windows the code is built to survive (R-FAIL-4: the relay may publish twice; R-ACK-4: an
     inject that cannot be recorded in its own transaction: the inject journal)."""
 
     COMMITTED_BEFORE_TRANSACTION = "committed_before_transaction"  # runtime: offsets, no rows
@@ -42,7 +42,7 @@ class Window(StrEnum):
 @dataclass(frozen=True, kw_only=True)
 class Hooks:
     """``fault_after_commit(effects)``: called right after an inbox offset commit, before the
-    forward path's injects run -- the crash window of seed 000 §5 invariant 5. ``crash(window)``:
+    forward path's injects run -- the crash window of R-ACK-3. ``crash(window)``:
     called at each :class:`Window` a planted bug opens. The three ``bool`` fields plant bugs
     (module docstring); all off in production."""
 

@@ -28,7 +28,7 @@ OTHER = "OTHER"  # the metric label for a code outside a closed set (keeps label
 
 
 class Verification(enum.StrEnum):
-    """Why the receiving gateway refused a record (seed 000 §2.1), in the verifier's order."""
+    """Why the receiving gateway refused a record (R-ENV-3), in the verifier's order."""
 
     TOO_LARGE = "TOO_LARGE"  # header count, header bytes or body bytes over a bound (pre-crypto)
     NOT_SIGNED = "NOT_SIGNED"  # no headers at all, or no ``sig`` header
@@ -185,7 +185,7 @@ class Store(enum.StrEnum):
 
 
 class Idempotency(enum.StrEnum):
-    """Why an idempotency-key operation was refused (seed 001: idempotency keys)."""
+    """Why an idempotency-key operation was refused (R-EFF)."""
 
     # configuration time: a key store that forgets before the topic does lets a replay repeat
     IDEM_RETENTION_SHORTER_THAN_REPLAY = "IDEM_RETENTION_SHORTER_THAN_REPLAY"
@@ -199,7 +199,7 @@ class Idempotency(enum.StrEnum):
 
 
 class Saga(enum.StrEnum):
-    """Why a saga step, decision or definition was refused (seed 001: sagas)."""
+    """Why a saga step, decision or definition was refused (R-SAGA)."""
 
     SAGA_UNKNOWN = "SAGA_UNKNOWN"
     SAGA_NOT_IN_HUMAN_QUEUE = "SAGA_NOT_IN_HUMAN_QUEUE"
@@ -236,8 +236,8 @@ class Runs(enum.StrEnum):
 
 
 class Lifecycle(enum.StrEnum):
-    """Spawn, stop and reap (``docs/lifecycle.md``; seed 000 §7.8, §8 steps 5 and 7; seed 001
-    scenario 8). Dashboards and FAILED bodies key on them."""
+    """Spawn, stop and reap (``docs/lifecycle.md``; R-SPAWN, R-LIFE,
+    R-FAIL-8). Dashboards and FAILED bodies key on them."""
 
     UNKNOWN_HOST = "UNKNOWN_HOST"  # requester: no live <host>._gateway entry
     SPAWN_TIMEOUT = "SPAWN_TIMEOUT"  # requester: no outcome within spawn_deadline_s
@@ -321,7 +321,7 @@ def label(code: str, allowed: frozenset[str] | set[str]) -> str:
 
 class Retention(enum.StrEnum):
     """A store retention policy refused at load (``docs/store.md``, bounded stores); never
-    retriable. Seed 001: a key must outlive the longest time its record can come back."""
+    retriable. R-EFF-4: a key must outlive the longest time its record can come back."""
 
     DEDUPE_HORIZON_TOO_SHORT = "DEDUPE_HORIZON_TOO_SHORT"  # dedupe < inbox retention + replay
     REPORTED_HORIZON_TOO_SHORT = "REPORTED_HORIZON_TOO_SHORT"  # reporter rows < DLQ retention

@@ -37,7 +37,7 @@ def _prefix(name: str) -> bytes:
 
 def pack_headers(headers: Iterable[tuple[str, bytes]] | None) -> bytes:
     """The stored form of ``headers`` (``b""`` for none). Runs once per held record on the
-    consume thread (issue 17), so each name's prefix is packed once per process."""
+    consume thread, so each name's prefix is packed once per process."""
     parts: list[bytes] = []
     append = parts.append
     prefixes, size = _PREFIXES, _VALUE.pack

@@ -4,8 +4,8 @@ A Python signal handler runs on the main thread between two bytecodes -- possibl
 thread holds a lock, or inside another handler. ``threading.Event.set()`` takes the event's
 (non-reentrant) lock, so a handler that calls it can deadlock the process forever: a second
 SIGTERM arriving while the first handler's ``set()`` held the lock did exactly that to a
-``fleet gateway run`` (chaos #4 at 20 repetitions, session 8: a supervisor that terminates and
-then stops sends two; the gateway ignored both for 20 s until SIGKILL, and faulthandler's
+``fleet gateway run`` (the ``twin-host`` chaos scenario, docs/chaos.md, at 20 repetitions: a
+supervisor that terminates and then stops sends two; the gateway ignored both for 20 s until SIGKILL, and faulthandler's
 dump showed ``Event.set`` inside ``Event.set`` on the main thread).
 
 :func:`stop_on_signals` keeps the handler to one ``os.write`` on a pipe; a daemon thread blocked

@@ -8,7 +8,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
@@ -21,17 +21,11 @@ from pipeline.bootstrap.client import (
 )
 from pipeline.control import SPAWN, STOP
 from pipeline.control.client import ControlClient
-from pipeline.control.handler import SpawnHandler
-from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
-from pipeline.control.reaper import Reaper
-from pipeline.control.stop_handler import StopHandler
 from pipeline.envelope import BatchVerifier, BoundedSeenSet, Signer, TrustStore, Verifier
-from pipeline.envelope.model import now_ms
-from pipeline.envelope.pairwise import AgreementKey, Pairing
-from pipeline.errors import FencedError
+from pipeline.gateway import loops
 from pipeline.gateway.client import GatewayClient
-from pipeline.gateway.deadletters import OutboxDeadLetterSink, dead_letter_held, undrained
+from pipeline.gateway.deadletters import OutboxDeadLetterSink
 from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import InjectionQueue
@@ -44,27 +38,16 @@ from pipeline.gateway.service import Gateway, Supervised
 from pipeline.gateway.socket_server import SocketServer
 from pipeline.hooks import NO_HOOKS, Hooks
 from pipeline.host.conversations import Conversations
-from pipeline.host.entity_config import ProfileConfig
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.held import HeldStore
-from pipeline.host.incarnation import take_incarnation
 from pipeline.host.outbound import Publisher
-from pipeline.host.roster_cache import RosterEntry, RosterState
 from pipeline.host.tracking import FORWARD
 from pipeline.kafka.errors import wait_out
-from pipeline.kafka.settings import (
-    producer_config,
-)
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.outbox import Relay
 from pipeline.outbox.notify import listen_forever
-from pipeline.presence import PresencePublisher, RosterFollower, RosterView
-from pipeline.presence.follower import echo_slack_s
-from pipeline.presence.metrics import PresenceMetrics
-from pipeline.presence.model import Delivery, Gone, Role, SpawnProfile, gateway_gid
-from pipeline.presence.publisher import ProducerLike
-from pipeline.reasons import Lifecycle
+from pipeline.presence import RosterView
 from pipeline.retention.metrics import RetentionMetrics
 from pipeline.retention.purger import Purger
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
@@ -72,15 +55,15 @@ from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.runtime.routing import ByTopic
 from pipeline.store import read_sessions, serialize_writes, session_factory
 
+from .control_plane import build_control_plane
+from .presence import build_presence
 from .retention import RULES
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session, sessionmaker
+    pass
 
 
 log = logging.getLogger(__name__)
-
-PRESENCE_FIRST_FLUSH_S = 10.0  # bounded: a broker that is down delays nothing further
 
 
 @dataclass
@@ -134,58 +117,6 @@ def _secured(factories: Factories, config: GatewayConfig, *, check: bool) -> Fac
     return factories
 
 
-def _stop_presence(presence: PresencePublisher, gateway: Gateway) -> None:
-    """Fenced: another gateway now speaks for this host; its presence is not ours to retract."""
-    presence.stop(retract=not isinstance(gateway.fatal, FencedError))
-
-
-def _roster_caught_up(follower: RosterFollower, stop: Any) -> bool:
-    """Wait for the roster's first catch-up; False when the gateway stops first."""
-    while not follower.caught_up.wait(0.2):
-        if stop.is_set():
-            return False
-    return True
-
-
-def _run_presence(
-    config: GatewayConfig,
-    presence: PresencePublisher,
-    follower: RosterFollower,
-    sessions: sessionmaker[Session],
-    announced: threading.Event,
-    stop: Any,
-) -> None:
-    """The presence loop: announce the configured entities at once and heartbeat; every interval,
-    take a new incarnation if the roster holds a higher one of this host (a twin with this host
-    id, or a wiped store that started below its previous run: docs/presence.md "Order").
-    Announcing does not wait for the roster to catch up: a restarted host's entities read as
-    departed (its clean stop's tombstones) until it announces them, so every second of waiting
-    refused sends to them ``UNKNOWN_RECIPIENT``. ``announced`` is set once the first heartbeats
-    are on the broker (see :func:`_run_relay`)."""
-    for e in config.entities:
-        presence.register(e.gid, role=e.role, delivery=e.delivery, groups=e.groups)
-    presence.start()
-    presence.flush(PRESENCE_FIRST_FLUSH_S)  # on the broker before the relay ships a backlog
-    announced.set()
-    host = config.host
-    while not stop.wait(config.presence_interval_s):
-        presence.outranked(
-            follower.view.incarnation_of(host),
-            lambda seen: take_incarnation(sessions, host, seen=seen),
-        )
-
-
-def _run_relay(relay: Relay, announced: threading.Event, stop: Any) -> None:
-    """The relay ships only once this host's presence is announced: a restarted gateway's
-    backlog reaching a peer before the presence that binds its senders would be dead-lettered
-    there ``UNKNOWN_SENDER`` (its entities read as departed since the clean stop's tombstones).
-    Sends are accepted meanwhile; they wait in the outbox, as during an outage."""
-    while not announced.wait(0.2):
-        if stop.is_set():
-            return
-    relay.run_forever(stop)
-
-
 def _on_stop_and_refusal(
     gateway: Gateway, factories: Factories, hooks: list[Callable[[], None]]
 ) -> None:
@@ -194,16 +125,6 @@ def _on_stop_and_refusal(
     (docs/security.md, "Rotating a login")."""
     gateway.on_stop.extend(hooks)
     factories.on_login_refused(gateway.fail)
-
-
-def _before_inbox(
-    spawn_handler: SpawnHandler, maintenance: Maintenance, injections: InjectionQueue
-) -> None:
-    """Once the roster caught up, before the inbox runs: live workers re-adopted, the roster
-    cache written, and every inject a crash left unrecorded reported (the inject journal)."""
-    spawn_handler.relive()
-    maintenance.refresh_roster()
-    injections.report_uncertain()
 
 
 def build_gateway(
@@ -246,33 +167,8 @@ def build_gateway(
     reads = read_sessions(engine)
     metrics = GatewayMetrics(registry)
 
-    presence_metrics = PresenceMetrics(registry)
-    roster = RosterView.build(trust=trust, topics=topics, skew_s=config.clock_skew_s)
-    follower = RosterFollower(
-        bootstrap=config.bootstrap,
-        view=roster,
-        topics=topics,
-        metrics=presence_metrics,
-        consumer_factory=factories.consumer,
-        own_gid=gateway_gid(host),  # its host entry, heartbeated every presence interval
-        echo_slack_s=echo_slack_s(
-            ttl_s=config.presence_ttl_s, interval_s=config.presence_interval_s
-        ),
-    )
-    presence = PresencePublisher(  # with the pairwise mode on, the host entry carries its key
-        metrics=presence_metrics,
-        producer=cast("ProducerLike", factories.producer(producer_config(config.bootstrap))),
-        signer=signer,
-        topics=topics,
-        interval_s=config.presence_interval_s,
-        ttl_s=config.presence_ttl_s,
-        profiles=[SpawnProfile(name=p.name, description=p.description) for p in config.profiles],
-        agreement_key=None
-        if (pairing := _pairing(config, signer, roster, trust)) is None
-        else pairing.own.public_bytes,
-        # taken at the first heartbeat, above the store's count and what the roster holds then;
-        # the presence loop takes a higher one if the caught-up roster outranks it
-        incarnation=lambda: take_incarnation(sessions, host, seen=roster.incarnation_of(host)),
+    roster, follower, presence, pairing = build_presence(
+        config, factories, signer, trust, sessions, registry
     )
     seen = BoundedSeenSet()
     verifier = Verifier(
@@ -317,7 +213,7 @@ def build_gateway(
     )
     group = topics.gateway_group(host)
     dead_letters = OutboxDeadLetterSink(topics=topics, gateway=host, group=group)
-    spawn_handler = _control_plane(
+    spawn_handler = build_control_plane(
         config,
         verifier,
         publisher,
@@ -362,29 +258,8 @@ def build_gateway(
         publisher=publisher,
         metrics=metrics,
         max_ttl_s=config.max_ttl_s,
-        roster_entries=lambda: (
-            [
-                RosterEntry(
-                    e.gid,
-                    e.host,
-                    e.role.value,
-                    e.delivery.value,
-                    tuple(e.groups),
-                    e.ts_ms + e.ttl_ms,
-                )
-                for e in roster.entries(include_stale=True)
-            ]
-            + [
-                RosterEntry(e.gid, e.host, e.role.value, e.delivery.value, (), 0, str(e.gone))
-                for e in roster.departures()
-            ]
-        ),
-        roster_state=lambda: RosterState(
-            roster.freshness().horizon_ms,
-            roster.freshness().stale,
-            roster.freshness().why,
-            now_ms(),
-        ),
+        roster_entries=functools.partial(loops.roster_rows, roster),
+        roster_state=functools.partial(loops.roster_state, roster),
         entities=entities,
         injections=injections,
         tracked=tracked,
@@ -408,40 +283,35 @@ def build_gateway(
         build_control_client(config, signer=signer, engine=engine, factories=factories),
     )
 
-    def run_runtime(stop: Any) -> None:
-        # verification step 2 needs the bindings: the inbox starts once the roster has caught
-        # up (the roster loop waits out transient broker errors meanwhile)
-        if not _roster_caught_up(follower, stop):
-            return
-        _before_inbox(spawn_handler, maintenance, injections)
-        runtime.run(stop)
-
-    def run_maintenance(stop: Any) -> None:
-        while not stop.wait(min(interval, 0.5)):
-            maintenance.tick(stop)  # a stop ends a purge pass between two batches
-            try:
-                spawn_handler.sweep()  # reap workers whose process died (§8 step 7)
-            except Exception:
-                log.exception("maintenance duty spawn_handler.sweep failed")
-
     announced = threading.Event()
     gateway = Gateway(
         host=host,
         loops=[
             Supervised(
                 "presence",
-                functools.partial(_run_presence, config, presence, follower, sessions, announced),
+                functools.partial(
+                    loops.run_presence, config, presence, follower, sessions, announced
+                ),
             ),
             Supervised("roster", follower.run),
-            Supervised("inbox", run_runtime, restart=False),
-            Supervised("relay", functools.partial(_run_relay, relay, announced)),
+            Supervised(
+                "inbox",
+                functools.partial(
+                    loops.run_inbox, follower, spawn_handler, maintenance, injections, runtime
+                ),
+                restart=False,
+            ),
+            Supervised("relay", functools.partial(loops.run_relay, relay, announced)),
             # PostgreSQL: every commit of an outbox row (the inbox's receipts too) wakes the relay
             *(
                 [Supervised("relay-wake", functools.partial(listen_forever, engine, relay.wake))]
                 if engine.dialect.name == "postgresql"
                 else []
             ),
-            Supervised("maintenance", run_maintenance),
+            Supervised(
+                "maintenance",
+                functools.partial(loops.run_maintenance, maintenance, spawn_handler, interval),
+            ),
             *([Supervised("nudge", nudger.run)] if nudger.targets else []),
             *([Supervised("socket", server.run)] if server is not None else []),
         ],
@@ -451,7 +321,7 @@ def build_gateway(
         factories,
         [
             injections.stop,
-            lambda: _stop_presence(presence, gateway),
+            lambda: loops.stop_presence(presence, gateway),
             follower.stop,
             relay.close,
             engine.dispose,
@@ -471,17 +341,6 @@ def build_gateway(
         metrics=metrics,
         socket=server,
     )
-
-
-def _pairing(
-    config: GatewayConfig, signer: Signer, roster: RosterView, trust: TrustStore
-) -> Pairing | None:
-    """The pairwise MAC mode (docs/envelope.md), when ``pairwise_mac`` is on: the agreement key
-    derived from the host key, the peers' keys from signed presence, vouchers from the trust
-    store. Off: every record is signed and a MAC'd one is refused (``MAC_NOT_ALLOWED``)."""
-    if not config.pairwise_mac:
-        return None
-    return Pairing(own=AgreementKey.from_signer(signer), peers=roster, trusted=trust.lookup)
 
 
 def _local_socket(
@@ -504,75 +363,3 @@ def _local_socket(
         metrics=metrics,
         control=control,
     )
-
-
-def _control_plane(
-    config: GatewayConfig,
-    verifier: Verifier,
-    publisher: Publisher,
-    sessions: Any,
-    entities: LocalEntities,
-    presence: PresencePublisher,
-    callbacks: Mapping[str, Callable[..., Any]] | None,
-    inject_metrics: InjectMetrics,
-    lifecycle: LifecycleMetrics,
-    dead_letters: OutboxDeadLetterSink,
-) -> SpawnHandler:
-    """The control topic's handler (a launched worker becomes a local inject entity; a STOP or
-    a death takes it out again: tombstone + reaped)."""
-
-    def on_live(gid: str, profile: ProfileConfig, values: Mapping[str, str]) -> None:
-        spec = worker_injector(profile.injector, values)
-        entities.register(
-            gid=gid,
-            role=Role.WORKER,
-            delivery=Delivery.INJECT,
-            groups=profile.groups,
-            injector=build_injector(spec, callbacks, metrics=inject_metrics),
-            replace=True,
-        )
-        presence.register(gid, role="worker", delivery="inject", groups=profile.groups)
-
-    def forget(gid: str, gone: Gone) -> None:
-        entities.unregister(gid)
-        # the departure (why) and the tombstone: gone from every roster within a heartbeat
-        presence.unregister(gid, gone=gone)
-
-    def drop_held(session: Any, gid: str) -> int:
-        return dead_letter_held(
-            session,
-            dead_letters,
-            undrained(session, gid),
-            reason=Lifecycle.RECIPIENT_GONE,
-            error="held for {recipient}, which was stopped or reaped",
-        )
-
-    profiles = {p.name: p for p in config.profiles}
-    launcher = Launcher()
-    handler: SpawnHandler | None = None
-
-    def values(row: Any, profile: ProfileConfig) -> Mapping[str, str]:
-        assert handler is not None
-        return handler.values(row.spawn_id, profile, parent=row.parent, job=row.job)
-
-    reaper = Reaper(
-        sessions=sessions,
-        profiles=profiles,
-        launcher=launcher,
-        values=values,
-        forget=forget,
-        drop_held=drop_held,
-        metrics=lifecycle,
-    )
-    handler = SpawnHandler(
-        host=config.host,
-        verifier=verifier,
-        publisher=publisher,
-        sessions=sessions,
-        profiles=profiles,
-        launcher=launcher,
-        on_live=on_live,
-        count=lifecycle.count,
-        stops=StopHandler(publisher=publisher, sessions=sessions, reaper=reaper, metrics=lifecycle),
-    )
-    return handler

@@ -99,7 +99,7 @@ def build_pool_member(
     factories: Factories = DEFAULT_FACTORIES,
     hooks: Hooks = NO_HOOKS,
 ) -> PoolMember:
-    """One member of ``fleet.pool.<pool>`` on topic ``fleet.pool.<pool>`` (issue 10): the
+    """One member of ``fleet.pool.<pool>`` on topic ``fleet.pool.<pool>``: the
     consumer runtime with an in-flight dispatcher, the pool handler, failure ports. ``hooks``:
     crash points and planted bugs for the chaos suite (``pipeline/hooks.py``), off in
     production."""

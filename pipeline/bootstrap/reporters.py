@@ -44,7 +44,7 @@ def build_failed_reporter(
     registry: CollectorRegistry | None = None,
     factories: Factories = DEFAULT_FACTORIES,
 ) -> FailedReporter:
-    """The DLQ's FAILED reporter running as ``config.host`` (seed 000 §10.1).
+    """The DLQ's FAILED reporter running as ``config.host`` (R-DLQ-4).
 
     Its FAILEDs are signed by this host and written to this host's outbox in the transaction of
     the reporter's dedupe row; this host's gateway relay ships them (the relay drains the whole

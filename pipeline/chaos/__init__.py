@@ -1,4 +1,4 @@
-"""Chaos: one workload, a recorded history, faults on a schedule, one checker (issue 12).
+"""Chaos: one workload, a recorded history, faults on a schedule, one checker.
 
 Layers, by dependency direction: :mod:`.history` (the JSONL record) and :mod:`.checker` (a pure
 function over it) know nothing of Kafka; :mod:`.procs`, :mod:`.workload` and :mod:`.collect`

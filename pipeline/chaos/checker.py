@@ -1,7 +1,6 @@
 """The checker: a pure function from a history to a verdict (``docs/chaos.md`` lists the rules).
 
-Rules, for every acknowledged ``send`` (seed 000 §5-§6, seed 001 'at-least-once, effectively
-once'):
+Rules, for every acknowledged ``send`` (R-ACK-2, R-ACK-3, R-ACK-8):
 
 * nothing lost - it ends held or injected exactly once, or dead-lettered with a reason, or
   answered by exactly one FAILED (the forward path's INJECT_TIMEOUT; on the reply path the DLQ
@@ -24,22 +23,22 @@ once'):
 
 And for the rest of the mix:
 
-* conversations (seed 000 §7.4) - every acknowledged ASK ends exactly once: one ANSWER held for
+* conversations (R-CONV-3) - every acknowledged ASK ends exactly once: one ANSWER held for
   the asker, or one NO_WAITER, or one FAILED (the turn's expiry) -- or, with none of these, an
   ANSWER the asker's gateway dead-lettered ``EXPIRED`` (held undrained past its ``expiresAt``,
   then swept); none is ``CHAOS_UNANSWERED``
   (unless the ASK or its ANSWER is still in an outbox), two are ``CHAOS_DUPLICATED``. The ASK
   and its ANSWER are sends like any other (held once, in order per stream); an ANSWER refused
   TOO_LATE (its turn had ended) is explained.
-* broadcasts (seed 000 §8) - each member of the group on each host the broadcast was staged
+* broadcasts (R-TOP-6) - each member of the group on each host the broadcast was staged
   for (the hosts live in the sender's roster at the time) holds it exactly once, or the
   broadcast was dead-lettered / refused with a reason; twice is ``CHAOS_DUPLICATED``, never
   ``CHAOS_LOST``.
-* runs (seed 003) - per ``BranchKey`` the consumer's fold applies lsn 1, 2, 3 ... in that order,
+* runs (R-OUT-5) - per ``BranchKey`` the consumer's fold applies lsn 1, 2, 3 ... in that order,
   each once (else ``CHAOS_RUN_ORDER`` / ``CHAOS_DUPLICATED``), and every committed step is
   applied, or still in its outbox (unseen), or refused with a reason (else ``CHAOS_LOST``).
 
-And for the processes (issue 12: "no process hot-loops or dies on a bad record"):
+And for the processes (R-ENV-4: no process hot-loops or dies on a bad record):
 
 * a bad record (garbage, forged, a stranger's) is never held or injected
   (``CHAOS_BAD_ACCEPTED``) and ends dead-lettered or refused with a reason

@@ -1,5 +1,5 @@
-"""Gateway faults aimed at one crash window, and a twin with the same host id (catalogue #2, #4,
-#10; ``docs/chaos.md``).
+"""Gateway faults aimed at one crash window, and a twin with the same host id (catalogue
+numbers 2, 4 and 10 in ``docs/chaos.md``).
 
 * :func:`crash_after_commit` (#2) and :func:`crash_before_mark_sent` (#10) arm a gateway with a
   crash hook (``FLEET_FAULT`` + ``FLEET_FAULT_AT``, ``pipeline/hooks.py``): kill -9 it at a
@@ -81,7 +81,7 @@ SCENARIOS: dict[str, Scenario] = {
             number=2,
             fault=Fault.CRASH_AFTER_COMMIT,
             action=crash_after_commit,
-            checks="seed 000 §5 forward path, ack before inject: host B kill -9'd between an "
+            checks="R-ACK-3 forward path, ack before inject: host B kill -9'd between an "
             "inbox offset commit and the injects it releases; a brief is never injected twice, "
             "a lost inject is one FAILED at the sender",
             hold_s=(15.0, 20.0),  # the bound on waiting for the armed crash
@@ -92,7 +92,7 @@ SCENARIOS: dict[str, Scenario] = {
             number=4,
             fault=Fault.TWIN,
             action=twin,
-            checks="seed 000 §3/§9 'a second gateway fails loudly': a second host-B gateway "
+            checks="R-TOP-3 'a second gateway fails loudly': a second host-B gateway "
             "(same host id, store and key) for 8-15 s; one copy is fenced (exit 3), nothing is "
             "held or injected twice, nothing lost",
             hold_s=(8.0, 15.0),
@@ -103,7 +103,7 @@ SCENARIOS: dict[str, Scenario] = {
             number=10,
             fault=Fault.CRASH_BEFORE_MARK_SENT,
             action=crash_before_mark_sent,
-            checks="seed 001 'the outbox relay publishes twice': host A (whose relay ships "
+            checks="R-FAIL-4 'the outbox relay publishes twice': host A (whose relay ships "
             "every send) kill -9'd after a batch's delivery reports, before marking its rows "
             "sent; the rows are sent again and the recipient's dedupe drops the copies",
             hold_s=(15.0, 20.0),

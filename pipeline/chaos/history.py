@@ -16,7 +16,7 @@ Operations (``op``):
   recipient's gateway died between deciding to inject it and recording it (its inject journal
   row was open at its restart), so it may or may not have been injected (``docs/gateway.md``).
 * ``unshipped`` - still in the sender's outbox at the end (not seen yet, not lost).
-* ``no_waiter`` / ``too_late`` - the conversation refusals (seed 000 §7.4), held for the asker
+* ``no_waiter`` / ``too_late`` - the conversation refusals (R-CONV-2), held for the asker
   (an ASK nobody listened for) or the answerer (an ANSWER after its turn ended): ``turnId``,
   ``reason``; the checker resolves the turn to the ASK or the ANSWER it refuses.
 * ``broadcast`` - a broadcast the sender's gateway acknowledged locally: ``msgId``, ``group``,
@@ -74,7 +74,7 @@ class Op(StrEnum):
 
 
 class DeliveryPath(StrEnum):
-    """Which delivery path a send takes (seed 000 §5 forward/inject, §6 reply/pull)."""
+    """Which delivery path a send takes (R-ACK-3 forward/inject, R-ACK-2 reply/pull)."""
 
     PULL = "pull"
     INJECT = "inject"

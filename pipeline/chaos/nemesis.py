@@ -1,6 +1,6 @@
 """The nemesis: faults on a seeded schedule, each written to the history with its recovery.
 
-A scenario is a closed value (:class:`Scenario`): its catalogue number, the seed behaviour it
+A scenario is a closed value (:class:`Scenario`): its catalogue number, the requirement it
 checks, whether it needs a broker of its own (it kills the broker), and the fault it plays
 again and again while the workload runs. The schedule - when each fault starts, how long it
 lasts - comes from ``random.Random(seed)``, so a run is repeatable up to the machine's timing.
@@ -75,9 +75,9 @@ Rig = Callable[[Workload, LocalCluster | None], AbstractContextManager[Any]]
 @dataclass(frozen=True, kw_only=True)
 class Scenario:
     name: str
-    number: int  # in issue 12's catalogue
+    number: int  # its number in the docs/chaos.md catalogue
     fault: Fault
-    checks: str  # the seed behaviour, for the table and docs/chaos.md
+    checks: str  # the requirement it checks, for the table and docs/chaos.md
     own_broker: bool = False
     first_s: tuple[float, float] = (2.0, 4.0)  # first fault, seconds after the stream starts
     gap_s: tuple[float, float] = (1.0, 4.0)  # between a recovery and the next fault
@@ -188,15 +188,15 @@ SCENARIOS: dict[str, Scenario] = {
             name="kill9-pull",
             number=1,
             fault=Fault.KILL9,
-            checks="seed 000 §6 reply path and §5 forward path; seed 001 'at-least-once, "
-            "effectively once': kill -9 of host B (main-b pull, worker-b inject) at random "
+            checks="R-ACK-2 reply path and R-ACK-3 forward path; R-ACK-8 effectively once: "
+            "kill -9 of host B (main-b pull, worker-b inject) at random "
             "points, restarted at once",
         ),
         Scenario(
             name="zombie",
             number=3,
             fault=Fault.SIGSTOP,
-            checks="seed 000 §8 exclusive consumer: host B SIGSTOPped past session.timeout.ms, "
+            checks="R-TOP-4 exclusive consumer: host B SIGSTOPped past session.timeout.ms, "
             "then SIGCONT; a fenced or expired member rejoins or is restarted, never injects twice",
             hold_s=(SESSION_TIMEOUT_S + 1.5, SESSION_TIMEOUT_S + 5.0),
             gap_s=(2.0, 4.0),
@@ -205,8 +205,8 @@ SCENARIOS: dict[str, Scenario] = {
             name="broker-down",
             number=8,
             fault=Fault.BROKER_DOWN,
-            checks="seed 000 §2 sends queue in the outbox while the broker is away; seed 001 "
-            "'broker unavailable': the scenario's own broker kill -9'd past message.timeout.ms, "
+            checks="R-OUT-1 sends queue in the outbox while the broker is away; R-FAIL-4 "
+            "the relay may publish twice: the scenario's own broker kill -9'd past message.timeout.ms, "
             "restarted with its data",
             own_broker=True,
             hold_s=(MESSAGE_TIMEOUT_S + 1.0, MESSAGE_TIMEOUT_S + 8.0),
@@ -216,7 +216,7 @@ SCENARIOS: dict[str, Scenario] = {
             name="clean-restart",
             number=15,
             fault=Fault.CLEAN_RESTART,
-            checks="seed 000 §5-§6 under an orderly stop: SIGTERM to host A or B, restart; no "
+            checks="R-ACK-2, R-ACK-3 under an orderly stop: SIGTERM to host A or B, restart; no "
             "duplicates at all and no FAILED",
             hold_s=(0.2, 2.0),
             strict=True,

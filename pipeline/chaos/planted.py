@@ -1,7 +1,7 @@
-"""Planted bugs: the checker must catch them (issue 12 acceptance, ``docs/chaos.md``).
+"""Planted bugs: the checker must catch them (``docs/chaos.md``).
 
-A checker that has never failed proves nothing. Each :class:`Plant` switches on one bug the
-seeds forbid through a test-only hook (``FLEET_FAULT=plant_*``, read by the gateway process's
+A checker that has never failed proves nothing. Each :class:`Plant` switches on one ordering
+R-ACK-2, R-ACK-8 or R-OUT-4 forbids, through a test-only hook (``FLEET_FAULT=plant_*``, read by the gateway process's
 entry point into :class:`pipeline.hooks.Hooks`) together with the fault that makes it bite (the
 process kills itself inside the window the bug opens). The real workload then runs with a
 supervisor that restarts a gateway that died, as the nemesis's heal does; after heal-and-drain

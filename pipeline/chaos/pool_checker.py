@@ -1,7 +1,7 @@
 """The worker-pool checker: a pure function from a pool history to a verdict (``docs/chaos.md``).
 
-Rules, for every submitted event (a ``send`` the broker confirmed; seed 001 "at-least-once,
-effectively once", "partitions as concurrency", failure scenarios 1-3):
+Rules, for every submitted event (a ``send`` the broker confirmed; R-POOL-3, R-ACK-8,
+R-POOL-1, R-FAIL-1, R-FAIL-2, R-FAIL-3):
 
 * nothing lost - it is applied (an effect row), or parked behind its quarantined key, or
   dead-lettered with a reason;
@@ -17,7 +17,7 @@ effectively once", "partitions as concurrency", failure scenarios 1-3):
   down the others' partitions keep flowing (``CHAOS_POOL_STALLED``);
 * poison (``poison``): the poison event is retried (at least ``min_attempts`` failed attempts,
   consecutive ones on a member at least ``min_backoff_s`` apart: ``CHAOS_POOL_NOT_RETRIED``) and
-  no more than ``max_attempts`` in all, whoever owned it (the retry limit of seed 001 scenario 3
+  no more than ``max_attempts`` in all, whoever owned it (the retry limit of R-FAIL-3
   and the stall bound of docs/failures.md: ``CHAOS_POOL_RETRY_BUDGET``),
   then its key is quarantined with a reason (``CHAOS_POOL_NOT_QUARANTINED``); no later record of
   that key is applied (they are parked, in order: ``CHAOS_OUT_OF_ORDER``); other keys are applied

@@ -1,4 +1,5 @@
-"""Worker-pool scenarios (catalogue #5, #6, #17; ``docs/chaos.md``) and the pool's planted bug.
+"""Worker-pool scenarios (catalogue numbers 5, 6, 17 in
+``docs/chaos.md``) and the pool's planted bug.
 
 The fleet under test is :class:`~.pool_workload.PoolWorkload` (members as ``fleet pool run``
 processes), judged by :func:`~.pool_checker.check`. Faults:
@@ -7,8 +8,8 @@ processes), judged by :func:`~.pool_checker.check`. Faults:
   well inside its session timeout: the coordinator must hand the same instance its partitions
   back without a rebalance.
 * :func:`storm` (#6, and #17 around a poison record): a member leaves - SIGTERM or kill -9, drawn
-  by the seed - and rejoins after the hold; or an extra member joins and, after the hold, leaves
-  the same way. Each is a rebalance (a kill -9'd member's partitions move after its session).
+  by the schedule's seed - and rejoins after the hold; or an extra member joins and, after the
+  hold, leaves the same way. Each is a rebalance (a kill -9'd member's partitions move after its session).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ SCENARIOS: dict[str, Scenario] = {
             number=5,
             fault=Fault.STATIC_KILL9,
             action=static_kill9,
-            checks="seed 001 'partitions as concurrency' with static membership: a pool "
+            checks="R-POOL-1 'partitions as concurrency' with static membership: a pool "
             "member (--instance-id) kill -9'd and restarted 0.5-2 s later, inside its 30 s "
             "session: no rebalance (every partition applied by one instance all run), the "
             "others' partitions keep flowing meanwhile, nothing lost, one effect per event",
@@ -129,7 +130,7 @@ SCENARIOS: dict[str, Scenario] = {
             number=6,
             fault=Fault.STORM,
             action=storm,
-            checks="seed 001 failure scenarios 1-2 (a worker crashes mid-batch; a rebalance): "
+            checks="R-FAIL-1, R-FAIL-2 (a worker crashes mid-batch; a rebalance): "
             "every 1-3 s a member leaves (SIGTERM or kill -9, seeded) and starts again, or an "
             "extra member joins, never waiting for a joiner, key concurrency: "
             "nothing lost, at most one effect per event id, no partition's steps on two members "
@@ -145,7 +146,7 @@ SCENARIOS: dict[str, Scenario] = {
             number=17,
             fault=Fault.POISON_STORM,
             action=storm,
-            checks="seed 001 failure scenario 3 'a poison message blocks a partition': retried "
+            checks="R-FAIL-3 'a poison message blocks a partition': retried "
             "with backoff (5 attempts, at most 6 in all whoever owns it), then dead-lettered with a reason and its key "
             "quarantined; later records of the key parked in order, never applied past it; "
             "other keys flow; members leave and join during its retries, and the rebalance "

@@ -3,7 +3,7 @@
 A record's value is the JSON the pool workload submits: ``{"key", "seq", "step_s", "poison"}``.
 The step sleeps ``step_s`` (an agent step, short so a repetition stays short) and returns its
 ``key:seq``. A ``poison`` record fails every time with a *retriable* error, so it takes the
-runtime's whole failure path (seed 001 failure scenario 3): retries with backoff, then, its
+runtime's whole failure path (R-FAIL-3): retries with backoff, then, its
 budget spent in an ordered flow, ``Quarantine(RETRIES_EXHAUSTED)``: dead-lettered with that
 reason and its key quarantined, later records of the key parked.
 """

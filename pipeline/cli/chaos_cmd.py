@@ -1,4 +1,4 @@
-"""``fleet chaos run`` and ``fleet chaos list``: the fault suite with a checker (issue 12)."""
+"""``fleet chaos run`` and ``fleet chaos list``: the fault suite with a checker."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ EXIT_VIOLATION = 1
 
 @app.command("list")
 def list_scenarios() -> None:
-    """The scenarios, with the catalogue number and the seed behaviour each checks."""
+    """The scenarios, with the catalogue number and the requirement each checks."""
     from pipeline.chaos.catalogue import SCENARIOS
 
     for s in SCENARIOS.values():

@@ -93,7 +93,7 @@ COMMANDS = (
     command("exporter", "observability_cmd", "Serve Prometheus metrics: lag (messages, seconds), retention risk, DLQ depth, and with\n``--store-url`` held messages, quarantined keys, outbox backlog and oldest unsent age."),
     command("lag", "observability_cmd", 'Per group/topic/partition: committed, log end, lag, lag seconds, retention risk, status;\nper group: time to drain the lag at the measured rates ("never" if it cannot).'),
     group("keys", "keys_cmd", "Ed25519 host keys: create, trust, rotate."),
-    group("lab", "lab_cmd", "Size a worker pool: predict with seed 001's model, then measure it."),
+    group("lab", "lab_cmd", "Size a worker pool: predict with the R-LAB-1 model, then measure it."),
     group("topics", "topics_cmd", "Kafka topology: inboxes, control, roster, DLQ, pools."),
     group("roster", "roster_cmd", "Who is live where (signed presence)."),
     group("outbox", "outbox_cmd", "Inspect the transactional outbox."),

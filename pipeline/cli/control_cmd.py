@@ -1,5 +1,5 @@
 """``fleet spawn`` / ``fleet stop`` / ``fleet workers``: the lifecycle from the command line
-(seed 000 §7.8 and §8 step 7, requester side; ``workers`` reads this host's own store)."""
+(R-SPAWN-3, R-LIFE-3, requester side; ``workers`` reads this host's own store)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The ``fleet`` console script: the hot commands without Typer, everything else with it.
 
-Agents call ``fleet send`` from their shells, once per message (issue 17: one such process
+Agents call ``fleet send`` from their shells, once per message (one such process
 should take at most 0.15 s; Typer and Rich alone take 0.27-0.30 s to import). :func:`main`
 looks at argv first:
 

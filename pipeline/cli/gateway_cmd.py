@@ -72,7 +72,7 @@ def run(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # the gateway's threads hand the GIL over at every store call, inject and poll: a thread
-    # back from one waits for a busy one's switch interval (5 ms by default) -- issue 17
+    # back from one waits for a busy one's switch interval (5 ms by default)
     sys.setswitchinterval(GATEWAY_SWITCH_INTERVAL_S)
     cfg = _load(config, host)
     if not cfg.trust_dir:

@@ -1,4 +1,4 @@
-"""``fleet lab predict`` and ``fleet lab run`` -- the consumer-group scaling lab (issue 10)."""
+"""``fleet lab predict`` and ``fleet lab run`` -- the consumer-group scaling lab."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pipeline.lab.render import prediction_lines
 from .login import KafkaConfigOpt, kafka_factories
 from .output import emit_json, fail_on_fleet_error
 
-app = typer.Typer(help="Size a worker pool: predict with seed 001's model, then measure it.")
+app = typer.Typer(help="Size a worker pool: predict with the R-LAB-1 model, then measure it.")
 
 ScenarioFile = Annotated[Path, typer.Argument(help="Scenario TOML file (see examples/lab/).")]
 

@@ -1,4 +1,4 @@
-"""A minimal parser for the hot commands' options: the lean half of ``fleet send`` (issue 17).
+"""A minimal parser for the hot commands' options: the lean half of ``fleet send``.
 
 Agents call ``fleet send`` from their shells, one process per message; Typer and Rich alone cost
 about 0.3 s of each. :mod:`.entry` parses the hot commands with this module instead, and hands
@@ -32,7 +32,7 @@ CONVERTERS: tuple[Callable[[str], Any], ...] = (str, float, int, Path)
 
 
 # Plain classes with slots, not frozen dataclasses: a lean ``fleet send`` makes them at import,
-# once per message, and a dataclass's generated methods cost 1-2 ms each class (issue 17). The
+# once per message, and a dataclass's generated methods cost 1-2 ms each class. The
 # specs below are module constants that nothing assigns to.
 class Opt:
     """One option: ``dest`` is the command function's parameter name; ``type`` is one of

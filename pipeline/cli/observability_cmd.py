@@ -1,4 +1,4 @@
-"""``fleet exporter`` and ``fleet lag`` -- consumer lag in messages and seconds (issue 6)."""
+"""``fleet exporter`` and ``fleet lag`` -- consumer lag in messages and seconds."""
 
 from __future__ import annotations
 
@@ -181,7 +181,7 @@ def lag(
 
 
 def _drain_text(seconds: float | None) -> str | float | None:
-    """Seed 001's wording: a lag that cannot drain "never" does; unknown rates print "-"."""
+    """R-OBS-3: a lag that cannot drain "never" does; unknown rates print "-"."""
     if seconds is None:
         return None
     return "never" if math.isinf(seconds) else round(seconds, 1)

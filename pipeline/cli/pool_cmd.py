@@ -1,4 +1,4 @@
-"""``fleet pool run | submit | status`` -- worker pools (issue 10, ``docs/pools.md``).
+"""``fleet pool run | submit | status`` -- worker pools (``docs/pools.md``).
 
 ``run`` parses flags and calls :func:`pipeline.bootstrap.build_pool_member`; SIGTERM/SIGINT stop
 it gracefully (in-flight steps finish or are given up within ``--revoke-wait``, offsets are

@@ -1,4 +1,4 @@
-"""``fleet relay run`` -- the outbox relay as its own process (seed 003: its own supervision).
+"""``fleet relay run`` -- the outbox relay as its own process (R-OUT-2: its own supervision).
 
 SIGTERM or SIGINT stops it cleanly: no new batch starts, the batch in flight gets a short grace
 to be confirmed and acked, anything unconfirmed stays pending and is resent by the next relay.

@@ -1,4 +1,4 @@
-"""The control plane (seed 000 §7.8, §8 steps 5 and 7): SPAWN and STOP on
+"""The control plane (R-SPAWN, R-LIFE): SPAWN and STOP on
 ``fleet.control.<host>``.
 
 Requester side: :class:`ControlClient` stages a signed SPAWN or STOP through the outbox; a

@@ -1,4 +1,4 @@
-"""Spawn admission (seed 001 failure scenario 8: "a cap on subagents and a budget per job").
+"""Spawn admission (R-FAIL-8: "a cap on subagents and a budget per job").
 
 Pure core, no I/O: the target gateway counts its own workers and asks :func:`admit` whether a
 SPAWN may start one. Refusals carry a stable reason from :class:`pipeline.reasons.Lifecycle`.

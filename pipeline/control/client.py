@@ -1,4 +1,4 @@
-"""The requester's API for the control plane: ``spawn`` and ``stop`` (seed 000 §7.8, §8).
+"""The requester's API for the control plane: ``spawn`` and ``stop`` (R-SPAWN-3, R-LIFE-3).
 
 A SPAWN is an envelope of kind ``SPAWN`` from the requester to ``<host>._gateway``, keyed by
 that id on ``fleet.control.<host>``, with header ``spawnId`` = the new worker's gid and an Avro

@@ -1,4 +1,4 @@
-"""The target gateway's SPAWN handler on ``fleet.control.<host>`` (seed 000 §7.8).
+"""The target gateway's SPAWN handler on ``fleet.control.<host>`` (R-SPAWN-1).
 
 Priced like the forward path: the decision (a ``fleet_spawns`` row keyed by ``spawnId``) is
 written in the batch transaction, the offset is committed, and only then the worker is launched

@@ -1,6 +1,6 @@
-"""Taking a worker out of the fleet: STOP and reap (seed 000 §8 steps 5 and 7).
+"""Taking a worker out of the fleet: STOP and reap (R-PRES-6, R-LIFE-1).
 
-Seed 000 §8 step 7: "on stop or reap the worker's inbox goes away, so nothing is delivered to
+R-LIFE-1: "on stop or reap the worker's inbox goes away, so nothing is delivered to
 the dead". A worker leaves the same way whether a STOP asked for it or its process died:
 
 1. its ``fleet_spawns`` row becomes ``stopping`` (one conditional update: only a ``live`` row);

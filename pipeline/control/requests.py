@@ -1,10 +1,10 @@
 """Requester side of a spawn or stop: one row per SPAWN (STOP) sent, in the send's transaction.
 
 A spawn costs like an injection, so the requester holds a deadline: the outcome (or its absence
-by the deadline: one ``FAILED``, ``SPAWN_TIMEOUT``) settles the row exactly once (seed 000 §7.8,
-issue 15). The tracker is the forward path's own, :mod:`pipeline.host.deadlines`; this module
-is the table (with what was asked: host, profile, parent, job) and its :data:`SPAWN` kind; a
-STOP is tracked the same way (:data:`STOP`: no outcome in time is one ``FAILED``,
+by the deadline: one ``FAILED``, ``SPAWN_TIMEOUT``) settles the row exactly once
+(R-SPAWN-3, R-LIFE-3). The tracker is the forward path's own, :mod:`pipeline.host.deadlines`;
+this module is the table (with what was asked: host, profile, parent, job) and its :data:`SPAWN`
+kind; a STOP is tracked the same way (:data:`STOP`: no outcome in time is one ``FAILED``,
 ``STOP_TIMEOUT``).
 """
 

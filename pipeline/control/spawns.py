@@ -1,6 +1,6 @@
 """Target side of a spawn: one row per ``spawnId`` -- the dedupe and the stored outcome.
 
-The primary key on ``spawn_id`` is the dedupe (seed 001: "a row with a unique constraint, in the
+The primary key on ``spawn_id`` is the dedupe (R-ACK-8: "a row with a unique constraint, in the
 handler's own transaction"): a repeated SPAWN finds the row and is answered from it, so it
 starts nothing new. ``launching`` is written before the offset commit; the launch follows it
 (forward path: commit before launch), so a crash leaves ``launching`` rows that are never

@@ -1,4 +1,4 @@
-"""The target gateway's STOP handler on ``fleet.control.<host>`` (seed 000 §8 step 7).
+"""The target gateway's STOP handler on ``fleet.control.<host>`` (R-LIFE-1).
 
 Priced like SPAWN (:mod:`.handler`): the decision is a ``fleet_stops`` row keyed by ``stopId``,
 written in the batch transaction with the worker's ``live`` -> ``stopping``; the offset is

@@ -1,4 +1,4 @@
-"""Effects that happen once (seed 001): idempotency keys with stored results, and sagas.
+"""Effects that happen once (R-EFF, R-SAGA): idempotency keys with stored results, and sagas.
 
 Idempotency: declare :class:`KeyClass` es (their retention must cover the replay window), build an
 :class:`IdempotencyStore`, and in the effect's transaction ``reserve`` a key derived from the event

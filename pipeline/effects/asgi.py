@@ -1,4 +1,4 @@
-"""A pure ASGI middleware honouring the ``Idempotency-Key`` header (seed 001; the IETF draft).
+"""A pure ASGI middleware honouring the ``Idempotency-Key`` header (R-EFF-3; the IETF draft).
 
 For the configured methods (POST, PATCH): a missing key answers **400** (when required), a key in
 use by a request still running **409**, the key with a different payload (method, path, query and

@@ -1,6 +1,6 @@
-"""Key classes and their published retention (seed 001: "a key has an expiry; publish it").
+"""Key classes and their published retention (R-EFF-4: a key has an expiry; publish it).
 
-Seed 001's worked numbers are the rule enforced here: a key store that keeps keys 24 h under a
+R-EFF-4's numbers are the rule enforced here: a key store that keeps keys 24 h under a
 topic that keeps events 7 days lets a Worker paused for 48 h replay events whose keys have
 expired, so the effect runs again. "Key retention must cover the longest period over which one
 event can be redelivered or replayed": a class whose retention is shorter than its replay window
@@ -48,7 +48,7 @@ class KeyClass:
             raise ConfigError(
                 f"key class {self.name!r}: keys kept {_fmt(self.retention_s)} but events can be "
                 f"replayed for {_fmt(self.replay_window_s)}; a replay after the keys expire would "
-                "repeat the effect (seed 001: 24 h keys under a 7-day topic). Keep keys at least "
+                "repeat the effect (R-EFF-4: 24 h keys under a 7-day topic). Keep keys at least "
                 "as long as the replay window.",
                 reason=Idempotency.IDEM_RETENTION_SHORTER_THAN_REPLAY,
                 context={

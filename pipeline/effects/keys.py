@@ -1,4 +1,4 @@
-"""Idempotency keys derive from the event, never from the attempt (seed 001).
+"""Idempotency keys derive from the event, never from the attempt (R-EFF-1).
 
 "A key made fresh on each retry defeats the purpose; use the event id or a hash of the business
 identity." Both helpers here are pure and deterministic: the same event gives the same key in

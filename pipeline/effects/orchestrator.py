@@ -1,4 +1,4 @@
-"""The saga orchestrator: one SQL record per saga, commands out through the outbox (seed 001).
+"""The saga orchestrator: one SQL record per saga, commands out through the outbox (R-SAGA-1).
 
 Every transition happens in the caller's transaction, reading the record ``FOR UPDATE`` and
 writing the next command/event with :func:`pipeline.outbox.write` -- state and message commit

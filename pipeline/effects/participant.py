@@ -8,7 +8,7 @@ action or compensation inside a savepoint, store its result (``complete``) and w
 through the outbox. A redelivered command finds ``Done`` and replies with the stored result -- the
 effect is never applied twice. A failed **action** is stored (``fail``: the saga compensates, a
 redelivery must not retry it); a failed **compensation** releases its key, since it must be
-retried to completion (seed 001 scenario 5).
+retried to completion (R-FAIL-5).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What :meth:`IdempotencyStore.reserve` answers: a closed type, one case per seed 001 outcome.
+"""What :meth:`IdempotencyStore.reserve` answers: a closed type, one case per outcome R-EFF-2 names.
 
 ``FirstUse`` -- go ahead: a unique row now exists in the caller's transaction, state in progress.
 ``Done`` -- the stored result of the first request (a stored failure too): return it, act no more.

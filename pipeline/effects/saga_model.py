@@ -1,4 +1,4 @@
-"""Saga definitions, states and the messages between orchestrator and participants (seed 001).
+"""Saga definitions, states and the messages between orchestrator and participants (R-SAGA-1).
 
 A definition is an ordered list of steps; each names the participant that runs its action and its
 compensation, or is an **approval** that waits for a decision until a deadline. A failure at step

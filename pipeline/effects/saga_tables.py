@@ -1,4 +1,4 @@
-"""The saga record: ONE row per saga, kept by the orchestrator (seed 001: prefer orchestration).
+"""The saga record: ONE row per saga, kept by the orchestrator (R-SAGA-1: prefer orchestration).
 
 ``fleet_saga`` -- ``state`` (:class:`SagaState`), ``step`` (0-based current step), ``phase``
 (action or compensate), ``attempt`` (of the current command), ``payload`` and ``results`` (JSON),

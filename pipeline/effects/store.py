@@ -1,4 +1,4 @@
-"""Idempotency keys with stored results (seed 001, "Under the hood: Idempotency keys").
+"""Idempotency keys with stored results (R-EFF-2).
 
 "Reserve it atomically (a unique constraint) and write it in the same transaction as the effect."
 Every method takes the caller's :class:`Session` and never commits:

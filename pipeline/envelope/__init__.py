@@ -1,4 +1,4 @@
-"""The signed envelope (seed 000 §2.1, DESIGN.md §2): kinds, codec, keys and verification.
+"""The signed envelope (R-ENV): kinds, codec, keys and verification.
 
 encode = serialize (:mod:`.body`) -> sign (:func:`encode`);
 decode = verify (:class:`Verifier`) -> deserialize (:func:`codec_for`).

@@ -5,7 +5,7 @@ in parallel on the free cores while the parsing around them takes turns. The cal
 verifies one slice itself and ``threads - 1`` pool threads verify the others; the result list
 lines up with the input: a :class:`~pipeline.envelope.verify.Verified`, or the exception that
 ``Verifier.verify`` raised for that record (an ``EnvelopeError`` with its reason). Nothing but
-the CPU placement changes: every record runs the same stages in the same order (seed 000 §2.1).
+the CPU placement changes: every record runs the same stages in the same order (R-ENV-3).
 A batch smaller than ``min_batch`` is verified inline (a thread hand-off would cost more than it
 saves at low rates, where latency matters more than throughput).
 """
@@ -41,7 +41,7 @@ class BatchVerifier:
             return self._slice(items)
         if sum(1 for item in items if not _maced(item[2])) < self.min_batch:
             # pairwise-MAC'd records: an HMAC holds the GIL for ~1 µs, so a second thread only
-            # adds hand-offs around the parsing (measured: 2 threads at 0.79x one; issue 17)
+            # adds hand-offs around the parsing (measured: 2 threads at 0.79x one)
             return self._slice(items)
         size = -(-len(items) // self.threads)  # ceil: contiguous slices, the last one ours
         slices = [items[i : i + size] for i in range(0, len(items), size)]

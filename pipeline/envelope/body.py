@@ -1,7 +1,7 @@
 """The body stage of the codec: serialize before signing, deserialize after verifying.
 
 A body codec sees only the body bytes and the (signed) kind -- never an uncovered header -- so
-nothing outside the signature can change how a body decodes (issue 3 acceptance).
+nothing outside the signature can change how a body decodes (R-ENV-2).
 """
 
 from __future__ import annotations

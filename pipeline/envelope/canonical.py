@@ -1,6 +1,6 @@
 """The v1 canonical byte string that ``sig`` covers (docs/envelope.md, "Canonical form").
 
-Seed 000 §2.1: the signature covers the exact body bytes plus a canonical header subset, so no
+R-ENV-2: the signature covers the exact body bytes plus a canonical header subset, so no
 JSON canonicalisation sits in the security path. The layout, byte for byte::
 
     DOMAIN_TAG                                   b"fleet-pipeline/envelope/v1\\x00" (27 bytes)
@@ -34,7 +34,7 @@ def _lp(data: bytes) -> bytes:
 
 def canonical_bytes(fields: Mapping[str, bytes | None], *, topic: str, body: bytes) -> bytes:
     """Build the bytes to sign/verify from raw covered header values, the topic and the body.
-    Runs once per record on the verify hot path (issue 17): one ``pack`` per present field."""
+    Runs once per record on the verify hot path: one ``pack`` per present field."""
     parts: list[bytes] = [DOMAIN_TAG]
     append = parts.append
     get = fields.get

@@ -1,6 +1,6 @@
 """Encode = serialize -> sign. The inverse (verify -> deserialize) is :mod:`.verify` + :mod:`.body`.
 
-Seed 000 §2.1: fields travel as record headers, the body stays opaque bytes, and ``sig`` is the
+R-ENV-1: fields travel as record headers, the body stays opaque bytes, and ``sig`` is the
 publishing gateway's Ed25519 signature over :func:`canonical_bytes`.
 """
 

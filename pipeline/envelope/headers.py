@@ -45,7 +45,7 @@ def collect(
         fail(r.TOO_LARGE, f"{len(headers)} headers > {max_headers}", raw)
     if len(body) > max_body_bytes:
         fail(r.TOO_LARGE, f"body {len(body)} bytes > {max_body_bytes}", raw)
-    # One pass (issue 17: this runs once per record on the consume thread): the size bound is
+    # One pass (this runs once per record on the consume thread): the size bound is
     # summed while the reserved headers are picked out, and checked before any is returned.
     size = len(key) if key else 0
     fields: dict[str, bytes] = {}

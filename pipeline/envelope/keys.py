@@ -1,4 +1,4 @@
-"""Host signing keys and the trust store (seed 000 §5 invariant 6: cross-host, identity comes
+"""Host signing keys and the trust store (R-ENV-7: cross-host, identity comes
 from the key).
 
 File formats (docs/envelope.md, "Keys"), one JSON object per file, UTF-8:

@@ -1,4 +1,4 @@
-"""The envelope value object (seed 000 §2.1): header fields plus an opaque body."""
+"""The envelope value object (R-ENV-1): header fields plus an opaque body."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def new_id() -> str:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Envelope:
     """One message. ``sender`` travels as header ``from``; ``ts``/``expiresAt`` on every kind
-    (seed 000 §2.1: expiry is gateway-enforced and also bounds replay)."""
+    (R-ENV-5: expiry is gateway-enforced and also bounds replay)."""
 
     kind: Kind
     msg_id: str

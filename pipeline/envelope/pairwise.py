@@ -1,4 +1,4 @@
-"""Pairwise MAC keys between gateways (issue 17; docs/envelope.md, "The pairwise MAC mode").
+"""Pairwise MAC keys between gateways (docs/envelope.md, "The pairwise MAC mode").
 
 Each gateway has an X25519 key pair. Its public key travels in the host's gateway presence
 entry, which is Ed25519-signed: a peer accepts it only because a trusted host key vouched for

@@ -1,6 +1,6 @@
 """Verification reason codes and envelope header names: public API, never renamed.
 
-Dashboards, alert rules and the dead-letter queue key on these strings (seed 000 §2.1: "any
+Dashboards, alert rules and the dead-letter queue key on these strings (R-ENV-4: "any
 check fails -> dead-letter, loud log, never a wedge"), so each one means exactly one thing.
 """
 
@@ -35,7 +35,7 @@ ALL_REASONS: tuple[str, ...] = tuple(Verification)
 
 
 class Kind(enum.StrEnum):
-    """Envelope kinds (seed 000 §2.1). The wire value is the member name in ASCII."""
+    """Envelope kinds (R-ENV-1). The wire value is the member name in ASCII."""
 
     SEND = "SEND"
     REPLY = "REPLY"

@@ -1,4 +1,4 @@
-"""The replay check's memory (seed 000 §2.1: replay is bounded by expiresAt plus a bounded
+"""The replay check's memory (R-ENV-5: replay is bounded by expiresAt plus a bounded
 seen-set). The gateway's durable dedupe table implements :class:`SeenSet` too; it writes the
 msgId in the same transaction as the effect, so a redelivery after a crash is not a replay."""
 

@@ -1,4 +1,4 @@
-"""Verification at the receiving gateway, in the order seed 000 §2.1 / DESIGN.md §2 fix.
+"""Verification at the receiving gateway, in the order R-ENV-3 fixes.
 
 ``verify`` runs these stages and stops at the first failure, raising
 :class:`~pipeline.errors.EnvelopeError` with ``reason`` set and ``raw`` = the record as given:
@@ -66,7 +66,7 @@ class Verified:
 
 
 class Verifier:
-    """Seed 000 §2.1 + invariant 6: nothing crosses hosts unsigned; every rejection is explicit."""
+    """R-ENV-4 + R-ENV-7: nothing crosses hosts unsigned; every rejection is explicit."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""The dead-letter record format, a blocking writer and a reader (seed 000 §10.1, seed 001 DLQ).
+"""The dead-letter record format, a blocking writer and a reader (R-DLQ-1, R-DLQ-2).
 
 A dead letter is the original record, unchanged -- same key, same headers in the same order,
 same body bytes -- plus ONE appended header, ``fleet.dlq``, whose value is an Avro

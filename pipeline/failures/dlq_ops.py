@@ -1,4 +1,4 @@
-"""Reading and replaying the dead-letter topic for the operator (seed 001: a DLQ needs a replay tool).
+"""Reading and replaying the dead-letter topic for the operator (R-DLQ-3: a DLQ needs a replay tool).
 
 Replay re-produces each dead letter to its ORIGINAL topic and partition with its original key,
 headers and body -- so the same ``msgId`` and signature -- in DLQ offset order. All dead letters of

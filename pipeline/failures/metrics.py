@@ -15,7 +15,7 @@ def reason_label(reason: str) -> str:
 
 
 class FailureMetrics:
-    """Dead letters, FAILED reports, parked records and releases (seed 001: a DLQ has an owner,
+    """Dead letters, FAILED reports, parked records and releases (R-DLQ-3: a DLQ has an owner,
     so its inflow and the quarantine backlog must be visible and alertable)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:

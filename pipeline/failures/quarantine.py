@@ -1,4 +1,4 @@
-"""Per-key quarantine in the SQL store (seed 001 scenario 3: per-key quarantine when order matters).
+"""Per-key quarantine in the SQL store (R-QUAR-1: per-key quarantine when order matters).
 
 When a key's record is dead-lettered in an ordered flow, the key is quarantined and its later
 records are *parked* here, in order, while every other key goes on. State is scoped to
@@ -45,7 +45,7 @@ __all__ = [
 
 
 class QuarantineStore(ReleaseOps):
-    """Quarantined keys, their parked records and release requests (seed 001 scenario 3)."""
+    """Quarantined keys, their parked records and release requests (R-QUAR)."""
 
     def __init__(self, engine: Engine, *, max_age_s: float | None = None) -> None:
         """``max_age_s``: also reload a scope's keys when the cached copy is older than this --

@@ -1,6 +1,6 @@
 """The FAILED reporter: every dead-lettered delivery becomes exactly one FAILED at its sender.
 
-Seed 000 §10.1: "the caps must not become a new silent loss channel". The reporter is its own
+R-DLQ-4: "the caps must not become a new silent loss channel". The reporter is its own
 consumer group (``<prefix>dlq-reporter``) on the DLQ. A dead letter is *eligible* when its
 original ``kind`` expects delivery (SEND, ASK, SPAWN), it names a sender (``from``) and a
 ``msgId``, and its context says the envelope was **verified** -- a forged ``from`` on an unverified

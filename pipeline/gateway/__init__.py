@@ -1,1 +1,1 @@
-"""The per-host gateway: local entities, the inbox consumer and the dual ack model (seed 000 §5-§7)."""
+"""The per-host gateway: local entities, the inbox consumer and the dual ack model (R-ACK, R-CONV)."""

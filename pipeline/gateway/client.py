@@ -59,7 +59,7 @@ def _now() -> int:
 
 
 class GatewayClient:
-    """What a local entity uses: send, ask, answer, abandon, broadcast, poll (seed 000 §5-§7).
+    """What a local entity uses: send, ask, answer, abandon, broadcast, poll (R-ACK, R-CONV).
 
     Every send is an outbox row in the host's store (works while the broker is down).
     """
@@ -293,7 +293,7 @@ class GatewayClient:
     ) -> int:
         """One record per host with members of ``group`` (key ``broadcast.<group>``).
 
-        Returns the number of hosts. A group with no live member is legal silence (seed 000 §8
+        Returns the number of hosts. A group with no live member is legal silence (R-TOP-6
         step 6: ``mandatory`` is false only for BROADCAST): nothing is sent, 0 is returned, and
         ``fleet_gateway_empty_broadcasts_total`` counts it. ``msg_id`` (default a fresh one) is
         the broadcast's id on every host, for a caller that correlates its deliveries (the

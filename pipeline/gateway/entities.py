@@ -34,7 +34,7 @@ class LocalEntity:
 
 
 class LocalEntities:
-    """Who lives on this host (seed 000 §4: a gateway consumes for its co-located entities).
+    """Who lives on this host (R-TOP-1: a gateway consumes for its co-located entities).
 
     Thread-safe: registration comes from the API/CLI while the consumer loop reads. Reads return
     immutable :class:`LocalEntity` values, so a caller never sees a half-made change. Group

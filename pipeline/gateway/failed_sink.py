@@ -1,6 +1,6 @@
 """The real FAILED sink: a signed ``FAILED`` envelope, written through the reporting host's outbox.
 
-Seed 000 §10.1: "a DLQ consumer reports every dead-lettered forward brief back to its sender as
+R-DLQ-4: "a DLQ consumer reports every dead-lettered forward brief back to its sender as
 FAILED". The reporter (``pipeline.failures.reporter``) decides *whether*; this decides *how*:
 
 * ``from`` = ``<reporting host>._gateway`` (valid exactly when that host signs it), ``to`` = the

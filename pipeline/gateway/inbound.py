@@ -1,10 +1,10 @@
 """The inbox handler: verify, then route each record by how its recipient takes delivery.
 
 * **Pull** recipients (mains, orchestrators): the message becomes a held row, staged in the
-  runtime's batch transaction beside its dedupe row -> at-least-once (seed 000 §5, pull path).
+  runtime's batch transaction beside its dedupe row -> at-least-once (R-ACK-2, pull path).
 * **Inject** recipients (workers): the inject is an after-commit effect -> the offset is committed
   before it, so a crash loses it visibly (no ``INJECTED`` -> ``FAILED``) and never doubles it.
-* Conversations (seed 000 §7.4): an ``ASK`` to a main with no open pull is answered
+* Conversations (R-CONV-1): an ``ASK`` to a main with no open pull is answered
   ``NO_WAITER`` on arrival; an ``ANSWER`` (to a worker or a main) is delivered only while its
   turn waits, else ``TOO_LATE`` goes back to the answerer.
 * Any verification failure is a ``DeadLetter`` with its reason code: never a crash, never a wedge.
@@ -196,7 +196,7 @@ class InboxHandler:
         return True
 
     def _refused(self, record: Record, exc: EnvelopeError) -> DeadLetter:
-        """Seed 000 §2.1: any failed check is a dead letter with its reason, counted, logged loudly."""
+        """R-ENV-4: any failed check is a dead letter with its reason, counted, logged loudly."""
         self.metrics.verify_failure(exc.reason)
         log.warning(
             "inbox record %s refused: %s (dead-lettered)", record.ref, exc.reason, exc_info=False
@@ -230,7 +230,7 @@ class InboxHandler:
         return self._to_inject(env, tx, verified.signer_host)
 
     def _no_entity(self, env: Envelope) -> DeadLetter:
-        """Seed 000 §8 step 7: a worker stopped or reaped here has no inbox any more, so its
+        """R-LIFE-1: a worker stopped or reaped here has no inbox any more, so its
         mail is ``RECIPIENT_GONE`` (the FAILED reporter tells the sender once); anyone else
         unknown here is ``UNKNOWN_RECIPIENT``."""
         if self._read(lambda s: spawns.is_gone(s, env.to)):

@@ -7,9 +7,9 @@
   tells the asker: one ``FAILED`` about the ASK, reason ``EXPIRED``, stage ``expiry`` (injected
   into a worker, held for a main), so no question vanishes without a word;
 * **sweeper** -- held messages past ``expiresAt`` are dead-lettered ``EXPIRED`` so an abandoned
-  sender cannot wedge an inbox (seed 000 §10.1);
+  sender cannot wedge an inbox (R-EXP-2);
 * **purges** -- finished rows past their retention, per table, in small batches
-  (:class:`pipeline.retention.purger.Purger`; dedupe rows only past seed 001's horizon, and
+  (:class:`pipeline.retention.purger.Purger`; dedupe rows only past the R-STORE-1 horizon, and
   never an unsent outbox row or an undrained held message): every table stays bounded;
 * **roster cache** -- every known binding and the follower's horizon / STALE flag mirrored into
   the store for local clients (rewritten when they change, the state row at least every 2 s so

@@ -1,6 +1,6 @@
 """Hold and nudge: a pull entity with messages waiting and no open pull is told so.
 
-Seed 000 §3: a main's gateway "resolves an open send, else holds + nudges". A held message is
+R-HOLD-2: a main's gateway resolves an open send, else holds and nudges. A held message is
 safe (at-least-once, in the store) but useless until the main drains it, and a main that is an
 MCP client only drains when its agent calls ``poll``. So the gateway types a short line into the
 main's *nudge target* (any injector: its tmux pane, a command, a callback) saying how much waits.

@@ -1,6 +1,6 @@
 """The gateway's local socket: local entities hand it their sends; it is their store's one writer.
 
-Issue 17: ``fleet send`` processes, the MCP server and an injected worker's replies each used to
+Before it, ``fleet send`` processes, the MCP server and an injected worker's replies each used to
 open the host's store and commit one transaction per send, contending with the gateway's relay
 and inbox for SQLite's single write lock (whose busy handler sleeps up to 100 ms). Through this
 socket the gateway writes for them:

@@ -1,4 +1,4 @@
-"""Open pulls (for NO_WAITER) and open turns (for TOO_LATE): seed 000 §7.4.
+"""Open pulls (for NO_WAITER) and open turns (for TOO_LATE): R-CONV-1, R-CONV-2.
 
 Both live in the store, so a ``fleet poll --wait`` in another process counts as an open pull
 for the gateway, and a turn opened by ``fleet ask`` is seen by the gateway that receives the

@@ -3,10 +3,10 @@
 It serves every send whose sender waits for an outcome, each kind a :class:`Tracked` value:
 
 * a **forward send** to an inject-mode recipient (``host/tracking.py``): the answer is
-  ``INJECTED``; none by the deadline is ``INJECT_TIMEOUT`` (seed 000 §5: "no INJECTED within a
+  ``INJECTED``; none by the deadline is ``INJECT_TIMEOUT`` (R-ACK-5: "no INJECTED within a
   bound = fast explicit failure");
 * a **SPAWN** (``control/requests.py``): the answer is the target's ``INJECTED`` (launched) or
-  ``FAILED``; none by the deadline is ``SPAWN_TIMEOUT`` (seed 000 §7.8: a spawn costs like an
+  ``FAILED``; none by the deadline is ``SPAWN_TIMEOUT`` (R-SPAWN-3: a spawn costs like an
   injection);
 * a **STOP** (``control/requests.py``): the answer is the target's ``INJECTED`` (stopped) or
   ``FAILED``; none by the deadline is ``STOP_TIMEOUT``.
@@ -71,7 +71,7 @@ def track(session: Session, kind: Tracked, **row: Any) -> None:
 
 
 # Built once per table (the compiled form is then cached): every INJECTED an inbox takes reads
-# and settles its tracked send, on the pull path's hot loop (issue 17).
+# and settles its tracked send, on the pull path's hot loop.
 _SETTLE: dict[Table, Any] = {}
 _STATE_OF: dict[Table, Any] = {}
 

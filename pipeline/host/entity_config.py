@@ -18,12 +18,12 @@ from pipeline.support.binder import MISSING, config_error
 from .config_checks import check_gid, check_number, check_text, checked_name, checked_strings
 
 INJECTOR_TYPES = ("callback", "command", "tmux")
-ALL_GROUP = "all"  # every local entity is a member (seed 000 U8: ``broadcast.all``)
+ALL_GROUP = "all"  # every local entity is a member: ``broadcast.all`` (R-TOP-6)
 
 
 @dataclass(frozen=True, kw_only=True)
 class InjectorSpec:
-    """How the gateway injects into one worker (seed 000 §5: a local, status-gated inject).
+    """How the gateway injects into one worker (R-ACK-6: a local, status-gated inject).
 
     ``command`` -- argv for type command; ``pane``/``idle_pattern``/``socket`` (tmux ``-L``) for
     type tmux; ``callback`` -- the name of a callable registered in code for type callback.
@@ -84,7 +84,7 @@ class EntityConfig:
     """One local entity; ``injector`` is required exactly when ``delivery`` is ``inject``.
 
     ``nudge`` (pull entities only) is where the gateway nudges the entity when messages wait
-    for it and it has no open pull (seed 000 §3: "hold + nudge"), e.g. the tmux pane of the
+    for it and it has no open pull (R-HOLD-2: hold and nudge), e.g. the tmux pane of the
     agent whose MCP client drains it.
     """
 
@@ -141,10 +141,10 @@ def _template(argv: Any, key: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True, kw_only=True)
 class ProfileConfig:
-    """A spawn profile (seed 000 §7.8, §8 step 5): how this host launches, stops and injects a
-    worker, and its caps (seed 001 scenario 8: a cap on subagents per parent and per job, and a
-    spawn budget per job). ``launch``/``stop``/``check`` and the injector's strings are argv
-    templates over :data:`PLACEHOLDERS`."""
+    """A spawn profile (R-SPAWN-4, carried in the host's presence entry: R-PRES-1): how this
+    host launches, stops and injects a worker, and its caps (R-SPAWN-5, R-FAIL-8: a cap on
+    subagents per parent and per job, and a spawn budget per job). ``launch``/``stop``/``check``
+    and the injector's strings are argv templates over :data:`PLACEHOLDERS`."""
 
     name: str
     description: str = ""

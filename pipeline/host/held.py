@@ -159,9 +159,9 @@ class HeldStore:
     ) -> list[HeldMessage]:
         """Hand out up to ``limit`` undrained messages in arrival order and mark them drained.
 
-        ``sender`` filters on the envelope's ``from``: the per-worker drain of seed 000 §3.
+        ``sender`` filters on the envelope's ``from``: the per-worker drain (R-HOLD-1).
         An empty store is answered by a read (no write lock), so a waiting poll loop is cheap.
-        A message past its ``expiresAt`` is never handed out, swept or not (seed 000 §7.4: expiry
+        A message past its ``expiresAt`` is never handed out, swept or not (R-EXP-1: expiry
         is enforced at delivery; the sweeper dead-letters it).
         """
         now = now_ms()

@@ -1,4 +1,4 @@
-"""The inject journal: the forward path's record of "about to inject this brief" (seed 000 §5).
+"""The inject journal: the forward path's record of "about to inject this brief" (R-ACK-3).
 
 An inject into a terminal is not transactional, so the gateway cannot inject and record it in
 one step. The journal narrows what a crash can leave unknown to exactly one inject per entity,

@@ -1,6 +1,6 @@
 """Who this host signs for: the one answer to "is this gid a local sender here?".
 
-Seed 000 §4: a gateway signs only for its own entities. Those are the ``[[entities]]`` of its
+R-ENV-7: a gateway signs only for its own entities. Those are the ``[[entities]]`` of its
 config **and** the workers it spawned and has not reaped. The second set lives in the host's store
 (the target side's ``fleet_spawns`` rows, written by the control handler), so every process of
 the host -- the gateway, ``fleet send``, ``fleet mcp`` -- reads the same rows: there is no copy to

@@ -28,7 +28,7 @@ class GatewayUnavailable(Exception):
 class Queued(NamedTuple):
     """A send the gateway committed to its outbox. (A NamedTuple, not a dataclass: one is made in
     a few microseconds at import, a frozen dataclass takes milliseconds -- ``fleet send`` pays
-    every import once per message, issue 17.)"""
+    every import once per message.)"""
 
     msg_id: str
     trace_id: str
@@ -113,7 +113,7 @@ class SocketClient:
                 "op": "send",
                 "sender": s["sender"],
                 "to": s["to"],
-                # base64.b64encode's own call, without importing base64 (issue 17)
+                # base64.b64encode's own call, without importing base64
                 "body": binascii.b2a_base64(s["body"], newline=False).decode("ascii"),
                 "kind": s.get("kind", "SEND"),
                 "ttl_s": s.get("ttl_s"),

@@ -2,7 +2,7 @@
 
 The row is written in the same transaction as the send's outbox row. ``INJECTED`` (correlated by
 msgId) settles it; a row still pending at its deadline becomes exactly one ``FAILED``
-(``INJECT_TIMEOUT``) in the sender's own pull store (seed 000 §5: "no INJECTED within a bound =
+(``INJECT_TIMEOUT``) in the sender's own pull store (R-ACK-5: "no INJECTED within a bound =
 fast explicit failure"). The tracker itself is :mod:`pipeline.host.deadlines`, shared with
 SPAWN requests; this module is the table and its :data:`FORWARD` kind.
 """

@@ -2,7 +2,7 @@
 
 Every adapter that needs a client takes a :data:`ClientFactory` (``conf -> client``) whose
 default is one of these; ``pipeline.bootstrap.Factories`` hands the same three to everything it
-builds, so a test (fakes) or a secured cluster (issue 13: SASL/TLS settings, a wrapping client)
+builds, so a test (fakes) or a secured cluster (SASL/TLS settings, a wrapping client)
 changes client construction in one place. The settings themselves come from
 :mod:`pipeline.kafka.settings`.
 """

@@ -1,7 +1,7 @@
 """The safe charset of a topic-name part (host ids, pool names, groups), without the topic table.
 
 Its own module so that the gateway's config loader -- on the path of every ``fleet send``
-(issue 17: one process per message) -- checks names without building :class:`.topics.TopicNames`.
+(one process per message) -- checks names without building :class:`.topics.TopicNames`.
 """
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ def property_refusal(key: str) -> tuple[str, str] | None:
 
 @dataclass(frozen=True, kw_only=True)
 class KafkaSecurity:
-    """How every Kafka client of one process connects (seed 000 §10.2: TLS, per-gateway logins).
+    """How every Kafka client of one process connects (R-SEC-1: TLS, per-gateway logins).
 
     ``password_source`` says where the password came from (``file:<path>`` or ``env:<NAME>``),
     for messages; the password itself is only in ``sasl_password``, which no repr shows.

@@ -16,7 +16,7 @@ from .security import KafkaSecurity
 
 
 class AckMode(enum.StrEnum):
-    """How a consumed record is acknowledged, chosen by what a duplicate costs (seed 000 §5).
+    """How a consumed record is acknowledged, chosen by what a duplicate costs (R-ACK-1).
 
     * ``AT_LEAST_ONCE`` -- pull path: make the effect durable (held row + dedupe row in one DB
       transaction), *then* commit the offset. A crash in between redelivers; dedupe absorbs it.
@@ -31,7 +31,7 @@ class AckMode(enum.StrEnum):
 
 class OffsetReset(enum.StrEnum):
     """What a group does with no valid committed offset. ``LATEST`` is never used for inboxes:
-    a group that fell off retention must fail loudly (seed 001 scenario 7), not skip."""
+    a group that fell off retention must fail loudly (R-FAIL-7), not skip."""
 
     EARLIEST = "earliest"
     ERROR = "error"
@@ -86,7 +86,7 @@ def consumer_config(
 def pool_consumer_overrides(
     *, assignment: str, max_poll_interval_ms: int, session_timeout_ms: int, client_id: str
 ) -> dict[str, Any]:
-    """A worker-pool member (issue 10): the knobs the scaling experiments compare."""
+    """A worker-pool member: the knobs the scaling experiments compare."""
     return {
         "client.id": client_id,  # the member's name in DescribeConsumerGroups (fleet pool status)
         # range | roundrobin | cooperative-sticky: eager strategies stop every partition on each

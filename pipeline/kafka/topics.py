@@ -16,7 +16,7 @@ DLQ_SCAN_GROUP_PREFIX = "fleet-dlq-scan."
 
 @dataclass(frozen=True, kw_only=True)
 class TopicNames:
-    """Every topic and group name the fleet uses, from one prefix (see DESIGN §1 topology)."""
+    """Every topic and group name the fleet uses, from one prefix (R-TOP-1)."""
 
     prefix: str = "fleet."
 

@@ -1,4 +1,4 @@
-"""Declare the fleet's topics idempotently at boot (DESIGN.md §1, last rows).
+"""Declare the fleet's topics idempotently at boot (R-TOP-2).
 
 Plan first, then act: every desired topic is compared with the cluster. A partition-count or
 replication-factor difference is refused (:class:`~pipeline.errors.TopologyError`, reason

@@ -1,4 +1,4 @@
-"""The consumer-group scaling lab (issue 10): seed 001's model, and runs that measure it.
+"""The consumer-group scaling lab: the R-LAB-1 model, and runs that measure it.
 
 * :mod:`.scenario` / :mod:`.loader` -- the scenario file (TOML) as frozen value objects.
 * :mod:`.formulas` / :mod:`.assignors` / :mod:`.model` -- the model alone, pure.

@@ -2,7 +2,7 @@
 
 * **range** (``RangeAssignor``): per topic, members sorted by id; ``P // N`` partitions each and
   "the first few consumers will have one extra partition" (``P % N`` of them), in contiguous
-  runs. 6 partitions on 4 members: 2, 2, 1, 1; on 8 members: 1 x 6 and two idle (seed 001).
+  runs. 6 partitions on 4 members: 2, 2, 1, 1; on 8 members: 1 x 6 and two idle (R-LAB-2).
 * **roundrobin**: partitions dealt in turn to members sorted by id -- the same counts as range
   for one topic, interleaved instead of contiguous.
 * **cooperative-sticky**: balanced (counts differ by at most one) and, on a membership change,

@@ -1,4 +1,4 @@
-"""Seed 001's arithmetic, one pure function each (scenario time: seconds, events per second).
+"""The R-LAB arithmetic, one pure function each (scenario time: seconds, events per second).
 
 ``math.inf`` stands for "never" (a backlog that does not drain); the report prints it as such.
 """
@@ -46,7 +46,7 @@ def duplicates_bound(members: int, max_poll_records: int) -> int:
 
 
 def lag_drain_seconds(lags: Sequence[int], in_rate: float, out_rate: float) -> float:
-    """Seed 001: lags 50 + 0 + 160 = 210 at 30/s in and 45/s out: 210 / 15 = 14 s."""
+    """R-LAB-3: lags 50 + 0 + 160 = 210 at 30/s in and 45/s out: 210 / 15 = 14 s."""
     return drain_seconds(float(sum(lags)), out_rate, in_rate)
 
 
@@ -54,7 +54,7 @@ def poison_stall_seconds(
     backoffs_s: Sequence[float], *, step_s: float = 0.0, count_attempts: bool = False
 ) -> float:
     """A partition blocked behind a retried record: 1 + 2 + 4 + 8 + 16 = 31 s (attempts not
-    counted, as in the seed; ``count_attempts`` adds one step per attempt, the first included)."""
+    counted, as in R-LAB-4; ``count_attempts`` adds one step per attempt, the first included)."""
     stall = float(sum(backoffs_s))
     if count_attempts:
         stall += step_s * (len(backoffs_s) + 1)
@@ -75,7 +75,7 @@ def batch_seconds(max_poll_records: int, worst_step_s: float) -> float:
 
 
 def exceeds_poll_interval(max_poll_records: int, worst_step_s: float, interval_ms: int) -> bool:
-    """350 s > 300 s: the member is treated as failed (seed 001 scenario 2)."""
+    """350 s > 300 s: the member is treated as failed (R-FAIL-2)."""
     return batch_seconds(max_poll_records, worst_step_s) * 1000.0 > interval_ms
 
 

@@ -11,7 +11,7 @@ Assumptions (``docs/lab.md`` discusses where they break):
   for kill -9 or for a static member; ~0 for a dynamic member that leaves on SIGTERM).
 * Drain after the outage: per lane group. A member whose partitions each have their own lane
   drains each partition on its own (``backlog_p / (1/step - rate_p)``, the slowest wins); a
-  member whose lanes are shared drains its backlog pooled. Evenly spread, both equal seed 001's
+  member whose lanes are shared drains its backlog pooled. Evenly spread, both equal R-LAB-1's
   ``backlog / (capacity - rate)``.
 """
 

@@ -1,7 +1,7 @@
 """The run's child processes: pool members (``python -m pipeline pool run``) and the producer.
 
 ``member_argv`` is the one place the lab states what it needs from ``fleet pool run``
-(issue 10, worker pools): consumer group ``fleet.pool.<NAME>`` on topic ``fleet.pool.<NAME>``,
+(worker pools): consumer group ``fleet.pool.<NAME>`` on topic ``fleet.pool.<NAME>``,
 the assignment strategy, static membership, ``max.poll.records``/``max.poll.interval.ms``,
 concurrency, dedupe, the built-in sleep step (the record's ``step_s``, scaled) and the events
 log the lab counts steps and redeliveries from.

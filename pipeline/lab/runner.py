@@ -107,7 +107,7 @@ def require_pool_command() -> None:
     if not pool_command_available():
         raise ConfigError(
             "fleet lab run starts pool members with 'python -m pipeline pool run', which this "
-            "build does not have (issue 10, worker pools); 'fleet lab predict' works without it",
+            "build does not have (worker pools); 'fleet lab predict' works without it",
             reason=Lab.LAB_RUN_FAILED,
         )
 

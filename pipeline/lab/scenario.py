@@ -1,6 +1,6 @@
 """The lab's scenario: frozen, keyword-only value objects that validate themselves.
 
-Every duration and rate is written in the scenario's own time (seed 001's units: 2 s agent
+Every duration and rate is written in the scenario's own time (R-LAB-1's units: 2 s agent
 steps, 20 events/s, a 180 s outage). ``time_scale`` maps it onto the machine: a run waits
 ``scale * t`` wall seconds for ``t`` scenario seconds and divides rates by the scale, so
 ``time_scale = 0.01`` runs a 2 s step as a 20 ms sleep and 20 events/s as 2,000/s. The model
@@ -150,7 +150,7 @@ class Arrival:
 class Keys:
     """``count`` keys, chosen with Zipf weights ``1 / (i + 1) ** skew`` (0 = even). Key ``i``
     goes to partition ``i % partitions`` (the lab producer names the partition, so the model
-    knows each partition's share exactly; seed 001: "events spread evenly")."""
+    knows each partition's share exactly; R-LAB-1: "events spread evenly")."""
 
     count: int = 480
     skew: float = 0.0
@@ -194,7 +194,7 @@ class Restart:
 
 @dataclass(frozen=True, kw_only=True)
 class Poison:
-    """A record that fails and is retried with these backoffs (seed 001 scenario 3). The members
+    """A record that fails and is retried with these backoffs (R-FAIL-3). The members
     run the runtime's exponential policy, so the backoffs must be geometric (b, b x f, ...)."""
 
     backoffs_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)
@@ -231,7 +231,7 @@ class Poison:
 
 @dataclass(frozen=True, kw_only=True)
 class LagSeed:
-    """Records per partition produced before the members start (seed 001's lag example), and an
+    """Records per partition produced before the members start (the R-LAB-3 lag example), and an
     optional consume rate to model instead of the one the members' capacity gives."""
 
     initial: tuple[int, ...] = ()

@@ -1,4 +1,4 @@
-"""The lab's simulated agent step for the scenario's poison record (seed 001 scenario 3).
+"""The lab's simulated agent step for the scenario's poison record (R-FAIL-3).
 
 Every other scenario runs the pool's own built-in step (``fleet pool run --sleep 0
 --time-scale X``: the record's JSON ``step_s`` wins, scaled). A scenario with ``[poison]`` runs

@@ -1,4 +1,4 @@
-"""The MCP face's ``stop`` and ``workers`` tools (seed 000 §8 step 7; issue 15).
+"""The MCP face's ``stop`` and ``workers`` tools (R-LIFE-1).
 
 Self-contained: :func:`add_stop_and_workers` registers both on a server through the same
 ``tool`` decorator :func:`pipeline.mcp.server.build_server` uses (which turns a

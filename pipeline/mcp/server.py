@@ -1,6 +1,6 @@
 """``fleet mcp --as GID``: one main (a pull entity) speaking MCP over stdio.
 
-Seed 000 §3 and §9: a main is an MCP client of its host's gateway; several mains share one
+R-HOLD-4: a main is an MCP client of its host's gateway; several mains share one
 gateway, each its own gid (one server process per main). Every tool is a thin call into
 :class:`~pipeline.gateway.client.GatewayClient` -- the same code ``fleet send|ask|poll`` runs
 (its writes through the gateway's local socket while one answers, :mod:`pipeline.gateway.socket_first`):
@@ -100,7 +100,7 @@ def build_server(
         data: dict[str, Any] = {"msgId": env.msg_id, "traceId": env.trace_id, "to": to}
         data["kind"] = kind
         text = f"queued {kind} {env.msg_id} to {to}"
-        if wait_s > 0:  # seed 000 §3 "resolve an open send": an open pull filtered on `to`
+        if wait_s > 0:  # R-HOLD-2: resolve an open send: an open pull filtered on `to`
             got = client.poll(gid, sender=to, wait_s=wait_s)
             data["replies"] = [render.held_dict(m) for m in got]
             text = "\n".join([text, *(render.held_line(m) for m in got)])

@@ -1,4 +1,4 @@
-"""Observability: consumer lag in messages and seconds, retention risk, fleet gauges (issue 6).
+"""Observability: consumer lag in messages and seconds, retention risk, fleet gauges.
 
 See ``docs/observability.md`` for every metric, the time-lag method and the alert runbook.
 """

@@ -31,7 +31,7 @@ METRICS: dict[str, str] = {
     "oldest unread record becomes eligible for deletion (only for topics with retention.ms).",
     "fleet_consumer_group_drain_seconds": "Time to drain the group's lag at the measured consume "
     "and arrival rates: lag / (consume rate - arrival rate); +Inf when consumption does not "
-    "outpace arrivals; 0 when caught up (seed 001: 210 / (45 - 30) = 14 s).",
+    "outpace arrivals; 0 when caught up (R-OBS-3: 210 / (45 - 30) = 14 s).",
     "fleet_consumer_group_consume_rate": "Records per second the group committed past, over "
     "the sampler's rate window.",
     "fleet_consumer_group_arrival_rate": "Records per second appended to the group's partitions, "
@@ -40,7 +40,7 @@ METRICS: dict[str, str] = {
     "fleet_topic_log_start_offset": "Log-start offset (oldest retained) of the partition.",
     "fleet_dlq_depth_messages": "Records retained in the dead-letter topic (end - start, summed).",
     "fleet_dlq_oldest_age_seconds": "Age of the oldest record retained in the dead-letter topic "
-    "(0 when empty; seed 001: alarm on DLQ depth and age).",
+    "(0 when empty; R-DLQ-3: alarm on DLQ depth and age).",
     "fleet_held_messages": "Messages in the gateways' held stores waiting to be drained.",
     "fleet_quarantined_keys": "Keys currently quarantined (parked behind a dead letter).",
     "fleet_outbox_backlog_rows": "Outbox rows not yet confirmed sent by the relay.",
@@ -59,7 +59,7 @@ def _gauge(name: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
 
 
 class LagCollector(Collector):
-    """Renders the sampler's cached sample (seed 001: alert per partition, not on totals)."""
+    """Renders the sampler's cached sample (R-OBS-2: alert per partition, not on totals)."""
 
     def __init__(
         self,

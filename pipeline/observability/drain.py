@@ -1,6 +1,6 @@
 """Time to drain today's lag, per group, at the measured consume and arrival rates (pure).
 
-Seed 001: lags 50 + 0 + 160 = 210 at 30/s in and 45/s out drain in 210 / (45 - 30) = 14 s;
+R-OBS-3: lags 50 + 0 + 160 = 210 at 30/s in and 45/s out drain in 210 / (45 - 30) = 14 s;
 when consumption does not outpace arrivals the lag never drains (``inf``; ``+Inf`` in
 Prometheus, "never" in ``fleet lag``). The same formula serves ``fleet lab predict``
 (:func:`pipeline.lab.formulas.lag_drain_seconds`).

@@ -8,7 +8,7 @@ The numbers the exporter, ``fleet lag`` and the alert rules agree on are all com
 * ``lag_seconds`` -- the age of the oldest unread record, ``now - timestamp(record at committed)``,
   clamped at 0; exactly 0 when ``lag_messages == 0``. See ``docs/observability.md``.
 * ``lost_messages = max(0, log_start - committed)`` -- records Kafka deleted before the group
-  read them (seed 001: a group down longer than retention silently skips).
+  read them (R-OBS-4: a group down longer than retention silently skips).
 * ``retention_risk_ratio`` -- how much of the retention allowance the unread backlog has used:
   1.0 means the next retention pass deletes unread records; above 1.0 it already has. See
   :attr:`PartitionLag.retention_risk_ratio`.
@@ -129,7 +129,7 @@ def age_seconds(now_ms: int, record_ts_ms: int | None, lag_messages: int) -> flo
 @dataclass(frozen=True, kw_only=True)
 class TopicDepth:
     """Retained records of one topic (the DLQ depth): sum over partitions of end - start, and
-    the age of the oldest retained record (seed 001: "alarm on depth and age"): 0 when empty,
+    the age of the oldest retained record (R-DLQ-3: "alarm on depth and age"): 0 when empty,
     ``None`` when no retained record's timestamp could be read."""
 
     topic: str

@@ -1,7 +1,7 @@
 """The lag sampler: one batched read of the fleet's positions per cycle, cached for scrapes.
 
-Upholds seed 001 "slowness shows up as lag, not errors; alert per partition and on its trend"
-and DESIGN §1 "the exporter must warn *before* lag reaches retention". A scrape never calls the
+Upholds R-OBS-2 "slowness shows up as lag, not errors; alert per partition and on its trend"
+and R-OBS-4 "the exporter must warn *before* lag reaches retention". A scrape never calls the
 broker: it reads :attr:`LagSampler.latest`, refreshed by the exporter's sampler thread (or one
 :meth:`LagSampler.sample` call in ``fleet lag``).
 """

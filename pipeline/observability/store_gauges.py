@@ -63,7 +63,7 @@ class _Store:
 
 class SqlStoreGauges:
     """Held messages, quarantined keys and outbox backlog for ``fleet exporter --store-url``
-    (seed 001: alert on the quarantine and the oldest unsent row; seed 003: outbox backlog is
+    (R-OBS-5: alert on the quarantine and the oldest unsent row; R-OUT-7: outbox backlog is
     one of the two numbers that grow silently)."""
 
     def __init__(self, engines: Sequence[Engine], *, clock: Callable[[], float] = time.time):

@@ -1,4 +1,4 @@
-"""Transactional outbox (seed 003): intents written with the state, shipped by a separate relay.
+"""Transactional outbox (R-OUT-1): intents written with the state, shipped by a separate relay.
 
 * :func:`write` -- inside the caller's transaction; never commits, never calls a broker.
 * :class:`Relay` -- its own process (``fleet relay run``): publish in ``(branch, lsn)`` order,

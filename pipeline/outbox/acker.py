@@ -1,6 +1,6 @@
 """Marking confirmed rows sent: the relay's only write, and the guard that keeps it honest.
 
-Seed 003: "ack only what the broker accepted". Pending rows of a branch are a contiguous suffix
+R-OUT-4: "ack only what the broker accepted". Pending rows of a branch are a contiguous suffix
 (lsns commit in order), so "sent" stays a per-branch prefix as long as a run of confirmed rows is
 acked only when the lsn just before it is no longer pending.
 """

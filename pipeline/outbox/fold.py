@@ -1,6 +1,6 @@
 """The consumer side: exactly-once at the fold, idempotent on ``(BranchKey, Lsn)``.
 
-Seed 003: "delivery is at-least-once; exactly-once is achieved at the fold, not in transport".
+R-OUT-5: "delivery is at-least-once; exactly-once is achieved at the fold, not in transport".
 Per branch the fold keeps ``last`` (the highest lsn applied; 0 before the first):
 
 * ``lsn <= last`` -- a redelivery: dropped (counted as a duplicate);

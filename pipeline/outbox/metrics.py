@@ -1,7 +1,7 @@
 """Outbox instruments, on an injected registry. Label values come only from bounded sets.
 
-Seed 003 step 6: "emit relay lag as a metric -- outbox backlog is one of the two that grow
-silently". Seed 001: "alert on the age of the oldest unsent row".
+R-OUT-7: "emit relay lag as a metric -- outbox backlog is one of the two that grow
+silently". R-OUT-7: "alert on the age of the oldest unsent row".
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ _NOTIFIED = "fleet_outbox_notified"  # session.info: the transaction that alread
 def notify(session: Session) -> None:
     """Tell listeners, at this transaction's commit, that outbox rows were written. Once per
     transaction: PostgreSQL folds repeats anyway, and each costs a round trip (a group commit
-    of many sends paid one per row; issue 17). Inside a savepoint it always notifies: a rolled
+    of many sends paid one per row). Inside a savepoint it always notifies: a rolled
     back savepoint takes its NOTIFY with it."""
     tx = session.get_transaction()
     if tx is not None and session.info.get(_NOTIFIED) is tx:

@@ -1,6 +1,6 @@
 """The relay: ship committed outbox rows to Kafka, ack only what the broker confirmed.
 
-Seed 003, steps 1-3: its own process and supervision; loop drain -> publish in
+R-OUT-2: its own process and supervision; loop drain -> publish in
 ``(BranchKey, Lsn)`` order -> ack only what the broker accepted; retry with backoff inside;
 never propagate a broker error into run execution (writers never see the relay at all).
 
@@ -98,7 +98,7 @@ class Relay:
                 # Never time a record out. A timed-out record resent later lands *after* the
                 # later records of its branch that the broker took in the meantime: with
                 # per-record timeouts, a broker back between two of them reorders the branch
-                # (chaos #8 broker-down: lsn 11-14 held after 15-59). With no timeout the
+                # (the ``broker-down`` chaos scenario: lsn 11-14 held after 15-59). With no timeout the
                 # idempotent producer delivers a partition's records in order, however long the
                 # outage; delivery_timeout_s only says when to report them (_settle).
                 "message.timeout.ms": 0,

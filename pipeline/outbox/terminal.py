@@ -1,6 +1,6 @@
 """A row the broker refused for good: terminal ``FAILED`` with its reason, its branch stopped.
 
-Seed 003 keeps each branch in lsn order and the fold needs gapless lsns, so a row that can never
+R-OUT-3 keeps each branch in lsn order and the fold needs gapless lsns, so a row that can never
 be published is neither retried forever nor skipped: it becomes ``FAILED`` (terminal, with the
 permanent produce error's reason) and its branch **stops loudly** behind it -- later rows stay
 pending, unpublished, visible in ``fleet outbox status`` and the ``fleet_outbox_stopped_branches``

@@ -1,6 +1,6 @@
 """The write side: ``write`` puts one export intent in the caller's own transaction.
 
-Seed 003: "export intent is written in the same transaction as the state"; "the framework never
+R-OUT-1: "export intent is written in the same transaction as the state"; "the framework never
 calls a broker from the execution path". Nothing here imports a Kafka client, and nothing here
 commits: the caller's commit makes state and intent durable together, a rollback drops both.
 """
@@ -85,11 +85,11 @@ class _WriteSql(NamedTuple):
     insert: str
 
 
-# A send is on the hot path (issue 17): both statements are DB-API text, executed on the raw
+# A send is on the hot path: both statements are DB-API text, executed on the raw
 # cursor of the session's connection (so in its transaction), with a DB-API error raised as
 # SQLAlchemy would (``DBAPIError.instance``: callers catch SQLAlchemyError). SQLAlchemy's
 # per-statement compile, parameter and result work cost several times the SQL itself
-# (``exec_driver_sql`` still 1.5x the raw cursor; measured, issue 17's closing note). No
+# (``exec_driver_sql`` still 1.5x the raw cursor; measured). No
 # cursor-execute event is registered on the store's engines.
 # The upsert's row lock serialises writers of one branch until they commit, so lsns commit in
 # order and never leave a gap (a rolled-back writer rolls its lsn back too).

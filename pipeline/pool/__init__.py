@@ -1,6 +1,6 @@
-"""Worker pools: interchangeable members of consumer group ``fleet.pool.<name>`` (issue 10).
+"""Worker pools: interchangeable members of consumer group ``fleet.pool.<name>``.
 
-Seed 001: partitions as concurrency, commit after processing, dedupe, and a step's stored result
+R-POOL-1, R-POOL-3, R-POOL-4: partitions as concurrency, commit after processing, dedupe, and a step's stored result
 reused on redelivery. ``docs/pools.md`` states the invariants.
 """
 

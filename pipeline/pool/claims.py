@@ -1,4 +1,4 @@
-"""A pool step's idempotency key, reserved through :mod:`pipeline.effects` (issue 11).
+"""A pool step's idempotency key, reserved through :mod:`pipeline.effects`.
 
 One path per concern: a step's stored outcome lives in ``fleet_idempotency`` under key class
 ``pool.<name>``, keyed by the event id (``msgId``), like every other effect that happens once.
@@ -6,7 +6,7 @@ A step is an external effect (a model call taking seconds to minutes), so it use
 "reserve, commit, act, complete" mode:
 
 1. ``claim`` reserves the key in its own short transaction, which first asks ``applied`` (the
-   runtime's dedupe row, seed 001: "dedupe before the model call"): an event applied already is
+   runtime's dedupe row, R-POOL-4: "dedupe before the model call"): an event applied already is
    :class:`Applied` and never reserved -- one transaction per claim, not a read and a write.
    ``FirstUse``: run the step.
    ``Done``: the stored outcome, replayed (no second model call). ``InProgress``: another member

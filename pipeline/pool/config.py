@@ -24,7 +24,7 @@ class PoolConfig:
     """A member of ``fleet.pool.<pool>``.
 
     ``max_poll_records`` bounds the records a member holds fetched but uncommitted (queued or
-    running), so a crash redelivers at most that many (seed 001: "at most one batch of
+    running), so a crash redelivers at most that many (R-POOL-3: "at most one batch of
     max.poll.records"). ``instance_id`` turns static membership on. ``dedupe=False`` turns off
     the dedupe row and the stored-result reuse (the lab's comparison).
 
@@ -86,7 +86,7 @@ class PoolConfig:
 
 def parse_retry(spec: str) -> BackoffPolicy:
     """``--retry BASE_S:FACTOR:ATTEMPTS[:JITTER]``: waits BASE_S, BASE_S x FACTOR, ... between
-    ATTEMPTS attempts (``1:2:6:0`` is seed 001's 1, 2, 4, 8, 16 s), jitter a +/- fraction."""
+    ATTEMPTS attempts (``1:2:6:0`` is R-LAB-4's 1, 2, 4, 8, 16 s), jitter a +/- fraction."""
     from pipeline.errors import ConfigError
     from pipeline.reasons import Pool
 

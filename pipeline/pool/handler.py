@@ -1,7 +1,7 @@
 """The pool's handler: the slow half (``run``) on a worker thread, the fast half (``handle``) in
 the runtime's one ``process()`` path.
 
-``run`` (seed 001: "dedupe before the model call"): an event whose dedupe row exists is not run
+``run`` (R-POOL-4: "dedupe before the model call"): an event whose dedupe row exists is not run
 at all (the runtime drops it as a duplicate); else its step key is claimed through
 :mod:`pipeline.effects` (:mod:`.claims`): a stored outcome is replayed (counted, no step), a key
 held by another member is waited for, a first use runs the step and stores its result at once.

@@ -2,7 +2,7 @@
 
 A step takes the :class:`~pipeline.record.Record` and returns its result (anything JSON can
 encode, ``str`` or ``bytes``); raising means the attempt failed and the runtime's one failure
-decision applies (retry with backoff, then quarantine or dead-letter, seed 001 scenario 3).
+decision applies (retry with backoff, then quarantine or dead-letter, R-FAIL-3).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Presence: signed heartbeats on the compacted roster and the union view built from them
-(seed 000 §8 step 5; DESIGN.md §1 roster row).
+(R-PRES-2; R-TOP-1).
 
 Names resolve lazily: ``gateway.config`` reads :mod:`.model`, and must not pull the roster
 follower's Kafka client and metrics into every ``fleet`` command that loads a config.

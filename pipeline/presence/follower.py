@@ -1,5 +1,5 @@
 """Feeds a :class:`RosterView` from the roster topic: rebuilt from offset 0 at start, then kept
-current (seed 000 §8 step 5: "consume -> maintain the union view").
+current (R-PRES-2: "consume -> maintain the union view").
 
 Besides applying records, the follower keeps the view's **horizon**: every ``check_s`` it asks
 the broker for the roster's log end (time ``t0``) and, once its own positions reach it, marks

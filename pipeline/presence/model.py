@@ -1,4 +1,4 @@
-"""Presence entries and their signed records on the compacted roster (seed 000 §8 step 5).
+"""Presence entries and their signed records on the compacted roster (R-PRES-2).
 
 Key = gid (or ``<host>._gateway`` for the host entry, which carries the spawn profiles so an
 agentless host is still visible as a spawn target). Value = Avro ``presence`` inside a signed

@@ -1,4 +1,4 @@
-"""Heartbeats this host's presence (seed 000 §8 step 5) and tombstones it on stop.
+"""Heartbeats this host's presence (R-PRES-1) and tombstones it on stop.
 
 Every local gid gets a signed record on the roster each ``interval_s``, and so does the host
 entry ``<host>._gateway`` with the spawn profiles. ``ttl_s`` should be about three intervals so

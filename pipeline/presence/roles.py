@@ -10,7 +10,7 @@ import enum
 
 
 class Role(enum.StrEnum):
-    """What an entity is in the fleet (seed 000 §4). Defined once: the gateway's config accepts
+    """What an entity is in the fleet (R-ENV-7). Defined once: the gateway's config accepts
     :data:`ENTITY_ROLES`; ``gateway`` names only a host's own roster entry."""
 
     WORKER = "worker"

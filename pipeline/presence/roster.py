@@ -1,4 +1,4 @@
-"""The union roster view (seed 000 §8 step 5; invariant 6's "roster check" rests on it).
+"""The union roster view (R-PRES-2; R-ENV-7's roster check rests on it).
 
 Built from the compacted roster topic: every record is verified with
 :meth:`~pipeline.envelope.Verifier.verify_presence`, its body must name the signing host, and
@@ -9,7 +9,7 @@ Presence answers two questions (docs/presence.md):
 
 * **authenticity** -- :meth:`RosterView.host_of` is the last signed gid -> host *binding*. It
   changes only through a tombstone or a newer signed binding, never because time passed while
-  nobody could hear (seed 000 §2.1 step 2 rests on it);
+  nobody could hear (R-PRES-4 rests on it);
 * **routing / liveness** -- an entry is live while ``ts + ttl`` is not behind the follower's
   *horizon* (the moment up to which it has read the whole roster), not the clock: an outage
   that silences heartbeats does not make anyone lapse; one TTL of silence that the follower

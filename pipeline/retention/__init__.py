@@ -1,4 +1,4 @@
-"""Bounded stores: a retention per table, seed 001's dedupe horizon, and the batch purger.
+"""Bounded stores: a retention per table, the R-STORE-1 dedupe horizon, and the batch purger.
 
 :class:`RetentionConfig` (fleet.toml ``[retention]``) says how long finished rows are kept;
 :mod:`.rules` says which rows are finished (and which never are); :class:`Purger` deletes them in

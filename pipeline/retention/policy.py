@@ -1,4 +1,4 @@
-"""The store's retention policy (fleet.toml ``[retention]``) and seed 001's horizon rule.
+"""The store's retention policy (fleet.toml ``[retention]``) and the R-STORE-1 horizon rule.
 
 Every table a gateway writes grows with traffic; each finished row has a retention after which
 the purger (:mod:`pipeline.retention.purger`) deletes it. Rows still in use are never purged,
@@ -6,7 +6,7 @@ whatever the policy says: unsent outbox rows, undrained held messages, pending t
 waiting turns (docs/store.md, bounded stores).
 
 Two kinds of rows are *dedupe* rows -- they make a redelivered or replayed record a no-op -- and
-seed 001's rule decides their horizon: "key retention must cover the longest period over which
+R-EFF-4 decides their horizon: "key retention must cover the longest period over which
 one event can be redelivered or replayed" (the same rule :class:`pipeline.effects.KeyClass`
 enforces for idempotency keys; both use :func:`covers`):
 
@@ -140,14 +140,14 @@ class RetentionConfig:
             kept,
             f"rows kept {kept:g} s but a record can come back for {window:g} s ({what} "
             f"{topic_s:g} s + replay_window_s {self.replay_window_s:g} s); a redelivery after "
-            "its row is purged would take effect twice (seed 001). Keep it at least that long.",
+            "its row is purged would take effect twice (R-EFF-4). Keep it at least that long.",
             reason,
             horizon_s=window,
         )
 
 
 def covers(retention_s: float | None, replay_window_s: float | None) -> bool:
-    """Seed 001's rule: rows kept ``retention_s`` (``None``: forever) outlive every redelivery
+    """R-EFF-4: rows kept ``retention_s`` (``None``: forever) outlive every redelivery
     or replay within ``replay_window_s`` (``None``: the topic keeps records forever)."""
     if retention_s is None:
         return True

@@ -31,7 +31,7 @@ fleet_pool_members      beat ``pool_members_stale_s`` and 3 beats    a member st
 ======================  ==========================================  =============================
 
 ``fleet_spawns`` and ``fleet_stops`` are the dedupe of the control topic (a repeated SPAWN or
-STOP finds its row), so they keep the dedupe horizon, ``dedupe_s``: seed 001's rule already holds
+STOP finds its row), so they keep the dedupe horizon, ``dedupe_s``: R-EFF-4 already holds
 it above the control topic's retention + the replay window.
 
 A run is three tables: its steps and branches go first, each while their run is finished, and the

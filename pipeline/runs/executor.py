@@ -1,4 +1,4 @@
-"""A tiny executor: runs a multi-step run, one database transaction per step (seed 003).
+"""A tiny executor: runs a multi-step run, one database transaction per step (R-OUT-1).
 
 It exists to prove the execution path's property: every step commits its state and its export
 intent together and returns -- it never calls a broker, so a broker outage cannot stall or fail a

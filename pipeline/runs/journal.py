@@ -1,12 +1,12 @@
-"""The run journal: state and export intent of every step in one transaction (seed 003).
+"""The run journal: state and export intent of every step in one transaction (R-OUT-1).
 
 A run has branches; exactly one is live. Each step of the live branch writes its state row and
 its outbox row together, so "state committed" and "event queued" can never disagree. A rewind
 opens a new live branch from an earlier step and abandons the old one: the old branch's unsent
-rows are dropped in the same transaction, so only the live branch is exported (seed 003, T2.3).
+rows are dropped in the same transaction, so only the live branch is exported (R-OUT-6).
 
 ``BranchKey`` is ``<tenant>/<run>/b<n>``; the Kafka key is ``<tenant>/<run>`` so every branch of a
-run lands on one partition, in order (seed 003 step 4: partition key from ``(TenantId, RunId)``).
+run lands on one partition, in order (R-OUT-3: partition key from ``(TenantId, RunId)``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run journal tables (seed 003's runs): a run, its branches, and one state row per step."""
+"""Run journal tables (R-OUT): a run, its branches, and one state row per step."""
 
 from __future__ import annotations
 

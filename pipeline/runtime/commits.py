@@ -39,7 +39,7 @@ REBALANCE_CODES = frozenset(
 # all -- its session expired (a stall or a network cut past session.timeout.ms) and nobody took
 # its place. That second case is not fencing: nobody else consumes its partitions under its
 # name, so it rejoins under the same id (librdkafka does so itself; were a second member to
-# start meanwhile, one of the two meets FENCED_INSTANCE_ID and stops). Seen in chaos #11
+# start meanwhile, one of the two meets FENCED_INSTANCE_ID and stops). Seen in the ``cut-off`` chaos scenario
 # (a 60 s cut-off): the commit in flight across the cut came back UNKNOWN_MEMBER_ID and the
 # gateway stopped [FENCED] although no other gateway existed. A stale generation
 # (ILLEGAL_GENERATION) is not fencing either: a static member still in the group meets it
@@ -105,7 +105,7 @@ def commit_offsets(
 # The group coordinator moving or loading (a broker roll, a leader change of its
 # __consumer_offsets partition): the commit was refused before it was applied, the member still
 # owns its partitions, and the same commit a moment later is the commit it meant. A forward
-# batch that skipped its injects on these lost them for nothing (chaos #14, a clean rolling
+# batch that skipped its injects on these lost them for nothing (the ``rolling-restart`` chaos scenario, a clean rolling
 # restart: COORDINATOR_LOAD_IN_PROGRESS, then one FAILED INJECT_TIMEOUT for a brief that was
 # never injected). A timeout is not among them: the commit may have been applied.
 COORDINATOR_MOVING_CODES = frozenset(

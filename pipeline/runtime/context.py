@@ -38,5 +38,5 @@ class FailureContext:
     def verified(self) -> bool:
         """The envelope was authentic: unless the failure is an authenticity failure the record
         passed verification (verification runs first), so the FAILED reporter may answer its
-        ``from``. A forged ``from`` is never answered (seed 000 §10.1)."""
+        ``from``. A forged ``from`` is never answered (R-DLQ-4)."""
         return self.reason not in AUTHENTICITY

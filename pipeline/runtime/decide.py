@@ -1,4 +1,4 @@
-"""The one failure decision: what the runtime does after an attempt (seed 001 scenario 3).
+"""The one failure decision: what the runtime does after an attempt (R-FAIL-3).
 
 Pure functions, no I/O: :func:`classify` maps an exception a handler raised onto an outcome, and
 :func:`decide` maps ``(outcome, attempt, policy, ordered, keyed)`` onto what happens next. The

@@ -6,7 +6,7 @@ built with a :class:`Dispatcher` (worker pools); the gateway inbox runs without 
 1. ``room()`` before each fetch: how many more records the member may hold (``max.poll.records``
    bounds fetched-but-uncommitted records, hence redeliveries after a crash), and it pauses
    partitions whose lane buffer is full / resumes those with room. ``poll`` goes on regardless,
-   so ``max.poll.interval.ms`` never expires because steps are slow (seed 001 scenario 2).
+   so ``max.poll.interval.ms`` never expires because steps are slow (R-POOL-5, R-FAIL-2).
    ``wait_s()`` then says how long that poll may block (below).
 2. ``fetched(consumer, msg)`` for each record as the loop takes it (one at a time): a partition
    is paused the moment it holds its buffer's worth, so the rest of a fetch comes from other

@@ -3,8 +3,8 @@
 Pure bookkeeping, no threads and no I/O (the dispatcher in :mod:`.inflight` owns the threads).
 Rules it upholds (``docs/pools.md``):
 
-- **At most one step in flight per lane.** A lane is a partition (``partition`` mode, seed 001:
-  "each partition is processed one event at a time") or a ``(partition, key)`` pair (``key``
+- **At most one step in flight per lane.** A lane is a partition (``partition`` mode, R-POOL-2:
+  each partition is processed one event at a time) or a ``(partition, key)`` pair (``key``
   mode: key-ordered parallelism). Records of a lane start in offset order.
 - **The watermark.** A partition's committable offset is the lowest offset fetched and not yet
   finished (or the rewind floor, see :meth:`Lanes.rewind`); with nothing outstanding, one past the

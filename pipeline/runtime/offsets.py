@@ -1,4 +1,4 @@
-"""A committed offset that fell off retention fails loudly (seed 001 failure scenario 7).
+"""A committed offset that fell off retention fails loudly (R-FAIL-7).
 
 With ``auto.offset.reset=latest`` a group that was down longer than the topic's retention skips
 to the end without a word: work is lost silently. Our consumers run with

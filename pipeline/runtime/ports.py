@@ -26,7 +26,7 @@ class Handler(Protocol):
 
 @runtime_checkable
 class Verifies(Protocol):
-    """A handler with a verify stage (the gateway's inbox: seed 000 §2.1).
+    """A handler with a verify stage (the gateway's inbox: R-ENV-3).
 
     The runtime calls ``verify`` for a record whose ``msgId`` was already applied, instead of
     ``handle``: ``None`` means it verifies, so it is dropped as a duplicate and counted; a
@@ -57,7 +57,7 @@ class Warms(Protocol):
 
     ``warm(session)`` runs inside a transaction the runtime always rolls back: it pays the first
     use of the handler's statements (SQLAlchemy compiles and caches them on first execution) at
-    start instead of inside the first batch (issue 17 measured a 130-340 ms first-batch stall).
+    start instead of inside the first batch (measured: a 130-340 ms first-batch stall).
     """
 
     def warm(self, session: Session) -> None: ...

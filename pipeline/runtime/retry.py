@@ -1,4 +1,4 @@
-"""Retry policy and failure classification (seed 001 "classify failures first", scenario 3).
+"""Retry policy and failure classification (R-RETRY-1: classify failures first; R-FAIL-3).
 
 A transient failure (timeout, rate limit, broker or store briefly away) is retried with
 exponential backoff and jitter, a bounded number of times. A permanent failure (bad signature,
@@ -26,7 +26,7 @@ PERMANENT_REASONS: frozenset[str] = reasons.PERMANENT
 # Authenticity failures (derived in the registry from the verifier's order): the record's `from`
 # may be forged, so the FAILED reporter must never answer it. Narrower than VERIFICATION_REASONS:
 # EXPIRED, TO_MISMATCH or TTL_TOO_LONG come after a valid signature, so such a dead letter is
-# authentic and its sender does get a FAILED (seed 000 §10.1).
+# authentic and its sender does get a FAILED (R-DLQ-4).
 AUTHENTICITY_FAILURES: frozenset[str] = reasons.AUTHENTICITY
 
 
@@ -40,7 +40,7 @@ def is_verification_failure(reason: str) -> bool:
 
 @dataclass(frozen=True, kw_only=True)
 class BackoffPolicy:
-    """Exponential backoff with jitter and a bounded number of attempts (seed 001 scenario 3).
+    """Exponential backoff with jitter and a bounded number of attempts (R-RETRY-1).
 
     ``attempt`` is 1-based: the number of attempts made so far, including the one that just
     failed. ``delay_for(1)`` is the wait before the second attempt.

@@ -3,10 +3,10 @@
 A retried record blocks its partition, so the group's committed offset stays at (or below) it
 while it is retried. The runtime commits its attempt count with that offset
 (``fleet.retry:<offset>:<attempts>:<first_failure_ms>:<last_failure_ms>``), and a member that
-is assigned the partition reads it back with the committed offset: the retry budget (seed 001
-failure scenario 3, "a retry limit with backoff") is the group's, not one owner's, so a poison
+is assigned the partition reads it back with the committed offset: the retry budget (R-RETRY-3,
+R-FAIL-3: a retry limit with backoff) is the group's, not one owner's, so a poison
 record whose partition moves while it is retried still ends in quarantine or the DLQ after the
-configured attempts (chaos #17 found 9 and 13 attempts against a limit of 5). The next commit
+configured attempts (the ``poison-rebalance`` chaos scenario found 9 and 13 attempts against a limit of 5). The next commit
 past the record carries no mark: the state ends with the record. Nothing is stored anywhere
 else; the metadata is bounded by the broker (``offset.metadata.max.bytes``, 4096 by default).
 """

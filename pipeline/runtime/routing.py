@@ -25,7 +25,7 @@ class ByTopic:
         return self.routes.get(record.topic, self.default).handle(record, tx)
 
     def verify(self, record: Record) -> DeadLetter | None:
-        """The routed handler's verify stage (seed 000 §2.1: verify before dedupe); a route
+        """The routed handler's verify stage (R-ENV-3: verify before dedupe); a route
         without one trusts its records, as the runtime does for such a handler."""
         route = self.routes.get(record.topic, self.default)
         return route.verify(record) if isinstance(route, Verifies) else None

@@ -1,4 +1,4 @@
-"""The refund saga of seed 001 (payments, inventory, a carrier) as test participants.
+"""The refund saga of R-SAGA-1 (payments, inventory, a carrier) as test participants.
 
 Every action and compensation writes one row to ``test_saga_effects``: counting rows per
 ``(saga, step, phase)`` is how the tests prove nothing was applied twice.

@@ -1,4 +1,4 @@
-"""The requester side of a SPAWN (seed 000 §7.8): one signed outbox row on
+"""The requester side of a SPAWN (R-SPAWN-3): one signed outbox row on
 ``fleet.control.<host>`` plus a spawn-request row with its deadline, in one transaction; an
 unknown host is an immediate ``UNKNOWN_HOST``. Same tests on SQLite and PostgreSQL."""
 
@@ -105,7 +105,7 @@ def test_a_request_settles_once(parts: Any) -> None:
 
 
 def test_no_outcome_by_the_deadline_is_exactly_one_failed(parts: Any) -> None:
-    """Seed 000 §7.8 priced like §5: no answer in time = exactly one FAILED at the requester."""
+    """R-SPAWN-3, priced like R-ACK-5: no answer in time = exactly one FAILED at the requester."""
     from pipeline.control import SPAWN_TIMEOUT
     from pipeline.host.held import HeldStore
     from pipeline.host.receipts import read_receipt

@@ -1,4 +1,4 @@
-"""The signing FAILED sink on SQLite and PostgreSQL (seed 000 §10.1: a DLQ consumer reports every
+"""The signing FAILED sink on SQLite and PostgreSQL (R-DLQ-4: a DLQ consumer reports every
 dead-lettered forward brief back to its sender as FAILED).
 
 The FAILED is an outbox row staged in the reporter's own transaction: it verifies at the sender's

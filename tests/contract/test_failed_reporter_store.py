@@ -1,4 +1,4 @@
-"""FAILED reporter dedupe on SQLite and PostgreSQL (seed 000 §10.1): one FAILED per original
+"""FAILED reporter dedupe on SQLite and PostgreSQL (R-DLQ-4): one FAILED per original
 msgId, only for verified deliveries with a sender, and a crash after the emit re-emits the SAME
 msgId."""
 

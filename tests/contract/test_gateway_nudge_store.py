@@ -1,4 +1,4 @@
-"""Store contract suite for hold-and-nudge, drain-time expiry and ASK expiry (issue 15).
+"""Store contract suite for hold-and-nudge, drain-time expiry and ASK expiry.
 
 Same tests on SQLite and PostgreSQL; the code under test is what the gateway runs.
 """
@@ -52,7 +52,7 @@ class Pane:
 
 
 def test_a_drain_never_returns_a_message_past_its_expiry(sessions: Any) -> None:
-    """Seed 000 §7.4: expiresAt is enforced at delivery -- before the sweeper runs, too."""
+    """R-EXP-1: expiresAt is enforced at delivery -- before the sweeper runs, too."""
     with sessions.begin() as s:
         s.execute(insert(held_table), [_held("m", "old", expires_in_ms=-1), _held("m", "new")])
     store = HeldStore(sessions, reads=sessions)
@@ -65,7 +65,7 @@ def test_a_drain_never_returns_a_message_past_its_expiry(sessions: Any) -> None:
 def test_nudges_follow_the_schedule_never_while_a_pull_is_open_and_reset_on_drain(
     sessions: Any,
 ) -> None:
-    """Seed 000 §3 hold + nudge: backoff to a cap, silent during an open pull, reset on drain."""
+    """R-HOLD-2 hold + nudge: backoff to a cap, silent during an open pull, reset on drain."""
     clock = [0.0]
     pane = Pane()
     registry = CollectorRegistry()
@@ -101,7 +101,7 @@ def test_nudges_follow_the_schedule_never_while_a_pull_is_open_and_reset_on_drai
 
 
 def test_an_expired_ask_ends_the_turn_with_a_notice_the_asker_can_poll(sessions: Any) -> None:
-    """Seed 000 §7.4: an ASK nobody answered must not vanish without a word to the asker."""
+    """R-CONV-3: an ASK nobody answered must not vanish without a word to the asker."""
     now = int(time.time() * 1000)
     with sessions.begin() as s:
         Conversations.open_turn(

@@ -1,4 +1,4 @@
-"""``fleet poll`` shows receipts decoded (issue 15: no raw Avro bytes, no empty TOO_LATE)."""
+"""``fleet poll`` shows receipts decoded (no raw Avro bytes, no empty TOO_LATE)."""
 
 from __future__ import annotations
 

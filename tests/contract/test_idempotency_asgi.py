@@ -1,4 +1,4 @@
-"""The Idempotency-Key ASGI middleware (seed 001; the expired IETF draft's 400/409/422)."""
+"""The Idempotency-Key ASGI middleware (R-EFF-3; the expired IETF draft's 400/409/422)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Idempotency store contract (seed 001, idempotency keys): SQLite (WAL) and PostgreSQL.
+"""Idempotency store contract (R-EFF-2): SQLite (WAL) and PostgreSQL.
 
 Exactly one FirstUse per key under threads and two processes; stored results (a failure too)
 come back as Done; 409 (InProgress) and 422 (Mismatch); an expired key starts a new request; a
@@ -201,7 +201,7 @@ def test_two_processes_racing_get_exactly_one_first_use_per_key(
 def test_a_crash_between_effect_and_commit_does_not_repeat_the_effect(
     store_url: str, engine: Engine, sessions: sessionmaker[Session]
 ) -> None:
-    """Seed 001 scenario 1: the effect and its key commit together, so the retry acts once."""
+    """R-FAIL-1: the effect and its key commit together, so the retry acts once."""
     proc = _child("crash", store_url, "refund-7")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == -9 and "effect-written" in out, err

@@ -41,7 +41,7 @@ def test_a_start_goes_above_what_the_roster_has_seen_of_its_host(sessions: Any) 
 
 
 def test_two_starts_on_one_store_take_two_values(sessions: Any) -> None:
-    """Two gateways with one host id on one store (chaos #4): distinct incarnations."""
+    """Two gateways with one host id on one store (the ``twin-host`` chaos scenario): distinct incarnations."""
     take_incarnation(sessions, "b", clock_ms=lambda: T0)  # the row exists: the UPDATE locks it
     got: list[int] = []
     errors: list[Exception] = []

@@ -1,4 +1,4 @@
-"""A relay in its own process is woken by the writer's commit (issue 17: LISTEN/NOTIFY).
+"""A relay in its own process is woken by the writer's commit (LISTEN/NOTIFY).
 
 PostgreSQL delivers ``NOTIFY fleet_outbox`` at the writer's commit and never for a rollback;
 SQLite has no channel (``listen`` returns None: the gateway wakes its own relay instead).

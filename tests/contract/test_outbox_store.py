@@ -82,7 +82,7 @@ def test_row_keeps_the_exact_record(engine: Engine, sessions: sessionmaker[Sessi
 def test_a_store_error_in_a_write_is_sqlalchemys_and_leaves_nothing(
     engine: Engine, sessions: sessionmaker[Session]
 ) -> None:
-    """``write`` runs its two statements on the raw DB-API cursor (issue 17), yet a database
+    """``write`` runs its two statements on the raw DB-API cursor, yet a database
     error reaches the caller as SQLAlchemy raises it -- the runtime's batch path and the socket's
     group commit catch ``SQLAlchemyError`` (a full disk is ``OperationalError``) -- and the
     caller's rollback takes the lsn back with it."""
@@ -147,7 +147,7 @@ def test_abandoned_branch_drops_unsent_rows_and_refuses_writes(
 def test_journal_rewind_opens_a_live_branch_and_drops_the_old_ones_unsent_rows(
     engine: Engine, sessions: sessionmaker[Session]
 ) -> None:
-    """Seed 003 / T2.3: only the live branch is exported after a rewind."""
+    """R-OUT-6: only the live branch is exported after a rewind."""
     journal = RunJournal(topic="t")
     executor = Executor(sessions=sessions, journal=journal)
     executor.run(tenant="acme", run_id="r1", steps=4, complete=False)
@@ -202,7 +202,7 @@ class FakeProducer:
 def test_relay_acks_only_each_branchs_confirmed_prefix_then_resends_from_the_gap(
     engine: Engine, sessions: sessionmaker[Session]
 ) -> None:
-    """Seed 003: ack only what the broker accepted; after a failure resend from the lowest
+    """R-OUT-4: ack only what the broker accepted; after a failure resend from the lowest
     unacknowledged lsn of that branch (the others go on)."""
     with sessions.begin() as s:
         for _ in range(5):
@@ -348,8 +348,8 @@ class AwayBroker:
 def test_a_broker_outage_never_reorders_a_branch_on_the_wire(
     engine: Engine, sessions: sessionmaker[Session]
 ) -> None:
-    """Seed 003 (publish in (BranchKey, Lsn) order) through a broker outage longer than the
-    relay's delivery timeout (chaos #8 broker-down: lsn 11-14 held after 15-59). With per-record
+    """R-OUT-3 (publish in (BranchKey, Lsn) order) through a broker outage longer than the
+    relay's delivery timeout (the ``broker-down`` chaos scenario: lsn 11-14 held after 15-59). With per-record
     timeouts, the broker coming back between the timeout of lsn 3 and of lsn 4 lets 4-6 land
     while 1-3 failed; the relay then resends from lsn 1, after them. The relay's producer never
     times a record out, so the outage only delays the branch, in order; past the delivery

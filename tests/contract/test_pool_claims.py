@@ -231,7 +231,7 @@ def test_a_step_that_completes_while_the_beat_renews_is_not_a_lost_lease(
 def test_an_applied_event_is_never_claimed_and_its_step_never_runs(
     sessions: sessionmaker[Session],
 ) -> None:
-    """Seed 001, "dedupe before the model call": the handler asks for the dedupe row inside the
+    """R-POOL-4, "dedupe before the model call": the handler asks for the dedupe row inside the
     claim's own transaction (one write transaction, not a read and a write); an applied event
     reserves no step key and runs no step, and the runtime drops it as a duplicate."""
     ran: list[Record] = []

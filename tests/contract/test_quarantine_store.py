@@ -1,4 +1,4 @@
-"""Quarantine store contract, run on SQLite (WAL) and real PostgreSQL (seed 001 scenario 3:
+"""Quarantine store contract, run on SQLite (WAL) and real PostgreSQL (R-QUAR, R-FAIL-3:
 per-key quarantine when order matters; state survives a restart and a partition move)."""
 
 from __future__ import annotations

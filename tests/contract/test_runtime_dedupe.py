@@ -1,4 +1,4 @@
-"""The dedupe claim (issue 17) on SQLite and PostgreSQL: insert-or-ignore in the batch
+"""The dedupe claim on SQLite and PostgreSQL: insert-or-ignore in the batch
 transaction, ``RETURNING`` the ids that were new; released claims; the runtime on top of it."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class _Letters:
 
 
 def test_the_runtime_applies_once_across_a_redelivery_on_both_dialects(engine: Any) -> None:
-    """Seed 001 scenario 1 on each store: a redelivered batch (its async commit was lost) is
+    """R-FAIL-1 on each store: a redelivered batch (its async commit was lost) is
     dropped as duplicates; a dead-lettered record holds no claim, so a replay applies it."""
     fake = FakeConsumer()
     for value, msg_id in [("v0", "m0"), ("v1", "m1"), ("bad", "m2"), ("v1", "m1")]:

@@ -1,4 +1,4 @@
-"""Staged inserts (issue 17's lean batch) on SQLite and PostgreSQL: each table's rows go in with
+"""Staged inserts (the lean batch) on SQLite and PostgreSQL: each table's rows go in with
 one ``executemany`` whose parameters pass through every column's bind processor, and a row
 missing a column with a Python-side default still gets that default."""
 

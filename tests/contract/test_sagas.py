@@ -1,4 +1,4 @@
-"""Saga engine contract (seed 001, sagas and scenarios 5 and 6): real SQL, participants in process.
+"""Saga engine contract (R-SAGA, R-FAIL-5, R-FAIL-6): real SQL, participants in process.
 
 Orchestrator, participants, idempotency store and outbox are the production classes; only the
 transport is :func:`pipeline.effects.drain` (outbox rows handed straight to the handlers).
@@ -83,7 +83,7 @@ def _events(engine: Engine) -> list[bytes]:
 
 
 def test_seed_001_saga_numbers_through_the_engine(tmp_path: Any) -> None:
-    """Seed 001 worked numbers: 3 steps at p = 0.98 complete 0.941192, compensate 0.058016/saga.
+    """R-SAGA-1, worked numbers: 3 steps at p = 0.98 complete 0.941192, compensate 0.058016/saga.
 
     N = 2000 sagas, seeded RNG (deterministic). Standard errors: completion sqrt(p(1-p)/N) =
     0.00526; compensations per saga sd 0.3050/sqrt(N) = 0.00682. Asserted within 4 sigma.
@@ -149,7 +149,7 @@ def test_failure_at_step_3_compensates_2_then_1_once_each(engine: Engine) -> Non
 def test_a_compensation_that_keeps_failing_goes_to_the_human_queue(
     engine: Engine, store_url: str
 ) -> None:
-    """Seed 001 scenario 5: retried to a limit, then the human queue with its full state.
+    """R-FAIL-5: retried to a limit, then the human queue with its full state.
 
     The operator's side goes through ``fleet saga ls | show | retry | resolve``.
     """
@@ -211,7 +211,7 @@ def test_a_compensation_that_keeps_failing_goes_to_the_human_queue(
 
 
 def test_a_failing_compensation_waits_its_backoff_before_each_retry(engine: Engine) -> None:
-    """Seed 001 scenario 5: compensations are retried to a limit -- here 1 s then 2 s apart
+    """R-FAIL-5: compensations are retried to a limit -- here 1 s then 2 s apart
     (doubling), so a participant that is down is not hammered; nothing is sent before it is due,
     and the third failure moves the saga to the human queue."""
     sessions = session_factory(engine)
@@ -262,7 +262,7 @@ APPROVED_REFUND = SagaDefinition(
 
 
 def test_an_approval_that_never_comes_expires_and_compensates(engine: Engine) -> None:
-    """Seed 001 scenario 6: expires at its deadline, emits an expiry event, compensates holds."""
+    """R-FAIL-6: expires at its deadline, emits an expiry event, compensates holds."""
     sessions = session_factory(engine)
     clock = Clock()
     registry = CollectorRegistry()

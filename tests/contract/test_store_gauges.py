@@ -54,7 +54,7 @@ def test_empty_store_reads_zero(gauges: SqlStoreGauges) -> None:
 def test_held_counts_undrained_rows_and_drops_after_a_poll(
     engine: Engine, gauges: SqlStoreGauges
 ) -> None:
-    """Seed 000 pull path: a held message counts until its recipient drains it."""
+    """R-HOLD-1: a held message counts until its recipient drains it."""
     sessions = session_factory(engine)
     with sessions.begin() as s:
         s.execute(insert(held_table), [_held("main-a", f"m{i}") for i in range(5)])
@@ -71,7 +71,7 @@ def test_held_counts_undrained_rows_and_drops_after_a_poll(
 def test_quarantined_keys_counts_keys_not_parked_records(
     engine: Engine, gauges: SqlStoreGauges
 ) -> None:
-    """Seed 001 scenario 3: the gauge is the number of quarantined keys; released keys leave it."""
+    """R-OBS-5: the gauge is the number of quarantined keys; released keys leave it."""
     store = QuarantineStore(engine)
     for key in ("K1", "K2", "K3"):
         with Session(engine) as s, s.begin():
@@ -95,7 +95,7 @@ def test_quarantined_keys_counts_keys_not_parked_records(
 
 
 def test_outbox_backlog_and_oldest_age_until_the_relay_acks(engine: Engine, store_url: str) -> None:
-    """Seed 001/003: backlog and oldest-unsent age grow silently until the relay ships; after
+    """R-OUT-7: backlog and oldest-unsent age grow silently until the relay ships; after
     the relay's ack both read 0."""
     now = {"t": 0.0}
     gauges = SqlStoreGauges([make_engine(store_url, create=False)], clock=lambda: now["t"])

@@ -1,5 +1,5 @@
 """Store contract suite for bounded stores: the purger's rules and batches on SQLite and
-PostgreSQL. Seed 001's rule decides the dedupe horizon; rows in use are never purged."""
+PostgreSQL. R-STORE-1 decides the dedupe horizon; rows in use are never purged."""
 
 from __future__ import annotations
 
@@ -450,7 +450,7 @@ def _count(engine: Engine, table: Any, *where: Any) -> int:
 
 
 def test_purge_deletes_exactly_the_finished_rows_past_retention(engine: Engine) -> None:
-    """Seed 001: dedupe rows go only past the horizon; unsent and undrained rows never go."""
+    """R-STORE-1: dedupe rows go only past the horizon; unsent and undrained rows never go."""
     _seed(engine)
     registry = CollectorRegistry()
     purger = Purger(

@@ -37,7 +37,7 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> An
 
 
 class CommittingConsumer:
-    """Consumes and commits after every batch (commit-after-processing, seed 001)."""
+    """Consumes and commits after every batch (commit-after-processing, R-ACK-7)."""
 
     def __init__(self, bootstrap: str, group: str, topic: str) -> None:
         self._conf = consumer_config(bootstrap, group)

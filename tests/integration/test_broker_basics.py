@@ -1,4 +1,4 @@
-"""Issue 2 acceptance on a real broker: round-trip, idempotent acks=all, committed offsets."""
+"""A real broker: round-trip, idempotent acks=all, committed offsets."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""A short seeded chaos pass through ``fleet chaos run`` (issue 12), inside ``make test``.
+"""A short seeded chaos pass through ``fleet chaos run``, inside ``make test``.
 
-Scenario kill9-pull checks seed 000 §6 (reply path: hold + dedupe in one transaction, then
-commit) and §5 (forward path: ack before inject, a lost inject answered by one FAILED) under
-kill -9 of host B at seeded random points; clean-restart checks seed 000 §5-§6 under an orderly
+Scenario kill9-pull checks R-ACK-2 (reply path: hold + dedupe in one transaction, then
+commit) and R-ACK-3 (forward path: ack before inject, a lost inject answered by one FAILED) under
+kill -9 of host B at seeded random points; clean-restart checks R-ACK-2, R-ACK-3 under an orderly
 SIGTERM and restart: no duplicates and no FAILED at all. The workload's mix also carries ASK/ANSWER
-(seed 000 §7.4: each ASK ends once), broadcasts (§8: each member holds one once) and run steps
-(seed 003: per (BranchKey, Lsn) applied in order, without gaps). The full catalogue with more
+(R-CONV-3: each ASK ends once), broadcasts (R-TOP-6: each member holds one once) and run steps
+(R-OUT-3: per (BranchKey, Lsn) applied in order, without gaps). The full catalogue with more
 repetitions is ``make chaos``.
 """
 

@@ -1,16 +1,16 @@
-"""The chaos checker catches planted bugs (issue 12 acceptance: "a checker that has never failed
+"""The chaos checker catches planted bugs ("a checker that has never failed
 proves nothing").
 
-Each bug is one ordering the seeds forbid, planted in a real gateway process through a test-only
+Each bug is one ordering the requirements forbid, planted in a real gateway process through a test-only
 hook (``FLEET_FAULT=plant_*`` -> ``pipeline.hooks.Hooks``), with the crash inside the window it
 opens; the real two-host workload runs over the shared broker, a supervisor restarts the dead
 gateway, and after heal-and-drain the checker must report the loss:
 
-* seed 000 §6 / seed 001 "at-least-once": the offset is committed only AFTER the transaction
+* R-ACK-2 (at-least-once): the offset is committed only AFTER the transaction
   (planted: committed before it);
-* seed 001 "effectively once" / STYLE "dedupe row in the handler's own transaction" (planted:
+* R-ACK-8 (effectively once: the dedupe row in the handler's own transaction) (planted:
   the dedupe rows in a transaction of their own);
-* seed 003 "ack only what the broker accepted" (planted: outbox rows marked sent before the
+* R-OUT-4 (ack only what the broker accepted) (planted: outbox rows marked sent before the
   delivery report).
 """
 

@@ -1,7 +1,7 @@
-"""The worker-pool checker catches a planted pool bug (issue 12 acceptance: "a checker that has
-never failed proves nothing"; catalogue #5, #6, #17 run through ``fleet chaos run``).
+"""The worker-pool checker catches a planted pool bug ("a checker that has
+never failed proves nothing"; catalogue numbers 5, 6 and 17 run through ``fleet chaos run``).
 
-Seed 001 "at-least-once": a worker commits its offset only AFTER the batch's transaction (effect
+R-POOL-3 (commit after processing): a worker commits its offset only AFTER the batch's transaction (effect
 row + dedupe row). Planted in one real ``fleet pool run`` member (``FLEET_FAULT=
 plant_commit_first``, ``pipeline/hooks.py``): its offsets commit BEFORE the transaction and it
 dies in between; a supervisor restarts it. The records whose offsets moved past them are never

@@ -1,4 +1,4 @@
-"""The chaos suite's cut-off proxy (issue 12 #11) on loopback sockets: it relays, a cut holds
+"""The chaos suite's cut-off proxy on loopback sockets: it relays, a cut holds
 bytes and connects without losing them, the heal delivers them. No broker needed."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A ``fleet chaos run`` ended by SIGTERM (``timeout``, a CI cancel) stops what it started.
 
 By default SIGTERM ended the command at once, and the gateways it had started kept running
-(session 10 killed them by hand). The command now turns SIGTERM into the interrupt SIGINT is,
+(they had to be killed by hand). The command now turns SIGTERM into the interrupt SIGINT is,
 so its ``finally`` blocks run.
 """
 

@@ -1,5 +1,5 @@
 """Dead-letter topic on a real broker: verbatim original + context, blocking writer, ops CLI,
-and replay (seed 001 scenario 3: a DLQ with error context and an owner's replay tool)."""
+and replay (R-DLQ-1, R-DLQ-3: a DLQ with error context and an owner's replay tool)."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_cli_ls_show_and_filters(kafka: BrokerHandle, new_topic) -> None:
 def test_replay_of_1000_keeps_per_key_order_and_a_second_replay_has_no_effect(
     kafka: BrokerHandle, new_topic
 ) -> None:
-    """Seed 001: replay is safe only because consumers are idempotent. Replay 1,000 dead letters
+    """R-DLQ-3: replay is safe only because consumers are idempotent. Replay 1,000 dead letters
     over 7 keys twice; a consumer with a msgId dedupe set applies each exactly once, in per-key
     order."""
     n, keys = 1000, 7

@@ -1,5 +1,5 @@
-"""Issue 3 acceptance on a real broker: signed records through Kafka, verified at the receiving
-host against a roster rebuilt from the real compacted topic (seed 000 §2.1, §8 step 5)."""
+"""On a real broker: signed records through Kafka, verified at the receiving
+host against a roster rebuilt from the real compacted topic (R-ENV-3, R-PRES-2)."""
 
 from __future__ import annotations
 

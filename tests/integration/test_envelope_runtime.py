@@ -1,4 +1,4 @@
-"""Bad envelopes never escape the consumer loop (issue 3 acceptance, seed 000 §2.1: "any check
+"""Bad envelopes never escape the consumer loop (R-ENV-4: "any check
 fails -> dead-letter with the reason, loud log, never a wedge"): the real consumer runtime on a
 real broker, a handler that only calls ``decode``, and every failure lands as a dead letter
 with its reason code while good records around it are applied."""

@@ -1,6 +1,6 @@
 """The exporter's store gauges against a live gateway pair on the real broker.
 
-Seed 000 pull path: replies to a main are held in its host's store until the main polls them;
+R-HOLD-1, pull path: replies to a main are held in its host's store until the main polls them;
 the exporter, reading that store, must show exactly the undrained count and follow each drain.
 """
 
@@ -61,7 +61,7 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[tuple[GatewayParts, G
     try:
         wait_until(lambda: b.client.knows("main-a"), 30, "presence of host A at B")
         # and the other way: a reply from worker-b that reaches A before A has heard B's
-        # presence is refused UNKNOWN_SENDER (seed 000 §2.1), never held
+        # presence is refused UNKNOWN_SENDER (R-ENV-3), never held
         wait_until(lambda: a.client.knows("worker-b"), 30, "presence of host B at A")
         yield a, b, urls["A"]
     finally:
@@ -91,7 +91,7 @@ def _held_gauge(port: int) -> float | None:
 def test_exporter_held_gauge_equals_undrained_rows_and_drops_after_a_poll(
     hosts: tuple[GatewayParts, GatewayParts, str], kafka: BrokerHandle
 ) -> None:
-    """Seed 000 §3 pull path: held until drained. ``fleet_held_messages`` from the exporter is
+    """R-HOLD-1 pull path: held until drained. ``fleet_held_messages`` from the exporter is
     the main's undrained count, read from the gateway's live store, and falls with each poll."""
     a, b, store_a = hosts
     for i in range(5):

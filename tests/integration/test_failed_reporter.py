@@ -1,4 +1,4 @@
-"""The FAILED reporter on a real broker (seed 000 §10.1: every dead-lettered delivery is reported
+"""The FAILED reporter on a real broker (R-DLQ-4: every dead-lettered delivery is reported
 to its sender as FAILED, so the DLQ never becomes a silent loss channel) -- including kill -9."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The FAILED reporter with the real, signing sink between two in-process gateways.
 
-Seed 000 §10.1: "a DLQ consumer reports every dead-lettered forward brief back to its sender as
+R-DLQ-4: "a DLQ consumer reports every dead-lettered forward brief back to its sender as
 FAILED". Host A runs main-a (pull), host B runs worker-b (inject). B dead-letters A's briefs
 through its outbox to ``<prefix>dlq``; the reporter, running as host B, turns each into a signed
 FAILED that B's gateway relay ships to A's inbox, where it settles the forward-tracking row and
@@ -142,7 +142,7 @@ def long_deadline(kafka: BrokerHandle, tmp_path: Path) -> Iterator[Hosts]:
 def test_reporter_killed_minus_9_yields_exactly_one_failed_per_dead_lettered_brief(
     long_deadline: Hosts, tmp_path: Path
 ) -> None:
-    """Seed 000 §10.1: a DLQ consumer reports every dead-lettered forward brief back to its
+    """R-DLQ-4: a DLQ consumer reports every dead-lettered forward brief back to its
     sender as FAILED -- exactly one each, none lost, with the reporter (``python -m pipeline dlq
     report --config``) killed -9 twice mid-way and restarted; and the sender's own deadline path
     never adds a second FAILED for the same brief."""
@@ -205,7 +205,7 @@ def test_reporter_killed_minus_9_yields_exactly_one_failed_per_dead_lettered_bri
 def test_reporter_on_a_host_without_gateway_ships_through_its_own_relay(
     long_deadline: Hosts, tmp_path: Path
 ) -> None:
-    """Seed 000 §10.1 with ``--relay``: host C runs no gateway, only the reporter; its FAILEDs
+    """R-DLQ-4 with ``--relay``: host C runs no gateway, only the reporter; its FAILEDs
     (signed by C) leave C's outbox through the relay inside the reporter, which drains before
     it exits."""
     h = long_deadline
@@ -253,7 +253,7 @@ def racing(kafka: BrokerHandle, tmp_path: Path) -> Iterator[Hosts]:
 def test_deadline_and_reporter_race_and_the_sender_still_sees_one_failed(
     racing: Hosts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Seed 000 §5 + §10.1: the sender's deadline FAILED and the reporter's FAILED for the same
+    """R-ACK-5, R-DLQ-4: the sender's deadline FAILED and the reporter's FAILED for the same
     EXPIRED brief share msgId failed-<msgId>; whichever settles the tracking row first is the one
     FAILED main-a sees, the other is dropped (or, when both are in flight at once, the unique
     held row fails the later transaction, which re-reads and drops it).

@@ -1,6 +1,6 @@
 """Crash, fencing and zombie tests: gateways as real processes, killed for real.
 
-Each test names the seed rule it checks (seed 000 §5-§6, seed 001 'at-least-once').
+Each test names the requirement it checks (docs/requirements.md).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def procs() -> Iterator[list[GatewayProcess]]:
 def test_pull_path_survives_kill9_twenty_times(
     fleet: Fleet, tmp_path: Path, procs: list[GatewayProcess]
 ) -> None:
-    """Seed 000 §6 reply path: hold + dedupe row in one transaction, then commit. kill -9 at
+    """R-ACK-2 reply path: hold + dedupe row in one transaction, then commit. kill -9 at
     random points: every acknowledged reply is held exactly once, none lost, order kept."""
     a_proc = GatewayProcess(fleet.config_file("A", MAIN_A), tmp_path / "A.log")
     procs.append(a_proc.start())
@@ -157,7 +157,7 @@ def _held(engine: Any) -> list[tuple[str, bytes]]:
 def test_kill9_between_commit_and_inject_never_injects_and_fails_once(
     fleet: Fleet, tmp_path: Path, procs: list[GatewayProcess]
 ) -> None:
-    """Seed 000 §5 forward path: ack BEFORE inject. A crash in that window loses the inject
+    """R-ACK-3 forward path: ack BEFORE inject. A crash in that window loses the inject
     visibly: never injected twice (here: never), and exactly one FAILED at the sender."""
     injected = tmp_path / "injected.txt"
     injected.touch()
@@ -199,7 +199,7 @@ def test_kill9_between_commit_and_inject_never_injects_and_fails_once(
 def test_same_host_twice_is_fenced_with_a_clear_exit(
     fleet: Fleet, tmp_path: Path, procs: list[GatewayProcess]
 ) -> None:
-    """Seed 000 §3 'a second gateway fails loudly' (static membership fencing); nothing is
+    """R-TOP-3 'a second gateway fails loudly' (static membership fencing); nothing is
     injected twice."""
     injected = tmp_path / "injected.txt"
     injected.touch()
@@ -247,7 +247,7 @@ def test_same_host_twice_is_fenced_with_a_clear_exit(
 def test_zombie_after_sigstop_injects_nothing_and_cannot_commit(
     fleet: Fleet, tmp_path: Path, procs: list[GatewayProcess]
 ) -> None:
-    """Seed 000 §8 exclusive-consumer caveat: a gateway stalled past its session timeout is
+    """R-TOP-4 exclusive-consumer caveat: a gateway stalled past its session timeout is
     replaced; when it wakes it injects nothing that arrived meanwhile, its late commits do not
     land (no brief is ever injected twice), and exactly one of the two stops loudly (fenced)."""
     zombie_log, fresh_log = tmp_path / "zombie.txt", tmp_path / "fresh.txt"

@@ -1,6 +1,6 @@
 """The gateway's flows on a real broker, two in-process gateways (hosts A and B).
 
-Each test names the seed rule it checks (seed 000 = the cross-host chapter).
+Each test names the requirement it checks (docs/requirements.md).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def _drain(parts: GatewayParts, gid: str, want: int, timeout: float = 20, **kw: 
 
 
 def test_brief_is_injected_then_injected_receipt_and_reply_reach_the_main(two_hosts: Any) -> None:
-    """Seed 000 §6: forward path commits, injects, publishes INJECTED correlated to msgId."""
+    """R-ACK-4: forward path commits, injects, publishes INJECTED correlated to msgId."""
     a, b, rec = two_hosts
     sent = [
         a.client.send(sender="main-a", to="worker-b", body=f"brief {i}".encode()) for i in range(5)
@@ -131,7 +131,7 @@ def test_brief_is_injected_then_injected_receipt_and_reply_reach_the_main(two_ho
 
 
 def test_ask_without_open_pull_gets_no_waiter_in_one_round_trip(two_hosts: Any) -> None:
-    """Seed 000 §7.4: the main's gateway answers NO_WAITER on arrival when nobody pulls."""
+    """R-CONV-1: the main's gateway answers NO_WAITER on arrival when nobody pulls."""
     a, b, rec = two_hosts
     ask = b.client.ask(sender="worker-b", to="main-a", body=b"which branch?")
     wait_until(lambda: rec.of("worker-b", "NO_WAITER"), 20, "NO_WAITER injected into the asker")
@@ -143,7 +143,7 @@ def test_ask_without_open_pull_gets_no_waiter_in_one_round_trip(two_hosts: Any) 
 
 
 def test_ask_surfaces_on_open_pull_and_late_answer_gets_too_late(two_hosts: Any) -> None:
-    """Seed 000 §7.4: an ASK surfaces on the open pull; an ANSWER after the turn ended ->
+    """R-CONV-2: an ASK surfaces on the open pull; an ANSWER after the turn ended ->
     TOO_LATE back to the answerer, and nothing is injected."""
     a, b, rec = two_hosts
     got: list[Any] = []
@@ -164,7 +164,7 @@ def test_ask_surfaces_on_open_pull_and_late_answer_gets_too_late(two_hosts: Any)
 
 
 def test_broadcast_reaches_each_group_member_exactly_once(two_hosts: Any) -> None:
-    """DESIGN §1: one record per host keyed broadcast.<group>; the gateway fans out locally."""
+    """R-TOP-6: one record per host keyed broadcast.<group>; the gateway fans out locally."""
     a, _b, rec = two_hosts
     hosts = a.client.broadcast(sender="main-a", group="g", body=b"all hands")
     assert hosts == 2
@@ -179,7 +179,7 @@ def test_broadcast_reaches_each_group_member_exactly_once(two_hosts: Any) -> Non
 
 
 def test_unknown_recipient_is_an_immediate_error(two_hosts: Any) -> None:
-    """Seed 000 §8 step 6: an unroutable send is a fast error, not a black hole."""
+    """R-TOP-5: an unroutable send is a fast error, not a black hole."""
     a, _b, _rec = two_hosts
     with pytest.raises(DeliveryError) as info:
         a.client.send(sender="main-a", to="nobody-anywhere", body=b"x")
@@ -189,7 +189,7 @@ def test_unknown_recipient_is_an_immediate_error(two_hosts: Any) -> None:
 def test_tampered_copies_of_an_applied_message_are_dead_lettered_not_deduped(
     kafka: BrokerHandle, two_hosts: Any
 ) -> None:
-    """Seed 000 §2.1: verification (signature, signer, to, expiry) comes BEFORE the seen-set.
+    """R-ENV-3: verification (signature, signer, to, expiry) comes BEFORE the seen-set.
     A tampered copy of an already-applied message, carrying its msgId, is a dead letter with its
     verification reason, never a silent dedupe hit; only an exact redelivery (which verifies)
     is dropped and counted."""

@@ -1,4 +1,4 @@
-"""Caps and expiry on the gateway's pull path (seed 000 §10.1), on a real broker."""
+"""Caps and expiry on the gateway's pull path (R-HOLD-3), on a real broker."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def _dead_letters(bootstrap: str, prefix: str, want: int, timeout: float = 30) -
 
 
 def test_held_cap_dead_letters_the_overflow_and_loses_nothing(pair: Any) -> None:
-    """Seed 000 §10.1 'inbox caps': overflow dead-letters (never vanishes) with a reason."""
+    """R-HOLD-3 'inbox caps': overflow dead-letters (never vanishes) with a reason."""
     a, b, fleet = pair
     sent = [
         a.client.send(sender="main-a", to="main-b", kind=Kind.REPLY, body=f"{i}".encode())
@@ -87,7 +87,7 @@ def test_held_cap_dead_letters_the_overflow_and_loses_nothing(pair: Any) -> None
 
 
 def test_sweeper_dead_letters_held_messages_past_expiry(pair: Any) -> None:
-    """Seed 000 §10.1: a sweeper removes held messages past expiresAt, so an abandoned
+    """R-EXP-2: a sweeper removes held messages past expiresAt, so an abandoned
     sender's backlog cannot wedge an inbox; each goes to the DLQ as EXPIRED."""
     a, b, fleet = pair
     short = a.client.send(

@@ -1,9 +1,9 @@
 """``fleet send`` through the gateway's local socket, on a real broker, gateways as processes.
 
-Issue 17: local tools hand their sends to the running gateway (the store's one writer); when the
-gateway is down ``fleet send`` still succeeds by writing the store directly (seed 003: "the
+Local tools hand their sends to the running gateway (the store's one writer); when the
+gateway is down ``fleet send`` still succeeds by writing the store directly (R-OUT-1: "the
 framework never calls a broker from the execution path" -- a send is an outbox row either way).
-Seed 000 §5, pull path: a REPLY is held at the recipient's host exactly once. Seed 000 §7.4: an
+R-ACK-2, pull path: a REPLY is held at the recipient's host exactly once. R-CONV-1: an
 ASK and its abandon through the socket open and close the turn at the asker's host, and the
 asked side is told ABANDONED.
 """
@@ -116,7 +116,7 @@ def test_a_send_through_the_socket_is_held_once_and_with_the_gateway_down_goes_d
         time.sleep(2.0)
         assert _held_ids(store_b, via_socket["msgId"]) == [via_socket["msgId"]]
 
-        # seed 000 §7.4 through the socket: an ASK opens the turn at A, an abandon closes it
+        # R-CONV-2 through the socket: an ASK opens the turn at A, an abandon closes it
         # there and B is told ABANDONED
         asked = _fleet("ask", "-c", str(config_a), "--from", "main-a", "--to", "main-b", "?")
         turn = asked["turnId"]

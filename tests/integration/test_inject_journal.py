@@ -1,6 +1,7 @@
-"""kill -9 a gateway between an inject and its receipt, on a real broker (chaos #2's finding).
+"""kill -9 a gateway between an inject and its receipt, on a real broker (found by the ``commit-inject``
+chaos scenario).
 
-Seed 000 §5 forward path: commit before inject, then ``INJECTED``; no ``INJECTED`` in time is
+R-ACK-3 forward path: commit before inject, then ``INJECTED``; no ``INJECTED`` in time is
 one loud ``FAILED`` at the sender -- which must stay true. The inject journal brackets each
 inject (``docs/gateway.md``); this test kills host B's gateway process exactly inside the
 bracket, right after an inject returned and before its row is closed (``FLEET_FAULT=
@@ -58,7 +59,7 @@ def procs() -> Iterator[list[GatewayProcess]]:
 def test_kill9_between_inject_and_receipt_is_reported_uncertain_never_inject_timeout(
     kafka: BrokerHandle, tmp_path: Path, procs: list[GatewayProcess], burst: int
 ) -> None:
-    """Seed 000 §5 forward path (at-most-once, "no INJECTED in time = a loud FAILED"): a crash
+    """R-ACK-4, R-ACK-5 forward path (at-most-once, "no INJECTED in time = a loud FAILED"): a crash
     after an inject and before its receipt is reported as "may have been injected" (INJECTED
     stage uncertain), exactly once; no injected brief is ever answered INJECT_TIMEOUT. With
     ``inject_burst = 1`` the uncertain window is that one inject; with a burst, the briefs of the

@@ -37,7 +37,7 @@ def test_large_body_to_a_reader_arrives_whole(tmp_path: Path) -> None:
 
 
 def test_non_zero_exit_is_final_inject_failed_with_bounded_stderr() -> None:
-    """Forward path, at-most-once (seed 000 §5): a failed command is reported, never retried."""
+    """Forward path, at-most-once (R-ACK-6): a failed command is reported, never retried."""
     script = f"yes noise | head -c {STDERR_LIMIT * 4} >&2; echo the-real-reason >&2; exit 3"
     with pytest.raises(InjectError) as info:
         sh(script).inject(body=b"x", **ARGS)

@@ -1,4 +1,4 @@
-"""TmuxInjector against a real tmux server: seed 000 §6 "status-gated herdr inject".
+"""TmuxInjector against a real tmux server: R-ACK-6: the inject is status-gated.
 
 Each test starts its own tmux server on a unique socket (``-L``) and kills it in teardown.
 """
@@ -134,7 +134,7 @@ def test_multi_line_and_large_bodies(tmux: Tmux) -> None:
 
 
 def test_busy_pane_gets_nothing_and_a_retriable_target_busy(tmux: Tmux) -> None:
-    """Seed 000 §6: the inject is status-gated; a busy worker is never typed into."""
+    """R-ACK-6: the inject is status-gated; a busy worker is never typed into."""
     tmux.run("send-keys", "-t", tmux.pane, "sleep 30", "Enter")
     tmux.wait("sleep in the foreground", lambda: tmux.command() == "sleep")
     token = unique_name("never")

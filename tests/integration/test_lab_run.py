@@ -53,7 +53,7 @@ def _pool_command_exists() -> bool:
 def test_producer_keeps_the_schedule_and_the_observer_reads_its_lag(
     kafka: BrokerHandle, new_topic, tmp_path: Path
 ) -> None:
-    """Prefilled lag lands on its partitions, arrivals spread evenly (seed 001: "events spread
+    """Prefilled lag lands on its partitions, arrivals spread evenly (R-LAB-1: "events spread
     evenly"), and the observer reads every partition's lag through the project's lag reader."""
     scenario = tmp_path / "tiny.toml"
     scenario.write_text(TINY.replace("duration_s = 200", "duration_s = 60"), encoding="utf-8")
@@ -91,7 +91,7 @@ def test_producer_keeps_the_schedule_and_the_observer_reads_its_lag(
 def test_lab_run_matches_assignment_exactly_and_throughput_within_tolerance(
     kafka: BrokerHandle, tmp_path: Path
 ) -> None:
-    """Seed 001 Figure 6 on a real pool: range gives 2, 2, 1, 1 exactly; throughput at the
+    """R-LAB-2 on a real pool: range gives 2, 2, 1, 1 exactly; throughput at the
     offered load within 10% of the model."""
     scenario = tmp_path / "tiny.toml"
     scenario.write_text(TINY.split("[lag]", maxsplit=1)[0], encoding="utf-8")
@@ -128,7 +128,7 @@ def _shipped() -> list[object]:
 def test_shipped_scenario_agrees_with_the_model(
     kafka: BrokerHandle, tmp_path: Path, path: Path
 ) -> None:
-    """Issue 10 acceptance on each seed 001 scenario: assignment exactly, throughput and drain
+    """Each shipped scenario (R-LAB-6): assignment exactly, throughput and drain
     within 10%, redelivered within the bound (a failure shows whether the machine decided it)."""
     out = tmp_path / path.stem
     result = CliRunner().invoke(

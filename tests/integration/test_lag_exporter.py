@@ -1,4 +1,4 @@
-"""Issue 6 acceptance on a real broker: offsets agree with independent clients, retention risk
+"""On a real broker: offsets agree with independent clients, retention risk
 is flagged before deletion, and a real Prometheus fires and clears the shipped lag alert."""
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def test_offsets_and_lag_agree_with_java_admin_client_and_kcat(
         ts = stamps[(part, offset)] / 1000.0
         assert before - ts - 0.001 <= by_part[part].lag_seconds <= after - ts + 0.001
     assert sample.dlq is not None and sample.dlq.messages == 2
-    # seed 001: DLQ depth AND age -- the age of the oldest retained dead letter (offset 1)
+    # R-DLQ-3: DLQ depth AND age -- the age of the oldest retained dead letter (offset 1)
     oldest = dlq_stamps[(0, 1)] / 1000.0
     assert sample.dlq.oldest_age_seconds is not None
     assert before - oldest - 0.001 <= sample.dlq.oldest_age_seconds <= after - oldest + 0.001
@@ -124,7 +124,7 @@ def test_offsets_and_lag_agree_with_java_admin_client_and_kcat(
 def test_retention_risk_flagged_before_unread_records_are_deleted(
     kafka: BrokerHandle, new_topic, group_id
 ) -> None:
-    """Seed 001 scenario: a group down longer than retention silently skips. DESIGN §1: the
+    """R-OBS-4, R-FAIL-7: a group down longer than retention silently skips; the
     exporter warns *before* lag reaches retention, and a group whose offset fell off is LOST."""
     topic = new_topic("retention")
     produce(kafka.bootstrap, topic, {0: 100})
@@ -157,7 +157,7 @@ def test_retention_risk_flagged_before_unread_records_are_deleted(
 def test_real_prometheus_fires_lag_alert_when_consumer_stops_and_clears_on_restart(
     kafka: BrokerHandle, new_topic, group_id
 ) -> None:
-    """Seed 001: slowness shows up as lag -- alert on its trend. The shipped rule, scraped and
+    """R-OBS-2: slowness shows up as lag -- alert on its trend. The shipped rule, scraped and
     evaluated by a real Prometheus, fires for a stopped consumer and clears once it catches up."""
     topic = new_topic("alert", partitions=2)
     exporter = build_exporter(
@@ -333,7 +333,7 @@ def test_compacted_topic_has_no_time_based_retention_risk(
 def test_fleet_lag_says_never_for_a_stopped_group_and_zero_when_caught_up(
     kafka: BrokerHandle, new_topic, group_id
 ) -> None:
-    """Seed 001: a lag drains at (consume - arrival) per second; a stopped group consumes
+    """R-OBS-3: a lag drains at (consume - arrival) per second; a stopped group consumes
     nothing, so its lag "never" drains, while a caught-up group has nothing to drain."""
     topic = new_topic("drain", partitions=2)
     produce(kafka.bootstrap, topic, {0: 10, 1: 10})

@@ -1,4 +1,4 @@
-"""Launcher failure modes each give a clear message with a stable reason code (issue 2)."""
+"""Launcher failure modes each give a clear message with a stable reason code."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cross-host spawn on the real broker, two gateways (seed 000 §7.8; seed 001 scenario 8).
+"""Cross-host spawn on the real broker, two gateways (R-SPAWN, R-FAIL-8).
 
 The launch command is a real process that leaves one marker file per launch, so launches are
 counted by files.
@@ -109,7 +109,7 @@ def _launches(markers: Path) -> list[str]:
 
 
 def test_a_spawn_sent_twice_and_delivered_twice_starts_one_worker(hosts: Any) -> None:
-    """Seed 000 §7.8: spawn deduped by spawnId. The requester sends the same spawnId twice and
+    """R-SPAWN-2: spawn deduped by spawnId. The requester sends the same spawnId twice and
     the broker carries the first SPAWN record twice: one launch, each request answered once."""
     a, control, markers, b = hosts
     first = control.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-1", brief="go")
@@ -152,7 +152,7 @@ def test_a_spawn_sent_twice_and_delivered_twice_starts_one_worker(hosts: Any) ->
 
 
 def test_unknown_profile_and_over_cap_are_refused_with_their_reasons(hosts: Any) -> None:
-    """Seed 001 scenario 8: a cap on subagents per job -> CAP_EXCEEDED; an unknown profile has
+    """R-FAIL-8: a cap on subagents per job -> CAP_EXCEEDED; an unknown profile has
     its own reason (UNKNOWN_PROFILE). Neither launches anything."""
     a, control, markers, b = hosts
     ok = control.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-j1", job="j")
@@ -175,7 +175,7 @@ def test_unknown_profile_and_over_cap_are_refused_with_their_reasons(hosts: Any)
 def test_kill9_between_committing_a_spawn_and_launching_never_launches_and_fails_once(
     kafka: BrokerHandle, tmp_path: Path
 ) -> None:
-    """Seed 000 §7.8 priced like §5's forward path: commit BEFORE launch. B is killed -9 right
+    """R-SPAWN-3 priced like R-ACK-3's forward path: commit BEFORE launch. B is killed -9 right
     after committing the SPAWN (FLEET_FAULT=crash_after_commit): nothing is launched, not even
     after B restarts, and the requester gets exactly one FAILED."""
     from pipeline.chaos.procs import GatewayProc as GatewayProcess

@@ -1,6 +1,7 @@
-"""STOP and reap on the real broker, two gateways as processes (seed 000 §8 steps 5 and 7).
+"""STOP and reap on the real broker, two gateways as processes (R-PRES-6,
+R-LIFE).
 
-Seed 000 §8 step 7: "on stop or reap the worker's inbox goes away, so nothing is delivered to
+R-LIFE-1: "on stop or reap the worker's inbox goes away, so nothing is delivered to
 the dead"; step 5: presence is what the fleet sees, so a stopped worker leaves every roster.
 Host A runs ``main-a`` (pull); host B has a spawn profile whose worker is a real ``sleep``
 process writing its pid file. The DLQ's FAILED reporter runs as host B (in a thread), as in
@@ -187,7 +188,7 @@ def _inbox(h: Hosts, gid: str) -> list[str]:
 def test_stop_tombstones_the_worker_and_later_mail_fails_once_with_recipient_gone(
     hosts: Hosts,
 ) -> None:
-    """Seed 000 §8 step 7 (and the issue's acceptance): STOP -> the worker's stop command runs,
+    """R-LIFE-1: STOP -> the worker's stop command runs,
     its process ends, its presence is tombstoned (A's binding of it is gone, not merely lapsed:
     the TTL is 30 s); a repeated STOP (same stopId) stops nothing and is answered again; a brief
     that still reaches B gives its sender exactly one FAILED (RECIPIENT_GONE); a later brief
@@ -253,7 +254,7 @@ def test_stop_tombstones_the_worker_and_later_mail_fails_once_with_recipient_gon
 def test_a_worker_whose_process_dies_is_reaped_and_mail_held_for_it_is_dead_lettered(
     hosts: Hosts,
 ) -> None:
-    """Seed 000 §8 step 7, reap: the worker's process is killed -9 behind the gateway's back;
+    """R-LIFE-1, reap: the worker's process is killed -9 behind the gateway's back;
     B's sweep reaps it (tombstone, ``reaped`` with cause ``died``) and a STOP for it is then
     answered as done. A message held for it (planted in B's held store: spawned workers take
     delivery by inject, so only a race with the reap leaves one) is dead-lettered
@@ -291,7 +292,7 @@ def test_a_worker_whose_process_dies_is_reaped_and_mail_held_for_it_is_dead_lett
 def test_a_stop_whose_answer_never_comes_in_time_is_one_failed_stop_timeout(
     hosts: Hosts,
 ) -> None:
-    """Issue 15 (a STOP costs like a SPAWN: the requester tracks a deadline) and seed 001's
+    """R-LIFE-3 (a STOP costs like a SPAWN: the requester tracks a deadline) and R-FAIL-6
     "no answer in time" scenario: host B's gateway is frozen (SIGSTOP) when the STOP is queued,
     so no outcome comes; A's deadline tracker gives main-a exactly one FAILED (STOP_TIMEOUT,
     about the gid). When B thaws, the STOP it finds (expired, or refused) answers main-a again

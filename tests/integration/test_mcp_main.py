@@ -1,7 +1,7 @@
 """A main over MCP on a real broker: host A's main is driven by the SDK's stdio client through
 ``python -m pipeline mcp``; host B's worker is an in-process gateway with a callback injector.
 
-Each test names the seed rule it checks (seed 000 = the cross-host chapter; issue 15).
+Each test names the requirement it checks (docs/requirements.md).
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ async def poll_until(
 
 
 def test_a_main_over_mcp_briefs_a_worker_and_reads_injected_and_the_reply(hosts: Hosts) -> None:
-    """Seed 000 §3/§9: a main is an MCP client; a send to a worker is injected, INJECTED comes
+    """R-HOLD-4: a main is an MCP client; a send to a worker is injected, INJECTED comes
     back correlated to the msgId (rendered, structured), and the worker's reply reaches poll."""
 
     async def scenario() -> None:
@@ -156,7 +156,7 @@ def test_a_main_over_mcp_briefs_a_worker_and_reads_injected_and_the_reply(hosts:
             bad = await s.call_tool("send", {"to": "nobody-anywhere", "body": "x"})
             assert bad.is_error and bad.structured_content is not None
             assert bad.structured_content["error"]["reason"] == "UNKNOWN_RECIPIENT"
-            # issue 17: the MCP server's writes went through A's local socket (A's gateway
+            # The MCP server's writes went through A's local socket (A's gateway
             # committed them), the refusal too, with the same reason code
             sample = hosts.a.registry.get_sample_value
             queued = sample("fleet_gateway_socket_requests_total",
@@ -172,7 +172,7 @@ def test_a_main_over_mcp_briefs_a_worker_and_reads_injected_and_the_reply(hosts:
 
 
 def test_mcp_poll_is_the_open_pull_and_an_answer_after_abandon_is_too_late(hosts: Hosts) -> None:
-    """Seed 000 §7.4: a blocking MCP poll is an open pull (the ASK surfaces, no NO_WAITER);
+    """R-CONV-2: a blocking MCP poll is an open pull (the ASK surfaces, no NO_WAITER);
     the asker abandons with ``fleet abandon``; the main's ANSWER then gets TOO_LATE."""
     asked: list[Any] = []
 
@@ -209,7 +209,7 @@ def test_mcp_poll_is_the_open_pull_and_an_answer_after_abandon_is_too_late(hosts
 def test_a_main_abandons_over_mcp_and_the_workers_late_answer_gets_too_late(
     hosts: Hosts,
 ) -> None:
-    """Seed 000 §7.4 from the other side: the main asks and abandons through MCP; the worker
+    """R-CONV-2 from the other side: the main asks and abandons through MCP; the worker
     is told ABANDONED in words, and its late ANSWER comes back TOO_LATE into its pane."""
 
     async def scenario() -> None:
@@ -233,7 +233,7 @@ def test_a_main_abandons_over_mcp_and_the_workers_late_answer_gets_too_late(
 
 
 def test_no_waiter_and_ask_expiry_reach_the_worker_as_sentences(hosts: Hosts) -> None:
-    """Seed 000 §7.4: NO_WAITER names who was not listening and the turn; an ASK that expires
+    """R-CONV-1, R-CONV-3: NO_WAITER names who was not listening and the turn; an ASK that expires
     unanswered ends the asker's turn with a FAILED(EXPIRED) notice it can read."""
     nw = hosts.b.client.ask(sender="worker-b", to="main-a2", body=b"anyone?")
     wait_until(lambda: hosts.rec.of("worker-b", "NO_WAITER"), 20, "NO_WAITER injected")
@@ -253,7 +253,7 @@ def test_no_waiter_and_ask_expiry_reach_the_worker_as_sentences(hosts: Hosts) ->
 
 
 def test_broadcast_to_an_empty_group_is_counted_silence(hosts: Hosts) -> None:
-    """Seed 000 §8 step 6: ``mandatory`` is false only for BROADCAST -- an empty group is
+    """R-TOP-5: ``mandatory`` is false only for BROADCAST -- an empty group is
     legal silence, not an error; the gateway counts it."""
     assert hosts.a.client.broadcast(sender="main-a", group="nobody-here", body=b"hi") == 0
     count = hosts.a.registry.get_sample_value("fleet_gateway_empty_broadcasts_total")
@@ -280,7 +280,7 @@ def _reply() -> Any:
 
 
 def test_two_mains_on_one_gateway_each_drain_only_their_own(hosts: Hosts) -> None:
-    """Seed 000 §9 (U6/U7): N message-addressable MCP clients per gateway, each its own gid."""
+    """R-HOLD-4: N message-addressable MCP clients per gateway, each its own gid."""
 
     async def scenario() -> None:
         async with (

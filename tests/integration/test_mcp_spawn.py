@@ -1,4 +1,4 @@
-"""Issue 15's acceptance, end to end: a main over MCP spawns a worker on another host, briefs
+"""End to end: a main over MCP spawns a worker on another host, briefs
 it, and reads ``INJECTED`` and the worker's reply through ``poll``.
 
 Everything is a real process: both gateways (``python -m pipeline gateway run``), the main's
@@ -6,7 +6,7 @@ MCP server (``python -m pipeline mcp``, driven by the SDK's stdio client) and th
 B's gateway launches from its profile. The worker is a tiny script: it waits for its first
 brief (its command injector appends briefs to a file) and answers with ``python -m pipeline
 send --from <its gid>`` -- so its reply only leaves if a spawned worker is a local sender of
-its host (seed 000 §4: a gateway signs for its own entities, spawned ones included).
+its host (R-ENV-7: a gateway signs for its own entities, spawned ones included).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[Hosts]:
 def test_a_main_over_mcp_spawns_a_worker_briefs_it_and_reads_injected_and_its_reply(
     hosts: Hosts,
 ) -> None:
-    """Issue 15 acceptance (seed 000 §7.8, §3/§9): spawn on B through MCP -> INJECTED for the
+    """R-SPAWN-3, R-HOLD-4: spawn on B through MCP -> INJECTED for the
     SPAWN; a brief to the new gid -> INJECTED for the brief; the worker's REPLY, sent by the
     worker's own process under its spawned gid, reaches the main's poll. Structured fields."""
 

@@ -1,4 +1,4 @@
-"""Hold and nudge into a real tmux pane, on a real broker (seed 000 §3: "hold + nudge").
+"""Hold and nudge into a real tmux pane, on a real broker (R-HOLD-2: "hold + nudge").
 
 Host A's main has a tmux pane as its nudge target; host B's worker replies to it. Messages the
 main's open pull takes are never nudged about; a message nobody pulls is, once per schedule.
@@ -51,7 +51,7 @@ def test_a_held_message_nudges_the_mains_pane_but_an_open_pull_is_never_nudged(
     tmp_path: Path,
     tmux: Tmux,  # noqa: F811
 ) -> None:
-    """Seed 000 §3: held + no open pull -> nudge through the nudge target; never while a pull
+    """R-HOLD-2: held + no open pull -> nudge through the nudge target; never while a pull
     is open. The pane shows exactly one nudge, for the message nobody was pulling."""
     fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A", "B"))
     nudge = InjectorSpec(type="tmux", pane=tmux.pane, socket=tmux.socket)

@@ -1,4 +1,4 @@
-"""Seed 001 failure scenario 7 on a real broker: a consumer whose committed offset fell off
+"""R-FAIL-7 on a real broker: a consumer whose committed offset fell off
 retention fails loudly, naming group, partition and how many offsets were lost; never skips."""
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def _poll_values(consumer: Consumer, want: int) -> list[bytes]:
 def test_assign_from_committed_starts_new_groups_at_the_beginning_and_refuses_lost_ones(
     kafka: BrokerHandle, new_topic, group_id
 ) -> None:
-    """Seed 001 scenario 7 with auto.offset.reset=error: a new group still reads from the start,
+    """R-FAIL-7 with auto.offset.reset=error: a new group still reads from the start,
     a resumed group continues at its commit, a group whose commit was deleted fails loudly."""
     topic = new_topic("assign")
     producer = Producer(producer_config(kafka.bootstrap))
@@ -161,7 +161,7 @@ def _offsets_lost(call: Callable[[], object]) -> dict[str, Any]:
 def test_the_runtime_refuses_a_committed_offset_that_fell_off_retention(
     kafka: BrokerHandle, new_topic, group_id, tmp_path
 ) -> None:
-    """Seed 001 scenario 7 in the consumer runtime the gateway's inbox runs (issue 12 #18): with
+    """R-FAIL-7 in the consumer runtime the gateway's inbox runs: with
     auto.offset.reset=earliest librdkafka would resume at the log start without a word; the
     runtime checks at assignment, counts the lost offsets and raises OFFSETS_LOST instead."""
     from prometheus_client import CollectorRegistry
@@ -210,7 +210,7 @@ def test_the_runtime_refuses_a_committed_offset_that_fell_off_retention(
 def test_the_runtime_reports_a_never_committed_partition_whose_log_was_trimmed(
     kafka: BrokerHandle, new_topic, group_id, tmp_path, caplog
 ) -> None:
-    """Issue 12 #18, found by the chaos scenario retention-gap: a gateway killed before its first
+    """Found by the chaos scenario retention-gap: a gateway killed before its first
     commit, its unread records deleted meanwhile, resumed at the log start without a word. Kafka
     cannot tell that group from a new one, so the runtime does not refuse - it reports: an ERROR
     line naming the range and the count in fleet_consumer_offsets_lost_total."""

@@ -1,6 +1,7 @@
-"""Permanent produce errors on a real broker (issue 14, "the producer side has the same gap").
+"""Permanent produce errors on a real broker (the producer side has the same gap as
+the consumer's).
 
-Seed 003: per-branch order -- never a later row delivered ahead of an earlier one -- and the relay
+R-OUT-3: per-branch order -- never a later row delivered ahead of an earlier one -- and the relay
 keeps serving other branches; a permanent error is a terminal state with its reason, not a retry.
 """
 
@@ -50,7 +51,7 @@ def _read(bootstrap: str, topic: str, want: int) -> list[tuple[str, int]]:
 def test_a_refused_row_is_terminal_its_branch_stops_and_others_go_on(
     kafka: BrokerHandle, new_topic, tmp_path: Path
 ) -> None:
-    """Seed 003 per-branch order: lsn 3 of branch "a" never reaches the consumer while lsn 2 (too
+    """R-OUT-3 per-branch order: lsn 3 of branch "a" never reaches the consumer while lsn 2 (too
     large, written past the send-side check) never can; branch "b" keeps flowing."""
     topic = new_topic("outbox-permanent")
     engine = make_engine(f"sqlite:///{tmp_path / 's.sqlite'}")
@@ -119,7 +120,7 @@ def test_the_writer_refuses_a_record_above_the_limit_naming_it(tmp_path: Path) -
 def test_the_gateway_tells_the_sender_failed_when_its_row_is_refused(
     kafka: BrokerHandle, tmp_path: Path
 ) -> None:
-    """Seed 000: a send that cannot be delivered ends in exactly one FAILED to its sender; here
+    """R-OUT-8: a send that cannot be delivered ends in exactly one FAILED to its sender; here
     the broker refused the row for good (too large, written past the send-side check)."""
     from pipeline.bootstrap.gateway import build_gateway
     from pipeline.envelope import Envelope, Kind, encode

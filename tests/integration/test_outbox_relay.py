@@ -1,4 +1,4 @@
-"""Seed 003's Verify list on a real broker (issue 4, acceptance 1-9).
+"""The outbox relay on a real broker: R-OUT-1 to R-OUT-7.
 
 A consumer folds on ``(BranchKey, Lsn)`` so redelivery is observable: it counts what the
 transport delivered and compares the folded state with what the runs committed.
@@ -153,7 +153,7 @@ def test_broker_down_for_a_whole_run_completes_then_every_event_ships(
     monkeypatch: pytest.MonkeyPatch,
     reader_factory: Callable[[str, str], TopicReader],
 ) -> None:
-    """Seed 003 Verify 1-3, 7, 9: a user's broker being down is not an agent outage -- the run
+    """R-OUT-2: a user's broker being down is not an agent outage -- the run
     completes with zero broker calls from executor threads; when the broker is back every event
     ships; relay lag is a metric."""
     bootstrap = kafka_own.bootstrap_servers
@@ -249,7 +249,7 @@ def test_order_per_branch_with_runs_and_branches_interleaved(
     tmp_path: Path,
     reader_factory: Callable[[str, str], TopicReader],
 ) -> None:
-    """Seed 003 Verify 4: ascending Lsn per BranchKey at the consumer -- with several runs and
+    """R-OUT-3: ascending Lsn per BranchKey at the consumer -- with several runs and
     branches interleaved on shared partitions, not one branch alone."""
     topic = new_topic("outbox-order", partitions=2)
     _, engine, sessions = _store(tmp_path)
@@ -314,7 +314,7 @@ def test_forced_redelivery_folds_to_the_single_delivery_state(
     store_url: str,
     reader_factory: Callable[[str, str], TopicReader],
 ) -> None:
-    """Seed 003 Verify 5: exactly-once at the fold, not in transport -- with acks lost the relay
+    """R-OUT-5: exactly-once at the fold, not in transport -- with acks lost the relay
     publishes rows again, and the folded state equals the single-delivery case (SQLite and
     PostgreSQL)."""
     topic = new_topic("outbox-redeliver", partitions=2)
@@ -360,7 +360,7 @@ def test_kill_9_relay_process_mid_batch_loses_and_duplicates_nothing_at_the_fold
     tmp_path: Path,
     reader_factory: Callable[[str, str], TopicReader],
 ) -> None:
-    """Seed 003 Verify 6: kill the relay mid-batch, restart -- no event lost, none duplicated at
+    """R-OUT-5: kill the relay mid-batch, restart -- no event lost, none duplicated at
     the fold. The relay is a separate process on the same SQLite (WAL) file the executor writes."""
     topic = new_topic("outbox-kill", partitions=3)
     url, engine, sessions = _store(tmp_path)
@@ -421,7 +421,7 @@ def test_only_the_live_branch_is_exported_after_a_rewind(
     tmp_path: Path,
     reader_factory: Callable[[str, str], TopicReader],
 ) -> None:
-    """Seed 003 Verify 8 (T2.3): unsent rows of the abandoned branch are never published."""
+    """R-OUT-6: unsent rows of the abandoned branch are never published."""
     topic = new_topic("outbox-rewind")
     _, engine, sessions = _store(tmp_path)
     journal = RunJournal(topic=topic)

@@ -1,7 +1,7 @@
-"""The pairwise MAC mode on the real broker (issue 17; docs/envelope.md "The pairwise MAC mode").
+"""The pairwise MAC mode on the real broker (docs/envelope.md "The pairwise MAC mode").
 
 Two gateways with ``pairwise_mac = true`` learn each other's X25519 key from signed presence on
-the roster and exchange conversation records MAC'd; reports stay Ed25519-signed. Seed 000 §2.1
+the roster and exchange conversation records MAC'd; reports stay Ed25519-signed. R-ENV-3
 still holds: a tampered MAC'd record is dead-lettered with its reason, never applied.
 """
 

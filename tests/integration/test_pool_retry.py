@@ -1,4 +1,4 @@
-"""A failing step in a worker pool on the real broker: retried in place, in order (seed 001
+"""A failing step in a worker pool on the real broker: retried in place, in order (R-RETRY-4
 scenario 3, "a poison message blocks a partition": a retry limit with backoff, then per-key
 quarantine or a dead letter with its reason, and order kept for the records behind it)."""
 
@@ -26,7 +26,7 @@ ATTEMPTS = 4
 def test_a_poison_step_is_retried_with_backoff_then_set_aside_and_the_rest_flows_in_order(
     kafka: BrokerHandle, tmp_path: Path, concurrency: str
 ) -> None:
-    """Seed 001 scenario 3 through ``fleet pool run``'s production path: the poison record runs
+    """R-FAIL-3 through ``fleet pool run``'s production path: the poison record runs
     exactly ``ATTEMPTS`` times (the retry budget), each attempt after the previous one's backoff,
     and is then set aside with its reason; every other record takes effect exactly once, and on
     the poison's partition none is applied before the poison record was decided (partition
@@ -78,8 +78,8 @@ def test_a_poison_step_is_retried_with_backoff_then_set_aside_and_the_rest_flows
 def test_a_poisons_retry_budget_holds_across_a_move_to_another_member(
     kafka: BrokerHandle, tmp_path: Path
 ) -> None:
-    """Seed 001 scenario 3 ("a retry limit with backoff") held for the group, not one owner
-    (chaos #17 found 9 and 13 attempts against a limit of 5 when the partition moved): member m1
+    """R-FAIL-3 ("a retry limit with backoff") held for the group, not one owner
+    (the ``poison-rebalance`` chaos scenario found 9 and 13 attempts against a limit of 5 when the partition moved): member m1
     makes some attempts and stops; m2 is assigned the partition and makes only the rest, so the
     poison is attempted exactly ``ATTEMPTS`` times in all before its key is quarantined."""
     pool = unique_name("pool").replace(".", "-")

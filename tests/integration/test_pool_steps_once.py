@@ -57,7 +57,7 @@ def _kinds(tmp: Path, event_id: str) -> list[tuple[str, str]]:
 def test_a_step_moved_by_a_rebalance_replays_its_stored_outcome_and_runs_once(
     kafka: BrokerHandle, tmp_path: Path
 ) -> None:
-    """Seed 001 ("store the result against the event id and reuse it") across a rebalance: m1
+    """R-POOL-4 ("store the result against the event id and reuse it") across a rebalance: m1
     runs a step on each of two partitions (held open by a gate); m2 joins and cooperative-sticky
     moves one partition while its step runs; m1 gives it up after --revoke-wait 0.5 s but the
     step goes on and its heartbeat keeps the key's lease. m2 gets the record again and finds the
@@ -107,7 +107,7 @@ def test_a_step_moved_by_a_rebalance_replays_its_stored_outcome_and_runs_once(
 def test_a_member_killed_mid_step_is_taken_over_after_the_lease_with_one_effect(
     kafka: BrokerHandle, tmp_path: Path
 ) -> None:
-    """Seed 001 scenario 1 (a worker crashes mid-step), under the lease: the partition's owner
+    """R-FAIL-1 (a worker crashes mid-step), under the lease: the partition's owner
     is killed -9 while its step runs (held open by a gate). Its partition moves to the other
     member after the session timeout (6 s), but the step key's lease (12 s, no longer renewed)
     still holds, so the survivor waits instead of running the step beside a holder it cannot
@@ -148,7 +148,7 @@ def test_a_member_killed_mid_step_is_taken_over_after_the_lease_with_one_effect(
 def test_pool_status_shows_each_members_in_flight_steps(
     kafka: BrokerHandle, tmp_path: Path
 ) -> None:
-    """Issue 10: ``fleet pool status`` shows in-flight steps per member, across processes: two
+    """``fleet pool status`` shows in-flight steps per member, across processes: two
     members each run one 30 s step; status with --store-url reports one running step on each,
     with its age; once the steps end both show none."""
     pool, topic = _pool(kafka.bootstrap, 2)

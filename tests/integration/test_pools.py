@@ -1,4 +1,4 @@
-"""Worker pools on the real broker, members as processes (issue 10; seed 001).
+"""Worker pools on the real broker, members as processes (R-POOL-1).
 
 Every effect row carries the step's partition, member, start and end, so these tests check from
 the store that no partition ran two steps at once and that no event took effect twice.
@@ -79,7 +79,7 @@ def _handover_windows(rows: list) -> dict[str, tuple[int, int]]:
 def test_a_step_longer_than_max_poll_interval_causes_no_rebalance(
     kafka: BrokerHandle, tmp_path: Path
 ) -> None:
-    """Seed 001 scenario 2: slow processing must not trigger a rebalance. The member keeps
+    """R-FAIL-2: slow processing must not trigger a rebalance. The member keeps
     polling while an 8 s step runs against a 6 s max.poll.interval.ms: the step runs once, is
     committed, and the member is never evicted (no duplicate run, no MAXPOLL in its log)."""
     pool, _topic = _pool(kafka.bootstrap, 2)
@@ -107,7 +107,7 @@ def test_a_step_longer_than_max_poll_interval_causes_no_rebalance(
 def test_kill_9_one_of_four_members_moves_its_partitions_with_no_duplicate_effect(
     kafka: BrokerHandle, tmp_path: Path
 ) -> None:
-    """Seed 001 scenario 1 (a worker crashes mid-batch): the offset is committed only after
+    """R-FAIL-1 (a worker crashes mid-batch): the offset is committed only after
     processing, so the killed member's partitions move and its uncommitted records (at most
     --max-poll-records) are redelivered; the dedupe row and the stored result make the effect
     land once."""
@@ -151,7 +151,7 @@ def test_kill_9_one_of_four_members_moves_its_partitions_with_no_duplicate_effec
 def test_scale_one_to_four_and_back_under_load_cooperative_sticky(
     kafka: BrokerHandle, tmp_path: Path
 ) -> None:
-    """Issue 10: scaling 1 -> 4 -> 1 under load with cooperative-sticky never runs one
+    """Scaling 1 -> 4 -> 1 under load with cooperative-sticky never runs one
     partition on two members at once (the revoke rule: a partition goes only after its
     in-flight step ended and its offset was committed) and applies no effect twice. Partitions
     that do not move keep flowing: while moved partitions are handed over (each direction's

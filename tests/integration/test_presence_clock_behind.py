@@ -1,8 +1,8 @@
-"""A gateway restarted with its clock behind, inside ``clock_skew_s`` (chaos #16 `clock-skew`;
+"""A gateway restarted with its clock behind, inside ``clock_skew_s`` (the ``clock-skew`` chaos scenario;
 real broker, gateways as processes, the skewed one's wall clock offset as the chaos suite does
 it: ``pipeline.chaos.cluster_faults.skew_env``; libfaketime stops librdkafka, see there).
 
-Seed 000 envelope rule ``ts <= now + skew`` and §8 step 5 (signed presence, the union roster):
+R-ENV-6 envelope rule ``ts <= now + skew`` and R-PRES-2 (signed presence, the union roster):
 a clock off by less than the tolerance changes nothing, so the restarted host is routable as soon
 as its first presence record is read. Its records carry timestamps *older* than the ones its
 previous run wrote; they win by the incarnation each start takes (docs/presence.md "Order").

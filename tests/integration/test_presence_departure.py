@@ -1,5 +1,5 @@
-"""Issue 16, the other side: a real departure is still noticed (real broker, gateways as
-processes). Seed 000 §8 step 5 (TTL liveness, signed tombstones) and §2.1 step 2 (``from``
+"""The other side: a real departure is still noticed (real broker, gateways as
+processes). R-PRES-3, R-PRES-6 (TTL liveness, signed tombstones) and R-PRES-4 (``from``
 lives on the signing host)."""
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def _dead_letter_reasons(url: str, topics: TopicNames) -> list[str]:
 def test_a_record_signed_by_a_claiming_a_gid_b_announced_is_signer_mismatch(
     fleet: Fleet, tmp_path: Path, procs: list[GatewayProcess]
 ) -> None:
-    """Seed 000 §2.1 step 2 on the binding: host A signs a message ``from`` main-b (announced
+    """R-PRES-4 on the binding: host A signs a message ``from`` main-b (announced
     by B) into B's inbox; B dead-letters it SIGNER_MISMATCH and holds nothing."""
     cfg_a = fleet.config_file("A", MAIN_A)
     cfg_b = fleet.config_file("B", MAIN_B)

@@ -1,6 +1,6 @@
-"""Issue 16, on a real broker with gateways as processes: an outage is not a departure.
+"""On a real broker with gateways as processes: an outage is not a departure.
 
-Seed 000 §2.1 step 2 (``from`` lives on the signing host) rests on the last signed binding, and
+R-PRES-4 (``from`` lives on the signing host) rests on the last signed binding, and
 routing on liveness judged against what the roster follower could read; the README's promise
 "a send works while the broker is down" must hold past the presence TTL.
 """
@@ -218,7 +218,7 @@ def _outage(
 def test_an_outage_three_ttls_long_loses_and_dead_letters_nothing(
     cluster: LocalCluster, tmp_path: Path, procs: list[GatewayProcess]
 ) -> None:
-    """Issue 16 scenario: broker(s) kill -9'd for 3x the presence TTL. Every send succeeds
+    """Broker(s) kill -9'd for 3x the presence TTL. Every send succeeds
     locally, the view says STALE and keeps main-b live; after the restart every reply is held
     exactly once in send order and none is dead-lettered (UNKNOWN_SENDER was the bug)."""
     _outage(cluster, 3 * TTL_S, tmp_path, procs)
@@ -239,7 +239,7 @@ def test_a_sixty_second_outage_logs_a_bounded_number_of_lines(
 def test_one_broker_killed_stalls_the_roster_and_lapses_nobody(
     cluster: LocalCluster, tmp_path: Path, procs: list[GatewayProcess]
 ) -> None:
-    """Issue 16, a partial outage: a follower replica of the roster partition is kill -9'd. Its
+    """A partial outage: a follower replica of the roster partition is kill -9'd. Its
     ISR still counts it until the controller fences it, so no heartbeat commits (acks=all) while
     the log end stays readable; a horizon taken from the log end alone ran on past main-b's
     last readable heartbeat and main-b lapsed in A's view (CI: the sequential kill of three

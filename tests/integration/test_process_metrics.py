@@ -1,5 +1,5 @@
 """Long-running processes serve their metrics: a ``fleet pool run`` member started with
-``--metrics-port`` shows a record it dead-letters in ``fleet_dead_letters_total`` (seed 001: a
+``--metrics-port`` shows a record it dead-letters in ``fleet_dead_letters_total`` (R-DLQ-3: a
 DLQ's inflow must be visible and alertable) and its own store purge in
 ``fleet_store_rows_purged_total`` (bounded stores, docs/store.md), scraped over HTTP from the
 process on the real broker."""

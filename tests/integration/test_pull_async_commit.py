@@ -1,6 +1,6 @@
-"""The pull path's asynchronous offset commit on the real broker (issue 17).
+"""The pull path's asynchronous offset commit on the real broker.
 
-Seed 001 scenario 1 / seed 000 §5 (pull path, at-least-once): the gateway's inbox commits a pull
+R-ACK-7 / R-ACK-2 (pull path, at-least-once): the gateway's inbox commits a pull
 batch's offsets asynchronously once its held and dedupe rows are durable. When those commits
 are lost (a crash before the broker answered), the whole window is redelivered and the dedupe
 rows absorb it: no message is held twice, none is lost.

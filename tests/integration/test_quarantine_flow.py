@@ -1,4 +1,4 @@
-"""Seed 001 scenario 3 with a rebalance, in the runtime production runs: two real
+"""R-FAIL-3 with a rebalance, in the runtime production runs: two real
 ``ConsumerRuntime`` members share a group on a real broker; member A quarantines key K; A leaves;
 member B, whose quarantine cache was loaded before, takes K's partition, refreshes on assignment
 and parks K's later records instead of handling them out of order.

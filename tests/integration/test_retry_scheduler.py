@@ -1,5 +1,5 @@
 """Non-blocking retry in the runtime production runs, on a real broker with two real members
-(seed 001 scenario 2: a slow or failing record must not stall poll past max.poll.interval.ms;
+(R-FAIL-2: a slow or failing record must not stall poll past max.poll.interval.ms;
 scenario 3: retries keep the partition's order)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 16: right after the roster topic is created its watermark read may fail with
+"""Right after the roster topic is created its watermark read may fail with
 NOT_LEADER_FOR_PARTITION (the new partition's leader is not known yet); a leader change in a
 failover does the same at any time. The gateway waits such errors out instead of stopping; a
 fatal one (authorization) stops it loudly. Real broker, the gateway built by bootstrap with only
@@ -101,7 +101,7 @@ def test_an_authorization_error_stops_the_gateway_loudly(
     gw = parts.gateway.start()
     try:
         fatal = gw.wait()
-        # a missing ACL has its own reason (issue 13, docs/security.md); still fatal
+        # a missing ACL has its own reason (docs/security.md); still fatal
         assert fatal is not None and getattr(fatal, "reason", "") == "NOT_AUTHORIZED"
         assert not getattr(fatal, "retriable", True)
         assert "TOPIC_AUTHORIZATION_FAILED" in str(fatal)

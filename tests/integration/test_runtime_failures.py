@@ -1,5 +1,5 @@
 """The lead's ConsumerRuntime wired to the failure components through their runtime ports, on a
-real broker (seed 001 scenario 3): a deterministic poison record on key K among many keys is
+real broker (R-FAIL-3): a deterministic poison record on key K among many keys is
 retried, dead-lettered with full context and quarantines K; K's later records are parked, not
 lost and not reordered, while other keys flow; after a restart the quarantine holds; a release
 delivers K's records in original order, each exactly once."""

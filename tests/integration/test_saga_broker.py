@@ -1,4 +1,4 @@
-"""Sagas on the real broker, participants killed -9 at random points (seed 001, sagas; scenario 5).
+"""Sagas on the real broker, participants killed -9 at random points (R-SAGA-1, sagas; scenario 5).
 
 The orchestrator runs in this process; payments, inventory and the carrier run as processes of
 ``examples/saga_refund.py`` (the example is the code under test). While 60 refunds arrive in five waves, a random
@@ -138,7 +138,7 @@ PATIENT = SagaDefinition(
 def test_an_approval_that_never_comes_expires_and_compensates_on_the_broker(
     kafka: BrokerHandle, store_url: str
 ) -> None:
-    """Seed 001 scenario 6: at the deadline an expiry event is published and the hold undone."""
+    """R-FAIL-6: at the deadline an expiry event is published and the hold undone."""
     from confluent_kafka import Consumer
 
     from pipeline.effects import SagaOrchestrator
@@ -212,7 +212,7 @@ def test_an_approval_that_never_comes_expires_and_compensates_on_the_broker(
 
 def test_a_saga_process_purges_its_finished_sagas(kafka: BrokerHandle, tmp_path: Path) -> None:
     """Bounded stores (docs/store.md): the orchestrator's process purges a completed saga once
-    ``sagas_finished_s`` has passed -- here 2 s, the shortest seed 001's horizon allows over
+    ``sagas_finished_s`` has passed -- here 2 s, the shortest R-EFF-4 horizon allows over
     1 s saga topics and a 1 s replay window -- and counts it in its own registry."""
     from prometheus_client import CollectorRegistry
 

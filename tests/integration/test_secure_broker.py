@@ -1,6 +1,6 @@
 """A real SASL_SSL broker (``fleet kafka up --secure``): logins, TLS and ACLs as stable reasons.
 
-Seed 000 §10.2 asks for a private broker over TLS with per-gateway logins; these tests start
+R-SEC-1 asks for a private broker over TLS with per-gateway logins; these tests start
 one through the launcher and check that our clients (built by ``Factories.secured``, the one
 path production uses) get through with the right login and are refused, fast and with a
 reason, with a wrong one. Every test's output, the librdkafka log and the broker's own logs are
@@ -123,7 +123,7 @@ def produce_one(cluster: LocalCluster, security: KafkaSecurity, topic: str) -> K
 
 
 def test_a_host_login_produces_and_consumes_through_our_clients(secure: LocalCluster) -> None:
-    """Seed 000 §10.2: a gateway reaches the private broker over TLS with its own login."""
+    """R-SEC-1: a gateway reaches the private broker over TLS with its own login."""
     topic, group = unique_name("sec-t"), unique_name("sec-g")
     grant(secure, "a", topic, group)
     a = login(secure, "a")
@@ -197,7 +197,7 @@ def _gateway_config(
 def test_two_gateways_with_their_logins_and_only_the_planned_acls(
     secure: LocalCluster, tmp_path: Path
 ) -> None:
-    """Issue 13 acceptance on seed 000 §10.2: per-host logins over TLS and only the ACLs of
+    """R-SEC-1, R-SEC-2: per-host logins over TLS and only the ACLs of
     ``fleet acls plan``; the forward path (send -> inject -> INJECTED) and the pull path
     (reply held, then pulled) and a failed inject's FAILED work; gateway a cannot read inbox.b
     nor join gw.b."""

@@ -1,5 +1,5 @@
 """The rest of the suite on a real SASL_SSL broker, each process under its own login with only
-the ACLs ``fleet acls plan`` gives it (issue 13; seed 000 §10.2: per-gateway logins over TLS).
+the ACLs ``fleet acls plan`` gives it (R-SEC-1: per-gateway logins over TLS).
 
 The session's secured cluster (conftest ``secure_kafka``), shared with the other secured
 modules; the tests that stop it start it again, the rotation puts z's password back. In order: a host whose login lacks WRITE on the other
@@ -98,7 +98,7 @@ def _pull(gateway: Any, gid: str, kinds: list[str]) -> list[Any]:
 def test_a_host_without_write_on_inboxes_cannot_inject(
     secure: LocalCluster, tmp_path: Path
 ) -> None:
-    """Issue 13 acceptance "a host without write on inboxes cannot inject", with the relay's
+    """R-SEC-2: a host without write on inboxes cannot inject, with the relay's
     permanent-error rule (docs/outbox.md): host c's login has the gateway set minus WRITE on
     the other inboxes. c's brief to worker-b is refused by the broker: c's outbox row becomes
     terminal FAILED with reason NOT_AUTHORIZED, its error naming the operation and the topic;
@@ -208,10 +208,10 @@ def test_a_host_without_write_on_inboxes_cannot_inject(
 
 
 def test_a_pool_member_runs_with_only_the_pool_set(secure: LocalCluster, tmp_path: Path) -> None:
-    """Issue 10's pool on the secured broker: ``fleet pool run --kafka-config`` under a login
+    """A worker pool on the secured broker: ``fleet pool run --kafka-config`` under a login
     with only ``fleet acls apply --role pool --pool P`` (read pool.P in its group, write the DLQ)
     runs every good step once and dead-letters a keyless poison record (RETRIES_EXHAUSTED,
-    seed 001 scenario 3) into the DLQ; the operator created the topics, the member creates
+    R-FAIL-3) into the DLQ; the operator created the topics, the member creates
     none and reads no roster."""
     pool = f"p{os.getpid()}{int(time.time()) % 100000}"
     names = TopicNames()  # `fleet pool run|submit` use the default prefix
@@ -281,7 +281,7 @@ def _sleeper(markers: Path) -> ProfileConfig:
 def test_the_control_plane_spawns_and_stops_across_hosts(
     secure: LocalCluster, tmp_path: Path
 ) -> None:
-    """Seed 000 §7.8 on the secured broker with the gateway sets only: main-a SPAWNs a worker
+    """R-SPAWN-3 on the secured broker with the gateway sets only: main-a SPAWNs a worker
     on host b (a writes control.b), b launches it and answers INJECTED (b writes inbox.a); the
     worker's presence reaches a, a brief is injected into it; a STOP ends it (INJECTED, the
     stop command ran) and its tombstone reaches a."""
@@ -348,7 +348,7 @@ def test_the_control_plane_spawns_and_stops_across_hosts(
 def test_the_exporter_endpoint_serves_lag_under_the_exporter_login(
     secure: LocalCluster, tmp_path: Path
 ) -> None:
-    """Issue 6's ``fleet exporter`` on the secured broker: with only the exporter set
+    """``fleet exporter`` on the secured broker: with only the exporter set
     (describe and offsets) its /metrics serves a gateway group's lag in messages and says the
     broker is up; it stops cleanly on SIGTERM."""
     prefix = unique_name("exh").replace(".", "") + "."
@@ -403,7 +403,7 @@ def test_the_exporter_endpoint_serves_lag_under_the_exporter_login(
 def test_a_gateway_rides_out_a_secured_cluster_restart(
     secure: LocalCluster, tmp_path: Path
 ) -> None:
-    """Issue 16 on the secured broker (and the login watch's false-positive check): the whole
+    """On the secured broker (and the login watch's false-positive check): the whole
     cluster is stopped for three presence TTLs under two running gateways and started again.
     Sends during the outage succeed locally, main-b stays live in a's view, every reply is held
     at b exactly once in send order, and neither gateway stops: a broker that is away is an
@@ -468,7 +468,7 @@ def test_a_gateway_rides_out_a_secured_cluster_restart(
 def test_a_password_rotated_under_a_running_gateway_stops_it_with_auth_failed(
     secure: LocalCluster, tmp_path: Path
 ) -> None:
-    """Issue 13: the operator sets a new SCRAM password for login z (as admin) while z's
+    """The operator sets a new SCRAM password for login z (as admin) while z's
     gateway runs; its open connections stay up, so nothing happens until they reconnect (the
     cluster restarts). Then every client of the gateway is refused: instead of librdkafka
     retrying for ever, ``fleet gateway run`` stops with AUTH_FAILED naming User:z and exits 3

@@ -59,7 +59,7 @@ def secure(secure_kafka: LocalCluster) -> LocalCluster:
 
 
 def test_the_exporter_login_reads_lag_but_cannot_consume_an_inbox(secure: LocalCluster) -> None:
-    """Issue 13: the exporter's set is describe and offsets only. ``fleet lag`` with its login
+    """The exporter's set is describe and offsets only. ``fleet lag`` with its login
     reports the gateway group's lag on inbox.a; a consumer with the same login that tries to
     read a record of inbox.a is refused NOT_AUTHORIZED (topic)."""
     prefix = unique_name("exp").replace(".", "") + "."
@@ -138,7 +138,7 @@ def held_failed(engine: Any) -> list[tuple[str, Any]]:
 
 
 def test_the_failed_reporter_runs_with_only_its_acls(secure: LocalCluster, tmp_path: Path) -> None:
-    """Seed 000 §10.1 on the secured broker: b dead-letters a's brief (TTL_TOO_LONG); the FAILED
+    """R-DLQ-4 on the secured broker: b dead-letters a's brief (TTL_TOO_LONG); the FAILED
     reporter of host r -- a host with no gateway, whose login has only the reporter set (read
     the DLQ in its group, write inboxes, idempotent write) -- runs ``fleet dlq report --config
     --relay`` and main-a gets exactly one FAILED, signed by r; no password in its output."""

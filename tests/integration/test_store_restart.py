@@ -1,6 +1,6 @@
-"""A PostgreSQL restart under a running gateway loses nothing (issue 14: store reads retried).
+"""A PostgreSQL restart under a running gateway loses nothing (store reads retried).
 
-Seed 000's pull path: every reply the receiving gateway acked is held exactly once. Here the
+R-ACK-2 pull path: every reply the receiving gateway acked is held exactly once. Here the
 receiving gateway's store (real PostgreSQL) is stopped hard and started again while replies
 flow over the real broker; dedupe, quarantine and inbox reads retry like writes, so the inbox
 loop never dies and every reply is held once.

@@ -1,6 +1,6 @@
 """Bounded stores on a real broker: two gateways with a 1 s retention purge sent outbox rows and
 drained held rows while traffic flows, and never an unsent outbox row, an undrained held message
-or a dedupe row inside seed 001's horizon (``[retention]``, docs/store.md)."""
+or a dedupe row inside the R-STORE-1 horizon (``[retention]``, docs/store.md)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def _purged(parts: GatewayParts, table: str) -> float:
 def test_short_retention_purges_sent_and_drained_rows_while_traffic_flows(
     hosts: tuple[GatewayParts, GatewayParts],
 ) -> None:
-    """Seed 001: a key must outlive its record's redelivery, so B's dedupe rows (inside the
+    """R-STORE-1: a key must outlive its record's redelivery, so B's dedupe rows (inside the
     default 8-day horizon) all stay; sent outbox rows and drained held rows go in batches."""
     a, b = hosts
     sent = {"main-b": 0, "keep-b": 0}

@@ -1,4 +1,4 @@
-"""Issue 2 on three KRaft nodes: kill -9 of a partition leader loses no acknowledged record."""
+"""Three KRaft nodes: kill -9 of a partition leader loses no acknowledged record."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_each_node_answers_for_itself_and_a_paused_one_does_not(kafka3: BrokerHa
 def test_leader_kill9_loses_no_acknowledged_record_and_group_carries_on(
     kafka3: BrokerHandle,
 ) -> None:
-    """Seed 001 'at-least-once': acks=all + min ISR 2 means a delivery report is a promise."""
+    """R-TOP-7: acks=all + min ISR 2 means a delivery report is a promise."""
     assert kafka3.cluster is not None
     cluster = kafka3.cluster
     topic = make_topic_factory(kafka3.bootstrap)(

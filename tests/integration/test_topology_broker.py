@@ -1,4 +1,4 @@
-"""``apply_topology`` on a real broker (DESIGN.md §1: topology declared idempotently at boot,
+"""``apply_topology`` on a real broker (R-TOP-2: topology declared idempotently at boot,
 refusing loudly on a partition-count mismatch, which would break key -> partition order)."""
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def test_fleet_acls_plan_role_prints_the_narrow_set() -> None:
 
 
 def test_a_pool_member_reads_its_pool_only_and_writes_only_the_dlq() -> None:
-    """Issue 13: a worker-pool member's login (``--role pool --pool P``) reads pool.P in group
+    """R-SEC-2: a worker-pool member's login (``--role pool --pool P``) reads pool.P in group
     pool.P, writes the DLQ, and is given nothing on another pool, an inbox or a control topic."""
     grants = role_grants(Role.POOL, "w", TopicNames(prefix="t."), pool="render")
     by_op = {(g.resource, g.name, g.pattern, g.operation) for g in grants}

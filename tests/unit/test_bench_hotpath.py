@@ -1,4 +1,4 @@
-"""Issue 17's table (bench/bench_hotpath.py): a row is met only when every repeat meets it."""
+"""The hot-path table (bench/bench_hotpath.py): a row is met only when every repeat meets it."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_the_sender_row_reads_what_the_gateway_committed_not_what_was_offered() 
 
 
 def test_a_reply_never_held_fails_its_row_whatever_the_p99_of_the_rest() -> None:
-    """Session 12: one reply in 10,000 was dead-lettered (the held cap) and the p99 over the
+    """Once, one reply in 10,000 was dead-lettered (the held cap) and the p99 over the
     other 9,999 read as if nothing was missing."""
     from bench.latency import _not_arrived
 

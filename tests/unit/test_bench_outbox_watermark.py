@@ -2,7 +2,7 @@
 
 Bench-only code (``bench/outbox_watermark.py``), but its figures are only worth reading if it
 does the relay's whole job: every row shipped, a branch's watermark never past a failed row,
-never lowered, never moved across a gap (seed 003: "ack only what the broker accepted").
+never lowered, never moved across a gap (R-OUT-4: "ack only what the broker accepted").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The chaos catalogue (issue 12): every scenario has one catalogue number and a fault it can
+"""The chaos catalogue: every scenario has one catalogue number and a fault it can
 play; the broker-side ones run on their own brokers, never on a shared one."""
 
 from __future__ import annotations

@@ -191,9 +191,10 @@ def test_an_ask_nobody_answered_and_whose_turn_never_expired_is_unanswered() -> 
 
 
 def test_an_answer_swept_undrained_past_its_expiry_ends_the_conversation() -> None:
-    """Seed 000 §10.1 (the sweeper): an ANSWER held for the asker but never drained is
+    """R-EXP-2 (the sweeper), R-CONV-3: an ANSWER held for the asker but never drained is
     dead-lettered EXPIRED past its expiresAt -- the turn closed answered, so no expiry FAILED
-    comes. That reasoned dead letter is the conversation's end (chaos #7: a repetition that
+    comes. That reasoned dead letter is the conversation's end (the ``leader-kill9`` chaos
+    scenario: a repetition that
     outlived the ANSWERs' ttl read 50 UNANSWERED); any other dead letter of the ANSWER is not."""
     h = [ask("q0", 0, "t0"), out(Op.HELD, "q0"), answer("a0", 0, "t0"),
          out(Op.DEAD_LETTER, "a0", reason="EXPIRED")]  # fmt: skip
@@ -335,7 +336,7 @@ def bad(mid: str, variant: str = "forged") -> dict[str, Any]:
 
 
 def test_bad_records_dead_lettered_with_a_reason_pass_and_count() -> None:
-    """Issue 12: every rejection carries a reason code. A bad record (garbage, forged, a
+    """R-DLQ-5: every rejection carries a reason code. A bad record (garbage, forged, a
     stranger's) that B dead-lettered with its reason, or refused, is the defined outcome."""
     h = [bad("x0", "garbage"), bad("x1"), bad("x2", "stranger"),
          out(Op.DEAD_LETTER, "x0", reason="MISSING_HEADER"),
@@ -361,7 +362,7 @@ def test_a_bad_records_dead_letter_without_a_reason_is_a_finding() -> None:
 
 
 def test_a_gateway_burning_a_core_in_the_quiet_window_hot_loops_and_a_gone_one_died() -> None:
-    """Issue 12: no process hot-loops or dies on a bad record."""
+    """R-ENV-4: no process hot-loops or dies on a bad record."""
     idle = {"op": "cpu", "name": "A", "cpu_s": 0.08, "wall_s": 3.0}
     hot = {"op": "cpu", "name": "B", "cpu_s": 2.9, "wall_s": 3.0}
     gone = {"op": "exited", "name": "B", "exit_code": 1}

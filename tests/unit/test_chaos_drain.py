@@ -1,4 +1,4 @@
-"""The chaos workload's drain (issue 12): it waits until the checker, over the history and a
+"""The chaos workload's drain: it waits until the checker, over the history and a
 fresh read of the stores, counts nothing acknowledged without an outcome.
 
 Found by #18 retention-gap at 20 repetitions: the drain read only the acknowledged rows of the

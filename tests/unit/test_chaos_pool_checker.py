@@ -1,5 +1,5 @@
 """The worker-pool checker on hand-made histories: a clean one passes, and each rule fails on the
-history that breaks it (issue 12, catalogue #5, #6, #17; ``docs/chaos.md``)."""
+history that breaks it (catalogue numbers 5, 6, 17 in ``docs/chaos.md``)."""
 
 from __future__ import annotations
 
@@ -195,7 +195,7 @@ def test_a_dead_letter_without_a_reason_is_caught() -> None:
 
 
 def test_a_retry_budget_started_again_by_each_new_owner_is_caught() -> None:
-    """Seed 001 scenario 3 "a retry limit": 3 attempts on m0, the partition moves, 3 more on m3
+    """R-RETRY-3, a retry limit: 3 attempts on m0, the partition moves, 3 more on m3
     (the budget counted per owner) exceed the limit."""
     rows = poisoned()
     for i in range(3):

@@ -1,4 +1,4 @@
-"""The chaos workload's quiet window (issue 12, the checker's ``CHAOS_HOT_LOOP`` rule): it
+"""The chaos workload's quiet window (the checker's ``CHAOS_HOT_LOOP`` rule): it
 measures a gateway idling, not a gateway a fault restarted still starting up.
 
 Found by ``twin-host`` at 20 repetitions: the drain ended (nothing was pending on B) while the

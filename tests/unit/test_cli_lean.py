@@ -1,4 +1,4 @@
-"""The lean ``fleet`` entry (issue 17, docs/cli.md "The lean path"): the hot commands without Typer.
+"""The lean ``fleet`` entry (docs/cli.md "The lean path"): the hot commands without Typer.
 
 Invariants checked here: each lean spec is its Typer command's parameters (names, flags,
 required, types, defaults), and whatever the lean parser accepts click parses to the same
@@ -30,7 +30,7 @@ from pipeline.store import session_factory
 from pipeline.testing import one_host
 
 NOT_LEAN = ("typer", "rich", "click", "sqlalchemy", "confluent_kafka", "cryptography")
-# Light, but each import is paid once per message (issue 17): the COMMANDS table is for
+# Light, but each import is paid once per message: the COMMANDS table is for
 # `fleet --help` (entry.root_help imports it), the config loader checks names with
 # pipeline.kafka.names (not the TopicNames table), the socket client base64-encodes with binascii.
 NOT_ON_SEND = ("pipeline.cli.commands", "pipeline.kafka.topics", "base64")
@@ -225,7 +225,7 @@ def test_a_lean_command_is_the_typer_command_byte_for_byte(gateway: Path, argv: 
 def test_an_abandon_through_the_socket_closes_the_turn_with_its_notice(
     gateway: Path, host: Any
 ) -> None:
-    """Seed 000 §7.4: the asker gives up its turn; a late ANSWER then gets TOO_LATE. Through
+    """R-CONV-2: the asker gives up its turn; a late ANSWER then gets TOO_LATE. Through
     the socket the turn is closed in the transaction that queues the ABANDONED notice."""
     from pipeline.host.socket_client import SocketClient
 

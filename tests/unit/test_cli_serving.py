@@ -1,5 +1,5 @@
 """The options every long-running command shares (``pipeline/cli/serving.py``): ``--retention
-KEY=VALUE`` is checked like fleet.toml's ``[retention]`` (seed 001's horizons included), and
+KEY=VALUE`` is checked like fleet.toml's ``[retention]`` (R-EFF-4 horizons included), and
 each long-running command offers the metrics and purge options."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The one deadline tracker serves forward sends and SPAWNs alike (seed 000 §5 and §7.8: no
+"""The one deadline tracker serves forward sends and SPAWNs alike (R-ACK-5, R-SPAWN-3: no
 answer by the deadline = exactly one FAILED at the sender, whatever was sent)."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def test_one_tick_fails_each_overdue_send_of_every_kind_once(tmp_path: Path) -> 
 
 
 def test_a_stop_without_an_outcome_in_time_is_one_failed_stop_timeout(tmp_path: Path) -> None:
-    """Issue 15: STOP is tracked like SPAWN -- the target's answer settles it; none by the
+    """R-LIFE-3: STOP is tracked like SPAWN -- the target's answer settles it; none by the
     deadline is exactly one FAILED (STOP_TIMEOUT) about the worker; a late FAILED is dropped by
     the inbox (it finds the row failed), so the requester never gets a second one."""
     engine = make_engine(f"sqlite:///{tmp_path / 'A.sqlite'}")

@@ -1,4 +1,4 @@
-"""Idempotency keys and key classes: pure rules (seed 001's retention numbers)."""
+"""Idempotency keys and key classes: pure rules (R-EFF-1, R-EFF-4)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ DAY = 86_400
 
 
 def test_seed_001_24h_keys_under_a_7_day_topic_are_refused() -> None:
-    """Seed 001: 24 h keys, 7-day topic, a 48 h pause replays expired keys -> refused at config."""
+    """R-EFF-4: 24 h keys, 7-day topic, a 48 h pause replays expired keys -> refused at config."""
     with pytest.raises(ConfigError) as err:
         KeyClass.for_topic("refunds", retention_s=DAY, topic_retention_ms=7 * DAY * 1000)
     assert err.value.reason == Idempotency.IDEM_RETENTION_SHORTER_THAN_REPLAY

@@ -1,4 +1,4 @@
-"""The envelope API other subsystems code against (issue 3 brief): names and signatures."""
+"""The envelope API other subsystems code against: names and signatures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Batch verification across threads (issue 17): same outcomes, same order as one by one."""
+"""Batch verification across threads: same outcomes, same order as one by one."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The pairwise MAC mode (issue 17; docs/envelope.md, "The pairwise MAC mode").
+"""The pairwise MAC mode (docs/envelope.md, "The pairwise MAC mode").
 
-Seed 000 §2.1 still holds for a MAC'd record: nothing crosses hosts without a tag a trusted
+R-ENV-3 still holds for a MAC'd record: nothing crosses hosts without a tag a trusted
 identity vouches for, and every refusal is explicit with a stable reason. The agreement keys
 travel in signed presence, so these tests publish them through the real roster view.
 """

@@ -1,4 +1,4 @@
-"""Property tests (issue 3 acceptance): round trip; any bit flip in a covered header, the body
+"""Property tests (R-ENV-2): round trip; any bit flip in a covered header, the body
 or the topic is SIG_INVALID; an uncovered header cannot change how a body decodes."""
 
 from __future__ import annotations

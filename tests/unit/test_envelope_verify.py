@@ -1,4 +1,4 @@
-"""Verification order and reason codes (seed 000 §2.1: any failed check is an explicit,
+"""Verification order and reason codes (R-ENV-4: any failed check is an explicit,
 reasoned rejection -- never a crash, never silent acceptance)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Retry policy and classification (seed 001: classify failures first; scenario 3 retry limit)."""
+"""Retry policy and classification (R-RETRY-1: classify failures first; R-FAIL-3)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_no_jitter_is_exact_and_attempts_are_bounded() -> None:
     policy = BackoffPolicy(base_s=1, factor=2, max_s=100, max_attempts=5, jitter=0)
     assert [policy.delay_for(a) for a in range(1, 5)] == [1, 2, 4, 8]
     assert not policy.exhausted(4) and policy.exhausted(5)
-    # seed 001 worked numbers: five attempts waiting 1+2+4+8 stall the key for 15 s
+    # R-LAB-4's numbers: five attempts waiting 1+2+4+8 stall the key for 15 s
     assert policy.worst_case_stall_s() == 15
 
 

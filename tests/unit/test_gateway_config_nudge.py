@@ -1,4 +1,4 @@
-"""fleet.toml keys for hold and nudge: strict like every other key (issue 15)."""
+"""fleet.toml keys for hold and nudge: strict like every other key."""
 
 from __future__ import annotations
 

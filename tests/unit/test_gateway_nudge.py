@@ -1,4 +1,4 @@
-"""Hold and nudge: the backoff schedule on an injectable clock (seed 000 §3, issue 15)."""
+"""Hold and nudge: the backoff schedule on an injectable clock (R-HOLD-2)."""
 
 from __future__ import annotations
 

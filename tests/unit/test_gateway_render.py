@@ -1,4 +1,4 @@
-"""What an agent sees: one rendering for CLI, MCP and injectors (issue 15)."""
+"""What an agent sees: one rendering for CLI, MCP and injectors."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def _answer(stage: str) -> HeldMessage:
 
 
 def test_a_stop_outcome_reads_worker_stopped_not_injected() -> None:
-    """Issue 15: a successful STOP's answer (an INJECTED about the STOP, staged by the control
+    """R-LIFE-3: a successful STOP's answer (an INJECTED about the STOP, staged by the control
     plane's one answer path) says what happened: the worker stopped -- in text, --json and MCP
     (all :func:`render.held_dict` / :func:`render.held_line`) and in a pane."""
     m = _answer("stop")

@@ -1,4 +1,4 @@
-"""The gateway's local socket (issue 17): framing, refusals, permissions, group commit, fallback.
+"""The gateway's local socket: framing, refusals, permissions, group commit, fallback.
 
 The server here is the production :class:`SocketServer` over a real :class:`GatewayClient` on a
 SQLite store; only the relay is absent (``on_commit`` is a counter). The real-broker half is
@@ -182,7 +182,7 @@ def test_the_socket_counts_requests_by_kind_and_outcome_and_its_group_sizes(tmp_
 
 
 def test_a_refusal_is_the_same_fleet_error_as_the_direct_path(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Seed 000 §5: a send to nobody is refused at once (UNKNOWN_RECIPIENT), through either path."""
+    """R-TOP-5: a send to nobody is refused at once (UNKNOWN_RECIPIENT), through either path."""
     server, engine, cfg, commits = served
     direct = build_client(cfg, signer=Signer.load(cfg.key_file or ""), engine=engine)
     with pytest.raises(DeliveryError) as d:
@@ -422,7 +422,7 @@ def test_socket_first_writes_through_the_gateway_and_falls_back_when_it_is_gone(
 def test_spawn_and_stop_go_through_the_socket_with_the_direct_paths_refusals(
     tmp_path: Path,
 ) -> None:
-    """Seed 000 §7.8 requester side: ``fleet spawn`` / ``fleet stop`` through the gateway's
+    """R-SPAWN-3 requester side: ``fleet spawn`` / ``fleet stop`` through the gateway's
     socket queue the same rows as the direct path, and refuse with the same reason codes
     (UNKNOWN_HOST, UNKNOWN_WORKER, NOT_LOCAL_SENDER); with no gateway they write the store."""
     from pipeline.bootstrap.client import build_control_client

@@ -1,6 +1,7 @@
-"""The inject deadline travels in the signed envelope (issue 12, chaos scenario #8).
+"""The inject deadline travels in the signed envelope (R-ACK-5; found by the ``broker-down``
+chaos scenario).
 
-Seed 000 §5: the forward path is at-most-once and "no INJECTED within a bound = a loud FAILED at
+R-ACK-5: the forward path is at-most-once and "no INJECTED within a bound = a loud FAILED at
 the sender". That FAILED must stay true: a brief that reaches its recipient's gateway after the
 inject deadline its sender signed (``expiresAt``) is dead-lettered ``INJECT_DEADLINE_PASSED``,
 never injected; the sender's tracker waits ``clock_skew_s`` past that deadline, so a recipient

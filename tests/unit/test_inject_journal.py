@@ -1,6 +1,6 @@
-"""The inject journal (issue 12, chaos scenario #2 ``commit-inject``).
+"""The inject journal (R-ACK-4; found by the ``commit-inject`` chaos scenario).
 
-Seed 000 §5: the forward path is at-most-once -- commit before inject, then ``INJECTED``; no
+R-ACK-3: the forward path is at-most-once -- commit before inject, then ``INJECTED``; no
 ``INJECTED`` in time is one loud ``FAILED`` at the sender. An inject into a terminal cannot share
 a transaction with its receipt, so the journal brackets it: a row committed before the inject,
 closed in the receipt's own transaction right after. These tests hold its rules on a real SQLite

@@ -27,7 +27,7 @@ def test_callback_receives_the_envelope_fields() -> None:
 
 
 def test_callback_exception_becomes_final_inject_failed() -> None:
-    """Forward path is at-most-once (seed 000 §5): a raising callback is not retried blindly."""
+    """Forward path is at-most-once (R-ACK-6): a raising callback is not retried blindly."""
 
     def boom(**_: object) -> None:
         raise RuntimeError("disk full")

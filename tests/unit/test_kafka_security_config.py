@@ -288,7 +288,7 @@ def test_an_outage_is_not_a_refusal_and_ends_the_check_at_once() -> None:
 
 
 def test_a_login_refused_after_start_is_told_once_and_chains_the_clients_callback() -> None:
-    """Issue 13: a client that only reconnects meets a rotated password in its ``error_cb``;
+    """A client that only reconnects meets a rotated password in its ``error_cb``;
     the secured factories' LoginWatch makes the first such refusal one AUTH_FAILED for the
     process's subscribers (the gateway stops on it), and the client's own callback still runs."""
     seen: list[dict[str, Any]] = []

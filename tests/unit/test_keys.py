@@ -1,5 +1,5 @@
 """Keys: private file 0600, public file round trip, trust directories, rotation overlap
-(seed 000 invariant 6: cross-host identity comes from the key)."""
+(R-ENV-7: cross-host identity comes from the key)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""STOP and reap, the decisions (seed 000 §8 step 7: on stop or reap the inbox goes away).
+"""STOP and reap, the decisions (R-LIFE: on stop or reap the inbox goes away).
 
 No broker: the pure STOP verdict, the launcher's liveness answer on real child processes, the
 reaper's sweep on a real SQLite store, and ``fleet stop`` queueing through the outbox.

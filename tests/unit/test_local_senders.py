@@ -1,4 +1,4 @@
-"""A worker spawned on this host is a local sender while it lives (seed 000 §4, §7.8).
+"""A worker spawned on this host is a local sender while it lives (R-ENV-7).
 
 The sender check reads the host's store (``fleet_spawns``), so ``fleet send`` in the worker's
 own process -- not just the gateway -- admits it, and refuses it once it is stopped or reaped.

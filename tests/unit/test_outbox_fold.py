@@ -15,7 +15,7 @@ from pipeline.record_headers import pack_headers, unpack_headers
 
 
 def test_fold_applies_next_drops_redelivery_and_holds_after_a_gap() -> None:
-    """Seed 003: exactly-once at the fold -- lsn == last+1 applies, lsn <= last is a no-op."""
+    """R-OUT-5: exactly-once at the fold -- lsn == last+1 applies, lsn <= last is a no-op."""
     fold: Fold[str] = Fold()
     assert fold.offer("b", 1, "one") is Offer.APPLIED
     assert fold.offer("b", 1, "one again") is Offer.DUPLICATE
@@ -29,7 +29,7 @@ def test_fold_applies_next_drops_redelivery_and_holds_after_a_gap() -> None:
 
 
 def test_fold_of_any_redelivered_shuffle_equals_single_delivery() -> None:
-    """Seed 003 step 5: redelivery (duplicates, reordering) folds to the single-delivery state."""
+    """R-OUT-5: redelivery (duplicates, reordering) folds to the single-delivery state."""
     single: Fold[int] = Fold()
     for branch in ("x", "y"):
         for lsn in range(1, 51):
@@ -75,7 +75,7 @@ def test_corrupt_headers_blob_is_a_store_error() -> None:
 
 
 def test_execution_path_does_not_even_import_a_kafka_client() -> None:
-    """Seed 003 step 3: no path from run execution to a broker exists by construction."""
+    """R-OUT-2: no path from run execution to a broker exists by construction."""
     code = (
         "import sys, tempfile, os\n"
         "from pipeline.store import make_engine, session_factory\n"

@@ -1,6 +1,7 @@
-"""Presence order by (incarnation, ts) (docs/presence.md "Order"; chaos #16 `clock-skew`).
+"""Presence order by (incarnation, ts) (R-PRES-5; docs/presence.md "Order";
+the ``clock-skew`` chaos scenario).
 
-Seed 000 envelope rule "ts <= now + skew": a clock off by less than ``clock_skew_s`` changes
+R-ENV-6 ("ts <= now + skew"): a clock off by less than ``clock_skew_s`` changes
 nothing. Before incarnations, one host's records were ordered by ``ts`` alone, so a gateway
 restarted with its clock behind lost to what its previous run wrote until its clock passed it.
 """
@@ -68,7 +69,7 @@ def test_one_hosts_records_order_by_incarnation_then_ts() -> None:
 
 
 def test_a_host_restarted_with_its_clock_behind_its_own_tombstone_is_live_at_once() -> None:
-    """The chaos #16 finding: a clean stop retracts at the true time, the next run's clock is
+    """The ``clock-skew`` chaos scenario finding: a clean stop retracts at the true time, the next run's clock is
     20 s behind (inside clock_skew_s); its peers must see it as soon as its first record is read
     (before, only once its clock passed the last record of the previous run)."""
     f = Fleet()
@@ -201,7 +202,7 @@ def test_the_publisher_asks_for_its_incarnation_once_and_signs_it_into_every_rec
 
 
 def test_a_gateway_outranked_by_a_twin_takes_a_higher_incarnation() -> None:
-    """Two gateways with one host id (chaos #4 `twin-host`): Kafka fences one; the survivor may
+    """Two gateways with one host id (the ``twin-host`` chaos scenario): Kafka fences one; the survivor may
     have taken the lower incarnation (it joined the group last), and must not stay outranked by
     the fenced one's last records."""
     f = Fleet()

@@ -1,4 +1,4 @@
-"""Issue 16 without a broker: the roster follower waits out transient broker errors (the
+"""R-PRES-3 without a broker: the roster follower waits out transient broker errors (the
 one-start-in-three NOT_LEADER_FOR_PARTITION right after the roster topic is created), stops on
 fatal ones, marks the view STALE once while cut off; the publisher logs one line per episode;
 verification step 2 uses the last signed binding."""
@@ -121,7 +121,7 @@ def test_catch_up_stops_on_fatal_errors_with_a_non_retriable_error(code: int) ->
     follower, _ = _follower(f, FlakyConsumer(f.topics.roster, code, failures=1))
     with pytest.raises(FleetError) as info:
         follower.run(threading.Event())
-    # a security refusal has its own reason (issue 13, docs/security.md); the rest BROKER_FATAL
+    # a security refusal has its own reason (docs/security.md); the rest BROKER_FATAL
     security = {
         KafkaError.TOPIC_AUTHORIZATION_FAILED: "NOT_AUTHORIZED",
         KafkaError.SASL_AUTHENTICATION_FAILED: "AUTH_FAILED",
@@ -241,7 +241,7 @@ class AwayProducer:
 
 
 def test_an_outage_queues_one_heartbeat_round_not_one_per_interval() -> None:
-    """Seed 000 §8 (presence: the newest record per gid wins) through a broker outage: while a
+    """R-PRES-2 (presence: the newest record per gid wins) through a broker outage: while a
     round is undelivered and deliveries fail, no new round queues behind it. A round per
     interval did, and the backlog landing at once when the broker came back left every
     follower behind the log end: STALE again right after the outage on a loaded host
@@ -272,7 +272,7 @@ def _sent(f: Fleet, sender: str, signer: str) -> dict[str, Any]:
 
 
 def test_step_2_uses_the_last_binding_not_liveness() -> None:
-    """Seed 000 §2.1 step 2 after a long silence: a lapsed sender still verifies on its host;
+    """R-PRES-4 after a long silence: a lapsed sender still verifies on its host;
     a gid another host announced is SIGNER_MISMATCH; one nobody announced is UNKNOWN_SENDER."""
     f = Fleet()
     view = RosterView.build(trust=f.trust, topics=f.topics, clock_ms=lambda: f.now)
@@ -448,7 +448,7 @@ OWN = {"own_gid": gateway_gid("a"), "echo_slack_s": echo_slack_s(ttl_s=2.5, inte
 
 
 def test_a_roster_that_stops_committing_lapses_nobody(caplog: pytest.LogCaptureFixture) -> None:
-    """Issue 16, a partial outage (the CI's 3-node kill): the log end stays readable while no
+    """A partial outage (the CI's 3-node kill): the log end stays readable while no
     heartbeat commits. Judged by the log end alone, m-b lapsed one TTL in; held back to the
     gateway's own heartbeats read back, nobody lapses, and STALE says why."""
     f = Fleet()
@@ -487,7 +487,7 @@ def test_heartbeats_further_apart_than_the_stale_bound_never_read_as_stale(
 def test_a_round_queued_through_the_outage_ends_stale_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Issue 16, CI 2026-12-04 (3-node kill): the first round read after the outage was queued
+    """A 3-node kill: the first round read after the outage was queued
     4.5 s before it committed; its horizon (stamp + the 1.25 s slack) was 3.25 s old, inside the
     5 s bound, so the view went current, aged out 0.6 s later before the next fresh round was
     read, and said STALE a second time. Current again only within half the bound: one episode."""

@@ -1,4 +1,4 @@
-"""PresencePublisher (seed 000 §8 step 5): signed heartbeats for local gids and the host entry,
+"""PresencePublisher (R-PRES-1): signed heartbeats for local gids and the host entry,
 tombstones for all of them on stop -- checked by feeding its output to a RosterView."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_heartbeat_then_stop_is_seen_then_retracted_by_a_roster() -> None:
 
 
 def test_a_reaped_worker_departs_with_its_cause_and_the_roster_keeps_it() -> None:
-    """Issue 15: a reaped worker's last record says why it left (``gone``), then its tombstone;
+    """R-PRES-6: a reaped worker's last record says why it left (``gone``), then its tombstone;
     the roster drops the binding and keeps the cause (a sender is told RECIPIENT_GONE). A
     departure without a cause (a leaving gateway's tombstones) keeps none; a new binding of the
     gid clears the cause."""
@@ -110,7 +110,7 @@ def test_presence_v3_gone_field_reads_old_records_and_round_trips() -> None:
 
 
 def test_a_fenced_gateway_stops_heartbeating_without_retracting_its_hosts_entries() -> None:
-    """Seed 000 §3 'a second gateway fails loudly': the fenced one no longer speaks for the host,
+    """R-TOP-3 'a second gateway fails loudly': the fenced one no longer speaks for the host,
     so on its way out it must not tombstone the entries the gateway that fenced it announces
     (they read as departed -- UNKNOWN_RECIPIENT at senders -- until that one's next beat)."""
     f = Fleet()
@@ -127,8 +127,8 @@ def test_a_fenced_gateway_stops_heartbeating_without_retracting_its_hosts_entrie
 def test_the_gateway_retracts_its_presence_on_stop_unless_it_was_fenced() -> None:
     """The composition root's stop hook: a clean stop or any other fatal error retracts; a
     ``FencedError`` (another gateway took the host id) does not."""
-    from pipeline.bootstrap.gateway import _stop_presence
     from pipeline.errors import FencedError, StoreError
+    from pipeline.gateway.loops import stop_presence
     from pipeline.gateway.service import Gateway
 
     calls: list[bool] = []
@@ -140,5 +140,5 @@ def test_the_gateway_retracts_its_presence_on_stop_unless_it_was_fenced() -> Non
     for fatal in (None, StoreError("disk"), FencedError("fenced by a second gateway")):
         gateway = Gateway(host="a", loops=[])
         gateway.fatal = fatal
-        _stop_presence(Presence(), gateway)  # type: ignore[arg-type]
+        stop_presence(Presence(), gateway)  # type: ignore[arg-type]
     assert calls == [True, True, False]

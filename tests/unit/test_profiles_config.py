@@ -1,4 +1,4 @@
-"""``[[profiles]]`` in fleet.toml: strict keys, templates, caps (seed 001 scenario 8)."""
+"""``[[profiles]]`` in fleet.toml: strict keys, templates, caps (R-SPAWN-4, R-SPAWN-5)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""A send to a reaped worker is refused at once with ``RECIPIENT_GONE`` (issue 15: "a later brief
-to it gives its sender one FAILED (RECIPIENT_GONE)"; seed 000 §8 step 7).
+"""A send to a reaped worker is refused at once with ``RECIPIENT_GONE`` (a later brief
+to it gives its sender one FAILED (RECIPIENT_GONE); R-LIFE-1).
 
 The cause comes from the worker's presence departure, mirrored into the store's roster cache
 (``fleet_roster_gone``) by the gateway; a plain tombstone (a gateway that left) stays

@@ -1,4 +1,4 @@
-"""``Record.from_message`` sets the slots directly (issue 17's lean batch): the result must be the
+"""``Record.from_message`` sets the slots directly (the lean batch): the result must be the
 same frozen value the dataclass constructor builds."""
 
 from __future__ import annotations

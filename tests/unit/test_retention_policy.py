@@ -1,4 +1,4 @@
-"""The retention policy and seed 001's horizon rule: "key retention must cover the longest
+"""The retention policy and the R-EFF-4 horizon rule: "key retention must cover the longest
 period over which one event can be redelivered or replayed" (24 h keys under a 7-day topic let a
 Worker paused 48 h repeat an effect)."""
 
@@ -27,7 +27,7 @@ def test_defaults_cover_the_declared_topics() -> None:
 
 
 def test_seed_001_numbers_are_refused() -> None:
-    """Seed 001: 24 h of dedupe under a 7-day inbox is refused, with the window in the context."""
+    """R-EFF-4: 24 h of dedupe under a 7-day inbox is refused, with the window in the context."""
     with pytest.raises(ConfigError) as err:
         RetentionConfig(dedupe_s=DAY, inbox_topic_s=7 * DAY, replay_window_s=DAY)
     assert err.value.reason == Retention.DEDUPE_HORIZON_TOO_SHORT
@@ -51,7 +51,7 @@ def test_reporter_rows_must_outlive_the_dlq() -> None:
 
 def test_saga_rows_must_outlive_the_saga_topics() -> None:
     """A finished saga's row makes a redelivered reply stale: kept shorter than the saga topics'
-    retention + the replay window, a late reply would find no saga (seed 001's horizon)."""
+    retention + the replay window, a late reply would find no saga (the R-EFF-4 horizon)."""
     with pytest.raises(ConfigError) as err:
         RetentionConfig(sagas_finished_s=7 * 86400, saga_topic_s=7 * 86400, replay_window_s=3600)
     assert err.value.reason == Retention.SAGA_HORIZON_TOO_SHORT

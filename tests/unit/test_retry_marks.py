@@ -1,5 +1,5 @@
-"""A retried record's attempts travel with its partition's committed offset (seed 001 failure
-scenario 3, "a retry limit with backoff", held for the group: chaos #17 found a poison record
+"""A retried record's attempts travel with its partition's committed offset (R-RETRY-3,
+R-FAIL-3: a retry limit with backoff, held for the group: the ``poison-rebalance`` chaos scenario found a poison record
 retried 9 and 13 times against a limit of 5 when its partition moved between members)."""
 
 from __future__ import annotations

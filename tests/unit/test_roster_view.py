@@ -1,4 +1,4 @@
-"""The roster view (seed 000 §8 step 5): signed presence only, claimed host = signing host,
+"""The roster view (R-PRES-2): signed presence only, claimed host = signing host,
 newest ts wins, TTL liveness, signed tombstones retract, and only the owner may retract."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_live_entry_is_visible_and_lapses_after_ttl() -> None:
 
 
 def test_liveness_is_judged_against_the_followers_horizon_not_the_clock() -> None:
-    """Issue 16: silence the follower could not hear is no evidence of departure. While the
+    """R-PRES-3: silence the follower could not hear is no evidence of departure. While the
     horizon stands still (broker away), nobody lapses, however long; once the follower has read
     past ts + ttl without a newer heartbeat, the entry lapses."""
     f = Fleet()

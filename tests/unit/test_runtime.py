@@ -97,7 +97,7 @@ def test_effects_and_dedupe_rows_commit_together_then_offsets(sessions: Any) -> 
 
 
 def test_redelivery_after_crash_is_absorbed_by_dedupe(sessions: Any) -> None:
-    """Seed 001 scenario 1: the offset is committed only after the batch; dedupe skips."""
+    """R-FAIL-1: the offset is committed only after the batch; dedupe skips."""
     fake = FakeConsumer()
     for i in range(3):
         fake.produce("t", 0, b"k", f"v{i}".encode(), [("msgId", f"m{i}".encode())])
@@ -116,7 +116,7 @@ def test_redelivery_after_crash_is_absorbed_by_dedupe(sessions: Any) -> None:
 
 
 def test_commit_failure_runs_no_after_commit_effect(sessions: Any) -> None:
-    """Forward path: on any commit error, inject nothing (seed 000 §6)."""
+    """Forward path: on any commit error, inject nothing (R-ACK-3)."""
     fake = FakeConsumer()
     fake.produce("t", 0, b"k", b"brief", [("msgId", b"m1")])
     handler = Script()
@@ -164,7 +164,7 @@ def _static_member_with_a_brief(
 def test_fenced_right_after_its_own_session_timeout_rejoins_once_with_a_fresh_client(
     sessions: Any,
 ) -> None:
-    """librdkafka #3437, seen after a whole-cluster outage (issue 16): a static member that timed
+    """librdkafka #3437, seen after a whole-cluster outage: a static member that timed
     out its own session re-joins under a new member id and is fenced as the old one. That member
     joins again with a fresh client; the next fencing without a session timeout stops it."""
     rt, fake, handler, confs = _static_member_with_a_brief(sessions, "hostA")
@@ -183,7 +183,7 @@ def test_fenced_right_after_its_own_session_timeout_rejoins_once_with_a_fresh_cl
 def test_the_dropped_clients_late_fencing_does_not_stop_the_rejoined_member(
     sessions: Any,
 ) -> None:
-    """Chaos #9 (paused-leader): fenced right after its own session timeout, gateway A re-joined
+    """The ``paused-leader`` chaos scenario: fenced right after its own session timeout, gateway A re-joined
     with a fresh client -- and 0.15 s later stopped [FENCED] on a refused asynchronous commit of
     the client it had just dropped (served while that client closed). Results of the dropped
     client are dropped with it; the fresh client's own fencing still stops the member."""
@@ -213,7 +213,7 @@ def test_the_dropped_clients_late_fencing_does_not_stop_the_rejoined_member(
 def test_fenced_after_its_client_rejoined_on_its_own_is_fenced_by_itself(
     sessions: Any,
 ) -> None:
-    """Chaos #8 (broker-down): a synchronous commit blocked through a 68 s outage; meanwhile
+    """The ``broker-down`` chaos scenario: a synchronous commit blocked through a 68 s outage; meanwhile
     librdkafka timed out the session and re-joined under a new member id, and the commit came
     back FENCED_INSTANCE_ID -- but the client's SESSTMOUT line was still waiting to be served by
     a poll, so the gateway stopped [FENCED] with no second gateway anywhere. A member id that
@@ -246,7 +246,7 @@ def test_fenced_after_its_client_rejoined_on_its_own_is_fenced_by_itself(
 
 
 def test_retry_pauses_only_its_partition_and_keeps_order(sessions: Any) -> None:
-    """Seed 001 scenario 3: retry with backoff without blocking other partitions."""
+    """R-RETRY-2: retry with backoff without blocking other partitions."""
     fake = FakeConsumer()
     fake.produce("t", 0, b"a", b"a1", [("msgId", b"a1")])
     fake.produce("t", 0, b"a", b"a2", [("msgId", b"a2")])
@@ -309,8 +309,8 @@ def test_handler_exception_maps_to_retry_then_dead_letter(sessions: Any) -> None
 def test_a_failed_dedupe_claim_backs_the_batch_off_instead_of_escaping(
     sessions: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 14: a store error in the dedupe claim (the insert-or-ignore that opens the batch
-    transaction, issue 17) must not stop the inbox thread; the batch is re-read after a
+    """A store error in the dedupe claim (the insert-or-ignore that opens the batch
+    transaction) must not stop the inbox thread; the batch is re-read after a
     backoff, exactly like a failed batch transaction."""
     from sqlalchemy.exc import OperationalError
 
@@ -352,7 +352,7 @@ class VerifyingScript(Script):
 
 
 def test_a_duplicate_msg_id_is_verified_before_it_is_dropped(sessions: Any) -> None:
-    """Seed 000 §2.1: only a record that verifies may be dropped as a duplicate."""
+    """R-ENV-3: only a record that verifies may be dropped as a duplicate."""
     fake = FakeConsumer()
     fake.produce("t", 0, b"k", b"v0", [("msgId", b"m0")])
     handler = VerifyingScript({"m0"})
@@ -389,7 +389,7 @@ class FlakyQuarantine:
 
 
 def test_a_failed_quarantine_refresh_holds_every_partition_until_it_works(sessions: Any) -> None:
-    """Issue 14: the on-assign quarantine read may fail; no record may be handled on a stale
+    """The on-assign quarantine read may fail; no record may be handled on a stale
     cache (a key the previous owner quarantined), and the member must not crash."""
     from confluent_kafka import TopicPartition
 
@@ -414,7 +414,7 @@ def test_a_failed_quarantine_refresh_holds_every_partition_until_it_works(sessio
 
 
 class Pull:
-    """A pull-path handler (issue 17): its writes are staged, its bookkeeping is ``after_store``
+    """A pull-path handler: its writes are staged, its bookkeeping is ``after_store``
     -- nothing waits for the offset commit."""
 
     def __init__(self, forward: set[str] | None = None) -> None:
@@ -449,7 +449,7 @@ def _pull_runtime(sessions: Any, values: list[str], forward: set[str]) -> tuple[
 def test_a_pull_batch_commits_async_and_a_forward_batch_commits_sync_before_its_inject(
     sessions: Any,
 ) -> None:
-    """Issue 17 / seed 000 §5: the pull path may commit its offsets asynchronously (a lost
+    """R-ACK-7 / R-ACK-2: the pull path may commit its offsets asynchronously (a lost
     commit redelivers, dedupe absorbs it); the forward path keeps "commit before inject". Which
     one a batch gets follows from the follow-ups staged (``AfterStore`` vs ``AfterCommit``), not
     from a flag: one forward record makes its whole batch commit synchronously first."""
@@ -468,7 +468,7 @@ def test_a_failed_sync_commit_runs_after_store_bookkeeping_but_never_the_inject(
     sessions: Any,
 ) -> None:
     """The batch transaction committed, so its bookkeeping (seen-set, counters) holds; the
-    at-most-once inject does not run without a confirmed offset commit (seed 000 §6)."""
+    at-most-once inject does not run without a confirmed offset commit (R-ACK-3)."""
     rt, fake, handler = _pull_runtime(sessions, ["p0", "brief"], forward={"brief"})
     fake.fail_commits = KafkaError(KafkaError.REQUEST_TIMED_OUT)
     rt.step()
@@ -516,7 +516,7 @@ def _static_member_with_a_refused_async_commit(sessions: Any, code: int) -> Any:
 def test_a_static_member_with_a_stale_generation_is_rebalancing_not_fenced(
     sessions: Any,
 ) -> None:
-    """Seed 001 "partitions as concurrency" with static membership: a static member whose commit
+    """R-POOL-6 (partitions as concurrency with static membership): a static member whose commit
     meets ILLEGAL_GENERATION (another member's join moved the generation on; seen in the lab with
     static cooperative-sticky members rejoining after an outage) keeps running and commits again;
     FENCED_INSTANCE_ID (a second member holds its id) still stops it, on both commit paths."""
@@ -549,7 +549,7 @@ def test_a_static_member_with_a_stale_generation_is_rebalancing_not_fenced(
 def test_a_static_member_whose_session_expired_rejoins_instead_of_stopping(
     sessions: Any,
 ) -> None:
-    """Seed 000 §5 (commit before inject) across a network cut (chaos #11 `cut-off`): a static
+    """R-ACK-3 (commit before inject) across a network cut (the ``cut-off`` chaos scenario: a static
     member cut off past its session timeout is removed from the group, and the commit it had in
     flight comes back UNKNOWN_MEMBER_ID -- nobody holds its instance id (a second member would
     make it FENCED_INSTANCE_ID). That is a lost session, not fencing: the batch's briefs are not
@@ -606,7 +606,7 @@ def test_a_duplicate_in_one_batch_and_a_parked_record_claim_no_dedupe_row(sessio
 def test_the_store_is_warmed_before_the_first_poll_and_the_warm_up_writes_nothing(
     sessions: Any,
 ) -> None:
-    """Issue 17: no first-batch stall -- the dedupe claim and the handler's writes are
+    """No first-batch stall -- the dedupe claim and the handler's writes are
     compiled in a rolled-back transaction at subscribe, before any record is read."""
     from pipeline.runtime.dedupe import seen_ids
 
@@ -698,7 +698,7 @@ class Steps(Script):
 
 
 def test_a_pool_retry_keeps_its_records_in_memory_and_never_seeks_back(sessions: Any) -> None:
-    """Seed 001 scenario 3 in a worker pool: the retried record and the ones behind it wait in
+    """R-RETRY-4 in a worker pool: the retried record and the ones behind it wait in
     memory for the backoff and run again in order; the consumer is never sought back (a re-read
     waits out a fresh fetch), and the partition's offset is committed only past them."""
     from pipeline.runtime.inflight import Dispatcher, InflightConfig
@@ -746,7 +746,7 @@ class HeldSteps(Steps):
 
 
 def test_a_backlog_on_every_partition_starts_a_step_on_every_partition(sessions: Any) -> None:
-    """Seed 001 (partitions as concurrency): with a backlog on every partition a pool member
+    """R-POOL-1 (partitions as concurrency): with a backlog on every partition a pool member
     runs a step on each of them. The consumer hands a backlog out a partition at a time (as
     librdkafka does: one ``consume(50)`` returned 50 records of one partition), so the member
     takes records one by one and pauses a partition once it holds its buffer's worth; before,
@@ -774,10 +774,10 @@ def test_a_backlog_on_every_partition_starts_a_step_on_every_partition(sessions:
 def test_a_commit_refused_while_the_coordinator_moves_is_tried_again_then_the_brief_injected(
     sessions: Any,
 ) -> None:
-    """Chaos #14 (a clean rolling restart): the forward batch's commit came back
+    """The ``rolling-restart`` chaos scenario (a clean rolling restart): the forward batch's commit came back
     COORDINATOR_LOAD_IN_PROGRESS, its inject was skipped, and the brief ended as one FAILED
     INJECT_TIMEOUT. Refused before it was applied, the same commit is tried again; the inject
-    still follows a confirmed commit (seed 000 §6)."""
+    still follows a confirmed commit (R-ACK-3)."""
     fake = FakeConsumer()
     fake.produce("t", 0, b"k", b"brief", [("msgId", b"m1")])
     handler = Script()

@@ -1,5 +1,5 @@
 """Every schema in schemas/ with two or more versions: the newest reader reads data written
-with each older version (DESIGN.md §2: structured bodies evolve compatibly)."""
+with each older version (R-ENV-8: structured bodies evolve compatibly)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``pipeline.signals.stop_on_signals``: a stop signal never takes a lock in its handler.
 
-Found by chaos #4 (twin-host) at 20 repetitions: a ``fleet gateway run`` ignored SIGTERM for
+Found by the ``twin-host`` chaos scenario (docs/chaos.md) at 20 repetitions: a ``fleet gateway run`` ignored SIGTERM for
 20 s until SIGKILL; faulthandler's dump (SIGUSR2) showed the main thread in ``Event.set``
 inside ``Event.set``: a second SIGTERM's handler ran while the first one's ``set()`` held the
 event's non-reentrant lock. A handler runs on the main thread between any two bytecodes, so

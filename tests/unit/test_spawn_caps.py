@@ -1,4 +1,4 @@
-"""Spawn admission: seed 001 failure scenario 8 ("an orchestrator fans out too far": a cap on
+"""Spawn admission: R-SPAWN-5, R-FAIL-8 (an orchestrator fans out too far: a cap on
 subagents per parent and per job, and a spawn budget per job) -> CAP_EXCEEDED; an unknown
 profile has its own reason."""
 

@@ -1,5 +1,5 @@
 """docs/store.md names every table of the store with its retention rule, or says why it has
-none: a table added without a line there fails here (bounded stores, issue 13)."""
+none: a table added without a line there fails here (bounded stores)."""
 
 from __future__ import annotations
 

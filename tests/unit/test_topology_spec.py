@@ -1,4 +1,4 @@
-"""The declared topology (DESIGN.md §1): names, compaction on the roster, caps on the DLQ."""
+"""The declared topology (R-TOP-1): names, compaction on the roster, caps on the DLQ."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class _Admin:
 
 
 def test_a_gateway_accepts_the_replication_the_cluster_gave_its_topics() -> None:
-    """Issue 12 #7: a gateway declares replication=None (the cluster's default.replication.factor)
+    """A gateway declares replication=None (the cluster's default.replication.factor)
     so it runs on three nodes with RF 3 topics; an explicit factor still refuses a mismatch."""
     from pipeline.errors import TopologyError
     from pipeline.kafka.topology import apply_topology

@@ -21,7 +21,7 @@ STDERR_LIMIT = 2048  # bytes of stderr kept in the error (the tail: where the re
 
 
 class CommandInjector:
-    """Runs ``argv`` once per brief (seed 000 §5: the worker's own gateway injects locally).
+    """Runs ``argv`` once per brief (R-ACK-6: the worker's own gateway injects locally).
 
     The body goes to stdin; ``FLEET_MSG_ID``, ``FLEET_FROM``, ``FLEET_TO`` and ``FLEET_KIND`` are
     set. Exit 0 means injected. Exit 75 means "busy, nothing injected" (``TARGET_BUSY``,
@@ -116,7 +116,7 @@ def _feed_and_wait(proc: subprocess.Popen[bytes], body: bytes, timeout_s: float)
     """Write ``body`` to the command's stdin, close it and reap the command; raises
     ``TimeoutExpired`` past ``timeout_s``. Waits on a pidfd where Linux has one: the exit wakes
     the call at once. (``communicate`` with a timeout polls the child with sleeps that grow from
-    0.5 ms, which cost a fast command 1-2 ms of latency per inject; issue 17.)"""
+    0.5 ms, which cost a fast command 1-2 ms of latency per inject.)"""
     try:
         pidfd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):  # not Linux >= 5.3: the portable, polling way

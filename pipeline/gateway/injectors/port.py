@@ -1,6 +1,6 @@
 """The ``Injector`` port: how the gateway hands a brief to a local worker.
 
-Seed 000 §5 invariant 4: keystrokes never traverse the broker -- injection is a *local* write by
+R-ACK-6: keystrokes never traverse the broker -- injection is a *local* write by
 the worker's own gateway. The forward path is at-most-once: the gateway commits the offset before
 it calls :meth:`Injector.inject`, so an injector must never retry on its own after anything may
 have reached the target.

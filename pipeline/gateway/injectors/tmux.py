@@ -33,7 +33,7 @@ class PaneStatus:
 
 
 class TmuxInjector:
-    """Types a brief into a tmux pane: seed 000 §6 "status-gated herdr inject".
+    """Types a brief into a tmux pane: R-ACK-6: the inject is status-gated.
 
     Before typing, a probe (``capture-pane`` then ``display``, in one tmux call that fails when
     the pane does not exist) decides whether the pane is idle: with ``idle_pattern``, the last

@@ -247,7 +247,7 @@ def test_arrivals_are_even_and_seeded() -> None:
     per_part = [0] * s.partitions
     for e in evs:
         per_part[e.partition] += 1
-    assert max(per_part) - min(per_part) <= 1  # seed 001: "events spread evenly"
+    assert max(per_part) - min(per_part) <= 1  # R-LAB-1: "events spread evenly"
     lag = load_scenario(EXAMPLES / "lag_drain.toml")
     pre = [e for e in events(lag) if e.prefill]
     assert [sum(1 for e in pre if e.partition == p) for p in range(3)] == [50, 0, 160]
@@ -255,7 +255,7 @@ def test_arrivals_are_even_and_seeded() -> None:
 
 
 def test_poison_stall_measured_from_its_attempts() -> None:
-    """Seed 001 scenario 3: attempts at 0, 1, 3, 7, 15, 31 s (backoffs 1..16) stall 31 s."""
+    """R-LAB-4: attempts at 0, 1, 3, 7, 15, 31 s (backoffs 1..16) stall 31 s."""
     s = load_scenario(EXAMPLES / "poison.toml")
     starts = [100.0, 101.0, 103.0, 107.0, 115.0, 131.0]
     tries = [
@@ -268,7 +268,7 @@ def test_poison_stall_measured_from_its_attempts() -> None:
 
 
 def test_a_rebalance_without_a_fault_is_counted() -> None:
-    """Seed 001 scenario 2: a member that keeps polling is never dropped; an assignment change
+    """R-LAB-5: a member that keeps polling is never dropped; an assignment change
     while everyone is up and no fault is due is what a blown max.poll.interval looks like."""
     s = load_scenario(EXAMPLES / "slow_batch.toml")
     ticks = fluid_ticks(s)
@@ -286,7 +286,7 @@ def test_a_rebalance_without_a_fault_is_counted() -> None:
 
 
 def test_initial_lag_drain_pooled_matches_seed_example() -> None:
-    """Seed 001 lag example: 210 behind at 30/s in and 45/s out (pooled) drains in 14 s."""
+    """R-LAB-3 lag example: 210 behind at 30/s in and 45/s out (pooled) drains in 14 s."""
     s = load_scenario(EXAMPLES / "lag_drain.toml")
     a = analyse(s, predict(s), fluid_ticks(s), [], {})
     (drain,) = [r for r in a.rows if r.quantity == "initial lag drain (s)"]

@@ -1,4 +1,4 @@
-"""The lab's model against seed 001's worked numbers (pure: no broker, no clock)."""
+"""The lab's model against the R-LAB worked numbers (pure: no broker, no clock)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "lab"
 
 
 def test_worked_example_numbers() -> None:
-    """Seed 001 worked example: capacity 24/s, 83%, backlog 3,600 drains in 900 s, <= 200."""
+    """R-LAB-1 worked example: capacity 24/s, 83%, backlog 3,600 drains in 900 s, <= 200."""
     p = predict(load_scenario(EXAMPLES / "worked_example.toml"))
     assert p.in_flight == pytest.approx(40.0)
     assert p.capacity == pytest.approx(24.0)
@@ -38,7 +38,7 @@ def test_worked_example_numbers() -> None:
 
 
 def test_forty_partitions_never_drain() -> None:
-    """Seed 001: with 40 partitions capacity is 20/s, equal to arrivals: never drains."""
+    """R-LAB-1: with 40 partitions capacity is 20/s, equal to arrivals: never drains."""
     p = predict(load_scenario(EXAMPLES / "never_drains.toml"))
     assert p.capacity == pytest.approx(20.0)
     assert math.isinf(p.outages[0].drain_s)
@@ -46,7 +46,7 @@ def test_forty_partitions_never_drain() -> None:
 
 
 def test_range_assignor_six_partitions() -> None:
-    """Seed 001 Figure 6: range gives 2, 2, 1, 1 (the first members take the extra ones);
+    """R-LAB-2: range gives 2, 2, 1, 1 (the first members take the extra ones);
     with eight members two own nothing."""
     plan = range_assign(6, member_ids(4))
     assert [len(plan[m]) for m in member_ids(4)] == [2, 2, 1, 1]
@@ -76,7 +76,7 @@ def test_roundrobin_and_sticky_balance() -> None:
 
 
 def test_lag_drain_seed_example() -> None:
-    """Seed 001: lags 50, 0, 160 at 30/s in and 45/s out drain in 14 s."""
+    """R-LAB-3: lags 50, 0, 160 at 30/s in and 45/s out drain in 14 s."""
     assert f.lag_drain_seconds([50, 0, 160], 30.0, 45.0) == pytest.approx(14.0)
     assert math.isinf(f.lag_drain_seconds([10], 45.0, 45.0))
     assert predict(load_scenario(EXAMPLES / "lag_drain.toml")).lag_drain_s == pytest.approx(
@@ -85,7 +85,7 @@ def test_lag_drain_seed_example() -> None:
 
 
 def test_poison_stall() -> None:
-    """Seed 001 scenario 3: backoffs 1..16 s stall 31 s; 20/s over 48 partitions: ~13 behind."""
+    """R-LAB-4: backoffs 1..16 s stall 31 s; 20/s over 48 partitions: ~13 behind."""
     assert f.poison_stall_seconds([1, 2, 4, 8, 16]) == 31.0
     assert f.events_behind(31.0, 20.0, 48) == pytest.approx(12.9, abs=0.05)
     p = predict(load_scenario(EXAMPLES / "poison.toml"))
@@ -94,7 +94,7 @@ def test_poison_stall() -> None:
 
 
 def test_slow_batch_blows_poll_interval() -> None:
-    """Seed 001 scenario 2: 50 x 2 s = 100 s fits in 300 s; 50 x 7 s = 350 s does not."""
+    """R-LAB-5: 50 x 2 s = 100 s fits in 300 s; 50 x 7 s = 350 s does not."""
     assert not f.exceeds_poll_interval(50, 2.0, 300_000)
     assert f.exceeds_poll_interval(50, 7.0, 300_000)
     p = predict(load_scenario(EXAMPLES / "slow_batch.toml"))
@@ -154,7 +154,7 @@ def test_sticky_moves_only_the_stopped_members_partitions() -> None:
 
 def test_poison_backoffs_reach_the_members_as_their_retry_policy() -> None:
     """The members retry the poison record with the scenario's backoffs, scaled, no jitter
-    (the runtime's default 0.2 s x 2^n with jitter would not be seed 001's 1, 2, 4, 8, 16 s)."""
+    (the runtime's default 0.2 s x 2^n with jitter would not be R-LAB-4's 1, 2, 4, 8, 16 s)."""
     from pipeline.lab.processes import member_argv
     from pipeline.pool.config import parse_retry
 

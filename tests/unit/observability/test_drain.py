@@ -1,4 +1,4 @@
-"""Time to drain per group at the measured rates (seed 001's lag example, and "never")."""
+"""Time to drain per group at the measured rates (the R-LAB-3 lag example, and "never")."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ G = "fleet.pool.p"
 
 
 def seed_lags() -> FakeReader:
-    """Seed 001: log ends 1200, 1180, 1260 and committed 1150, 1180, 1100: lags 50, 0, 160."""
+    """R-OBS-3: log ends 1200, 1180, 1260 and committed 1150, 1180, 1100: lags 50, 0, 160."""
     r = FakeReader()
     r.marks = {(T, 0): (0, 1200), (T, 1): (0, 1180), (T, 2): (0, 1260)}
     r.committed = {G: {(T, 0): 1150, (T, 1): 1180, (T, 2): 1100}}
@@ -35,7 +35,7 @@ def advance(r: FakeReader, seconds: float, in_rate: int, out_rate: int) -> None:
 
 
 def test_seed_lag_example_drains_in_14_seconds() -> None:
-    """Seed 001: 210 lagging at 30/s in and 45/s out drains in 210 / 15 = 14 s."""
+    """R-OBS-3: 210 lagging at 30/s in and 45/s out drains in 210 / 15 = 14 s."""
     r = seed_lags()
     clock = [NOW]
     s = LagSampler(r, SamplerConfig(dlq_topic=None, rate_window_s=10), clock=lambda: clock[0])

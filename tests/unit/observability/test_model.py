@@ -23,7 +23,7 @@ def row(**kw: object) -> PartitionLag:
 
 
 def test_lag_messages_is_end_minus_committed_and_never_negative() -> None:
-    assert row(committed=1150, log_end=1200).lag_messages == 50  # seed 001 worked numbers
+    assert row(committed=1150, log_end=1200).lag_messages == 50  # the R-LAB-3 numbers
     assert row(committed=1180, log_end=1180).lag_messages == 0
     # committed read a moment after the log end (two separate calls): clamped, not -3
     assert row(committed=103, log_end=100).lag_messages == 0
@@ -49,7 +49,7 @@ def test_fresh_topic_reader_at_offset_zero_is_not_at_risk() -> None:
 
 
 def test_truncating_log_flags_group_near_log_start_before_loss() -> None:
-    """Seed 001: a group slower than retention silently skips -- we flag it first."""
+    """R-OBS-4: a group slower than retention silently skips -- we flag it first."""
     r = row(committed=10, log_start=5, log_end=100)
     assert r.lost_messages == 0
     assert r.retention_risk_ratio == pytest.approx(90 / 95)

@@ -72,7 +72,7 @@ def test_dlq_depth_is_end_minus_start() -> None:
 
 
 def test_dlq_age_is_the_oldest_retained_record_and_fetched_once() -> None:
-    """Seed 001: alarm on DLQ depth AND age -- age of the oldest retained dead letter."""
+    """R-DLQ-3: alarm on DLQ depth AND age -- age of the oldest retained dead letter."""
     r = fleet(1, 1, 1)
     r.marks[("fleet.dlq", 1)] = (0, 3)
     r.stamps[("fleet.dlq", 0, 2)] = int((NOW - 500) * 1000)

@@ -1,6 +1,7 @@
 """The in-flight dispatcher's intake and wake-up (pure logic around a fake consumer, no broker).
 
-Seed 001 ("each partition is processed one event at a time", partitions as concurrency): a member
+R-POOL-2 (each partition is processed one event at a time), R-POOL-1 (partitions as
+concurrency): a member
 with a backlog on every partition keeps every lane busy. Two ways it did not: one fetch filled the
 member with one partition's records (librdkafka hands out a backlog a partition at a time), and a
 finished step waited for the next ``poll`` timeout before its lane got the next record.
@@ -188,7 +189,7 @@ def _drain(d: Dispatcher) -> list[Record]:
 
 
 def test_a_retried_record_waits_in_memory_and_rejoins_its_lane_in_order_without_a_re_read() -> None:
-    """Seed 001 scenario 3 (a poison record, retried with backoff): a retry in a worker pool
+    """R-RETRY-4 (a poison record, retried with backoff): a retry in a worker pool
     keeps the partition's records in memory for the backoff -- nothing is sought back or
     fetched twice (a re-read waited out a fresh fetch, making every backoff half a second too
     long) -- and at release they rejoin their lane in offset order; nothing from the retried
@@ -237,7 +238,7 @@ def test_a_revoke_drops_held_back_records() -> None:
 
 
 def test_held_back_records_count_against_the_members_record_bound() -> None:
-    """``max.poll.records`` bounds what a member holds uncommitted (seed 001: redelivered after
+    """``max.poll.records`` bounds what a member holds uncommitted (R-POOL-3: redelivered after
     a crash <= members x max.poll.records), held-back records included."""
     runner = Recorder()
     d = dispatcher(runner, depth=10, max_records=5)
@@ -317,7 +318,7 @@ def test_the_depth_covers_a_refetch_within_the_members_record_bound() -> None:
     assert d._depth(12) == 1 + math.ceil(REFETCH_S / 0.4) == 4
     assert d._depth(20) == 2  # 50 // 20: the bound shared by the partitions, never below depth
     d.step_s = 2.0
-    assert d._depth(12) == 2  # seed 001's 2 s steps: one waiting record covers a refetch
+    assert d._depth(12) == 2  # R-LAB-1's 2 s steps: one waiting record covers a refetch
     d.close()
     plain = Dispatcher(InflightConfig(max_records=50, depth=2), Recorder())
     plain.step_s = 0.4

@@ -1,6 +1,6 @@
 """outbox: FAILED rows (status 3) with their reason, and an index over them
 
-A permanent produce error (issue 14) makes a row terminal; the relay lists failed rows to stop
+A permanent produce error makes a row terminal; the relay lists failed rows to stop
 their branches, hence the partial index.
 
 Revision ID: 0002_outbox_failed

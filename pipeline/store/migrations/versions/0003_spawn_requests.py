@@ -1,4 +1,4 @@
-"""fleet_spawn_requests: the requester's SPAWNs and their deadlines (issue 15)
+"""fleet_spawn_requests: the requester's SPAWNs and their deadlines
 
 Revision ID: 0003_spawn_requests
 Revises: 0002_outbox_failed

@@ -1,4 +1,4 @@
-"""fleet_spawns: the target's spawns by spawnId (dedupe + stored outcome, issue 15)
+"""fleet_spawns: the target's spawns by spawnId (dedupe + stored outcome, R-SPAWN-2)
 
 Revision ID: 0004_spawns
 Revises: 0003_spawn_requests

@@ -1,4 +1,4 @@
-"""presence horizon state, idempotency keys, sagas, pool step results (issues 16, 11, 10)
+"""presence horizon state, idempotency keys, sagas, pool step results
 
 Revision ID: 0005_wave2_tables
 Revises: 0004_spawns

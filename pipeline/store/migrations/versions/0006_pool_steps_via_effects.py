@@ -1,6 +1,6 @@
 """pool step results move to fleet_idempotency; pool members publish their lanes
 
-Pool step results now go through ``pipeline.effects`` (key class ``pool.<name>``, issue 11), so
+Pool step results now go through ``pipeline.effects`` (key class ``pool.<name>``), so
 ``fleet_pool_results`` has no reader or writer left and is dropped (its rows are step results of
 a replay window that the idempotency store now keeps; a downgrade recreates the empty table).
 ``fleet_pool_members`` holds one lanes row per running member for ``fleet pool status``.

@@ -1,4 +1,4 @@
-"""fleet_stops + fleet_spawns.ended_ms: STOP and reap (issue 15, seed 000 §8 step 7)
+"""fleet_stops + fleet_spawns.ended_ms: STOP and reap (R-LIFE-1)
 
 Revision ID: 0007_spawn_stops
 Revises: 0006_pool_steps_via_effects
