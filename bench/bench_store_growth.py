@@ -25,7 +25,8 @@ from bench.broker import kafka
 from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.bootstrap.retention import RULES
 from pipeline.envelope import Signer, TrustStore
-from pipeline.host.config import EntityConfig, GatewayConfig
+from pipeline.host.entity_config import EntityConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.presence.model import Delivery, Role
 from pipeline.retention import RetentionConfig
 from pipeline.retention.rules import StoreTable

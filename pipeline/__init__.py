@@ -23,8 +23,8 @@ _EXPORTS: dict[str, str] = {
     "TrustStore": "pipeline.envelope",
     "Verifier": "pipeline.envelope",
     # the gateway
-    "GatewayConfig": "pipeline.host.config",
-    "EntityConfig": "pipeline.host.config",
+    "GatewayConfig": "pipeline.host.gateway_config",
+    "EntityConfig": "pipeline.host.entity_config",
     "load_config": "pipeline.host.config",
     "GatewayClient": "pipeline.gateway.client",
     "build_gateway": "pipeline.bootstrap.gateway",

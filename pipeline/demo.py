@@ -18,7 +18,8 @@ from typing import Any
 from rich.console import Console
 
 from pipeline.envelope import Kind, Signer, TrustStore
-from pipeline.host.config import EntityConfig, GatewayConfig, InjectorSpec
+from pipeline.host.entity_config import EntityConfig, InjectorSpec
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.presence.model import Delivery, Role
 
 Say = Callable[[str, str], None]

@@ -389,8 +389,9 @@ def pull_inbox(
     from pipeline.gateway.inbound import InboxHandler
     from pipeline.gateway.injection import InjectionQueue
     from pipeline.gateway.metrics import GatewayMetrics
-    from pipeline.host.config import EntityConfig, GatewayConfig, InjectorSpec
     from pipeline.host.conversations import Conversations
+    from pipeline.host.entity_config import EntityConfig, InjectorSpec
+    from pipeline.host.gateway_config import GatewayConfig
     from pipeline.host.outbound import Publisher
     from pipeline.presence import StaticPresence
     from pipeline.presence.model import Delivery, Role
@@ -453,7 +454,7 @@ class OneHost:
 
     client: Any  # pipeline.gateway.client.GatewayClient
     engine: Any  # sqlalchemy.Engine
-    config: Any  # pipeline.host.config.GatewayConfig
+    config: Any  # pipeline.host.gateway_config.GatewayConfig
     store_url: str
     key_file: Path
 
@@ -464,7 +465,8 @@ def one_host(directory: Path) -> OneHost:
     from pipeline.bootstrap.client import build_client
     from pipeline.envelope import Signer
     from pipeline.host import roster_cache
-    from pipeline.host.config import EntityConfig, GatewayConfig
+    from pipeline.host.entity_config import EntityConfig
+    from pipeline.host.gateway_config import GatewayConfig
     from pipeline.presence.roles import Delivery, Role
     from pipeline.store import make_engine, session_factory
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from pipeline.envelope import Signer
     from pipeline.envelope.pairwise import Pairing
     from pipeline.gateway.metrics import GatewayMetrics
-    from pipeline.host.config import GatewayConfig
+    from pipeline.host.gateway_config import GatewayConfig
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,8 @@ from pipeline.envelope import Verifier
 from pipeline.gateway.dead_letter_outbox import OutboxDeadLetterSink, dead_letter_held, undrained
 from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.injectors import InjectMetrics, build_injector
-from pipeline.host.config import GatewayConfig, ProfileConfig
+from pipeline.host.entity_config import ProfileConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.outbound import Publisher
 from pipeline.presence import PresencePublisher
 from pipeline.presence.model import Delivery, Gone, Role

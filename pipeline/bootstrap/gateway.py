@@ -37,8 +37,8 @@ from pipeline.gateway.nudge import Nudger
 from pipeline.gateway.service import Gateway, Supervised
 from pipeline.gateway.socket_server import SocketServer
 from pipeline.hooks import NO_HOOKS, Hooks
-from pipeline.host.config import GatewayConfig
 from pipeline.host.conversations import Conversations
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.held import HeldStore
 from pipeline.host.outbound import Publisher
 from pipeline.host.tracking import FORWARD

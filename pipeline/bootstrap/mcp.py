@@ -12,7 +12,7 @@ from pipeline.control.socket_first import SocketFirstControl
 from pipeline.envelope import Signer
 from pipeline.errors import ConfigError
 from pipeline.gateway.socket_first import SocketFirst
-from pipeline.host.config import GatewayConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.presence.model import Delivery
 from pipeline.reasons import Config
 from pipeline.store import make_engine

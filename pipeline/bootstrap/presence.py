@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from pipeline.envelope import Signer, TrustStore
 from pipeline.envelope.pairwise import AgreementKey, Pairing
-from pipeline.host.config import GatewayConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.incarnation import take_incarnation
 from pipeline.kafka.settings import producer_config
 from pipeline.kafka.topics import TopicNames

@@ -16,7 +16,7 @@ from pipeline.failures.failed_to_topic import TopicFailedSink
 from pipeline.failures.metrics import FailureMetrics
 from pipeline.failures.reporter import FailedReporter
 from pipeline.gateway.failed_for_dead_letter import EnvelopeFailedSink
-from pipeline.host.config import GatewayConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.outbound import Publisher
 from pipeline.kafka.settings import (
     OffsetReset,

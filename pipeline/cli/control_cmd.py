@@ -13,7 +13,7 @@ from .gateway_cmd import ConfigOpt, JsonOpt, _load, _signer
 from .output import console, emit_json, fail_on_fleet_error
 
 if TYPE_CHECKING:
-    from pipeline.host.config import GatewayConfig
+    from pipeline.host.gateway_config import GatewayConfig
 
 
 def spawn(
@@ -78,14 +78,14 @@ def stop(
     """Queue a STOP for a spawned worker (outbox; works while the broker is down). Its host
     stops it, tombstones its presence and marks it reaped; the outcome (INJECTED = stopped, or
     FAILED with the reason) arrives through ``fleet poll``."""
-    from pipeline.host.config import invalid
     from pipeline.presence.model import Delivery
+    from pipeline.support.binder import config_error
 
     cfg = _load(Path(config))
     if requester is None:
         pulls = [e.gid for e in cfg.entities if e.delivery is Delivery.PULL]
         if len(pulls) != 1:
-            raise invalid("--as", None, f"name the requester: pull entities here are {pulls}")
+            raise config_error("--as", None, f"name the requester: pull entities here are {pulls}")
         requester = pulls[0]
     req = _control(
         cfg, "stop", requester=requester, gid=gid, host=host, reason=reason, stop_id=stop_id

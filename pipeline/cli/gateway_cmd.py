@@ -27,7 +27,7 @@ from .serving import LOOPBACK, MetricsAddressOpt, MetricsPortOpt, serve_metrics
 if TYPE_CHECKING:
     from pipeline.envelope import Signer
     from pipeline.gateway.client import GatewayClient
-    from pipeline.host.config import GatewayConfig
+    from pipeline.host.gateway_config import GatewayConfig
 
 app = typer.Typer(help="Run a host's gateway: the per-host inbox with the dual ack model.")
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.errors import DeliveryError, FleetError
 
 if TYPE_CHECKING:
-    from pipeline.host.config import GatewayConfig
+    from pipeline.host.gateway_config import GatewayConfig
     from pipeline.host.socket_client import Queued, SocketClient
 
 EXIT_FLEET_ERROR = 2

@@ -20,7 +20,8 @@ from typing import Annotated
 import typer
 
 from pipeline.errors import ConfigError
-from pipeline.host.config import GatewayConfig, load_config
+from pipeline.host.config import load_config
+from pipeline.host.gateway_config import GatewayConfig
 
 from .keys_cmd import create_key
 from .output import console, emit_json, fail_on_fleet_error

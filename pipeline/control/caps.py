@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pipeline.host.config import ProfileConfig
+from pipeline.host.entity_config import ProfileConfig
 from pipeline.reasons import Lifecycle
 
 

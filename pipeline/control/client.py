@@ -19,7 +19,7 @@ from pipeline.envelope import Envelope, Kind, encode
 from pipeline.envelope.model import now_ms
 from pipeline.errors import DeliveryError
 from pipeline.host import deadlines, roster_cache
-from pipeline.host.config import check_gid
+from pipeline.host.config_checks import check_gid
 from pipeline.host.outbound import Publisher
 from pipeline.host.senders import LocalSenders
 from pipeline.presence.model import gateway_gid

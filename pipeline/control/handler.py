@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline import schemas
 from pipeline.envelope import REPLAY, Envelope, Kind, Verifier
 from pipeline.errors import EnvelopeError
-from pipeline.host.config import ProfileConfig
+from pipeline.host.entity_config import ProfileConfig
 from pipeline.host.outbound import Publisher
 from pipeline.reasons import Lifecycle
 from pipeline.runtime import Record, Staged

@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from pipeline.host.config import InjectorSpec, ProfileConfig
+from pipeline.host.entity_config import InjectorSpec, ProfileConfig
 from pipeline.support.processes import pid_alive
 
 

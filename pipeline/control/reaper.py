@@ -35,7 +35,7 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline.host.config import ProfileConfig
+from pipeline.host.entity_config import ProfileConfig
 from pipeline.presence.model import Gone
 
 from . import spawns

@@ -9,10 +9,13 @@ from typing import TypeVar
 
 from pipeline.errors import ConfigError
 from pipeline.gateway.injectors import InjectMetrics, Injector, build_injector
-from pipeline.host.config import ALL_GROUP, EntityConfig, GatewayConfig, check_gid, invalid
+from pipeline.host.config_checks import check_gid
+from pipeline.host.entity_config import ALL_GROUP, EntityConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.kafka.topics import check_name
 from pipeline.presence.roles import ENTITY_DELIVERIES, ENTITY_ROLES, Delivery, Role
 from pipeline.reasons import Config
+from pipeline.support.binder import config_error
 
 E = TypeVar("E", Role, Delivery)
 Listener = Callable[["LocalEntity", bool], None]
@@ -93,11 +96,11 @@ class LocalEntities:
             injector=injector,
         )
         if entity.delivery is Delivery.INJECT and injector is None:
-            raise invalid(
+            raise config_error(
                 "injector", None, f"{gid} takes delivery by inject", Config.CONFIG_MISSING_INJECTOR
             )
         if entity.delivery is Delivery.PULL and injector is not None:
-            raise invalid("injector", injector, f"{gid} takes delivery by pull: no injector")
+            raise config_error("injector", injector, f"{gid} takes delivery by pull: no injector")
         with self._lock:
             if gid in self._by_gid and not replace:
                 raise ConfigError(
@@ -160,4 +163,4 @@ class LocalEntities:
 def _enum(cls: type[E], allowed: tuple[E, ...], value: str, key: str) -> E:
     if value in allowed:
         return cls(value)
-    raise invalid(key, value, f"must be one of {', '.join(allowed)}")
+    raise config_error(key, value, f"must be one of {', '.join(allowed)}")

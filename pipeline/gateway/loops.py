@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.control.handler import SpawnHandler
 from pipeline.envelope.model import now_ms
 from pipeline.errors import FencedError
-from pipeline.host.config import GatewayConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.incarnation import take_incarnation
 from pipeline.host.roster_cache import RosterEntry, RosterState
 from pipeline.outbox import Relay

@@ -22,13 +22,19 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from pipeline.errors import ConfigError
 from pipeline.reasons import Config, Security
-
-E = TypeVar("E", bound=enum.StrEnum)
-_UNKNOWN = Config.CONFIG_UNKNOWN_KEY
+from pipeline.support.binder import (
+    CONFIG_REASONS,
+    HIDDEN,
+    bind,
+    config_error,
+    in_file,
+    read_toml,
+    refuse_unknown,
+)
 
 
 class SecurityProtocol(enum.StrEnum):
@@ -129,6 +135,7 @@ NAMED_PROPERTIES: Final = frozenset(
         "ssl.key.location",
     }
 )
+_TLS_KEYS: Final = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")
 _SECRET_WORDS = ("password", "secret", "sasl.jaas", "sasl.oauthbearer.config", ".pem", "token")
 
 
@@ -184,8 +191,7 @@ class KafkaSecurity:
             for key in ("sasl_mechanism", "sasl_username", "sasl_password"):
                 if getattr(self, key) is not None:
                     raise _invalid(key, "(set)", f"does not apply to {proto}")
-        tls_keys = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")
-        for key in tls_keys:
+        for key in _TLS_KEYS:
             value = getattr(self, key)
             if value is not None and not proto.tls:
                 raise _invalid(key, value, f"does not apply to {proto}")
@@ -198,7 +204,7 @@ class KafkaSecurity:
         for key, value in self.properties:
             refusal = property_refusal(key)
             if refusal is not None:
-                raise _invalid(f"properties.{key}", "(hidden)", refusal[1], refusal[0])
+                raise _invalid(f"properties.{key}", HIDDEN, refusal[1], refusal[0])
             if not isinstance(value, str):
                 raise _invalid(f"properties.{key}", value, "must be a string")
 
@@ -212,7 +218,7 @@ class KafkaSecurity:
             conf["sasl.mechanism"] = self.sasl_mechanism.value
             conf["sasl.username"] = self.sasl_username
             conf["sasl.password"] = self.sasl_password.reveal()
-        for key in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location"):
+        for key in _TLS_KEYS:
             value = getattr(self, key)
             if value is not None:
                 conf[key.replace("_", ".")] = value
@@ -235,11 +241,7 @@ PLAINTEXT: Final = KafkaSecurity()
 
 
 def _invalid(key: str, value: Any, detail: str, reason: str = Config.CONFIG_INVALID) -> ConfigError:
-    return ConfigError(
-        f"kafka.{key} = {value!r}: {detail}",
-        reason=reason,
-        context={"key": f"kafka.{key}", "detail": detail, "value": value},
-    )
+    return config_error(f"kafka.{key}", value, detail, reason)
 
 
 _TABLE_KEYS: Final = (
@@ -262,30 +264,22 @@ def security_from_table(
     and it is the one place a password file or variable is read. Relative paths are taken from
     ``base_dir`` (the config file's folder)."""
     if not isinstance(table, Mapping):
-        raise _invalid("", table, "must be a table ([kafka])")
+        raise config_error("kafka", table, "must be a table ([kafka])")
     if "sasl_password" in table:
         raise _invalid(
             "sasl_password",
-            "(hidden)",
+            HIDDEN,
             "a password never goes inline: use sasl_password_file or sasl_password_env",
             Security.SECRET_INLINE,
         )
-    for key in table:
-        if key not in _TABLE_KEYS:
-            raise _invalid(
-                key, "(hidden)", f"unknown key (known: {', '.join(_TABLE_KEYS)})", _UNKNOWN
-            )
+    refuse_unknown(table, _TABLE_KEYS, at="kafka.", hide_values=True)
     values: dict[str, Any] = {}
-    for key in ("sasl_username", "ssl_ca_location", "ssl_certificate_location", "ssl_key_location"):
+    for key in ("security_protocol", "sasl_mechanism", "sasl_username", *_TLS_KEYS):
         if key in table:
             value = table[key]
-            if key != "sasl_username" and isinstance(value, str) and value and base_dir:
+            if key in _TLS_KEYS and isinstance(value, str) and value and base_dir:
                 value = str(base_dir / value)
             values[key] = value
-    proto = table.get("security_protocol", SecurityProtocol.PLAINTEXT.value)
-    values["security_protocol"] = _member(SecurityProtocol, proto, "security_protocol")
-    if "sasl_mechanism" in table:
-        values["sasl_mechanism"] = _member(SaslMechanism, table["sasl_mechanism"], "sasl_mechanism")
     password, source = _password(table, environ, base_dir)
     if password is not None:
         values["sasl_password"], values["password_source"] = password, source
@@ -296,13 +290,13 @@ def security_from_table(
     for key, value in props.items():
         refusal = property_refusal(key)
         if refusal is not None:
-            raise _invalid(f"properties.{key}", "(hidden)", refusal[1], refusal[0])
+            raise _invalid(f"properties.{key}", HIDDEN, refusal[1], refusal[0])
         if not isinstance(value, str | int | float):
             raise _invalid(f"properties.{key}", value, "must be a string, number or boolean")
         text = ("true" if value else "false") if isinstance(value, bool) else str(value)
         pairs.append((key, text))
     values["properties"] = tuple(sorted(pairs))
-    return KafkaSecurity(**values)
+    return bind(KafkaSecurity, values, reasons=CONFIG_REASONS, at="kafka.")
 
 
 def _password(
@@ -334,27 +328,11 @@ def _password(
     return None, None
 
 
-def _member(cls: type[E], value: Any, key: str) -> E:
-    try:
-        return cls(value)
-    except ValueError:
-        raise _invalid(key, value, f"one of {', '.join(cls)}") from None
-
-
 def load_kafka_file(path: str | Path, *, environ: Mapping[str, str]) -> KafkaSecurity:
     """The ``[kafka]`` table of a TOML file (a fleet.toml, or ``<login>.kafka.toml`` written by
     ``fleet kafka up --secure``), for commands that take ``--kafka-config``; an edge reader."""
-    import tomllib
-
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(
-            f"{path}: cannot read a [kafka] table: {exc}", reason=Config.CONFIG_NOT_FOUND
-        ) from None
+    data = read_toml(path, CONFIG_REASONS)
     try:
         return security_from_table(data.get("kafka", {}), environ=environ)
     except ConfigError as exc:
-        raise ConfigError(
-            f"{path}: {exc.args[0]}", reason=exc.reason, context=exc.context
-        ) from None
+        raise in_file(exc, str(path)) from None

@@ -20,15 +20,12 @@ from pipeline.errors import ConfigError
 from pipeline.pool.config import Assignment
 from pipeline.reasons import Lab
 from pipeline.runtime.lanes import Concurrency
+from pipeline.support.binder import config_error
 
 
 def bad(key: str, value: Any, detail: str, reason: Lab = Lab.LAB_INVALID_VALUE) -> ConfigError:
     """A ConfigError whose message and context carry the key path and the reason code."""
-    return ConfigError(
-        f"{key} = {value!r}: {detail}",
-        reason=reason.value,
-        context={"key": key, "value": value, "detail": detail},
-    )
+    return config_error(key, value, detail, reason.value)
 
 
 def positive(value: Any, key: str, *, allow_zero: bool = False) -> float:

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 
 from pipeline.errors import ConfigError
 from pipeline.reasons import Config, Retention
+from pipeline.support.binder import config_error
 
-# Light on purpose: gateway.config imports this, and `fleet send` must not load Kafka or SQL.
+# Light on purpose: host.config imports this, and `fleet send` must not load Kafka or SQL.
 DAY_S = 86_400.0
 DLQ_RETENTION_S = 14 * DAY_S  # TopologySpec.dlq_retention_ms (a unit test holds them equal)
 _DURATIONS = (
@@ -156,8 +157,5 @@ def covers(retention_s: float | None, replay_window_s: float | None) -> bool:
 
 
 def _invalid(key: str, value: object, detail: str, reason: str, **extra: object) -> ConfigError:
-    return ConfigError(
-        f"retention.{key} = {value!r}: {detail}",
-        reason=reason,
-        context={"key": key, "value": value, "detail": detail, **extra},
-    )
+    """Named under the ``[retention]`` table even when built in code."""
+    return config_error(f"retention.{key}", value, detail, reason, **extra)

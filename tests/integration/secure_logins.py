@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from pipeline.bootstrap.client import Factories
 from pipeline.cli.main import app
-from pipeline.host.config import EntityConfig, GatewayConfig
+from pipeline.host.entity_config import EntityConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.kafka.local import LocalCluster
 from pipeline.kafka.local.secure import ADMIN
 from pipeline.kafka.security import KafkaSecurity

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.envelope import Kind
-from pipeline.host.config import GatewayConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.held import HeldStore
 from pipeline.kafka.local.ports import free_ports
 from pipeline.observability import ExporterConfig, SamplerConfig, build_exporter

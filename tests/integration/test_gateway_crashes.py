@@ -18,9 +18,11 @@ from sqlalchemy import select
 from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.envelope import Kind
-from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.entity_config import EntityConfig, InjectorSpec
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.held import held_table
 from pipeline.outbox.tables import outbox
+from pipeline.presence.roles import Delivery, Role
 from pipeline.store import make_engine
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until

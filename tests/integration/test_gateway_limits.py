@@ -13,9 +13,11 @@ from confluent_kafka import Consumer
 from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.envelope import Kind
 from pipeline.failures.dlq import read_dead_letter
-from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, Role
+from pipeline.host.entity_config import EntityConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.kafka.settings import consumer_config
 from pipeline.kafka.topics import TopicNames
+from pipeline.presence.roles import Delivery, Role
 from pipeline.testing import BrokerHandle, unique_name
 from tests.integration.fleet_hosts import Fleet, wait_until
 

@@ -23,9 +23,11 @@ import pytest
 from pipeline.bootstrap.gateway import build_gateway
 from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.host import deadlines
-from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, Role
+from pipeline.host.entity_config import EntityConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.receipts import Receipt, read_receipt
 from pipeline.host.tracking import FORWARD
+from pipeline.presence.roles import Delivery, Role
 from pipeline.store import session_factory
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until

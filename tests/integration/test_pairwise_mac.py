@@ -17,8 +17,10 @@ import pytest
 
 from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.envelope import Kind
-from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.entity_config import EntityConfig, InjectorSpec
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.kafka.topics import TopicNames
+from pipeline.presence.roles import Delivery, Role
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until
 

@@ -14,7 +14,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from pipeline.bootstrap.client import Factories
 from pipeline.bootstrap.gateway import build_gateway
-from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, Role
+from pipeline.host.entity_config import EntityConfig
+from pipeline.host.gateway_config import GatewayConfig
+from pipeline.presence.roles import Delivery, Role
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until
 

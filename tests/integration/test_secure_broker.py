@@ -33,7 +33,8 @@ from pipeline.bootstrap.gateway import build_gateway
 from pipeline.cli.main import app
 from pipeline.envelope import Kind
 from pipeline.errors import FleetError, SecurityError
-from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.entity_config import EntityConfig, InjectorSpec
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.kafka.acls import apply_grants, gateway_grants
 from pipeline.kafka.errors import as_fleet_error
 from pipeline.kafka.local import LocalCluster
@@ -42,6 +43,7 @@ from pipeline.kafka.security import PLAINTEXT, KafkaSecurity, Secret
 from pipeline.kafka.settings import admin_config, consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
+from pipeline.presence.roles import Delivery, Role
 from pipeline.reasons import Security
 from pipeline.testing import unique_name
 from tests.integration.fleet_hosts import Fleet, wait_until

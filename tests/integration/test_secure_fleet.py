@@ -40,14 +40,8 @@ from pipeline.bootstrap.gateway import build_gateway
 from pipeline.chaos.procs import GatewayProc
 from pipeline.cli.main import app
 from pipeline.envelope import Kind
-from pipeline.host.config import (
-    Delivery,
-    EntityConfig,
-    InjectorSpec,
-    ProfileConfig,
-    Role,
-    load_config,
-)
+from pipeline.host.config import load_config
+from pipeline.host.entity_config import EntityConfig, InjectorSpec, ProfileConfig
 from pipeline.host.held import held_table
 from pipeline.host.receipts import read_receipt
 from pipeline.kafka.acls import Grant, Operation, Pattern, Resource, apply_grants, gateway_grants
@@ -57,6 +51,7 @@ from pipeline.kafka.local.secure import ADMIN
 from pipeline.kafka.settings import admin_config, consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import RowStatus, outbox
+from pipeline.presence.roles import Delivery, Role
 from pipeline.reasons import Security
 from pipeline.testing import unique_name
 from tests.integration.fleet_hosts import Fleet, wait_until

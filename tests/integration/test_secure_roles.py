@@ -24,7 +24,8 @@ from pipeline.bootstrap.client import Factories
 from pipeline.bootstrap.gateway import build_gateway
 from pipeline.cli.main import app
 from pipeline.errors import FleetError
-from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.entity_config import EntityConfig, InjectorSpec
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.held import held_table
 from pipeline.host.receipts import read_receipt
 from pipeline.kafka.errors import as_fleet_error
@@ -32,6 +33,7 @@ from pipeline.kafka.local import LocalCluster
 from pipeline.kafka.local.secure import ADMIN
 from pipeline.kafka.settings import consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
+from pipeline.presence.roles import Delivery, Role
 from pipeline.reasons import Security
 from pipeline.testing import unique_name
 from tests.integration.fleet_hosts import Fleet, wait_until

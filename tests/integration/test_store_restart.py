@@ -17,7 +17,9 @@ import pytest
 
 from pipeline.bootstrap.gateway import build_gateway
 from pipeline.envelope import Kind
-from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.entity_config import EntityConfig, InjectorSpec
+from pipeline.host.gateway_config import GatewayConfig
+from pipeline.presence.roles import Delivery, Role
 from pipeline.testing import BrokerHandle, _pg, start_test_postgres
 from tests.integration.fleet_hosts import Fleet, wait_until
 

@@ -14,9 +14,11 @@ import pytest
 from sqlalchemy import Engine, func, insert, select
 
 from pipeline.bootstrap.gateway import GatewayParts, build_gateway
-from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, Role
+from pipeline.host.entity_config import EntityConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.held import held_table
 from pipeline.outbox.tables import RowStatus, outbox
+from pipeline.presence.roles import Delivery, Role
 from pipeline.retention import RetentionConfig
 from pipeline.runtime.dedupe import dedupe_table
 from pipeline.testing import BrokerHandle

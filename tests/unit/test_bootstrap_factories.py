@@ -14,11 +14,13 @@ from pipeline.bootstrap.reporters import build_relay
 from pipeline.envelope import Signer, TrustStore
 from pipeline.errors import BrokerError
 from pipeline.hooks import NO_HOOKS, hooks_from_fault
-from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, Role
+from pipeline.host.entity_config import EntityConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import ensure_pool_topic
 from pipeline.observability import KafkaOffsetReader
 from pipeline.outbox import RowStatus, outbox, write
+from pipeline.presence.roles import Delivery, Role
 from pipeline.store import make_engine, session_factory
 
 

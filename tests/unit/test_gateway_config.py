@@ -8,16 +8,11 @@ from typing import Any
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.host.config import (
-    Delivery,
-    EntityConfig,
-    GatewayConfig,
-    InjectorSpec,
-    Role,
-    check_gid,
-    config_from_mapping,
-    load_config,
-)
+from pipeline.host.config import config_from_mapping, load_config
+from pipeline.host.config_checks import check_gid
+from pipeline.host.entity_config import EntityConfig, InjectorSpec
+from pipeline.host.gateway_config import GatewayConfig
+from pipeline.presence.roles import Delivery, Role
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet.toml"
 
@@ -297,7 +292,7 @@ def test_role_and_delivery_are_defined_once_and_the_host_entry_values_are_refuse
     """Role/Delivery live in presence.model; a local entity may not claim the host entry's
     ``gateway`` role or ``none`` delivery."""
     from pipeline.errors import ConfigError
-    from pipeline.host import config
+    from pipeline.host import entity_config as config
     from pipeline.presence import model
 
     assert config.Role is model.Role and config.Delivery is model.Delivery

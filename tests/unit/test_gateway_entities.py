@@ -11,7 +11,9 @@ from pipeline.errors import ConfigError
 from pipeline.gateway.entities import LocalEntities, LocalEntity
 from pipeline.gateway.injectors import CallbackInjector, CommandInjector, MeteredInjector
 from pipeline.gateway.injectors.metrics import InjectMetrics
-from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, InjectorSpec, Role
+from pipeline.host.entity_config import EntityConfig, InjectorSpec
+from pipeline.host.gateway_config import GatewayConfig
+from pipeline.presence.roles import Delivery, Role
 
 
 def noop(**_: object) -> None:

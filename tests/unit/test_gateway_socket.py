@@ -26,7 +26,7 @@ from pipeline.envelope import Signer
 from pipeline.errors import ConfigError, DeliveryError
 from pipeline.gateway.socket_server import SocketServer, _Pending, parse_send
 from pipeline.host import roster_cache
-from pipeline.host.config import GatewayConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.socket_client import GatewayUnavailable, SocketClient
 from pipeline.host.socket_protocol import (
     MAX_FRAME_BYTES,

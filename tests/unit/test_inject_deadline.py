@@ -27,7 +27,8 @@ from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import past_inject_deadline
 from pipeline.gateway.metrics import GatewayMetrics
 from pipeline.host import deadlines, roster_cache
-from pipeline.host.config import EntityConfig, GatewayConfig
+from pipeline.host.entity_config import EntityConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.held import held_table
 from pipeline.host.receipts import injected_body
 from pipeline.host.tracking import FORWARD, forward_table

@@ -15,7 +15,7 @@ from pipeline.gateway.injectors import (
     TmuxInjector,
     build_injector,
 )
-from pipeline.host.config import InjectorSpec
+from pipeline.host.entity_config import InjectorSpec
 
 ARGS = {"gid": "w1", "msg_id": "m-1", "kind": "SEND", "sender": "A-main", "body": b"hello"}
 

@@ -26,7 +26,7 @@ from pipeline.control.reaper import Reaper
 from pipeline.control.stop_handler import StopVerdict, decide_stop
 from pipeline.envelope import Signer
 from pipeline.host import roster_cache
-from pipeline.host.config import InjectorSpec, ProfileConfig
+from pipeline.host.entity_config import InjectorSpec, ProfileConfig
 from pipeline.outbox.tables import outbox
 from pipeline.presence.model import Gone
 from pipeline.store import make_engine, session_factory
@@ -177,8 +177,10 @@ def test_the_mcp_stop_and_workers_tools_queue_and_list_with_reason_coded_errors(
     import asyncio
 
     from pipeline.bootstrap.client import build_client, build_control_client
-    from pipeline.host.config import Delivery, EntityConfig, GatewayConfig, Role
+    from pipeline.host.entity_config import EntityConfig
+    from pipeline.host.gateway_config import GatewayConfig
     from pipeline.mcp.server import build_server
+    from pipeline.presence.roles import Delivery, Role
 
     signer = Signer.generate("A")
     main = EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL)

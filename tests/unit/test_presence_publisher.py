@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.host.config import Delivery as ConfigDelivery
-from pipeline.host.config import Role as ConfigRole
 from pipeline.presence import Gone, PresencePublisher, RosterView, SpawnProfile
+from pipeline.presence.roles import Delivery as ConfigDelivery
+from pipeline.presence.roles import Role as ConfigRole
 from tests.envelope_kit import Fleet
 
 

@@ -19,7 +19,8 @@ from pipeline.cli.main import app
 from pipeline.envelope import Signer
 from pipeline.errors import DeliveryError
 from pipeline.host import roster_cache
-from pipeline.host.config import EntityConfig, GatewayConfig
+from pipeline.host.entity_config import EntityConfig
+from pipeline.host.gateway_config import GatewayConfig
 from pipeline.presence.model import Delivery, Role
 from pipeline.store import make_engine, session_factory
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.control.caps import Counts, admit
-from pipeline.host.config import InjectorSpec, ProfileConfig
+from pipeline.host.entity_config import InjectorSpec, ProfileConfig
 from pipeline.reasons import Lifecycle
 
 PROFILE = ProfileConfig(

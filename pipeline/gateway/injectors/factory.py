@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from pipeline.errors import ConfigError
-from pipeline.host.config import InjectorSpec
+from pipeline.host.entity_config import InjectorSpec
 from pipeline.reasons import Config
 
 from .callback import CallbackInjector
