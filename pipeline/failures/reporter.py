@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session
 from pipeline.errors import EnvelopeError
 from pipeline.runtime.offsets import raise_if_offsets_lost
 from pipeline.store import metadata
+from pipeline.support.clock import now_ms
 
 from .dlq import DeadLetterView, read_dead_letter
 from .metrics import FailureMetrics
@@ -151,7 +152,7 @@ class FailedReporter:
                         sender=sender,
                         reason=view.reason[:64],
                         dead_letter_ref=view.ref,
-                        reported_ms=int(time.time() * 1000),
+                        reported_ms=now_ms(),
                     )
                 )
                 if isinstance(sink, StagedFailedSink) and not sink.stage_failed(

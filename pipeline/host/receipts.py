@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from pipeline import schemas
 from pipeline.errors import EnvelopeError
 from pipeline.reasons import Verification
+from pipeline.support.clock import now_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,7 @@ def injected_body(msg_id: str, recipient: str, *, stage: str = "") -> bytes:
         {
             "msg_id": msg_id,
             "recipient": recipient,
-            "injected_at_ms": int(time.time() * 1000),
+            "injected_at_ms": now_ms(),
             "stage": stage,
         },
     )
@@ -42,7 +42,7 @@ def failed_body(msg_id: str, recipient: str, *, reason: str, error: str, stage: 
             "reason": reason,
             "error": error[:1024],
             "stage": stage,
-            "failed_at_ms": int(time.time() * 1000),
+            "failed_at_ms": now_ms(),
         },
     )
 

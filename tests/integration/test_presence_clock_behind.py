@@ -24,10 +24,10 @@ from pipeline.chaos.cluster_faults import skew_env, write_skew_shim
 from pipeline.chaos.collect import held_count
 from pipeline.chaos.procs import GatewayProc
 from pipeline.envelope import Kind
-from pipeline.envelope.model import now_ms
 from pipeline.host.config import load_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.presence import PresenceEntry, RosterFollower, RosterView
+from pipeline.support.clock import now_ms
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until
 

@@ -19,7 +19,6 @@ from pipeline import schemas
 from pipeline.bootstrap.client import build_client
 from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.envelope import Envelope, Kind, encode
-from pipeline.envelope.model import now_ms
 from pipeline.errors import DeliveryError
 from pipeline.failures.dlq import DLQ_HEADER
 from pipeline.failures.dlq import SCHEMA as DLQ_SCHEMA
@@ -29,6 +28,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import outbox
 from pipeline.record_headers import unpack_headers
 from pipeline.store import make_engine
+from pipeline.support.clock import now_ms
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet, wait_until
 
