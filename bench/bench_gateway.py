@@ -30,6 +30,7 @@ from pipeline.kafka.settings import consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.presence import StaticPresence
 from pipeline.store import make_engine, session_factory
+from pipeline.support.clock import now_ms
 from pipeline.testing import unique_name
 
 from . import latency
@@ -86,7 +87,7 @@ def _baseline(
         msgs = c.consume(500, 0.05)
         if not msgs:
             continue
-        now = int(time.time() * 1000)
+        now = now_ms()
         held_rows, dedupe_rows, injected = [], [], []
         ids = [dict(m.headers())["msgId"].decode() for m in msgs]
         with sessions() as s:  # the same dedupe lookup the gateway does: redelivery is normal

@@ -31,6 +31,7 @@ from pipeline.presence.model import Delivery, Role
 from pipeline.retention import RetentionConfig
 from pipeline.retention.rules import StoreTable
 from pipeline.retention.stats import StoreStats, store_stats
+from pipeline.support.waiting import wait_until
 from pipeline.testing import unique_name
 
 RATE = 25  # messages per second
@@ -99,11 +100,7 @@ def main(quick: bool) -> dict[str, Any]:
         a.gateway.start()
         b.gateway.start()
         try:
-            deadline = time.monotonic() + 60
-            while not a.client.knows("main-b"):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("B's presence never reached A")
-                time.sleep(0.1)
+            wait_until(lambda: a.client.knows("main-b"), timeout_s=60, what="B's presence at A")
             series = _traffic(a, b, seconds)
         finally:
             a.gateway.stop()

@@ -335,31 +335,36 @@ def run_once(
         from pipeline.bootstrap.client import build_client
         from pipeline.host.config import load_config
         from pipeline.kafka.topics import TopicNames
+        from pipeline.support.waiting import wait_until
 
         t_start = time.monotonic()
         deadline = t_start + start_timeout_s
+
         # the stores exist once each gateway built its graph
-        while not all(
-            os.path.exists(u.removeprefix("sqlite:///"))
-            for u in run.urls.values()
-            if u.startswith("sqlite:///")
-        ):
+        def stores_exist() -> bool:
             run.check_alive()
-            if time.monotonic() > deadline:
-                raise TimeoutError("the gateways' stores never appeared")
-            time.sleep(0.1)
+            return all(
+                os.path.exists(u.removeprefix("sqlite:///"))
+                for u in run.urls.values()
+                if u.startswith("sqlite:///")
+            )
+
+        wait_until(stores_exist, timeout_s=deadline - time.monotonic(), what="the gateways' stores")
         time.sleep(1.0)
         # both ways: A must know B's entities, and B must know main-a (else B refuses the
         # first messages as UNKNOWN_SENDER and dead-letters them)
         watch_a = build_client(load_config(run.config("A")), signer=run.signers["A"])
         watch_b = build_client(load_config(run.config("B")), signer=run.signers["B"])
-        while not (
-            watch_a.knows("worker-b") and watch_a.knows("main-b") and watch_b.knows("main-a")
-        ):
+
+        def both_ways() -> bool:
             run.check_alive()
-            if time.monotonic() > deadline:
-                raise TimeoutError("hosts A and B never saw each other's entities")
-            time.sleep(0.1)
+            return watch_a.knows("worker-b") and watch_a.knows("main-b") and watch_b.knows("main-a")
+
+        wait_until(
+            both_ways,
+            timeout_s=deadline - time.monotonic(),
+            what="hosts A and B to see each other's entities",
+        )
         topics = TopicNames(prefix=run.prefix)
         _groups_stable(bootstrap, [topics.gateway_group(h) for h in GATEWAYS], deadline, run)
         result["start_s"] = round(time.monotonic() - t_start, 1)

@@ -21,6 +21,7 @@ from pipeline.envelope import Kind, Signer, TrustStore
 from pipeline.host.entity_config import EntityConfig, InjectorSpec
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.presence.model import Delivery, Role
+from pipeline.support.waiting import wait_until
 
 Say = Callable[[str, str], None]
 
@@ -105,7 +106,12 @@ def run_demo(
             a.gateway.start()
             b.gateway.start()
             say("gateways", f"A and B running (topics {cfg_a.topic_prefix}*)")
-            _wait(lambda: a.client.knows("worker-b") and b.client.knows("main-a"), timeout_s)
+            wait_until(
+                lambda: a.client.knows("worker-b") and b.client.knows("main-a"),
+                timeout_s=timeout_s,
+                what="the gateways to see each other's presence",
+                interval_s=0.05,
+            )
             _converse(a, b, observed, worker_inbox, briefs=briefs, timeout_s=timeout_s, say=say)
         finally:
             a.gateway.stop()
@@ -154,12 +160,3 @@ def _converse(
             observed["ok"] = True
             return
         time.sleep(0.01)
-
-
-def _wait(cond: Callable[[], bool], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise TimeoutError("the gateways did not see each other's presence in time")

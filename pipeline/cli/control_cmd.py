@@ -116,19 +116,18 @@ def _control(cfg: GatewayConfig, op: str, **fields: Any) -> dict[str, Any]:
 
 def workers(config: ConfigOpt, as_json: JsonOpt = False) -> None:
     """Live workers this host spawned: gid, parent, job, profile, age (from the local store)."""
-    import time
-
     from sqlalchemy import select
 
     from pipeline.control.spawns import LIVE, spawns_table
     from pipeline.store import make_engine
+    from pipeline.support.clock import now_ms
 
     cfg = _load(Path(config))
     engine = make_engine(cfg.store_url)
     with engine.connect() as c:
         rows = list(c.execute(select(spawns_table).where(spawns_table.c.state == LIVE)))
     engine.dispose()
-    now = int(time.time() * 1000)
+    now = now_ms()
     out = [
         {"gid": r.spawn_id, "parent": r.parent, "job": r.job, "profile": r.profile,
          "pid": r.pid, "ageS": round((now - r.created_ms) / 1000, 1)}

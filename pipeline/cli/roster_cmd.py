@@ -10,9 +10,9 @@ from typing import Annotated
 import typer
 
 from pipeline.envelope import TrustStore
-from pipeline.envelope.model import now_ms
 from pipeline.kafka.topics import TopicNames
 from pipeline.presence import RosterFollower, RosterView
+from pipeline.support.clock import now_ms
 
 from .keys_cmd import DEFAULT_TRUST_DIR
 from .login import KafkaConfigOpt, kafka_factories

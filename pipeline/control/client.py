@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline import outbox, schemas
 from pipeline.envelope import Envelope, Kind, encode
-from pipeline.envelope.model import now_ms
 from pipeline.errors import DeliveryError
 from pipeline.host import deadlines, roster_cache
 from pipeline.host.config_checks import check_gid
@@ -24,6 +23,7 @@ from pipeline.host.outbound import Publisher
 from pipeline.host.senders import LocalSenders
 from pipeline.presence.model import gateway_gid
 from pipeline.reasons import Lifecycle
+from pipeline.support.clock import now_ms
 
 from . import requests
 

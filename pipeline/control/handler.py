@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +36,7 @@ from pipeline.host.outbound import Publisher
 from pipeline.reasons import Lifecycle
 from pipeline.runtime import Record, Staged
 from pipeline.runtime.outcomes import ACK, DeadLetter, Outcome
+from pipeline.support.clock import now_ms
 
 from . import spawns
 from .answers import ANSWER_TTL_S, stage_answer
@@ -142,7 +142,7 @@ class SpawnHandler:
                 job=job,
                 state=spawns.LAUNCHING if verdict.admitted else spawns.REFUSED,
                 reason=None if verdict.reason is None else verdict.reason.value,
-                created_ms=int(time.time() * 1000),
+                created_ms=now_ms(),
             )
         )
         if verdict.admitted:

@@ -28,7 +28,6 @@ import logging
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,6 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.host.entity_config import ProfileConfig
 from pipeline.presence.model import Gone
+from pipeline.support.clock import now_ms
 
 from . import spawns
 from .launcher import Launcher, fill
@@ -126,9 +126,7 @@ class Reaper:
             row = spawns.get(s, gid)
             if row is None or row.state != spawns.STOPPING:
                 return False
-            spawns.set_state(
-                s, gid, spawns.REAPED, reason=cause.value, ended_ms=int(time.time() * 1000)
-            )
+            spawns.set_state(s, gid, spawns.REAPED, reason=cause.value, ended_ms=now_ms())
             dropped = self.drop_held(s, gid)
             if answer is not None:
                 answer(s)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import enum
 import functools
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +32,7 @@ from pipeline.host.outbound import Publisher
 from pipeline.reasons import Lifecycle
 from pipeline.runtime import Staged
 from pipeline.runtime.outcomes import ACK, DeadLetter, Outcome
+from pipeline.support.clock import now_ms
 
 from . import spawns, stops
 from .answers import ANSWER_TTL_S, stage_answer
@@ -126,7 +126,7 @@ class StopHandler:
             trace_id=env.trace_id,
             state=state.get(verdict, stops.REFUSED),
             reason=UNKNOWN_WORKER if verdict is StopVerdict.UNKNOWN_WORKER else None,
-            created_ms=int(time.time() * 1000),
+            created_ms=now_ms(),
         )
         decision.verdict = verdict
         if verdict is StopVerdict.STOP:
@@ -198,7 +198,7 @@ class StopHandler:
         """Each maintenance tick: a STOP still ``stopping`` long after its commit (its
         after-commit step raised) is finished again; the conditional ``reaped`` update keeps
         its answer single."""
-        cutoff = int(time.time() * 1000) - round(older_than_s * 1000)
+        cutoff = now_ms() - round(older_than_s * 1000)
         with self.sessions() as s:
             stalled = [r.stop_id for r in stops.stopping(s) if r.created_ms < cutoff]
         for stop_id in stalled:

@@ -16,6 +16,7 @@ from typing import Any
 
 from pipeline.errors import ConfigError
 from pipeline.reasons import Saga
+from pipeline.support.retrying import Backoff
 
 from .keys import key_from_identity
 
@@ -60,10 +61,10 @@ class SagaDefinition:
     compensation_backoff_max_s: float = 60.0
 
     def compensation_delay_s(self, failures: int) -> float:
-        """How long to wait before the next attempt after ``failures`` failed attempts."""
-        return min(
-            self.compensation_backoff_max_s, self.compensation_backoff_s * 2.0 ** (failures - 1)
-        )
+        """How long to wait before the next attempt after ``failures`` (>= 1) failed attempts."""
+        return Backoff(
+            initial_s=self.compensation_backoff_s, max_s=self.compensation_backoff_max_s
+        ).delay(failures)
 
     def __post_init__(self) -> None:
         problems = []

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 
 from pipeline.errors import EnvelopeError
+from pipeline.support import clock
 
 from .reasons import (
     H_EXPIRES_AT,
@@ -25,10 +25,6 @@ from .reasons import (
 )
 
 _MAX_MS = 10**16 - 1  # the wire form allows at most 16 decimal digits
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def new_id() -> str:
@@ -80,7 +76,7 @@ class Envelope:
         now_ms: int | None = None,
     ) -> Envelope:
         """Mint ``msgId`` (uuid4 hex) and ``traceId`` when not given; ``expiresAt = ts + ttl``."""
-        ts = _now() if now_ms is None else now_ms
+        ts = clock.now_ms() if now_ms is None else now_ms
         return cls(
             kind=Kind(kind),
             msg_id=msg_id or new_id(),
@@ -111,6 +107,3 @@ class Envelope:
         if self.spawn_id is not None:
             fields[H_SPAWN_ID] = self.spawn_id.encode("utf-8")
         return fields
-
-
-_now = now_ms

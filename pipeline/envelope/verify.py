@@ -40,12 +40,13 @@ from typing import Any, Protocol, runtime_checkable
 from cryptography.exceptions import InvalidSignature
 
 from pipeline.kafka.topics import TopicNames
+from pipeline.support.clock import now_ms
 
 from . import reasons as r
 from .canonical import canonical_bytes
 from .headers import RawHeaders, collect, fail, parse
 from .keys import TrustedKey, TrustStore
-from .model import Envelope, now_ms
+from .model import Envelope
 from .pairwise import MAC_KINDS, Pairing, UnknownPair, mac
 from .seen import SeenSet
 

@@ -29,6 +29,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.reasons import Failure
 from pipeline.record import Headers, key_text
 from pipeline.runtime.context import FailureContext
+from pipeline.support.clock import now_ms
 
 DLQ_HEADER = "fleet.dlq"
 SCHEMA = "dead_letter"
@@ -146,7 +147,7 @@ def dead_letter_headers(failure: FailureContext, *, gateway: str, group: str | N
         "group": group,
         "verified": failure.verified,
         "quarantined": failure.quarantined,
-        "dead_lettered_ms": int(time.time() * 1000),
+        "dead_lettered_ms": now_ms(),
     }
     return [*normalise_headers(rec.headers), (DLQ_HEADER, schemas.encode(SCHEMA, context))]
 

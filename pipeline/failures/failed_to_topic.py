@@ -19,6 +19,7 @@ from pipeline.errors import BrokerError
 from pipeline.kafka.clients import new_producer
 from pipeline.kafka.settings import producer_config
 from pipeline.record import key_text
+from pipeline.support.clock import now_ms
 
 from .dlq import DeadLetterView
 
@@ -51,7 +52,7 @@ class TopicFailedSink:
                 "reason": reason,
                 "error": error,
                 "stage": "dlq",
-                "failed_at_ms": int(time.time() * 1000),
+                "failed_at_ms": now_ms(),
             },
         )
         report: list[Any] = []

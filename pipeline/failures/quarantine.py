@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.record import Record
 from pipeline.record_headers import pack_headers
+from pipeline.support.clock import now_ms
 
 from .quarantine_model import (
     FAILED,
@@ -28,7 +29,6 @@ from .quarantine_model import (
     QuarantineEntry,
     ReleaseRequest,
     Scope,
-    now_ms,
     on_commit,
     where_scope,
 )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -66,10 +65,6 @@ class ReleaseRequest:
     requested_ms: int
     completed_ms: int | None
     note: str
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def where_scope(table: Table, scope: Scope, key: str | None = None) -> ColumnElement[bool]:

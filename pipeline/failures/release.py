@@ -19,6 +19,7 @@ from pipeline.errors import FleetError
 from pipeline.reasons import Failure
 from pipeline.record import Record
 from pipeline.record_headers import unpack_headers
+from pipeline.support.clock import now_ms
 
 from .quarantine_model import (
     DONE,
@@ -27,7 +28,6 @@ from .quarantine_model import (
     ParkedRecord,
     ReleaseRequest,
     Scope,
-    now_ms,
     on_commit,
     where_scope,
 )

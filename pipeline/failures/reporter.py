@@ -38,6 +38,7 @@ from pipeline.envelope.receipt_ids import failed_msg_id
 from pipeline.errors import EnvelopeError
 from pipeline.runtime.offsets import raise_if_offsets_lost
 from pipeline.store import metadata
+from pipeline.support.clock import now_ms
 
 from .dlq import DeadLetterView, read_dead_letter
 from .metrics import FailureMetrics
@@ -147,7 +148,7 @@ class FailedReporter:
                         sender=sender,
                         reason=view.reason[:64],
                         dead_letter_ref=view.ref,
-                        reported_ms=int(time.time() * 1000),
+                        reported_ms=now_ms(),
                     )
                 )
                 if isinstance(sink, StagedFailedSink) and not sink.stage_failed(

@@ -30,6 +30,7 @@ from pipeline.host.senders import LocalSenders
 from pipeline.host.tracking import FORWARD
 from pipeline.reasons import Delivery, Lifecycle
 from pipeline.store import read_sessions
+from pipeline.support.clock import now_ms
 
 from .metrics import GatewayMetrics
 
@@ -52,10 +53,6 @@ class SendRequest:
 
 
 _RESOLVED = "fleet_resolved"  # session.info: (transaction, {gid: roster entry})
-
-
-def _now() -> int:
-    return int(time.time() * 1000)
 
 
 class GatewayClient:
@@ -99,7 +96,7 @@ class GatewayClient:
         """True when ``gid`` is live in the roster mirrored into this host's store (heard from
         within its TTL, judged against the gateway's roster horizon)."""
         with self.reads() as s:
-            return roster_cache.lookup(s, gid, _now()) is not None
+            return roster_cache.lookup(s, gid, now_ms()) is not None
 
     def binding(self, gid: str) -> roster_cache.RosterEntry | None:
         """The last signed binding of ``gid`` this host knows, live or not."""
@@ -109,7 +106,7 @@ class GatewayClient:
     def roster(self) -> list[roster_cache.RosterEntry]:
         """The live roster as this host's gateway last mirrored it into the store."""
         with self.reads() as s:
-            return roster_cache.live(s, _now())
+            return roster_cache.live(s, now_ms())
 
     def _resolve(self, session: Session, to: str) -> roster_cache.RosterEntry:
         # one lookup per recipient per transaction: a group commit of many sends to a few
@@ -310,7 +307,7 @@ class GatewayClient:
         )
         with self.sessions.begin() as s:
             self._check_sender(s, sender)
-            hosts = roster_cache.hosts_with_group(s, group, _now())
+            hosts = roster_cache.hosts_with_group(s, group, now_ms())
             if not hosts:
                 if self.metrics is not None:
                     self.metrics.empty_broadcasts.inc()

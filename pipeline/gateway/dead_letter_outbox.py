@@ -9,7 +9,6 @@ broker is away right now. Format: ``pipeline.failures.dlq`` (original headers an
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.record_headers import unpack_headers
 from pipeline.runtime import Record, Staged
 from pipeline.runtime.context import FailureContext
+from pipeline.support.clock import now_ms
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +68,7 @@ def dead_letter_held(
     session: Session, sink: OutboxDeadLetterSink, rows: Sequence[Any], *, reason: str, error: str
 ) -> int:
     """Dead-letter held rows with ``reason`` and delete them, in ``session``'s transaction."""
-    now = int(time.time() * 1000)
+    now = now_ms()
     tx = Staged()
     for row in rows:
         sink.stage(

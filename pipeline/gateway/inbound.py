@@ -49,6 +49,7 @@ from pipeline.record_headers import pack_headers
 from pipeline.runtime import Record, Staged
 from pipeline.runtime.outcomes import ACK, DeadLetter, Outcome
 from pipeline.store import with_retry
+from pipeline.support.clock import now_ms
 
 from .entities import LocalEntities
 from .injection import TRACKED_KINDS, InjectionQueue, past_inject_deadline
@@ -330,7 +331,7 @@ class InboxHandler:
                 reason=HELD_CAP_EXCEEDED,
                 error=f"{recipient} already holds {self.max_held} undrained messages",
             )
-        tx.insert(held_table, _held_row(recipient, env, record, int(time.time() * 1000)))
+        tx.insert(held_table, _held_row(recipient, env, record, now_ms()))
         self._held.counts[recipient] = self._held.counts.get(recipient, 0) + 1
         tx.after_store(self.metrics.held_total.inc)
         return ACK
@@ -358,7 +359,7 @@ class InboxHandler:
             log.warning(
                 "brief %s from %s to %s arrived %d ms past its inject deadline: dead-lettered "
                 "%s, not injected",
-                env.msg_id, env.sender, env.to, _now_ms() - env.expires_at_ms,
+                env.msg_id, env.sender, env.to, now_ms() - env.expires_at_ms,
                 INJECT_DEADLINE_PASSED,
             )  # fmt: skip
             return DeadLetter(
@@ -422,10 +423,6 @@ def _held_row(recipient: str, env: Envelope, record: Record, now: int) -> dict[s
         "expires_at_ms": env.expires_at_ms,
         "held_at_ms": now,
     }
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _close_turn(session: Session, *, turn_id: str, state: str) -> None:

@@ -36,6 +36,7 @@ from pipeline.host.receipts import failed_receipt, injected_body
 from pipeline.reasons import Delivery, Verification
 from pipeline.runtime.retry import BackoffPolicy
 from pipeline.store import with_retry
+from pipeline.support import clock
 
 from .entities import LocalEntities
 from .metrics import GatewayMetrics
@@ -55,7 +56,7 @@ def past_inject_deadline(env: Envelope, now_ms: int | None = None) -> bool:
     """True once this host's clock is past ``expiresAt`` -- for a tracked brief, the inject
     deadline its sender signed. No skew allowance in the brief's favour (refuse when in doubt):
     the sender waits ``clock_skew_s`` beyond it before its own ``INJECT_TIMEOUT``."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     return now > env.expires_at_ms
 
 

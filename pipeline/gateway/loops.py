@@ -13,7 +13,6 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from pipeline.control.handler import SpawnHandler
-from pipeline.envelope.model import now_ms
 from pipeline.errors import FencedError
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.incarnation import take_incarnation
@@ -21,6 +20,7 @@ from pipeline.host.roster_cache import RosterEntry, RosterState
 from pipeline.outbox import Relay
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
 from pipeline.runtime import ConsumerRuntime
+from pipeline.support.clock import now_ms
 
 from .injection import InjectionQueue
 from .maintenance import Maintenance

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Callable, Iterable, Sequence
 from threading import Event
 
@@ -40,6 +39,7 @@ from pipeline.presence.model import Delivery
 from pipeline.reasons import Verification
 from pipeline.retention.purger import Purger
 from pipeline.store import read_sessions
+from pipeline.support.clock import now_ms
 
 from .dead_letter_outbox import OutboxDeadLetterSink, dead_letter_held
 from .entities import LocalEntities
@@ -107,7 +107,7 @@ class Maintenance:
 
     def expire_turns(self) -> int:
         """End every turn still waiting past its ASK's expiry, with a notice to the asker."""
-        now = int(time.time() * 1000)
+        now = now_ms()
         with self.reads() as r:
             if not Conversations.expired_turns(r, now, limit=1):
                 return 0
@@ -141,7 +141,7 @@ class Maintenance:
         return len(to_inject)
 
     def sweep(self) -> int:
-        now = int(time.time() * 1000)
+        now = now_ms()
         with self.reads() as r:
             if not self.held.expired(r, now, limit=1):
                 return 0

@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline.errors import FleetError
 from pipeline.host.conversations import Conversations
 from pipeline.host.held import HeldStore
+from pipeline.support.clock import now_ms
 
 from .injectors import Injector
 from .metrics import GatewayMetrics
@@ -76,7 +77,7 @@ class Nudger:
         initial_s: float,
         max_s: float,
         clock: Callable[[], float] = time.monotonic,
-        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        wall_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.targets = dict(targets)
         self.reads = reads

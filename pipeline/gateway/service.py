@@ -18,6 +18,7 @@ from typing import Any
 
 from pipeline.errors import FleetError
 from pipeline.kafka.errors import BrokerErrorClass, classify, kafka_error_of
+from pipeline.support.retrying import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +27,9 @@ log = logging.getLogger(__name__)
 class Supervised:
     """A named loop run in a thread. A retriable error (a :class:`FleetError` with
     ``retriable``, or a broker error :func:`pipeline.kafka.errors.classify` calls transient) is
-    waited out: the loop restarts after a backoff that doubles up to ``max_backoff_s``. Any
-    other error restarts it only when ``restart``; else the gateway stops, loudly."""
+    waited out: the loop restarts after a backoff that doubles up to ``max_backoff_s``
+    (:class:`pipeline.support.retrying.Backoff`, no jitter). Any other error restarts it only
+    when ``restart``; else the gateway stops, loudly."""
 
     name: str
     body: Callable[[threading.Event], None]
@@ -55,7 +57,8 @@ class Gateway:
         return self
 
     def _supervise(self, loop: Supervised) -> None:
-        backoff = loop.backoff_s
+        backoff = Backoff(initial_s=loop.backoff_s, max_s=loop.max_backoff_s)
+        failures = 0  # in this episode of crashes
         while not self.stop_event.is_set():
             started = time.monotonic()
             try:
@@ -78,7 +81,7 @@ class Gateway:
                         self.host,
                         loop.name,
                         exc,
-                        backoff,
+                        backoff.delay(failures + 1),
                     )
                 else:
                     log.exception("gateway %s: %s crashed", self.host, loop.name)
@@ -87,9 +90,9 @@ class Gateway:
                         self.stop_event.set()
                         return
             if time.monotonic() - started > 60:
-                backoff = loop.backoff_s  # it had been running: a new episode
-            self.stop_event.wait(backoff)
-            backoff = min(backoff * 2, loop.max_backoff_s)
+                failures = 0  # it had been running: a new episode
+            failures += 1
+            self.stop_event.wait(backoff.delay(failures))
 
     def fail(self, exc: BaseException) -> None:
         """Stop the gateway with ``exc`` as its exit reason: a refusal no loop can wait out (a

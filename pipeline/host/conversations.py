@@ -8,7 +8,6 @@ ANSWER. Rows carry an expiry: a crashed poller cannot leave a waiter open foreve
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +16,7 @@ from sqlalchemy import BigInteger, Column, String, Table, delete, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.store import metadata
+from pipeline.support.clock import now_ms
 
 waiters_table = Table(
     "fleet_waiters",
@@ -42,10 +42,6 @@ turns_table = Table(
 WAITING, ANSWERED, ABANDONED, EXPIRED = "waiting", "answered", "abandoned", "expired"
 
 
-def _now() -> int:
-    return int(time.time() * 1000)
-
-
 class Conversations:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self.sessions = sessions
@@ -55,7 +51,7 @@ class Conversations:
     def open_pull(self, gid: str, timeout_s: float) -> Iterator[str]:
         """Registers a blocking pull of ``gid`` for its duration (plus a safety margin)."""
         waiter = uuid.uuid4().hex
-        now = _now()
+        now = now_ms()
         with self.sessions.begin() as s:
             s.execute(
                 insert(waiters_table).values(
@@ -72,7 +68,7 @@ class Conversations:
                 s.execute(delete(waiters_table).where(waiters_table.c.waiter_id == waiter))
 
     def has_open_pull(self, session: Session, gid: str, now: int | None = None) -> bool:
-        now = _now() if now is None else now
+        now = now_ms() if now is None else now
         row = session.execute(
             select(waiters_table.c.waiter_id)
             .where(waiters_table.c.gid == gid, waiters_table.c.expires_ms > now)
@@ -91,7 +87,7 @@ class Conversations:
                 asker=asker,
                 asked=asked,
                 ask_msg_id=msg_id,
-                opened_ms=_now(),
+                opened_ms=now_ms(),
                 expires_at_ms=expires_at_ms,
                 state=WAITING,
             )
@@ -99,7 +95,7 @@ class Conversations:
 
     @staticmethod
     def turn_waiting(session: Session, turn_id: str, now: int | None = None) -> bool:
-        now = _now() if now is None else now
+        now = now_ms() if now is None else now
         row = session.execute(
             select(turns_table.c.state, turns_table.c.expires_at_ms).where(
                 turns_table.c.turn_id == turn_id

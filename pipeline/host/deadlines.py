@@ -20,7 +20,6 @@ already held (the DLQ reporter's, about the same send) is kept as the one.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.host.held import hold_notice
 from pipeline.host.receipts import failed_receipt
+from pipeline.support import clock
 
 PENDING, FAILED, LATE, UNCERTAIN = "pending", "failed", "late", "uncertain"
 
@@ -176,7 +176,7 @@ class Deadlines:
 
     def tick(self, now_ms: int | None = None) -> int:
         """Settle what is overdue; returns how many FAILED were held (a kept one not counted)."""
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         return sum(self._expire(kind, now) for kind in self.kinds)
 
     def _expire(self, kind: Tracked, now: int) -> int:

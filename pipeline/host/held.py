@@ -8,7 +8,6 @@ dead-letter it verbatim.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope
 from pipeline.store import metadata
+from pipeline.support.clock import now_ms
 
 held_table = Table(
     "fleet_held",
@@ -98,10 +98,6 @@ def _message(row: Any) -> HeldMessage:
         expires_at_ms=row.expires_at_ms,
         held_at_ms=row.held_at_ms,
     )
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def hold_notice(session: Session, env: Envelope, now: int) -> bool:

@@ -25,8 +25,8 @@ from sqlalchemy import BigInteger, Column, String, Table, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline.envelope.model import now_ms
 from pipeline.store import metadata
+from pipeline.support.clock import now_ms
 
 incarnation_table = Table(
     "fleet_incarnation",

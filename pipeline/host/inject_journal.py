@@ -25,7 +25,6 @@ outcome, never both. A msgId already in the journal is never injected again.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +33,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from pipeline.store import metadata
+from pipeline.support.clock import now_ms
 
 OPEN, INJECTED, FAILED, DROPPED, UNCERTAIN = "open", "injected", "failed", "dropped", "uncertain"
 CLOSED = (INJECTED, FAILED, DROPPED, UNCERTAIN)
@@ -51,10 +51,6 @@ journal_table = Table(
     Column("closed_ms", BigInteger, nullable=True, index=True),
     Column("state", String(16), nullable=False, index=True),  # open | injected | ... (CLOSED)
 )
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # Built once (the compiled form is cached by SQLAlchemy): the journal costs two statements per
@@ -82,7 +78,7 @@ def open_entry(
         "sender": sender,
         "reply_host": reply_host,
         "trace_id": trace_id,
-        "opened_ms": _now_ms(),
+        "opened_ms": now_ms(),
         "state": OPEN,
     }
     return bool(getattr(session.execute(stmt, row), "rowcount", 0))
@@ -92,7 +88,7 @@ def close_entry(session: Session, msg_id: str, state: str) -> bool:
     """Move ``msg_id`` out of ``open``; False when it was not open (a restart's report or a
     twin got there first: the caller then stages no receipt)."""
     assert state in CLOSED, state
-    params = {"b_msg_id": msg_id, "b_state": state, "b_closed_ms": _now_ms()}
+    params = {"b_msg_id": msg_id, "b_state": state, "b_closed_ms": now_ms()}
     return bool(getattr(session.execute(_CLOSE, params), "rowcount", 0))
 
 

@@ -3,7 +3,6 @@ builder of the ``FAILED`` envelope, used by every source of a FAILED."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from pipeline import schemas
@@ -11,6 +10,7 @@ from pipeline.envelope import Envelope, Kind
 from pipeline.envelope.receipt_ids import failed_msg_id
 from pipeline.errors import EnvelopeError
 from pipeline.reasons import Verification
+from pipeline.support.clock import now_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ def injected_body(msg_id: str, recipient: str, *, stage: str = "") -> bytes:
         {
             "msg_id": msg_id,
             "recipient": recipient,
-            "injected_at_ms": int(time.time() * 1000),
+            "injected_at_ms": now_ms(),
             "stage": stage,
         },
     )
@@ -45,7 +45,7 @@ def failed_body(msg_id: str, recipient: str, *, reason: str, error: str, stage: 
             "reason": reason,
             "error": error[:1024],
             "stage": stage,
-            "failed_at_ms": int(time.time() * 1000),
+            "failed_at_ms": now_ms(),
         },
     )
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -27,6 +26,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from pipeline.errors import BrokerError, FleetError
 from pipeline.reasons import Broker
+from pipeline.support.retrying import Backoff, retry_call
 
 from .refusals import security_error
 
@@ -165,22 +165,27 @@ def wait_out(
 ) -> T:
     """Run ``call``; retry retriable failures (classified here) with doubling backoff until
     ``deadline_s``, reporting the first one and the recovery. Non-retriable errors raise at once."""
-    deadline = time.monotonic() + deadline_s
-    backoff = first_backoff_s
     failures = 0
-    while True:
+
+    def attempt() -> T:
         try:
-            result = call()
+            return call()
         except (KafkaException, FleetError) as exc:
-            err = as_fleet_error(exc, what)
-            if not err.retriable or time.monotonic() + backoff > deadline:
-                raise err from exc
-            failures += 1
-            if failures == 1:
-                log.warning("%s: %s (transient: waiting it out with backoff)", what, err)
-            time.sleep(backoff)
-            backoff = min(backoff * 2, max_backoff_s)
-            continue
-        if failures:
-            log.info("%s: succeeded after %d transient failures", what, failures)
-        return result
+            raise as_fleet_error(exc, what) from exc
+
+    def report(err: Exception, attempt: int, _delay: float) -> None:
+        nonlocal failures
+        failures = attempt
+        if attempt == 1:
+            log.warning("%s: %s (transient: waiting it out with backoff)", what, err)
+
+    result = retry_call(
+        attempt,
+        retriable=lambda err: isinstance(err, FleetError) and err.retriable,
+        backoff=Backoff(initial_s=first_backoff_s, max_s=max_backoff_s),
+        deadline_s=deadline_s,
+        on_retry=report,
+    )
+    if failures:
+        log.info("%s: succeeded after %d transient failures", what, failures)
+    return result

@@ -20,7 +20,6 @@ stops loudly behind it (:mod:`.terminal`, docs/outbox.md). A row refused synchro
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections import deque
@@ -40,6 +39,7 @@ from pipeline.kafka.produce_errors import permanent_error, permanent_reason
 from pipeline.kafka.settings import producer_config
 from pipeline.record_headers import unpack_headers
 from pipeline.store import readonly
+from pipeline.support.retrying import Backoff, retry_call
 
 from .acker import Acker
 from .batch import Batch
@@ -55,6 +55,13 @@ log = logging.getLogger(__name__)
 # A row not handed to the producer because an earlier row of its branch was refused: it simply
 # stays pending (neither a delivery failure nor a retry of its own).
 HELD_BACK: Any = object()
+
+
+def _report_failure(exc: Exception, _attempt: int, delay: float) -> None:
+    if isinstance(exc, FleetError):
+        log.warning("outbox relay: %s; retrying in %.1fs", exc, delay)
+    else:
+        log.error("outbox relay: unexpected error; retrying in %.1fs", delay, exc_info=exc)
 
 
 class Relay:
@@ -142,26 +149,29 @@ class Relay:
     def run_forever(self, stop: threading.Event) -> None:
         """Loop until ``stop`` is set, backing off on any failure; never raises broker errors."""
         self._stop = stop
-        backoff = self.backoff_initial_s
         # Create the producer now: librdkafka connects and fetches metadata in the background
         # while the outbox is empty, so the first real row does not pay for it.
         self._ensure_producer()
+        backoff = Backoff(initial_s=self.backoff_initial_s, max_s=self.backoff_max_s, jitter=0.2)
+
+        def one_pass() -> int:
+            self._wake.clear()  # a wake() from here on ends the idle wait below at once
+            return self.drain()
+
         try:
             while not stop.is_set():
-                self._wake.clear()  # a wake() from here on ends the idle wait below at once
-                try:
-                    acked = self.drain()
-                except FleetError as exc:
-                    log.warning("outbox relay: %s; retrying in %.1fs", exc, backoff)
-                    stop.wait(backoff * random.uniform(0.8, 1.2))
-                    backoff = min(backoff * 2, self.backoff_max_s)
-                    continue
-                except Exception:  # its own supervisor: log, back off, go on
-                    log.exception("outbox relay: unexpected error; retrying in %.1fs", backoff)
-                    stop.wait(backoff)
-                    backoff = min(backoff * 2, self.backoff_max_s)
-                    continue
-                backoff = self.backoff_initial_s
+                try:  # its own supervisor: any failure is logged and waited out, never raised
+                    acked = retry_call(
+                        one_pass,
+                        retriable=lambda exc: True,
+                        backoff=backoff,
+                        wait=stop.wait,
+                        on_retry=_report_failure,
+                    )
+                except Exception:
+                    if stop.is_set():
+                        return  # a stop ended the retrying; nothing else does
+                    raise
                 if acked == 0:
                     self._wake.wait(self.idle_wait_s)
         finally:

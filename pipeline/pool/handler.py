@@ -29,6 +29,7 @@ from pipeline.record import Record
 from pipeline.runtime.dedupe import is_applied
 from pipeline.runtime.outcomes import Ack, Outcome
 from pipeline.runtime.staging import Staged
+from pipeline.support.clock import now_ms
 
 from .claims import Applied, StepClaims, outcome_value
 from .metrics import PoolMetrics
@@ -96,7 +97,7 @@ class PoolHandler:
 
     # -- worker thread ---------------------------------------------------------------------------
     def run(self, record: Record) -> None:
-        started = _now_ms()
+        started = now_ms()
         ref = (record.topic, record.partition, record.offset)
         with self._lock:
             self._running[ref] = started
@@ -104,7 +105,7 @@ class PoolHandler:
             self._log_event(record, None, started)
             outcome = self._run(record, started)
         except Exception as exc:  # noqa: BLE001 - e.g. the store is down: a failed attempt
-            outcome = StepResult(started, _now_ms(), error=exc)
+            outcome = StepResult(started, now_ms(), error=exc)
         finally:
             with self._lock:
                 self._running.pop(ref, None)
@@ -118,13 +119,13 @@ class PoolHandler:
         if claims is not None:
             answer = claims.claim(eid, payload, applied=functools.partial(self._applied, eid))
             if isinstance(answer, Applied):
-                return StepResult(started, _now_ms())
+                return StepResult(started, now_ms())
             if isinstance(answer, Done):
                 return self._reused(started, outcome_value(answer))
             if isinstance(answer, Mismatch):
-                return StepResult(started, _now_ms(), error=_mismatch(eid))
+                return StepResult(started, now_ms(), error=_mismatch(eid))
             if not isinstance(answer, FirstUse):  # the member is stopping while another holds it
-                return StepResult(started, _now_ms(), error=_stopping(eid))
+                return StepResult(started, now_ms(), error=_stopping(eid))
         t0 = time.monotonic()
         try:
             value = encode_result(self.step(record))
@@ -132,13 +133,13 @@ class PoolHandler:
             self._observe(t0, "error")
             if claims is not None:
                 claims.release(eid)  # the runtime's retry runs the step again
-            return StepResult(started, _now_ms(), error=exc)
+            return StepResult(started, now_ms(), error=exc)
         self._observe(t0, "ok")
         if claims is not None:
             stored = claims.complete(eid, value, payload)
             if stored != value:  # taken over while it ran: the other holder's outcome wins
                 return self._reused(started, stored)
-        return StepResult(started, _now_ms(), result=value)
+        return StepResult(started, now_ms(), result=value)
 
     def _applied(self, eid: str, session: Session | Connection) -> bool:
         """The runtime's dedupe row exists (asked inside the claim's transaction)."""
@@ -147,7 +148,7 @@ class PoolHandler:
     def _reused(self, started: int, value: str) -> StepResult:
         if self.metrics:
             self.metrics.reused.labels(self.metrics.pool).inc()
-        return StepResult(started, _now_ms(), result=value, reused=True)
+        return StepResult(started, now_ms(), result=value, reused=True)
 
     def _observe(self, t0: float, result: str) -> None:
         if self.metrics:
@@ -242,7 +243,3 @@ def _stopping(eid: str) -> FleetError:
         reason=Idempotency.IDEM_IN_PROGRESS,
         retriable=True,
     )
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

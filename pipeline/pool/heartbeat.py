@@ -27,6 +27,8 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from pipeline.support import clock
+
 from .claims import StepClaims
 from .metrics import PoolMetrics
 from .tables import members_table
@@ -95,7 +97,7 @@ class Heartbeat:
         return self.claims is not None and bool(self.claims.held())
 
     def beat(self) -> None:
-        now = int(time.time() * 1000)
+        now = clock.now_ms()
         starts = self.running()
         row = {
             "running": len(starts),
@@ -147,7 +149,7 @@ class Heartbeat:
 
 def member_lanes(session: Session, pool: str, *, now_ms: int | None = None) -> list[MemberLanes]:
     """Every published member row of ``pool`` (stale ones flagged), by member name."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     rows = session.execute(
         select(members_table).where(members_table.c.pool == pool).order_by(members_table.c.member)
     )

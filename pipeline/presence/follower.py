@@ -38,12 +38,13 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from pipeline.envelope.model import now_ms
 from pipeline.errors import BrokerError, FleetError
 from pipeline.kafka.clients import ClientFactory, new_consumer
 from pipeline.kafka.errors import BrokerErrorClass, as_fleet_error, classify
 from pipeline.kafka.settings import consumer_config
 from pipeline.kafka.topics import TopicNames
+from pipeline.support.clock import now_ms
+from pipeline.support.retrying import Backoff, retry_call
 
 from .metrics import PresenceMetrics
 from .roster import RosterView
@@ -113,29 +114,37 @@ class RosterFollower:
         offsets seen now; transient broker errors are waited out (backoff) until ``timeout_s``.
         Returns the number of records read."""
         deadline = time.monotonic() + timeout_s
-        backoff = 0.1
-        while True:
+
+        def once() -> int:
             try:
-                count = self._catch_up_once(deadline)
+                return self._catch_up_once(deadline)
             except (KafkaException, FleetError) as exc:
-                err = self._report(exc, "catch-up")
-                if time.monotonic() + backoff >= deadline:
-                    raise BrokerError(
-                        f"roster catch-up did not finish within {timeout_s:.0f} s: {err}",
-                        reason=err.reason,
-                    ) from exc
-                if stop is not None and stop.wait(backoff):
-                    return 0
-                if stop is None:
-                    time.sleep(backoff)
-                backoff = min(backoff * 2, self._max_backoff_s)
-                continue
-            if self.transient_errors:
-                log.info(
-                    "roster: caught up after waiting out %d broker errors", self.transient_errors
-                )
-            self.caught_up.set()
-            return count
+                err = self._report(exc, "catch-up")  # counted; a fatal one raises here
+                if err is exc:
+                    raise
+                raise err from exc
+
+        try:
+            count = retry_call(
+                once,
+                retriable=lambda exc: isinstance(exc, FleetError) and exc.retriable,
+                backoff=Backoff(initial_s=0.1, max_s=self._max_backoff_s),
+                deadline_s=timeout_s,
+                wait=time.sleep if stop is None else stop.wait,
+            )
+        except FleetError as err:
+            if not err.retriable:
+                raise
+            if stop is not None and stop.is_set():
+                return 0
+            raise BrokerError(
+                f"roster catch-up did not finish within {timeout_s:.0f} s: {err}",
+                reason=err.reason,
+            ) from err
+        if self.transient_errors:
+            log.info("roster: caught up after waiting out %d broker errors", self.transient_errors)
+        self.caught_up.set()
+        return count
 
     def _catch_up_once(self, deadline: float) -> int:
         topic = self.topics.roster

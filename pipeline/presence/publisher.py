@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from pipeline.envelope import Signer
-from pipeline.envelope.model import now_ms
 from pipeline.errors import DeliveryError
 from pipeline.kafka.topics import TopicNames
+from pipeline.support.clock import now_ms
 
 from .metrics import PresenceMetrics
 from .model import (

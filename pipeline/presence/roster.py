@@ -35,10 +35,10 @@ from pipeline.envelope import (
 )
 from pipeline.envelope.headers import RawHeaders
 from pipeline.envelope.keys import key_id_for
-from pipeline.envelope.model import now_ms
 from pipeline.envelope.pairwise import PUBLIC_LEN, PeerKey
 from pipeline.errors import EnvelopeError
 from pipeline.kafka.topics import TopicNames
+from pipeline.support.clock import now_ms
 
 from .freshness import Freshness
 from .model import SCHEMA, PresenceEntry, Role, gateway_gid

@@ -24,6 +24,7 @@ from pipeline import outbox, schemas
 from pipeline.errors import ConfigError
 from pipeline.kafka.topics import check_name
 from pipeline.reasons import Runs
+from pipeline.support.clock import now_ms
 
 from .tables import run, run_branch, run_step
 
@@ -241,7 +242,7 @@ class RunJournal:
                 "kind": kind,
                 "step": step,
                 "payload": payload,
-                "tsMs": int(time.time() * 1000),
+                "tsMs": now_ms(),
             },
         )
         return outbox.write(

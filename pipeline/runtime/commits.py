@@ -15,6 +15,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from pipeline.support.retrying import Backoff, retry_call
+
 FENCING_CODES = frozenset(
     {
         KafkaError.FENCED_INSTANCE_ID,
@@ -119,11 +121,12 @@ COORDINATOR_MOVING_CODES = frozenset(
 SYNC_COMMIT_RETRY_S = 10.0  # how long a refused synchronous commit is tried again
 
 
-def _waited_into_stop(wait: Callable[[float], bool] | None, seconds: float) -> bool:
-    if wait is None:
-        time.sleep(seconds)
-        return False
-    return wait(seconds)
+class _CoordinatorMoving(Exception):
+    """A commit refused only because the group coordinator is moving: worth trying again."""
+
+    def __init__(self, result: CommitResult) -> None:
+        super().__init__(result)
+        self.result = result
 
 
 def commit_while_coordinator_moves(
@@ -137,23 +140,36 @@ def commit_while_coordinator_moves(
     """:func:`commit_offsets`, tried again (backoff 0.05 s doubling to 1 s, for ``budget_s``)
     while it fails only with :data:`COORDINATOR_MOVING_CODES`; ``wait(s)`` returning True (a
     stop) ends it. Returns the last result and how many times it was tried again."""
-    deadline = time.monotonic() + budget_s
-    backoff, waited, retries = 0.05, 0.0, 0
-    while True:
+    retries = 0
+
+    def once() -> CommitResult:
         result = commit_offsets(consumer, offsets, marks)
-        if (
-            result.ok
-            or result.fatal
-            or not result.codes
-            or not result.codes <= COORDINATOR_MOVING_CODES
-            or waited + backoff > budget_s
-            or time.monotonic() + backoff > deadline
-            or _waited_into_stop(wait, backoff)
+        if not (result.ok or result.fatal or not result.codes) and (
+            result.codes <= COORDINATOR_MOVING_CODES
         ):
-            return result, retries
+            raise _CoordinatorMoving(result)
+        return result
+
+    def waiting(seconds: float) -> bool:
+        nonlocal retries
+        if wait is not None and wait(seconds):
+            return True  # a stop: not tried again
+        if wait is None:
+            time.sleep(seconds)
         retries += 1
-        waited += backoff
-        backoff = min(backoff * 2, 1.0)
+        return False
+
+    try:
+        result = retry_call(
+            once,
+            retriable=lambda exc: isinstance(exc, _CoordinatorMoving),
+            backoff=Backoff(initial_s=0.05, max_s=1.0),
+            deadline_s=budget_s,
+            wait=waiting,
+        )
+    except _CoordinatorMoving as moving:
+        return moving.result, retries
+    return result, retries
 
 
 def _partitions(

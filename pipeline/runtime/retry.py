@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass
 
 from pipeline import reasons
+from pipeline.support.retrying import Backoff
 
 # Envelope verification failures: the record is not a legitimate member of its key's ordered
 # stream (anyone with write access could have produced it, and the key is attacker-controlled),
@@ -42,6 +43,9 @@ def is_verification_failure(reason: str) -> bool:
 class BackoffPolicy:
     """Exponential backoff with jitter and a bounded number of attempts (R-RETRY-1).
 
+    The waits follow the fleet's one backoff rule (:class:`pipeline.support.retrying.Backoff`):
+    ``min(max_s, base_s * factor ** (attempt - 1))`` +/- ``jitter``, never above ``max_s``.
+
     ``attempt`` is 1-based: the number of attempts made so far, including the one that just
     failed. ``delay_for(1)`` is the wait before the second attempt.
     """
@@ -58,17 +62,16 @@ class BackoffPolicy:
         if self.max_attempts < 1 or not 0 <= self.jitter < 1:
             raise ValueError("BackoffPolicy needs max_attempts >= 1 and 0 <= jitter < 1")
 
+    @property
+    def backoff(self) -> Backoff:
+        """This schedule as the fleet's one backoff rule (:mod:`pipeline.support.retrying`)."""
+        return Backoff(
+            initial_s=self.base_s, max_s=self.max_s, multiplier=self.factor, jitter=self.jitter
+        )
+
     def delay_for(self, attempt: int, *, rng: random.Random | None = None) -> float:
         """Seconds to wait after ``attempt`` failed attempts; never above ``max_s``."""
-        if attempt < 1:
-            raise ValueError("attempt is 1-based")
-        # cap the exponent first so a large attempt count cannot overflow a float
-        raw = self.base_s * self.factor ** min(attempt - 1, 64)
-        delay = min(self.max_s, raw)
-        if self.jitter:
-            spread = (rng or random).uniform(-self.jitter, self.jitter)
-            delay = delay * (1 + spread)
-        return max(0.0, min(self.max_s, delay))
+        return self.backoff.delay(attempt, rng=rng)
 
     def exhausted(self, attempt: int) -> bool:
         """True once ``attempt`` attempts have been made and no retry is left."""
@@ -76,7 +79,5 @@ class BackoffPolicy:
 
     def worst_case_stall_s(self) -> float:
         """The longest a record can hold its key (sum of all waits): size poll intervals on it."""
-        return sum(
-            min(self.max_s, self.base_s * self.factor ** (a - 1)) * (1 + self.jitter)
-            for a in range(1, self.max_attempts)
-        )
+        backoff = self.backoff
+        return sum(backoff.nominal(a) * (1 + self.jitter) for a in range(1, self.max_attempts))

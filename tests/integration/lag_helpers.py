@@ -9,9 +9,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +18,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from pipeline.kafka.local import resolve_classpath
 from pipeline.kafka.local.ports import free_ports
 from pipeline.kafka.settings import consumer_config, producer_config
+from pipeline.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    """Poll ``check`` until it returns something truthy; bounded in time."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for: {what}")
-        time.sleep(0.3)
 
 
 class CommittingConsumer:
@@ -126,7 +113,7 @@ class PrometheusServer:
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
-        wait_until("prometheus ready", self._ready, timeout=60)
+        wait_until(self._ready, timeout_s=60, what="prometheus ready", interval_s=0.3)
 
     def _ready(self) -> bool:
         if self._proc.poll() is not None:

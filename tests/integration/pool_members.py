@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,14 +88,6 @@ def events(tmp: Path) -> list[dict[str, object]]:
         except json.JSONDecodeError:
             continue  # a line cut by kill -9
     return out
-
-
-def wait_for(cond: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.25)
 
 
 def settled(bootstrap: str, pool: str, members: int) -> Callable[[], bool]:

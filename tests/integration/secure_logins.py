@@ -18,7 +18,8 @@ from pipeline.kafka.local.secure import ADMIN
 from pipeline.kafka.security import KafkaSecurity
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
-from tests.integration.fleet_hosts import Fleet, wait_until
+from pipeline.support.waiting import wait_until
+from tests.integration.fleet_hosts import Fleet
 
 
 def login(cluster: LocalCluster, user: str) -> KafkaSecurity:
@@ -103,4 +104,4 @@ def commit_once(consumer: Any, position: TopicPartition) -> None:
                 raise
             return False
 
-    wait_until(attempt, 60, "the group coordinator to take a commit", interval=0.5)
+    wait_until(attempt, timeout_s=60, what="the group coordinator to take a commit", interval_s=0.5)

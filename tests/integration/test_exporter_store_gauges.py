@@ -25,8 +25,9 @@ from pipeline.kafka.local.ports import free_ports
 from pipeline.observability import ExporterConfig, SamplerConfig, build_exporter
 from pipeline.observability.store_gauges import SqlStoreGauges
 from pipeline.store import read_sessions
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 from tests.integration.test_gateway_flows import Recorder, _inject, _pull
 
 pytestmark = pytest.mark.kafka
@@ -59,10 +60,10 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[tuple[GatewayParts, G
     a.gateway.start()
     b.gateway.start()
     try:
-        wait_until(lambda: b.client.knows("main-a"), 30, "presence of host A at B")
+        wait_until(lambda: b.client.knows("main-a"), timeout_s=30, what="presence of host A at B")
         # and the other way: a reply from worker-b that reaches A before A has heard B's
         # presence is refused UNKNOWN_SENDER (R-ENV-3), never held
-        wait_until(lambda: a.client.knows("worker-b"), 30, "presence of host B at A")
+        wait_until(lambda: a.client.knows("worker-b"), timeout_s=30, what="presence of host B at A")
         yield a, b, urls["A"]
     finally:
         a.gateway.stop()
@@ -102,7 +103,7 @@ def test_exporter_held_gauge_equals_undrained_rows_and_drops_after_a_poll(
         with held.sessions() as session:
             return held.pending_count(session, "main-a")
 
-    wait_until(lambda: pending() == 5, 30, "5 replies held at host A")
+    wait_until(lambda: pending() == 5, timeout_s=30, what="5 replies held at host A")
     exporter = build_exporter(
         ExporterConfig(
             bootstrap=kafka.bootstrap,
@@ -112,13 +113,19 @@ def test_exporter_held_gauge_equals_undrained_rows_and_drops_after_a_poll(
         store=SqlStoreGauges.from_urls([store_a]),
     )
     try:
-        wait_until(lambda: _held_gauge(exporter.port) == 5.0, 30, "exporter shows 5 held")
+        wait_until(
+            lambda: _held_gauge(exporter.port) == 5.0, timeout_s=30, what="exporter shows 5 held"
+        )
         drained = a.client.poll("main-a", limit=3)
         assert len(drained) == 3 and pending() == 2
-        wait_until(lambda: _held_gauge(exporter.port) == 2.0, 30, "exporter shows 2 held")
+        wait_until(
+            lambda: _held_gauge(exporter.port) == 2.0, timeout_s=30, what="exporter shows 2 held"
+        )
         rest = a.client.poll("main-a")
         assert sorted(m.body for m in [*drained, *rest]) == [f"r{i}".encode() for i in range(5)]
-        wait_until(lambda: _held_gauge(exporter.port) == 0.0, 30, "exporter shows 0 held")
+        wait_until(
+            lambda: _held_gauge(exporter.port) == 0.0, timeout_s=30, what="exporter shows 0 held"
+        )
         latest = exporter.sampler.latest
         assert latest is not None and latest.store is not None
         assert latest.store.held_messages == pending() == 0
@@ -154,11 +161,11 @@ def test_fleet_exporter_cli_sums_the_gateways_stores(
     try:
         wait_until(
             lambda: {k: _gauges(port).get(k) for k in want} == want,
-            60,
-            "exporter shows 3 held and an empty outbox",
+            timeout_s=60,
+            what="exporter shows 3 held and an empty outbox",
         )
         assert len(a.client.poll("main-a")) == 3
-        wait_until(lambda: _held_gauge(port) == 0.0, 30, "exporter shows 0 held")
+        wait_until(lambda: _held_gauge(port) == 0.0, timeout_s=30, what="exporter shows 0 held")
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)

@@ -35,8 +35,9 @@ from pipeline.host.receipts import Receipt, read_receipt
 from pipeline.outbox import backlog
 from pipeline.presence.roles import Delivery, Role
 from pipeline.store import make_engine
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 
 pytestmark = pytest.mark.kafka
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +101,7 @@ def _hosts(kafka: BrokerHandle, tmp_path: Path, *, a_kw: Any, b_kw: Any) -> Iter
     a.gateway.start()
     b.gateway.start()
     try:
-        wait_until(lambda: a.client.knows("worker-b"), 30, "worker-b in A's roster")
+        wait_until(lambda: a.client.knows("worker-b"), timeout_s=30, what="worker-b in A's roster")
         yield Hosts(fleet, a, b, b_config, injected)
     finally:
         a.gateway.stop()
@@ -182,7 +183,7 @@ def test_reporter_killed_minus_9_yields_exactly_one_failed_per_dead_lettered_bri
     assert done.returncode == 0, done.stderr.decode()
     assert reported(h.b) == n
 
-    wait_until(lambda: len(held_failed(h.a)) >= n, 60, f"{n} FAILED held for main-a")
+    wait_until(lambda: len(held_failed(h.a)) >= n, timeout_s=60, what=f"{n} FAILED held for main-a")
     time.sleep(2.0)  # anything late (a re-emit, a relay resend) would land by now
     failed = held_failed(h.a)
     per_brief = Counter(r.msg_id for _, _, r in failed)
@@ -232,7 +233,9 @@ def test_reporter_on_a_host_without_gateway_ships_through_its_own_relay(
         timeout=180,
     )
     assert done.returncode == 0, done.stderr.decode()
-    wait_until(lambda: len(held_failed(h.a)) >= len(sent), 60, "20 FAILED held for main-a")
+    wait_until(
+        lambda: len(held_failed(h.a)) >= len(sent), timeout_s=60, what="20 FAILED held for main-a"
+    )
     failed = held_failed(h.a)
     assert Counter(r.msg_id for _, _, r in failed) == Counter({e.msg_id: 1 for e in sent})
     assert {sender for _, sender, _ in failed} == {"C._gateway"}
@@ -276,7 +279,9 @@ def test_deadline_and_reporter_race_and_the_sender_still_sees_one_failed(
             h.a.client.send(sender="main-a", to="worker-b", body=b"x", ttl_s=0.001)
             for _ in range(n)
         ]
-        wait_until(lambda: reported(h.b) >= n // 2, 90, "half of the dead letters reported")
+        wait_until(
+            lambda: reported(h.b) >= n // 2, timeout_s=90, what="half of the dead letters reported"
+        )
 
         def deadline_path() -> None:
             while not stop.is_set():
@@ -285,8 +290,10 @@ def test_deadline_and_reporter_race_and_the_sender_still_sees_one_failed(
 
         threads.append(threading.Thread(target=deadline_path))
         threads[1].start()
-        wait_until(lambda: reported(h.b) >= n, 90, f"all {n} dead letters reported")
-        wait_until(lambda: len(held_failed(h.a)) >= n, 60, f"{n} FAILED held for main-a")
+        wait_until(lambda: reported(h.b) >= n, timeout_s=90, what=f"all {n} dead letters reported")
+        wait_until(
+            lambda: len(held_failed(h.a)) >= n, timeout_s=60, what=f"{n} FAILED held for main-a"
+        )
         time.sleep(2.0)  # the losing path's copies have landed and been dropped by now
     finally:
         stop.set()

@@ -24,8 +24,9 @@ from pipeline.host.held import held_table
 from pipeline.outbox.tables import outbox
 from pipeline.presence.roles import Delivery, Role
 from pipeline.store import make_engine
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -112,14 +113,14 @@ def test_pull_path_survives_kill9_twenty_times(
 
     thread = threading.Thread(target=sender)
     try:
-        wait_until(lambda: b.client.knows("main-a"), 60, "main-a in B's roster")
+        wait_until(lambda: b.client.knows("main-a"), timeout_s=60, what="main-a in B's roster")
         thread.start()
         rng = random.Random(7)
         for kill in range(20):
             wait_until(
                 lambda k=kill: a_proc.output().count("running") > k,
-                60,
-                f"gateway A start #{kill + 1}",
+                timeout_s=60,
+                what=f"gateway A start #{kill + 1}",
             )
             time.sleep(rng.uniform(0.2, 1.5))  # somewhere in boot, join, consume, commit
             a_proc.kill9()
@@ -127,9 +128,13 @@ def test_pull_path_survives_kill9_twenty_times(
         stop.set()
         thread.join(10)
         b_engine = make_engine(f"sqlite:///{tmp_path / 'B-inproc.sqlite'}", create=False)
-        wait_until(lambda: _unsent(b_engine) == 0, 60, "B's relay to ship every reply")
+        wait_until(
+            lambda: _unsent(b_engine) == 0, timeout_s=60, what="B's relay to ship every reply"
+        )
         a_engine = make_engine(f"sqlite:///{tmp_path / 'A.sqlite'}", create=False)
-        wait_until(lambda: len(_held(a_engine)) >= len(sent), 120, "A to hold every reply")
+        wait_until(
+            lambda: len(_held(a_engine)) >= len(sent), timeout_s=120, what="A to hold every reply"
+        )
         time.sleep(2.0)  # a last redelivery window: duplicates would show up now
         held = [m for m, _ in _held(a_engine)]
         assert len(sent) > 500
@@ -174,7 +179,7 @@ def test_kill9_between_commit_and_inject_never_injects_and_fails_once(
     )
     a.gateway.start()
     try:
-        wait_until(lambda: a.client.knows("worker-b"), 60, "worker-b in A's roster")
+        wait_until(lambda: a.client.knows("worker-b"), timeout_s=60, what="worker-b in A's roster")
         brief = a.client.send(sender="main-a", to="worker-b", body=b"do the thing")
         assert crashing.wait_exit(60) == 137, crashing.output()[-2000:]
         procs.append(GatewayProcess(b_cfg, tmp_path / "B2.log").start())  # restarted, no fault
@@ -213,9 +218,11 @@ def test_same_host_twice_is_fenced_with_a_clear_exit(
     )
     a.gateway.start()
     try:
-        wait_until(lambda: a.client.knows("worker-b"), 60, "worker-b in A's roster")
+        wait_until(lambda: a.client.knows("worker-b"), timeout_s=60, what="worker-b in A's roster")
         ids = [a.client.send(sender="main-a", to="worker-b", body=b"x").msg_id for _ in range(5)]
-        wait_until(lambda: len(injected.read_text().split()) >= 5, 30, "first 5 injects")
+        wait_until(
+            lambda: len(injected.read_text().split()) >= 5, timeout_s=30, what="first 5 injects"
+        )
         second = GatewayProcess(
             fleet.config_file(
                 "B", _worker_b(injected), store=f"sqlite:///{tmp_path / 'B2.sqlite'}"
@@ -263,9 +270,11 @@ def test_zombie_after_sigstop_injects_nothing_and_cannot_commit(
     )
     a.gateway.start()
     try:
-        wait_until(lambda: a.client.knows("worker-b"), 60, "worker-b in A's roster")
+        wait_until(lambda: a.client.knows("worker-b"), timeout_s=60, what="worker-b in A's roster")
         warm = a.client.send(sender="main-a", to="worker-b", body=b"warm").msg_id
-        wait_until(lambda: warm in zombie_log.read_text(), 30, "zombie's first inject")
+        wait_until(
+            lambda: warm in zombie_log.read_text(), timeout_s=30, what="zombie's first inject"
+        )
         zombie.pause()
         time.sleep(12)  # past session.timeout.ms (10 s)
         fresh = GatewayProcess(
@@ -278,8 +287,8 @@ def test_zombie_after_sigstop_injects_nothing_and_cannot_commit(
         ids = [a.client.send(sender="main-a", to="worker-b", body=b"z").msg_id for _ in range(5)]
         wait_until(
             lambda: set(ids) <= set(fresh_log.read_text().split()),
-            60,
-            "the replacement injects the new briefs",
+            timeout_s=60,
+            what="the replacement injects the new briefs",
         )
         zombie.resume()
         # Static membership: the newest join with a group.instance.id wins. If the zombie's
@@ -302,8 +311,8 @@ def test_zombie_after_sigstop_injects_nothing_and_cannot_commit(
             lambda: (
                 set(more) <= set(zombie_log.read_text().split() + fresh_log.read_text().split())
             ),
-            60,
-            "the surviving gateway injects new briefs",
+            timeout_s=60,
+            what="the surviving gateway injects new briefs",
         )
         time.sleep(2)
         every = zombie_log.read_text().split() + fresh_log.read_text().split()

@@ -19,8 +19,9 @@ from pipeline.errors import DeliveryError
 from pipeline.host.entity_config import EntityConfig, InjectorSpec
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.presence.roles import Delivery, Role
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 
 pytestmark = pytest.mark.kafka
 
@@ -91,8 +92,8 @@ def two_hosts(
         wait_until(  # each host's mirror holds every entity, its own too (a broadcast counts
             # the hosts with a live member: A's own main-a2 must be there, not only B's)
             lambda: all(p.client.knows(g) for p in (a, b) for g in everyone),
-            30,
-            "presence of both hosts",
+            timeout_s=30,
+            what="presence of both hosts",
         )
         yield a, b, rec
     finally:
@@ -115,7 +116,7 @@ def test_brief_is_injected_then_injected_receipt_and_reply_reach_the_main(two_ho
     sent = [
         a.client.send(sender="main-a", to="worker-b", body=f"brief {i}".encode()) for i in range(5)
     ]
-    wait_until(lambda: len(rec.of("worker-b")) == 5, 20, "5 injects")
+    wait_until(lambda: len(rec.of("worker-b")) == 5, timeout_s=20, what="5 injects")
     assert [g[3] for g in rec.of("worker-b")] == [f"brief {i}".encode() for i in range(5)]
     assert [g[2] for g in rec.of("worker-b")] == [e.msg_id for e in sent]
     b.client.send(sender="worker-b", to="main-a", kind=Kind.REPLY, body=b"done")
@@ -134,7 +135,11 @@ def test_ask_without_open_pull_gets_no_waiter_in_one_round_trip(two_hosts: Any) 
     """R-CONV-1: the main's gateway answers NO_WAITER on arrival when nobody pulls."""
     a, b, rec = two_hosts
     ask = b.client.ask(sender="worker-b", to="main-a", body=b"which branch?")
-    wait_until(lambda: rec.of("worker-b", "NO_WAITER"), 20, "NO_WAITER injected into the asker")
+    wait_until(
+        lambda: rec.of("worker-b", "NO_WAITER"),
+        timeout_s=20,
+        what="NO_WAITER injected into the asker",
+    )
     assert a.client.poll("main-a") == [], "an unanswerable ASK is not held"
     with b.client.sessions() as s:
         from pipeline.host.conversations import Conversations
@@ -155,7 +160,7 @@ def test_ask_surfaces_on_open_pull_and_late_answer_gets_too_late(two_hosts: Any)
     assert [m.kind for m in got] == ["ASK"] and got[0].turn_id == ask.turn_id
     # answered in time -> injected into the asking worker
     a.client.answer(sender="main-a", to="worker-b", turn_id=str(ask.turn_id), body=b"main")
-    wait_until(lambda: rec.of("worker-b", "ANSWER"), 20, "ANSWER injected")
+    wait_until(lambda: rec.of("worker-b", "ANSWER"), timeout_s=20, what="ANSWER injected")
     # a second answer to the same (now answered) turn is too late
     a.client.answer(sender="main-a", to="worker-b", turn_id=str(ask.turn_id), body=b"again")
     late = _drain(a, "main-a", 1, kinds=["TOO_LATE"])
@@ -168,7 +173,9 @@ def test_broadcast_reaches_each_group_member_exactly_once(two_hosts: Any) -> Non
     a, _b, rec = two_hosts
     hosts = a.client.broadcast(sender="main-a", group="g", body=b"all hands")
     assert hosts == 2
-    wait_until(lambda: rec.of("worker-b2", "BROADCAST"), 20, "broadcast injected on B")
+    wait_until(
+        lambda: rec.of("worker-b2", "BROADCAST"), timeout_s=20, what="broadcast injected on B"
+    )
     held = _drain(a, "main-a2", 1)
     time.sleep(1.0)
     held += a.client.poll("main-a2")
@@ -230,13 +237,15 @@ def test_tampered_copies_of_an_applied_message_are_dead_lettered_not_deduped(
     def dead() -> list[Any]:
         return [d for d in dlq_ops.scan(kafka.bootstrap, topics.dlq) if d.msg_id == sent.msg_id]
 
-    wait_until(lambda: len(dead()) == len(copies), 30, "every tampered copy dead-lettered")
+    wait_until(
+        lambda: len(dead()) == len(copies), timeout_s=30, what="every tampered copy dead-lettered"
+    )
     wait_until(
         lambda: (
             a.registry.get_sample_value("fleet_dedupe_hits_total", {"group": group}) == hits + 1
         ),
-        30,
-        "the exact redelivery counted as a dedupe hit",
+        timeout_s=30,
+        what="the exact redelivery counted as a dedupe hit",
     )
     letters = dead()
     assert sorted(d.reason for d in letters) == sorted(r for _h, _v, r in copies.values())

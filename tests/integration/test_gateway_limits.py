@@ -18,8 +18,9 @@ from pipeline.host.gateway_config import GatewayConfig
 from pipeline.kafka.settings import consumer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.presence.roles import Delivery, Role
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle, unique_name
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 
 pytestmark = pytest.mark.kafka
 
@@ -52,7 +53,7 @@ def pair(kafka: BrokerHandle, tmp_path: Path) -> Iterator[tuple[GatewayParts, Ga
     a.gateway.start()
     b.gateway.start()
     try:
-        wait_until(lambda: a.client.knows("main-b"), 30, "main-b in A's roster")
+        wait_until(lambda: a.client.knows("main-b"), timeout_s=30, what="main-b in A's roster")
         yield a, b, fleet
     finally:
         a.gateway.stop()
@@ -99,7 +100,7 @@ def test_sweeper_dead_letters_held_messages_past_expiry(pair: Any) -> None:
         with b.client.reads() as s:
             return b.client.held.pending_count(s, "main-b")
 
-    wait_until(lambda: pending() == 2, 20, "both held")
+    wait_until(lambda: pending() == 2, timeout_s=20, what="both held")
     letters = _dead_letters(fleet.bootstrap, fleet.prefix, 1, timeout=30)
     assert [(d.msg_id, d.reason) for d in letters] == [(short.msg_id, "EXPIRED")]
     assert [m.msg_id for m in b.client.poll("main-b")] == [keep.msg_id]

@@ -24,8 +24,9 @@ from sqlalchemy import select
 from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.host.held import held_table
 from pipeline.store import make_engine
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 
 pytestmark = pytest.mark.kafka
 
@@ -107,11 +108,16 @@ def test_a_send_through_the_socket_is_held_once_and_with_the_gateway_down_goes_d
     a = GatewayProcess(config_a, tmp_path / "A.log").start()
     b = GatewayProcess(config_b, tmp_path / "B.log").start()
     try:
-        wait_until(sock.exists, 120, "A's local socket")
-        wait_until(lambda: _fleet_send_ready(store_a), 120, "host A to know main-b", interval=0.2)
+        wait_until(sock.exists, timeout_s=120, what="A's local socket")
+        wait_until(
+            lambda: _fleet_send_ready(store_a),
+            timeout_s=120,
+            what="host A to know main-b",
+            interval_s=0.2,
+        )
         via_socket = _fleet_send(config_a, "through the gateway")
         assert via_socket["via"] == "gateway", via_socket
-        wait_until(lambda: _held_ids(store_b, via_socket["msgId"]), 60, "held at B")
+        wait_until(lambda: _held_ids(store_b, via_socket["msgId"]), timeout_s=60, what="held at B")
         # exactly once: a second look after more relay passes still finds one row
         time.sleep(2.0)
         assert _held_ids(store_b, via_socket["msgId"]) == [via_socket["msgId"]]
@@ -123,7 +129,11 @@ def test_a_send_through_the_socket_is_held_once_and_with_the_gateway_down_goes_d
         assert _turn_state(store_a, turn) is not None  # waiting (or closed by a NO_WAITER)
         _fleet("abandon", "-c", str(config_a), "--from", "main-a", "--to", "main-b", "--turn", turn)
         assert _turn_state(store_a, turn) == "abandoned"
-        wait_until(lambda: "ABANDONED" in _held_kinds(store_b, turn), 60, "ABANDONED held at B")
+        wait_until(
+            lambda: "ABANDONED" in _held_kinds(store_b, turn),
+            timeout_s=60,
+            what="ABANDONED held at B",
+        )
         # main-b drains them through B's gateway (its socket), once
         polled = _fleet_list("poll", "-c", str(config_b), "--as", "main-b")
         assert via_socket["msgId"] in {m["msgId"] for m in polled}, polled
@@ -135,7 +145,11 @@ def test_a_send_through_the_socket_is_held_once_and_with_the_gateway_down_goes_d
         direct = _fleet_send(config_a, "while the gateway is down")
         assert direct["via"] == "store", direct
         a.start()  # its relay ships what fleet send left in the outbox
-        wait_until(lambda: _held_ids(store_b, direct["msgId"]), 120, "the direct send held at B")
+        wait_until(
+            lambda: _held_ids(store_b, direct["msgId"]),
+            timeout_s=120,
+            what="the direct send held at B",
+        )
         time.sleep(2.0)
         assert _held_ids(store_b, direct["msgId"]) == [direct["msgId"]]
     finally:

@@ -29,8 +29,9 @@ from pipeline.host.receipts import Receipt, read_receipt
 from pipeline.host.tracking import FORWARD
 from pipeline.presence.roles import Delivery, Role
 from pipeline.store import session_factory
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -92,7 +93,7 @@ def test_kill9_between_inject_and_receipt_is_reported_uncertain_never_inject_tim
     )
     a.gateway.start()
     try:
-        wait_until(lambda: a.client.knows("worker-b"), 60, "worker-b in A's roster")
+        wait_until(lambda: a.client.knows("worker-b"), timeout_s=60, what="worker-b in A's roster")
         briefs = [
             a.client.send(sender="main-a", to="worker-b", body=f"brief {i}".encode()).msg_id
             for i in range(BRIEFS)
@@ -111,7 +112,12 @@ def test_kill9_between_inject_and_receipt_is_reported_uncertain_never_inject_tim
                     got.append((m.kind, read_receipt(m.kind, m.body)))
             return {r.msg_id for _, r in got}
 
-        wait_until(lambda: outcomes() >= set(briefs), 150, "an outcome for every brief", 0.2)
+        wait_until(
+            lambda: outcomes() >= set(briefs),
+            timeout_s=150,
+            what="an outcome for every brief",
+            interval_s=0.2,
+        )
         time.sleep(3.0)  # a second outcome for any brief would come now
         outcomes()
 

@@ -9,7 +9,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -17,6 +16,7 @@ import pytest
 
 from pipeline.errors import InjectError
 from pipeline.gateway.injectors import TmuxInjector
+from pipeline.support.waiting import wait_until
 from pipeline.testing import unique_name
 
 pytestmark = [
@@ -56,11 +56,10 @@ class Tmux:
 
     def wait(self, what: str, ready: Callable[[], bool]) -> None:
         # Bounded polling for an asynchronous terminal; the assertion is on content, not time.
-        for _ in range(200):
-            if ready():
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"never saw {what}; screen: {self.lines()}")
+        try:
+            wait_until(ready, timeout_s=10, what=what, interval_s=0.05)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; screen: {self.lines()}") from None
 
     def wait_line(self, line: str) -> None:
         self.wait(repr(line), lambda: line in self.lines())

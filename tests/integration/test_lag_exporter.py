@@ -23,6 +23,7 @@ from pipeline.observability import (
     Thresholds,
     build_exporter,
 )
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
 
 from .lag_helpers import (
@@ -33,7 +34,6 @@ from .lag_helpers import (
     kcat_offsets,
     kcat_read_one,
     shipped_rules_with_short_for,
-    wait_until,
 )
 
 pytestmark = pytest.mark.kafka
@@ -181,23 +181,30 @@ def test_real_prometheus_fires_lag_alert_when_consumer_stops_and_clears_on_resta
             )
             return [float(r["value"][1]) for r in data["result"]]
 
-        wait_until("caught up, as Prometheus sees it", lambda: scraped_lag() == [0.0], 90)
         wait_until(
-            "no lag alert while caught up",
+            lambda: scraped_lag() == [0.0],
+            timeout_s=90,
+            what="caught up, as Prometheus sees it",
+            interval_s=0.3,
+        )
+        wait_until(
             lambda: not prom.alerts("FleetConsumerLagGrowing", group=group_id),
-            30,
+            timeout_s=30,
+            what="no lag alert while caught up",
+            interval_s=0.3,
         )
 
         consumer.stop()  # the consumer dies; producers go on
         producer = SteadyProducer(kafka.bootstrap, topic, rate=20).start()
         firing = wait_until(
-            "FleetConsumerLagGrowing firing",
             lambda: [
                 a
                 for a in prom.alerts("FleetConsumerLagGrowing", group=group_id)
                 if a["state"] == "firing"
             ],
-            120,
+            timeout_s=120,
+            what="FleetConsumerLagGrowing firing",
+            interval_s=0.3,
         )
         assert firing[0]["labels"]["topic"] == topic
         assert firing[0]["labels"]["severity"] == "warning"
@@ -205,9 +212,10 @@ def test_real_prometheus_fires_lag_alert_when_consumer_stops_and_clears_on_resta
         producer.stop()
         consumer = CommittingConsumer(kafka.bootstrap, group_id, topic).start()
         wait_until(
-            "alert cleared after restart",
             lambda: not prom.alerts("FleetConsumerLagGrowing", group=group_id),
-            120,
+            timeout_s=120,
+            what="alert cleared after restart",
+            interval_s=0.3,
         )
         assert scraped_lag() == [0.0]
         assert consumer.consumed >= producer.sent
@@ -263,7 +271,10 @@ def test_fleet_exporter_command_serves_lag_and_stops_on_sigterm(
 
     try:
         text = wait_until(
-            "exporter serves the group's lag", lambda: want in metrics() and metrics(), 60
+            lambda: want in metrics() and metrics(),
+            timeout_s=60,
+            what="exporter serves the group's lag",
+            interval_s=0.3,
         )
         assert "fleet_exporter_broker_up 1.0" in text
     finally:

@@ -28,8 +28,9 @@ from pipeline.kafka.settings import producer_config
 from pipeline.outbox.tables import outbox
 from pipeline.presence.roles import Delivery, Role
 from pipeline.record_headers import unpack_headers
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -75,7 +76,11 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[tuple[Any, ...]]:
         engine=a.engine,
     )
     try:
-        wait_until(lambda: a.client.knows("B._gateway"), 60, "B's gateway entry in A's roster")
+        wait_until(
+            lambda: a.client.knows("B._gateway"),
+            timeout_s=60,
+            what="B's gateway entry in A's roster",
+        )
         yield a, control, markers, b
     finally:
         a.gateway.stop()
@@ -128,7 +133,9 @@ def test_a_spawn_sent_twice_and_delivered_twice_starts_one_worker(hosts: Any) ->
     assert got == {first.msg_id: ("INJECTED", ""), second.msg_id: ("INJECTED", "")}
     time.sleep(2.0)  # a late duplicate launch would show up now
     assert _launches(markers) == ["w-1"] and len(list(markers.glob("launch-*"))) == 1
-    wait_until(lambda: a.client.knows("w-1"), 30, "the spawned worker's presence at A")
+    wait_until(
+        lambda: a.client.knows("w-1"), timeout_s=30, what="the spawned worker's presence at A"
+    )
     brief = a.client.send(sender="main-a", to="w-1", body=b"first brief")
     injected = _outcomes(a, 1)
     assert injected == {brief.msg_id: ("INJECTED", "")}
@@ -145,8 +152,8 @@ def test_a_spawn_sent_twice_and_delivered_twice_starts_one_worker(hosts: Any) ->
     replies: list[Any] = []
     wait_until(
         lambda: replies.extend(a.client.poll("main-a", kinds=["REPLY"])) or replies,
-        30,
-        "the worker's reply at A",
+        timeout_s=30,
+        what="the worker's reply at A",
     )
     assert [(m.sender, m.body) for m in replies] == [("w-1", b"done")]
 
@@ -201,7 +208,11 @@ def test_kill9_between_committing_a_spawn_and_launching_never_launches_and_fails
             signer=fleet.signers["A"],
             engine=a.engine,
         )  # fmt: skip
-        wait_until(lambda: a.client.knows("B._gateway"), 60, "B's gateway entry in A's roster")
+        wait_until(
+            lambda: a.client.knows("B._gateway"),
+            timeout_s=60,
+            what="B's gateway entry in A's roster",
+        )
         req = control.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-k")
         assert crashing.wait_exit(60) == 137, crashing.output()[-2000:]
         restarted = GatewayProcess(b_cfg, tmp_path / "B2.log").start()

@@ -45,8 +45,9 @@ from pipeline.host.roster_cache import roster_cache_table
 from pipeline.kafka.topics import TopicNames
 from pipeline.record_headers import pack_headers
 from pipeline.store import make_engine
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -93,9 +94,11 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[Hosts]:
     reporter: Any = None
     reporting: threading.Thread | None = None
     try:
-        wait_until(lambda: client.knows("B._gateway"), 60, "B's gateway entry in A's roster")
+        wait_until(
+            lambda: client.knows("B._gateway"), timeout_s=60, what="B's gateway entry in A's roster"
+        )
         # B verifies main-a's SPAWNs against its own roster: an unheard sender is UNKNOWN_SENDER
-        wait_until(lambda: _b_knows(b_store, "main-a"), 60, "main-a in B's roster")
+        wait_until(lambda: _b_knows(b_store, "main-a"), timeout_s=60, what="main-a in B's roster")
         # the gateways created the topology (the DLQ among it) by now
         reporter = build_failed_reporter(b_cfg, signer=fleet.signers["B"], trust=fleet.trust)
         reporting = threading.Thread(target=reporter.run, kwargs={"should_stop": stop.is_set})
@@ -147,12 +150,14 @@ def _spawn(h: Hosts, *gids: str) -> None:
     got = _answers(h, len(gids))
     assert got == {r.msg_id: ("INJECTED", "") for r in reqs}
     for g in gids:
-        wait_until(lambda g=g: h.client.knows(g), 30, f"{g}'s presence at A")
+        wait_until(lambda g=g: h.client.knows(g), timeout_s=30, what=f"{g}'s presence at A")
 
 
 def _pid(h: Hosts, gid: str) -> int:
     path = h.markers / f"{gid}.pid"
-    wait_until(lambda: path.exists() and path.read_text().strip(), 30, f"{gid}'s pid file")
+    wait_until(
+        lambda: path.exists() and path.read_text().strip(), timeout_s=30, what=f"{gid}'s pid file"
+    )
     return int(path.read_text())
 
 
@@ -211,10 +216,10 @@ def test_stop_tombstones_the_worker_and_later_mail_fails_once_with_recipient_gon
     }
     with h.client.sessions() as s:  # the requester's deadline rows: settled by the answers
         assert deadlines.answered(s, (STOP,), first["msgId"]) == "stopped"
-    wait_until(lambda: h.client.binding("w-1") is None, 30, "w-1's tombstone at A")
+    wait_until(lambda: h.client.binding("w-1") is None, timeout_s=30, what="w-1's tombstone at A")
     assert h.client.knows("w-2")
     assert (h.markers / "stopped-w-1").exists()
-    wait_until(lambda: _gone(pid), 30, "w-1's process to end")
+    wait_until(lambda: _gone(pid), timeout_s=30, what="w-1's process to end")
     row = _spawn_row(h, "w-1")
     assert (row.state, row.reason) == ("reaped", "stop")
     with h.b_store.connect() as c:
@@ -247,7 +252,7 @@ def test_stop_tombstones_the_worker_and_later_mail_fails_once_with_recipient_gon
     assert _answers(h, 0, timeout=0.5) == {}
 
     assert h.client.broadcast(sender="main-a", group="crew", body=b"all-hands") == 1
-    wait_until(lambda: "all-hands" in _inbox(h, "w-2"), 30, "the broadcast at w-2")
+    wait_until(lambda: "all-hands" in _inbox(h, "w-2"), timeout_s=30, what="the broadcast at w-2")
     assert "all-hands" not in _inbox(h, "w-1") and "late-brief" not in _inbox(h, "w-1")
 
 
@@ -262,7 +267,7 @@ def test_a_worker_whose_process_dies_is_reaped_and_mail_held_for_it_is_dead_lett
     h = hosts
     _spawn(h, "w-d")
     os.kill(_pid(h, "w-d"), signal.SIGKILL)
-    wait_until(lambda: h.client.binding("w-d") is None, 30, "w-d's tombstone at A")
+    wait_until(lambda: h.client.binding("w-d") is None, timeout_s=30, what="w-d's tombstone at A")
     row = _spawn_row(h, "w-d")
     assert (row.state, row.reason) == ("reaped", "died")
     with pytest.raises(DeliveryError) as died:  # its departure said why it left
@@ -321,6 +326,6 @@ def test_a_stop_whose_answer_never_comes_in_time_is_one_failed_stop_timeout(
             )
             return stop.first() is not None or reported.first() is not None
 
-    wait_until(b_answered, 60, "B to answer the thawed STOP")
+    wait_until(b_answered, timeout_s=60, what="B to answer the thawed STOP")
     time.sleep(2.0)  # B's answer (a second FAILED, if it were not dropped) would land now
     assert _answers(h, 0, timeout=0.5) == {}

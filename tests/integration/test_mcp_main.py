@@ -25,8 +25,9 @@ from mcp.types import CallToolResult
 
 from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.host.config import load_config
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 from tests.integration.test_gateway_flows import Recorder
 
 pytestmark = pytest.mark.kafka
@@ -83,8 +84,8 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[Hosts]:
         # main-a may not know main-a2 yet (an ASK to it refused UNKNOWN_RECIPIENT, seen in CI)
         wait_until(
             lambda: a.client.knows("worker-b") and all(b.client.knows(g) for g in A_GIDS),
-            30,
-            "presence",
+            timeout_s=30,
+            what="presence",
         )
         yield Hosts(a, b, rec, a_config, b_config)
     finally:
@@ -215,15 +216,21 @@ def test_a_main_abandons_over_mcp_and_the_workers_late_answer_gets_too_late(
     async def scenario() -> None:
         async with main_session(hosts.a_config, "main-a") as s:
             asked = await call(s, "ask", to="worker-b", body="status?", ttl_s=60)
-            wait_until(lambda: hosts.rec.of("worker-b", "ASK"), 20, "ASK injected")
+            wait_until(lambda: hosts.rec.of("worker-b", "ASK"), timeout_s=20, what="ASK injected")
             await call(s, "abandon", to="worker-b", turn_id=asked["turnId"])
-            wait_until(lambda: hosts.rec.of("worker-b", "ABANDONED"), 20, "ABANDONED injected")
+            wait_until(
+                lambda: hosts.rec.of("worker-b", "ABANDONED"),
+                timeout_s=20,
+                what="ABANDONED injected",
+            )
             told = hosts.rec.of("worker-b", "ABANDONED")[0][3].decode()
             assert told.startswith("[fleet] ABANDONED") and asked["turnId"] in told
             hosts.b.client.answer(
                 sender="worker-b", to="main-a", turn_id=asked["turnId"], body=b"green"
             )
-            wait_until(lambda: hosts.rec.of("worker-b", "TOO_LATE"), 20, "TOO_LATE injected")
+            wait_until(
+                lambda: hosts.rec.of("worker-b", "TOO_LATE"), timeout_s=20, what="TOO_LATE injected"
+            )
             late = hosts.rec.of("worker-b", "TOO_LATE")[0][3].decode()
             assert late.startswith("[fleet] TOO_LATE") and asked["turnId"] in late
             got = (await call(s, "poll"))["messages"]
@@ -236,7 +243,9 @@ def test_no_waiter_and_ask_expiry_reach_the_worker_as_sentences(hosts: Hosts) ->
     """R-CONV-1, R-CONV-3: NO_WAITER names who was not listening and the turn; an ASK that expires
     unanswered ends the asker's turn with a FAILED(EXPIRED) notice it can read."""
     nw = hosts.b.client.ask(sender="worker-b", to="main-a2", body=b"anyone?")
-    wait_until(lambda: hosts.rec.of("worker-b", "NO_WAITER"), 20, "NO_WAITER injected")
+    wait_until(
+        lambda: hosts.rec.of("worker-b", "NO_WAITER"), timeout_s=20, what="NO_WAITER injected"
+    )
     text = hosts.rec.of("worker-b", "NO_WAITER")[0][3].decode()
     assert text.startswith("[fleet] NO_WAITER") and "main-a2" in text and str(nw.turn_id) in text
 
@@ -247,7 +256,9 @@ def test_no_waiter_and_ask_expiry_reach_the_worker_as_sentences(hosts: Hosts) ->
     ask = hosts.b.client.ask(sender="worker-b", to="main-a", body=b"quick?", ttl_s=2.0)
     puller.join(25)
     assert [m.kind for m in got] == ["ASK"], "held for the open pull, then never answered"
-    wait_until(lambda: hosts.rec.of("worker-b", "FAILED"), 20, "expiry notice injected")
+    wait_until(
+        lambda: hosts.rec.of("worker-b", "FAILED"), timeout_s=20, what="expiry notice injected"
+    )
     notice = hosts.rec.of("worker-b", "FAILED")[0][3].decode()
     assert notice.startswith("[fleet] expired") and str(ask.turn_id) in notice
 
@@ -261,7 +272,9 @@ def test_broadcast_to_an_empty_group_is_counted_silence(hosts: Hosts) -> None:
 
 
 def reply_once(hosts: Hosts) -> None:
-    wait_until(lambda: len(hosts.rec.of("worker-b", "SEND")) == 2, 30, "the second brief")
+    wait_until(
+        lambda: len(hosts.rec.of("worker-b", "SEND")) == 2, timeout_s=30, what="the second brief"
+    )
     hosts.b.client.send(sender="worker-b", to="main-a", kind=_reply(), body=b"again")
 
 
@@ -270,7 +283,7 @@ def pull_open(parts: GatewayParts, gid: str) -> None:
         with parts.client.reads() as s:
             return parts.client.conversations.has_open_pull(s, gid)
 
-    wait_until(registered, 20, f"an open pull of {gid}")
+    wait_until(registered, timeout_s=20, what=f"an open pull of {gid}")
 
 
 def _reply() -> Any:

@@ -19,8 +19,9 @@ from pipeline.gateway import render
 from pipeline.host.entity_config import EntityConfig, InjectorSpec
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.presence.roles import Delivery, Role
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 from tests.integration.test_gateway_flows import Recorder
 from tests.integration.test_injectors_tmux import Tmux, tmux  # noqa: F401 (the fixture)
 
@@ -74,7 +75,7 @@ def test_a_held_message_nudges_the_mains_pane_but_an_open_pull_is_never_nudged(
     a.gateway.start()
     b.gateway.start()
     try:
-        wait_until(lambda: b.client.knows("main-a"), 30, "presence of main-a")
+        wait_until(lambda: b.client.knows("main-a"), timeout_s=30, what="presence of main-a")
         # 1) an open pull takes the first reply: no nudge may go out for it
         got: list[Any] = []
         puller = threading.Thread(target=lambda: got.extend(a.client.poll("main-a", wait_s=30)))
@@ -84,7 +85,7 @@ def test_a_held_message_nudges_the_mains_pane_but_an_open_pull_is_never_nudged(
             with a.client.reads() as s:
                 return a.client.conversations.has_open_pull(s, "main-a")
 
-        wait_until(pull_open, 20, "the open pull")
+        wait_until(pull_open, timeout_s=20, what="the open pull")
         b.client.send(sender="worker-b", to="main-a", kind=Kind.REPLY, body=b"first")
         puller.join(35)
         assert [m.body for m in got] == [b"first"]

@@ -129,7 +129,8 @@ def test_the_gateway_tells_the_sender_failed_when_its_row_is_refused(
     from pipeline.host.receipts import read_receipt
     from pipeline.kafka.topics import TopicNames
     from pipeline.presence.roles import Delivery, Role
-    from tests.integration.fleet_hosts import Fleet, wait_until
+    from pipeline.support.waiting import wait_until
+    from tests.integration.fleet_hosts import Fleet
 
     fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A",))
     pull = Role.MAIN, Delivery.PULL
@@ -149,7 +150,7 @@ def test_the_gateway_tells_the_sender_failed_when_its_row_is_refused(
     a = build_gateway(config, signer=fleet.signers["A"], trust=fleet.trust)
     a.gateway.start()
     try:
-        wait_until(lambda: a.client.knows("main-b"), 30, "presence of main-b")
+        wait_until(lambda: a.client.knows("main-b"), timeout_s=30, what="presence of main-b")
         with pytest.raises(FleetError) as refused:  # what `fleet send` meets: nothing written
             a.client.send(sender="main-a", to="main-b", body=BIG)
         assert refused.value.reason == "TOO_LARGE"
@@ -173,7 +174,7 @@ def test_the_gateway_tells_the_sender_failed_when_its_row_is_refused(
             failed.extend(a.client.poll("main-a", kinds=["FAILED"]))
             return bool(failed)
 
-        wait_until(got_failed, 30, "a FAILED for the refused send")
+        wait_until(got_failed, timeout_s=30, what="a FAILED for the refused send")
         assert failed[0].msg_id == f"failed-{big.msg_id}"
         receipt = read_receipt("FAILED", failed[0].body)
         assert receipt.msg_id == big.msg_id and receipt.reason == "MSG_SIZE_TOO_LARGE"

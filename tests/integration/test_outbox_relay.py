@@ -38,6 +38,7 @@ from pipeline.outbox import (
 from pipeline.runs import Executor, RunJournal, branch_key_of
 from pipeline.runs.tables import run
 from pipeline.store import make_engine, session_factory
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle, fleet_process, unique_name
 from tests.conftest import make_topic_factory
 
@@ -120,13 +121,6 @@ def expected_events(steps: int, *, completed: bool = True) -> list[Event]:
     return out
 
 
-def wait_for(cond: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.1)
-
-
 class RelayThread:
     def __init__(self, relay: Relay) -> None:
         self.relay, self.stop = relay, threading.Event()
@@ -204,12 +198,12 @@ def test_broker_down_for_a_whole_run_completes_then_every_event_ships(
         broker_threads = {tid for _, tid in calls}
         assert executor.thread_ids and not (executor.thread_ids & broker_threads)
         assert relay_thread.thread.ident in broker_threads
-        wait_for(
+        wait_until(
             lambda: (registry.get_sample_value("fleet_outbox_backlog_rows") or 0) == 44,
-            timeout=30,
+            timeout_s=30,
             what="the backlog metric",
         )
-        wait_for(
+        wait_until(
             lambda: (
                 sum(
                     registry.get_sample_value(
@@ -220,14 +214,14 @@ def test_broker_down_for_a_whole_run_completes_then_every_event_ships(
                 )
                 > 0
             ),
-            timeout=60,
+            timeout_s=60,
             what="failed deliveries while the broker is down",
         )
         assert (registry.get_sample_value("fleet_outbox_oldest_unsent_age_seconds") or 0) > 0
 
         # 3: broker back -> every event ships
         kafka_own.start_again()
-        wait_for(lambda: _backlog(engine) == 0, timeout=120, what="the backlog to drain")
+        wait_until(lambda: _backlog(engine) == 0, timeout_s=120, what="the backlog to drain")
     assert calls and {name for name, _ in calls} >= {"produce"}
     assert not (executor.thread_ids & {tid for _, tid in calls})
 
@@ -259,12 +253,12 @@ def test_order_per_branch_with_runs_and_branches_interleaved(
     relay = Relay(engine=engine, bootstrap=kafka.bootstrap, batch_size=7)
     with RelayThread(relay):
         executor.run_many([(t, r) for t, r in runs], steps=8, threads=3)
-        wait_for(lambda: _backlog(engine) == 0, timeout=60, what="the first branches to ship")
+        wait_until(lambda: _backlog(engine) == 0, timeout_s=60, what="the first branches to ship")
         for tenant, run_id in runs[:2]:  # two runs rewind and go on on a second branch
             with sessions.begin() as s:
                 journal.rewind(s, tenant=tenant, run_id=run_id, to_step=5)
             executor.continue_run(tenant=tenant, run_id=run_id, steps=4)
-        wait_for(lambda: _backlog(engine) == 0, timeout=60, what="the backlog to drain")
+        wait_until(lambda: _backlog(engine) == 0, timeout_s=60, what="the backlog to drain")
     with engine.connect() as conn:
         status = {
             (b, lsn): RowStatus(st)
@@ -326,7 +320,7 @@ def test_forced_redelivery_folds_to_the_single_delivery_state(
         engine=engine, bootstrap=kafka.bootstrap, batch_size=12, backoff_initial_s=0.05
     )
     with RelayThread(relay):
-        wait_for(lambda: _backlog(engine) == 0, timeout=60, what="the backlog to drain")
+        wait_until(lambda: _backlog(engine) == 0, timeout_s=60, what="the backlog to drain")
     assert relay.losses == 0
     reader = reader_factory(kafka.bootstrap, topic)
     reader.read_all(33)
@@ -401,7 +395,7 @@ def test_kill_9_relay_process_mid_batch_loses_and_duplicates_nothing_at_the_fold
     assert mid_batch_kills >= 1
     final = _relay_process(url, kafka.bootstrap)
     try:
-        wait_for(lambda: _backlog(engine) == 0, timeout=90, what="the restarted relay to drain")
+        wait_until(lambda: _backlog(engine) == 0, timeout_s=90, what="the restarted relay to drain")
     finally:
         final.send_signal(signal.SIGTERM)  # a clean stop
         _, err = final.communicate(timeout=60)

@@ -21,8 +21,9 @@ from pipeline.host.entity_config import EntityConfig, InjectorSpec
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.kafka.topics import TopicNames
 from pipeline.presence.roles import Delivery, Role
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 
 pytestmark = pytest.mark.kafka
 
@@ -81,8 +82,8 @@ def mac_hosts(
                 and a.roster.current_agreement("B") is not None
                 and b.roster.current_agreement("A") is not None
             ),
-            30,
-            "presence and agreement keys of both hosts",
+            timeout_s=30,
+            what="presence and agreement keys of both hosts",
         )
         yield a, b, injected, TopicNames(prefix=fleet.prefix)
     finally:
@@ -120,7 +121,11 @@ def test_two_gateways_exchange_mac_records_and_a_tampered_one_is_refused(
 
     a, b, injected, topics = mac_hosts
     brief = a.client.send(sender="main-a", to="worker-b", body=b"brief over a pair")
-    wait_until(lambda: [m for m, _ in injected.got] == [brief.msg_id], 20, "brief injected at B")
+    wait_until(
+        lambda: [m for m, _ in injected.got] == [brief.msg_id],
+        timeout_s=20,
+        what="brief injected at B",
+    )
     reply = b.client.send(sender="worker-b", to="main-a", kind=Kind.REPLY, body=b"done")
     got = _drain(a, "main-a", 2)
     assert sorted(m.kind for m in got) == ["INJECTED", "REPLY"]
@@ -153,7 +158,9 @@ def test_two_gateways_exchange_mac_records_and_a_tampered_one_is_refused(
     def dead() -> list[Any]:
         return [d for d in dlq_ops.scan(kafka.bootstrap, topics.dlq) if d.msg_id == reply.msg_id]
 
-    wait_until(lambda: len(dead()) == len(copies), 30, "every tampered copy dead-lettered")
+    wait_until(
+        lambda: len(dead()) == len(copies), timeout_s=30, what="every tampered copy dead-lettered"
+    )
     assert sorted(d.reason for d in dead()) == sorted(r for _h, _v, r in copies.values())
     assert all(d.verified is False for d in dead())  # an unproven from is never answered
     for reason in ("MAC_INVALID", "UNKNOWN_PAIR"):

@@ -13,9 +13,10 @@ import sqlalchemy as sa
 
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import ensure_pool_topic
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle, unique_name
 
-from .pool_members import effects, events, produce_to, settled, start_member, stop, wait_for
+from .pool_members import effects, events, produce_to, settled, start_member, stop
 
 pytestmark = pytest.mark.kafka
 
@@ -41,17 +42,23 @@ def test_a_poison_step_is_retried_with_backoff_then_set_aside_and_the_rest_flows
         "--retry", f"0.2:2:{ATTEMPTS}:0", "--session-timeout-ms", "6000",
     )  # fmt: skip
     try:
-        wait_for(settled(kafka.bootstrap, pool, 1), timeout=60, what="the member to join")
+        wait_until(
+            settled(kafka.bootstrap, pool, 1),
+            timeout_s=60,
+            what="the member to join",
+            interval_s=0.25,
+        )
         ids = []
         for i in range(8):  # partition 0: offsets 0..7, the poison at offset 2
             body = {"step_s": 0.05, "poison": i == 2, "n": i}
             key = "poison" if i == 2 else f"k{i}"
             ids.append(produce_to(kafka.bootstrap, topic, 0, json.dumps(body), key=key))
         others = [produce_to(kafka.bootstrap, topic, 1, json.dumps({"step_s": 0.05}))]
-        wait_for(
+        wait_until(
             lambda: len(effects(store)) == 8,
-            timeout=90,
+            timeout_s=90,
             what="the seven good records of partition 0 and the one of partition 1",
+            interval_s=0.25,
         )
     finally:
         assert stop(m) == 0
@@ -91,14 +98,18 @@ def test_a_poisons_retry_budget_holds_across_a_move_to_another_member(
     m1 = start_member(tmp_path, pool, kafka.bootstrap, store, "m1", *args)
     m2 = None
     try:
-        wait_for(settled(kafka.bootstrap, pool, 1), timeout=60, what="m1 to join")
+        wait_until(
+            settled(kafka.bootstrap, pool, 1), timeout_s=60, what="m1 to join", interval_s=0.25
+        )
         poison = produce_to(kafka.bootstrap, topic, 0, json.dumps({"step_s": 0.05, "poison": True}),
                             key="poison")  # fmt: skip
 
         def tries() -> list[dict[str, object]]:
             return [e for e in events(tmp_path) if e["event_id"] == poison and e["kind"] == "error"]
 
-        wait_for(lambda: len(tries()) >= 2, timeout=60, what="two attempts on m1")
+        wait_until(
+            lambda: len(tries()) >= 2, timeout_s=60, what="two attempts on m1", interval_s=0.25
+        )
         assert stop(m1) == 0  # orderly: its retry state is in the committed offset's metadata
         m2 = start_member(tmp_path, pool, kafka.bootstrap, store, "m2", *args)
         with sa.create_engine(store).connect() as conn:
@@ -107,7 +118,9 @@ def test_a_poisons_retry_budget_holds_across_a_move_to_another_member(
                 q = sa.text("SELECT count(*) FROM fleet_quarantine WHERE key = 'poison'")
                 return bool(conn.execute(q).scalar())
 
-            wait_for(quarantined, timeout=120, what="the poison's key quarantined")
+            wait_until(
+                quarantined, timeout_s=120, what="the poison's key quarantined", interval_s=0.25
+            )
         done = tries()
         assert len(done) == ATTEMPTS, [(e["member"], e["start_ms"]) for e in done]
         assert {e["member"] for e in done} == {"m1", "m2"}

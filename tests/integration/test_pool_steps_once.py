@@ -21,6 +21,7 @@ from pipeline.effects import KeyState
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import ensure_pool_topic
 from pipeline.pool.status import pool_status
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle, fleet_process, unique_name
 
 from .pool_members import (
@@ -31,7 +32,6 @@ from .pool_members import (
     start_member,
     step_keys,
     stop,
-    wait_for,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -73,20 +73,30 @@ def test_a_step_moved_by_a_rebalance_replays_its_stored_outcome_and_runs_once(
     m1 = start_member(tmp_path, pool, kafka.bootstrap, store, "m1", *args)
     m2 = None
     try:
-        wait_for(settled(kafka.bootstrap, pool, 1), timeout=60, what="m1 to join")
+        wait_until(
+            settled(kafka.bootstrap, pool, 1), timeout_s=60, what="m1 to join", interval_s=0.25
+        )
         ids = [produce_to(kafka.bootstrap, topic, p, "{}") for p in (0, 1)]
-        wait_for(
-            lambda: set(step_keys(store, pool)) == set(ids), timeout=30, what="m1 to claim both"
+        wait_until(
+            lambda: set(step_keys(store, pool)) == set(ids),
+            timeout_s=30,
+            what="m1 to claim both",
+            interval_s=0.25,
         )
         m2 = start_member(tmp_path, pool, kafka.bootstrap, store, "m2", *args)
-        wait_for(settled(kafka.bootstrap, pool, 2), timeout=60, what="two members")
-        wait_for(
+        wait_until(
+            settled(kafka.bootstrap, pool, 2), timeout_s=60, what="two members", interval_s=0.25
+        )
+        wait_until(
             lambda: any(e["member"] == "m2" for e in events(tmp_path)),
-            timeout=60,
+            timeout_s=60,
             what="m2 to get the moved record while its step still runs on m1",
+            interval_s=0.25,
         )
         gate.touch()
-        wait_for(lambda: len(effects(store)) == 2, timeout=90, what="both effects")
+        wait_until(
+            lambda: len(effects(store)) == 2, timeout_s=90, what="both effects", interval_s=0.25
+        )
     finally:
         for proc in (m1, m2):
             if proc is not None:
@@ -120,17 +130,31 @@ def test_a_member_killed_mid_step_is_taken_over_after_the_lease_with_one_effect(
     m1 = start_member(tmp_path, pool, kafka.bootstrap, store, "m1", *args)
     m2 = None
     try:
-        wait_for(settled(kafka.bootstrap, pool, 1), timeout=60, what="m1 to join")
+        wait_until(
+            settled(kafka.bootstrap, pool, 1), timeout_s=60, what="m1 to join", interval_s=0.25
+        )
         m2 = start_member(tmp_path, pool, kafka.bootstrap, store, "m2", *args)
-        wait_for(settled(kafka.bootstrap, pool, 2), timeout=60, what="m2 to join (idle)")
+        wait_until(
+            settled(kafka.bootstrap, pool, 2),
+            timeout_s=60,
+            what="m2 to join (idle)",
+            interval_s=0.25,
+        )
         owner = pool_status(kafka.bootstrap, pool).partitions[0].member
         victim, other = (m1, m2) if owner == "m1" else (m2, m1)
         eid = produce_to(kafka.bootstrap, topic, 0, "{}")
-        wait_for(lambda: eid in step_keys(store, pool), timeout=30, what="the step's claim")
+        wait_until(
+            lambda: eid in step_keys(store, pool),
+            timeout_s=30,
+            what="the step's claim",
+            interval_s=0.25,
+        )
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=10)
         gate.touch()  # the survivor's run may finish now (the victim's orphaned shell ends too)
-        wait_for(lambda: len(effects(store)) == 1, timeout=120, what="the effect")
+        wait_until(
+            lambda: len(effects(store)) == 1, timeout_s=120, what="the effect", interval_s=0.25
+        )
     finally:
         for proc in (m1, m2):
             if proc is not None and proc.poll() is None:
@@ -156,7 +180,9 @@ def test_pool_status_shows_each_members_in_flight_steps(
     args = ("--sleep", "0", "--step-lease", "3", *FAST_GROUP)
     procs = [start_member(tmp_path, pool, kafka.bootstrap, store, m, *args) for m in ("a", "b")]
     try:
-        wait_for(settled(kafka.bootstrap, pool, 2), timeout=60, what="two members")
+        wait_until(
+            settled(kafka.bootstrap, pool, 2), timeout_s=60, what="two members", interval_s=0.25
+        )
         for p in (0, 1):
             produce_to(kafka.bootstrap, topic, p, '{"step_s": 30}')
 
@@ -169,7 +195,12 @@ def test_pool_status_shows_each_members_in_flight_steps(
                 for m in ("a", "b")
             )
 
-        wait_for(both_running, timeout=30, what="status to show a running step on each")
+        wait_until(
+            both_running,
+            timeout_s=30,
+            what="status to show a running step on each",
+            interval_s=0.25,
+        )
         shown: dict[str, Any] = {}
 
         def cli_shows_both_running() -> bool:
@@ -185,15 +216,25 @@ def test_pool_status_shows_each_members_in_flight_steps(
             shown.update(json.loads(body)["lanes"])
             return {m: shown.get(m, {}).get("running") for m in ("a", "b")} == {"a": 1, "b": 1}
 
-        wait_for(cli_shows_both_running, timeout=25, what="fleet pool status to show both steps")
+        wait_until(
+            cli_shows_both_running,
+            timeout_s=25,
+            what="fleet pool status to show both steps",
+            interval_s=0.25,
+        )
         assert not effects(store), "the CLI must have seen the steps while they ran"
-        wait_for(lambda: len(effects(store)) == 2, timeout=90, what="both steps to end")
+        wait_until(
+            lambda: len(effects(store)) == 2,
+            timeout_s=90,
+            what="both steps to end",
+            interval_s=0.25,
+        )
 
         def idle() -> bool:
             st = pool_status(kafka.bootstrap, pool, store_url=store)
             return all(st.lanes[m].running == 0 for m in ("a", "b"))
 
-        wait_for(idle, timeout=30, what="status to show the members idle")
+        wait_until(idle, timeout_s=30, what="status to show the members idle", interval_s=0.25)
     finally:
         for proc in procs:
             assert stop(proc) == 0

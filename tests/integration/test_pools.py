@@ -19,9 +19,10 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import ensure_pool_topic
 from pipeline.pool.status import pool_status
 from pipeline.pool.submit import submit
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle, unique_name
 
-from .pool_members import effects, events, settled, start_member, stop, wait_for
+from .pool_members import effects, events, settled, start_member, stop
 
 pytestmark = pytest.mark.kafka
 
@@ -89,9 +90,16 @@ def test_a_step_longer_than_max_poll_interval_causes_no_rebalance(
         "--max-poll-interval-ms", "6000", *FAST_GROUP,
     )  # fmt: skip
     try:
-        wait_for(settled(kafka.bootstrap, pool, 1), timeout=60, what="the member to join")
+        wait_until(
+            settled(kafka.bootstrap, pool, 1),
+            timeout_s=60,
+            what="the member to join",
+            interval_s=0.25,
+        )
         submit(kafka.bootstrap, TopicNames().pool(pool), ["a\tone", "b\ttwo", "a\tthree"])
-        wait_for(lambda: len(effects(store)) == 3, timeout=90, what="three slow steps")
+        wait_until(
+            lambda: len(effects(store)) == 3, timeout_s=90, what="three slow steps", interval_s=0.25
+        )
         st = pool_status(kafka.bootstrap, pool)
         assert st.total_lag == 0
         assert list(st.members) == ["m1"]
@@ -119,15 +127,29 @@ def test_kill_9_one_of_four_members_moves_its_partitions_with_no_duplicate_effec
         for i in range(4)
     }
     try:
-        wait_for(settled(kafka.bootstrap, pool, 4), timeout=90, what="four members")
+        wait_until(
+            settled(kafka.bootstrap, pool, 4), timeout_s=90, what="four members", interval_s=0.25
+        )
         total = 240
         submit(kafka.bootstrap, topic, _lines(total))
-        wait_for(lambda: len(effects(store)) >= total // 3, timeout=120, what="a third done")
+        wait_until(
+            lambda: len(effects(store)) >= total // 3,
+            timeout_s=120,
+            what="a third done",
+            interval_s=0.25,
+        )
         victim = members.pop("m2")
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=10)
-        wait_for(lambda: len(effects(store)) >= total, timeout=240, what="every effect")
-        wait_for(settled(kafka.bootstrap, pool, 3), timeout=60, what="three members")
+        wait_until(
+            lambda: len(effects(store)) >= total,
+            timeout_s=240,
+            what="every effect",
+            interval_s=0.25,
+        )
+        wait_until(
+            settled(kafka.bootstrap, pool, 3), timeout_s=60, what="three members", interval_s=0.25
+        )
         st = pool_status(kafka.bootstrap, pool)
         assert "m2" not in st.members
         assert st.total_lag == 0
@@ -174,20 +196,34 @@ def test_scale_one_to_four_and_back_under_load_cooperative_sticky(
 
     loader = threading.Thread(target=load, daemon=True)
     try:
-        wait_for(settled(kafka.bootstrap, pool, 1), timeout=60, what="m0 to join")
+        wait_until(
+            settled(kafka.bootstrap, pool, 1), timeout_s=60, what="m0 to join", interval_s=0.25
+        )
         loader.start()
         time.sleep(3)
         for i in (1, 2, 3):
             extra[f"m{i}"] = start_member(tmp_path, pool, kafka.bootstrap, store, f"m{i}", *args)
-        wait_for(settled(kafka.bootstrap, pool, 4), timeout=90, what="four members")
+        wait_until(
+            settled(kafka.bootstrap, pool, 4), timeout_s=90, what="four members", interval_s=0.25
+        )
         time.sleep(3)
         for name in list(extra):
             assert stop(extra.pop(name)) == 0  # graceful: finish, commit, leave
-        wait_for(settled(kafka.bootstrap, pool, 1), timeout=90, what="back to one member")
+        wait_until(
+            settled(kafka.bootstrap, pool, 1),
+            timeout_s=90,
+            what="back to one member",
+            interval_s=0.25,
+        )
         time.sleep(2)
         stop_load.set()
         loader.join(timeout=30)
-        wait_for(lambda: len(effects(store)) >= sent[0], timeout=120, what="every effect")
+        wait_until(
+            lambda: len(effects(store)) >= sent[0],
+            timeout_s=120,
+            what="every effect",
+            interval_s=0.25,
+        )
     finally:
         stop_load.set()
         for proc in extra.values():
@@ -239,7 +275,9 @@ def test_a_member_started_ahead_joins_the_group_at_its_start_time(
             time.sleep(0.25)
         assert seen >= join_at  # no member in the group before its start time
         submit(kafka.bootstrap, topic, ["a\tone", "b\ttwo"])
-        wait_for(lambda: len(effects(store)) == 2, timeout=60, what="two steps")
+        wait_until(
+            lambda: len(effects(store)) == 2, timeout_s=60, what="two steps", interval_s=0.25
+        )
     finally:
         assert stop(m) == 0
     waiting = start_member(
@@ -247,6 +285,8 @@ def test_a_member_started_ahead_joins_the_group_at_its_start_time(
         "--start-at", repr(time.time() + 3600), *FAST_GROUP,
     )  # fmt: skip
     log = tmp_path / "m2.log"  # started up: its SIGTERM handler is in place, it waits
-    wait_for(lambda: "running" in log.read_text(), timeout=60, what="m2 to start up")
+    wait_until(
+        lambda: "running" in log.read_text(), timeout_s=60, what="m2 to start up", interval_s=0.25
+    )
     assert stop(waiting, timeout=60) == 0
     assert not pool_status(kafka.bootstrap, pool).members

@@ -24,12 +24,13 @@ from pipeline.chaos.collect import held_count
 from pipeline.chaos.procs import GatewayProc
 from pipeline.chaos.skewed_clock import skew_env, write_skew_shim
 from pipeline.envelope import Kind
-from pipeline.envelope.model import now_ms
 from pipeline.host.config import load_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.presence import PresenceEntry, RosterFollower, RosterView
+from pipeline.support.clock import now_ms
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -71,23 +72,27 @@ def test_a_gateway_restarted_with_its_clock_behind_is_live_at_once(
     b = GatewayProc(cfg_b, tmp_path / "B.log", name="B")
     procs += [GatewayProc(cfg_a, tmp_path / "A.log", name="A").start(), b.start()]
     client = build_client(load_config(cfg_a), signer=fleet.signers["A"])
-    wait_until(lambda: client.knows("main-b"), 120, "main-b live in A's roster")
+    wait_until(lambda: client.knows("main-b"), timeout_s=120, what="main-b live in A's roster")
     first = _roster_entry(fleet, "main-b")
     assert first is not None and first.incarnation > 0
 
     assert b.stop() == 0, b.output()[-2000:]  # orderly: tombstones at the true time
     stopped_ms = now_ms()
-    wait_until(lambda: client.binding("main-b") is None, 60, "B's tombstone at A")
+    wait_until(lambda: client.binding("main-b") is None, timeout_s=60, what="B's tombstone at A")
 
     shim = write_skew_shim(tmp_path)
     b.env = skew_env(shim, -300)
     b.start()
-    wait_until(b.ready, 120, "B (300 s behind) running")
-    wait_until(lambda: client.knows("main-b"), 60, "main-b live at A after the skewed restart")
+    wait_until(b.ready, timeout_s=120, what="B (300 s behind) running")
+    wait_until(
+        lambda: client.knows("main-b"),
+        timeout_s=60,
+        what="main-b live at A after the skewed restart",
+    )
     env = client.send(sender="main-a", to="main-b", kind=Kind.REPLY, body=b"behind")
     assert env.to == "main-b"
     store_b = load_config(cfg_b).store_url
-    wait_until(lambda: held_count(store_b, "main-b") == 1, 60, "the REPLY held at B")
+    wait_until(lambda: held_count(store_b, "main-b") == 1, timeout_s=60, what="the REPLY held at B")
     second = _roster_entry(fleet, "main-b")
     assert second is not None and second.incarnation == first.incarnation + 1
     assert second.ts_ms < stopped_ms - 200_000, "B's records carry its clock, 300 s behind"
@@ -95,15 +100,17 @@ def test_a_gateway_restarted_with_its_clock_behind_is_live_at_once(
     b.kill9()  # no tombstone: the skewed run's last heartbeat stays on the roster
     b.env = skew_env(shim, -450)
     b.start()
-    wait_until(b.ready, 120, "B (450 s behind) running")
+    wait_until(b.ready, timeout_s=120, what="B (450 s behind) running")
 
     def third_run_read() -> bool:
         e = _roster_entry(fleet, "main-b")
         return e is not None and e.incarnation == first.incarnation + 2
 
-    wait_until(third_run_read, 60, "the third run's records winning on the roster")
+    wait_until(third_run_read, timeout_s=60, what="the third run's records winning on the roster")
     third = _roster_entry(fleet, "main-b")
     assert third is not None and third.ts_ms < now_ms() - 400_000, "B's clock, 450 s behind"
     assert client.knows("main-b")
     client.send(sender="main-a", to="main-b", kind=Kind.REPLY, body=b"further behind")
-    wait_until(lambda: held_count(store_b, "main-b") == 2, 60, "the second REPLY held at B")
+    wait_until(
+        lambda: held_count(store_b, "main-b") == 2, timeout_s=60, what="the second REPLY held at B"
+    )

@@ -19,7 +19,6 @@ from pipeline import schemas
 from pipeline.bootstrap.client import build_client
 from pipeline.chaos.procs import GatewayProc as GatewayProcess
 from pipeline.envelope import Envelope, Kind, encode
-from pipeline.envelope.model import now_ms
 from pipeline.errors import DeliveryError
 from pipeline.failures.dlq import DLQ_HEADER
 from pipeline.failures.dlq import SCHEMA as DLQ_SCHEMA
@@ -29,8 +28,10 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import outbox
 from pipeline.record_headers import unpack_headers
 from pipeline.store import make_engine
+from pipeline.support.clock import now_ms
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -74,9 +75,9 @@ def test_a_gateway_that_stops_heartbeating_lapses_after_its_ttl(
     b = GatewayProcess(cfg_b, tmp_path / "B.log")
     procs += [GatewayProcess(cfg_a, tmp_path / "A.log").start(), b.start()]
     client = build_client(load_config(cfg_a), signer=fleet.signers["A"])
-    wait_until(lambda: client.knows("main-b"), 90, "main-b live in A's roster")
+    wait_until(lambda: client.knows("main-b"), timeout_s=90, what="main-b live in A's roster")
     b.kill9()
-    wait_until(lambda: not client.knows("main-b"), 60, "main-b to lapse at A")
+    wait_until(lambda: not client.knows("main-b"), timeout_s=60, what="main-b to lapse at A")
     view = _roster(cfg_a)
     assert view["stale"] is False, view
     entries = {e["gid"]: e for e in view["entries"]}
@@ -96,10 +97,10 @@ def test_a_tombstoned_gid_is_unknown_recipient_at_once(
     b = GatewayProcess(cfg_b, tmp_path / "B.log")
     procs += [GatewayProcess(cfg_a, tmp_path / "A.log").start(), b.start()]
     client = build_client(load_config(cfg_a), signer=fleet.signers["A"])
-    wait_until(lambda: client.knows("main-b"), 90, "main-b live in A's roster")
+    wait_until(lambda: client.knows("main-b"), timeout_s=90, what="main-b live in A's roster")
     assert b.stop() == 0
     stopped_ms = now_ms()
-    wait_until(lambda: client.binding("main-b") is None, 60, "the tombstone at A")
+    wait_until(lambda: client.binding("main-b") is None, timeout_s=60, what="the tombstone at A")
     with pytest.raises(DeliveryError) as info:
         client.send(sender="main-a", to="main-b", kind=Kind.REPLY, body=b"x")
     assert info.value.reason == "UNKNOWN_RECIPIENT"
@@ -132,7 +133,7 @@ def test_a_record_signed_by_a_claiming_a_gid_b_announced_is_signer_mismatch(
         GatewayProcess(cfg_b, tmp_path / "B.log").start(),
     ]
     client_b = build_client(load_config(cfg_b), signer=fleet.signers["B"])
-    wait_until(lambda: client_b.knows("main-a"), 90, "main-a live in B's roster")
+    wait_until(lambda: client_b.knows("main-a"), timeout_s=90, what="main-a live in B's roster")
     topics = TopicNames(prefix=fleet.prefix)
     env = Envelope.new(kind=Kind.REPLY, sender="main-b", to="main-b", body=b"forged", ttl_s=60)
     key, headers, value = encode(env, topic=topics.inbox("B"), signer=fleet.signers["A"])
@@ -140,6 +141,6 @@ def test_a_record_signed_by_a_claiming_a_gid_b_announced_is_signer_mismatch(
     producer.produce(topics.inbox("B"), key=key, value=value, headers=headers)
     assert producer.flush(30) == 0
     url_b = load_config(cfg_b).store_url
-    wait_until(lambda: _dead_letter_reasons(url_b, topics), 60, "B's dead letter")
+    wait_until(lambda: _dead_letter_reasons(url_b, topics), timeout_s=60, what="B's dead letter")
     assert _dead_letter_reasons(url_b, topics) == ["SIGNER_MISMATCH"]
     assert client_b.poll("main-b") == []

@@ -29,9 +29,9 @@ from pipeline.kafka.local import LocalCluster
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import outbox
 from pipeline.store import make_engine
+from pipeline.support import waiting
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet
-from tests.integration.fleet_hosts import wait_until as wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -126,11 +126,11 @@ class TwoHosts:
     b: GatewayProcess
     client: GatewayClient
 
-    def wait_until(self, cond: Any, timeout: float, what: str) -> None:
+    def wait_until(self, cond: Any, *, timeout_s: float, what: str) -> None:
         try:
-            wait_for(cond, timeout, what)
-        except AssertionError as exc:  # the gateways' own account of what went wrong
-            raise AssertionError(
+            waiting.wait_until(cond, timeout_s=timeout_s, what=what)
+        except TimeoutError as exc:  # the gateways' own account of what went wrong
+            raise TimeoutError(
                 f"{exc}\n--- A.log (tail) ---\n{self.a.output()[-4000:]}"
                 f"\n--- B.log (tail) ---\n{self.b.output()[-4000:]}"
             ) from None
@@ -145,7 +145,7 @@ def _two_hosts(cluster: LocalCluster, tmp_path: Path, procs: list[GatewayProcess
     procs += [a.start(), b.start()]
     client: GatewayClient = build_client(load_config(cfg_a), signer=fleet.signers["A"])
     hosts = TwoHosts(fleet, cfg_a, cfg_b, a, b, client)
-    hosts.wait_until(lambda: client.knows("main-b"), 90, "main-b live in A's roster")
+    hosts.wait_until(lambda: client.knows("main-b"), timeout_s=90, what="main-b live in A's roster")
     return hosts
 
 
@@ -166,7 +166,7 @@ def _outage(
             for _ in range(5)
         ]
         url_b = load_config(cfg_b).store_url
-        wait_until(lambda: len(_held(url_b)) == 5, 60, "the first replies held at B")
+        wait_until(lambda: len(_held(url_b)) == 5, timeout_s=60, what="the first replies held at B")
         lines_before = (len(a.output().splitlines()), len(b.output().splitlines()))
         for node in cluster.nodes:
             cluster.kill(node.spec.node_id)
@@ -190,13 +190,19 @@ def _outage(
             b.output().splitlines()[lines_before[1] :],
         )
         cluster.start_again()
-        wait_until(lambda: len(_held(url_b)) >= len(sent), 180, "B to hold every reply")
+        wait_until(
+            lambda: len(_held(url_b)) >= len(sent), timeout_s=180, what="B to hold every reply"
+        )
         time.sleep(3.0)  # a last redelivery window: duplicates would show up now
         assert _held(url_b) == sent, "each reply held exactly once, in send order"
         assert _dead_letters(url_b, TopicNames(prefix=fleet.prefix)) == 0
         assert a.proc is not None and a.proc.poll() is None, a.output()[-2000:]
         assert b.proc is not None and b.proc.poll() is None, b.output()[-2000:]
-        wait_until(lambda: _roster_json(cfg_a)["stale"] is False, 60, "A's roster current again")
+        wait_until(
+            lambda: _roster_json(cfg_a)["stale"] is False,
+            timeout_s=60,
+            what="A's roster current again",
+        )
         for log in (a.output(), b.output()):
             assert log.count("roster: STALE") == 1, log[-3000:]
             # One warning, never one per heartbeat. A heartbeat is reported undelivered only once
@@ -258,7 +264,9 @@ def test_one_broker_killed_stalls_the_roster_and_lapses_nobody(
             time.sleep(0.2)
         assert not lapsed, f"main-b lapsed in A's view at {lapsed} s after the kill"
         # the roster commits again once the node is fenced: the view is current, main-b live
-        hosts.wait_until(lambda: _roster_json(hosts.cfg_a)["stale"] is False, 60, "current")
+        hosts.wait_until(
+            lambda: _roster_json(hosts.cfg_a)["stale"] is False, timeout_s=60, what="current"
+        )
         assert hosts.client.knows("main-b")
     finally:
         for p in procs:

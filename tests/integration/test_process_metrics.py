@@ -22,9 +22,10 @@ from pipeline.pool.submit import submit
 from pipeline.runs import Executor, RunJournal
 from pipeline.runs.tables import run
 from pipeline.store import make_engine, session_factory
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle, fleet_process, unique_name
 
-from .pool_members import effects, start_member, stop, wait_for
+from .pool_members import effects, start_member, stop
 
 pytestmark = pytest.mark.kafka
 
@@ -65,7 +66,12 @@ def test_a_pool_member_serves_its_dead_letters_and_purges(
     )  # fmt: skip
     try:
         # the server starts before the first purge pass: its counter appears with that pass
-        wait_for(lambda: purged in (_scrape(port) or {}), timeout=60, what="a first purge pass")
+        wait_until(
+            lambda: purged in (_scrape(port) or {}),
+            timeout_s=60,
+            what="a first purge pass",
+            interval_s=0.25,
+        )
         before = _scrape(port)
         assert before is not None and before.get(dead, 0.0) == 0.0
         assert before[purged] == 0.0, "an empty store: nothing purged"
@@ -76,7 +82,9 @@ def test_a_pool_member_serves_its_dead_letters_and_purges(
             now = _scrape(port) or {}
             return now.get(dead, 0.0) == 1.0 and now.get(purged, 0.0) >= 2.0
 
-        wait_for(moved, timeout=90, what="the dead letter and the purge in /metrics")
+        wait_until(
+            moved, timeout_s=90, what="the dead letter and the purge in /metrics", interval_s=0.25
+        )
         after = _scrape(port)
         assert after is not None and after[dead] == 1.0, "one poison record, one dead letter"
         assert after[("fleet_store_rows", (("table", "fleet_pool_effects"),))] == 0.0
@@ -105,10 +113,11 @@ def test_a_standalone_relay_purges_its_sent_rows_and_serves_it(
         "--retention", "outbox_sent_s=1", "--retention", "every_s=0.5",
     )  # fmt: skip
     try:
-        wait_for(
+        wait_until(
             lambda: (_scrape(port) or {}).get(rows) == 12.0,
-            timeout=90,
+            timeout_s=90,
             what="the relay to ship and purge 12 rows",
+            interval_s=0.25,
         )
         metrics = _scrape(port)
         assert metrics is not None

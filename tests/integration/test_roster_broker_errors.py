@@ -17,8 +17,9 @@ from pipeline.bootstrap.gateway import build_gateway
 from pipeline.host.entity_config import EntityConfig
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.presence.roles import Delivery, Role
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 
 pytestmark = [pytest.mark.kafka]
 
@@ -83,7 +84,9 @@ def test_the_gateway_waits_out_transient_roster_watermark_errors(
     parts = _gateway(kafka, tmp_path, code, failures=4)
     gw = parts.gateway.start()
     try:
-        wait_until(lambda: parts.client.knows("main-a"), 60, "the gateway up, main-a live")
+        wait_until(
+            lambda: parts.client.knows("main-a"), timeout_s=60, what="the gateway up, main-a live"
+        )
         assert gw.fatal is None and not gw.stop_event.is_set()
         assert gw.status()["loops"]["inbox"]["alive"]
         got = parts.registry.get_sample_value(

@@ -45,8 +45,9 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.presence.roles import Delivery, Role
 from pipeline.reasons import Security
+from pipeline.support.waiting import wait_until
 from pipeline.testing import unique_name
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 
 pytestmark = pytest.mark.kafka
 
@@ -241,12 +242,20 @@ def test_two_gateways_with_their_logins_and_only_the_planned_acls(
     a.gateway.start()
     b.gateway.start()
     try:
-        wait_until(lambda: a.client.knows("worker-b") and b.client.knows("main-a"), 60, "presence")
+        wait_until(
+            lambda: a.client.knows("worker-b") and b.client.knows("main-a"),
+            timeout_s=60,
+            what="presence",
+        )
         a.client.send(sender="main-a", to="worker-b", body=b"brief")
-        wait_until(lambda: injected == [b"brief"], 30, "the inject on b")
+        wait_until(lambda: injected == [b"brief"], timeout_s=30, what="the inject on b")
         b.client.send(sender="worker-b", to="main-a", kind=Kind.REPLY, body=b"done")
         got: list[Any] = []
-        wait_until(lambda: got.extend(a.client.poll("main-a")) or len(got) >= 2, 30, "pull on a")
+        wait_until(
+            lambda: got.extend(a.client.poll("main-a")) or len(got) >= 2,
+            timeout_s=30,
+            what="pull on a",
+        )
         assert sorted(m.kind for m in got) == ["INJECTED", "REPLY"]
         # the FAILED flow: an inject that fails comes back to the sender as one FAILED
         a.client.send(sender="main-a", to="worker-b", body=b"boom")
@@ -255,8 +264,8 @@ def test_two_gateways_with_their_logins_and_only_the_planned_acls(
             lambda: (
                 failed.extend(a.client.poll("main-a")) or any(m.kind == "FAILED" for m in failed)
             ),
-            30,
-            "FAILED on a",
+            timeout_s=30,
+            what="FAILED on a",
         )
         assert [m.kind for m in failed if m.kind != "FAILED"] == []
         assert a.gateway.stop_event.is_set() is False and b.gateway.stop_event.is_set() is False

@@ -53,8 +53,9 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import RowStatus, outbox
 from pipeline.presence.roles import Delivery, Role
 from pipeline.reasons import Security
+from pipeline.support.waiting import wait_until
 from pipeline.testing import unique_name
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 from tests.integration.secure_logins import (
     acls,
     admin_factories,
@@ -152,7 +153,7 @@ def test_a_host_without_write_on_inboxes_cannot_inject(
     c.gateway.start()
     b.gateway.start()
     try:
-        wait_until(lambda: c.client.knows("worker-b"), 60, "worker-b in c's roster")
+        wait_until(lambda: c.client.knows("worker-b"), timeout_s=60, what="worker-b in c's roster")
         sent = c.client.send(sender="main-c", to="worker-b", body=b"brief")
 
         def row() -> Any:
@@ -163,13 +164,15 @@ def test_a_host_without_write_on_inboxes_cannot_inject(
                     )
                 ).one()
 
-        wait_until(lambda: row().status == int(RowStatus.FAILED), 60, "c's row FAILED")
+        wait_until(
+            lambda: row().status == int(RowStatus.FAILED), timeout_s=60, what="c's row FAILED"
+        )
         assert row().error == Security.NOT_AUTHORIZED  # the row stays, with its reason
         failed: list[Any] = []
         wait_until(
             lambda: failed.extend(_pull(c, "main-c", ["FAILED", "INJECTED"])) or failed,
-            60,
-            "the FAILED for main-c",
+            timeout_s=60,
+            what="the FAILED for main-c",
         )
         time.sleep(2.0)  # a second answer would show up now
         failed += _pull(c, "main-c", ["FAILED", "INJECTED"])
@@ -242,7 +245,9 @@ def test_a_pool_member_runs_with_only_the_pool_set(secure: LocalCluster, tmp_pat
             lines = [json.loads(x) for x in events.read_text().splitlines() if x]
             return {e["event_id"] for e in lines if e["kind"] == "ran"}
 
-        wait_until(lambda: ran() >= set(ids[:2]), 90, f"the good steps\n{log.read_text()}")
+        wait_until(
+            lambda: ran() >= set(ids[:2]), timeout_s=90, what=f"the good steps\n{log.read_text()}"
+        )
         owner = ["--prefix", names.prefix, "--bootstrap", secure.bootstrap_servers]
         owner += ["--kafka-config", str(login_file(secure, ADMIN))]
         letters: list[Any] = []
@@ -253,7 +258,9 @@ def test_a_pool_member_runs_with_only_the_pool_set(secure: LocalCluster, tmp_pat
             letters[:] = [v for v in json.loads(listed.stdout) if v["topic"] == names.pool(pool)]
             return bool(letters)
 
-        wait_until(dead_lettered, 90, f"the poison record in the DLQ\n{log.read_text()}")
+        wait_until(
+            dead_lettered, timeout_s=90, what=f"the poison record in the DLQ\n{log.read_text()}"
+        )
         (letter,) = letters
         assert letter["reason"] == "RETRIES_EXHAUSTED"
         assert ids[2] not in ran()
@@ -321,21 +328,27 @@ def test_the_control_plane_spawns_and_stops_across_hosts(
                 got[receipt.msg_id] = (m.kind, receipt.reason)
             return len(got) >= want
 
-        wait_until(enough, 60, f"{want} answers for main-a")
+        wait_until(enough, timeout_s=60, what=f"{want} answers for main-a")
         return got
 
     try:
-        wait_until(lambda: a.client.knows("b._gateway"), 60, "b's gateway in a's roster")
+        wait_until(
+            lambda: a.client.knows("b._gateway"), timeout_s=60, what="b's gateway in a's roster"
+        )
         spawn = control.spawn(requester="main-a", host="b", profile="sleeper", spawn_id="w-1")
         assert answers(1) == {spawn.msg_id: ("INJECTED", "")}
-        wait_until(lambda: a.client.knows("w-1"), 60, "the spawned worker's presence at a")
+        wait_until(
+            lambda: a.client.knows("w-1"), timeout_s=60, what="the spawned worker's presence at a"
+        )
         brief = a.client.send(sender="main-a", to="w-1", body=b"first brief")
         assert answers(1) == {brief.msg_id: ("INJECTED", "")}
         assert (markers / "w-1.in").read_bytes() == b"first brief"
         stop = control.stop(requester="main-a", gid="w-1", host="b")
         assert answers(1) == {stop.msg_id: ("INJECTED", "")}
         assert (markers / "stopped-w-1").exists()
-        wait_until(lambda: a.client.binding("w-1") is None, 60, "w-1's tombstone at a")
+        wait_until(
+            lambda: a.client.binding("w-1") is None, timeout_s=60, what="w-1's tombstone at a"
+        )
         assert not a.gateway.stop_event.is_set() and not b.gateway.stop_event.is_set()
     finally:
         a.gateway.stop()
@@ -389,7 +402,7 @@ def test_the_exporter_endpoint_serves_lag_under_the_exporter_login(
         return want in text
 
     try:
-        wait_until(scraped, 90, "the group's lag on /metrics", interval=0.5)
+        wait_until(scraped, timeout_s=90, what="the group's lag on /metrics", interval_s=0.5)
         assert "fleet_exporter_broker_up 1.0" in text
         assert proc.poll() is None
     finally:
@@ -444,9 +457,9 @@ def test_a_gateway_rides_out_a_secured_cluster_restart(
     s.gateway.start()
     b.gateway.start()
     try:
-        wait_until(lambda: s.client.knows("main-b"), 60, "main-b in s's roster")
+        wait_until(lambda: s.client.knows("main-b"), timeout_s=60, what="main-b in s's roster")
         sent = [reply(b"before")]
-        wait_until(lambda: held() == sent, 60, "the first reply held at b")
+        wait_until(lambda: held() == sent, timeout_s=60, what="the first reply held at b")
         secure.stop_all()
         t0 = time.monotonic()
         while time.monotonic() - t0 < 3 * ttl_s:
@@ -454,11 +467,11 @@ def test_a_gateway_rides_out_a_secured_cluster_restart(
             time.sleep(0.5)
         assert s.client.knows("main-b"), "an outage is no departure"
         secure.start_again()
-        wait_until(lambda: len(held()) >= len(sent), 180, "b to hold every reply")
+        wait_until(lambda: len(held()) >= len(sent), timeout_s=180, what="b to hold every reply")
         time.sleep(3.0)  # a last redelivery window: a duplicate would show up now
         assert held() == sent, "each reply held exactly once, in send order"
         sent.append(reply(b"after"))
-        wait_until(lambda: held() == sent, 60, "a send after the restart")
+        wait_until(lambda: held() == sent, timeout_s=60, what="a send after the restart")
         assert s.gateway.fatal is None and b.gateway.fatal is None
         assert not s.gateway.stop_event.is_set() and not b.gateway.stop_event.is_set()
     finally:
@@ -487,7 +500,9 @@ def test_a_password_rotated_under_a_running_gateway_stops_it_with_auth_failed(
     gateway = GatewayProc(config, log, env={"PYTHONPATH": str(ROOT)}).start()
     client = build_client(load_config(config), signer=fleet.signers["z"])
     try:
-        wait_until(lambda: client.knows("main-z"), 90, f"z's gateway up\n{gateway.output()}")
+        wait_until(
+            lambda: client.knows("main-z"), timeout_s=90, what=f"z's gateway up\n{gateway.output()}"
+        )
         new_password = f"rotated-{unique_name('pw')}"
         _ROTATED.append(new_password)
         admin = admin_factories(secure).admin(admin_config(secure.bootstrap_servers))

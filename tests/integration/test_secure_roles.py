@@ -35,8 +35,9 @@ from pipeline.kafka.settings import consumer_config, producer_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.presence.roles import Delivery, Role
 from pipeline.reasons import Security
+from pipeline.support.waiting import wait_until
 from pipeline.testing import unique_name
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 from tests.integration.secure_logins import (
     acls,
     commit_once,
@@ -168,7 +169,7 @@ def test_the_failed_reporter_runs_with_only_its_acls(secure: LocalCluster, tmp_p
     a.gateway.start()
     b.gateway.start()
     try:
-        wait_until(lambda: a.client.knows("worker-b"), 60, "worker-b in a's roster")
+        wait_until(lambda: a.client.knows("worker-b"), timeout_s=60, what="worker-b in a's roster")
         sent = a.client.send(sender="main-a", to="worker-b", body=b"brief", ttl_s=900)
         watcher = (
             Factories()
@@ -179,8 +180,8 @@ def test_the_failed_reporter_runs_with_only_its_acls(secure: LocalCluster, tmp_p
             dlq = TopicPartition(names.dlq, 0)
             wait_until(
                 lambda: watcher.get_watermark_offsets(dlq, timeout=5, cached=False)[1] >= 1,
-                60,
-                "the dead letter in the DLQ",
+                timeout_s=60,
+                what="the dead letter in the DLQ",
             )
         finally:
             watcher.close()
@@ -198,7 +199,9 @@ def test_the_failed_reporter_runs_with_only_its_acls(secure: LocalCluster, tmp_p
         output = (done.stdout + done.stderr).decode(errors="replace")
         assert done.returncode == 0, output
         assert "reported 1 FAILED" in output
-        wait_until(lambda: len(held_failed(a.engine)) >= 1, 60, "the FAILED held for main-a")
+        wait_until(
+            lambda: len(held_failed(a.engine)) >= 1, timeout_s=60, what="the FAILED held for main-a"
+        )
         (sender, receipt), *more = held_failed(a.engine)
         assert more == []
         assert sender == "r._gateway", "signed and sent by the reporting host"

@@ -20,8 +20,9 @@ from pipeline.envelope import Kind
 from pipeline.host.entity_config import EntityConfig, InjectorSpec
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.presence.roles import Delivery, Role
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle, _pg, start_test_postgres
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
@@ -85,7 +86,7 @@ def test_postgres_restart_under_a_running_gateway_loses_no_reply(
     a.gateway.start()
     b.gateway.start()
     try:
-        wait_until(lambda: b.client.knows("main-a"), 30, "presence of main-a at B")
+        wait_until(lambda: b.client.knows("main-a"), timeout_s=30, what="presence of main-a at B")
         sent: list[str] = []
         restarted = threading.Event()
 
@@ -111,7 +112,7 @@ def test_postgres_restart_under_a_running_gateway_loses_no_reply(
             held.extend(m.msg_id for m in a.client.poll("main-a", limit=1000))
             return len(set(held)) >= N
 
-        wait_until(drained, 60, "every reply held at A")
+        wait_until(drained, timeout_s=60, what="every reply held at A")
         time.sleep(1.0)
         held.extend(m.msg_id for m in a.client.poll("main-a", limit=1000))
         counts = Counter(held)

@@ -21,8 +21,9 @@ from pipeline.outbox.tables import RowStatus, outbox
 from pipeline.presence.roles import Delivery, Role
 from pipeline.retention import RetentionConfig
 from pipeline.runtime.dedupe import dedupe_table
+from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
-from tests.integration.fleet_hosts import Fleet, wait_until
+from tests.integration.fleet_hosts import Fleet
 
 pytestmark = pytest.mark.kafka
 
@@ -59,7 +60,7 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[tuple[GatewayParts, G
     a.gateway.start()
     b.gateway.start()
     try:
-        wait_until(lambda: a.client.knows("keep-b"), 30, "presence of B at A")
+        wait_until(lambda: a.client.knows("keep-b"), timeout_s=30, what="presence of B at A")
         yield a, b
     finally:
         a.gateway.stop()
@@ -126,19 +127,29 @@ def test_short_retention_purges_sent_and_drained_rows_while_traffic_flows(
             send("keep-b" if i % 5 == 0 else "main-b")
             time.sleep(0.05)
         total = sent["main-b"] + sent["keep-b"]
-        wait_until(lambda: len(drained) == sent["main-b"], 30, "every main-b message drained")
+        wait_until(
+            lambda: len(drained) == sent["main-b"],
+            timeout_s=30,
+            what="every main-b message drained",
+        )
     finally:
         stop.set()
         drainer.join(5)
     assert len(set(drained)) == sent["main-b"]
 
     # every sent row of A goes; the refused row and the one behind it stay
-    wait_until(lambda: _purged(a, "outbox") == total, 30, f"A purges its {total} sent rows")
+    wait_until(
+        lambda: _purged(a, "outbox") == total, timeout_s=30, what=f"A purges its {total} sent rows"
+    )
     assert _count(a.engine, outbox) == 2
     assert _count(a.engine, outbox, outbox.c.status == int(RowStatus.FAILED)) == 1
     assert _count(a.engine, outbox, outbox.c.status == int(RowStatus.PENDING)) == 1
     # every drained message of B goes; keep-b's, never drained, all stay
-    wait_until(lambda: _purged(b, "fleet_held") == sent["main-b"], 30, "B purges every drained row")
+    wait_until(
+        lambda: _purged(b, "fleet_held") == sent["main-b"],
+        timeout_s=30,
+        what="B purges every drained row",
+    )
     assert _count(b.engine, held_table) == sent["keep-b"]
     assert _count(b.engine, held_table, held_table.c.recipient == "keep-b") == sent["keep-b"]
     # dedupe rows are inside the horizon: none purged
@@ -149,6 +160,6 @@ def test_short_retention_purges_sent_and_drained_rows_while_traffic_flows(
             b.registry.get_sample_value("fleet_store_rows", {"table": "fleet_held"})
             == sent["keep-b"]
         ),
-        10,
-        "the rows gauge after a pass",
+        timeout_s=10,
+        what="the rows gauge after a pass",
     )

@@ -40,7 +40,7 @@ def test_the_skewed_gateway_sees_its_wall_clock_offset_and_nothing_else(tmp_path
     env = skew_env(shim, -45.4)
     assert env["PYTHONPATH"].split(":")[0] == str(shim) and "LD_PRELOAD" not in env
     probe = (
-        "import time; from pipeline.envelope.model import now_ms; "
+        "import time; from pipeline.support.clock import now_ms; "
         "print(time.time(), now_ms(), time.monotonic())"
     )
     before = time.time()
