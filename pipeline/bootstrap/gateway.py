@@ -208,7 +208,7 @@ def build_gateway(
         max_held_per_recipient=config.max_held_per_recipient,
         lifecycle=(lifecycle := LifecycleMetrics(registry)),
         tracked=(tracked := (FORWARD, SPAWN, STOP)),
-        # issue 17: a batch's signatures are checked on every core before its transaction
+        # a batch's signatures are checked on every core before its transaction
         batch_verifier=BatchVerifier(verifier, threads=min(4, os.cpu_count() or 1)),
     )
     group = topics.gateway_group(host)

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from pipeline.support.retrying import Backoff, retry_call
+
 from .nemesis import NemesisContext
 from .own_cluster import own_cluster
 
@@ -23,14 +25,12 @@ RETENTION_VERDICT_S = 240.0
 def _retrying(call: Callable[[], T], bound_s: float = 60.0) -> T:
     """``call`` until it succeeds or ``bound_s`` passes: a coordinator just after a restart
     answers NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for a while."""
-    t0 = time.monotonic()
-    while True:
-        try:
-            return call()
-        except KafkaException:
-            if time.monotonic() - t0 > bound_s:
-                raise
-            time.sleep(0.5)
+    return retry_call(
+        call,
+        retriable=lambda exc: isinstance(exc, KafkaException),
+        backoff=Backoff(initial_s=0.5, max_s=0.5),
+        deadline_s=bound_s,
+    )
 
 
 def _unread(

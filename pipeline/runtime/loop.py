@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 
 from confluent_kafka import TopicPartition
@@ -47,6 +46,7 @@ from pipeline.kafka.clients import ClientFactory, new_consumer
 from pipeline.kafka.logs import ClientLog
 from pipeline.kafka.settings import consumer_config
 from pipeline.record import Record
+from pipeline.support.clock import now_ms
 
 from .attempts import Attempts
 from .batch import Batch, KeepQuarantined, effect_failed
@@ -65,10 +65,6 @@ from .rebalance import Rebalance
 from .settle import Settler
 
 log = logging.getLogger(__name__)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class ConsumerRuntime:
@@ -319,7 +315,7 @@ class ConsumerRuntime:
             self.prepare(records)  # the handler's batch stage, outside the transaction
         planted = False
         try:
-            now = _now_ms()
+            now = now_ms()
             apart = None
             if self.hooks.dedupe_own_transaction:  # PLANTED BUG (tests only, pipeline/hooks.py)
                 apart = self._claim_apart(scope, ids, now)

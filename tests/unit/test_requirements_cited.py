@@ -22,7 +22,6 @@ REQUIREMENTS = ROOT / "docs" / "requirements.md"
 TEMPORARILY_ALLOWED_CITATIONS = frozenset(
     {
         "docs/chaos.md",
-        "pipeline/bootstrap/gateway.py",
     }
 )
 
