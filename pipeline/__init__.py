@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     # errors and settings
     "FleetError": "pipeline.errors",
-    "AckMode": "pipeline.kafka.settings",
+    "AckMode": "pipeline.runtime.staging",
     "TopicNames": "pipeline.kafka.topics",
     # the envelope
     "Envelope": "pipeline.envelope",

@@ -15,20 +15,6 @@ from .logs import LIBRDKAFKA_LOG
 from .security import KafkaSecurity
 
 
-class AckMode(enum.StrEnum):
-    """How a consumed record is acknowledged, chosen by what a duplicate costs (R-ACK-1).
-
-    * ``AT_LEAST_ONCE`` -- pull path: make the effect durable (held row + dedupe row in one DB
-      transaction), *then* commit the offset. A crash in between redelivers; dedupe absorbs it.
-    * ``AT_MOST_ONCE`` -- forward path: commit the offset synchronously *before* the effect
-      (inject). A crash in between loses the inject visibly (no ``INJECTED`` -> ``FAILED``), never
-      duplicates it.
-    """
-
-    AT_LEAST_ONCE = "at-least-once"
-    AT_MOST_ONCE = "at-most-once"
-
-
 class OffsetReset(enum.StrEnum):
     """What a group does with no valid committed offset. ``LATEST`` is never used for inboxes:
     a group that fell off retention must fail loudly (R-FAIL-7), not skip."""

@@ -21,6 +21,7 @@ from .config import RuntimeConfig
 from .inflight import Dispatcher
 from .metrics import RuntimeMetrics
 from .pauses import Pauses
+from .staging import AckMode
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class BatchCommit:
         offsets, marks = self.attempts.retry_marks(batch)
         if self.inflight is not None:  # inflight: never past a record queued or running
             offsets = self.inflight.committable(offsets, batch.blocked)
-        if not sync and not batch.staged.needs_sync_commit():
+        if not sync and batch.staged.ack_mode() is AckMode.AT_LEAST_ONCE:
             if offsets:
                 self.async_commits.commit(consumer, offsets, marks)
             return True

@@ -3,7 +3,7 @@
 A handler never touches the database directly: it stages rows (``insert``), deferred calls that
 need the batch session (``call``, e.g. an outbox write that assigns an lsn) and follow-ups that
 run once the batch is through. Follow-ups are a closed type, and which kind a handler stages
-decides how the runtime commits the batch's offsets:
+decides the batch's :class:`AckMode`, that is how the runtime commits its offsets:
 
 * :class:`AfterCommit` (``tx.after_commit``) -- an **at-most-once** effect (the forward path's
   inject, a spawn's launch). It runs only after a *synchronous* offset commit has succeeded, so a
@@ -19,6 +19,7 @@ failed record leaves no partial writes.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, assert_never
@@ -28,6 +29,25 @@ from sqlalchemy.orm import Session
 
 SessionCall = Callable[[Session], object]
 Effect = Callable[[], None]
+
+
+class AckMode(enum.StrEnum):
+    """How a batch's records are acknowledged, chosen by what a duplicate costs (R-ACK-1).
+
+    * ``AT_LEAST_ONCE`` -- pull path: make the effect durable (held row + dedupe row in one DB
+      transaction), *then* commit the offset, asynchronously. A crash in between redelivers;
+      dedupe absorbs it (R-ACK-2).
+    * ``AT_MOST_ONCE`` -- forward path: commit the offset synchronously *before* the effect
+      (inject). A crash in between loses the inject visibly (no ``INJECTED`` -> ``FAILED``),
+      never duplicates it (R-ACK-3).
+
+    A handler does not pick it: :meth:`Staged.ack_mode` derives it from the follow-ups it staged
+    (an :class:`AfterCommit` makes the batch at-most-once), and the runtime's commit step
+    (:mod:`pipeline.runtime.batch_commit`) is the one place it becomes a Kafka call.
+    """
+
+    AT_LEAST_ONCE = "at-least-once"
+    AT_MOST_ONCE = "at-most-once"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,17 +165,18 @@ class Staged:
         """Discard everything staged since ``mark`` (a record that did not end in ``Ack``)."""
         del self.inserts[mark[0] :], self.calls[mark[1] :], self.effects[mark[2] :]
 
-    def needs_sync_commit(self) -> bool:
-        """True when an at-most-once effect waits for the offset commit (forward path)."""
+    def ack_mode(self) -> AckMode:
+        """``AT_MOST_ONCE`` when an effect waits for the offset commit (forward path), else
+        ``AT_LEAST_ONCE``."""
         for effect in self.effects:
             match effect:
                 case AfterCommit():
-                    return True
+                    return AckMode.AT_MOST_ONCE
                 case AfterStore():
                     pass
                 case _:
                     assert_never(effect)
-        return False
+        return AckMode.AT_LEAST_ONCE
 
     def count_after_commit(self) -> int:
         return sum(isinstance(e, AfterCommit) for e in self.effects)

@@ -479,17 +479,18 @@ def test_a_failed_sync_commit_runs_after_store_bookkeeping_but_never_the_inject(
 
 
 def test_staged_follow_ups_are_a_closed_type_that_decides_the_commit() -> None:
-    from pipeline.runtime.staging import AfterCommit, AfterStore
+    from pipeline.runtime.staging import AckMode, AfterCommit, AfterStore
 
     tx = Staged()
+    assert tx.ack_mode() is AckMode.AT_LEAST_ONCE
     tx.after_store(lambda: None)
-    assert not tx.needs_sync_commit()
+    assert tx.ack_mode() is AckMode.AT_LEAST_ONCE
     mark = tx.mark()
     tx.after_commit(lambda: None)
-    assert tx.needs_sync_commit()
+    assert tx.ack_mode() is AckMode.AT_MOST_ONCE
     assert [type(e) for e in tx.effects] == [AfterStore, AfterCommit]
     tx.rollback(mark)  # a record that was not applied takes its inject with it
-    assert not tx.needs_sync_commit()
+    assert tx.ack_mode() is AckMode.AT_LEAST_ONCE
 
 
 def test_an_async_commit_refused_for_fencing_stops_the_member_at_the_next_step(
