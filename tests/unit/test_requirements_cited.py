@@ -15,16 +15,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = ROOT / "docs" / "requirements.md"
 
-# Files being rewritten on other branches while this test landed. Their citations are listed in
-# the branch report; empty this set once those branches are merged and the files are rewritten.
-# (docs/cli.md, docs/performance.md and pipeline/host/config.py -- now split into config.py,
-# gateway_config.py, entity_config.py, config_checks.py -- were in it and are clean now.)
-TEMPORARILY_ALLOWED_CITATIONS = frozenset(
-    {
-        "docs/chaos.md",
-    }
-)
-
 ID = re.compile(r"\bR-[A-Z]+-\d+\b")
 DEFINITION = re.compile(r"^- \*\*(R-[A-Z]+-\d+)\*\*:", re.MULTILINE)
 PROOF = re.compile(r"`(tests/[\w/]+\.py)::(\w+)`")
@@ -123,8 +113,6 @@ def test_code_and_docs_cite_only_what_a_reader_can_open() -> None:
     problems = []
     for path in sorted(files):
         rel = path.relative_to(ROOT).as_posix()
-        if rel in TEMPORARILY_ALLOWED_CITATIONS:
-            continue
         for n, what, match in outside_citations(path.read_text(encoding="utf-8")):
             problems.append(f"{rel}:{n}: cites {what} ({match!r})")
     assert not problems, (
