@@ -19,13 +19,15 @@ from typing import Any
 
 from bench.broker import kafka
 from pipeline.bootstrap.client import build_client
-from pipeline.envelope import Signer
 from pipeline.host.config import load_config
+from pipeline.host.entity_config import EntityConfig
+from pipeline.presence.roles import Delivery, Role
 from pipeline.testing import unique_name
+from pipeline.testing.rig import Rig
 
-ENTITIES = {
-    "A": '[[entities]]\ngid = "main-a"\nrole = "main"\ndelivery = "pull"\n',
-    "B": '[[entities]]\ngid = "main-b"\nrole = "main"\ndelivery = "pull"\n',
+HOSTS = ("A", "B")
+MAINS = {
+    h: EntityConfig(gid=f"main-{h.lower()}", role=Role.MAIN, delivery=Delivery.PULL) for h in HOSTS
 }
 
 
@@ -33,21 +35,16 @@ def _round(
     bootstrap: str, root: Path, timeout_s: float
 ) -> tuple[float | None, list[int | None], str]:
     prefix = unique_name("st").replace(".", "") + "."
-    (root / "trusted").mkdir(exist_ok=True)
-    signers = {h: Signer.generate(h) for h in ("A", "B")}
-    for h, s in signers.items():
-        s.write_private(root / f"{h}.key")
-        s.write_public(root / "trusted" / f"{h}.pub")
+    rig = Rig(root=root, bootstrap=bootstrap, prefix=prefix)
+    signers = rig.write_keys(HOSTS)
     procs, cfgs = [], {}
     t0 = time.monotonic()
-    for h in ("A", "B"):
-        cfg = root / f"{h}.toml"
-        cfg.write_text(
-            f'host = "{h}"\nbootstrap = "{bootstrap}"\ntopic_prefix = "{prefix}"\n'
-            f'store_url = "sqlite:///{root / (prefix + h + ".sqlite")}"\n'
-            f'key_file = "{root / (h + ".key")}"\ntrust_dir = "{root / "trusted"}"\n'
-            f"presence_interval_s = 1.0\npresence_ttl_s = 5.0\n{ENTITIES[h]}"
+    for h in HOSTS:
+        store = f"sqlite:///{root / (prefix + h + '.sqlite')}"
+        config = rig.config(
+            h, (MAINS[h],), store_url=store, presence_interval_s=1.0, presence_ttl_s=5.0
         )
+        cfg = rig.write_config(config)
         cfgs[h] = cfg
         procs.append(
             subprocess.Popen(

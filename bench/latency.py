@@ -51,18 +51,15 @@ def _tail(path: Path, lines: int = 25) -> str:
 
 class _Run:
     def __init__(self, bootstrap: str, *, sender: str, store_urls: dict[str, str] | None) -> None:
-        from pipeline.envelope import Signer
+        from pipeline.testing.rig import Rig
 
         self.bootstrap = bootstrap
         self.sender = sender
         self.root = Path(tempfile.mkdtemp(prefix="fleet-lat-"))
         self.prefix = f"lat{uuid.uuid4().hex[:10]}."
-        (self.root / "trusted").mkdir()
-        self.signers = {h: Signer.generate(h) for h in GATEWAYS}
-        for h, s in self.signers.items():
-            s.write_private(self.root / f"{h}.key")
-            s.write_public(self.root / "trusted" / f"{h}.pub")
-        self.urls = store_urls or {h: f"sqlite:///{self.root / (h + '.sqlite')}" for h in GATEWAYS}
+        self.rig = Rig(root=self.root, bootstrap=bootstrap, prefix=self.prefix)
+        self.signers = self.rig.write_keys(GATEWAYS)
+        self.urls = store_urls or {h: self.rig.store_url(h) for h in GATEWAYS}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, Path] = {}
 
@@ -82,27 +79,35 @@ class _Run:
         return str(self.root / f"{h}.sock")
 
     def start(self) -> None:
-        entities = {
-            "A": '[[entities]]\ngid = "main-a"\nrole = "main"\ndelivery = "pull"\n',
-            "B": (
-                '[[entities]]\ngid = "main-b"\nrole = "main"\ndelivery = "pull"\n'
-                '[[entities]]\ngid = "worker-b"\nrole = "worker"\ndelivery = "inject"\n'
-                '[entities.injector]\ntype = "command"\ncommand = ["true"]\n'
-            ),
+        from pipeline.host.entity_config import EntityConfig, InjectorSpec
+        from pipeline.presence.roles import Delivery, Role
+
+        main = {
+            h: EntityConfig(gid=f"main-{h.lower()}", role=Role.MAIN, delivery=Delivery.PULL)
+            for h in GATEWAYS
         }
+        worker_b = EntityConfig(
+            gid="worker-b",
+            role=Role.WORKER,
+            delivery=Delivery.INJECT,
+            injector=InjectorSpec(type="command", command=("true",)),
+        )
+        entities = {"A": (main["A"],), "B": (main["B"], worker_b)}
         for h in GATEWAYS:
-            # the socket key exists only where the code has it: "direct" also runs on old code
+            # socket_path only for the socket senders ("direct" writes A's store itself)
             via_socket = self.sender.startswith("socket")
-            sock = f'socket_path = "{self.socket(h)}"\n' if via_socket else ""
-            self.config(h).write_text(
-                f'host = "{h}"\nbootstrap = "{self.bootstrap}"\ntopic_prefix = "{self.prefix}"\n'
-                f'store_url = "{self.urls[h]}"\n{sock}'
-                f'key_file = "{self.root / (h + ".key")}"\ntrust_dir = "{self.root / "trusted"}"\n'
-                f"presence_interval_s = 1.0\npresence_ttl_s = 60.0\n"
+            config = self.rig.config(
+                h,
+                entities[h],
+                store_url=self.urls[h],
+                socket_path=self.socket(h) if via_socket else None,
+                presence_interval_s=1.0,
+                presence_ttl_s=60.0,
                 # nobody drains main-b here: at the default cap (10,000 undrained) the 10,001st
                 # reply of a run was dead-lettered HELD_CAP_EXCEEDED, as designed
-                f"max_held_per_recipient = {HELD_CAP}\n{entities[h]}"
+                max_held_per_recipient=HELD_CAP,
             )
+            self.rig.write_config(config, self.config(h))
             self.logs[h] = self.root / f"gateway-{h}.log"
             with self.logs[h].open("wb") as log:
                 self.procs[h] = subprocess.Popen(

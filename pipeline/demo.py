@@ -17,11 +17,12 @@ from typing import Any
 
 from rich.console import Console
 
-from pipeline.envelope import Kind, Signer, TrustStore
+from pipeline.envelope import Kind, Signer
 from pipeline.host.entity_config import EntityConfig, InjectorSpec
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.presence.model import Delivery, Role
 from pipeline.support.waiting import wait_until
+from pipeline.testing.rig import Rig, trust_store
 
 Say = Callable[[str, str], None]
 
@@ -46,10 +47,11 @@ def _broker(bootstrap: str | None, say: Say) -> Iterator[str]:
 
 
 def _configs(bootstrap: str, workdir: Path) -> tuple[GatewayConfig, GatewayConfig]:
-    prefix = f"demo{int(time.time())}."
+    rig = Rig(root=workdir, bootstrap=bootstrap, prefix=f"demo{int(time.time())}.")
+    # the demo's keys live in memory (run_demo): no key file, no trust dir
     common: dict[str, Any] = {
-        "bootstrap": bootstrap,
-        "topic_prefix": prefix,
+        "key_file": None,
+        "trust_dir": None,
         "inject_deadline_s": 20,
         "presence_interval_s": 1.0,
     }
@@ -60,14 +62,7 @@ def _configs(bootstrap: str, workdir: Path) -> tuple[GatewayConfig, GatewayConfi
         delivery=Delivery.INJECT,
         injector=InjectorSpec(type="callback", callback="worker-b"),
     )
-    return (
-        GatewayConfig(
-            host="A", store_url=f"sqlite:///{workdir / 'A.sqlite'}", entities=(main_a,), **common
-        ),
-        GatewayConfig(
-            host="B", store_url=f"sqlite:///{workdir / 'B.sqlite'}", entities=(worker_b,), **common
-        ),
-    )
+    return rig.config("A", (main_a,), **common), rig.config("B", (worker_b,), **common)
 
 
 def run_demo(
@@ -94,9 +89,7 @@ def run_demo(
         say("worker-b", f"injected {kind} {msg_id[:8]}: {body.decode()!r}")
 
     signers = {h: Signer.generate(h) for h in ("A", "B")}
-    trust = TrustStore()
-    for s in signers.values():
-        trust.add(s.host, s.key_id, s.public_key_bytes)
+    trust = trust_store(signers)
     observed: dict[str, Any] = {"sent": [], "injected_receipts": [], "replies": [], "failed": []}
     with _broker(bootstrap, say) as servers:
         cfg_a, cfg_b = _configs(servers, Path(workdir or tempfile.mkdtemp(prefix="fleet-demo-")))

@@ -43,6 +43,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import ensure_pool_topic
 from pipeline.runs import RunJournal
 from pipeline.testing import unique_name
+from pipeline.testing.rig import Rig
 
 from . import checker, collect, two_hosts
 from .history import HistoryWriter, Op, read_history
@@ -61,6 +62,7 @@ class Workload(OperationMix):
         self.root = config.root
         self.prefix = unique_name("chaos").replace(".", "") + "."
         self.topics = TopicNames(prefix=self.prefix)
+        self.rig = Rig(root=self.root, bootstrap=config.bootstrap, prefix=self.prefix)
         self.run_topic = self.topics.pool(RUN_POOL)
         self.injected_file = self.root / "injected.txt"
         self.seq: dict[Stream, int] = {}
@@ -84,20 +86,18 @@ class Workload(OperationMix):
 
     # -- setup -------------------------------------------------------------------------------
     def store_url(self, host: str) -> str:
-        return two_hosts.store_url(self.root, host)
+        return self.rig.store_url(host)
 
     def _fresh_store(self, host: str) -> None:
-        two_hosts.fresh_store(self.root, host, tag=id(self))
+        two_hosts.fresh_store(self.rig, host, tag=id(self))
 
     def setup(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        signers = two_hosts.write_keys(self.root)
+        signers = self.rig.write_keys(HOSTS)
         self._signers = {"forged": signers["A"], "stranger": Signer.generate("A")}  # not trusted
         self.injected_file.touch()
         configs = two_hosts.write_configs(
-            self.root,
-            bootstrap=self.config.bootstrap,
-            prefix=self.prefix,
+            self.rig,
             presence_ttl_s=self.config.presence_ttl_s,
             inject_deadline_s=self.config.inject_deadline_s,
             injected_file=self.injected_file,

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.envelope import Signer, TrustStore
+from pipeline.host.config import config_from_mapping
 from pipeline.testing import unique_name
+from pipeline.testing.fleet_toml import config_table
+from pipeline.testing.rig import Rig
 
 
 @dataclass
 class Fleet:
-    """Keys and a shared trust dir for a set of hosts, under one unique topic prefix."""
+    """Keys and a shared trust dir for a set of hosts, under one unique topic prefix: the
+    :class:`~pipeline.testing.rig.Rig`, with entity tables the tests write as TOML text."""
 
     root: Path
     bootstrap: str
@@ -20,18 +26,17 @@ class Fleet:
 
     @classmethod
     def create(cls, root: Path, bootstrap: str, hosts: tuple[str, ...]) -> Fleet:
-        fleet = cls(root=root, bootstrap=bootstrap, prefix=unique_name("t").replace(".", "") + ".")
-        (root / "trusted").mkdir(parents=True, exist_ok=True)
-        for h in hosts:
-            s = Signer.generate(h)
-            s.write_private(root / f"{h}.key")
-            s.write_public(root / "trusted" / f"{h}.pub")
-            fleet.signers[h] = s
-        return fleet
+        prefix = unique_name("t").replace(".", "") + "."
+        signers = Rig(root=root, bootstrap=bootstrap, prefix=prefix).write_keys(hosts)
+        return cls(root=root, bootstrap=bootstrap, prefix=prefix, signers=signers)
+
+    @property
+    def rig(self) -> Rig:
+        return Rig(root=self.root, bootstrap=self.bootstrap, prefix=self.prefix)
 
     @property
     def trust(self) -> TrustStore:
-        return TrustStore.load(self.root / "trusted")
+        return TrustStore.load(self.rig.trust_dir)
 
     def config_file(
         self,
@@ -43,12 +48,16 @@ class Fleet:
         presence_ttl_s: float = 30.0,
         presence_interval_s: float = 1.0,
     ) -> Path:
+        """A new config file for ``host``: the rig's settings, then ``extra`` and ``entities``
+        (TOML text), bound by the loader's rules (a bad key fails here, not in the gateway)."""
         path = self.root / f"{host}-{len(list(self.root.glob(host + '-*.toml')))}.toml"
-        store_url = store or f"sqlite:///{self.root / (host + '.sqlite')}"
-        path.write_text(
-            f'host = "{host}"\nbootstrap = "{self.bootstrap}"\nstore_url = "{store_url}"\n'
-            f'topic_prefix = "{self.prefix}"\nkey_file = "{self.root / (host + ".key")}"\n'
-            f'trust_dir = "{self.root / "trusted"}"\npresence_interval_s = {presence_interval_s}\n'
-            f"presence_ttl_s = {presence_ttl_s}\nsweep_interval_s = 0.5\n{extra}\n{entities}\n"
+        rigged = self.rig.config(
+            host,
+            store_url=store or self.rig.store_url(host),
+            presence_interval_s=presence_interval_s,
+            presence_ttl_s=presence_ttl_s,
+            sweep_interval_s=0.5,
         )
-        return path
+        written = tomllib.loads(f"{extra}\n{entities}")
+        config = config_from_mapping(config_table(rigged) | written, environ=os.environ)
+        return self.rig.write_config(config, path)

@@ -341,7 +341,7 @@ def fleet_process(
     import sys
 
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     return subprocess.Popen(
         [sys.executable, "-m", "pipeline", *args], env=env, stdout=stdout, stderr=stderr
@@ -463,25 +463,26 @@ def one_host(directory: Path) -> OneHost:
     """Build :class:`OneHost` in ``directory`` (``A.sqlite``, ``A.key``): unit tests of the
     send path and ``python -m bench sends``."""
     from pipeline.bootstrap.client import build_client
-    from pipeline.envelope import Signer
     from pipeline.host import roster_cache
     from pipeline.host.entity_config import EntityConfig
-    from pipeline.host.gateway_config import GatewayConfig
     from pipeline.presence.roles import Delivery, Role
     from pipeline.store import make_engine, session_factory
 
-    store = f"sqlite:///{directory / 'A.sqlite'}"
-    engine = make_engine(store)
+    from .rig import Rig
+
+    rig = Rig(root=directory)
+    engine = make_engine(rig.store_url("A"))
     with session_factory(engine).begin() as s:
         entry = roster_cache.RosterEntry("main-b", "B", "main", "pull", (), 10**15)
         roster_cache.replace_all(s, [entry])
-    key = directory / "A.key"
-    Signer.generate("A").write_private(key)
-    cfg = GatewayConfig(
-        host="A",
-        store_url=store,
-        key_file=str(key),
-        entities=(EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),),
+    signer = rig.write_keys(["A"])["A"]
+    main_a = EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL)
+    cfg = rig.config("A", [main_a], trust_dir=None)
+    client = build_client(cfg, signer=signer, engine=engine)
+    return OneHost(
+        client=client,
+        engine=engine,
+        config=cfg,
+        store_url=cfg.store_url,
+        key_file=rig.key_file("A"),
     )
-    client = build_client(cfg, signer=Signer.load(key), engine=engine)
-    return OneHost(client=client, engine=engine, config=cfg, store_url=store, key_file=key)
