@@ -5,6 +5,8 @@ Broker choice, in order (as confluent-kafka-python's own integration suite picks
 1. ``KAFKA_BOOTSTRAP`` set -> use that cluster as it is (bring your own).
 2. A Docker engine answers -> testcontainers' Kafka module.
 3. Otherwise -> the local KRaft launcher (:mod:`pipeline.kafka.local`), Maven Central jars.
+
+Several hosts' keys, trust dir, stores and fleet.toml files: the fleet rig, :mod:`.rig`.
 """
 
 from __future__ import annotations
