@@ -33,8 +33,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from pipeline.support import procfs
+
 from .broker import kafka
-from .cpu import CpuWindow, listener_pid
+from .cpu import CpuWindow
 from .histogram import Histogram
 
 GATEWAYS = ("A", "B")
@@ -67,7 +69,7 @@ class _Run:
         """The gateways' processes and, when it runs on this machine, the broker's."""
         out = {f"gateway_{h}": p.pid for h, p in self.procs.items()}
         port = self.bootstrap.split(",")[0].rsplit(":", 1)[-1]
-        broker = listener_pid(int(port)) if port.isdigit() else None
+        broker = procfs.listener_pid(int(port)) if port.isdigit() else None
         if broker is not None:
             out["broker"] = broker
         return out

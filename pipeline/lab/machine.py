@@ -1,40 +1,30 @@
 """What the machine is doing while a run measures the model: CPU busy share from /proc/stat.
 
 Linux only (the lab's target); elsewhere :meth:`CpuMeter.busy` returns ``None`` and the report
-says the CPU was not measured. No psutil: two reads of the first line of /proc/stat.
+says the CPU was not measured. No psutil: two reads of the first line of /proc/stat
+(:mod:`pipeline.support.procfs`).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
-_STAT = Path("/proc/stat")
-
-
-def _read() -> tuple[int, int] | None:
-    try:
-        first = _STAT.read_text(encoding="ascii").splitlines()[0].split()
-    except (OSError, IndexError):
-        return None
-    values = [int(v) for v in first[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    return sum(values[:8]), idle
+from pipeline.support import procfs
 
 
 class CpuMeter:
     """Busy share of all cores since the previous call (0..1)."""
 
     def __init__(self) -> None:
-        self._last = _read()
+        self._last = procfs.machine_cpu()
 
     def busy(self) -> float | None:
-        now = _read()
+        now = procfs.machine_cpu()
         last, self._last = self._last, now
-        if now is None or last is None or now[0] <= last[0]:
+        if now is None or last is None or now.total <= last.total:
             return None
-        total, idle = now[0] - last[0], now[1] - last[1]
+        total, idle = now.total - last.total, now.idle - last.idle
         return max(0.0, min(1.0, 1.0 - idle / total))
 
 
@@ -47,22 +37,6 @@ def load1() -> float | None:
         return os.getloadavg()[0]
     except OSError:
         return None
-
-
-def _proc_seconds(pid: int) -> float | None:
-    """utime + stime of one process (all its threads), in seconds; None once it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-    except OSError:
-        return None
-    fields = raw.rsplit(")", 1)[-1].split()  # after "(comm)", which may hold spaces
-    try:
-        return (int(fields[11]) + int(fields[12])) / _TICKS
-    except (IndexError, ValueError):
-        return None
-
-
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class ProcessCpu:
@@ -82,7 +56,7 @@ class ProcessCpu:
 
     def cores(self, pids: list[int]) -> float | None:
         now = time.monotonic()
-        seen = {pid: s for pid in pids if (s := _proc_seconds(pid)) is not None}
+        seen = {pid: s for pid in pids if (s := procfs.cpu_s(pid)) is not None}
         used = sum(max(0.0, s - self._last.get(pid, s)) for pid, s in seen.items())
         dt, self._at, self._last = now - self._at, now, seen
         self.total_s += used

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import socket
 import sys
 import time
 
 import pytest
 
-from bench.cpu import CpuWindow, listener_pid
+from bench.cpu import CpuWindow
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -24,12 +22,3 @@ def test_the_window_charges_this_process_the_cpu_it_spent() -> None:
     # the same kernel counters, read two ways: equal to within a few clock ticks
     assert out["bench_cores"] * out["wall_s"] == pytest.approx(spent, abs=0.05)
     assert 0 < out["machine_busy"] <= 1
-
-
-def test_the_listener_of_a_port_is_found_and_an_unused_port_is_not() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        port = s.getsockname()[1]
-        assert listener_pid(port) == os.getpid()
-    assert listener_pid(port) is None

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from pipeline.kafka.local.node import KafkaNode, _all_threads_stopped
+from pipeline.kafka.local.node import KafkaNode
+from pipeline.support.procfs import all_threads_stopped
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -30,14 +31,14 @@ def test_pause_returns_once_every_thread_has_stopped() -> None:
         assert proc.stdout is not None and proc.stdout.readline() == b"spinning\n"
         node = object.__new__(KafkaNode)  # the production pause on a process of our own
         node.process, node._pid = proc, proc.pid
-        assert not _all_threads_stopped(proc.pid)
+        assert not all_threads_stopped(proc.pid)
         for _ in range(50):
             node.pause()
-            assert _all_threads_stopped(proc.pid)
+            assert all_threads_stopped(proc.pid)
             node.resume()
     finally:
         proc.kill()
         proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
-    assert _all_threads_stopped(proc.pid)  # gone counts as stopped
+    assert all_threads_stopped(proc.pid)  # gone counts as stopped

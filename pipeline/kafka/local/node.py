@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pipeline.errors import LauncherError
 from pipeline.reasons import Launcher
+from pipeline.support import procfs
 
 from .classpath import BrokerClasspath
 from .java import JavaRuntime
@@ -242,7 +243,7 @@ class KafkaNode:
         if self._pid is None:
             return
         deadline = time.monotonic() + bound_s
-        while not _all_threads_stopped(self._pid) and time.monotonic() < deadline:
+        while not procfs.all_threads_stopped(self._pid) and time.monotonic() < deadline:
             time.sleep(0.001)
 
     def resume(self) -> None:
@@ -290,34 +291,9 @@ class KafkaNode:
         return None
 
 
-def _state(stat: str) -> str:
-    """The state letter of a ``/proc/.../stat`` line (the command name may hold ')')."""
-    return stat.rsplit(")", 1)[-1].split(maxsplit=1)[0]
-
-
-def _all_threads_stopped(pid: int) -> bool:
-    """Every thread of ``pid`` is stopped (``T``/``t``) or gone; a process gone counts too."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return True
-    for tid in tasks:
-        try:
-            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        except OSError:
-            continue  # the thread ended
-        if _state(stat) not in ("T", "t", "Z", "X"):
-            return False
-    return True
-
-
 def _pid_is_our_broker(pid: int, properties_file: Path) -> bool:
     """True when ``pid`` is alive and is a Kafka JVM started on ``properties_file``."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    args, stat = procfs.cmdline(pid), procfs.proc_stat(pid)
+    if args is None or stat is None or stat.state == "Z":
         return False
-    if _state(stat) == "Z":
-        return False
-    return b"kafka.Kafka" in cmdline and str(properties_file).encode() in cmdline
+    return b"kafka.Kafka" in args and str(properties_file).encode() in args

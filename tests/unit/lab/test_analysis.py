@@ -27,6 +27,7 @@ from pipeline.lab.report import write_reports
 from pipeline.lab.scenario import Scenario
 from pipeline.lab.step_log import Step
 from pipeline.runtime.lanes import Concurrency
+from pipeline.support import procfs
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "lab"
 
@@ -225,14 +226,14 @@ def test_process_cpu_counts_a_busy_child_and_not_its_start_up() -> None:
     try:
         meter = machine.ProcessCpu()
         time.sleep(0.3)  # start-up and some spinning, before the reset: not counted
-        before = machine._proc_seconds(child.pid)
+        before = procfs.cpu_s(child.pid)
         meter.reset([child.pid])
         used: float | None = None
         deadline = time.monotonic() + 60
         while meter.total_s <= 0.05 and time.monotonic() < deadline:
             time.sleep(0.2)
             used = meter.cores([child.pid])
-        after = machine._proc_seconds(child.pid)
+        after = procfs.cpu_s(child.pid)
         assert used is not None and used > 0  # spinning: some share of a core
         assert before is not None and after is not None
         assert 0.05 < meter.total_s <= after - before
