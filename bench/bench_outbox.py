@@ -33,7 +33,8 @@ from pipeline.outbox.headers import fold_headers
 from pipeline.record_headers import unpack_headers
 from pipeline.runs import Executor, RunJournal
 from pipeline.store import make_engine, session_factory
-from pipeline.testing import fleet_process, test_broker_dir, unique_name
+from pipeline.support.processes import spawn_fleet
+from pipeline.testing import test_broker_dir, unique_name
 
 from . import outbox_watermark
 from .cpu import CpuWindow
@@ -245,8 +246,8 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 
 def _relay_process(url: str, bootstrap: str) -> subprocess.Popen[bytes]:
-    return fleet_process(
-        "relay", "run", "--store-url", url, "--bootstrap", bootstrap, "--delivery-timeout", "5"
+    return spawn_fleet(
+        ["relay", "run", "--store-url", url, "--bootstrap", bootstrap, "--delivery-timeout", "5"]
     )
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .gateway_process import GatewayProc
 from .nemesis import Fault, NemesisContext, Scenario
-from .procs import GatewayProc
 
 FENCED_EXIT = 3
 

@@ -43,8 +43,8 @@ from pipeline.record_headers import unpack_headers
 from pipeline.store import make_engine
 from pipeline.testing import unique_name
 
+from .gateway_process import GatewayProc
 from .history import HistoryWriter, Op
-from .procs import GatewayProc
 from .workload import Workload
 from .workload_config import WorkloadConfig
 

@@ -46,9 +46,9 @@ from pipeline.testing import unique_name
 from pipeline.testing.rig import Rig
 
 from . import checker, collect, two_hosts
+from .gateway_process import GatewayProc
 from .history import HistoryWriter, Op, read_history
 from .operation_mix import RUN_POOL, RUNS, TENANT, OperationMix, Stream
-from .procs import GatewayProc
 from .two_hosts import ASKER, GROUP, HOSTS, MAIN_B, SENDER, WORKER_B
 from .workload_config import WorkloadConfig
 

@@ -30,16 +30,17 @@ from pipeline.kafka.clients import ClientFactory, new_admin, new_consumer
 from pipeline.kafka.settings import admin_config
 from pipeline.kafka.topics import TopicNames
 from pipeline.reasons import Lab
+from pipeline.support.processes import spawn_fleet as spawn
 
 from .analysis import analyse
 from .arrivals import events
 from .assignors import member_ids
 from .comparison import Analysis
 from .machine import ProcessCpu
+from .members import Members
 from .model import predict
 from .observe import Observer, Tick
 from .plots import require_plotting, write_plots
-from .processes import Members, spawn
 from .report import write_reports
 from .scenario import Scenario, StopSignal
 from .step_log import Step

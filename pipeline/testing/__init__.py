@@ -334,22 +334,6 @@ class FakeConsumer:
         self.closed = True
 
 
-def fleet_process(
-    *args: str,
-    stdout: Any = subprocess.DEVNULL,
-    stderr: Any = subprocess.DEVNULL,
-) -> subprocess.Popen[bytes]:
-    """``python -m pipeline <args>`` as a child process (this checkout first on the path)."""
-    import sys
-
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    return subprocess.Popen(
-        [sys.executable, "-m", "pipeline", *args], env=env, stdout=stdout, stderr=stderr
-    )
-
-
 @dataclass
 class PullInbox:
     """A gateway inbox handler (pull mains, callback workers), built as the gateway builds it (see

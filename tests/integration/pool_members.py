@@ -3,47 +3,31 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import sqlalchemy as sa
 
 from pipeline.errors import BrokerError
 from pipeline.pool.status import PoolStatus, pool_status
 from pipeline.pool.tables import effects_table
-from pipeline.testing import fleet_process
+from pipeline.support.processes import FleetProcess
+
+# a member's graceful stop (finish the step, commit, leave the group) on a loaded machine
+STOP_S = 60.0
 
 
 def start_member(
     tmp: Path, pool: str, bootstrap: str, store: str, member: str, *extra: str
-) -> subprocess.Popen[bytes]:
-    with (tmp / f"{member}.log").open("ab") as log:  # the child keeps its own descriptor
-        return _spawn(log, pool, bootstrap, store, member, tmp, *extra)
-
-
-def _spawn(
-    log: Any, pool: str, bootstrap: str, store: str, member: str, tmp: Path, *extra: str
-) -> subprocess.Popen[bytes]:
-    return fleet_process(
-        "pool",
-        "run",
-        "--pool",
-        pool,
-        "--bootstrap",
-        bootstrap,
-        "--store-url",
-        store,
-        "--member",
-        member,
-        "--events",
-        str(tmp / "events.jsonl"),
-        *extra,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+) -> FleetProcess:
+    """``fleet pool run`` as member ``member``, output to ``<tmp>/<member>.log``, the step
+    events of every member to ``<tmp>/events.jsonl``; stop it with ``.stop(STOP_S)``."""
+    args = [
+        "pool", "run", "--pool", pool, "--bootstrap", bootstrap, "--store-url", store,
+        "--member", member, "--events", str(tmp / "events.jsonl"), *extra,
+    ]  # fmt: skip
+    return FleetProcess(tmp / f"{member}.log", args, name=member).start()
 
 
 @dataclass(frozen=True)
@@ -104,11 +88,6 @@ def settled(bootstrap: str, pool: str, members: int) -> Callable[[], bool]:
         )
 
     return check
-
-
-def stop(proc: subprocess.Popen[bytes], *, timeout: float = 60) -> int:
-    proc.terminate()
-    return proc.wait(timeout=timeout)
 
 
 def produce_to(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.chaos.procs import RUNNING_LINE
+from pipeline.chaos.gateway_process import RUNNING_LINE
 from pipeline.testing import BrokerHandle
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

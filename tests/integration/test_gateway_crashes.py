@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from pipeline.bootstrap.gateway import GatewayParts, build_gateway
-from pipeline.chaos.procs import GatewayProc as GatewayProcess
+from pipeline.chaos.gateway_process import GatewayProc as GatewayProcess
 from pipeline.envelope import Kind
 from pipeline.host.entity_config import EntityConfig, InjectorSpec
 from pipeline.host.gateway_config import GatewayConfig

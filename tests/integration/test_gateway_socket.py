@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from pipeline.chaos.procs import GatewayProc as GatewayProcess
+from pipeline.chaos.gateway_process import GatewayProc as GatewayProcess
 from pipeline.host.held import held_table
 from pipeline.store import make_engine
 from pipeline.support.waiting import wait_until

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from pipeline.bootstrap.gateway import build_gateway
-from pipeline.chaos.procs import GatewayProc as GatewayProcess
+from pipeline.chaos.gateway_process import GatewayProc as GatewayProcess
 from pipeline.host import deadlines
 from pipeline.host.entity_config import EntityConfig
 from pipeline.host.gateway_config import GatewayConfig

@@ -13,7 +13,8 @@ from pipeline.cli.main import app
 from pipeline.lab.loader import load_scenario
 from pipeline.lab.observe import Observer
 from pipeline.lab.runner import pool_command_available
-from pipeline.testing import BrokerHandle, fleet_process
+from pipeline.support.processes import spawn_fleet
+from pipeline.testing import BrokerHandle
 
 pytestmark = pytest.mark.kafka
 
@@ -60,18 +61,20 @@ def test_producer_keeps_the_schedule_and_the_observer_reads_its_lag(
     s = load_scenario(scenario)
     topic = new_topic("lab", partitions=6)
     stats = tmp_path / "producer.json"
-    proc = fleet_process(
-        "lab",
-        "produce",
-        str(scenario),
-        "--bootstrap",
-        kafka.bootstrap,
-        "--topic",
-        topic,
-        "--start-at",
-        repr(time.time() + 0.5),
-        "--stats",
-        str(stats),
+    proc = spawn_fleet(
+        [
+            "lab",
+            "produce",
+            str(scenario),
+            "--bootstrap",
+            kafka.bootstrap,
+            "--topic",
+            topic,
+            "--start-at",
+            repr(time.time() + 0.5),
+            "--stats",
+            str(stats),
+        ]
     )
     assert proc.wait(timeout=60) == 0
     produced = json.loads(stats.read_text())

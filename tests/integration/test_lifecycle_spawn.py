@@ -185,7 +185,7 @@ def test_kill9_between_committing_a_spawn_and_launching_never_launches_and_fails
     """R-SPAWN-3 priced like R-ACK-3's forward path: commit BEFORE launch. B is killed -9 right
     after committing the SPAWN (FLEET_FAULT=crash_after_commit): nothing is launched, not even
     after B restarts, and the requester gets exactly one FAILED."""
-    from pipeline.chaos.procs import GatewayProc as GatewayProcess
+    from pipeline.chaos.gateway_process import GatewayProc as GatewayProcess
 
     fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A", "B"))
     markers = tmp_path / "markers"

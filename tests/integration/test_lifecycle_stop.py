@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 
 from pipeline.bootstrap.client import build_client, build_control_client
 from pipeline.bootstrap.reporters import build_failed_reporter
-from pipeline.chaos.procs import GatewayProc as GatewayProcess
+from pipeline.chaos.gateway_process import GatewayProc as GatewayProcess
 from pipeline.cli.main import app
 from pipeline.control import STOP, ControlClient
 from pipeline.control.spawns import spawns_table

@@ -20,7 +20,7 @@ import anyio
 import pytest
 from mcp import ClientSession
 
-from pipeline.chaos.procs import GatewayProc as GatewayProcess
+from pipeline.chaos.gateway_process import GatewayProc as GatewayProcess
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet
 from tests.integration.test_mcp_main import call, main_session, poll_until

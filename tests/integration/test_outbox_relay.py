@@ -38,8 +38,9 @@ from pipeline.outbox import (
 from pipeline.runs import Executor, RunJournal, branch_key_of
 from pipeline.runs.tables import run
 from pipeline.store import make_engine, session_factory
+from pipeline.support.processes import spawn_fleet
 from pipeline.support.waiting import wait_until
-from pipeline.testing import BrokerHandle, fleet_process, unique_name
+from pipeline.testing import BrokerHandle, unique_name
 from tests.conftest import make_topic_factory
 
 pytestmark = pytest.mark.kafka
@@ -333,18 +334,13 @@ def test_forced_redelivery_folds_to_the_single_delivery_state(
 
 # -- 6: kill -9 of the relay process mid-batch --------------------------------------------------
 def _relay_process(url: str, bootstrap: str, *extra: str) -> subprocess.Popen[bytes]:
-    return fleet_process(
-        "relay",
-        "run",
-        "--store-url",
-        url,
-        "--bootstrap",
-        bootstrap,
-        "--delivery-timeout",
-        "5",
-        *extra,
+    return spawn_fleet(
+        [
+            "relay", "run", "--store-url", url, "--bootstrap", bootstrap,
+            "--delivery-timeout", "5", *extra,
+        ],
         stderr=subprocess.PIPE,
-    )
+    )  # fmt: skip
 
 
 @pytest.mark.slow

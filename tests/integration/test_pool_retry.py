@@ -16,7 +16,7 @@ from pipeline.kafka.topology import ensure_pool_topic
 from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle, unique_name
 
-from .pool_members import effects, events, produce_to, settled, start_member, stop
+from .pool_members import STOP_S, effects, events, produce_to, settled, start_member
 
 pytestmark = pytest.mark.kafka
 
@@ -61,7 +61,7 @@ def test_a_poison_step_is_retried_with_backoff_then_set_aside_and_the_rest_flows
             interval_s=0.25,
         )
     finally:
-        assert stop(m) == 0
+        assert m.stop(STOP_S) == 0
     done = {e.event_id: e for e in effects(store)}
     assert set(done) == {*ids[:2], *ids[3:], *others}  # each once (a key per event id)
     log = events(tmp_path)
@@ -110,7 +110,8 @@ def test_a_poisons_retry_budget_holds_across_a_move_to_another_member(
         wait_until(
             lambda: len(tries()) >= 2, timeout_s=60, what="two attempts on m1", interval_s=0.25
         )
-        assert stop(m1) == 0  # orderly: its retry state is in the committed offset's metadata
+        # orderly: its retry state is in the committed offset's metadata
+        assert m1.stop(STOP_S) == 0
         m2 = start_member(tmp_path, pool, kafka.bootstrap, store, "m2", *args)
         with sa.create_engine(store).connect() as conn:
 
@@ -126,4 +127,4 @@ def test_a_poisons_retry_budget_holds_across_a_move_to_another_member(
         assert {e["member"] for e in done} == {"m1", "m2"}
     finally:
         if m2 is not None:
-            assert stop(m2) == 0
+            assert m2.stop(STOP_S) == 0

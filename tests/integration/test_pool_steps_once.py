@@ -9,7 +9,6 @@ shows each member's in-flight steps from the lanes rows the heartbeats write.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -21,17 +20,18 @@ from pipeline.effects import KeyState
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import ensure_pool_topic
 from pipeline.pool.status import pool_status
+from pipeline.support.processes import spawn_fleet
 from pipeline.support.waiting import wait_until
-from pipeline.testing import BrokerHandle, fleet_process, unique_name
+from pipeline.testing import BrokerHandle, unique_name
 
 from .pool_members import (
+    STOP_S,
     effects,
     events,
     produce_to,
     settled,
     start_member,
     step_keys,
-    stop,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -100,7 +100,7 @@ def test_a_step_moved_by_a_rebalance_replays_its_stored_outcome_and_runs_once(
     finally:
         for proc in (m1, m2):
             if proc is not None:
-                assert stop(proc) == 0
+                assert proc.stop(STOP_S) == 0
     rows = effects(store)
     assert Counter(e.event_id for e in rows) == Counter(ids), "an effect is missing or twice"
     moved = [e for e in rows if e.member == "m2"]
@@ -149,16 +149,15 @@ def test_a_member_killed_mid_step_is_taken_over_after_the_lease_with_one_effect(
             what="the step's claim",
             interval_s=0.25,
         )
-        victim.send_signal(signal.SIGKILL)
-        victim.wait(timeout=10)
+        victim.kill9()
         gate.touch()  # the survivor's run may finish now (the victim's orphaned shell ends too)
         wait_until(
             lambda: len(effects(store)) == 1, timeout_s=120, what="the effect", interval_s=0.25
         )
     finally:
         for proc in (m1, m2):
-            if proc is not None and proc.poll() is None:
-                assert stop(proc) == 0
+            if proc is not None and proc.alive:
+                assert proc.stop(STOP_S) == 0
     survivor = "m2" if owner == "m1" else "m1"
     kinds = _kinds(tmp_path, eid)
     assert kinds[0] == (owner, "start") and (owner, "ran") not in kinds, kinds
@@ -166,7 +165,7 @@ def test_a_member_killed_mid_step_is_taken_over_after_the_lease_with_one_effect(
     (effect,) = effects(store)
     assert effect.member == survivor and not effect.reused
     assert step_keys(store, pool) == {eid: (int(KeyState.SUCCEEDED), 2)}  # taken over once
-    assert other.returncode == 0
+    assert other.exit_code == 0
 
 
 def test_pool_status_shows_each_members_in_flight_steps(
@@ -207,9 +206,9 @@ def test_pool_status_shows_each_members_in_flight_steps(
             # the CLI is a fresh process: on a loaded machine its start alone takes seconds, so
             # it is asked until it answers while the steps still run (they hold 30 s each; the
             # first CLI answer used to land after two 8 s steps had ended)
-            out = fleet_process(
-                "pool", "status", "--pool", pool, "--bootstrap", kafka.bootstrap,
-                "--store-url", store, "--json", stdout=subprocess.PIPE,
+            out = spawn_fleet(
+                ["pool", "status", "--pool", pool, "--bootstrap", kafka.bootstrap,
+                 "--store-url", store, "--json"], stdout=subprocess.PIPE,
             )  # fmt: skip
             body, _ = out.communicate(timeout=60)
             assert out.returncode == 0
@@ -237,5 +236,5 @@ def test_pool_status_shows_each_members_in_flight_steps(
         wait_until(idle, timeout_s=30, what="status to show the members idle", interval_s=0.25)
     finally:
         for proc in procs:
-            assert stop(proc) == 0
+            assert proc.stop(STOP_S) == 0
     assert pool_status(kafka.bootstrap, pool, store_url=store).lanes == {}  # goodbyes

@@ -7,7 +7,6 @@ the store that no partition ran two steps at once and that no event took effect 
 from __future__ import annotations
 
 import itertools
-import signal
 import threading
 import time
 from collections import Counter, defaultdict
@@ -22,7 +21,7 @@ from pipeline.pool.submit import submit
 from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle, unique_name
 
-from .pool_members import effects, events, settled, start_member, stop
+from .pool_members import STOP_S, effects, events, settled, start_member
 
 pytestmark = pytest.mark.kafka
 
@@ -104,7 +103,7 @@ def test_a_step_longer_than_max_poll_interval_causes_no_rebalance(
         assert st.total_lag == 0
         assert list(st.members) == ["m1"]
     finally:
-        assert stop(m) == 0
+        assert m.stop(STOP_S) == 0
     runs = [e for e in events(tmp_path) if e["kind"] == "start"]
     assert len(runs) == 3, runs  # nothing was redelivered: no eviction happened
     log = (tmp_path / "m1.log").read_text()
@@ -139,8 +138,7 @@ def test_kill_9_one_of_four_members_moves_its_partitions_with_no_duplicate_effec
             interval_s=0.25,
         )
         victim = members.pop("m2")
-        victim.send_signal(signal.SIGKILL)
-        victim.wait(timeout=10)
+        victim.kill9()
         wait_until(
             lambda: len(effects(store)) >= total,
             timeout_s=240,
@@ -155,7 +153,7 @@ def test_kill_9_one_of_four_members_moves_its_partitions_with_no_duplicate_effec
         assert st.total_lag == 0
     finally:
         for proc in members.values():
-            stop(proc)
+            proc.stop(STOP_S)
     rows = effects(store)
     per_event = Counter(e.event_id for e in rows)
     assert len(per_event) == total
@@ -208,7 +206,7 @@ def test_scale_one_to_four_and_back_under_load_cooperative_sticky(
         )
         time.sleep(3)
         for name in list(extra):
-            assert stop(extra.pop(name)) == 0  # graceful: finish, commit, leave
+            assert extra.pop(name).stop(STOP_S) == 0  # graceful: finish, commit, leave
         wait_until(
             settled(kafka.bootstrap, pool, 1),
             timeout_s=90,
@@ -227,8 +225,8 @@ def test_scale_one_to_four_and_back_under_load_cooperative_sticky(
     finally:
         stop_load.set()
         for proc in extra.values():
-            stop(proc)
-        stop(first)
+            proc.stop(STOP_S)
+        first.stop(STOP_S)
     rows = effects(store)
     per_event = Counter(e.event_id for e in rows)
     assert len(per_event) == sent[0]
@@ -270,7 +268,7 @@ def test_a_member_started_ahead_joins_the_group_at_its_start_time(
             st = pool_status(kafka.bootstrap, pool)
             if st.members:
                 seen = time.time()
-            assert m.poll() is None, (tmp_path / "m1.log").read_text()
+            assert m.alive, (tmp_path / "m1.log").read_text()
             assert time.time() < join_at + 90, "the member never joined"
             time.sleep(0.25)
         assert seen >= join_at  # no member in the group before its start time
@@ -279,7 +277,7 @@ def test_a_member_started_ahead_joins_the_group_at_its_start_time(
             lambda: len(effects(store)) == 2, timeout_s=60, what="two steps", interval_s=0.25
         )
     finally:
-        assert stop(m) == 0
+        assert m.stop(STOP_S) == 0
     waiting = start_member(
         tmp_path, pool, kafka.bootstrap, store, "m2", "--sleep", "0",
         "--start-at", repr(time.time() + 3600), *FAST_GROUP,
@@ -288,5 +286,5 @@ def test_a_member_started_ahead_joins_the_group_at_its_start_time(
     wait_until(
         lambda: "running" in log.read_text(), timeout_s=60, what="m2 to start up", interval_s=0.25
     )
-    assert stop(waiting, timeout=60) == 0
+    assert waiting.stop(STOP_S) == 0
     assert not pool_status(kafka.bootstrap, pool).members

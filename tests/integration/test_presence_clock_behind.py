@@ -21,7 +21,7 @@ import pytest
 
 from pipeline.bootstrap.client import build_client
 from pipeline.chaos.collect import held_count
-from pipeline.chaos.procs import GatewayProc
+from pipeline.chaos.gateway_process import GatewayProc
 from pipeline.chaos.skewed_clock import skew_env, write_skew_shim
 from pipeline.envelope import Kind
 from pipeline.host.config import load_config

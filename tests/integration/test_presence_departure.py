@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from pipeline import schemas
 from pipeline.bootstrap.client import build_client
-from pipeline.chaos.procs import GatewayProc as GatewayProcess
+from pipeline.chaos.gateway_process import GatewayProc as GatewayProcess
 from pipeline.envelope import Envelope, Kind, encode
 from pipeline.errors import DeliveryError
 from pipeline.failures.dlq import DLQ_HEADER

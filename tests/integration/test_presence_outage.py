@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import select
 
 from pipeline.bootstrap.client import build_client
-from pipeline.chaos.procs import GatewayProc as GatewayProcess
+from pipeline.chaos.gateway_process import GatewayProc as GatewayProcess
 from pipeline.envelope import Kind
 from pipeline.gateway.client import GatewayClient
 from pipeline.host.config import load_config

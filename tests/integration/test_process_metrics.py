@@ -22,10 +22,11 @@ from pipeline.pool.submit import submit
 from pipeline.runs import Executor, RunJournal
 from pipeline.runs.tables import run
 from pipeline.store import make_engine, session_factory
+from pipeline.support.processes import FleetProcess
 from pipeline.support.waiting import wait_until
-from pipeline.testing import BrokerHandle, fleet_process, unique_name
+from pipeline.testing import BrokerHandle, unique_name
 
-from .pool_members import effects, start_member, stop
+from .pool_members import STOP_S, effects, start_member
 
 pytestmark = pytest.mark.kafka
 
@@ -90,7 +91,7 @@ def test_a_pool_member_serves_its_dead_letters_and_purges(
         assert after[("fleet_store_rows", (("table", "fleet_pool_effects"),))] == 0.0
         assert effects(store) == [], "the two effect rows were purged, by the member itself"
     finally:
-        assert stop(proc) == 0
+        assert proc.stop(STOP_S) == 0
 
 
 def test_a_standalone_relay_purges_its_sent_rows_and_serves_it(
@@ -107,11 +108,11 @@ def test_a_standalone_relay_purges_its_sent_rows_and_serves_it(
     )  # 2 runs x (5 steps + COMPLETED) = 12 outbox rows
     port = _free_port()
     rows = ("fleet_store_rows_purged_total", (("table", "outbox"),))
-    proc = fleet_process(
+    proc = FleetProcess(tmp_path / "relay.log", [
         "relay", "run", "--store-url", url, "--bootstrap", kafka.bootstrap,
         "--metrics-port", str(port),
         "--retention", "outbox_sent_s=1", "--retention", "every_s=0.5",
-    )  # fmt: skip
+    ]).start()  # fmt: skip
     try:
         wait_until(
             lambda: (_scrape(port) or {}).get(rows) == 12.0,
@@ -127,5 +128,5 @@ def test_a_standalone_relay_purges_its_sent_rows_and_serves_it(
             assert conn.execute(select(func.count()).select_from(outbox)).scalar_one() == 0
             assert conn.execute(select(func.count()).select_from(run)).scalar_one() == 2
     finally:
-        assert stop(proc) == 0
+        assert proc.stop(STOP_S) == 0
         engine.dispose()

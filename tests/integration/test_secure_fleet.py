@@ -37,7 +37,7 @@ from typer.testing import CliRunner
 
 from pipeline.bootstrap.client import build_client, build_control_client
 from pipeline.bootstrap.gateway import build_gateway
-from pipeline.chaos.procs import GatewayProc
+from pipeline.chaos.gateway_process import GatewayProc
 from pipeline.cli.main import app
 from pipeline.envelope import Kind
 from pipeline.host.config import load_config

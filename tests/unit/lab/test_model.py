@@ -155,7 +155,7 @@ def test_sticky_moves_only_the_stopped_members_partitions() -> None:
 def test_poison_backoffs_reach_the_members_as_their_retry_policy() -> None:
     """The members retry the poison record with the scenario's backoffs, scaled, no jitter
     (the runtime's default 0.2 s x 2^n with jitter would not be R-LAB-4's 1, 2, 4, 8, 16 s)."""
-    from pipeline.lab.processes import member_argv
+    from pipeline.lab.members import member_argv
     from pipeline.pool.config import parse_retry
 
     s = load_scenario(EXAMPLES / "poison.toml")
@@ -217,12 +217,15 @@ def test_a_member_waiting_to_join_is_not_up(tmp_path: Path) -> None:
     import sys
     import time
 
-    from pipeline.lab.processes import Members as Procs
+    from pipeline.lab.members import Members as Procs
+    from pipeline.support.processes import FleetProcess
 
     s = load_scenario(EXAMPLES / "worked_example.toml")
     procs = Procs(scenario=s, pool="p", bootstrap="b", out=tmp_path, store_url="u")
     for m, join in (("m00", None), ("m01", time.time() + 3600)):
-        procs.procs[m] = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        handle = FleetProcess(tmp_path / f"{m}.log", name=m)
+        handle.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        procs.procs[m] = handle
         procs.joins[m] = join if join is not None else 0.0
     try:
         now = time.time()
@@ -230,5 +233,4 @@ def test_a_member_waiting_to_join_is_not_up(tmp_path: Path) -> None:
         assert procs.up(now + 7200) == 2
     finally:
         for p in procs.procs.values():
-            p.kill()
-            p.wait()
+            p.kill9()

@@ -1,4 +1,4 @@
-"""The run's child processes: pool members (``python -m pipeline pool run``) and the producer.
+"""The run's pool members (``python -m pipeline pool run``), each a restartable child process.
 
 ``member_argv`` is the one place the lab states what it needs from ``fleet pool run``
 (worker pools): consumer group ``fleet.pool.<NAME>`` on topic ``fleet.pool.<NAME>``,
@@ -9,13 +9,11 @@ log the lab counts steps and redeliveries from.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pipeline.support.processes import FleetProcess
 
 from .scenario import Scenario, StopSignal
 
@@ -65,20 +63,6 @@ def member_argv(
     return argv
 
 
-def spawn(argv: list[str], *, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """``python -m pipeline <argv>`` with this checkout first on the path; output to ``log``."""
-    full = dict(os.environ) | env
-    root = str(Path(__file__).resolve().parents[2])
-    full["PYTHONPATH"] = os.pathsep.join(filter(None, [root, full.get("PYTHONPATH")]))
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "pipeline", *argv],
-            env=full,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-
 @dataclass
 class Members:
     """The pool members of one run, by lab id (``m00`` ...), each restartable."""
@@ -88,7 +72,7 @@ class Members:
     bootstrap: str
     out: Path
     store_url: str
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    procs: dict[str, FleetProcess] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # e.g. FLEET_KAFKA_CONFIG, the login
     joins: dict[str, float] = field(default_factory=dict)  # wall time a started member joins
 
@@ -107,31 +91,30 @@ class Members:
         if join_at is not None:
             argv += ["--start-at", repr(join_at)]
         self.joins[member] = join_at if join_at is not None else 0.0
-        self.procs[member] = spawn(argv, env=env, log=self.out / f"member-{member}.log")
+        log = self.out / f"member-{member}.log"
+        self.procs[member] = FleetProcess(log, argv, env=env, name=member).start()
 
     def stop(self, member: str, how: StopSignal, *, wait_s: float = 30.0) -> None:
+        """SIGKILL or SIGTERM; a graceful stop that hangs for ``wait_s`` is killed (and the
+        hang is in the member's log)."""
         proc = self.procs.pop(member, None)
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        proc.send_signal(signal.SIGKILL if how is StopSignal.KILL else signal.SIGTERM)
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()  # a graceful stop that hangs is reported in the member's log
-            proc.wait(timeout=10)
+        if how is StopSignal.KILL:
+            proc.kill9(wait_s)
+        else:
+            proc.stop(wait_s)
 
     def up(self, now: float | None = None) -> int:
         """Members alive and past their join time (a replacement waiting to join is down)."""
         now = time.time() if now is None else now
-        return sum(
-            1 for m, p in self.procs.items() if p.poll() is None and self.joins.get(m, 0.0) <= now
-        )
+        return sum(1 for m, p in self.procs.items() if p.alive and self.joins.get(m, 0.0) <= now)
 
     def pids(self) -> list[int]:
-        return [p.pid for p in self.procs.values() if p.poll() is None]
+        return [p.pid for p in self.procs.values() if p.alive and p.pid is not None]
 
     def died(self) -> list[str]:
-        return [m for m, p in self.procs.items() if p.poll() is not None]
+        return [m for m, p in self.procs.items() if not p.alive]
 
     def stop_all(self) -> None:
         for member in list(self.procs):
