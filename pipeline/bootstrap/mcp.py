@@ -38,8 +38,8 @@ def build_mcp_server(config: GatewayConfig, *, signer: Signer, gid: str) -> MCPS
     return build_server(
         client,
         gid=gid,
-        control=SocketFirstControl.over(
-            build_control_client(config, signer=signer, engine=engine), config.local_socket
+        control=SocketFirstControl(
+            config.local_socket, build_control_client(config, signer=signer, engine=engine)
         ),
         writer=SocketFirst(config.local_socket, client),
     )

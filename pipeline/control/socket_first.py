@@ -1,49 +1,37 @@
 """SPAWN and STOP through the gateway's local socket while one answers, else into the store.
 
 The MCP server's lifecycle tools (and any long-lived requester holding a :class:`ControlClient`)
-use this subclass: each ``spawn`` / ``stop`` first tries the host's gateway, which commits it
-as it commits sends (docs/gateway.md, "The local socket"); when no gateway answers it is
-:class:`ControlClient`'s own, writing the store directly. Same refusals and reason codes either
-way (``UNKNOWN_HOST``, ``UNKNOWN_WORKER``, ``NOT_LOCAL_SENDER``); ``workers`` reads the store.
+use this wrapper: each ``spawn`` / ``stop`` first tries the host's gateway, which commits it
+as it commits sends (docs/gateway.md, "The local socket"); when no gateway answers the wrapped
+:class:`ControlClient` writes the store directly (:mod:`pipeline.host.socket_first`, the rule
+sends follow too). Same refusals and reason codes either way (``UNKNOWN_HOST``,
+``UNKNOWN_WORKER``, ``NOT_LOCAL_SENDER``); ``workers`` reads the store.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pipeline.host.socket_client import GatewayUnavailable, SocketClient
+from pipeline.host.socket_first import SocketOrDirect
 
 from .client import ControlClient, SpawnRequest, StopRequest
 
 
-class SocketFirstControl(ControlClient):
-    """A :class:`ControlClient` whose writes go through the socket at ``socket_path`` first;
-    ``fallbacks`` counts those that found no gateway."""
+class SocketFirstControl:
+    """:class:`ControlClient`'s verbs, the writes through the socket at ``socket_path`` first;
+    ``fallbacks`` counts the writes that found no gateway and wrote the store directly."""
 
-    socket_path: str | None = None
-    fallbacks: int = 0
+    def __init__(self, socket_path: str | None, direct: ControlClient) -> None:
+        self.direct = direct
+        self._calls = SocketOrDirect(socket_path)
 
-    @classmethod
-    def over(cls, direct: ControlClient, socket_path: str | None) -> SocketFirstControl:
-        client = cls(
-            sessions=direct.sessions,
-            publisher=direct.publisher,
-            deadline_s=direct.deadline_s,
-            local_senders=direct.local_senders,
-        )
-        client.socket_path = socket_path
-        return client
+    @property
+    def socket_path(self) -> str | None:
+        return self._calls.path
 
-    def _through(self, op: str, fields: dict[str, Any]) -> dict[str, Any] | None:
-        if not self.socket_path:
-            return None
-        try:
-            socket = SocketClient.connect(self.socket_path)
-        except GatewayUnavailable:
-            self.fallbacks += 1
-            return None
-        with socket:
-            return socket.control(op, **fields)
+    @property
+    def fallbacks(self) -> int:
+        return self._calls.fallbacks
 
     def spawn(
         self,
@@ -61,10 +49,12 @@ class SocketFirstControl(ControlClient):
         fields: dict[str, Any] = {"requester": requester, "host": host, "profile": profile,
                                   "spawn_id": spawn_id, "parent": parent, "job": job,
                                   "brief": brief, "budget": budget}  # fmt: skip
-        got = None if groups else self._through("spawn", fields)  # groups: not on the socket
-        if got is not None:
-            return SpawnRequest(**got)
-        return super().spawn(**fields, groups=groups)
+        if groups:  # groups do not travel on the socket: the store, not a fallback
+            return self.direct.spawn(**fields, groups=groups)
+        return self._calls.call(
+            lambda c: SpawnRequest(**c.control("spawn", **fields)),
+            lambda: self.direct.spawn(**fields),
+        )
 
     def stop(
         self,
@@ -77,5 +67,10 @@ class SocketFirstControl(ControlClient):
     ) -> StopRequest:
         fields: dict[str, Any] = {"requester": requester, "gid": gid, "host": host,
                                   "reason": reason, "stop_id": stop_id}  # fmt: skip
-        got = self._through("stop", fields)
-        return StopRequest(**got) if got is not None else super().stop(**fields)
+        return self._calls.call(
+            lambda c: StopRequest(**c.control("stop", **fields)),
+            lambda: self.direct.stop(**fields),
+        )
+
+    def workers(self, requester: str) -> list[dict[str, Any]]:
+        return self.direct.workers(requester)

@@ -14,6 +14,7 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
 from pipeline.control import ControlClient
+from pipeline.control.socket_first import SocketFirstControl
 
 Tool = Callable[[str], Callable[[Callable[..., CallToolResult]], Any]]
 
@@ -22,7 +23,9 @@ def _ok(text: str, data: dict[str, Any]) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
-def add_stop_and_workers(tool: Tool, *, gid: str, control: ControlClient) -> None:
+def add_stop_and_workers(
+    tool: Tool, *, gid: str, control: ControlClient | SocketFirstControl
+) -> None:
     """Register ``stop`` and ``workers`` for main ``gid``."""
 
     @tool("Stop a worker (one you spawned, or any spawned worker): its host stops it through "

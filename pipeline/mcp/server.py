@@ -24,6 +24,7 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
 from pipeline.control import ControlClient
+from pipeline.control.socket_first import SocketFirstControl
 from pipeline.envelope import Kind
 from pipeline.errors import FleetError
 from pipeline.gateway import render
@@ -72,7 +73,7 @@ def build_server(
     client: GatewayClient,
     *,
     gid: str,
-    control: ControlClient | None = None,
+    control: ControlClient | SocketFirstControl | None = None,
     extra_tools: Callable[[MCPServer], None] | None = None,
     writer: SocketFirst | None = None,
 ) -> MCPServer:

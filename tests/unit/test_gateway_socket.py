@@ -471,7 +471,7 @@ def test_spawn_and_stop_go_through_the_socket_with_the_direct_paths_refusals(
                     direct.value.reason, str(direct.value), direct.value.context)  # fmt: skip
             with pytest.raises(ConfigError):
                 c.control("spawn", requester="main-a", host="B", profile=7)
-        mcp_side = SocketFirstControl.over(control, cfg.local_socket)  # the MCP server's
+        mcp_side = SocketFirstControl(cfg.local_socket, control)  # the MCP server's
         assert mcp_side.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-9")
         assert commits == [1, 1, 1] and mcp_side.fallbacks == 0
     finally:
