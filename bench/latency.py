@@ -195,8 +195,8 @@ class _Arrivals:
     def receipts(self) -> dict[str, int]:
         from sqlalchemy import select
 
+        from pipeline.envelope.receipts import read_receipt
         from pipeline.host.held import held_table
-        from pipeline.host.receipts import read_receipt
 
         with self.engines["A"].connect() as c:
             rows = c.execute(

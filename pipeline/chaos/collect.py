@@ -22,10 +22,10 @@ from typing import Any
 from sqlalchemy import select
 
 from pipeline import schemas
+from pipeline.envelope.receipts import read_receipt
 from pipeline.failures.dlq import DLQ_HEADER, SCHEMA
 from pipeline.host.deadlines import LATE, UNCERTAIN
 from pipeline.host.held import held_table
-from pipeline.host.receipts import read_receipt
 from pipeline.host.tracking import forward_table
 from pipeline.kafka.clients import new_consumer
 from pipeline.kafka.settings import consumer_config

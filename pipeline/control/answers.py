@@ -6,9 +6,8 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from pipeline.envelope import Envelope, Kind
-from pipeline.envelope.receipt_ids import injected_msg_id
+from pipeline.envelope.receipts import failed_receipt, injected_body, injected_msg_id
 from pipeline.host.outbound import Publisher
-from pipeline.host.receipts import failed_receipt, injected_body
 
 ANSWER_TTL_S = 3600.0
 

@@ -13,13 +13,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from pipeline import schemas
-from pipeline.envelope.receipt_ids import failed_msg_id
+from pipeline.envelope.receipts import failed_body, failed_msg_id
 from pipeline.errors import BrokerError
 from pipeline.kafka.clients import new_producer
 from pipeline.kafka.settings import producer_config
 from pipeline.record import key_text
-from pipeline.support.clock import now_ms
 
 from .dlq import DeadLetterView
 
@@ -44,16 +42,12 @@ class TopicFailedSink:
         error: str,
         dead_letter: DeadLetterView,
     ) -> None:
-        body = schemas.encode(
-            "failed",
-            {
-                "msg_id": original_msg_id,
-                "recipient": dead_letter.header("to") or key_text(dead_letter.key),
-                "reason": reason,
-                "error": error,
-                "stage": "dlq",
-                "failed_at_ms": now_ms(),
-            },
+        body = failed_body(
+            original_msg_id,
+            dead_letter.header("to") or key_text(dead_letter.key),
+            reason=reason,
+            error=error,
+            stage="dlq",
         )
         report: list[Any] = []
         self._producer.produce(

@@ -34,7 +34,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from pipeline.envelope.receipt_ids import failed_msg_id
+from pipeline.envelope.receipts import failed_msg_id
 from pipeline.errors import EnvelopeError
 from pipeline.runtime.offsets import raise_if_offsets_lost
 from pipeline.store import metadata

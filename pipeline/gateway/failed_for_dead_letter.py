@@ -31,10 +31,10 @@ from sqlalchemy.orm import Session
 
 from pipeline.envelope import TrustStore
 from pipeline.envelope.reasons import H_KEY_ID, H_TRACE_ID
+from pipeline.envelope.receipts import failed_receipt
 from pipeline.failures.dlq import DeadLetterView
 from pipeline.host import roster_cache
 from pipeline.host.outbound import Publisher
-from pipeline.host.receipts import failed_receipt
 from pipeline.record import key_text
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from pipeline.envelope.reasons import H_FROM, H_KIND, H_MSG_ID, H_TO, H_TRACE_ID
+from pipeline.envelope.receipts import failed_receipt
 from pipeline.host.outbound import GATEWAY_SUFFIX, Publisher
-from pipeline.host.receipts import failed_receipt
 from pipeline.outbox.terminal import FailedRow
 
 log = logging.getLogger(__name__)

@@ -34,6 +34,7 @@ from pipeline.envelope import (
     Kind,
     Verifier,
 )
+from pipeline.envelope.receipts import read_receipt
 from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
 from pipeline.host import deadlines
@@ -41,7 +42,6 @@ from pipeline.host.conversations import ABANDONED, ANSWERED, Conversations
 from pipeline.host.held import held_table
 from pipeline.host.inject_journal import STAGE_UNCERTAIN
 from pipeline.host.outbound import Publisher
-from pipeline.host.receipts import read_receipt
 from pipeline.host.tracking import FORWARD
 from pipeline.presence.model import Delivery
 from pipeline.reasons import Lifecycle

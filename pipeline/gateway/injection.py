@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
+from pipeline.envelope.receipts import failed_receipt, injected_body
 from pipeline.errors import FleetError
 from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.host import inject_journal as journal
 from pipeline.host.outbound import Publisher
-from pipeline.host.receipts import failed_receipt, injected_body
 from pipeline.reasons import Delivery, Verification
 from pipeline.runtime.retry import BackoffPolicy
 from pipeline.store import with_retry

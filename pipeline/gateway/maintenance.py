@@ -27,13 +27,12 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope
-from pipeline.envelope.receipt_ids import expired_msg_id
+from pipeline.envelope.receipts import expired_msg_id, failed_receipt
 from pipeline.host import roster_cache
 from pipeline.host.conversations import EXPIRED, Conversations
 from pipeline.host.deadlines import Deadlines, Tracked
 from pipeline.host.held import HeldStore, hold_notice
 from pipeline.host.outbound import Publisher
-from pipeline.host.receipts import failed_receipt
 from pipeline.host.tracking import FORWARD
 from pipeline.presence.model import Delivery
 from pipeline.reasons import Verification

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.envelope import Envelope, Kind
+from pipeline.envelope.receipts import read_receipt
 from pipeline.errors import FleetError
 from pipeline.host.held import HeldMessage
 from pipeline.host.inject_journal import STAGE_UNCERTAIN
-from pipeline.host.receipts import read_receipt
 
 CONTROL_KINDS = frozenset(
     {Kind.INJECTED, Kind.FAILED, Kind.NO_WAITER, Kind.TOO_LATE, Kind.ABANDONED}

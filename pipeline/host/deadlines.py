@@ -13,7 +13,7 @@ It serves every send whose sender waits for an outcome, each kind a :class:`Trac
 
 A row is written in the send's own transaction (``pending``). The answer, or the deadline, moves
 it out of ``pending`` with a conditional update, so it is settled exactly once. The deadline's
-``FAILED`` (msgId ``failed-<msgId>``, :func:`~pipeline.host.receipts.failed_receipt`) is held for the sender in the same transaction as the
+``FAILED`` (msgId ``failed-<msgId>``, :func:`~pipeline.envelope.receipts.failed_receipt`) is held for the sender in the same transaction as the
 settle: both or neither, and a second tick finds nothing pending. A ``FAILED`` with that msgId
 already held (the DLQ reporter's, about the same send) is kept as the one.
 """
@@ -27,8 +27,8 @@ from typing import Any
 from sqlalchemy import BigInteger, Column, String, Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from pipeline.envelope.receipts import failed_receipt
 from pipeline.host.held import hold_notice
-from pipeline.host.receipts import failed_receipt
 from pipeline.support import clock
 
 PENDING, FAILED, LATE, UNCERTAIN = "pending", "failed", "late", "uncertain"

@@ -107,8 +107,8 @@ def test_a_request_settles_once(parts: Any) -> None:
 def test_no_outcome_by_the_deadline_is_exactly_one_failed(parts: Any) -> None:
     """R-SPAWN-3, priced like R-ACK-5: no answer in time = exactly one FAILED at the requester."""
     from pipeline.control import SPAWN_TIMEOUT
+    from pipeline.envelope.receipts import read_receipt
     from pipeline.host.held import HeldStore
-    from pipeline.host.receipts import read_receipt
 
     client, sessions, _ = parts
     req = client.spawn(requester="main-a", host="B", profile="shell", spawn_id="w-9")

@@ -14,12 +14,12 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
 from pipeline.envelope import BoundedSeenSet, Envelope, Kind, Signer, TrustStore, Verifier, encode
+from pipeline.envelope.receipts import read_receipt
 from pipeline.failures.dlq import DeadLetterView
 from pipeline.failures.reporter import FailedReporter, reported_table
 from pipeline.gateway.failed_for_dead_letter import EnvelopeFailedSink
 from pipeline.host import roster_cache
 from pipeline.host.outbound import Publisher
-from pipeline.host.receipts import read_receipt
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox import outbox
 from pipeline.record_headers import unpack_headers

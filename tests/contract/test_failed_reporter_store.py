@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.envelope.receipt_ids import failed_msg_id
+from pipeline.envelope.receipts import failed_msg_id
 from pipeline.failures.dlq import DeadLetterView
 from pipeline.failures.reporter import FailedReporter, eligible
 from pipeline.store import make_engine

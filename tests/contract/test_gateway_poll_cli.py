@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from pipeline.cli.main import app
 from pipeline.envelope import Signer
+from pipeline.envelope.receipts import injected_body
 from pipeline.host.held import held_table
-from pipeline.host.receipts import injected_body
 from pipeline.store import make_engine, session_factory
 
 runner = CliRunner()

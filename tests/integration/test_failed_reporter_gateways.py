@@ -26,12 +26,12 @@ from sqlalchemy import func, select
 
 from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.bootstrap.reporters import build_failed_reporter
+from pipeline.envelope.receipts import Receipt, read_receipt
 from pipeline.failures.reporter import reported_table
 from pipeline.host import deadlines, tracking
 from pipeline.host.entity_config import EntityConfig, InjectorSpec
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.held import held_table
-from pipeline.host.receipts import Receipt, read_receipt
 from pipeline.outbox import backlog
 from pipeline.presence.roles import Delivery, Role
 from pipeline.store import make_engine

@@ -190,7 +190,7 @@ def test_kill9_between_commit_and_inject_never_injects_and_fails_once(
             time.sleep(0.05)
         time.sleep(3.0)
         got += a.client.poll("main-a")
-        from pipeline.host.receipts import read_receipt
+        from pipeline.envelope.receipts import read_receipt
 
         failed = [read_receipt("FAILED", m.body) for m in got if m.kind == "FAILED"]
         assert [f.msg_id for f in failed] == [brief.msg_id], got

@@ -123,7 +123,7 @@ def test_brief_is_injected_then_injected_receipt_and_reply_reach_the_main(two_ho
     got = _drain(a, "main-a", 6)
     receipts = [m for m in got if m.kind == "INJECTED"]
     assert len(receipts) == 5
-    from pipeline.host.receipts import read_receipt
+    from pipeline.envelope.receipts import read_receipt
 
     assert {read_receipt("INJECTED", m.body).msg_id for m in receipts} == {e.msg_id for e in sent}
     assert [m.body for m in got if m.kind == "REPLY"] == [b"done"]

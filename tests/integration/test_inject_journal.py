@@ -22,10 +22,10 @@ import pytest
 
 from pipeline.bootstrap.gateway import build_gateway
 from pipeline.chaos.gateway_process import GatewayProc as GatewayProcess
+from pipeline.envelope.receipts import Receipt, read_receipt
 from pipeline.host import deadlines
 from pipeline.host.entity_config import EntityConfig
 from pipeline.host.gateway_config import GatewayConfig
-from pipeline.host.receipts import Receipt, read_receipt
 from pipeline.host.tracking import FORWARD
 from pipeline.presence.roles import Delivery, Role
 from pipeline.store import session_factory

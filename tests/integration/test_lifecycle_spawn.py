@@ -21,9 +21,9 @@ from pipeline.bootstrap.client import build_control_client
 from pipeline.bootstrap.gateway import GatewayParts, build_gateway
 from pipeline.cli.main import app
 from pipeline.envelope import Kind
+from pipeline.envelope.receipts import read_receipt
 from pipeline.host.entity_config import EntityConfig, InjectorSpec, ProfileConfig
 from pipeline.host.gateway_config import GatewayConfig
-from pipeline.host.receipts import read_receipt
 from pipeline.kafka.settings import producer_config
 from pipeline.outbox.tables import outbox
 from pipeline.presence.roles import Delivery, Role

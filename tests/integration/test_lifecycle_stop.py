@@ -34,13 +34,13 @@ from pipeline.control import STOP, ControlClient
 from pipeline.control.spawns import spawns_table
 from pipeline.control.stops import stops_table
 from pipeline.envelope import Envelope, Kind, encode
+from pipeline.envelope.receipts import read_receipt
 from pipeline.errors import DeliveryError
 from pipeline.failures.reporter import reported_table
 from pipeline.gateway.client import GatewayClient
 from pipeline.host import deadlines, tracking
 from pipeline.host.config import load_config
 from pipeline.host.held import held_table
-from pipeline.host.receipts import read_receipt
 from pipeline.host.roster_cache import roster_cache_table
 from pipeline.kafka.topics import TopicNames
 from pipeline.record_headers import pack_headers

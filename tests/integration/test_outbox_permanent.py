@@ -124,9 +124,9 @@ def test_the_gateway_tells_the_sender_failed_when_its_row_is_refused(
     the broker refused the row for good (too large, written past the send-side check)."""
     from pipeline.bootstrap.gateway import build_gateway
     from pipeline.envelope import Envelope, Kind, encode
+    from pipeline.envelope.receipts import read_receipt
     from pipeline.host.entity_config import EntityConfig
     from pipeline.host.gateway_config import GatewayConfig
-    from pipeline.host.receipts import read_receipt
     from pipeline.kafka.topics import TopicNames
     from pipeline.presence.roles import Delivery, Role
     from pipeline.support.waiting import wait_until

@@ -40,10 +40,10 @@ from pipeline.bootstrap.gateway import build_gateway
 from pipeline.chaos.gateway_process import GatewayProc
 from pipeline.cli.main import app
 from pipeline.envelope import Kind
+from pipeline.envelope.receipts import read_receipt
 from pipeline.host.config import load_config
 from pipeline.host.entity_config import EntityConfig, InjectorSpec, ProfileConfig
 from pipeline.host.held import held_table
-from pipeline.host.receipts import read_receipt
 from pipeline.kafka.acls import Grant, Operation, Pattern, Resource, apply_grants, gateway_grants
 from pipeline.kafka.local import LocalCluster
 from pipeline.kafka.local.ports import free_ports

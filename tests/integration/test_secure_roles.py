@@ -23,11 +23,11 @@ from typer.testing import CliRunner
 from pipeline.bootstrap.client import Factories
 from pipeline.bootstrap.gateway import build_gateway
 from pipeline.cli.main import app
+from pipeline.envelope.receipts import read_receipt
 from pipeline.errors import FleetError
 from pipeline.host.entity_config import EntityConfig, InjectorSpec
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.held import held_table
-from pipeline.host.receipts import read_receipt
 from pipeline.kafka.errors import as_fleet_error
 from pipeline.kafka.local import LocalCluster
 from pipeline.kafka.local.secure import ADMIN

@@ -287,8 +287,8 @@ def _served_host_with_held(root: Path) -> tuple[Path, Any]:
     msg ids and times in every host made here, so two hosts print the same poll)."""
     from sqlalchemy import insert
 
+    from pipeline.envelope.receipts import injected_body
     from pipeline.host.held import held_table
-    from pipeline.host.receipts import injected_body
 
     root.mkdir()
     one = one_host(root)

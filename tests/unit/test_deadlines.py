@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.control import SPAWN, STOP
+from pipeline.envelope.receipts import read_receipt
 from pipeline.host import deadlines
 from pipeline.host.deadlines import Deadlines
 from pipeline.host.held import HeldStore
-from pipeline.host.receipts import read_receipt
 from pipeline.host.tracking import FORWARD
 from pipeline.store import make_engine, session_factory
 

@@ -22,7 +22,7 @@ def test_exported_names_are_exactly_all() -> None:
         "model",
         "pairwise",
         "reasons",
-        "receipt_ids",
+        "receipts",
         "seen",
         "verify",
     }

@@ -20,14 +20,18 @@ import pytest
 from pipeline import schemas
 from pipeline.control.answers import stage_answer
 from pipeline.envelope import Envelope, Kind
-from pipeline.envelope.receipt_ids import expired_msg_id, failed_msg_id, injected_msg_id
+from pipeline.envelope.receipts import (
+    expired_msg_id,
+    failed_msg_id,
+    failed_receipt,
+    injected_msg_id,
+)
 from pipeline.failures.dlq import DeadLetterView
 from pipeline.gateway import injection, maintenance
 from pipeline.gateway.failed_for_dead_letter import EnvelopeFailedSink
 from pipeline.gateway.failed_for_refused_row import RelayFailedSink
 from pipeline.host import deadlines
 from pipeline.host.conversations import Conversations
-from pipeline.host.receipts import failed_receipt
 from pipeline.host.tracking import FORWARD
 from pipeline.outbox.terminal import FailedRow
 from pipeline.store import make_engine, session_factory

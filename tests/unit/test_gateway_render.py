@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pipeline.envelope import Envelope, Kind
+from pipeline.envelope.receipts import failed_body, injected_body
 from pipeline.gateway import render
 from pipeline.host.held import HeldMessage
-from pipeline.host.receipts import failed_body, injected_body
 
 
 def _held(kind: str, body: bytes, turn: str | None = None) -> HeldMessage:

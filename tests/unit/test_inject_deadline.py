@@ -23,6 +23,7 @@ from sqlalchemy import select
 
 from pipeline.bootstrap.client import build_client
 from pipeline.envelope import Envelope, Kind, Signer
+from pipeline.envelope.receipts import injected_body
 from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import past_inject_deadline
 from pipeline.gateway.metrics import GatewayMetrics
@@ -30,7 +31,6 @@ from pipeline.host import deadlines, roster_cache
 from pipeline.host.entity_config import EntityConfig
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.held import held_table
-from pipeline.host.receipts import injected_body
 from pipeline.host.tracking import FORWARD, forward_table
 from pipeline.presence.model import Delivery, Role
 from pipeline.reasons import PERMANENT

@@ -22,6 +22,7 @@ from sqlalchemy import Engine, select
 
 from pipeline.bootstrap.retention import rules_for
 from pipeline.envelope import Envelope, Kind, Signer
+from pipeline.envelope.receipts import Receipt, read_receipt
 from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.injection import InjectionQueue
 from pipeline.gateway.injectors import CallbackInjector
@@ -31,7 +32,6 @@ from pipeline.hooks import Hooks, Window
 from pipeline.host import deadlines
 from pipeline.host import inject_journal as journal
 from pipeline.host.outbound import Publisher
-from pipeline.host.receipts import Receipt, read_receipt
 from pipeline.host.tracking import FORWARD
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import outbox
@@ -346,7 +346,7 @@ def test_the_sender_records_an_uncertain_report_apart_from_injected_and_from_tim
 
 
 def test_an_uncertain_injected_reads_may_have_been_injected() -> None:
-    from pipeline.host.receipts import injected_body
+    from pipeline.envelope.receipts import injected_body
 
     r = describe(kind="INJECTED", sender="B._gateway", recipient="main-a", msg_id="x",
                  turn_id=None, body=injected_body("b1", "worker-b", stage="uncertain"))  # fmt: skip

@@ -1,16 +1,43 @@
-"""The gateway's own receipts: INJECTED and FAILED bodies (Avro, ``schemas/``), and the one
-builder of the ``FAILED`` envelope, used by every source of a FAILED."""
+"""The gateway's answers about another message: their msgIds, their bodies (Avro, ``schemas/``)
+and the one builder of the ``FAILED`` envelope, used by every source of a FAILED.
+
+An answer's msgId is derived from the msgId it is about, never minted, so every source of the
+same answer writes the same message. For ``FAILED`` that is what makes "exactly one FAILED per
+send" (R-ACK-5, R-DLQ-4) hold across sources: the sender's deadline tracker, the DLQ reporter
+(plain or signed), the relay's terminal sink, a failed inject and the control plane's answer
+all use :func:`failed_msg_id` (and :func:`failed_body`), so the sender's dedupe, its tracking
+row and its unique held row keep the first and drop the rest; and a re-emit after a crash is the
+same message to the receiver. Here, at the envelope layer, because the DLQ reporter
+(``pipeline.failures``) sits below the host and gateway packages that send the others.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from pipeline import schemas
-from pipeline.envelope import Envelope, Kind
-from pipeline.envelope.receipt_ids import failed_msg_id
+from pipeline.envelope.model import Envelope
+from pipeline.envelope.reasons import Kind
 from pipeline.errors import EnvelopeError
 from pipeline.reasons import Verification
 from pipeline.support.clock import now_ms
+
+
+def failed_msg_id(original_msg_id: str) -> str:
+    """The msgId of every ``FAILED`` about ``original_msg_id``, whichever source sends it."""
+    return f"failed-{original_msg_id}"
+
+
+def injected_msg_id(request_msg_id: str) -> str:
+    """The msgId of the control plane's ``INJECTED`` answer to a SPAWN or STOP request."""
+    return f"injected-{request_msg_id}"
+
+
+def expired_msg_id(ask_msg_id: str) -> str:
+    """The msgId of the turn-expiry notice about an unanswered ASK: a ``FAILED`` in kind, but
+    its own message, not ``failed-<ask>``: what failed is the answer that never came, not the
+    ASK's delivery."""
+    return f"expired-{ask_msg_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +95,7 @@ def failed_receipt(
 
     ``sender`` is the reporting gateway (``<host>._gateway``); ``trace_id`` is carried from the
     failed message (None mints one: the turn-expiry notice has no message to carry it from).
-    The msgId is :func:`~pipeline.envelope.receipt_ids.failed_msg_id` of ``about`` -- the same on
+    The msgId is :func:`failed_msg_id` of ``about`` -- the same on
     every path, so the sender keeps exactly one (R-ACK-5, R-DLQ-4); ``msg_id`` is only for a notice
     that is its own message (``expired-<ask>``).
     """
