@@ -227,7 +227,9 @@ def test_fleet_idem_ls_and_show(store_url: str, sessions: sessionmaker[Session])
         store.complete(s, "shown", {"refund": "r-9"}, key_class="test")
         store.reserve(s, "held", {"p": 2}, key_class="test")
     runner = CliRunner()
-    out = runner.invoke(app, ["idem", "ls", "--store-url", store_url, "--json", "--state", "in_progress"])
+    out = runner.invoke(
+        app, ["idem", "ls", "--store-url", store_url, "--json", "--state", "in_progress"]
+    )
     assert out.exit_code == 0, out.output
     assert [r["key"] for r in json.loads(out.output)] == ["held"]
     out = runner.invoke(app, ["idem", "show", "shown", "--store-url", store_url])

@@ -54,7 +54,9 @@ def test_ls_lists_scopes_keys_and_parked_counts(store_url: str) -> None:
         ("fleet.gw.h1", "K", 1, 1),
         ("g2", "K", 0, 1),
     ]
-    only = runner.invoke(app, ["quarantine", "ls", "--store-url", store_url, "--group", "g2", "--json"])
+    only = runner.invoke(
+        app, ["quarantine", "ls", "--store-url", store_url, "--group", "g2", "--json"]
+    )
     assert [r["group"] for r in json.loads(only.stdout)] == ["g2"]
     table = runner.invoke(app, ["quarantine", "ls", "--store-url", store_url])
     assert table.exit_code == 0 and "2 quarantined key(s)" in table.stdout
@@ -113,11 +115,32 @@ def test_release_files_a_request_and_waits_for_the_owner(store_url: str) -> None
     # nobody owns g2's partition: --no-wait files and returns, a wait times out loudly
     filed = runner.invoke(
         app,
-        ["quarantine", "release", "K", "--store-url", store_url, "--group", "g2", "--no-wait", "--json"],
+        [
+            "quarantine",
+            "release",
+            "K",
+            "--store-url",
+            store_url,
+            "--group",
+            "g2",
+            "--no-wait",
+            "--json",
+        ],
     )
     assert filed.exit_code == 0 and json.loads(filed.stdout)["state"] == "PENDING"
     waited = runner.invoke(
-        app, ["quarantine", "release", "K", "--store-url", store_url, "--group", "g2", "--timeout", "0.5"]
+        app,
+        [
+            "quarantine",
+            "release",
+            "K",
+            "--store-url",
+            store_url,
+            "--group",
+            "g2",
+            "--timeout",
+            "0.5",
+        ],
     )
     assert waited.exit_code == 2 and "RELEASE_TIMEOUT" in waited.output
     assert len(QuarantineStore(engine).pending_releases(Scope("g2", SCOPE.topic))) == 1

@@ -555,7 +555,9 @@ def test_fleet_store_purge_and_stats_cli(engine: Engine, store_url: str) -> None
     assert _count(engine, dedupe_table) == 5
     done = runner.invoke(app, ["store", "purge", "--store-url", store_url, "--json"])
     assert json.loads(done.stdout) | {"rows": None} == {"dry_run": False, "rows": None, "total": 3}
-    stats = json.loads(runner.invoke(app, ["store", "stats", "--store-url", store_url, "--json"]).stdout)
+    stats = json.loads(
+        runner.invoke(app, ["store", "stats", "--store-url", store_url, "--json"]).stdout
+    )
     dedupe = next(t for t in stats["tables"] if t["table"] == "fleet_dedupe")
     assert dedupe["rows"] == 2
     assert 7 * 86400 - 60 < dedupe["oldest_age_s"] < 7 * 86400 + 60

@@ -189,7 +189,17 @@ def test_replay_with_db_skips_quarantined_keys(kafka: BrokerHandle, new_topic, t
     start = high_watermarks(kafka.bootstrap, source)
     out = runner.invoke(
         app,
-        ["dlq", "replay", "--bootstrap", kafka.bootstrap, "--dlq-topic", dlq, "--store-url", db, "--json"],
+        [
+            "dlq",
+            "replay",
+            "--bootstrap",
+            kafka.bootstrap,
+            "--dlq-topic",
+            dlq,
+            "--store-url",
+            db,
+            "--json",
+        ],
     )
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout) == {"replayed": 4, "by_topic": {source: 4}, "skipped": 2}
