@@ -3,6 +3,11 @@
 ``python -m bench hotpath`` (``--quick``: one short repeat of each, for a smoke run). Each row is
 measured by the bench that owns it, in this one process and this one window:
 
+* gateway CPU per message, per gateway and per kind (a REPLY phase, a brief phase) at 500 msg/s,
+  SQLite and PostgreSQL, the PostgreSQL server's own CPU beside (:mod:`bench.cpu_per_kind`),
+  with the floor under it: one envelope's sign + verify, one Kafka produce and consume, one store
+  insert, each alone, and their sum (:mod:`bench.cpu_floor`);
+* the knee: the highest offered rate with send -> held p99 within 50 ms (:mod:`bench.knee`);
 * send -> held p99 and send -> INJECTED p99 at 500 msg/s offered, two gateways as processes,
   SQLite and PostgreSQL (:mod:`bench.latency`), each run followed by the bare Kafka hops at the
   same rate (:mod:`bench.kafka_floor`): the floor no pipeline on this broker can go under;
@@ -26,10 +31,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import bench_cli, bench_envelope, bench_outbox, bench_runtime, latency
+from . import (
+    bench_cli,
+    bench_envelope,
+    bench_outbox,
+    bench_runtime,
+    cpu_floor,
+    cpu_per_kind,
+    knee,
+    latency,
+)
 from .broker import kafka
 
 SENDER_RATE = 2500  # offered: above the 2,000 msg/s target, so a pacing hiccup cannot decide it
+# gateway CPU per message on SQLite, µs; PostgreSQL's targets are PG_FACTOR times these
+CPU_TARGET_US = {"reply": 350, "brief": 500}
+PG_FACTOR = 1.5
+FLOOR_ROWS = 2000  # envelopes signed and verified, store rows inserted, per floor part
 
 
 def _load() -> float:
@@ -63,9 +81,116 @@ def _one(value: float | None) -> dict[str, float] | None:
     return None if value is None else {"min": value, "median": value, "max": value}
 
 
+def _baseline(what: str, spread: dict[str, float] | None) -> dict[str, Any]:
+    return _row(what, "(floor)", lambda v: True, spread)
+
+
+def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """Gateway CPU µs per message per kind and store, the floor beside them."""
+    rows = []
+    for store in ("sqlite", "postgresql"):
+        factor = PG_FACTOR if store == "postgresql" else 1.0
+        summary = _get(out, f"cpu_{store}", "summary") or {}
+        for kind, label in (("reply", "REPLY"), ("brief", "brief")):
+            at = summary.get(kind) or {}
+            limit = CPU_TARGET_US[kind] * factor
+            for gw in ("A", "B"):
+                rows.append(
+                    _row(
+                        f"gateway {gw} CPU per {label} at 500 msg/s, {store} (us)",
+                        f"<= {limit:g}",
+                        lambda v, limit=limit: v <= limit,
+                        at.get(f"gateway_{gw}_us_per_msg"),
+                    )
+                )
+            if store == "postgresql":
+                rows.append(
+                    _row(
+                        f"  PostgreSQL server CPU per {label}, same phase (us)",
+                        "(beside it)",
+                        lambda v: True,
+                        at.get("postgresql_us_per_msg"),
+                    )
+                )
+            rows.append(
+                _row(
+                    f"  {label} phase, {store}: sent, never held or receipted within 60 s",
+                    "0",
+                    lambda v: v == 0,
+                    at.get("not_arrived"),
+                )
+            )
+    fl = out.get("floor") or {}
+    rows += [
+        _baseline(
+            "  floor: sign + verify one envelope (us CPU)",
+            _one(_get(fl, "crypto", "sign_and_verify_us")),
+        ),
+        _baseline(
+            "  floor: one Kafka produce, paced at 500 msg/s (us CPU)",
+            _one(_get(fl, "kafka", "produce_us_per_msg")),
+        ),
+        _baseline(
+            "  floor: one Kafka consume, paced at 500 msg/s (us CPU)",
+            _one(_get(fl, "kafka", "consume_us_per_msg")),
+        ),
+        _baseline(
+            "  floor: one SQLite insert + commit (us CPU)",
+            _one(_get(fl, "sqlite", "single_us")),
+        ),
+        _baseline(
+            f"  floor: the same per row, {cpu_floor.BATCH} rows a transaction (us CPU)",
+            _one(_get(fl, "sqlite", "batched_us_per_row")),
+        ),
+        _baseline(
+            "  floor: one PostgreSQL insert + commit, client (us CPU)",
+            _one(_get(fl, "postgresql", "single_us")),
+        ),
+        _baseline(
+            "  floor: the same, the server's backend (us CPU)",
+            _one(_get(fl, "postgresql", "server_single_us")),
+        ),
+        _baseline(
+            f"  floor: PostgreSQL per row, {cpu_floor.BATCH} a transaction, client + server (us)",
+            _one(
+                _add(
+                    _get(fl, "postgresql", "batched_us_per_row"),
+                    _get(fl, "postgresql", "server_batched_us_per_row"),
+                )
+            ),
+        ),
+        _baseline(
+            "  floor sum, SQLite: crypto + produce + consume + insert (us CPU)",
+            _one(fl.get("sum_sqlite_us")),
+        ),
+        _baseline(
+            "  floor sum, PostgreSQL: the same, insert client + server (us CPU)",
+            _one(fl.get("sum_postgresql_us")),
+        ),
+    ]
+    return rows
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(a + b, 1)
+
+
+def knee_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        _row(
+            f"knee: highest offered rate with send -> held p99 <= {knee.LIMIT_MS:g} ms, "
+            f"{store} (msg/s)",
+            ">= 2000",
+            lambda v: v >= 2000,
+            _get(out, f"knee_{store}", "knee_msg_per_s"),
+        )
+        for store in ("sqlite", "postgresql")
+    ]
+
+
 def table(out: dict[str, Any]) -> list[dict[str, Any]]:
     """The issue's rows from the sections' figures (a missing section: ``measured: None``)."""
-    rows = []
+    rows = cpu_rows(out)
     for store in ("sqlite", "postgresql"):
         at = _get(out, f"latency_{store}", "summary", "at_500") or {}
         rows += [
@@ -106,6 +231,7 @@ def table(out: dict[str, Any]) -> list[dict[str, Any]]:
                 at.get("not_arrived"),
             ),
         ]
+    rows += knee_rows(out)
     rows.append(
         _row(
             "one sender offering 2,500 msg/s: committed by its gateway (msg/s)",
@@ -214,12 +340,26 @@ def table(out: dict[str, Any]) -> list[dict[str, Any]]:
 
 def main(quick: bool = False) -> dict[str, Any]:
     reps, seconds = (1, 4.0) if quick else (3, 10.0)
+    step_s = seconds / 2  # each of the knee's steps
     sections: dict[str, Callable[[], Any]] = {
         "latency_sqlite": lambda: latency.repeats(
             bootstrap, sender="socket", store="sqlite", n=reps, seconds=seconds, rates=(500,)
         ),
         "latency_postgresql": lambda: latency.repeats(
             bootstrap, sender="socket", store="postgresql", n=reps, seconds=seconds, rates=(500,)
+        ),
+        "cpu_sqlite": lambda: cpu_per_kind.repeats(
+            bootstrap, store="sqlite", n=reps, seconds=seconds
+        ),
+        "cpu_postgresql": lambda: cpu_per_kind.repeats(
+            bootstrap, store="postgresql", n=reps, seconds=seconds
+        ),
+        "floor": lambda: cpu_floor.measure(
+            bootstrap, rate=cpu_per_kind.RATE, seconds=seconds, rows=FLOOR_ROWS
+        ),
+        "knee_sqlite": lambda: knee.repeats(bootstrap, store="sqlite", n=reps, seconds=step_s),
+        "knee_postgresql": lambda: knee.repeats(
+            bootstrap, store="postgresql", n=reps, seconds=step_s
         ),
         "sender": lambda: latency.repeats(
             bootstrap,
@@ -254,5 +394,5 @@ def main(quick: bool = False) -> dict[str, Any]:
     for line in out["table"]:
         m = line["measured"]
         fig = "-" if m is None else f"{m['min']} / {m['median']} / {m['max']}"
-        print(f"{line['row']:<72} {line['target']:>18}  {fig:>28}  {'met' if line['met'] else ''}")
+        print(f"{line['row']:<80} {line['target']:>18}  {fig:>28}  {'met' if line['met'] else ''}")
     return out

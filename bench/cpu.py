@@ -1,31 +1,85 @@
 """Where a phase's CPU went: the machine's busy share and each named process's CPU seconds
 (children it reaped included: an injector's forks count against its gateway), read from
 ``/proc`` before and after. A latency row that misses its target on a saturated machine says so
-in numbers (Linux only; elsewhere the figures are absent, never invented)."""
+in numbers (Linux only; elsewhere the figures are absent, never invented).
+
+A *tree* (``trees=``) is a server and its live children, counted as one: the PostgreSQL
+postmaster and its backends. Its CPU at a moment is the root's (with the children it reaped)
+plus each live child's, so a backend that ends inside the window is counted once, in the root's
+reaped-children time.
+"""
 
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from pipeline.support import procfs
 
 
-class CpuWindow:
-    """``start()`` ... ``stop()``: the busy share of every core and each process's CPU seconds
-    and cores used over the window."""
+def us_per_message(cpu_s: float | None, messages: int) -> float | None:
+    """CPU microseconds per message: ``None`` when either side is missing, never a guess."""
+    if cpu_s is None or messages <= 0:
+        return None
+    return round(cpu_s * 1e6 / messages, 1)
 
-    def __init__(self, pids: dict[str, int]) -> None:
+
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid`` (from each ``/proc/<n>/stat``)."""
+    out = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            line = Path(f"/proc/{entry}/stat").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            continue
+        fields = line.rsplit(")", 1)[-1].split()  # state, ppid, ...
+        if len(fields) > 1 and fields[1] == str(pid):
+            out.append(int(entry))
+    return out
+
+
+def tree_cpu_s(root: int) -> float | None:
+    """CPU seconds of ``root`` with the children it reaped, plus each live child's."""
+    own = procfs.cpu_s(root, children=True)
+    if own is None:
+        return None
+    return own + sum(procfs.cpu_s(c, children=True) or 0.0 for c in children(root))
+
+
+def postmaster_pid(data_dir: Path | None) -> int | None:
+    """The PostgreSQL server's pid: the first line of ``postmaster.pid`` in its data folder."""
+    if data_dir is None:
+        return None
+    try:
+        return int((data_dir / "postmaster.pid").read_text().split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class CpuWindow:
+    """``start()`` ... ``stop()``: the busy share of every core and, per named process (or
+    tree), CPU seconds and cores used over the window."""
+
+    def __init__(self, pids: dict[str, int], trees: dict[str, int] | None = None) -> None:
         self.pids = {**pids, "bench": os.getpid()}
+        self.trees = dict(trees or {})
         self._t0 = 0.0
         self._m0: procfs.MachineCpu | None = None
         self._p0: dict[str, float | None] = {}
 
+    def _read(self) -> dict[str, float | None]:
+        out = {name: procfs.cpu_s(pid, children=True) for name, pid in self.pids.items()}
+        out.update({name: tree_cpu_s(root) for name, root in self.trees.items()})
+        return out
+
     def start(self) -> CpuWindow:
         self._t0 = time.monotonic()
         self._m0 = procfs.machine_cpu()
-        self._p0 = {name: procfs.cpu_s(pid, children=True) for name, pid in self.pids.items()}
+        self._p0 = self._read()
         return self
 
     def stop(self) -> dict[str, Any]:
@@ -34,8 +88,9 @@ class CpuWindow:
         m0, m1 = self._m0, procfs.machine_cpu()
         if m0 is not None and m1 is not None and m1.total > m0.total:
             out["machine_busy"] = round((m1.busy - m0.busy) / (m1.total - m0.total), 3)
-        for name, pid in self.pids.items():
-            before, after = self._p0.get(name), procfs.cpu_s(pid, children=True)
+        for name, after in self._read().items():
+            before = self._p0.get(name)
             if before is not None and after is not None and wall > 0:
+                out[f"{name}_cpu_s"] = round(after - before, 3)
                 out[f"{name}_cores"] = round((after - before) / wall, 3)
         return out

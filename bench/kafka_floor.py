@@ -12,8 +12,14 @@ does), read back here. Values carry the producer's wall clock, so:
 * ``round_trip_ms`` -- produce() call -> the echo arrives back here (the echoed half).
 
 Same broker, same machine, same rate: a pipeline stage cannot be faster than the hop it rides on,
-so its p99 over the floor's p99 says how much of the latency is ours. Run alone:
-``python -m bench.kafka_floor [--rate R] [--seconds S]`` (``KAFKA_BOOTSTRAP`` or a local broker).
+so its p99 over the floor's p99 says how much of the latency is ours.
+
+:func:`cpu_per_message` is the CPU side of the same floor: a paced producer process and a
+consumer process (each alone in its process, the fabric's client settings; the consumer takes
+batches and commits asynchronously, as the pull path does), each reporting its own process CPU
+(librdkafka's threads included) per record. Run alone:
+``python -m bench.kafka_floor [--rate R] [--seconds S] [--cpu]`` (``KAFKA_BOOTSTRAP`` or a local
+broker).
 """
 
 from __future__ import annotations
@@ -97,6 +103,95 @@ def _far(bootstrap: str, there: str, back: str, expect: int) -> None:
     producer.flush(10)
     consumer.close()
     print(json.dumps(hop.summary_ms()), flush=True)
+
+
+def _sink(bootstrap: str, topic: str, expect: int) -> None:
+    """Consume ``expect`` records in batches, committing asynchronously; print the process CPU
+    from the first record to the last."""
+    consumer = _consumer(bootstrap, topic)
+    announced = False
+    seen = first = 0
+    cpu0 = 0.0
+    deadline = time.monotonic() + 180
+    while seen < expect and time.monotonic() < deadline:
+        batch = consumer.consume(500, 0.05)
+        if not announced and consumer.assignment():
+            print("ready", flush=True)
+            announced = True
+        records = [m for m in batch if not m.error() and m.value() != b"warm"]
+        if not records:
+            continue
+        if not seen:  # the clock starts after the first batch: it is left out of the count
+            cpu0, first = time.process_time(), len(records)
+        seen += len(records)
+        consumer.commit(asynchronous=True)
+    cpu = time.process_time() - cpu0
+    consumer.close()
+    print(json.dumps({"cpu_s": cpu, "n": seen - first}), flush=True)
+
+
+def _source(bootstrap: str, topic: str, total: int, rate: int) -> None:
+    """Produce ``total`` records paced at ``rate`` (one sleep per record), flush; print the
+    process CPU of the produce loop and the flush."""
+    from confluent_kafka import Producer
+
+    from pipeline.kafka.settings import producer_config
+
+    producer = Producer(producer_config(bootstrap))
+    for p in range(PARTITIONS):  # metadata and connections before the clock starts
+        producer.produce(topic, value=b"warm", partition=p)
+    producer.flush(30)
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    for i in range(total):
+        delay = t0 + i / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        producer.produce(topic, value=b"%.3f %d" % (time.time() * 1000, i), key=b"%d" % (i % 64))
+        producer.poll(0)
+    producer.flush(30)
+    cpu = time.process_time() - cpu0
+    print(json.dumps({"cpu_s": cpu, "n": total, "wall_s": time.perf_counter() - t0}), flush=True)
+
+
+def cpu_per_message(bootstrap: str, *, rate: int = 500, seconds: float = 10.0) -> dict[str, Any]:
+    """µs of CPU per record of a paced producer process and of a consumer process."""
+    from .cpu import us_per_message
+
+    tag = uuid.uuid4().hex[:8]
+    topic = f"floorcpu{tag}"
+    _make_topics(bootstrap, [topic])
+    total = int(rate * seconds)
+    me = [sys.executable, "-m", "bench.kafka_floor"]
+    sink = subprocess.Popen(
+        [*me, "--sink", bootstrap, topic, str(total)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert sink.stdout is not None
+        if sink.stdout.readline().strip() != "ready":
+            raise RuntimeError("the consumer never got its partitions")
+        source = subprocess.run(
+            [*me, "--source", bootstrap, topic, str(total), str(rate)],
+            capture_output=True,
+            text=True,
+            timeout=seconds * 4 + 120,
+            check=True,
+        )
+        made = json.loads(source.stdout.strip().splitlines()[-1])
+        out, _ = sink.communicate(timeout=180)
+        took = json.loads(out.strip().splitlines()[-1])
+    finally:
+        if sink.poll() is None:
+            sink.kill()
+            sink.wait(10)
+        _delete_topics(bootstrap, [topic])
+    return {
+        "offered_msg_per_s": rate,
+        "records": total,
+        "consumed": took["n"],
+        "produce_us_per_msg": us_per_message(made["cpu_s"], made["n"]),
+        "consume_us_per_msg": us_per_message(took["cpu_s"], took["n"]),
+    }
 
 
 def measure(bootstrap: str, *, rate: int = 500, seconds: float = 10.0) -> dict[str, Any]:
@@ -188,12 +283,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args[:1] == ["--far"]:
         _far(args[1], args[2], args[3], int(args[4]))
         return {}
+    if args[:1] == ["--sink"]:
+        _sink(args[1], args[2], int(args[3]))
+        return {}
+    if args[:1] == ["--source"]:
+        _source(args[1], args[2], int(args[3]), int(args[4]))
+        return {}
     ap = argparse.ArgumentParser(prog="python -m bench.kafka_floor")
     ap.add_argument("--rate", type=int, default=500)
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--cpu", action="store_true", help="CPU per record, not the hops' latency")
     ns = ap.parse_args(args)
     with kafka("bench-floor") as bootstrap:
-        out = measure(bootstrap, rate=ns.rate, seconds=ns.seconds)
+        run = cpu_per_message if ns.cpu else measure
+        out = run(bootstrap, rate=ns.rate, seconds=ns.seconds)
     print(json.dumps(out, indent=2), flush=True)
     return out
 

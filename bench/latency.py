@@ -30,13 +30,14 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pipeline.support import procfs
 
 from .broker import kafka
-from .cpu import CpuWindow
+from .cpu import CpuWindow, postmaster_pid, us_per_message
 from .histogram import Histogram
 
 GATEWAYS = ("A", "B")
@@ -310,6 +311,63 @@ def _wait_for(
         time.sleep(0.25)
 
 
+def ready(run: _Run, bootstrap: str, start_timeout_s: float) -> float:
+    """Start the gateways and wait until each knows the other's entities and both inbox groups
+    are STABLE; the seconds it took."""
+    run.start()
+    from pipeline.bootstrap.client import build_client
+    from pipeline.host.config import load_config
+    from pipeline.kafka.topics import TopicNames
+    from pipeline.support.waiting import wait_until
+
+    t_start = time.monotonic()
+    deadline = t_start + start_timeout_s
+
+    # the stores exist once each gateway built its graph
+    def stores_exist() -> bool:
+        run.check_alive()
+        return all(
+            os.path.exists(u.removeprefix("sqlite:///"))
+            for u in run.urls.values()
+            if u.startswith("sqlite:///")
+        )
+
+    wait_until(stores_exist, timeout_s=deadline - time.monotonic(), what="the gateways' stores")
+    time.sleep(1.0)
+    # both ways: A must know B's entities, and B must know main-a (else B refuses the
+    # first messages as UNKNOWN_SENDER and dead-letters them)
+    watch_a = build_client(load_config(run.config("A")), signer=run.signers["A"])
+    watch_b = build_client(load_config(run.config("B")), signer=run.signers["B"])
+
+    def both_ways() -> bool:
+        run.check_alive()
+        return watch_a.knows("worker-b") and watch_a.knows("main-b") and watch_b.knows("main-a")
+
+    wait_until(
+        both_ways,
+        timeout_s=deadline - time.monotonic(),
+        what="hosts A and B to see each other's entities",
+    )
+    topics = TopicNames(prefix=run.prefix)
+    _groups_stable(bootstrap, [topics.gateway_group(h) for h in GATEWAYS], deadline, run)
+    return round(time.monotonic() - t_start, 1)
+
+
+def warm_up(sender: Any, arrivals: _Arrivals) -> None:
+    """One message of each kind all the way through before any timing."""
+    send, resolve, settle, _close = sender
+    tickets = send("main-b", "REPLY"), send("worker-b", "SEND")
+    settle()
+    warm_r, warm_b = {resolve(tickets[0]): 0.0}, {resolve(tickets[1]): 0.0}
+    held, receipts = _wait_for(arrivals, warm_r, warm_b, 120.0)
+    if not (set(warm_r) <= set(held) and set(warm_b) <= set(receipts)):
+        raise TimeoutError("the warm-up messages never arrived")
+
+
+# a phase of a run: (its key in the result, offered msg/s, mix: "both" | "reply" | "brief")
+Phase = tuple[str, int, str]
+
+
 def run_once(
     bootstrap: str,
     *,
@@ -320,12 +378,21 @@ def run_once(
     start_timeout_s: float = 180.0,
     floor: bool = True,
     briefs_too: bool = True,
+    phases: tuple[Phase, ...] | None = None,
+    until: Callable[[dict[str, Any]], bool] | None = None,
+    server_pid: int | None = None,
 ) -> dict[str, Any]:
     """One run; never raises for a slow or failed start: the result says what happened.
 
     With ``floor``, :mod:`bench.kafka_floor` first runs the bare Kafka hops at each rate, before
     any gateway starts (so the floor is the hop at its quietest). Without
-    ``briefs_too`` every send is a REPLY (the sender's own rate, no injects beside it)."""
+    ``briefs_too`` every send is a REPLY (the sender's own rate, no injects beside it).
+    ``phases`` replaces ``rates`` (one ``at_<rate>`` phase each) with named phases of their own
+    mix; ``until(phase_result)`` true ends the run after that phase (the knee's steps).
+    ``server_pid`` (the PostgreSQL postmaster) is counted as a tree beside the gateways."""
+    if phases is None:
+        mix = "both" if briefs_too else "reply"
+        phases = tuple((f"at_{r}", r, mix) for r in rates)
     run = _Run(bootstrap, sender=sender, store_urls=store_urls)
     result: dict[str, Any] = {"sender": sender, "store": run.urls["A"].split(":", 1)[0]}
     arrivals: _Arrivals | None = None
@@ -334,63 +401,24 @@ def run_once(
         if floor:  # first, with nothing of ours running: the bare hops at its lowest
             from . import kafka_floor
 
-            for rate in rates:
+            for rate in sorted({r for _, r, _ in phases}):
                 result[f"floor_at_{rate}"] = kafka_floor.measure(
                     bootstrap, rate=rate, seconds=seconds
                 )
-        run.start()
-        from pipeline.bootstrap.client import build_client
-        from pipeline.host.config import load_config
-        from pipeline.kafka.topics import TopicNames
-        from pipeline.support.waiting import wait_until
-
-        t_start = time.monotonic()
-        deadline = t_start + start_timeout_s
-
-        # the stores exist once each gateway built its graph
-        def stores_exist() -> bool:
-            run.check_alive()
-            return all(
-                os.path.exists(u.removeprefix("sqlite:///"))
-                for u in run.urls.values()
-                if u.startswith("sqlite:///")
-            )
-
-        wait_until(stores_exist, timeout_s=deadline - time.monotonic(), what="the gateways' stores")
-        time.sleep(1.0)
-        # both ways: A must know B's entities, and B must know main-a (else B refuses the
-        # first messages as UNKNOWN_SENDER and dead-letters them)
-        watch_a = build_client(load_config(run.config("A")), signer=run.signers["A"])
-        watch_b = build_client(load_config(run.config("B")), signer=run.signers["B"])
-
-        def both_ways() -> bool:
-            run.check_alive()
-            return watch_a.knows("worker-b") and watch_a.knows("main-b") and watch_b.knows("main-a")
-
-        wait_until(
-            both_ways,
-            timeout_s=deadline - time.monotonic(),
-            what="hosts A and B to see each other's entities",
-        )
-        topics = TopicNames(prefix=run.prefix)
-        _groups_stable(bootstrap, [topics.gateway_group(h) for h in GATEWAYS], deadline, run)
-        result["start_s"] = round(time.monotonic() - t_start, 1)
+        result["start_s"] = ready(run, bootstrap, start_timeout_s)
         arrivals = _Arrivals(run.urls)
         sender = _sender(run)
-        send, resolve, settle, close = sender
+        trees = {"postgresql": server_pid} if server_pid is not None else None
         try:
-            tickets = send("main-b", "REPLY"), send("worker-b", "SEND")
-            settle()
-            warm_r, warm_b = {resolve(tickets[0]): 0.0}, {resolve(tickets[1]): 0.0}
-            held, receipts = _wait_for(arrivals, warm_r, warm_b, 120.0)
-            if not (set(warm_r) <= set(held) and set(warm_b) <= set(receipts)):
-                raise TimeoutError("the warm-up messages never arrived")
-            for rate in rates:
-                result[f"at_{rate}"] = _phase(
-                    sender, arrivals, rate, seconds, briefs_too=briefs_too, pids=run.pids()
+            warm_up(sender, arrivals)
+            for key, rate, mix in phases:
+                result[key] = _phase(
+                    sender, arrivals, rate, seconds, mix=mix, pids=run.pids(), trees=trees
                 )
+                if until is not None and until(result[key]):
+                    break
         finally:
-            close()
+            sender[3]()
         ok = True
     except Exception as exc:  # noqa: BLE001 - keep the figures already measured, say why
         result["error"] = f"{type(exc).__name__}: {exc}"
@@ -411,13 +439,15 @@ def _phase(
     rate: int,
     seconds: float,
     *,
-    briefs_too: bool = True,
+    mix: str = "both",
     pids: dict[str, int] | None = None,
+    trees: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """Offer ``rate`` for ``seconds``; the CPU window runs until every message arrived (or the
-    wait ended), so the drain of a backlog is counted where it was paid."""
+    wait ended), so the drain of a backlog is counted where it was paid. ``mix``: every other
+    send a brief (``both``), every send a REPLY (``reply``) or every send a brief (``brief``)."""
     send, resolve, settle, _close = sender
-    cpu = CpuWindow(pids or {}).start()
+    cpu = CpuWindow(pids or {}, trees).start()
     total = int(rate * seconds)
     calls: list[tuple[Any, float, bool]] = []  # (ticket, called at, is a reply)
     errors = 0
@@ -431,8 +461,9 @@ def _phase(
         while (now := time.perf_counter()) < target:
             time.sleep(min(0.0005, target - now))
         called_ms = time.time() * 1000
+        reply = mix == "reply" or (mix == "both" and i % 2 == 0)
         try:
-            if i % 2 == 0 or not briefs_too:
+            if reply:
                 calls.append((send("main-b", "REPLY"), called_ms, True))
             else:
                 calls.append((send("worker-b", "SEND"), called_ms, False))
@@ -458,15 +489,23 @@ def _phase(
     for m, t in briefs.items():
         if m in receipts:
             to_injected.record_ms(receipts[m] - t)
+    messages = len(replies) + len(briefs)
     return {
         "offered_msg_per_s": rate,
+        "mix": mix,
         "achieved_msg_per_s": round(sent / elapsed),
         # what the gateway committed: sends answered per second, the last answer included
-        "committed_msg_per_s": round((len(replies) + len(briefs)) / settled),
+        "committed_msg_per_s": round(messages / settled),
         "send_errors": errors,
         "send_to_held_ms": {**to_held.summary_ms(), "of": len(replies)},
         "send_to_injected_ms": {**to_injected.summary_ms(), "of": len(briefs)},
         "cpu": used,
+        # CPU of each process over the window (drain included) per message committed
+        "cpu_us_per_msg": {
+            k.removesuffix("_cpu_s"): us_per_message(v, messages)
+            for k, v in used.items()
+            if k.endswith("_cpu_s")
+        },
     }
 
 
@@ -481,6 +520,30 @@ def pg_urls(base_url: str) -> dict[str, str]:
             conn.execute(f"CREATE DATABASE {name}")
     root, _, _db = base_url.rpartition("/")
     return {h: f"{root}/{name}" for h, name in names.items()}
+
+
+class Stores:
+    """Fresh stores for each run: SQLite files in the run's own folder, or two new databases on
+    one PostgreSQL server started on first use (its postmaster's pid, for the CPU window)."""
+
+    def __init__(self, store: str) -> None:
+        self.store = store
+        self.pg: Any = None
+
+    def next(self) -> tuple[dict[str, str] | None, int | None]:
+        """``(store_urls or None for SQLite, the PostgreSQL server's pid or None)``."""
+        if self.store != "postgresql":
+            return None, None
+        if self.pg is None:
+            from pipeline.testing import start_test_postgres
+
+            self.pg = start_test_postgres()
+        return pg_urls(self.pg.url), postmaster_pid(self.pg.directory)
+
+    def close(self) -> None:
+        if self.pg is not None:
+            self.pg.close()
+            self.pg = None
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -506,16 +569,10 @@ def repeats(
 ) -> dict[str, Any]:
     """``n`` runs and, per rate, min / median / max of the p99s and of the achieved rate."""
     runs = []
-    pg = None
+    stores = Stores(store)
     try:
         for _ in range(n):
-            urls = None
-            if store == "postgresql":
-                if pg is None:
-                    from pipeline.testing import start_test_postgres
-
-                    pg = start_test_postgres()
-                urls = pg_urls(pg.url)
+            urls, server = stores.next()
             runs.append(
                 run_once(
                     bootstrap,
@@ -525,11 +582,11 @@ def repeats(
                     store_urls=urls,
                     floor=floor,
                     briefs_too=briefs_too,
+                    server_pid=server,
                 )
             )
     finally:
-        if pg is not None:
-            pg.close()
+        stores.close()
     table: dict[str, Any] = {}
     for rate in rates:
         got = [r[f"at_{rate}"] for r in runs if f"at_{rate}" in r]
@@ -551,7 +608,7 @@ def repeats(
         busy = [g["cpu"]["machine_busy"] for g in got if "machine_busy" in g.get("cpu", {})]
         if busy:  # how saturated the machine was while the phase ran and drained
             table[f"at_{rate}"]["machine_busy"] = spread(busy)
-            for name in ("gateway_A", "gateway_B", "broker", "bench"):
+            for name in ("gateway_A", "gateway_B", "postgresql", "broker", "bench"):
                 cores = [g["cpu"][f"{name}_cores"] for g in got if f"{name}_cores" in g["cpu"]]
                 if cores:
                     table[f"at_{rate}"][f"{name}_cores"] = spread(cores)

@@ -1,0 +1,74 @@
+"""Gateway CPU per message, per message kind: the headline figures of the hot path.
+
+Each run starts two gateways (:mod:`bench.latency`) and offers, at one fixed rate, first a
+**REPLY phase** (every send a REPLY into ``main-b``: A commits and produces it, B verifies and
+holds it) and then a **brief phase** (every send a brief to ``worker-b``'s ``command`` injector:
+A commits and produces it and holds the ``INJECTED`` receipt that comes back; B verifies, claims,
+commits its offset, injects -- a fork of ``true`` per brief today, counted in B through the
+children it reaps -- and sends the receipt). Per phase and process: CPU seconds from ``/proc``
+over the window (the drain of any backlog included) divided by the messages committed. On
+PostgreSQL the server (postmaster and backends) is a process of its own, reported beside.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import latency
+
+RATE = 500
+KINDS = ("reply", "brief")
+PROCESSES = ("gateway_A", "gateway_B", "postgresql", "broker")
+
+
+def phases(rate: int = RATE) -> tuple[latency.Phase, ...]:
+    return tuple((f"{kind}_at_{rate}", rate, kind) for kind in KINDS)
+
+
+def summarize(runs: list[dict[str, Any]], rate: int = RATE) -> dict[str, Any]:
+    """Per kind and process, min / median / max of µs per message over the runs that measured
+    it, and of the messages not arrived (a phase whose messages did not all arrive is not a
+    clean figure: the row beside it says so)."""
+    out: dict[str, Any] = {}
+    for kind in KINDS:
+        got = [r[f"{kind}_at_{rate}"] for r in runs if f"{kind}_at_{rate}" in r]
+        if not got:
+            continue
+        row: dict[str, Any] = {"runs": len(got)}
+        for name in PROCESSES:
+            values = [g["cpu_us_per_msg"][name] for g in got if g["cpu_us_per_msg"].get(name)]
+            if values:
+                row[f"{name}_us_per_msg"] = latency.spread(values)
+        row["not_arrived"] = latency.spread([latency._not_arrived(g) for g in got])
+        row["machine_busy"] = latency.spread([g["cpu"].get("machine_busy", 0.0) for g in got])
+        out[kind] = row
+    return out
+
+
+def repeats(
+    bootstrap: str, *, store: str, n: int, seconds: float, rate: int = RATE
+) -> dict[str, Any]:
+    """``n`` runs of the two phases on fresh stores; the summary and every run's figures."""
+    runs = []
+    stores = latency.Stores(store)
+    try:
+        for _ in range(n):
+            urls, server = stores.next()
+            runs.append(
+                latency.run_once(
+                    bootstrap,
+                    phases=phases(rate),
+                    seconds=seconds,
+                    store_urls=urls,
+                    floor=False,
+                    server_pid=server,
+                )
+            )
+    finally:
+        stores.close()
+    return {"store": store, "rate": rate, "summary": summarize(runs, rate), "runs": _lean(runs)}
+
+
+def _lean(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs without their log tails unless they failed (the JSON stays readable)."""
+    return [r if "error" in r else {k: v for k, v in r.items() if k != "logs"} for r in runs]

@@ -1,0 +1,86 @@
+"""The knee: the highest offered rate at which send -> held p99 stays within its limit.
+
+One run per repeat: two gateways (:mod:`bench.latency`), the latency rows' mix (half REPLYs, half
+briefs), offered at each step of :data:`STEPS` in turn on the same gateways -- each step waits
+until every message of the one before arrived -- stopping after the first step that fails. A step
+passes when send -> held p99 is at most :data:`LIMIT_MS` and every message arrived. The knee of a
+repeat is the last step that passed before the first that failed (0: the first step failed;
+steps after a failure never count, even if a later one would read lower).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import latency
+
+STEPS = (500, 1000, 1500, 2000, 2500, 3000)
+LIMIT_MS = 50.0
+MIX = "both"
+
+
+def passed(phase: dict[str, Any], limit_ms: float = LIMIT_MS) -> bool:
+    """A step passes: p99 measured, within the limit, nothing sent left unarrived."""
+    p99 = phase.get("send_to_held_ms", {}).get("p99")
+    return p99 is not None and p99 <= limit_ms and latency._not_arrived(phase) == 0
+
+
+def knee_of(steps: list[tuple[int, bool]]) -> int:
+    """The highest rate that passed before the first failure, over steps in offered order."""
+    knee = 0
+    for rate, ok in steps:
+        if not ok:
+            break
+        knee = rate
+    return knee
+
+
+def of_run(run: dict[str, Any], steps: tuple[int, ...] = STEPS) -> dict[str, Any]:
+    """One repeat: each step measured (rate, p99, passed) and its knee. A run that ended in an
+    error has a knee only up to what it measured; the error is kept beside it."""
+    measured = []
+    for rate in steps:
+        phase = run.get(f"at_{rate}")
+        if phase is None:
+            break
+        measured.append((rate, phase.get("send_to_held_ms", {}).get("p99"), passed(phase)))
+    out: dict[str, Any] = {
+        # nothing measured (the run failed before its first step): no knee, not a knee of 0
+        "knee_msg_per_s": knee_of([(rate, ok) for rate, _, ok in measured]) if measured else None,
+        "steps": [{"offered": r, "held_p99_ms": p, "passed": ok} for r, p, ok in measured],
+    }
+    if measured and all(ok for *_, ok in measured) and len(measured) < len(steps):
+        out["incomplete"] = True  # stopped early by an error, not by a failed step
+    if "error" in run:
+        out["error"] = run["error"]
+    return out
+
+
+def repeats(
+    bootstrap: str, *, store: str, n: int, seconds: float, steps: tuple[int, ...] = STEPS
+) -> dict[str, Any]:
+    runs = []
+    stores = latency.Stores(store)
+    try:
+        for _ in range(n):
+            urls, server = stores.next()
+            run = latency.run_once(
+                bootstrap,
+                phases=tuple((f"at_{r}", r, MIX) for r in steps),
+                until=lambda phase: not passed(phase),
+                seconds=seconds,
+                store_urls=urls,
+                floor=False,
+                server_pid=server,
+            )
+            runs.append(of_run(run, steps))
+    finally:
+        stores.close()
+    knees = [float(r["knee_msg_per_s"]) for r in runs if r["knee_msg_per_s"] is not None]
+    return {
+        "store": store,
+        "limit_ms": LIMIT_MS,
+        "mix": MIX,
+        "knee_msg_per_s": latency.spread(knees) if knees else None,
+        "runs": runs,
+    }
