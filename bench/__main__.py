@@ -1,5 +1,8 @@
 """Run every ``bench/bench_*.py`` (or those named): ``python -m bench [name ...] [--quick]``.
 
+``python -m bench profile [...]`` is the py-spy profile of both gateways (:mod:`bench.profile`,
+its own options), never part of a run of every bench.
+
 Each module exposes ``main(quick: bool) -> dict``; results are printed and written as JSON to
 ``bench/results/<name>.json``. Machines here are shared and noisy: read ratios, not absolutes.
 """
@@ -14,6 +17,11 @@ from pathlib import Path
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["profile"]:
+        from .profile import main as profile
+
+        profile(sys.argv[2:])
+        return
     args = [a for a in sys.argv[1:] if not a.startswith("-")]
     quick = "--quick" in sys.argv
     here = Path(__file__).parent
@@ -21,6 +29,7 @@ def main() -> None:
     if {"-h", "--help"} & set(sys.argv[1:]):
         print(__doc__.strip().splitlines()[0])
         print("benchmarks:", " ".join(n.removeprefix("bench_") for n in known))
+        print("profile: python -m bench profile --help")
         return
     names = args or known
     out = here / "results"

@@ -1,0 +1,136 @@
+"""The hot-path bench's CPU-per-message figures, its floor and its knee (bench/cpu.py,
+bench/cpu_per_kind.py, bench/cpu_floor.py, bench/knee.py, bench/profile.py): the arithmetic and
+the decisions, on fake phase results."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from bench import cpu_floor, cpu_per_kind, knee
+from bench.bench_hotpath import table
+from bench.cpu import CpuWindow, us_per_message
+from bench.profile import inclusive
+
+
+def _phase(p99: float | None, *, held: int = 100, of: int = 100) -> dict[str, Any]:
+    held_ms: dict[str, Any] = {"n": held, "of": of}
+    if p99 is not None:
+        held_ms["p99"] = p99
+    return {"send_to_held_ms": held_ms, "send_to_injected_ms": {"n": 0, "of": 0}}
+
+
+def test_cpu_per_message_is_seconds_over_messages_in_microseconds() -> None:
+    assert us_per_message(0.35, 1000) == 350.0
+    assert us_per_message(1.2345, 3) == 411500.0
+
+
+def test_cpu_per_message_is_absent_not_invented_without_cpu_or_messages() -> None:
+    assert us_per_message(None, 1000) is None
+    assert us_per_message(0.5, 0) is None
+
+
+def test_the_knee_is_the_last_step_passed_before_the_first_failure() -> None:
+    assert knee.knee_of([(500, True), (1000, True), (1500, False), (2000, True)]) == 1000
+    assert knee.knee_of([(500, False), (1000, True)]) == 0
+    assert knee.knee_of([(500, True), (1000, True), (3000, True)]) == 3000
+
+
+def test_a_step_fails_over_the_limit_without_a_p99_or_with_a_message_missing() -> None:
+    assert knee.passed(_phase(knee.LIMIT_MS))
+    assert not knee.passed(_phase(knee.LIMIT_MS + 0.01))
+    assert not knee.passed(_phase(None, held=0))
+    assert not knee.passed(_phase(5.0, held=99, of=100))  # one never held: a p99 hides nothing
+
+
+def test_a_repeat_reads_its_knee_from_its_steps_and_keeps_its_error() -> None:
+    run = {"at_500": _phase(9.0), "at_1000": _phase(30.0), "at_1500": _phase(80.0)}
+    got = knee.of_run(run)
+    assert got["knee_msg_per_s"] == 1000
+    assert [s["passed"] for s in got["steps"]] == [True, True, False]
+    assert "incomplete" not in got
+    broken = knee.of_run({"at_500": _phase(9.0), "error": "RuntimeError: gateway B exited"})
+    assert broken["knee_msg_per_s"] == 500 and broken["incomplete"]
+    assert broken["error"].startswith("RuntimeError")
+    assert knee.of_run({"error": "TimeoutError"})["knee_msg_per_s"] is None
+
+
+def test_per_kind_summary_spreads_each_process_over_the_runs() -> None:
+    def run(a: float, b: float, missing: int = 0) -> dict[str, Any]:
+        phase = {
+            **_phase(5.0, held=100 - missing),
+            "cpu": {"machine_busy": 0.5},
+            "cpu_us_per_msg": {"gateway_A": a, "gateway_B": b, "bench": 10.0},
+        }
+        return {"reply_at_500": phase}
+
+    got = cpu_per_kind.summarize([run(300, 400), run(500, 200, missing=2), run(350, 300)])
+    assert "brief" not in got  # no run measured it: absent, not zero
+    reply = got["reply"]
+    assert reply["gateway_A_us_per_msg"] == {"min": 300, "median": 350, "max": 500}
+    assert reply["gateway_B_us_per_msg"] == {"min": 200, "median": 300, "max": 400}
+    assert "postgresql_us_per_msg" not in reply
+    assert reply["not_arrived"]["max"] == 2
+
+
+def _cpu(store: str, kind: str, a: float, b: float) -> dict[str, Any]:
+    spread = {"min": a, "median": a, "max": b}
+    return {f"cpu_{store}": {"summary": {kind: {"gateway_A_us_per_msg": spread}}}}
+
+
+def test_postgresql_cpu_targets_are_one_and_a_half_times_sqlite() -> None:
+    def met(out: dict[str, Any], row: str) -> bool:
+        return {r["row"]: r for r in table(out)}[row]["met"]
+
+    sqlite_reply = "gateway A CPU per REPLY at 500 msg/s, sqlite (us)"
+    pg_reply = "gateway A CPU per REPLY at 500 msg/s, postgresql (us)"
+    pg_brief = "gateway A CPU per brief at 500 msg/s, postgresql (us)"
+    assert met(_cpu("sqlite", "reply", 300, 350), sqlite_reply)
+    assert not met(_cpu("sqlite", "reply", 300, 351), sqlite_reply)  # one repeat over: not met
+    assert met(_cpu("postgresql", "reply", 500, 525), pg_reply)
+    assert not met(_cpu("postgresql", "reply", 500, 526), pg_reply)
+    assert met(_cpu("postgresql", "brief", 700, 750), pg_brief)
+    assert not met(_cpu("postgresql", "brief", 700, 751), pg_brief)
+
+
+def test_the_knee_row_needs_2000_in_every_repeat() -> None:
+    row = "knee: highest offered rate with send -> held p99 <= 50 ms, sqlite (msg/s)"
+    out = {"knee_sqlite": {"knee_msg_per_s": {"min": 1500, "median": 2000, "max": 2500}}}
+    got = {r["row"]: r for r in table(out)}[row]
+    assert got["measured"]["min"] == 1500 and not got["met"]
+
+
+def test_the_floor_sum_adds_its_parts_and_is_absent_when_one_is_missing() -> None:
+    kafka = {"produce_us_per_msg": 60.0, "consume_us_per_msg": 40.5}
+    assert cpu_floor.floor_sum(130.0, kafka, 15.5) == 246.0
+    assert cpu_floor.floor_sum(None, kafka, 15.5) is None
+    assert cpu_floor.floor_sum(130.0, {"error": "no broker"}, 15.5) is None
+
+
+def test_inclusive_share_counts_a_frame_once_per_stack_even_when_it_recurses() -> None:
+    lines = [
+        "run (pipeline/a.py:1);step (pipeline/b.py:2);step (pipeline/b.py:2);execute (sqlalchemy/x.py:9) 3",
+        "run (pipeline/a.py:1);poll (confluent_kafka/c.py:1) 1",
+        "",
+    ]  # fmt: skip
+    got = inclusive(lines)
+    assert got["samples"] == 4
+    assert dict((f, p) for p, f in got["inclusive_pct"]) == {
+        "run (pipeline/a.py:1)": 100.0,
+        "step (pipeline/b.py:2)": 75.0,
+    }
+    assert got["self_by_package_pct"] == {"sqlalchemy": 75.0, "confluent_kafka": 25.0}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_tree_counts_a_child_it_started_and_reaped_inside_the_window() -> None:
+    import os
+
+    window = CpuWindow({}, trees={"me": os.getpid()}).start()
+    burn = "import time\nt=time.process_time()\nwhile time.process_time()-t<0.3: pass"
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    out = window.stop()
+    assert out["me_cpu_s"] >= 0.25  # the child's 0.3 s, reaped by this process
