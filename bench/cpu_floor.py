@@ -20,6 +20,7 @@ import sqlite3
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +172,7 @@ def measure(bootstrap: str, *, rate: int, seconds: float, rows: int) -> dict[str
     from . import kafka_floor
 
     out: dict[str, Any] = {}
-    parts = {
+    parts: dict[str, Callable[[], dict[str, Any]]] = {
         "crypto": lambda: crypto(rows),
         "kafka": lambda: kafka_floor.cpu_per_message(bootstrap, rate=rate, seconds=seconds),
         "sqlite": lambda: sqlite_insert(rows),

@@ -407,18 +407,18 @@ def run_once(
                 )
         result["start_s"] = ready(run, bootstrap, start_timeout_s)
         arrivals = _Arrivals(run.urls)
-        sender = _sender(run)
+        client = _sender(run)
         trees = {"postgresql": server_pid} if server_pid is not None else None
         try:
-            warm_up(sender, arrivals)
+            warm_up(client, arrivals)
             for key, rate, mix in phases:
                 result[key] = _phase(
-                    sender, arrivals, rate, seconds, mix=mix, pids=run.pids(), trees=trees
+                    client, arrivals, rate, seconds, mix=mix, pids=run.pids(), trees=trees
                 )
                 if until is not None and until(result[key]):
                     break
         finally:
-            sender[3]()
+            client[3]()  # close
         ok = True
     except Exception as exc:  # noqa: BLE001 - keep the figures already measured, say why
         result["error"] = f"{type(exc).__name__}: {exc}"
