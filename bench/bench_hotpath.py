@@ -42,7 +42,7 @@ from . import (
     knee,
     latency,
 )
-from .broker import kafka
+from .broker import append_linger_ms, kafka
 
 SENDER_RATE = 2500  # offered: above the 2,000 msg/s target, so a pacing hiccup cannot decide it
 # gateway CPU per message on SQLite, µs; PostgreSQL's targets are PG_FACTOR times these
@@ -386,6 +386,7 @@ def main(quick: bool = False) -> dict[str, Any]:
         sections = {name: run for name, run in sections.items() if name in only}
     out: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     with kafka("bench-hotpath") as bootstrap:
+        out["broker_append_linger_ms"] = append_linger_ms(bootstrap)
         for name, section in sections.items():
             before = _load()
             t0 = time.monotonic()

@@ -24,3 +24,19 @@ def kafka(name: str = "bench") -> Iterator[str]:
     finally:
         with contextlib.suppress(Exception):
             handle.close()
+
+
+def append_linger_ms(bootstrap: str) -> str | None:
+    """The broker's ``group.coordinator.append.linger.ms`` (the synchronous commit before an
+    inject waits it out): recorded beside the figures, ``None`` when it cannot be read."""
+    try:
+        from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        broker = next(iter(admin.list_topics(timeout=10).brokers))
+        resource = ConfigResource(ResourceType.BROKER, str(broker))
+        entries = admin.describe_configs([resource])[resource].result(10)
+        entry = entries.get("group.coordinator.append.linger.ms")
+        return None if entry is None else str(entry.value)
+    except Exception:  # noqa: BLE001 - a figure beside the rows, never a reason to fail them
+        return None
