@@ -108,6 +108,14 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
                         at.get(f"gateway_{gw}_us_per_msg"),
                     )
                 )
+                rows.append(
+                    _row(
+                        f"  of which gateway {gw} at rest (its idle CPU over the window, us)",
+                        "(inside it)",
+                        lambda v: True,
+                        at.get(f"gateway_{gw}_of_which_idle_us_per_msg"),
+                    )
+                )
             if store == "postgresql":
                 rows.append(
                     _row(

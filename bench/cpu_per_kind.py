@@ -8,6 +8,10 @@ commits its offset, injects -- a fork of ``true`` per brief today, counted in B 
 children it reaps -- and sends the receipt). Per phase and process: CPU seconds from ``/proc``
 over the window (the drain of any backlog included) divided by the messages committed. On
 PostgreSQL the server (postmaster and backends) is a process of its own, reported beside.
+
+Before the phases each process's CPU at rest is read for :data:`IDLE_S` (presence heartbeats,
+polling loops); ``<process>_of_which_idle_us_per_msg`` is that rate over a phase's window per
+message: the part of the figure the process pays whether messages flow or not.
 """
 
 from __future__ import annotations
@@ -19,6 +23,15 @@ from . import latency
 RATE = 500
 KINDS = ("reply", "brief")
 PROCESSES = ("gateway_A", "gateway_B", "postgresql", "broker")
+IDLE_S = 3.0  # the processes at rest, after the warm-up: what a phase's window pays regardless
+
+
+def idle_us_per_msg(idle_cores: float | None, wall_s: float, messages: int) -> float | None:
+    """The part of a phase's µs per message its process would have spent at rest anyway:
+    its idle cores over the phase's window, spread over the phase's messages."""
+    if idle_cores is None or messages <= 0:
+        return None
+    return round(idle_cores * wall_s * 1e6 / messages, 1)
 
 
 def phases(rate: int = RATE) -> tuple[latency.Phase, ...]:
@@ -39,10 +52,23 @@ def summarize(runs: list[dict[str, Any]], rate: int = RATE) -> dict[str, Any]:
             values = [g["cpu_us_per_msg"][name] for g in got if g["cpu_us_per_msg"].get(name)]
             if values:
                 row[f"{name}_us_per_msg"] = latency.spread(values)
+            idle = [
+                v
+                for r in runs
+                if f"{kind}_at_{rate}" in r
+                and (v := _idle_part(r.get("idle", {}), r[f"{kind}_at_{rate}"], name)) is not None
+            ]
+            if idle:  # already inside the figure above: read it as "of which at rest"
+                row[f"{name}_of_which_idle_us_per_msg"] = latency.spread(idle)
         row["not_arrived"] = latency.spread([latency._not_arrived(g) for g in got])
         row["machine_busy"] = latency.spread([g["cpu"].get("machine_busy", 0.0) for g in got])
         out[kind] = row
     return out
+
+
+def _idle_part(idle: dict[str, Any], phase: dict[str, Any], name: str) -> float | None:
+    messages = phase["send_to_held_ms"]["of"] + phase["send_to_injected_ms"]["of"]
+    return idle_us_per_msg(idle.get(f"{name}_cores"), phase["cpu"].get("wall_s", 0.0), messages)
 
 
 def repeats(
@@ -62,6 +88,7 @@ def repeats(
                     store_urls=urls,
                     floor=False,
                     server_pid=server,
+                    idle_s=IDLE_S,
                 )
             )
     finally:

@@ -381,6 +381,7 @@ def run_once(
     phases: tuple[Phase, ...] | None = None,
     until: Callable[[dict[str, Any]], bool] | None = None,
     server_pid: int | None = None,
+    idle_s: float = 0.0,
 ) -> dict[str, Any]:
     """One run; never raises for a slow or failed start: the result says what happened.
 
@@ -389,7 +390,8 @@ def run_once(
     ``briefs_too`` every send is a REPLY (the sender's own rate, no injects beside it).
     ``phases`` replaces ``rates`` (one ``at_<rate>`` phase each) with named phases of their own
     mix; ``until(phase_result)`` true ends the run after that phase (the knee's steps).
-    ``server_pid`` (the PostgreSQL postmaster) is counted as a tree beside the gateways."""
+    ``server_pid`` (the PostgreSQL postmaster) is counted as a tree beside the gateways. With
+    ``idle_s``, the processes' CPU at rest after the warm-up, before any phase (``idle``)."""
     if phases is None:
         mix = "both" if briefs_too else "reply"
         phases = tuple((f"at_{r}", r, mix) for r in rates)
@@ -411,6 +413,10 @@ def run_once(
         trees = {"postgresql": server_pid} if server_pid is not None else None
         try:
             warm_up(client, arrivals)
+            if idle_s > 0:
+                window = CpuWindow(run.pids(), trees).start()
+                time.sleep(idle_s)
+                result["idle"] = window.stop()
             for key, rate, mix in phases:
                 result[key] = _phase(
                     client, arrivals, rate, seconds, mix=mix, pids=run.pids(), trees=trees

@@ -134,3 +134,21 @@ def test_a_tree_counts_a_child_it_started_and_reaped_inside_the_window() -> None
     subprocess.run([sys.executable, "-c", burn], check=True)
     out = window.stop()
     assert out["me_cpu_s"] >= 0.25  # the child's 0.3 s, reaped by this process
+
+
+def test_the_idle_part_is_the_rest_rate_over_the_phase_window_per_message() -> None:
+    # 0.05 cores at rest over a 10 s window is 0.5 s: 250 µs of each of 2,000 messages
+    assert cpu_per_kind.idle_us_per_msg(0.05, 10.0, 2000) == 250.0
+    assert cpu_per_kind.idle_us_per_msg(None, 10.0, 2000) is None
+    assert cpu_per_kind.idle_us_per_msg(0.05, 10.0, 0) is None
+    run = {
+        "idle": {"gateway_A_cores": 0.02},
+        "reply_at_500": {
+            **_phase(5.0, held=1000, of=1000),
+            "cpu": {"wall_s": 5.0},
+            "cpu_us_per_msg": {"gateway_A": 400.0},
+        },
+    }
+    reply = cpu_per_kind.summarize([run])["reply"]
+    assert reply["gateway_A_of_which_idle_us_per_msg"]["median"] == 100.0
+    assert "gateway_B_of_which_idle_us_per_msg" not in reply
