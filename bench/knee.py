@@ -3,7 +3,8 @@
 One run per repeat: two gateways (:mod:`bench.latency`), the latency rows' mix (half REPLYs, half
 briefs), offered at each step of :data:`STEPS` in turn on the same gateways -- each step waits
 until every message of the one before arrived -- stopping after the first step that fails. A step
-passes when send -> held p99 is at most :data:`LIMIT_MS` and every message arrived. The knee of a
+passes when send -> held p99 is at most :data:`LIMIT_MS`, every message arrived and the sender
+really offered the step's rate. The knee of a
 repeat is the last step that passed before the first that failed (0: the first step failed;
 steps after a failure never count, even if a later one would read lower).
 """
@@ -19,10 +20,20 @@ LIMIT_MS = 50.0
 MIX = "both"
 
 
+OFFERED_SHARE = 0.95  # a step the sender could not offer at this share of its rate is not passed
+
+
 def passed(phase: dict[str, Any], limit_ms: float = LIMIT_MS) -> bool:
-    """A step passes: p99 measured, within the limit, nothing sent left unarrived."""
+    """A step passes: p99 measured, within the limit, nothing sent left unarrived, and the rate
+    really offered (a sender falling behind would pass a step at a rate it never sent)."""
     p99 = phase.get("send_to_held_ms", {}).get("p99")
-    return p99 is not None and p99 <= limit_ms and latency._not_arrived(phase) == 0
+    offered = phase.get("offered_msg_per_s", 0)
+    return (
+        p99 is not None
+        and p99 <= limit_ms
+        and latency._not_arrived(phase) == 0
+        and phase.get("achieved_msg_per_s", 0) >= OFFERED_SHARE * offered
+    )
 
 
 def knee_of(steps: list[tuple[int, bool]]) -> int:

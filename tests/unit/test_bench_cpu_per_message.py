@@ -20,7 +20,12 @@ def _phase(p99: float | None, *, held: int = 100, of: int = 100) -> dict[str, An
     held_ms: dict[str, Any] = {"n": held, "of": of}
     if p99 is not None:
         held_ms["p99"] = p99
-    return {"send_to_held_ms": held_ms, "send_to_injected_ms": {"n": 0, "of": 0}}
+    return {
+        "send_to_held_ms": held_ms,
+        "send_to_injected_ms": {"n": 0, "of": 0},
+        "offered_msg_per_s": 1000,
+        "achieved_msg_per_s": 1000,
+    }
 
 
 def test_cpu_per_message_is_seconds_over_messages_in_microseconds() -> None:
@@ -44,6 +49,11 @@ def test_a_step_fails_over_the_limit_without_a_p99_or_with_a_message_missing() -
     assert not knee.passed(_phase(knee.LIMIT_MS + 0.01))
     assert not knee.passed(_phase(None, held=0))
     assert not knee.passed(_phase(5.0, held=99, of=100))  # one never held: a p99 hides nothing
+
+
+def test_a_step_the_sender_could_not_offer_is_not_passed_at_that_rate() -> None:
+    assert knee.passed({**_phase(5.0), "achieved_msg_per_s": 950})
+    assert not knee.passed({**_phase(5.0), "achieved_msg_per_s": 949})
 
 
 def test_a_repeat_reads_its_knee_from_its_steps_and_keeps_its_error() -> None:
