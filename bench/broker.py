@@ -30,7 +30,11 @@ def append_linger_ms(bootstrap: str) -> str | None:
     """The broker's ``group.coordinator.append.linger.ms`` (the synchronous commit before an
     inject waits it out): recorded beside the figures, ``None`` when it cannot be read."""
     try:
-        from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]
+            AdminClient,
+            ConfigResource,
+            ResourceType,
+        )
 
         admin = AdminClient({"bootstrap.servers": bootstrap})
         broker = next(iter(admin.list_topics(timeout=10).brokers))
