@@ -93,5 +93,6 @@ def repeats(
         "limit_ms": LIMIT_MS,
         "mix": MIX,
         "knee_msg_per_s": latency.spread(knees) if knees else None,
+        "knee_per_repeat": [r["knee_msg_per_s"] for r in runs],
         "runs": runs,
     }
