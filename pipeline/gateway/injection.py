@@ -39,6 +39,7 @@ from pipeline.store import with_retry
 from pipeline.support import clock
 
 from .entities import LocalEntities
+from .injectors import InjectUncertainError
 from .metrics import GatewayMetrics
 from .render import for_injector
 
@@ -282,6 +283,9 @@ class InjectionQueue:
                     sender=env.sender,
                     body=body,
                 )
+            except InjectUncertainError as exc:  # handed over whole, then no answer
+                log.error("inject of %s into %s is uncertain: %s", env.msg_id, job.gid, exc)
+                return closing(journal.UNCERTAIN, self._uncertain(job))
             except FleetError as exc:
                 if exc.retriable:
                     time.sleep(self.busy.delay_for(min(attempt, 6)))
@@ -289,9 +293,7 @@ class InjectionQueue:
                 return closing(journal.FAILED, self._failed(job, exc.reason, str(exc)))
             except Exception:  # an injector bug: the inject may or may not have landed
                 log.exception("injector of %s raised on %s", job.gid, env.msg_id)
-                self.metrics.inject_uncertain.labels("raised").inc()
-                uncertain = injected_body(env.msg_id, job.gid, stage=journal.STAGE_UNCERTAIN)
-                return closing(journal.UNCERTAIN, self._injected(job, uncertain))
+                return closing(journal.UNCERTAIN, self._uncertain(job))
             self.hooks.at(Window.INJECTED_NOT_RECORDED)
             self.metrics.queue_to_inject_seconds.observe(time.monotonic() - job.queued_at)
             if self.on_injected is not None:
@@ -331,6 +333,12 @@ class InjectionQueue:
         if reported:
             self.metrics.inject_uncertain.labels("restart").inc(reported)
         return reported
+
+    def _uncertain(self, job: _Job) -> _Receipt | None:
+        """The ``INJECTED`` with stage ``uncertain`` for a brief the injector may have landed."""
+        self.metrics.inject_uncertain.labels("raised").inc()
+        body = injected_body(job.envelope.msg_id, job.gid, stage=journal.STAGE_UNCERTAIN)
+        return self._injected(job, body)
 
     def _injected(self, job: _Job, body: bytes) -> _Receipt | None:
         """The ``INJECTED`` for a tracked brief's sender (None: nobody waits for one)."""
