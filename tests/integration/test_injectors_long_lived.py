@@ -139,7 +139,7 @@ def test_a_child_that_exits_between_briefs_is_restarted_before_the_next(
             "-c",
             "import sys; from pipeline.gateway.injectors.child import "
             "serve; serve(lambda b: sys.exit(0) if b.body == b'quit' else 'ok')",
-        ]  # fmt: skip
+        ]
     )
     try:
         inj.inject(msg_id="m-1", body=b"one", **ARGS)

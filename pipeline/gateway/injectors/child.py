@@ -27,7 +27,7 @@ def serve(
     while (brief := read_brief(src)) is not None:
         try:
             status, error = handle(brief), ""
-        except Exception as exc:  # the brief was not injected: say why, keep serving
+        except Exception as exc:  # noqa: BLE001 -- the brief was not injected: say why, keep serving
             status, error = ERROR, f"{type(exc).__name__}: {exc}"
         dst.write(answer(brief.msg_id, status, error))
         dst.flush()

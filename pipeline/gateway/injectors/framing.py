@@ -99,4 +99,5 @@ def read_brief(stream: BinaryIO) -> Brief | None:
     body = stream.read(length)
     if len(body) != length:
         raise FrameError(f"body cut short: {len(body)} of {length} bytes")
-    return Brief(*fields, body=body)
+    msg_id, sender, to, kind = fields
+    return Brief(msg_id=msg_id, sender=sender, to=to, kind=kind, body=body)
