@@ -17,6 +17,7 @@ import signal
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,6 +60,8 @@ class LongLivedCommandInjector:
         self.starts = 0  # children started so far (a restart count, for tests and diagnostics)
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
+        self._held: list[subprocess.Popen[bytes]] = []  # the child, ended when self is collected
+        weakref.finalize(self, _end_all, self._held)
         self._buf = bytearray()
 
     def inject(self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
@@ -132,17 +135,8 @@ class LongLivedCommandInjector:
         """End the child: its stdin closes (a child exits at the end of input), then, past a
         short grace, its process group is killed."""
         with self._lock:
-            proc, self._proc = self._proc, None
-            if proc is None:
-                return
-            assert proc.stdin is not None
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-            try:
-                proc.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-            _close_pipes(proc)
+            self._proc = None
+            _end_all(self._held)
 
     def __repr__(self) -> str:
         return f"LongLivedCommandInjector({list(self.argv)!r}, timeout_s={self.timeout_s:g})"
@@ -172,6 +166,7 @@ class LongLivedCommandInjector:
         assert proc.stdin is not None and proc.stdout is not None
         os.set_blocking(proc.stdin.fileno(), False)
         self._proc = proc
+        self._held[:] = [proc]
         self._buf.clear()
         self.starts += 1
         return proc
@@ -212,6 +207,7 @@ class LongLivedCommandInjector:
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None
+        self._held.clear()
         if proc is not None:
             _kill_group(proc)
             _close_pipes(proc)
@@ -219,6 +215,7 @@ class LongLivedCommandInjector:
     def _reap(self) -> int | None:
         """Forget an exited (or exiting) child; its exit code."""
         proc, self._proc = self._proc, None
+        self._held.clear()
         if proc is None:
             return None
         try:
@@ -228,6 +225,19 @@ class LongLivedCommandInjector:
             code = proc.returncode
         _close_pipes(proc)
         return code
+
+
+def _end_all(children: list[subprocess.Popen[bytes]]) -> None:
+    for proc in children:
+        with contextlib.suppress(OSError, ValueError):
+            assert proc.stdin is not None
+            proc.stdin.close()
+        try:
+            proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+        _close_pipes(proc)
+    children.clear()
 
 
 def _left(deadline: float) -> float:
