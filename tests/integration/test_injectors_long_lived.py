@@ -176,3 +176,21 @@ def test_close_ends_the_child(injector: LongLivedCommandInjector) -> None:
     assert proc is not None
     injector.close()
     assert proc.returncode == 0  # it read the end of its input and exited by itself
+
+
+def test_a_child_that_answers_out_of_turn_is_replaced_before_the_next_brief() -> None:
+    """An extra answer line would be read as the next brief's: the child is replaced first."""
+    chatty = (
+        "import sys\n"
+        "from pipeline.gateway.injectors.framing import answer, read_brief\n"
+        "while (b := read_brief(sys.stdin.buffer)) is not None:\n"
+        "    sys.stdout.buffer.write(answer(b.msg_id, 'ok') * 2)\n"
+        "    sys.stdout.buffer.flush()\n"
+    )
+    inj = LongLivedCommandInjector([sys.executable, "-c", chatty])
+    try:
+        inj.inject(msg_id="m-1", body=b"one", **ARGS)
+        inj.inject(msg_id="m-2", body=b"two", **ARGS)  # lands: a new child got it
+        assert inj.starts == 2
+    finally:
+        inj.close()

@@ -144,9 +144,13 @@ class LongLivedCommandInjector:
     # -- the child ------------------------------------------------------------------------
 
     def _child(self, context: dict[str, Any]) -> subprocess.Popen[bytes]:
-        """The running child, started when there is none (or the last one has exited)."""
+        """The running child, started when there is none, the last one has exited, or it wrote
+        out of turn (an answer nobody asked for: it breaks the one-answer-per-frame rule)."""
         if self._proc is not None and self._proc.poll() is None:
-            return self._proc
+            assert self._proc.stdout is not None
+            if not self._buf and not select.select([self._proc.stdout], [], [], 0)[0]:
+                return self._proc
+            self._kill()  # nothing of this brief was written to it yet
         self._reap()
         try:
             proc = subprocess.Popen(
