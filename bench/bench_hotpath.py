@@ -351,28 +351,48 @@ def table(out: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+# worker-b's command injector in every latency, CPU and knee phase: the long-lived mode (one child
+# fed framed briefs, docs/injectors.md), the way a host under load runs briefs; its child's CPU is
+# counted against gateway B. `python -m bench.latency` alone keeps `true` per brief by default.
+INJECTOR = "long-lived"
+
+
 def main(quick: bool = False) -> dict[str, Any]:
     reps, seconds = (1, 4.0) if quick else (3, 10.0)
     step_s = seconds / 2  # each of the knee's steps
     sections: dict[str, Callable[[], Any]] = {
         "latency_sqlite": lambda: latency.repeats(
-            bootstrap, sender="socket", store="sqlite", n=reps, seconds=seconds, rates=(500,)
+            bootstrap,
+            sender="socket",
+            store="sqlite",
+            n=reps,
+            seconds=seconds,
+            rates=(500,),
+            injector=INJECTOR,
         ),
         "latency_postgresql": lambda: latency.repeats(
-            bootstrap, sender="socket", store="postgresql", n=reps, seconds=seconds, rates=(500,)
+            bootstrap,
+            sender="socket",
+            store="postgresql",
+            n=reps,
+            seconds=seconds,
+            rates=(500,),
+            injector=INJECTOR,
         ),
         "cpu_sqlite": lambda: cpu_per_kind.repeats(
-            bootstrap, store="sqlite", n=reps, seconds=seconds
+            bootstrap, store="sqlite", n=reps, seconds=seconds, injector=INJECTOR
         ),
         "cpu_postgresql": lambda: cpu_per_kind.repeats(
-            bootstrap, store="postgresql", n=reps, seconds=seconds
+            bootstrap, store="postgresql", n=reps, seconds=seconds, injector=INJECTOR
         ),
         "floor": lambda: cpu_floor.measure(
             bootstrap, rate=cpu_per_kind.RATE, seconds=seconds, rows=FLOOR_ROWS
         ),
-        "knee_sqlite": lambda: knee.repeats(bootstrap, store="sqlite", n=reps, seconds=step_s),
+        "knee_sqlite": lambda: knee.repeats(
+            bootstrap, store="sqlite", n=reps, seconds=step_s, injector=INJECTOR
+        ),
         "knee_postgresql": lambda: knee.repeats(
-            bootstrap, store="postgresql", n=reps, seconds=step_s
+            bootstrap, store="postgresql", n=reps, seconds=step_s, injector=INJECTOR
         ),
         "sender": lambda: latency.repeats(
             bootstrap,

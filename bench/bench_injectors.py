@@ -5,15 +5,24 @@
 * tmux: ``TmuxInjector`` (a probe call, then text and Enter in one call) vs a bare
   ``send-keys -l TEXT ; send-keys Enter`` (one call): the price of the status gate.
 * metered: ``MeteredInjector(CallbackInjector)`` vs ``CallbackInjector`` (metrics overhead).
+* long-lived vs one-shot: ``LongLivedCommandInjector`` (one reference child,
+  ``pipeline.gateway.injectors.child``, fed framed briefs) vs ``CommandInjector(["true"])`` (a
+  process per brief, what ``bench.latency``'s worker-b runs): latency and CPU per inject, the
+  injecting process's own and the target's (the reaped ``true``s; the child, from ``/proc``).
+* tmux control vs process: ``TmuxInjector`` over one control-mode client vs one ``tmux``
+  process per call: latency and CPU per inject, the injector's process, its children and the
+  tmux server.
 
 Run: ``python -m bench injectors`` (``--quick`` does fewer rounds). Read the ratios.
 """
 
 from __future__ import annotations
 
+import resource
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -26,9 +35,11 @@ from pipeline.gateway.injectors import (
     CallbackInjector,
     CommandInjector,
     InjectMetrics,
+    LongLivedCommandInjector,
     MeteredInjector,
     TmuxInjector,
 )
+from pipeline.support import procfs
 
 ARGS = {"gid": "w1", "msg_id": "m-1", "kind": "SEND", "sender": "main"}
 BODY = b"# " + b"brief " * 170  # ~1 KiB; a comment, so a shell pane ignores it
@@ -55,6 +66,54 @@ def _pair(
     }
 
 
+def _children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _cost(fn: Callable[[], object], rounds: int, pids: Callable[[], list[int]]) -> dict[str, float]:
+    """p50 latency and CPU per call: this process's, its reaped children's, and ``pids``'."""
+    fn()  # warm-up (a long-lived child starts here)
+    watched = pids()
+    others0 = sum(procfs.cpu_s(p) or 0.0 for p in watched)
+    own0, kids0 = time.process_time(), _children_cpu_s()
+    wall = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        wall.append(time.perf_counter() - t0)
+    own, kids = time.process_time() - own0, _children_cpu_s() - kids0
+    target = kids + sum(procfs.cpu_s(p) or 0.0 for p in watched) - others0
+    return {
+        "p50_ms": round(statistics.median(wall) * 1e3, 3),
+        "own_cpu_us": round(own / rounds * 1e6, 1),
+        "target_cpu_us": round(target / rounds * 1e6, 1),
+        "total_cpu_us": round((own + target) / rounds * 1e6, 1),
+    }
+
+
+def _compare(name: str, ours: dict[str, float], base: dict[str, float]) -> dict[str, Any]:
+    out: dict[str, Any] = {name: ours, f"{name}_baseline": base}
+    for k in ("p50_ms", "own_cpu_us", "total_cpu_us"):
+        out[f"{name}_{k}_ratio"] = round(ours[k] / base[k], 3) if base[k] else None
+    return out
+
+
+def _long_lived(rounds: int) -> dict[str, Any]:
+    child = [sys.executable, "-m", "pipeline.gateway.injectors.child"]
+    served, once = LongLivedCommandInjector(child), CommandInjector(["true"])
+    try:
+        ours = _cost(
+            lambda: served.inject(body=BODY, **ARGS),
+            rounds,
+            lambda: [served._proc.pid] if served._proc is not None else [],
+        )
+        base = _cost(lambda: once.inject(body=BODY, **ARGS), rounds, list)
+    finally:
+        served.close()
+    return _compare("long_lived_command", ours, base)
+
+
 def _tmux(rounds: int) -> dict[str, Any]:
     socket = f"fleet-bench-{uuid.uuid4().hex[:8]}"
     tmux = ["tmux", "-L", socket]
@@ -78,14 +137,27 @@ def _tmux(rounds: int) -> dict[str, Any]:
             != "bash"
         ):
             time.sleep(0.05)
-        injector = TmuxInjector(pane, socket=socket)
+        injector = TmuxInjector(pane, socket=socket, control=False)
         text = BODY.decode()
 
         def bare() -> None:
             keys = [*tmux, "send-keys", "-t", pane, "-l", "--", text]
             subprocess.run([*keys, ";", "send-keys", "-t", pane, "Enter"], check=True)
 
-        return _pair("tmux", lambda: injector.inject(body=BODY, **ARGS), bare, rounds)
+        result = _pair("tmux", lambda: injector.inject(body=BODY, **ARGS), bare, rounds)
+        server = int(
+            subprocess.run(
+                [*tmux, "display", "-p", "#{pid}"], capture_output=True, text=True, check=True
+            ).stdout
+        )
+        control = TmuxInjector(pane, socket=socket)
+        try:
+            ours = _cost(lambda: control.inject(body=BODY, **ARGS), rounds, lambda: [server])
+            base = _cost(lambda: injector.inject(body=BODY, **ARGS), rounds, lambda: [server])
+            assert control.attaches == 1, "the control client was replaced mid-bench"
+        finally:
+            control.close()
+        return result | _compare("tmux_control", ours, base)
     finally:
         path = subprocess.run(
             [*tmux, "display", "-p", "#{socket_path}"], capture_output=True, text=True, check=False
@@ -113,6 +185,7 @@ def main(quick: bool) -> dict[str, Any]:
         lambda: [plain.inject(body=BODY, **ARGS) for _ in range(1000)],
         rounds,
     )
+    result |= _long_lived(rounds * 20)  # the child's CPU is read in 10 ms ticks
     if shutil.which("tmux"):
         result |= _tmux(rounds)
     return result

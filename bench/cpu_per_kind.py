@@ -72,7 +72,13 @@ def _idle_part(idle: dict[str, Any], phase: dict[str, Any], name: str) -> float 
 
 
 def repeats(
-    bootstrap: str, *, store: str, n: int, seconds: float, rate: int = RATE
+    bootstrap: str,
+    *,
+    store: str,
+    n: int,
+    seconds: float,
+    rate: int = RATE,
+    injector: str = "one-shot",
 ) -> dict[str, Any]:
     """``n`` runs of the two phases on fresh stores; the summary and every run's figures."""
     runs = []
@@ -89,11 +95,18 @@ def repeats(
                     floor=False,
                     server_pid=server,
                     idle_s=IDLE_S,
+                    injector=injector,
                 )
             )
     finally:
         stores.close()
-    return {"store": store, "rate": rate, "summary": summarize(runs, rate), "runs": _lean(runs)}
+    return {
+        "store": store,
+        "rate": rate,
+        "injector": injector,
+        "summary": summarize(runs, rate),
+        "runs": _lean(runs),
+    }
 
 
 def _lean(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:

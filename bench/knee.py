@@ -68,7 +68,13 @@ def of_run(run: dict[str, Any], steps: tuple[int, ...] = STEPS) -> dict[str, Any
 
 
 def repeats(
-    bootstrap: str, *, store: str, n: int, seconds: float, steps: tuple[int, ...] = STEPS
+    bootstrap: str,
+    *,
+    store: str,
+    n: int,
+    seconds: float,
+    steps: tuple[int, ...] = STEPS,
+    injector: str = "one-shot",
 ) -> dict[str, Any]:
     runs = []
     stores = latency.Stores(store)
@@ -83,6 +89,7 @@ def repeats(
                 store_urls=urls,
                 floor=False,
                 server_pid=server,
+                injector=injector,
             )
             runs.append(of_run(run, steps))
     finally:
@@ -92,6 +99,7 @@ def repeats(
         "store": store,
         "limit_ms": LIMIT_MS,
         "mix": MIX,
+        "injector": injector,
         "knee_msg_per_s": latency.spread(knees) if knees else None,
         "knee_per_repeat": [r["knee_msg_per_s"] for r in runs],
         "runs": runs,

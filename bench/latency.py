@@ -3,7 +3,8 @@
 One run: gateways A and B (``fleet gateway run``, one process per host, as deployed) on one
 store type; a sender on host A offers each rate in ``rates`` for ``seconds``: half REPLYs into
 ``main-b`` (send -> held at B), half briefs into ``worker-b`` through a command injector (send ->
-its INJECTED receipt held back at A). Latency runs from the sender's call (its wall clock, the
+its INJECTED receipt held back at A; ``injector="long-lived"``: one child fed framed briefs,
+:mod:`pipeline.gateway.injectors.child`, instead of ``true`` per brief). Latency runs from the sender's call (its wall clock, the
 same host's) to ``held_at_ms`` in the receiving store; recorded in an HDR-style histogram.
 
 ``sender="socket"`` pipelines the sends to A's gateway over its local socket (the sender never
@@ -16,7 +17,8 @@ warm-up message of each kind went all the way through; a slow start is waited ou
 ``start_timeout_s``) and a failed one reports the children's log tails (their output goes to files
 in the run's folder, kept when something failed) together with whatever was already measured.
 
-Run alone: ``python -m bench.latency [--direct] [--postgresql] [--repeats N] [--seconds S]``.
+Run alone: ``python -m bench.latency [--direct] [--postgresql] [--repeats N] [--seconds S]
+[--injector long-lived]``.
 """
 
 from __future__ import annotations
@@ -53,9 +55,17 @@ def _tail(path: Path, lines: int = 25) -> str:
 
 
 class _Run:
-    def __init__(self, bootstrap: str, *, sender: str, store_urls: dict[str, str] | None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        sender: str,
+        store_urls: dict[str, str] | None,
+        injector: str = "one-shot",
+    ) -> None:
         from pipeline.testing.rig import Rig
 
+        self.injector = injector
         self.bootstrap = bootstrap
         self.sender = sender
         self.root = Path(tempfile.mkdtemp(prefix="fleet-lat-"))
@@ -93,7 +103,15 @@ class _Run:
             gid="worker-b",
             role=Role.WORKER,
             delivery=Delivery.INJECT,
-            injector=InjectorSpec(type="command", command=("true",)),
+            injector=(
+                InjectorSpec(type="command", command=("true",))
+                if self.injector == "one-shot"
+                else InjectorSpec(
+                    type="command",
+                    command=(sys.executable, "-m", "pipeline.gateway.injectors.child"),
+                    mode="long-lived",
+                )
+            ),
         )
         entities = {"A": (main["A"],), "B": (main["B"], worker_b)}
         for h in GATEWAYS:
@@ -382,12 +400,14 @@ def run_once(
     until: Callable[[dict[str, Any]], bool] | None = None,
     server_pid: int | None = None,
     idle_s: float = 0.0,
+    injector: str = "one-shot",
 ) -> dict[str, Any]:
     """One run; never raises for a slow or failed start: the result says what happened.
 
     With ``floor``, :mod:`bench.kafka_floor` first runs the bare Kafka hops at each rate, before
     any gateway starts (so the floor is the hop at its quietest). Without
     ``briefs_too`` every send is a REPLY (the sender's own rate, no injects beside it).
+    ``injector`` is worker-b's command mode (``one-shot``: ``true`` per brief; ``long-lived``).
     ``phases`` replaces ``rates`` (one ``at_<rate>`` phase each) with named phases of their own
     mix; ``until(phase_result)`` true ends the run after that phase (the knee's steps).
     ``server_pid`` (the PostgreSQL postmaster) is counted as a tree beside the gateways. With
@@ -395,8 +415,9 @@ def run_once(
     if phases is None:
         mix = "both" if briefs_too else "reply"
         phases = tuple((f"at_{r}", r, mix) for r in rates)
-    run = _Run(bootstrap, sender=sender, store_urls=store_urls)
+    run = _Run(bootstrap, sender=sender, store_urls=store_urls, injector=injector)
     result: dict[str, Any] = {"sender": sender, "store": run.urls["A"].split(":", 1)[0]}
+    result["injector"] = injector
     arrivals: _Arrivals | None = None
     ok = False
     try:
@@ -410,16 +431,21 @@ def run_once(
         result["start_s"] = ready(run, bootstrap, start_timeout_s)
         arrivals = _Arrivals(run.urls)
         client = _sender(run)
-        trees = {"postgresql": server_pid} if server_pid is not None else None
+        # each gateway counted with its children (a long-lived injector child is its cost,
+        # as the reaped one-shot ones are); the PostgreSQL server with its backends
+        pids = {k: v for k, v in run.pids().items() if not k.startswith("gateway_")}
+        trees = {k: v for k, v in run.pids().items() if k.startswith("gateway_")}
+        if server_pid is not None:
+            trees["postgresql"] = server_pid
         try:
             warm_up(client, arrivals)
             if idle_s > 0:
-                window = CpuWindow(run.pids(), trees).start()
+                window = CpuWindow(pids, trees).start()
                 time.sleep(idle_s)
                 result["idle"] = window.stop()
             for key, rate, mix in phases:
                 result[key] = _phase(
-                    client, arrivals, rate, seconds, mix=mix, pids=run.pids(), trees=trees
+                    client, arrivals, rate, seconds, mix=mix, pids=pids, trees=trees
                 )
                 if until is not None and until(result[key]):
                     break
@@ -572,6 +598,7 @@ def repeats(
     rates: tuple[int, ...],
     floor: bool = True,
     briefs_too: bool = True,
+    injector: str = "one-shot",
 ) -> dict[str, Any]:
     """``n`` runs and, per rate, min / median / max of the p99s and of the achieved rate."""
     runs = []
@@ -589,6 +616,7 @@ def repeats(
                     floor=floor,
                     briefs_too=briefs_too,
                     server_pid=server,
+                    injector=injector,
                 )
             )
     finally:
@@ -657,6 +685,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rates", default="500", help="comma-separated offered rates")
     ap.add_argument("--no-floor", action="store_true", help="skip the bare Kafka hops")
     ap.add_argument("--replies-only", action="store_true", help="every send a REPLY, no briefs")
+    ap.add_argument(
+        "--injector",
+        choices=("one-shot", "long-lived"),
+        default="one-shot",
+        help="worker-b's command injector: `true` per brief (default), or one long-lived child",
+    )
     args = ap.parse_args(argv)
     with kafka("bench-lat") as bootstrap:
         out = repeats(
@@ -668,6 +702,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rates=tuple(int(r) for r in args.rates.split(",")),
             floor=not args.no_floor,
             briefs_too=not args.replies_only,
+            injector=args.injector,
         )
     print(json.dumps(out, indent=2), flush=True)
     return out

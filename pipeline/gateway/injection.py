@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
@@ -39,6 +40,7 @@ from pipeline.store import with_retry
 from pipeline.support import clock
 
 from .entities import LocalEntities
+from .injectors import InjectUncertainError
 from .metrics import GatewayMetrics
 from .render import for_injector
 
@@ -190,12 +192,13 @@ class InjectionQueue:
         the burst's last inject (a receipt is never more than this one transaction behind its
         inject); ``then_open``'s rows are opened in it too. Returns the msgIds opened."""
 
+        moves = [(j.envelope.msg_id, o.journal) for j, o in done if o.journal is not None]
+
         def once() -> set[str]:  # a whole transaction, so a retry applies nothing twice
             with self.sessions.begin() as s:
+                moved = iter(journal.close_many(s, moves))
                 for job, outcome in done:
-                    if outcome.journal is not None and not journal.close_entry(
-                        s, job.envelope.msg_id, outcome.journal
-                    ):
+                    if outcome.journal is not None and not next(moved):
                         # a restart's report (a twin's) moved the row first: its outcome stands
                         log.warning("journal row of %s was not open any more", job.envelope.msg_id)
                     elif outcome.receipt is not None:
@@ -215,30 +218,27 @@ class InjectionQueue:
         if not any(j is not None and j.tracked for j in jobs):
             return set()
 
+        bind = self.sessions.kw.get("bind")
+
         def once() -> set[str]:
+            if isinstance(bind, Engine):  # no receipt to stage: a connection, not a Session
+                with bind.begin() as conn:
+                    return self._open_in(conn, jobs)
             with self.sessions.begin() as s:
                 return self._open_in(s, jobs)
 
         return with_retry(once, what="inject journal")
 
     @staticmethod
-    def _open_in(session: Session, jobs: list[_Job | None]) -> set[str]:
-        opened = set()
-        for job in jobs:
-            if job is None or not job.tracked:
-                continue
-            assert job.reply_host is not None
-            env = job.envelope
-            if journal.open_entry(
-                session,
-                msg_id=env.msg_id,
-                gid=job.gid,
-                sender=env.sender,
-                reply_host=job.reply_host,
-                trace_id=env.trace_id,
-            ):
-                opened.add(env.msg_id)
-        return opened
+    def _open_in(session: Session | Connection, jobs: list[_Job | None]) -> set[str]:
+        entries = [
+            journal.Entry(
+                j.envelope.msg_id, j.gid, j.envelope.sender, j.reply_host, j.envelope.trace_id
+            )
+            for j in jobs
+            if j is not None and j.tracked and j.reply_host is not None
+        ]
+        return journal.open_many(session, entries)
 
     def _inject(self, job: _Job, *, opened: bool = False) -> _Outcome:
         """Inject one job; ``opened``: its journal row is committed (tracked briefs)."""
@@ -282,6 +282,9 @@ class InjectionQueue:
                     sender=env.sender,
                     body=body,
                 )
+            except InjectUncertainError as exc:  # handed over whole, then no answer
+                log.error("inject of %s into %s is uncertain: %s", env.msg_id, job.gid, exc)
+                return closing(journal.UNCERTAIN, self._uncertain(job))
             except FleetError as exc:
                 if exc.retriable:
                     time.sleep(self.busy.delay_for(min(attempt, 6)))
@@ -289,9 +292,7 @@ class InjectionQueue:
                 return closing(journal.FAILED, self._failed(job, exc.reason, str(exc)))
             except Exception:  # an injector bug: the inject may or may not have landed
                 log.exception("injector of %s raised on %s", job.gid, env.msg_id)
-                self.metrics.inject_uncertain.labels("raised").inc()
-                uncertain = injected_body(env.msg_id, job.gid, stage=journal.STAGE_UNCERTAIN)
-                return closing(journal.UNCERTAIN, self._injected(job, uncertain))
+                return closing(journal.UNCERTAIN, self._uncertain(job))
             self.hooks.at(Window.INJECTED_NOT_RECORDED)
             self.metrics.queue_to_inject_seconds.observe(time.monotonic() - job.queued_at)
             if self.on_injected is not None:
@@ -331,6 +332,12 @@ class InjectionQueue:
         if reported:
             self.metrics.inject_uncertain.labels("restart").inc(reported)
         return reported
+
+    def _uncertain(self, job: _Job) -> _Receipt | None:
+        """The ``INJECTED`` with stage ``uncertain`` for a brief the injector may have landed."""
+        self.metrics.inject_uncertain.labels("raised").inc()
+        body = injected_body(job.envelope.msg_id, job.gid, stage=journal.STAGE_UNCERTAIN)
+        return self._injected(job, body)
 
     def _injected(self, job: _Job, body: bytes) -> _Receipt | None:
         """The ``INJECTED`` for a tracked brief's sender (None: nobody waits for one)."""

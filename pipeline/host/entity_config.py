@@ -18,6 +18,7 @@ from pipeline.support.binder import MISSING, config_error
 from .config_checks import check_gid, check_number, check_text, checked_name, checked_strings
 
 INJECTOR_TYPES = ("callback", "command", "tmux")
+COMMAND_MODES = ("one-shot", "long-lived")  # a process per brief, or one child for all
 ALL_GROUP = "all"  # every local entity is a member: ``broadcast.all`` (R-TOP-6)
 
 
@@ -27,6 +28,8 @@ class InjectorSpec:
 
     ``command`` -- argv for type command; ``pane``/``idle_pattern``/``socket`` (tmux ``-L``) for
     type tmux; ``callback`` -- the name of a callable registered in code for type callback.
+    ``mode`` (type command): ``one-shot`` runs the command per brief, ``long-lived`` runs it once
+    and writes it one framed brief after another (docs/injectors.md).
     """
 
     type: Literal["callback", "command", "tmux"]
@@ -36,6 +39,7 @@ class InjectorSpec:
     timeout_s: float = 10.0
     socket: str | None = None
     callback: str | None = None
+    mode: Literal["one-shot", "long-lived"] = "one-shot"
 
     def __post_init__(self) -> None:
         if self.type not in INJECTOR_TYPES:
@@ -53,6 +57,12 @@ class InjectorSpec:
                 raise config_error(
                     key, value, f"does not apply to an injector of type {self.type!r}"
                 )
+        if self.mode not in COMMAND_MODES:
+            raise config_error("mode", self.mode, f"must be one of {', '.join(COMMAND_MODES)}")
+        if self.mode != "one-shot" and self.type != "command":
+            raise config_error(
+                "mode", self.mode, f"does not apply to an injector of type {self.type!r}"
+            )
         if self.type == "command" and not self.command:
             raise config_error(
                 "command", MISSING, "type command needs an argv list", Config.CONFIG_MISSING_KEY

@@ -1,6 +1,7 @@
 """TmuxInjector against a real tmux server: R-ACK-6: the inject is status-gated.
 
-Each test starts its own tmux server on a unique socket (``-L``) and kills it in teardown.
+Each test starts its own tmux server on a unique socket (``-L``) and kills it in teardown, and
+runs twice: the injector's tmux calls over one control-mode client, and one process per call.
 """
 
 from __future__ import annotations
@@ -9,13 +10,15 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from pipeline.errors import InjectError
-from pipeline.gateway.injectors import TmuxInjector
+from pipeline.gateway.injectors import InjectUncertainError, TmuxInjector
 from pipeline.support.waiting import wait_until
 from pipeline.testing import unique_name
 
@@ -31,6 +34,7 @@ SHELL = "env PS1='$ ' bash --norc --noprofile"  # readline: no 4 KiB canonical-m
 class Tmux:
     socket: str
     pane: str = "t:0.0"
+    control: bool = True
 
     def run(self, *args: str) -> str:
         proc = subprocess.run(
@@ -52,7 +56,11 @@ class Tmux:
         return self.run("display", "-p", "-t", self.pane, "#{pane_current_command}").strip()
 
     def injector(self, **kw: object) -> TmuxInjector:
+        kw.setdefault("control", self.control)
         return TmuxInjector(self.pane, socket=self.socket, **kw)  # type: ignore[arg-type]
+
+    def control_clients(self) -> int:
+        return self.run("list-clients", "-F", "#{client_control_mode}").split().count("1")
 
     def wait(self, what: str, ready: Callable[[], bool]) -> None:
         # Bounded polling for an asynchronous terminal; the assertion is on content, not time.
@@ -65,8 +73,8 @@ class Tmux:
         self.wait(repr(line), lambda: line in self.lines())
 
 
-@pytest.fixture
-def tmux() -> Iterator[Tmux]:
+@pytest.fixture(params=[True, False], ids=["control", "process"])
+def tmux(request: pytest.FixtureRequest) -> Iterator[Tmux]:
     socket = unique_name("fleet-test").replace(".", "-")
     env = {k: v for k, v in os.environ.items() if k != "TMUX"}
     subprocess.run(
@@ -90,7 +98,7 @@ def tmux() -> Iterator[Tmux]:
         env=env,
         timeout=10,
     )
-    server = Tmux(socket)
+    server = Tmux(socket, control=request.param)
     path = server.run("display", "-p", "#{socket_path}").strip()
     try:
         server.wait("the bash prompt", lambda: server.command() == "bash" and "$" in server.lines())
@@ -215,3 +223,79 @@ def test_control_characters_and_non_text_are_refused(tmux: Tmux, body: bytes, de
     assert (info.value.reason, info.value.retriable) == ("INJECT_BODY_INVALID", False)
     assert detail in str(info.value)
     assert tmux.lines() == before  # refused before anything was typed
+
+
+def test_one_control_client_carries_every_call_and_a_dead_one_is_replaced(tmux: Tmux) -> None:
+    """No tmux process per chunk: the probe and the typing go over one control client; when it
+    dies between injects, the next inject attaches a new one and still lands."""
+    if not tmux.control:
+        pytest.skip("control mode only")
+    injector = tmux.injector()
+    for i in range(3):
+        injector.inject(body=f"echo round-{i} {'x' * 5000} | wc -c".encode(), **ARGS)
+        tmux.wait_line("5009")
+        tmux.run("send-keys", "-t", tmux.pane, "clear", "Enter")
+        tmux.wait("a cleared screen", lambda: "5009" not in tmux.lines())
+    assert injector.attaches == 1 and tmux.control_clients() == 1
+    assert injector._client is not None
+    injector._client.proc.kill()
+    injector._client.proc.wait()
+    injector.inject(body=b"echo after-reattach", **ARGS)
+    tmux.wait_line("after-reattach")
+    assert injector.attaches == 2
+    injector.close()
+    tmux.wait("the client detached", lambda: tmux.control_clients() == 0)
+
+
+def test_without_a_server_calls_run_as_processes_until_one_can_attach(tmux: Tmux) -> None:
+    """Control mode is a cost saving, never a new failure: no attach means the process way."""
+    if not tmux.control:
+        pytest.skip("control mode only")
+    injector = TmuxInjector("t:0.0", socket=tmux.socket + "-x")  # nothing listens there
+    with pytest.raises(InjectError) as info:
+        injector.inject(body=b"x", **ARGS)
+    assert info.value.reason == "INJECT_FAILED" and injector.attaches == 0
+
+
+FAKE_TMUX = r"""
+import sys
+log = open(sys.argv[1], "a")
+args = sys.argv[2:]
+if "-C" not in args:  # a process call: record it, say nothing
+    log.write("process " + " ".join(args) + "\n")
+    sys.exit(0)
+n = 0
+def block(*lines):
+    global n
+    n += 1
+    print(f"%begin 1 {n} 1", *lines, f"%end 1 {n} 1", sep="\n", flush=True)
+block()
+for line in sys.stdin:
+    log.write("control " + line)
+    log.flush()
+    if line.startswith('"capture-pane"'):
+        block("$ ")
+        block("%7\tbash\t0\t0\t0")
+    else:
+        sys.exit(1)  # took the keys, died before answering
+"""
+
+
+def test_a_client_lost_while_typing_leaves_the_keys_uncertain_never_retyped(
+    tmp_path: Path,
+) -> None:
+    """R-ACK-6, at-most-once: keys handed to a control client that died before answering may
+    have been typed: ``InjectUncertainError``, and they are not sent again another way."""
+    fake = tmp_path / "tmux.py"
+    fake.write_text(FAKE_TMUX)
+    log = tmp_path / "calls"
+    wrapper = tmp_path / "tmux"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {fake} {log} "$@"\n')
+    wrapper.chmod(0o755)
+    injector = TmuxInjector("t:0", tmux=str(wrapper))
+    with pytest.raises(InjectUncertainError) as info:
+        injector.inject(body=b"echo once", **ARGS)
+    assert info.value.retriable is False
+    calls = log.read_text().splitlines()
+    assert [c.split(" ", 1)[0] for c in calls] == ["control", "control"]
+    assert sum("echo once" in c for c in calls) == 1

@@ -320,6 +320,38 @@ def test_a_permanent_inject_failure_closes_failed_with_its_failed(engine: Engine
     assert q.report_uncertain() == 0
 
 
+def test_an_injector_that_lost_a_handed_over_brief_closes_it_uncertain(engine: Engine) -> None:
+    """R-ACK-3: a long-lived child that died holding the whole brief may have injected it: the
+    row closes ``uncertain`` with one INJECTED stage uncertain, never a FAILED, never a retry."""
+    from pipeline.gateway.injectors import InjectUncertainError
+
+    calls: list[str] = []
+
+    def lose(**kw: Any) -> None:
+        calls.append(kw["msg_id"])
+        raise InjectUncertainError("child died holding it")
+
+    entities = LocalEntities()
+    entities.register(
+        gid="worker-b", role=Role.WORKER, delivery=Delivery.INJECT, injector=CallbackInjector(lose)
+    )
+    metrics = GatewayMetrics(CollectorRegistry())
+    q = InjectionQueue(
+        entities=entities,
+        sessions=session_factory(engine),
+        publisher=Publisher(host="B", signer=Signer.generate("B"), topics=TopicNames()),
+        metrics=metrics,
+    )
+    b = _brief()
+    _one(q, _job(b))
+    assert calls == [b.msg_id]
+    assert _states(engine) == {b.msg_id: journal.UNCERTAIN}
+    [(kind, r)] = _receipts(engine)
+    assert (kind, r.msg_id, r.stage) == ("INJECTED", b.msg_id, "uncertain")
+    assert metrics.inject_uncertain.labels("raised")._value.get() == 1
+    assert q.report_uncertain() == 0
+
+
 def test_the_sender_records_an_uncertain_report_apart_from_injected_and_from_timeout(
     tmp_path: Path,
 ) -> None:

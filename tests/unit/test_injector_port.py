@@ -122,3 +122,40 @@ def test_metered_injector_counts_failures_by_bounded_reason_and_times_successes(
         s.labels["reason"] for m in registry.collect() for s in m.samples if "reason" in s.labels
     }
     assert reasons == {*INJECT_REASONS, "OTHER"}
+
+
+def test_long_lived_mode_is_a_command_spec_key_and_builds_the_long_lived_injector() -> None:
+    from pipeline.errors import ConfigError
+    from pipeline.gateway.injectors import LongLivedCommandInjector, build_injector
+    from pipeline.host.entity_config import InjectorSpec
+
+    spec = InjectorSpec(type="command", command=("agent-child",), mode="long-lived")
+    assert isinstance(build_injector(spec), LongLivedCommandInjector)
+    one_shot = build_injector(InjectorSpec(type="command", command=("true",)))
+    assert type(one_shot).__name__ == "CommandInjector"  # the default stays one-shot
+    with pytest.raises(ConfigError, match="does not apply"):
+        InjectorSpec(type="tmux", pane="%1", mode="long-lived")
+    with pytest.raises(ConfigError, match="one-shot, long-lived"):
+        InjectorSpec(type="command", command=("x",), mode="forever")  # type: ignore[arg-type]
+
+
+def test_frames_round_trip_and_a_broken_answer_is_a_frame_error() -> None:
+    import io
+
+    from pipeline.gateway.injectors import framing
+
+    body = b"\x00any bytes\n{not json}"
+    stream = io.BytesIO(
+        framing.request(msg_id="m-1", sender="A-main", to="B-w1", kind="SEND", body=body) * 2
+    )
+    first = framing.read_brief(stream)
+    assert first == framing.Brief("m-1", "A-main", "B-w1", "SEND", body)
+    assert framing.read_brief(stream) == first and framing.read_brief(stream) is None
+    assert framing.parse_answer(framing.answer("m-1", "retry")) == framing.Answer("m-1", "retry")
+    for junk in (b"hello\n", b"[]\n", b'{"msgId": "m-1", "status": "maybe"}\n'):
+        with pytest.raises(framing.FrameError):
+            framing.parse_answer(junk)
+    with pytest.raises(framing.FrameError, match="cut short"):
+        framing.read_brief(
+            io.BytesIO(b'{"msgId":"m","from":"a","to":"b","kind":"SEND","length":9}\nab')
+        )

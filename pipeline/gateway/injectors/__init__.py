@@ -1,12 +1,14 @@
 """Injectors: the port the gateway's forward path calls, and the built-in adapters.
 
-``Injector`` (port) <- ``CallbackInjector`` | ``CommandInjector`` | ``TmuxInjector``;
+``Injector`` (port) <- ``CallbackInjector`` | ``CommandInjector`` (one process per brief) |
+``LongLivedCommandInjector`` (one child, framed briefs) | ``TmuxInjector``;
 ``build_injector`` maps an ``InjectorSpec`` onto one; ``MeteredInjector`` adds metrics.
 """
 
 from .callback import CallbackInjector
 from .command import BUSY_EXIT, CommandInjector
 from .factory import build_injector
+from .long_lived import LongLivedCommandInjector
 from .metrics import InjectMetrics, MeteredInjector
 from .port import (
     INJECT_BODY_INVALID,
@@ -15,6 +17,7 @@ from .port import (
     INJECT_TIMEOUT,
     TARGET_BUSY,
     Injector,
+    InjectUncertainError,
 )
 from .tmux import PaneStatus, TmuxInjector
 
@@ -28,7 +31,9 @@ __all__ = [
     "CallbackInjector",
     "CommandInjector",
     "InjectMetrics",
+    "InjectUncertainError",
     "Injector",
+    "LongLivedCommandInjector",
     "MeteredInjector",
     "PaneStatus",
     "TmuxInjector",

@@ -10,6 +10,7 @@ from pipeline.reasons import Config
 
 from .callback import CallbackInjector
 from .command import CommandInjector
+from .long_lived import LongLivedCommandInjector
 from .metrics import InjectMetrics, MeteredInjector
 from .port import Injector
 from .tmux import TmuxInjector
@@ -37,6 +38,8 @@ def build_injector(
                 context={"key": "callback", "value": spec.callback},
             )
         injector = CallbackInjector(fn)
+    elif spec.type == "command" and spec.mode == "long-lived":
+        injector = LongLivedCommandInjector(spec.command, spec.timeout_s)
     elif spec.type == "command":
         injector = CommandInjector(spec.command, spec.timeout_s)
     else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Final, Protocol
 
+from pipeline.errors import InjectError
 from pipeline.reasons import Inject
 
 TARGET_BUSY: Final = Inject.TARGET_BUSY  # nothing was sent; retriable
@@ -17,6 +18,15 @@ INJECT_FAILED: Final = Inject.INJECT_FAILED  # target missing, command failed, c
 INJECT_TIMEOUT: Final = Inject.INJECT_TIMEOUT  # gave up waiting; the target may hold part of it
 INJECT_BODY_INVALID: Final = Inject.INJECT_BODY_INVALID  # the body cannot be delivered as-is
 INJECT_REASONS: Final = tuple(Inject)
+
+
+class InjectUncertainError(InjectError):
+    """The target was handed the whole brief and then went away without saying what it did
+    (a long-lived child died or broke the protocol mid-brief): it *may* have been injected.
+
+    Final, never retried (R-ACK-6); the gateway reports it to the sender as ``INJECTED`` with
+    stage ``uncertain``, exactly like a crash mid-inject (``docs/injectors.md``).
+    """
 
 
 class Injector(Protocol):
