@@ -7,6 +7,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def test_ready_and_stopping_arrive_as_datagrams(listener: tuple[socket.socket, s
 
 
 def test_an_abstract_socket_name_is_reached() -> None:
-    name = f"fleet-sdn-{threading.get_ident()}"
+    name = f"fleet-sdn-{uuid.uuid4().hex}"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind("\0" + name)
         sock.settimeout(10)
