@@ -22,17 +22,21 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import MetricsHandler
-from sqlalchemy import Engine, text
+from sqlalchemy import text
 
-from pipeline.presence import RosterView
-from pipeline.runtime import ConsumerRuntime
 from pipeline.store.version import VERSION_TABLE
 from pipeline.support import sd_notify
+
+if TYPE_CHECKING:  # types only
+    from sqlalchemy import Engine
+
+    from pipeline.presence import RosterView
+    from pipeline.runtime import ConsumerRuntime
 
 Check = Callable[[], str | None]
 """A probe: None when it passes, else a short reason why not."""
