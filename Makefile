@@ -2,23 +2,35 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-core
+# every package pinned (pip install -c): an install next month resolves to the same code
+PIP_INSTALL := $(PY) -m pip install -q -c constraints.txt
 
 .PHONY: help setup run test test-unit check bench lab chaos clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n",$$1,$$2}'
 
-$(STAMP): pyproject.toml
-	bash scripts/install-system-deps.sh
-	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+# after the system check, which says what is missing (python3-venv, ...) before anything fails
+VENV_NEW := test -x $(PY) || { python3 -m venv $(VENV) && $(PY) -m pip install -q --upgrade pip; }
+
+$(STAMP): pyproject.toml constraints.txt
+	bash scripts/install-system-deps.sh all
+	$(VENV_NEW)
+	$(PIP_INSTALL) -e '.[dev]'
 	$(PY) -c 'from pipeline.kafka.local import resolve_classpath; print("kafka jars:", resolve_classpath().lib_dir)'
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
 
-setup: $(STAMP)  ## install everything (system packages, virtualenv, Kafka jars)
+setup: $(STAMP)  ## install everything for the checks and the suite (system packages, venv, Kafka jars)
 
-run: setup  ## the main job on embedded defaults: local Kafka + SQLite, two gateways, a live demo
+# the demo needs the core install only, and no root: java and maven when no KAFKA_BOOTSTRAP
+$(RUN_STAMP): pyproject.toml constraints.txt
+	bash scripts/install-system-deps.sh run
+	$(VENV_NEW)
+	$(PIP_INSTALL) -e .
+	touch $(RUN_STAMP)
+
+run: $(RUN_STAMP)  ## the main job on embedded defaults: local Kafka (or KAFKA_BOOTSTRAP) + SQLite, two gateways, a live demo
 	$(VENV)/bin/fleet demo
 
 # Two pytest workers (pytest-xdist): most integration tests wait on a broker, a timeout or a

@@ -69,6 +69,8 @@ def run(
     from pipeline.bootstrap.gateway import build_gateway
     from pipeline.envelope import TrustStore
     from pipeline.hooks import hooks_from_fault
+    from pipeline.observability.health import gateway_health, notify_when_ready
+    from pipeline.support import sd_notify
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # the gateway's threads hand the GIL over at every store call, inject and poll: a thread
@@ -83,14 +85,23 @@ def run(
         trust=TrustStore.load(cfg.trust_dir),
         hooks=hooks_from_fault(os.environ.get("FLEET_FAULT"), os.environ.get("FLEET_FAULT_AT")),
     )
-    serve_metrics(parts.registry, port=metrics_port, address=metrics_address)
+    health = gateway_health(
+        stop=parts.gateway.stop_event,
+        fatal=lambda: parts.gateway.fatal,
+        runtime=parts.runtime,
+        roster=parts.roster,
+        engine=parts.engine,
+    )
+    serve_metrics(parts.registry, port=metrics_port, address=metrics_address, health=health)
     gw = parts.gateway.start()
     stop_on_signals(gw.stop_event)  # never Event.set() inside a handler: pipeline/signals.py
     # SIGUSR2 writes every thread's stack to stderr, even while a thread holds the GIL: what a
     # supervisor asks for before it SIGKILLs a gateway that did not stop (docs/gateway.md)
     faulthandler.register(signal.SIGUSR2, all_threads=True)
     console.print(f"gateway {cfg.host} running (inbox {parts.runtime.config.topics[0]})")
+    notify_when_ready(health, gw.stop_event, status=f"gateway {cfg.host}")  # Type=notify units
     fatal = gw.wait()
+    sd_notify.stopping()
     gw.stop()
     if fatal is not None:
         err_console.print(f"[bold red]gateway {cfg.host} stopped:[/] {fatal}")

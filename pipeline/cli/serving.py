@@ -1,8 +1,9 @@
 """Options every long-running command shares: where its /metrics listens, how it purges its store.
 
 ``--metrics-port N [--metrics-address ADDR]`` serves the process's registry (its failure,
-purge and own metrics) over HTTP: :func:`serve_metrics`, the one place that starts the server
-(``fleet gateway run``, ``fleet relay run``, ``fleet pool run``, ``fleet dlq report``).
+purge and own metrics) over HTTP, with ``/healthz`` and ``/readyz`` beside ``/metrics``
+(:mod:`pipeline.observability.health`): :func:`serve_metrics`, the one place that starts the
+server (``fleet gateway run``, ``fleet relay run``, ``fleet pool run``, ``fleet dlq report``).
 ``--retention KEY=VALUE`` (repeatable) sets a ``[retention]`` key for a process without a
 fleet.toml, checked like the file's table; ``--no-purge`` turns its purge off (docs/store.md).
 Light on purpose: ``fleet --help`` imports this module.
@@ -18,6 +19,7 @@ from pipeline.errors import ConfigError
 from pipeline.reasons import Config
 
 if TYPE_CHECKING:
+    from pipeline.observability.health import Health
     from pipeline.retention import RetentionConfig
 
 MetricsPortOpt = Annotated[
@@ -45,18 +47,20 @@ NoPurgeOpt = Annotated[
 LOOPBACK = "127.0.0.1"
 
 
-def serve_metrics(registry: Any, *, port: int | None, address: str = LOOPBACK) -> Any:
-    """Serve ``registry`` on ``address:port`` (``port`` None: not served, returns None); a port
-    in use or a bad address is a ConfigError."""
+def serve_metrics(
+    registry: Any, *, port: int | None, address: str = LOOPBACK, health: Health | None = None
+) -> Any:
+    """Serve ``registry`` on ``address:port``, and ``health``'s ``/healthz`` and ``/readyz``
+    (``port`` None: not served, returns None); a port in use or a bad address is a
+    ConfigError."""
     if port is None:
         return None
-    from prometheus_client import start_http_server
+    from pipeline.observability.health import serve
 
     try:
-        server, _thread = start_http_server(port, addr=address, registry=registry)
+        return serve(registry, port=port, address=address, health=health)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"--metrics-address {address} --metrics-port {port}: {exc}") from None
-    return server
 
 
 def retention_from(

@@ -7,15 +7,22 @@ error text, original topic/partition/offset/timestamp, attempts, first/last fail
 gateway, group, and whether the envelope had been verified. Keeping the original bytes verbatim
 is what makes a replay carry the same ``msgId`` and signature, so the consumer's dedupe holds.
 
-The reader takes the LAST ``fleet.dlq`` header as the context and everything before it as the
-original headers, so a ``fleet.dlq`` header smuggled into an original record can never pass for
-ours.
+After it come the same facts as plain UTF-8 text, one header each (``fleet.dlq.reason``,
+``fleet.dlq.original.topic``, ``...partition``, ``...offset``, ``...timestamp``,
+``fleet.dlq.exception.class`` and ``...message``, ...: :func:`plain_headers`), in the manner of
+Kafka Connect's ``__connect.errors.*``: what kcat, Kafka UI or AKHQ show without our schema
+(docs/failures.md). The Avro header stays the one our tools read.
+
+The reader takes the LAST ``fleet.dlq`` header as the context, everything before it as the
+original headers and everything after it as ours, so a ``fleet.dlq`` header smuggled into an
+original record can never pass for ours.
 """
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +39,25 @@ from pipeline.runtime.context import FailureContext
 from pipeline.support.clock import now_ms
 
 DLQ_HEADER = "fleet.dlq"
+PLAIN_PREFIX = DLQ_HEADER + "."
+# the plain-text header names, each beside the Avro context field it repeats (None: derived)
+PLAIN_FIELDS: tuple[tuple[str, str | None], ...] = (
+    ("reason", "reason"),
+    ("original.topic", "topic"),
+    ("original.partition", "partition"),
+    ("original.offset", "offset"),
+    ("original.timestamp", "timestamp_ms"),
+    ("exception.class", None),
+    ("exception.message", "error"),
+    ("attempts", "attempts"),
+    ("gateway", "gateway"),
+    ("group", "group"),
+)
+# how the runtime records an exception it did not classify: "Name: text", perhaps after
+# "RETRIES_EXHAUSTED after N attempts: " (pipeline/runtime/decide.py)
+_EXCEPTION = re.compile(
+    r"^(?:[A-Z_]+ after \d+ attempts: )?([A-Z]\w*(?:Error|Exception|Exit|Interrupt|Timeout)): "
+)
 SCHEMA = "dead_letter"
 MAX_ERROR_BYTES = 1024
 DLQ_WRITE_FAILED = Failure.DLQ_WRITE_FAILED
@@ -120,7 +146,7 @@ def read_dead_letter(msg: Any) -> DeadLetterView:
         dlq_partition=msg.partition(),
         dlq_offset=msg.offset(),
         key=msg.key(),
-        headers=raw[:idx] + raw[idx + 1 :],
+        headers=raw[:idx],  # after the context: our plain-text copy of it
         value=msg.value(),
         context=context,
     )
@@ -149,7 +175,29 @@ def dead_letter_headers(failure: FailureContext, *, gateway: str, group: str | N
         "quarantined": failure.quarantined,
         "dead_lettered_ms": now_ms(),
     }
-    return [*normalise_headers(rec.headers), (DLQ_HEADER, schemas.encode(SCHEMA, context))]
+    return [
+        *normalise_headers(rec.headers),
+        (DLQ_HEADER, schemas.encode(SCHEMA, context)),
+        *plain_headers(context),
+    ]
+
+
+def exception_class(error: str) -> str | None:
+    """The class name of an exception the runtime recorded as ``Name: text``; None for a
+    failure the fabric classified itself (a reason code says what it was)."""
+    found = _EXCEPTION.match(error)
+    return None if found is None else found[1]
+
+
+def plain_headers(context: Mapping[str, Any]) -> Headers:
+    """The context as plain UTF-8 headers (``fleet.dlq.<name>``), for tools without our
+    schema; a value that is absent (no group, no exception class) is left out."""
+    out: Headers = []
+    for name, field in PLAIN_FIELDS:
+        value = context.get(field) if field else exception_class(str(context.get("error", "")))
+        if value is not None:
+            out.append((PLAIN_PREFIX + name, str(value).encode("utf-8")))
+    return out
 
 
 class DeadLetterWriter:
