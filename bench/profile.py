@@ -22,6 +22,7 @@ import collections
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -30,7 +31,8 @@ from typing import Any
 from . import latency
 from .broker import kafka
 
-PY_SPY = os.environ.get("PY_SPY", "/work/main/.venv/bin/py-spy")
+# the dev extra installs it beside this interpreter; PY_SPY names another
+PY_SPY = os.environ.get("PY_SPY") or str(Path(sys.executable).with_name("py-spy"))
 WARM_S = 3.0  # the phase runs this long before the first sample
 
 
