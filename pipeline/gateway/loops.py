@@ -103,6 +103,7 @@ def run_inbox(
     reported (the inject journal)."""
     if not roster_caught_up(follower, stop):
         return
+    log.info("inbox: roster caught up, consuming")  # where a restart's time goes (bench_restart)
     spawn_handler.relive()
     maintenance.refresh_roster()
     injections.report_uncertain()

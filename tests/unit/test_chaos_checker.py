@@ -374,7 +374,7 @@ def test_a_gateway_burning_a_core_in_the_quiet_window_hot_loops_and_a_gone_one_d
 
 
 def test_a_local_refusal_is_a_finding_only_under_a_strict_fault() -> None:
-    """A restart is not a departure (R-PRES-3): under an orderly fault (clean-restart,
+    """A restart is not a departure (R-PRES-7): under an orderly fault (clean-restart,
     rolling-restart) a send the client refused counts as a finding, not a footnote."""
     h = [send("r0", 0), out(Op.HELD, "r0"),
          {"op": Op.REJECTED, "msgId": "", "reason": "UNKNOWN_RECIPIENT", "local": True}]  # fmt: skip

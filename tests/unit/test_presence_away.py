@@ -1,4 +1,4 @@
-"""A stop is not a departure (R-PRES-3, R-PRES-6): a SIGTERM stop announces the host's entities
+"""A stop is not a departure (R-PRES-7, R-PRES-6): a SIGTERM stop announces the host's entities
 *away* -- one signed record each, live for the grace, saying when they left -- not tombstones.
 Peers keep the binding and the entry live until the grace ends, then it lapses as a crashed
 host's would; a restarted run outranks it; leaving for good still tombstones."""
