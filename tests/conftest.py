@@ -186,12 +186,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "lab_scenarios" in item.keywords:
                 item.add_marker(lab)
-    # The rolling upgrade from the previous release takes minutes: `make test-upgrade` runs it.
-    if os.environ.get("FLEET_UPGRADE_TEST") != "1":
-        upgrade = pytest.mark.skip(reason="the rolling upgrade runs with `make test-upgrade`")
-        for item in items:
-            if "upgrade" in item.keywords:
-                item.add_marker(upgrade)
     # Allow a quick unit-only run: FLEET_SKIP_KAFKA=1 deselects real-broker tests explicitly.
     if os.environ.get("FLEET_SKIP_KAFKA") == "1":
         skip = pytest.mark.skip(reason="FLEET_SKIP_KAFKA=1")
