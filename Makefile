@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.installed-core
 # every package pinned (pip install -c): an install next month resolves to the same code
 PIP_INSTALL := $(PY) -m pip install -q -c constraints.txt
 
-.PHONY: help setup run test test-unit check bench lab chaos clean
+.PHONY: help setup run test test-unit test-upgrade check bench lab chaos clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n",$$1,$$2}'
@@ -44,6 +44,9 @@ test: setup  ## every test, against a real Kafka broker it starts itself (and Po
 
 test-unit: setup  ## only tests that need no broker
 	FLEET_SKIP_KAFKA=1 $(PY) -m pytest tests/unit
+
+test-upgrade: setup  ## only the rolling upgrade from the previous release's tag (part of `make test` too)
+	$(PY) -m pytest tests/integration/test_rolling_upgrade.py -m upgrade
 
 lab: setup  ## every shipped lab scenario (examples/lab/) on a real broker, model beside measurement
 	FLEET_LAB_SCENARIOS=1 $(PY) -m pytest tests/integration/test_lab_run.py -m lab_scenarios -s

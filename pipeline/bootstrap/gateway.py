@@ -321,7 +321,7 @@ def build_gateway(
         factories,
         [
             injections.stop,
-            lambda: loops.stop_presence(presence, gateway),
+            lambda: loops.stop_presence(presence, gateway, config.away_grace_s),
             follower.stop,
             relay.close,
             engine.dispose,

@@ -19,7 +19,8 @@ Rules, for every acknowledged ``send`` (R-ACK-2, R-ACK-3, R-ACK-8):
   skipped while a later one on its stream was delivered is a gap, unless it was dead-lettered,
   rejected or FAILED (an outcome that says why).
 * every rejection (dead letter, FAILED, outbox refusal, NO_WAITER, TOO_LATE) carries a reason.
-* strict (orderly faults only, e.g. a clean restart): no FAILED, dead letter or refusal at all.
+* strict (orderly faults only, e.g. a clean restart): no FAILED, dead letter or refusal at all,
+  not even a local one (``CHAOS_REFUSED_UNDER_CLEAN_FAULT``: a stopped host is away, not gone).
 
 And for the rest of the mix:
 
@@ -76,6 +77,7 @@ class Violation(StrEnum):
     BAD_UNREJECTED = "CHAOS_BAD_UNREJECTED"
     HOT_LOOP = "CHAOS_HOT_LOOP"
     DIED = "CHAOS_DIED"
+    REFUSED = "CHAOS_REFUSED_UNDER_CLEAN_FAULT"
 
 
 # a gateway with nothing to do (the quiet window) idles on timers: a few percent of a core
@@ -162,7 +164,7 @@ class _Index:
     bseen: dict[str, Counter[tuple[str, str]]] = field(default_factory=lambda: defaultdict(Counter))
     runs: _Runs = field(default_factory=_Runs)
     faults: int = 0
-    refused: int = 0
+    refusals: list[Mapping[str, Any]] = field(default_factory=list)  # local ``rejected`` rows
     late_ids: set[str] = field(default_factory=set)
     expired_ids: set[str] = field(default_factory=set)  # dead-lettered EXPIRED by a recipient
     uncertain_ids: set[str] = field(default_factory=set)
@@ -185,7 +187,7 @@ class _Index:
         elif op == Op.STAGED:
             self.staged[str(r.get("msgId", ""))].add(str(r.get("host", "")))
         elif op == Op.REJECTED and r.get("local"):
-            self.refused += 1
+            self.refusals.append(r)
         elif op == Op.LATE_INJECTED:
             self.late_ids.add(str(r.get("msgId", "")))
         elif op == Op.INJECT_UNCERTAIN:
@@ -457,7 +459,7 @@ def _bad_and_procs(ix: _Index) -> int:
 def check(history: Iterable[Mapping[str, Any]], *, strict: bool = False) -> Verdict:
     """Apply every rule to ``history`` (rows as written by :class:`~.history.HistoryWriter`).
     ``strict`` (an orderly fault such as a clean restart): any FAILED, dead letter or refusal
-    of an acknowledged send is a finding too, reason or not."""
+    of an acknowledged send is a finding too, reason or not, and so is a local refusal."""
     rows = list(history)
     ix = _Index.of(rows)
     lost, unseen, late, uncertain = _outcomes(ix, strict)
@@ -466,6 +468,8 @@ def check(history: Iterable[Mapping[str, Any]], *, strict: bool = False) -> Verd
     r_lost, r_unseen, r_order = _runs(ix, strict)
     lost, unseen = lost + b_lost + r_lost + _bad_and_procs(ix), unseen + b_unseen + r_unseen
     out_of_order = _order(ix) + r_order
+    for r in ix.refusals if strict else ():  # a restart is not a departure: none refused
+        ix.findings.append(Finding(code=Violation.REFUSED, msg_id="", detail=str(r.get("reason"))))
     dup = sum(f.code in (Violation.DUPLICATED, Violation.CONFLICT) for f in ix.findings)
     return Verdict(
         operations=len(rows),
@@ -475,7 +479,7 @@ def check(history: Iterable[Mapping[str, Any]], *, strict: bool = False) -> Verd
         duplicated=dup,
         out_of_order=out_of_order,
         unseen=unseen,
-        refused=ix.refused,
+        refused=len(ix.refusals),
         late=late,
         uncertain=uncertain,
         slowest_recovery_s=max(ix.recoveries, default=None),

@@ -108,6 +108,54 @@ def run(
         raise typer.Exit(EXIT_FATAL)
 
 
+@app.command("leave")
+@fail_on_fleet_error
+def leave(config: ConfigOpt, as_json: JsonOpt = False) -> None:
+    """Leave the fleet for good: tombstone every entry of this host (a stop only announces them
+    away for ``away_grace_s``). Run it once the gateway has stopped."""
+    from typing import cast
+
+    from pipeline.bootstrap.client import Factories
+    from pipeline.envelope import TrustStore
+    from pipeline.kafka.settings import producer_config
+    from pipeline.kafka.topics import TopicNames
+    from pipeline.presence import RosterFollower, RosterView
+    from pipeline.presence.leave import bound_to, tombstone_all
+    from pipeline.presence.publisher import ProducerLike
+
+    cfg = _load(config)
+    running = hot.connect(cfg)
+    if running is not None:
+        running.close()
+        err_console.print(
+            f"[bold red]gateway {cfg.host} is running:[/] stop it (SIGTERM) first; it would "
+            "announce its entities again at its next heartbeat"
+        )
+        raise typer.Exit(EXIT_FLEET_ERROR)
+    if not cfg.trust_dir:
+        raise ConfigError("trust_dir is not set", reason=Config.CONFIG_MISSING_TRUST)
+    factories = Factories().secured(cfg.kafka)
+    topics = TopicNames(prefix=cfg.topic_prefix)
+    view = RosterView.build(trust=TrustStore.load(cfg.trust_dir), topics=topics)
+    follower = RosterFollower(
+        bootstrap=cfg.bootstrap, view=view, topics=topics, consumer_factory=factories.consumer
+    )
+    try:
+        gids = bound_to(follower, cfg.host)
+    finally:
+        follower.stop()
+    producer = cast("ProducerLike", factories.producer(producer_config(cfg.bootstrap)))
+    tombstone_all(producer, gids, signer=_signer(cfg), follower=follower)
+    if as_json:
+        from .output import emit_json
+
+        emit_json({"host": cfg.host, "tombstoned": gids})
+    else:
+        console.print(
+            f"{cfg.host} left the fleet: {len(gids)} entries tombstoned ({', '.join(gids)})"
+        )
+
+
 def send(
     config: ConfigOpt,
     sender: Annotated[str, typer.Option("--from", help="A local entity's gid.")],

@@ -4,6 +4,7 @@ down and says STALE when that gateway's follower is cut off."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +12,7 @@ import typer
 
 from pipeline.envelope import TrustStore
 from pipeline.kafka.topics import TopicNames
-from pipeline.presence import RosterFollower, RosterView
+from pipeline.presence import PresenceEntry, RosterFollower, RosterView
 from pipeline.support.clock import now_ms
 
 from .keys_cmd import DEFAULT_TRUST_DIR
@@ -71,7 +72,7 @@ def roster(
     for e in entries:
         extra = ",".join(p.name for p in e.profiles) if e.profiles else ",".join(e.groups)
         table.add_row(e.host, e.gid, e.role.value, e.delivery.value, extra,
-                      f"{(now - e.ts_ms) / 1000:.0f}", "yes" if view.is_live(e) else "no")  # fmt: skip
+                      f"{(now - e.ts_ms) / 1000:.0f}", liveness(e, view.is_live(e), now))  # fmt: skip
     console.print(table)
     if view.rejections:
         console.print(f"[yellow]rejected records by reason: {dict(view.rejections)}[/]")
@@ -118,3 +119,15 @@ def _gateway_view(config: Path, *, include_stale: bool, as_json: bool) -> None:
         table.add_row(e.host, e.gid, e.role, e.delivery, ",".join(e.groups),
                       "yes" if live else "no")  # fmt: skip
     console.print(table)
+
+
+def liveness(entry: PresenceEntry, live: bool, now: int) -> str:
+    """``yes``, ``no``, or ``away since HH:MM:SS UTC (N s, grace M s left)`` for an entry whose
+    gateway stopped without leaving (docs/presence.md "Away")."""
+    since = entry.away_since_ms
+    if since is None:
+        return "yes" if live else "no"
+    at = datetime.fromtimestamp(since / 1000, tz=UTC).strftime("%H:%M:%S")
+    left = (entry.ts_ms + entry.ttl_ms - now) / 1000
+    tail = f"grace {left:.0f} s left" if live else "lapsed"
+    return f"away since {at} UTC ({(now - since) / 1000:.0f} s, {tail})"

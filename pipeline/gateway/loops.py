@@ -34,9 +34,12 @@ log = logging.getLogger(__name__)
 PRESENCE_FIRST_FLUSH_S = 10.0  # bounded: a broker that is down delays nothing further
 
 
-def stop_presence(presence: PresencePublisher, gateway: Gateway) -> None:
-    """Fenced: another gateway now speaks for this host; its presence is not ours to retract."""
-    presence.stop(retract=not isinstance(gateway.fatal, FencedError))
+def stop_presence(presence: PresencePublisher, gateway: Gateway, away_grace_s: float) -> None:
+    """A stop is not a departure: the entities are announced away for ``away_grace_s``
+    (docs/presence.md "Away"; 0: tombstoned). Fenced: another gateway now speaks for this host;
+    its presence is not ours to retract nor to announce away."""
+    fenced = isinstance(gateway.fatal, FencedError)
+    presence.stop(retract=not fenced, away_grace_s=away_grace_s)
 
 
 def roster_caught_up(follower: RosterFollower, stop: Any) -> bool:
@@ -100,6 +103,7 @@ def run_inbox(
     reported (the inject journal)."""
     if not roster_caught_up(follower, stop):
         return
+    log.info("inbox: roster caught up, consuming")  # where a restart's time goes (bench_restart)
     spawn_handler.relive()
     maintenance.refresh_roster()
     injections.report_uncertain()

@@ -38,6 +38,8 @@ from .entity_config import EntityConfig, ProfileConfig
 _PREFIX = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _BOOTSTRAP = re.compile(r"^[^,\s]+:\d{1,5}(,[^,\s]+:\d{1,5})*$")
 
+MAX_AWAY_GRACE_S = 600.0  # the presence TTL every reader accepts (RosterView max_ttl_ms)
+
 
 @dataclass(frozen=True, kw_only=True)
 class GatewayConfig:
@@ -57,6 +59,10 @@ class GatewayConfig:
     clock_skew_s: float = 30
     presence_interval_s: float = 5.0
     presence_ttl_s: float = 20.0
+    # a SIGTERM stop announces the entities away for this long (docs/presence.md "Away");
+    # 0: a stop tombstones them, as ``fleet gateway leave`` does. At most the readers' presence
+    # TTL bound (600 s), or every peer would reject the away record TTL_TOO_LONG
+    away_grace_s: float = 300.0
     sweep_interval_s: float = 5.0
     nudge_initial_s: float = 5.0
     nudge_max_s: float = 300.0
@@ -116,6 +122,11 @@ class GatewayConfig:
         check_number(self.nudge_max_s, "nudge_max_s", minimum=self.nudge_initial_s, strict=False)
         check_number(self.clock_skew_s, "clock_skew_s", strict=False)
         check_number(self.presence_ttl_s, "presence_ttl_s", minimum=self.presence_interval_s)
+        check_number(self.away_grace_s, "away_grace_s", strict=False)
+        if self.away_grace_s > MAX_AWAY_GRACE_S:
+            raise config_error(
+                "away_grace_s", self.away_grace_s, f"at most {MAX_AWAY_GRACE_S:.0f} s"
+            )
         if not isinstance(self.max_held_per_recipient, int):
             raise config_error(
                 "max_held_per_recipient", self.max_held_per_recipient, "must be an integer"

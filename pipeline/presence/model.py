@@ -35,6 +35,12 @@ SCHEMA = "presence"
 # body): a gateway that predates it reads the record and ignores the label, and its own records,
 # without the label, read as incarnation 0 -- a mixed fleet keeps working during an upgrade
 INCARNATION_LABEL = "fleet.incarnation"
+# an *away* record (docs/presence.md "Away"): a gateway stopped with SIGTERM re-announces its
+# entities with ``ttl`` = the grace and this label = when it left (wall ms). A label, not a schema
+# field: a reader that predates it sees a live record that lapses at ``ts + grace``, as a new
+# reader does -- neither takes it for a tombstone
+AWAY_LABEL = "fleet.away_since"
+_RESERVED = (INCARNATION_LABEL, AWAY_LABEL)
 _DECIMAL = re.compile(r"[0-9]{1,18}")
 # defined in .roles (a config reads them without loading the envelope); still importable here
 Role = roles.Role
@@ -50,12 +56,12 @@ class Gone(enum.StrEnum):
     DIED = "died"  # its process (or its profile's check) said it was gone
 
 
-def _incarnation(raw: str | None, gid: object) -> int:
+def _count(label: str, raw: str | None, gid: object) -> int | None:
     if raw is None:
-        return 0  # written by a gateway older than incarnations
+        return None  # written by a gateway older than the label, or not away
     if not _DECIMAL.fullmatch(raw):
         raise EnvelopeError(
-            f"presence for {gid}: label {INCARNATION_LABEL}={raw[:40]!r} is not a count",
+            f"presence for {gid}: label {label}={raw[:40]!r} is not a count",
             reason=SCHEMA_INVALID,
         )
     return int(raw)
@@ -88,6 +94,8 @@ class PresenceEntry:
     # the gateway entry's X25519 public key, when its host takes pairwise-MAC'd records
     agreement_key: bytes | None = None
     incarnation: int = 0  # the publishing gateway's start count (0: an older gateway wrote it)
+    # set on an *away* record: when its gateway stopped (wall ms); ``ttl_ms`` is then the grace
+    away_since_ms: int | None = None
 
     @property
     def is_gateway(self) -> bool:
@@ -104,9 +112,11 @@ class PresenceEntry:
         return self.ts_ms < other.ts_ms
 
     def _labels(self) -> dict[str, str]:
-        labels = {k: v for k, v in self.labels.items() if k != INCARNATION_LABEL}
+        labels = {k: v for k, v in self.labels.items() if k not in _RESERVED}
         if self.incarnation:
             labels[INCARNATION_LABEL] = str(self.incarnation)
+        if self.away_since_ms is not None:
+            labels[AWAY_LABEL] = str(self.away_since_ms)
         return labels
 
     def to_record(self) -> dict[str, Any]:
@@ -127,7 +137,9 @@ class PresenceEntry:
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> PresenceEntry:
         labels = dict(rec.get("labels") or {})
-        incarnation = _incarnation(labels.pop(INCARNATION_LABEL, None), rec.get("gid"))
+        gid = rec.get("gid")
+        incarnation = _count(INCARNATION_LABEL, labels.pop(INCARNATION_LABEL, None), gid) or 0
+        away_since = _count(AWAY_LABEL, labels.pop(AWAY_LABEL, None), gid)
         return cls(
             gid=rec["gid"],
             host=rec["host"],
@@ -144,10 +156,11 @@ class PresenceEntry:
             gone=None if rec.get("gone") is None else Gone(rec["gone"]),
             agreement_key=rec.get("agreement_key"),
             incarnation=incarnation,
+            away_since_ms=away_since,
         )
 
     def as_json(self, now_ms: int) -> dict[str, Any]:
-        return {**self.to_record(), "live": self.live(now_ms)}
+        return {**self.to_record(), "live": self.live(now_ms), "away_since_ms": self.away_since_ms}
 
 
 def presence_record(

@@ -1,4 +1,4 @@
-"""Heartbeats this host's presence (R-PRES-1) and tombstones it on stop.
+"""Heartbeats this host's presence (R-PRES-1); on stop announces it away, or tombstones it.
 
 Every local gid gets a signed record on the roster each ``interval_s``, and so does the host
 entry ``<host>._gateway`` with the spawn profiles. ``ttl_s`` should be about three intervals so
@@ -251,8 +251,16 @@ class PresencePublisher:
         """Wait (bounded) until every record produced so far is on the broker."""
         return not self._producer.flush(timeout_s)
 
-    def stop(self, *, timeout_s: float = 10.0, retract: bool = True) -> None:
-        """Stop heartbeating and retract every local entry and the host entry with tombstones.
+    def stop(
+        self, *, timeout_s: float = 10.0, retract: bool = True, away_grace_s: float = 0.0
+    ) -> None:
+        """Stop heartbeating; announce every local entry and the host entry *away*, or retract
+        them with tombstones.
+
+        ``away_grace_s > 0`` (a SIGTERM stop: a restart, not a departure; docs/presence.md
+        "Away"): each entry gets one last signed record saying when it left, live for the grace,
+        so peers keep accepting sends to it (they wait in its inbox topic); past the grace it
+        lapses as a crashed host's would. ``0``: tombstones (``fleet gateway leave``).
 
         ``retract=False`` stops heartbeating only: a gateway fenced by another with the same host
         id no longer speaks for the host, and its tombstones would retract the entries the one
@@ -261,10 +269,32 @@ class PresencePublisher:
         if self._thread is not None:
             self._thread.join(timeout=timeout_s)
         with self._lock:
-            gids = [*self._local, gateway_gid(self.host)] if retract else []
+            local = dict(self._local) if retract else {}
             self._local.clear()
-        for gid in gids:
-            self._tombstone(gid)
+            if retract and away_grace_s > 0:
+                self._announce_away(local, away_grace_s)
+            elif retract:
+                for gid in [*local, gateway_gid(self.host)]:
+                    self._tombstone(gid)
         left = self._producer.flush(timeout_s)
         if left:
             raise DeliveryError(f"{left} presence records not delivered on stop", retriable=True)
+
+    def _announce_away(
+        self, local: dict[str, tuple[Role, Delivery, tuple[str, ...]]], grace_s: float
+    ) -> None:
+        """One away record per entry (under the lock): ttl = the grace, signed time it left."""
+        left_ms = self._clock()
+        specs = [(gateway_gid(self.host), (Role.GATEWAY, Delivery.NONE, ())), *local.items()]
+        for gid, (role, delivery, groups) in specs:
+            entry = self._entry(gid, role, delivery, groups)
+            away = dataclasses.replace(
+                entry, ts_ms=left_ms, ttl_ms=round(grace_s * 1000), away_since_ms=left_ms
+            )
+            self._send(away, on_delivery=self._on_delivery)
+        log.info(
+            "presence: %d entries of %s announced away (grace %.0f s)",
+            len(specs),
+            self.host,
+            grace_s,
+        )

@@ -68,7 +68,11 @@ def test_a_gateway_restarted_with_its_clock_behind_is_live_at_once(
     the new clock) and a restart 450 s behind: the new run's records replace it at once."""
     fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A", "B"))
     cfg_a = fleet.config_file("A", MAIN_A, extra=SKEW, presence_ttl_s=590.0)
-    cfg_b = fleet.config_file("B", MAIN_B, extra=SKEW, presence_ttl_s=590.0)
+    # away_grace_s = 0: this stop tombstones (as ``fleet gateway leave`` would), the case where
+    # the restarted run's records must win although no binding is left to outrank
+    cfg_b = fleet.config_file(
+        "B", MAIN_B, extra=SKEW + "\naway_grace_s = 0\n", presence_ttl_s=590.0
+    )
     b = GatewayProc(cfg_b, tmp_path / "B.log", name="B")
     procs += [GatewayProc(cfg_a, tmp_path / "A.log", name="A").start(), b.start()]
     client = build_client(load_config(cfg_a), signer=fleet.signers["A"])

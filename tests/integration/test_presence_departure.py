@@ -90,10 +90,11 @@ def test_a_gateway_that_stops_heartbeating_lapses_after_its_ttl(
 def test_a_tombstoned_gid_is_unknown_recipient_at_once(
     fleet: Fleet, tmp_path: Path, procs: list[GatewayProcess]
 ) -> None:
-    """A clean stop tombstones B's entries: the next send is UNKNOWN_RECIPIENT well before
-    the 30 s TTL would have lapsed them."""
+    """With ``away_grace_s = 0`` a stop leaves (tombstones B's entries) rather than announcing
+    them away: the next send is UNKNOWN_RECIPIENT well before the 30 s TTL would have lapsed
+    them. (The default stop is a restart: tests/integration/test_restart_away.py.)"""
     cfg_a = fleet.config_file("A", MAIN_A)
-    cfg_b = fleet.config_file("B", MAIN_B)
+    cfg_b = fleet.config_file("B", MAIN_B, extra="away_grace_s = 0")
     b = GatewayProcess(cfg_b, tmp_path / "B.log")
     procs += [GatewayProcess(cfg_a, tmp_path / "A.log").start(), b.start()]
     client = build_client(load_config(cfg_a), signer=fleet.signers["A"])

@@ -371,3 +371,13 @@ def test_a_gateway_burning_a_core_in_the_quiet_window_hot_loops_and_a_gone_one_d
     assert [(f.code, f.msg_id) for f in v.findings] == [
         (Violation.HOT_LOOP, "B"), (Violation.DIED, "B")
     ]  # fmt: skip
+
+
+def test_a_local_refusal_is_a_finding_only_under_a_strict_fault() -> None:
+    """A restart is not a departure (R-PRES-7): under an orderly fault (clean-restart,
+    rolling-restart) a send the client refused counts as a finding, not a footnote."""
+    h = [send("r0", 0), out(Op.HELD, "r0"),
+         {"op": Op.REJECTED, "msgId": "", "reason": "UNKNOWN_RECIPIENT", "local": True}]  # fmt: skip
+    assert check(h).ok and check(h).refused == 1
+    strict = check(h, strict=True)
+    assert strict.refused == 1 and strict.count(Violation.REFUSED) == 1 and not strict.ok

@@ -134,11 +134,11 @@ def test_the_gateway_retracts_its_presence_on_stop_unless_it_was_fenced() -> Non
     calls: list[bool] = []
 
     class Presence:
-        def stop(self, *, retract: bool = True) -> None:
+        def stop(self, *, retract: bool = True, away_grace_s: float = 0.0) -> None:
             calls.append(retract)
 
     for fatal in (None, StoreError("disk"), FencedError("fenced by a second gateway")):
         gateway = Gateway(host="a", loops=[])
         gateway.fatal = fatal
-        stop_presence(Presence(), gateway)  # type: ignore[arg-type]
+        stop_presence(Presence(), gateway, 0.0)  # type: ignore[arg-type]
     assert calls == [True, True, False]
