@@ -28,6 +28,7 @@ from sqlalchemy import BigInteger, Column, String, Table, bindparam, insert, sel
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope.receipts import failed_receipt
+from pipeline.host import dbapi
 from pipeline.host.held import hold_notice
 from pipeline.support import clock
 
@@ -66,7 +67,33 @@ class Tracked:
 
 def track(session: Session, kind: Tracked, **row: Any) -> None:
     """Record one send as ``pending``, in the caller's (the send's) transaction."""
-    session.execute(insert(kind.table), {**row, "state": PENDING})
+    key = (kind.table, tuple(row))
+    statement = _TRACK[key] if key in _TRACK else _track_statement(*key)
+    if statement is None:  # a column default to fill in: SQLAlchemy's insert does that
+        session.execute(insert(kind.table), {**row, "state": PENDING})
+        return
+    dbapi.execute(session, statement, (*row.values(), PENDING)).close()
+
+
+# A forward send writes its row on the send path: DB-API text, built once per table and set of
+# columns (pipeline.host.dbapi), when every column left out has no default (a plain NULL).
+_TRACK: dict[tuple[Table, tuple[str, ...]], dbapi.Statement | None] = {}
+
+
+def _track_statement(table: Table, names: tuple[str, ...]) -> dbapi.Statement | None:
+    columns = (*names, "state")
+    statement: dbapi.Statement | None = None
+    if (
+        "state" not in names
+        and set(columns) <= set(table.c.keys())
+        and all(c.default is None and c.server_default is None
+                for c in table.c if c.name not in columns)
+    ):  # fmt: skip
+        quoted = ", ".join(f'"{c}"' for c in columns)
+        marks = ", ".join("{p}" for _ in columns)
+        statement = dbapi.Statement(f'INSERT INTO "{table.name}" ({quoted}) VALUES ({marks})')
+    _TRACK[(table, names)] = statement
+    return statement
 
 
 # Built once per table (the compiled form is then cached): every INJECTED an inbox takes reads
