@@ -43,6 +43,7 @@ from pipeline.reasons import Config, Verification
 
 from .client import GatewayClient, SendRequest
 from .metrics import SocketMetrics
+from .writer_session import WriterSession
 
 if TYPE_CHECKING:
     from pipeline.control.client import ControlClient
@@ -184,6 +185,8 @@ class SocketServer:
         self._threads: list[threading.Thread] = []
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._writer = WriterSession(client.sessions)
+        self._writer_thread: int | None = None
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> SocketServer:
@@ -363,18 +366,23 @@ class SocketServer:
 
     # -- the writer ----------------------------------------------------------------------------
     def _write(self) -> None:
-        while not self._stop.is_set():
-            try:
-                first = self._queue.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            batch = [first]
-            while len(batch) < self.max_batch:
+        self._writer_thread = threading.get_ident()
+        try:
+            while not self._stop.is_set():
                 try:
-                    batch.append(self._queue.get_nowait())
+                    first = self._queue.get(timeout=0.2)
                 except queue.Empty:
-                    break
-            self.commit(batch)
+                    continue
+                batch = [first]
+                while len(batch) < self.max_batch:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                self.commit(batch)
+        finally:
+            self._writer_thread = None
+            self._writer.close()
 
     def commit(self, batch: list[_Pending]) -> None:
         """One transaction for ``batch``'s sends (each gets its envelope or its error), then each
@@ -411,7 +419,11 @@ class SocketServer:
         started = time.perf_counter()
         failed = False
         try:
-            results: list[Envelope | FleetError] = list(self.client.send_all(requests))
+            # the writer thread's groups run on its held Session (writer_session.py)
+            writer = self._writer if threading.get_ident() == self._writer_thread else None
+            results: list[Envelope | FleetError] = list(
+                self.client.send_all(requests, writer=writer)
+            )
         except FleetError as exc:
             results, failed = [exc] * len(requests), True
         except Exception as exc:  # a store failure: nothing of the batch is queued

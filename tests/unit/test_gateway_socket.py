@@ -217,7 +217,7 @@ def test_a_pending_batch_is_one_transaction(served) -> None:  # type: ignore[no-
     server, engine, _cfg, _commits = served
     calls: list[int] = []
     real = server.client.send_all
-    server.client.send_all = lambda reqs: calls.append(len(reqs)) or real(reqs)  # type: ignore[method-assign]
+    server.client.send_all = lambda reqs, **kw: calls.append(len(reqs)) or real(reqs, **kw)  # type: ignore[method-assign]
     batch = [
         _Pending(id=i, request=parse_send({"sender": "main-a", "to": "main-b", "body": ""}))
         for i in range(5)
