@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import ConfigError, DeliveryError, FleetError, StoreError
-from pipeline.host.socket_protocol import FrameError, error_data, read_frame
+from pipeline.host.socket_protocol import FrameError, FrameReader, error_data
 from pipeline.reasons import Config, Verification
 
 from .client import GatewayClient, SendRequest
@@ -299,10 +299,11 @@ class SocketServer:
 
     def _read(self, conn: socket.socket, answers: Answers) -> None:
         """Requests in, in order: each is queued for the writer (or refused at once)."""
+        frames = FrameReader(conn)
         try:
             while True:
                 try:
-                    message = read_frame(conn)
+                    message = frames.next()
                 except FrameError as exc:  # unreadable: answer it, then hang up
                     if self.metrics is not None:
                         self.metrics.request(None, "malformed", exc.reason)
