@@ -20,11 +20,21 @@ already held (the DLQ reporter's, about the same send) is kept as the one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, String, Table, bindparam, insert, select, update
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    String,
+    Table,
+    bindparam,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope.receipts import failed_receipt
@@ -73,6 +83,10 @@ def track(session: Session, kind: Tracked, **row: Any) -> None:
 # and settles its tracked send, on the pull path's hot loop.
 _SETTLE: dict[Table, Any] = {}
 _STATE_OF: dict[Table, Any] = {}
+# the same, for a whole batch of receipts: one statement per table (``msg_id IN (...)``)
+_SETTLE_MANY: dict[tuple[Table, bool], Any] = {}
+_STATES_OF: dict[Table, Any] = {}
+_CHUNK = 500
 
 
 def settle(
@@ -144,6 +158,40 @@ def answered(session: Session, kinds: Sequence[Tracked], msg_id: str) -> str | N
     return None
 
 
+def states_of(
+    conn: Session | Connection, kinds: Sequence[Tracked], msg_ids: Iterable[str]
+) -> dict[str, str | None]:
+    """:func:`answered` for many msgIds at once: one select per kind (and per 500 ids), every
+    id in the answer (None: tracked under no kind). The inbox reads a batch's receipts so."""
+    todo = list(dict.fromkeys(msg_ids))
+    found: dict[str, str | None] = {}
+    for kind in kinds:
+        if not todo:
+            break
+        t = kind.table
+        stmt = _STATES_OF.get(t)
+        if stmt is None:
+            stmt = _STATES_OF[t] = select(t.c.msg_id, t.c.state).where(
+                t.c.msg_id.in_(bindparam("b_ids", expanding=True))
+            )
+        for i in range(0, len(todo), _CHUNK):
+            for row in conn.execute(stmt, {"b_ids": todo[i : i + _CHUNK]}):
+                found[str(row[0])] = str(row[1])
+        todo = [m for m in todo if m not in found]
+    for msg_id in todo:
+        found[msg_id] = None
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One ``INJECTED`` (``injected``) or ``FAILED`` about the tracked send ``msg_id``."""
+
+    msg_id: str
+    injected: bool
+    reason: str
+
+
 def settle_answer(
     session: Session, kinds: Sequence[Tracked], msg_id: str, *, injected: bool, reason: str
 ) -> None:
@@ -152,6 +200,63 @@ def settle_answer(
     for kind in kinds:
         if settle(session, kind, msg_id, kind.answered if injected else FAILED, reason or None):
             return
+
+
+def settle_answers(
+    conn: Session | Connection, kinds: Sequence[Tracked], answers: Sequence[Answer]
+) -> None:
+    """:func:`settle_answer` for each answer in order, as few statements as that allows: one
+    conditional update per kind, outcome and reason, each over every msgId it settles. Answers
+    about one msgId apply in their order (the first moves it out of ``pending``, the others
+    find it settled), so the rows end exactly as one call per answer leaves them."""
+    rounds: list[list[Answer]] = []  # round r holds the (r+1)-th answer about each msgId
+    seen: dict[str, int] = {}
+    for answer in answers:
+        r = seen.get(answer.msg_id, 0)
+        seen[answer.msg_id] = r + 1
+        if r == len(rounds):
+            rounds.append([])
+        rounds[r].append(answer)
+    for one_round in rounds:
+        groups: dict[tuple[bool, str | None], list[str]] = {}
+        for answer in one_round:
+            groups.setdefault((answer.injected, answer.reason or None), []).append(answer.msg_id)
+        for (injected, reason), ids in groups.items():
+            _settle_many(conn, kinds, ids, injected=injected, reason=reason)
+
+
+def _settle_many(
+    conn: Session | Connection,
+    kinds: Sequence[Tracked],
+    msg_ids: list[str],
+    *,
+    injected: bool,
+    reason: str | None,
+) -> None:
+    todo = msg_ids
+    for n, kind in enumerate(kinds):
+        if not todo:
+            return
+        t = kind.table
+        last = n == len(kinds) - 1  # the ids a kind settled are not tried under the next one
+        stmt = _SETTLE_MANY.get((t, last))
+        if stmt is None:
+            stmt = (
+                update(t)
+                .where(t.c.msg_id.in_(bindparam("b_ids", expanding=True)), t.c.state == PENDING)
+                .values(state=bindparam("b_state"), reason=bindparam("b_reason"))
+            )
+            if not last:
+                stmt = stmt.returning(t.c.msg_id)
+            _SETTLE_MANY[(t, last)] = stmt
+        state = kind.answered if injected else FAILED
+        settled: set[str] = set()
+        for i in range(0, len(todo), _CHUNK):
+            params = {"b_ids": todo[i : i + _CHUNK], "b_state": state, "b_reason": reason}
+            result = conn.execute(stmt, params)
+            if not last:
+                settled.update(str(m) for m in result.scalars())
+        todo = [m for m in todo if m not in settled]
 
 
 class Deadlines:

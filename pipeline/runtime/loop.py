@@ -59,7 +59,15 @@ from .fetch import fetch, on_consume_error
 from .inflight import Dispatcher
 from .metrics import RuntimeMetrics
 from .pauses import Pauses
-from .ports import DeadLetterSink, Handler, Prepares, QuarantinePort, Verifies, Warms
+from .ports import (
+    DeadLetterSink,
+    Handler,
+    Prepares,
+    QuarantinePort,
+    ReadsAhead,
+    Verifies,
+    Warms,
+)
 from .quarantine_gate import QuarantineGate
 from .rebalance import Rebalance
 from .settle import Settler
@@ -94,6 +102,9 @@ class ConsumerRuntime:
         # the handler's batch stage before the transaction (the gateway verifies signatures
         # of the whole batch on a thread pool there)
         self.prepare = handler.prepare if isinstance(handler, Prepares) else None
+        # the handler's batch read inside the transaction (the gateway reads the tracked sends
+        # of a batch's receipts in one statement)
+        self.read_ahead = handler.read_ahead if isinstance(handler, ReadsAhead) else None
         self.sessions = sessions
         self.dead_letters = dead_letters
         self.quarantine = quarantine
@@ -326,6 +337,8 @@ class ConsumerRuntime:
                     if apart is None
                     else apart
                 )
+                if self.read_ahead is not None:
+                    self.read_ahead(session, records)
                 for rec, msg_id in zip(records, ids, strict=True):
                     if rec.tp in batch.blocked:
                         continue
