@@ -83,10 +83,26 @@ def track(session: Session, kind: Tracked, **row: Any) -> None:
 # and settles its tracked send, on the pull path's hot loop.
 _SETTLE: dict[Table, Any] = {}
 _STATE_OF: dict[Table, Any] = {}
-# the same, for a whole batch of receipts: one statement per table (``msg_id IN (...)``)
-_SETTLE_MANY: dict[tuple[Table, bool], Any] = {}
-_STATES_OF: dict[Table, Any] = {}
+# the same for a whole batch of receipts: DB-API SQL text, one statement per table and batch
+# size (SQLAlchemy's per-execution work on an expanding IN cost more than the statement)
+_STATES_SQL = "SELECT msg_id, state FROM {table} WHERE msg_id IN ({ids})"
+_SETTLE_SQL = "UPDATE {table} SET state = {p}, reason = {p} WHERE state = {p} AND msg_id IN ({ids})"
+_RETURNING = " RETURNING msg_id"
+_PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
+_sql_cache: dict[tuple[str, str, str, int], str] = {}
 _CHUNK = 500
+
+
+def _sql(conn: Connection, template: str, table: Table, n: int) -> str:
+    key = (template, table.name, conn.dialect.paramstyle, n)
+    sql = _sql_cache.get(key)
+    if sql is None:
+        p = _PLACEHOLDER.get(conn.dialect.paramstyle)
+        if p is None:
+            raise ValueError(f"deadlines: unsupported DB-API paramstyle {conn.dialect.paramstyle}")
+        ids = ", ".join([p] * n)
+        sql = _sql_cache[key] = template.format(table=table.name, p=p, ids=ids)
+    return sql
 
 
 def settle(
@@ -159,7 +175,7 @@ def answered(session: Session, kinds: Sequence[Tracked], msg_id: str) -> str | N
 
 
 def states_of(
-    conn: Session | Connection, kinds: Sequence[Tracked], msg_ids: Iterable[str]
+    conn: Connection, kinds: Sequence[Tracked], msg_ids: Iterable[str]
 ) -> dict[str, str | None]:
     """:func:`answered` for many msgIds at once: one select per kind (and per 500 ids), every
     id in the answer (None: tracked under no kind). The inbox reads a batch's receipts so."""
@@ -168,15 +184,11 @@ def states_of(
     for kind in kinds:
         if not todo:
             break
-        t = kind.table
-        stmt = _STATES_OF.get(t)
-        if stmt is None:
-            stmt = _STATES_OF[t] = select(t.c.msg_id, t.c.state).where(
-                t.c.msg_id.in_(bindparam("b_ids", expanding=True))
-            )
         for i in range(0, len(todo), _CHUNK):
-            for row in conn.execute(stmt, {"b_ids": todo[i : i + _CHUNK]}):
-                found[str(row[0])] = str(row[1])
+            chunk = todo[i : i + _CHUNK]
+            sql = _sql(conn, _STATES_SQL, kind.table, len(chunk))
+            for msg_id, state in conn.exec_driver_sql(sql, tuple(chunk)):
+                found[str(msg_id)] = str(state)
         todo = [m for m in todo if m not in found]
     for msg_id in todo:
         found[msg_id] = None
@@ -202,9 +214,7 @@ def settle_answer(
             return
 
 
-def settle_answers(
-    conn: Session | Connection, kinds: Sequence[Tracked], answers: Sequence[Answer]
-) -> None:
+def settle_answers(conn: Connection, kinds: Sequence[Tracked], answers: Sequence[Answer]) -> None:
     """:func:`settle_answer` for each answer in order, as few statements as that allows: one
     conditional update per kind, outcome and reason, each over every msgId it settles. Answers
     about one msgId apply in their order (the first moves it out of ``pending``, the others
@@ -226,7 +236,7 @@ def settle_answers(
 
 
 def _settle_many(
-    conn: Session | Connection,
+    conn: Connection,
     kinds: Sequence[Tracked],
     msg_ids: list[str],
     *,
@@ -237,24 +247,15 @@ def _settle_many(
     for n, kind in enumerate(kinds):
         if not todo:
             return
-        t = kind.table
-        last = n == len(kinds) - 1  # the ids a kind settled are not tried under the next one
-        stmt = _SETTLE_MANY.get((t, last))
-        if stmt is None:
-            stmt = (
-                update(t)
-                .where(t.c.msg_id.in_(bindparam("b_ids", expanding=True)), t.c.state == PENDING)
-                .values(state=bindparam("b_state"), reason=bindparam("b_reason"))
-            )
-            if not last:
-                stmt = stmt.returning(t.c.msg_id)
-            _SETTLE_MANY[(t, last)] = stmt
+        returning = n < len(kinds) - 1  # the ids a kind settled are not tried under the next
+        template = _SETTLE_SQL + _RETURNING if returning else _SETTLE_SQL
         state = kind.answered if injected else FAILED
         settled: set[str] = set()
         for i in range(0, len(todo), _CHUNK):
-            params = {"b_ids": todo[i : i + _CHUNK], "b_state": state, "b_reason": reason}
-            result = conn.execute(stmt, params)
-            if not last:
+            chunk = todo[i : i + _CHUNK]
+            sql = _sql(conn, template, kind.table, len(chunk))
+            result = conn.exec_driver_sql(sql, (state, reason, PENDING, *chunk))
+            if returning:
                 settled.update(str(m) for m in result.scalars())
         todo = [m for m in todo if m not in settled]
 
