@@ -20,6 +20,9 @@ class ByTopic:
     def __init__(self, routes: Mapping[str, Handler], *, default: Handler) -> None:
         self.routes = dict(routes)
         self.default = default
+        # which routes have a stage, asked once: ``isinstance`` on a runtime-checkable Protocol
+        # inspects the object every time, and ``_split`` asks per record
+        self._stages: dict[tuple[int, type], bool] = {}
 
     def handle(self, record: Record, tx: Staged) -> Outcome:
         return self.routes.get(record.topic, self.default).handle(record, tx)
@@ -46,7 +49,10 @@ class ByTopic:
         routes: dict[int, tuple[Handler, list[Record]]] = {}
         for rec in records:
             route = self.routes.get(rec.topic, self.default)
-            if isinstance(route, stage):
+            has = self._stages.get((id(route), stage))
+            if has is None:
+                has = self._stages[(id(route), stage)] = isinstance(route, stage)
+            if has:
                 routes.setdefault(id(route), (route, []))[1].append(rec)
         return list(routes.values())
 
