@@ -85,7 +85,7 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
 
     else:
         engine = create_engine(url, **kwargs)
-        if not kwargs.get("pool_pre_ping"):
+        if "pool_pre_ping" not in kwargs:  # a caller's own choice stands
             ping_when_idle(engine)
     if create:
         try:
