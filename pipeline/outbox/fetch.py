@@ -1,25 +1,36 @@
-"""The relay's hot read: pending rows as DB-API SQL text, one statement per batch.
+"""The relay's hot read: the branches with unsent rows, then each one's next lsns, as DB-API SQL.
 
-The relay reads every row it ships, so this read is on the hot path: it runs on the raw DB-API
-cursor (plain tuples; no SQLAlchemy ``Row`` objects or per-column result processing, which cost
-about four times the read itself). ``status = 0`` is written as a literal so both SQLite and
-PostgreSQL match it to the partial index ``ix_outbox_pending`` (a bound parameter would not).
+A row stays ``PENDING`` after it was sent (the ack moves its branch's watermark instead), so
+the read cannot scan rows by status. It starts from the branches with unsent rows (the partial
+index ``ix_outbox_branch_unsent``: as many entries as active branches) and reads each branch's
+next rows on the unique index ``(tenant, branch_key, lsn)``. Lsns are gapless (docs/outbox.md,
+inv. 2), so a branch's next ``q`` rows are exactly ``m < lsn <= m + q``, ``m`` the higher of its
+watermark and the last lsn this pass already handed to the producer. A batch of ``n`` rows takes
+``q = ceil(n / branches)`` from each: at most ``n + branches`` rows read however deep the
+backlog. Both statements run on the raw DB-API cursor (plain tuples; SQLAlchemy's ``Row``
+objects cost about four times the read itself).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
-from .tables import RowStatus
+from .tables import UNSENT, RowStatus
 
 # The columns of a fetched row, in order (the relay indexes the tuples by position).
 COLUMNS = ("id", "tenant", "branch_key", "lsn", "topic", "key", "value", "headers", "created_at")
 
 _PLACEHOLDERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
+# Branches per row statement: 3 parameters each stays under every SQLite's variable limit.
+MAX_BRANCHES_PER_READ = 300
+
+Branch = tuple[str, str]
+
 
 class FetchSql:
-    """Builds ``SELECT <COLUMNS> FROM outbox WHERE status = PENDING ... ORDER BY id LIMIT n``."""
+    """Builds the two statements of the read: active branches, and the next rows of some."""
 
     def __init__(self, paramstyle: str, *, tenant: str | None, limit: int) -> None:
         try:
@@ -29,25 +40,69 @@ class FetchSql:
                 f"outbox relay: unsupported DB-API paramstyle {paramstyle!r}"
             ) from None
         self._tenant = tenant
-        self._limit = int(limit)
-        self._head = (
-            f"SELECT {', '.join(COLUMNS)} FROM outbox WHERE status = {int(RowStatus.PENDING)}"
+        self.limit = int(limit)
+        cols = ", ".join(f"o.{c}" for c in COLUMNS)
+        # ``status = 0`` excludes FAILED and DROPPED rows (their branches are skipped anyway)
+        self._rows = (
+            "WITH v(t, b, m) AS (VALUES {values}) "
+            f"SELECT {cols} FROM v JOIN outbox o ON o.tenant = v.t AND o.branch_key = v.b "
+            "AND o.lsn > v.m AND o.lsn <= v.m + {q} "
+            f"WHERE o.status = {int(RowStatus.PENDING)} ORDER BY o.id"
         )
 
-    def build(
-        self, *, after: int | None, stopped: Iterable[tuple[str, str]] = ()
-    ) -> tuple[str, tuple[object, ...]]:
-        """``(sql, params)`` for the next batch: ids above ``after``, none of ``stopped``."""
-        p = self._p
-        parts = [self._head]
+    def branches(self) -> tuple[str, tuple[object, ...]]:
+        """``(sql, params)`` listing ``(tenant, branch_key, sent_lsn)`` of branches with unsent
+        rows (the index's own condition, written as in the index so both databases use it)."""
+        sql = f"SELECT tenant, branch_key, sent_lsn FROM outbox_branch WHERE {UNSENT}"
+        if self._tenant is None:
+            return sql, ()
+        return f"{sql} AND tenant = {self._p}", (self._tenant,)
+
+    def rows(self, marks: Iterable[tuple[Branch, int]], q: int) -> tuple[str, tuple[object, ...]]:
+        """``(sql, params)`` for the rows ``m < lsn <= m + q`` of each ``((tenant, branch), m)``."""
         params: list[object] = []
-        if self._tenant is not None:
-            parts.append(f"tenant = {p}")
-            params.append(self._tenant)
-        if after is not None:
-            parts.append(f"id > {p}")
-            params.append(after)
-        for tenant, branch in stopped:  # rare and few: branches stopped by a FAILED row
-            parts.append(f"NOT (tenant = {p} AND branch_key = {p})")
-            params += [tenant, branch]
-        return f"{' AND '.join(parts)} ORDER BY id LIMIT {self._limit}", tuple(params)
+        for (tenant, branch), m in marks:
+            params += (tenant, branch, m)
+        p = self._p
+        values = ", ".join([f"({p}, {p}, {p})"] * (len(params) // 3))
+        return self._rows.format(values=values, q=int(q)), tuple(params)
+
+
+class PassCursor:
+    """One relay pass's place in every active branch: the last lsn read, per branch."""
+
+    def __init__(self, sql: FetchSql, marks: dict[Branch, int]) -> None:
+        self._sql = sql
+        self.marks = marks  # branch -> last lsn handed out (starts at its watermark)
+
+    def next_batch(self, cur: Any, stopped: set[Branch]) -> list[Any]:
+        """Up to ``limit`` rows, each branch's next ones in lsn order, the batch in id order."""
+        rows: list[Any] = []
+        limit = self._sql.limit
+        while len(rows) < limit:
+            for branch in stopped.intersection(self.marks):
+                del self.marks[branch]  # a stopped branch publishes nothing more
+            if not self.marks:
+                break
+            rows += self._quantum(cur, limit - len(rows))
+        return rows
+
+    def _quantum(self, cur: Any, n: int) -> list[Any]:
+        marks = self.marks
+        chunk = list(marks.items())[:MAX_BRANCHES_PER_READ]
+        q = -(-n // len(chunk))
+        cur.execute(*self._sql.rows(chunk, q))
+        read: list[Any] = cur.fetchall()
+        counts: dict[Branch, int] = {}
+        for row in read:
+            branch = (row[1], row[2])
+            counts[branch] = counts.get(branch, 0) + 1
+        for row in read[n:]:  # read but not taken: the branch goes on in the next batch
+            counts[(row[1], row[2])] = q
+        rows = read[:n]
+        for row in rows:  # id order is lsn order within a branch
+            marks[(row[1], row[2])] = row[3]
+        for branch, _m in chunk:
+            if counts.get(branch, 0) < q:
+                del marks[branch]  # fewer than q unsent rows: none left for this pass
+        return rows
