@@ -92,17 +92,25 @@ class PassCursor:
         chunk = list(marks.items())[:MAX_BRANCHES_PER_READ]
         q = -(-n // len(chunk))
         cur.execute(*self._sql.rows(chunk, q))
-        read: list[Any] = cur.fetchall()
-        counts: dict[Branch, int] = {}
-        for row in read:
+        # Keep each branch's unbroken run from its mark: a row that is not PENDING (FAILED, or
+        # DROPPED by a rewind just now) ends the branch for this pass, nothing after it is sent.
+        expected = {branch: m + 1 for branch, m in chunk}
+        ended: set[Branch] = set()
+        run: list[Any] = []
+        for row in cur.fetchall():
             branch = (row[1], row[2])
-            counts[branch] = counts.get(branch, 0) + 1
-        for row in read[n:]:  # read but not taken: the branch goes on in the next batch
-            counts[(row[1], row[2])] = q
-        rows = read[:n]
+            if branch in ended:
+                continue
+            if row[3] != expected[branch]:
+                ended.add(branch)
+                continue
+            expected[branch] = row[3] + 1
+            run.append(row)
+        rows = run[:n]
         for row in rows:  # id order is lsn order within a branch
             marks[(row[1], row[2])] = row[3]
-        for branch, _m in chunk:
-            if counts.get(branch, 0) < q:
-                del marks[branch]  # fewer than q unsent rows: none left for this pass
+        going_on = {(row[1], row[2]) for row in run[n:]}  # read but not taken: next batch
+        for branch, m in chunk:
+            if branch not in going_on and (branch in ended or expected[branch] - m - 1 < q):
+                del marks[branch]  # read to its end (or its gap): none left for this pass
         return rows

@@ -22,11 +22,7 @@ def _outbox(now: int, p: RetentionConfig) -> ColumnElement[bool]:
     return (
         ((c.status == int(RowStatus.SENT)) & (c.sent_at < cutoff))
         | ((c.status == int(RowStatus.DROPPED)) & (c.created_at < cutoff))
-        | (
-            (c.status == int(RowStatus.PENDING))
-            & (c.created_at < cutoff)
-            & (c.lsn <= watermark())
-        )
+        | ((c.status == int(RowStatus.PENDING)) & (c.created_at < cutoff) & (c.lsn <= watermark()))
     )
 
 

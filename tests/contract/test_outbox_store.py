@@ -248,7 +248,9 @@ def test_relay_never_acks_past_a_pending_earlier_lsn(
             write(s, topic="t", key=b"a", value=b"v", branch_key="a")
     producer = FakeProducer(lambda _h: False)
     relay = Relay(engine=engine, bootstrap="unused:1", producer_factory=lambda _c: producer)
-    rows = relay._fetch(first=True)  # the relay's own read, (id, tenant, branch_key, lsn, ...) tuples
+    rows = relay._fetch(
+        first=True
+    )  # the relay's own read, (id, tenant, branch_key, lsn, ...) tuples
     batch = relay._produce([r for r in rows if r[3] >= 3])  # as if lsn 1-2 were not yet visible
     relay._settle(batch)
     confirmed, errors = relay._confirmed(batch, set())
