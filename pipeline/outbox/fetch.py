@@ -1,19 +1,20 @@
-"""The relay's hot read: the branches with unsent rows, then each one's next lsns, as DB-API SQL.
+"""The relay's hot read: the branches with unsent rows, then the rows after the oldest of them.
 
-A row stays ``PENDING`` after it was sent (the ack moves its branch's watermark instead), so
-the read cannot scan rows by status. It starts from the branches with unsent rows (the partial
-index ``ix_outbox_branch_unsent``: as many entries as active branches) and reads each branch's
-next rows on the unique index ``(tenant, branch_key, lsn)``. Lsns are gapless (docs/outbox.md,
-inv. 2), so a branch's next ``q`` rows are exactly ``m < lsn <= m + q``, ``m`` the higher of its
-watermark and the last lsn this pass already handed to the producer. A batch of ``n`` rows takes
-``q = ceil(n / branches)`` from each: at most ``n + branches`` rows read however deep the
-backlog. Both statements run on the raw DB-API cursor (plain tuples; SQLAlchemy's ``Row``
-objects cost about four times the read itself).
+A row stays ``PENDING`` after it was sent (the ack moves its branch's watermark instead), so a
+pass first lists the branches with unsent rows -- the partial index ``ix_outbox_branch_unsent``,
+as many entries as active branches -- with each one's watermark and the id of its first unsent
+row (one point read each on the unique index). It then reads rows in id order from the lowest
+of those ids, as the relay always has, and keeps per branch only the unbroken run after its
+mark: lsns are gapless and commit in order (docs/outbox.md, inv. 2), so a branch's next row is
+always ``mark + 1``. A row at or below its mark was sent already (another branch's row read on
+the way) and is skipped; a row past ``mark + 1`` (on PostgreSQL a lower id can commit late) or of
+a branch not listed ends that branch for this pass -- the next pass lists it again. Both
+statements run on the raw DB-API cursor (plain tuples; SQLAlchemy's ``Row`` objects cost about
+four times the read itself).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from .tables import UNSENT, RowStatus
@@ -23,94 +24,83 @@ COLUMNS = ("id", "tenant", "branch_key", "lsn", "topic", "key", "value", "header
 
 _PLACEHOLDERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
-# Branches per row statement: 3 parameters each stays under every SQLite's variable limit.
-MAX_BRANCHES_PER_READ = 300
-
 Branch = tuple[str, str]
 
 
 class FetchSql:
-    """Builds the two statements of the read: active branches, and the next rows of some."""
+    """Builds the two statements of the read: active branches, and rows after an id."""
 
     def __init__(self, paramstyle: str, *, tenant: str | None, limit: int) -> None:
         try:
-            self._p = _PLACEHOLDERS[paramstyle]
+            p = self._p = _PLACEHOLDERS[paramstyle]
         except KeyError:
             raise ValueError(
                 f"outbox relay: unsupported DB-API paramstyle {paramstyle!r}"
             ) from None
         self._tenant = tenant
         self.limit = int(limit)
-        cols = ", ".join(f"o.{c}" for c in COLUMNS)
-        # ``status = 0`` excludes FAILED and DROPPED rows (their branches are skipped anyway)
+        own = "" if tenant is None else f" AND tenant = {p}"
+        # ``status = 0`` is a literal: both databases then scan ``ix_outbox_pending`` from the id
         self._rows = (
-            "WITH v(t, b, m) AS (VALUES {values}) "
-            f"SELECT {cols} FROM v JOIN outbox o ON o.tenant = v.t AND o.branch_key = v.b "
-            "AND o.lsn > v.m AND o.lsn <= v.m + {q} "
-            f"WHERE o.status = {int(RowStatus.PENDING)} ORDER BY o.id"
+            f"SELECT {', '.join(COLUMNS)} FROM outbox WHERE status = {int(RowStatus.PENDING)}"
+            f" AND id >= {p}{own} ORDER BY id LIMIT {self.limit}"
+        )
+        self._branches = (
+            "SELECT tenant, branch_key, sent_lsn, (SELECT o.id FROM outbox o "
+            "WHERE o.tenant = outbox_branch.tenant AND o.branch_key = outbox_branch.branch_key "
+            f"AND o.lsn = outbox_branch.sent_lsn + 1) FROM outbox_branch WHERE {UNSENT}{own}"
         )
 
     def branches(self) -> tuple[str, tuple[object, ...]]:
-        """``(sql, params)`` listing ``(tenant, branch_key, sent_lsn)`` of branches with unsent
-        rows (the index's own condition, written as in the index so both databases use it)."""
-        sql = f"SELECT tenant, branch_key, sent_lsn FROM outbox_branch WHERE {UNSENT}"
-        if self._tenant is None:
-            return sql, ()
-        return f"{sql} AND tenant = {self._p}", (self._tenant,)
+        """``(sql, params)`` listing ``(tenant, branch_key, sent_lsn, id of lsn sent_lsn + 1)``
+        of the branches with unsent rows (the index's own condition, as the index states it)."""
+        return self._branches, (() if self._tenant is None else (self._tenant,))
 
-    def rows(self, marks: Iterable[tuple[Branch, int]], q: int) -> tuple[str, tuple[object, ...]]:
-        """``(sql, params)`` for the rows ``m < lsn <= m + q`` of each ``((tenant, branch), m)``."""
-        params: list[object] = []
-        for (tenant, branch), m in marks:
-            params += (tenant, branch, m)
-        p = self._p
-        values = ", ".join([f"({p}, {p}, {p})"] * (len(params) // 3))
-        return self._rows.format(values=values, q=int(q)), tuple(params)
+    def rows(self, start: int) -> tuple[str, tuple[object, ...]]:
+        """``(sql, params)`` for up to ``limit`` rows from id ``start`` on, in id order."""
+        return self._rows, ((start,) if self._tenant is None else (start, self._tenant))
 
 
 class PassCursor:
-    """One relay pass's place in every active branch: the last lsn read, per branch."""
+    """One relay pass's place: the next id to read, and per branch the last lsn handed out."""
 
-    def __init__(self, sql: FetchSql, marks: dict[Branch, int]) -> None:
+    def __init__(self, sql: FetchSql, listed: list[Any], stopped: set[Branch]) -> None:
         self._sql = sql
-        self.marks = marks  # branch -> last lsn handed out (starts at its watermark)
+        self.gaps = False  # a branch ended at a gap: rows may be left unsent after this pass
+        # branch -> last lsn handed out (starts at its watermark); stopped branches left out
+        self.marks: dict[Branch, int] = {}
+        firsts = []
+        for tenant, branch, sent_lsn, first_id in listed:
+            if first_id is not None and (tenant, branch) not in stopped:
+                self.marks[(tenant, branch)] = int(sent_lsn)
+                firsts.append(int(first_id))
+        self._next: int | None = min(firsts) if firsts else None
 
     def next_batch(self, cur: Any, stopped: set[Branch]) -> list[Any]:
-        """Up to ``limit`` rows, each branch's next ones in lsn order, the batch in id order."""
-        rows: list[Any] = []
-        limit = self._sql.limit
-        while len(rows) < limit:
-            for branch in stopped.intersection(self.marks):
-                del self.marks[branch]  # a stopped branch publishes nothing more
-            if not self.marks:
-                break
-            rows += self._quantum(cur, limit - len(rows))
-        return rows
-
-    def _quantum(self, cur: Any, n: int) -> list[Any]:
+        """Up to ``limit`` rows in id order: each branch's next lsns after its mark."""
         marks = self.marks
-        chunk = list(marks.items())[:MAX_BRANCHES_PER_READ]
-        q = -(-n // len(chunk))
-        cur.execute(*self._sql.rows(chunk, q))
-        # Keep each branch's unbroken run from its mark: a row that is not PENDING (FAILED, or
-        # DROPPED by a rewind just now) ends the branch for this pass, nothing after it is sent.
-        expected = {branch: m + 1 for branch, m in chunk}
-        ended: set[Branch] = set()
-        run: list[Any] = []
-        for row in cur.fetchall():
-            branch = (row[1], row[2])
-            if branch in ended:
-                continue
-            if row[3] != expected[branch]:
-                ended.add(branch)
-                continue
-            expected[branch] = row[3] + 1
-            run.append(row)
-        rows = run[:n]
-        for row in rows:  # id order is lsn order within a branch
-            marks[(row[1], row[2])] = row[3]
-        going_on = {(row[1], row[2]) for row in run[n:]}  # read but not taken: next batch
-        for branch, m in chunk:
-            if branch not in going_on and (branch in ended or expected[branch] - m - 1 < q):
-                del marks[branch]  # read to its end (or its gap): none left for this pass
+        for branch in stopped.intersection(marks):
+            del marks[branch]  # a stopped branch publishes nothing more
+        limit = self._sql.limit
+        rows: list[Any] = []
+        while self._next is not None and marks and len(rows) < limit:
+            cur.execute(*self._sql.rows(self._next))
+            read = cur.fetchall()
+            self._next = read[-1][0] + 1 if len(read) == limit else None  # None: the end
+            for row in read:
+                branch = (row[1], row[2])
+                mark = marks.get(branch)
+                if mark is None or row[3] <= mark:
+                    continue  # not listed (or ended) this pass, or sent already
+                if row[3] != mark + 1:
+                    del marks[branch]  # a gap: an earlier lsn is not visible yet
+                    self.gaps = True
+                    continue
+                marks[branch] = row[3]
+                rows.append(row)
+                if len(rows) == limit:
+                    self._next = row[0] + 1
+                    break
+        if self._next is None:
+            marks.clear()  # read to the end: every listed branch is done for this pass
         return rows

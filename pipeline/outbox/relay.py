@@ -303,8 +303,7 @@ class Relay:
                 cur = conn.cursor()
                 if first or self._cursor is None:
                     cur.execute(*self._fetch_sql.branches())
-                    marks = {(t, b): int(m) for t, b, m in cur.fetchall()}
-                    self._cursor = PassCursor(self._fetch_sql, marks)
+                    self._cursor = PassCursor(self._fetch_sql, cur.fetchall(), self._stopped)
                 # a stopped branch publishes nothing after its FAILED row
                 # (a snapshot: the store thread may stop a branch meanwhile)
                 rows = self._cursor.next_batch(cur, self._stopped)
@@ -318,7 +317,7 @@ class Relay:
         return rows
 
     def _cursor_drained(self) -> bool:
-        return self._cursor is not None and not self._cursor.marks
+        return self._cursor is not None and not self._cursor.marks and not self._cursor.gaps
 
     def _produce(self, rows: list[Any]) -> Batch:
         producer = self._ensure_producer()

@@ -10,27 +10,27 @@ from pipeline.outbox.fetch import COLUMNS, FetchSql, PassCursor
 
 
 def test_the_branch_list_is_written_as_the_partial_index_is() -> None:
-    """Both databases use ``ix_outbox_branch_unsent`` only when the query states its condition."""
-    sql, params = FetchSql("qmark", tenant=None, limit=500).branches()
-    assert sql == (
-        "SELECT tenant, branch_key, sent_lsn FROM outbox_branch "
-        "WHERE last_lsn > sent_lsn AND NOT abandoned"
-    )
+    """Both databases use ``ix_outbox_branch_unsent`` only when the query states its condition;
+    ``status = 0`` stays a literal so the row read scans ``ix_outbox_pending`` from the id."""
+    fetch = FetchSql("qmark", tenant=None, limit=500)
+    sql, params = fetch.branches()
+    assert sql.endswith("FROM outbox_branch WHERE last_lsn > sent_lsn AND NOT abandoned")
     assert params == ()
+    assert fetch.rows(7) == (
+        f"SELECT {', '.join(COLUMNS)} FROM outbox WHERE status = 0 AND id >= ? "
+        "ORDER BY id LIMIT 500",
+        (7,),
+    )
 
 
 @pytest.mark.parametrize(("paramstyle", "p"), [("qmark", "?"), ("pyformat", "%s")])
-def test_tenant_and_branches_are_bound_parameters(paramstyle: str, p: str) -> None:
-    fetch = FetchSql(paramstyle, tenant="acme", limit=7)
-    assert fetch.branches() == (
-        f"SELECT tenant, branch_key, sent_lsn FROM outbox_branch "
-        f"WHERE last_lsn > sent_lsn AND NOT abandoned AND tenant = {p}",
-        ("acme",),
-    )
-    sql, params = fetch.rows([(("acme", "x'); DROP TABLE outbox; --"), 41)], 7)
-    assert f"VALUES ({p}, {p}, {p})" in sql and "o.lsn <= v.m + 7" in sql
-    assert "o.status = 0" in sql and sql.endswith("ORDER BY o.id")
-    assert params == ("acme", "x'); DROP TABLE outbox; --", 41)
+def test_the_tenant_and_the_start_are_bound_parameters(paramstyle: str, p: str) -> None:
+    fetch = FetchSql(paramstyle, tenant="x'); DROP TABLE outbox; --", limit=7)
+    sql, params = fetch.branches()
+    assert sql.endswith(f"AND tenant = {p}") and params == ("x'); DROP TABLE outbox; --",)
+    sql, params = fetch.rows(41)
+    assert f"id >= {p} AND tenant = {p} ORDER BY id LIMIT 7" in sql
+    assert params == (41, "x'); DROP TABLE outbox; --")
 
 
 def test_an_unknown_paramstyle_is_refused() -> None:
@@ -60,9 +60,13 @@ def _db(
 
 
 def _drain(db: sqlite3.Connection, marks: dict[str, int], limit: int, stopped=()) -> list[list]:
-    cursor = PassCursor(
-        FetchSql("qmark", tenant=None, limit=limit), {("t", b): m for b, m in marks.items()}
-    )
+    """One pass as the relay reads it; ``marks``: each branch's watermark."""
+    first = "SELECT id FROM outbox WHERE branch_key = ? AND lsn = ?"
+    listed = []
+    for b, m in marks.items():
+        found = db.execute(first, (b, m + 1)).fetchone()
+        listed.append(("t", b, m, found[0] if found else None))
+    cursor = PassCursor(FetchSql("qmark", tenant=None, limit=limit), listed, set(stopped))
     batches = []
     cur = db.cursor()
     while batch := cursor.next_batch(cur, set(stopped)):
