@@ -136,7 +136,7 @@ def _store_only(engine: Any, rows: int, *, ack: bool) -> tuple[float, float]:
             cur = conn.cursor()
             if cursor is None:
                 cur.execute(*fetch.branches())
-                cursor = PassCursor(fetch, {(t, b): int(m) for t, b, m in cur.fetchall()})
+                cursor = PassCursor(fetch, cur.fetchall(), set())
             batch = cursor.next_batch(cur, set())
             cur.close()
         finally:

@@ -45,7 +45,7 @@ from pipeline.support.retrying import Backoff, retry_call
 from .acker import Acker
 from .batch import Batch
 from .fetch import FetchSql, PassCursor
-from .headers import fold_headers
+from .headers import FoldHeaders
 from .limits import DEFAULT_MAX_RECORD_BYTES
 from .metrics import OutboxMetrics, PublishFailure, classify
 from .status import backlog
@@ -129,6 +129,7 @@ class Relay:
         self._stopped: set[tuple[str, str]] | None = None  # loaded on the first fetch
         self._fetch_sql = FetchSql(engine.dialect.paramstyle, tenant=tenant, limit=batch_size)
         self._cursor: PassCursor | None = None
+        self._fold_headers = FoldHeaders()
         self._drained_clean = False  # the last pass read every unsent row and shipped them all
         self._dbapi_error: type[Exception] = engine.dialect.loaded_dbapi.Error
 
@@ -325,11 +326,13 @@ class Relay:
         batch = Batch(rows)
         report = batch.report
         stopped = self._stopped if self._stopped is not None else set()
+        fold_headers = self._fold_headers
         for i, (_id, tenant, branch, lsn, topic, key, value, blob, _created) in enumerate(rows):
             if stopped and (tenant, branch) in stopped:
                 report(i, HELD_BACK, None)
                 continue
-            headers = unpack_headers(blob) + fold_headers(tenant, branch, lsn)
+            headers = unpack_headers(blob)
+            headers += fold_headers(tenant, branch, lsn)
             try:
                 produce(
                     topic, value=value, key=key, headers=headers, on_delivery=partial(report, i)
