@@ -48,7 +48,7 @@ def drain(
                 .where(
                     outbox_branch.c.tenant == row.tenant,
                     outbox_branch.c.branch_key == row.branch_key,
-                    outbox_branch.c.sent_lsn < row.lsn,
+                    outbox_branch.c.sent_lsn == row.lsn - 1,  # a prefix, as the relay acks
                 )
                 .values(sent_lsn=row.lsn)
             )

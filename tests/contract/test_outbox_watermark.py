@@ -217,12 +217,13 @@ def test_the_migration_sets_each_watermark_to_the_end_of_its_sent_prefix(store_u
     raw = sa.create_engine(store_url)
     try:
         upgrade(raw, "0011_presence_incarnation")
-        branches = {"sent": 3, "mid": 4, "stop": 3, "gone": 2}
+        branches = {"sent": 3, "mid": 4, "stop": 3, "gone": 2, "late": 2}
         statuses = {
             "sent": [1, 1, 1],
             "mid": [1, 1, 0, 0],
             "stop": [1, 3, 0],
             "gone": [1, 2],
+            "late": [0, 1],  # SENT after an unsent row: not a prefix
         }
         with raw.begin() as conn:
             for key, last in branches.items():
@@ -246,6 +247,10 @@ def test_the_migration_sets_each_watermark_to_the_end_of_its_sent_prefix(store_u
             marks = dict(
                 conn.execute(sa.text("SELECT branch_key, sent_lsn FROM outbox_branch")).all()
             )
-        assert marks == {"sent": 3, "mid": 2, "stop": 1, "gone": 2}
+            late = conn.execute(
+                sa.text("SELECT lsn, status FROM outbox WHERE branch_key = 'late' ORDER BY lsn")
+            ).all()
+        assert marks == {"sent": 3, "mid": 2, "stop": 1, "gone": 2, "late": 0}
+        assert [tuple(r) for r in late] == [(1, 0), (2, 0)]  # shipped again, never lost
     finally:
         raw.dispose()

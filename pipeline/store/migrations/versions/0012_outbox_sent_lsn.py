@@ -32,10 +32,26 @@ def upgrade() -> None:
         "outbox_branch",
         sa.Column("sent_lsn", sa.BigInteger(), nullable=False, server_default=sa.text("0")),
     )
+    # a store whose outbox rows have no branch row (v0.1.0's partial create_all) gets one
+    op.execute(
+        "INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned, sent_lsn) "
+        "SELECT o.tenant, o.branch_key, max(o.lsn), false, 0 FROM outbox o WHERE NOT EXISTS ("
+        "SELECT 1 FROM outbox_branch b WHERE b.tenant = o.tenant AND b.branch_key = o.branch_key) "
+        "GROUP BY o.tenant, o.branch_key"
+    )
     op.execute(
         "UPDATE outbox_branch SET sent_lsn = coalesce(("
         "SELECT min(o.lsn) - 1 FROM outbox o WHERE o.tenant = outbox_branch.tenant "
         "AND o.branch_key = outbox_branch.branch_key AND o.status IN (0, 3)), last_lsn)"
+    )
+    # Above the watermark every row must be PENDING, FAILED or DROPPED (the relay reads only
+    # PENDING ones and would stop at a SENT one for good). A SENT row after an unsent one (a
+    # store written before the ack kept "sent" a prefix) goes out again: a duplicate the fold
+    # drops, never a loss.
+    op.execute(
+        "UPDATE outbox SET status = 0, sent_at = NULL WHERE status = 1 AND lsn > ("
+        "SELECT b.sent_lsn FROM outbox_branch b WHERE b.tenant = outbox.tenant "
+        "AND b.branch_key = outbox.branch_key)"
     )
     op.create_index(
         "ix_outbox_branch_unsent",
