@@ -15,6 +15,7 @@ four times the read itself).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from .tables import UNSENT, RowStatus
@@ -64,7 +65,7 @@ class FetchSql:
 class PassCursor:
     """One relay pass's place: the next id to read, and per branch the last lsn handed out."""
 
-    def __init__(self, sql: FetchSql, listed: list[Any], stopped: set[Branch]) -> None:
+    def __init__(self, sql: FetchSql, listed: Iterable[Any], stopped: set[Branch]) -> None:
         self._sql = sql
         self.gaps = False  # a branch ended at a gap: rows may be left unsent after this pass
         # branch -> last lsn handed out (starts at its watermark); stopped branches left out
