@@ -22,6 +22,7 @@ from pipeline.record_headers import pack_headers
 
 from .limits import DEFAULT_MAX_RECORD_BYTES, check_record_size, record_size
 from .notify import notify
+from .sent import watermark
 from .tables import RowStatus, outbox, outbox_branch
 
 
@@ -157,6 +158,7 @@ def abandon_branch(session: Session, *, branch_key: str, tenant: str = "default"
             outbox.c.tenant == tenant,
             outbox.c.branch_key == branch_key,
             outbox.c.status == int(RowStatus.PENDING),
+            outbox.c.lsn > watermark(),  # a row already sent is not dropped
         )
         .values(status=int(RowStatus.DROPPED))
     )
