@@ -147,3 +147,31 @@ def test_three_members_on_one_host_and_one_on_another_each_get_it_exactly_once(
     ]
     assert sorted(m.value() for m in on_b) == bodies
     assert len(read_all(fleet.bootstrap, inbox_b, 3, start=start, timeout_s=3)) == 2
+
+
+def test_the_gateway_runtime_is_unordered_so_its_poison_is_dead_lettered_not_quarantined(
+    hosts: tuple[Fleet, GatewayParts, GatewayParts, Injected],
+) -> None:
+    """R-QUAR-1 applies to ordered flows only; docs/gateway.md states that the gateway's inbox
+    (keyed by recipient, or ``broadcast.<group>`` as above) is not one, so one poison record
+    never parks a recipient's later mail. This pins the setting that statement rests on."""
+    from pipeline.runtime.decide import decide
+    from pipeline.runtime.outcomes import DeadLetter, Quarantine, Retry
+
+    _fleet, a, b, _rec = hosts
+    for parts in (a, b):
+        config = parts.runtime.config
+        assert config.ordered is False, config
+        policy = config.retry
+        permanent = decide(
+            Quarantine(reason="HANDLER_REJECTED"),
+            attempt=1,
+            policy=policy,
+            ordered=config.ordered,
+            keyed=True,
+        )
+        assert permanent == DeadLetter(reason="HANDLER_REJECTED")
+        spent = decide(
+            Retry(), attempt=policy.max_attempts, policy=policy, ordered=config.ordered, keyed=True
+        )
+        assert isinstance(spent, DeadLetter) and spent.reason == "RETRIES_EXHAUSTED"

@@ -22,6 +22,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import ensure_pool_topic
 from pipeline.pool.status import pool_status
 from pipeline.pool.submit import submit
+from pipeline.support.processes import FleetProcess
 from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle, unique_name
 
@@ -68,7 +69,7 @@ def test_a_static_member_restarted_within_its_session_keeps_its_partitions(
     store = f"sqlite:///{tmp_path / 'pool.sqlite'}"
     port = _free_port()
 
-    def member(name: str, *extra: str):  # type: ignore[no-untyped-def]
+    def member(name: str, *extra: str) -> FleetProcess:
         return start_member(
             tmp_path, pool, kafka.bootstrap, store, name,
             "--instance-id", name, "--sleep", "0.05", *SESSION, *extra,
