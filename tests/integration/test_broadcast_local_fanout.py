@@ -149,7 +149,7 @@ def test_three_members_on_one_host_and_one_on_another_each_get_it_exactly_once(
     assert len(read_all(fleet.bootstrap, inbox_b, 3, start=start, timeout_s=3)) == 2
 
 
-def test_the_gateway_runtime_is_unordered_so_its_poison_is_dead_lettered_not_quarantined(
+def test_the_gateway_runtimes_run_unordered_and_their_decision_dead_letters_poison(
     hosts: tuple[Fleet, GatewayParts, GatewayParts, Injected],
 ) -> None:
     """R-QUAR-1 applies to ordered flows only; docs/gateway.md states that the gateway's inbox

@@ -114,7 +114,7 @@ def test_lab_predict_cli_prints_the_worked_example_numbers() -> None:
     assert "backlog 3,600, drains in 900.0 s, redelivered <= 200" in lines["outage"]
 
 
-def test_lab_predict_cli_says_which_members_idle_when_members_outnumber_partitions(
+def test_lab_predict_cli_counts_the_idle_members_when_members_outnumber_partitions(
     tmp_path: Path,
 ) -> None:
     """R-LAB-1: 5 members on 3 partitions -- two members idle, capacity is 3 lanes / 1 s = 3/s,
