@@ -23,6 +23,7 @@ from pipeline.signals import stop_on_signals
 
 from . import hot
 from .exits import EXIT_FATAL, exit_code
+from .lean import CONFIG_ENV
 from .login import (
     BootstrapOverrideOpt,
     KafkaConfigOverrideOpt,
@@ -40,7 +41,9 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Run a host's gateway: the per-host inbox with the dual ack model.")
 
-ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="The host's fleet.toml.")]
+ConfigOpt = Annotated[
+    Path, typer.Option("--config", "-c", envvar=CONFIG_ENV, help="The host's fleet.toml.")
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 # CPython's GIL switch interval in a gateway process (docs/gateway.md "Latency"): 1 ms, not 5

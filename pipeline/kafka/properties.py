@@ -305,6 +305,9 @@ def command_line_properties(pairs: Sequence[str]) -> dict[str, str]:
                 "in the --command-config file, or name it with -X fleet.sasl.password.env=VAR"
             )
             raise config_error(f"-X {key}", HIDDEN, detail, Security.SECRET_INLINE)
+        if key in _IGNORED:
+            detail = "give the brokers with --bootstrap-server (-b)"
+            raise config_error(f"-X {key}", value, detail, Security.PROPERTY_OWNED)
         out[key] = value
     return librdkafka_keys(out, at="-X ")
 
