@@ -22,7 +22,7 @@ from pipeline.reasons import Config
 from pipeline.signals import stop_on_signals
 
 from . import hot
-from .exits import EXIT_FATAL, exit_code
+from .exits import EXIT_FATAL, EXIT_REFUSED, exit_code
 from .lean import CONFIG_ENV
 from .login import (
     BootstrapOverrideOpt,
@@ -54,6 +54,21 @@ def _load(config: Path, **overrides: str | None) -> GatewayConfig:
     from pipeline.host.config import load_config
 
     return load_config(config, overrides=overrides or None)
+
+
+def _load_for_kafka(
+    config: Path,
+    host: str | None,
+    bootstrap: str | None,
+    kafka_config: Path | None,
+    kafka_property: list[str] | None,
+) -> GatewayConfig:
+    """The host's config with the command line's -b, --command-config and -X over the file's
+    bootstrap and [kafka] login (docs/cli.md "Connecting")."""
+    cfg = _load(config, host=host, bootstrap=bootstrap)
+    if kafka_config is not None or kafka_property:
+        cfg = replace(cfg, kafka=config_security(cfg.kafka, kafka_config, kafka_property))
+    return cfg
 
 
 def _signer(cfg: GatewayConfig) -> Signer:
@@ -93,9 +108,7 @@ def run(
     # the gateway's threads hand the GIL over at every store call, inject and poll: a thread
     # back from one waits for a busy one's switch interval (5 ms by default)
     sys.setswitchinterval(GATEWAY_SWITCH_INTERVAL_S)
-    cfg = _load(config, host=host, bootstrap=bootstrap)
-    if kafka_config is not None or kafka_property:
-        cfg = replace(cfg, kafka=config_security(cfg.kafka, kafka_config, kafka_property))
+    cfg = _load_for_kafka(config, host, bootstrap, kafka_config, kafka_property)
     if not cfg.trust_dir:
         raise ConfigError("trust_dir is not set", reason=Config.CONFIG_MISSING_TRUST)
     parts = build_gateway(
@@ -129,7 +142,13 @@ def run(
 
 @app.command("leave")
 @fail_on_fleet_error
-def leave(config: ConfigOpt, as_json: JsonOpt = False) -> None:
+def leave(
+    config: ConfigOpt,
+    as_json: JsonOpt = False,
+    bootstrap: BootstrapOverrideOpt = None,
+    kafka_config: KafkaConfigOverrideOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
+) -> None:
     """Leave the fleet for good: tombstone every entry of this host (a stop only announces them
     away for ``away_grace_s``). Run it once the gateway has stopped."""
     from typing import cast
@@ -142,7 +161,7 @@ def leave(config: ConfigOpt, as_json: JsonOpt = False) -> None:
     from pipeline.presence.leave import bound_to, tombstone_all
     from pipeline.presence.publisher import ProducerLike
 
-    cfg = _load(config)
+    cfg = _load_for_kafka(config, None, bootstrap, kafka_config, kafka_property)
     running = hot.connect(cfg)
     if running is not None:
         running.close()
@@ -150,7 +169,7 @@ def leave(config: ConfigOpt, as_json: JsonOpt = False) -> None:
             f"[bold red]gateway {cfg.host} is running:[/] stop it (SIGTERM) first; it would "
             "announce its entities again at its next heartbeat"
         )
-        raise typer.Exit(EXIT_FLEET_ERROR)
+        raise typer.Exit(EXIT_REFUSED)
     if not cfg.trust_dir:
         raise ConfigError("trust_dir is not set", reason=Config.CONFIG_MISSING_TRUST)
     factories = Factories().secured(cfg.kafka)

@@ -31,7 +31,7 @@ from pipeline.errors import (
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # reads a host's fleet.toml: -b/--command-config replace the file's, not the environment
-CONFIG_FILE_COMMANDS = {"gateway run"}
+CONFIG_FILE_COMMANDS = {"gateway run", "gateway leave"}
 NO_DASH_X = {"lab run"}  # its producer and members are processes that would not see it
 
 
