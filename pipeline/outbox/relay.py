@@ -46,6 +46,7 @@ from .acker import Acker
 from .batch import Batch
 from .fetch import FetchSql, PassCursor
 from .headers import FoldHeaders
+from .idle import IdleWait
 from .limits import DEFAULT_MAX_RECORD_BYTES
 from .metrics import OutboxMetrics, PublishFailure, classify
 from .status import backlog
@@ -121,7 +122,8 @@ class Relay:
         self._producer: Any = None
         self._fatal = False
         self._stop: threading.Event | None = None
-        self._wake = threading.Event()  # set by wake(): rows were just committed
+        # woken by wake() (rows just committed here); else a cheap look for others' commits
+        self._idle = IdleWait(engine, poll_s=idle_wait_s, max_idle_s=metrics_interval_s)
         self._next_metrics = 0.0
         self._store: ThreadPoolExecutor | None = None
         self._acker = Acker(engine, tenant=tenant)
@@ -159,7 +161,7 @@ class Relay:
         backoff = Backoff(initial_s=self.backoff_initial_s, max_s=self.backoff_max_s, jitter=0.2)
 
         def one_pass() -> int:
-            self._wake.clear()  # a wake() from here on ends the idle wait below at once
+            self._idle.clear()  # a wake() from here on ends the idle wait below at once
             return self.drain()
 
         try:
@@ -177,13 +179,13 @@ class Relay:
                         return  # a stop ended the retrying; nothing else does
                     raise
                 if acked == 0:
-                    self._wake.wait(self.idle_wait_s)
+                    self._idle.wait(stop)
         finally:
             self.close()
 
     def wake(self) -> None:
         """Rows were committed just now: end the idle wait (a writer in this process calls it)."""
-        self._wake.set()
+        self._idle.wake()
 
     def close(self, timeout: float = 2.0) -> None:
         # Unconfirmed records are simply not acked: the next relay resends them.
@@ -193,6 +195,7 @@ class Relay:
         if self._store is not None:
             self._store.shutdown(wait=True)
             self._store = None
+        self._idle.close()
 
     # -- steps -------------------------------------------------------------------------------
     def _pump(self, *, max_batches: int | None) -> int:
