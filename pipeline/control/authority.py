@@ -1,7 +1,7 @@
 """Who may SPAWN a profile and who may STOP a worker: the pure core of the authority rule.
 
 Decided by the target gateway from verified facts only (docs/lifecycle.md "Authority",
-R-AUTH-1, R-AUTH-2):
+R-LIFE-4, R-SPAWN-6):
 
 * the requester's gid is the envelope's ``from``, proven by its signature (R-ENV-4);
 * its host is the signing host, which the verifier checked against the roster's signed

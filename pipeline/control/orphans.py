@@ -1,4 +1,4 @@
-"""Ending the process group of an interrupted launch, never a stranger's (R-LIFE-4).
+"""Ending the process group of an interrupted launch, never a stranger's (R-LIFE-5).
 
 The launcher starts a worker as a session leader (``setsid``), so its process group id is its
 pid. Right after the start, :func:`process_token` records *which* process that pid is: the boot

@@ -223,7 +223,9 @@ def test_a_gateway_killed_between_launch_and_live_leaves_no_process_of_that_laun
     )
     a_toml = fleet.config_file("A", ENTITIES_A, extra="spawn_deadline_s = 60.0")
     b_toml = fleet.config_file("B", profile)
-    crashing = GatewayProcess(b_toml, tmp_path / "B1.log", env={"FLEET_FAULT": "crash_after_launch"})
+    crashing = GatewayProcess(
+        b_toml, tmp_path / "B1.log", env={"FLEET_FAULT": "crash_after_launch"}
+    )
     crashing.start()
     a = GatewayProcess(a_toml, tmp_path / "A.log").start()
     a_cfg, b_cfg = load_config(a_toml), load_config(b_toml)
