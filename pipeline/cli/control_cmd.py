@@ -77,8 +77,10 @@ def stop(
 ) -> None:
     """Queue a STOP for a spawned worker (outbox; works while the broker is down). Its host
     stops it, tombstones its presence and marks it reaped; the outcome (INJECTED = stopped, or
-    FAILED with the reason) arrives through ``fleet poll``. Only its spawner, a main of its job
-    or an operator of its host may stop it: anyone else gets FAILED NOT_PERMITTED, saying why."""
+    FAILED with the reason) arrives through ``fleet poll``.
+
+    Only its spawner, a main of its job or an operator of its host may stop it: anyone else
+    gets FAILED NOT_PERMITTED, saying why."""
     from pipeline.presence.model import Delivery
     from pipeline.support.binder import config_error
 
