@@ -244,7 +244,7 @@ def test_an_old_and_a_new_gateway_exchange_everything_and_upgrade_without_a_refu
     b.send("main-b", "main-a", "while A upgrades", kind="REPLY")  # accepted: A's binding stays
     a.earlier = 1
     a.release = None
-    # this release's store is a revision ahead (store 0012): upgrade it before the new gateway
+    # this release's store is revisions ahead (store 0013): upgrade it before the new gateway
     a.cli("store", "upgrade", "--config", str(a.config))
     a.start()
     main_a = Inbox(a, "main-a")
