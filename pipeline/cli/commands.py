@@ -100,6 +100,8 @@ COMMANDS = (
     group("kafka", "kafka_cmd", "Run a local Apache Kafka (KRaft) from Maven Central jars; no Docker."),
     command("exporter", "observability_cmd", "Serve Prometheus metrics: lag (messages, seconds), retention risk, DLQ depth, and with\n``--store-url`` held messages, quarantined keys, outbox backlog and oldest unsent age."),
     command("lag", "observability_cmd", 'Per group/topic/partition: committed, log end, lag, lag seconds, retention risk, status;\nper group: time to drain the lag at the measured rates ("never" if it cannot).'),
+    command("top", "top_cmd", "A live view of one host or the whole fleet: hosts and their STALE state, entities with\nheld, in-flight and injecting counts, lag, DLQ depth and age, outbox, quarantine, pools."),
+    command("trace", "trace_cmd", "Everything the local stores know about one message, in time order: the outbox row and\nits relay, tracked deadline, receipt, held and drained, inject journal, INJECTED / FAILED,\ndead-lettered; with the trace id to paste into a tracing UI."),
     group("keys", "keys_cmd", "Ed25519 host keys: create, trust, rotate."),
     group("lab", "lab_cmd", "Size a worker pool: predict with the R-LAB-1 model, then measure it."),
     group("topics", "topics_cmd", "Kafka topology: inboxes, control, roster, DLQ, pools."),

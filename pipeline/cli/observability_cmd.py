@@ -19,6 +19,7 @@ from pipeline.observability import (
     Thresholds,
 )
 from pipeline.observability.model import LagStatus, worst
+from pipeline.observability.sampler import LagSample
 from pipeline.signals import stop_on_signals
 
 from .login import (
@@ -114,6 +115,9 @@ def lag(
             "time to drain (0 = one sample, no drain time).",
         ),
     ] = 3.0,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="Redraw every second until q (no exit code).")
+    ] = False,
     kafka_config: KafkaConfigOpt = None,
     kafka_property: KafkaPropertyOpt = None,
 ) -> None:
@@ -130,6 +134,9 @@ def lag(
         sampler = LagSampler(
             reader, SamplerConfig(groups_prefix=groups_prefix, dlq_topic=None, rate_window_s=window)
         )
+        if watch:
+            _watch(sampler, Thresholds(lag_seconds_slo=slo))
+            return
         sample = sampler.sample()
         if window > 0 and sample.broker_ok:
             time.sleep(window)
@@ -139,6 +146,17 @@ def lag(
     if not sample.broker_ok:
         raise BrokerError(sample.errors[0] if sample.errors else "broker unreachable")
     thresholds = Thresholds(lag_seconds_slo=slo)
+    rows = _rows(sample, thresholds)
+    overall = worst([r.status(thresholds) for r in sample.partitions])
+    if as_json:
+        emit_json({"status": overall.value, "partitions": rows, "groups": _groups(sample)})
+    else:
+        _table(rows)
+    if overall in (LagStatus.LOST, LagStatus.AT_RISK):
+        raise typer.Exit(1)
+
+
+def _rows(sample: LagSample, thresholds: Thresholds) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = [
         {
             "group": r.group,
@@ -158,7 +176,11 @@ def lag(
     drain = {g.group: g.drain_seconds for g in sample.drains}
     for row in rows:
         row["drain_seconds"] = _drain_text(drain.get(str(row["group"])))
-    groups = [
+    return rows
+
+
+def _groups(sample: LagSample) -> list[dict[str, object]]:
+    return [
         {
             "group": g.group,
             "lag": g.lag_messages,
@@ -168,13 +190,36 @@ def lag(
         }
         for g in sample.drains
     ]
-    overall = worst([r.status(thresholds) for r in sample.partitions])
-    if as_json:
-        emit_json({"status": overall.value, "partitions": rows, "groups": groups})
-    else:
-        _table(rows)
-    if overall in (LagStatus.LOST, LagStatus.AT_RISK):
-        raise typer.Exit(1)
+
+
+def _watch(sampler: LagSampler, thresholds: Thresholds) -> None:
+    """``fleet lag --watch``: the same rows, one sample a second (rates over the window)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from .live import run_live
+
+    latest: list[LagSample] = []
+
+    def render() -> Group:
+        if not latest:
+            return Group(Text("fleet lag: sampling ..."))
+        sample = latest[-1]
+        table = Table(title=f"fleet lag  ({time.strftime('%H:%M:%S')}, q quits)")
+        cols = ("group", "topic", "partition", "current_offset", "log_end_offset", "lag",
+                "lag_seconds", "retention_risk", "status", "drain_seconds")  # fmt: skip
+        for col in cols:
+            table.add_column(col)
+        for row in _rows(sample, thresholds):
+            table.add_row(*("-" if row[c] is None else str(row[c]) for c in cols))
+        notes = [Text(e, style="yellow") for e in sample.errors[:3]]
+        return Group(table, *notes)
+
+    def refresh() -> None:
+        latest[:] = [sampler.sample()]
+
+    run_live(refresh, render)
 
 
 def _drain_text(seconds: float | None) -> str | float | None:

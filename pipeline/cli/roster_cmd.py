@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,6 +18,9 @@ from pipeline.support.clock import now_ms
 from .keys_cmd import DEFAULT_TRUST_DIR
 from .login import BootstrapOpt, KafkaConfigOpt, KafkaPropertyOpt, bootstrap_from, kafka_factories
 from .output import console, emit_json, fail_on_fleet_error
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 app = typer.Typer(help="Who is live where (signed presence).")
 
@@ -35,9 +38,17 @@ def roster(
     ] = None,
     kafka_config: KafkaConfigOpt = None,
     kafka_property: KafkaPropertyOpt = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="Follow and redraw every second until q.")
+    ] = False,
 ) -> None:
     """Read the roster from the beginning, verify every record, print the live entries."""
     if config is not None:
+        if watch:
+            from .live import run_live
+
+            run_live(lambda: None, lambda: _gateway_view(config, include_stale=include_stale) or "")
+            return
         _gateway_view(config, include_stale=include_stale, as_json=as_json)
         return
     topics = TopicNames(prefix=prefix)
@@ -49,6 +60,15 @@ def roster(
         topics=topics,
         consumer_factory=kafka_factories(kafka_config, kafka_property, check=server).consumer,
     )
+    if watch:
+        from .live import run_live
+
+        follower.start()
+        try:
+            run_live(lambda: None, lambda: _union_table(view, topics, include_stale=include_stale))
+        finally:
+            follower.stop()
+        return
     try:
         follower.catch_up()
     finally:
@@ -64,8 +84,16 @@ def roster(
             "superseded": dict(view.superseded),
         })  # fmt: skip
         return
+    console.print(_union_table(view, topics, include_stale=include_stale))
+    if view.rejections:
+        console.print(f"[yellow]rejected records by reason: {dict(view.rejections)}[/]")
+
+
+def _union_table(view: RosterView, topics: TopicNames, *, include_stale: bool) -> Table:
     from rich.table import Table
 
+    now = now_ms()
+    entries = view.entries(include_stale=include_stale)
     table = Table(title=f"roster {topics.roster}")
     for col in ("host", "gid", "role", "delivery", "groups", "age_s", "live"):
         table.add_column(col)
@@ -73,12 +101,11 @@ def roster(
         extra = ",".join(p.name for p in e.profiles) if e.profiles else ",".join(e.groups)
         table.add_row(e.host, e.gid, e.role.value, e.delivery.value, extra,
                       f"{(now - e.ts_ms) / 1000:.0f}", liveness(e, view.is_live(e), now))  # fmt: skip
-    console.print(table)
-    if view.rejections:
-        console.print(f"[yellow]rejected records by reason: {dict(view.rejections)}[/]")
+    return table
 
 
-def _gateway_view(config: Path, *, include_stale: bool, as_json: bool) -> None:
+def _gateway_view(config: Path, *, include_stale: bool, as_json: bool = False) -> Table | None:
+    """The host gateway's mirrored view: printed as JSON, or returned as a table."""
     from pipeline.host import roster_cache
     from pipeline.host.config import load_config
     from pipeline.store import make_engine, read_sessions
@@ -107,7 +134,7 @@ def _gateway_view(config: Path, *, include_stale: bool, as_json: bool) -> None:
                          "groups": list(e.groups), "expires_ms": e.expires_ms, "live": live}
                         for e, live in rows],
         })  # fmt: skip
-        return
+        return None
     from rich.table import Table
 
     status = f"STALE ({why})" if stale else "current"
@@ -118,7 +145,7 @@ def _gateway_view(config: Path, *, include_stale: bool, as_json: bool) -> None:
     for e, live in rows:
         table.add_row(e.host, e.gid, e.role, e.delivery, ",".join(e.groups),
                       "yes" if live else "no")  # fmt: skip
-    console.print(table)
+    return table
 
 
 def liveness(entry: PresenceEntry, live: bool, now: int) -> str:

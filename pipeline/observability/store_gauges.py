@@ -18,47 +18,15 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from pipeline.errors import ConfigError
-from pipeline.failures.quarantine import QuarantineStore
-from pipeline.failures.quarantine_tables import quarantine_table
-from pipeline.host.held import HeldStore, held_table
-from pipeline.outbox.status import backlog
-from pipeline.outbox.tables import outbox
-from pipeline.store import make_engine, read_sessions
-from pipeline.store.engine import READONLY_OPTION
+from pipeline.store import make_engine
+
+from .store_reader import StoreReader
 
 REUSE_S = 1.0
-
-
-class _Store:
-    """One database: its read-only engine and which of the gauge tables it has."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.owned = engine
-        self.engine = engine.execution_options(**{READONLY_OPTION: True})
-        self.held = HeldStore(read_sessions(engine))
-        self.quarantine = QuarantineStore(self.engine)
-        self._present: set[str] = set()
-
-    def has(self, table: str) -> bool:
-        if table not in self._present and inspect(self.engine).has_table(table):
-            self._present.add(table)
-        return table in self._present
-
-    def held_messages(self) -> int:
-        if not self.has(held_table.name):
-            return 0
-        with self.held.sessions() as session:
-            return self.held.pending_count(session)
-
-    def quarantined_keys(self) -> int:
-        return self.quarantine.quarantined_keys() if self.has(quarantine_table.name) else 0
-
-    def outbox(self) -> tuple[int, float | None]:
-        return backlog(self.engine) if self.has(outbox.name) else (0, None)
 
 
 class SqlStoreGauges:
@@ -69,7 +37,7 @@ class SqlStoreGauges:
     def __init__(self, engines: Sequence[Engine], *, clock: Callable[[], float] = time.time):
         if not engines:
             raise ConfigError("store gauges need at least one store")
-        self._stores = [_Store(e) for e in engines]
+        self._stores = [StoreReader(e) for e in engines]
         self._clock = clock
         # outbox_backlog() reads (count, oldest) in one query; the sampler asks for the age
         # right after, so it is answered from the same read: one query, and a consistent pair.
