@@ -33,7 +33,12 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 MAIN_A = '[[entities]]\ngid = "main-a"\nrole = "main"\ndelivery = "pull"\n'
 B_MAX_TTL_S = 60
-SCREEN = os.environ.get("FLEET_TOP_SCREEN")  # where to keep the captured screen (docs)
+CAPTURE = os.environ.get("FLEET_TOP_CAPTURE")  # a folder to keep screens and trails in (docs)
+
+
+def _keep(name: str, text: str) -> None:
+    if CAPTURE:
+        Path(CAPTURE, name).write_text(text)
 
 
 def _worker(gid: str, log: Path) -> str:
@@ -189,8 +194,7 @@ def test_top_in_tmux_shows_both_hosts_and_a_held_count_that_moves(
         "main-a's held count to grow",
         lambda s: len(_row(s, "main-a")) > 5 and _row(s, "main-a")[5] == str(held_before + 1),
     )
-    if SCREEN:
-        Path(SCREEN).write_text(after)
+    _keep("top.txt", after)
 
     for key in ("/", "worker", "Enter"):
         tmux.run("send-keys", "-t", "top:0.0", key)
@@ -283,6 +287,10 @@ def test_trace_of_an_injected_brief(hosts: TwoHosts) -> None:
     assert any(d.startswith("A outbox INJECTED") for d in details), details
     assert msg in hosts.injected_log.read_text()
     assert trail["trace_ids"] == [trace], "the receipt carries the brief's trace"
+    _keep(
+        "trace-injected.txt",
+        hosts.fleet("trace", msg, "-c", str(hosts.a), "-c", str(hosts.b)).stdout,
+    )
 
 
 def test_trace_of_a_dead_lettered_brief(hosts: TwoHosts) -> None:
@@ -304,5 +312,6 @@ def test_trace_of_a_dead_lettered_brief(hosts: TwoHosts) -> None:
     assert len(dlq) == 1 and dlq[0]["where"] == "B" and "TTL_TOO_LONG" in dlq[0]["detail"]
     held = next(e for e in trail["events"] if e["what"] == "held" and "FAILED" in e["detail"])
     assert f"failed-{msg}" in held["detail"] and "reason TTL_TOO_LONG" in held["detail"]
+    _keep("trace-dlq.txt", hosts.fleet("trace", msg, "-c", str(hosts.a), "-c", str(hosts.b)).stdout)
     with contextlib.suppress(FileNotFoundError):
         assert msg not in hosts.injected_log.read_text(), "a dead letter is never injected"
