@@ -37,12 +37,14 @@ from pipeline.failures.reporter import reported_table
 from pipeline.host.held import held_table
 from pipeline.host.inject_journal import journal_table
 from pipeline.host.tracking import forward_table
+from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import RowStatus, outbox
 from pipeline.record_headers import pack_headers, unpack_headers
 from pipeline.runtime.dedupe import dedupe_table
 from pipeline.store.engine import readonly
 
 RECEIPT_KINDS = ("INJECTED", "FAILED")
+DLQ_SUFFIX = TopicNames(prefix=".").dlq  # "<prefix>dlq" whatever the prefix
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,6 +150,8 @@ def _outbox_rows(conn: Connection, match: Any, where: str, about: str) -> Iterat
         if about and (kind not in RECEIPT_KINDS or _about(kind, bytes(r.value or b"")) != about):
             continue
         name = f"{kind} {headers.get(H_MSG_ID, '?')}" if about else kind
+        if r.topic.endswith(DLQ_SUFFIX):  # the recipient's dead letter, staged like any record
+            name = f"dead letter of the {name}"
         trace = headers.get(H_TRACE_ID, "")
         yield TrailEvent(
             at_ms=int(r.created_at * 1000), where=where, what="outbox", trace_id=trace,

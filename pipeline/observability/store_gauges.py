@@ -2,7 +2,8 @@
 
 Each gauge is one aggregate query per store per sample cycle, through the functions the owning
 subsystems already expose (``HeldStore.pending_count``, ``QuarantineStore.quarantined_keys``,
-``outbox.status.backlog``): the SQL lives once, beside its tables. A fleet may keep gateways'
+``outbox.status.backlog``): the SQL lives once, beside its tables. The per-store reads are
+:class:`~.store_reader.StoreReader`'s, the same ``fleet top`` shows per host. A fleet may keep gateways'
 held stores and the application's outbox in different databases, so several stores are summed
 (the oldest-unsent age is their maximum). A store without one of the tables (say, a gateway's
 SQLite with no outbox) contributes 0 to that gauge; the check is repeated until the table

@@ -55,6 +55,7 @@ class TwoHosts:
     b: Path
     injected_log: Path
     bootstrap: str
+    prefix: str
 
     def fleet(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
@@ -98,7 +99,7 @@ def hosts(kafka: BrokerHandle, tmp_path_factory: pytest.TempPathFactory) -> Iter
     )
     b = fleet.config_file("B", _worker("worker-b", injected), extra=f"max_ttl_s = {B_MAX_TTL_S}")
     procs = [GatewayProc(a, root / "A.log").start(), GatewayProc(b, root / "B.log").start()]
-    two = TwoHosts(a=a, b=b, injected_log=injected, bootstrap=kafka.bootstrap)
+    two = TwoHosts(a=a, b=b, injected_log=injected, bootstrap=kafka.bootstrap, prefix=fleet.prefix)
     try:
         for p in procs:
             wait_until(p.ready, timeout_s=90, what=f"{p.config.stem} running")
@@ -120,6 +121,14 @@ def hosts(kafka: BrokerHandle, tmp_path_factory: pytest.TempPathFactory) -> Iter
 @dataclass
 class Tmux:
     socket: str
+    session: str = "top"
+
+    @property
+    def pane(self) -> str:
+        return f"{self.session}:0.0"
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", self.pane, *keys)
 
     def run(self, *args: str) -> str:
         done = subprocess.run(
@@ -132,7 +141,7 @@ class Tmux:
         return done.stdout
 
     def screen(self) -> str:
-        return self.run("capture-pane", "-p", "-t", "top:0.0")
+        return self.run("capture-pane", "-p", "-t", self.pane)
 
     def wait(self, what: str, ready: Callable[[str], bool]) -> str:
         seen = [""]
@@ -160,10 +169,21 @@ def tmux() -> Iterator[Tmux]:
 def _row(screen: str, gid: str) -> list[str]:
     """The cells of the entities table's row for ``gid`` (box characters dropped)."""
     for line in screen.splitlines():
-        cells = [c.strip() for c in re.split(r"[│┃|]", line) if c.strip()]
+        cells = _cells(line)
         if gid in cells and len(cells) >= 8:
             return cells
     return []
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"[│┃|]", line) if c.strip()]
+
+
+def _order(screen: str) -> list[str]:
+    """The gids of the entities table, top to bottom."""
+    gids = {"A._gateway", "B._gateway", "main-a", "worker-a", "worker-b"}
+    rows = [_cells(line) for line in screen.splitlines()]
+    return [cells[1] for cells in rows if len(cells) >= 8 and cells[1] in gids]
 
 
 def test_top_in_tmux_shows_both_hosts_and_a_held_count_that_moves(
@@ -172,15 +192,7 @@ def test_top_in_tmux_shows_both_hosts_and_a_held_count_that_moves(
     """The live view over a real terminal: both hosts current (not STALE), both entities with
     their counts; a REPLY to main-a raises its held count on screen; the filter, host and
     clear keys change what is shown; ``q`` quits and gives the terminal back."""
-    env = fleet_env()
-    command = " ".join(
-        [sys.executable, "-m", "pipeline", "top", "-c", str(hosts.a), "-c", str(hosts.b)]
-    )
-    subprocess.run(
-        ["tmux", "-L", tmux.socket, "-f", "/dev/null", "new-session", "-d", "-s", "top",
-         "-x", "150", "-y", "50", f"env PYTHONPATH={env['PYTHONPATH']} {command}; sleep 30"],
-        check=True, env={k: v for k, v in env.items() if k != "TMUX"}, timeout=10,
-    )  # fmt: skip
+    _start(tmux, "top", "-c", str(hosts.a), "-c", str(hosts.b))
     first = tmux.wait(
         "both hosts and entities", lambda s: bool(_row(s, "main-a")) and bool(_row(s, "worker-b"))
     )
@@ -197,18 +209,47 @@ def test_top_in_tmux_shows_both_hosts_and_a_held_count_that_moves(
     _keep("top.txt", after)
 
     for key in ("/", "worker", "Enter"):
-        tmux.run("send-keys", "-t", "top:0.0", key)
+        tmux.keys(key)
     filtered = tmux.wait("the filter to hide main-a", lambda s: not _row(s, "main-a"))
     assert _row(filtered, "worker-b") and "filter 'worker'" in filtered
 
-    tmux.run("send-keys", "-t", "top:0.0", "c")
-    tmux.wait("clear to bring main-a back", lambda s: bool(_row(s, "main-a")))
-    tmux.run("send-keys", "-t", "top:0.0", "h")  # one host at a time: A first
+    tmux.keys("c")
+    cleared = tmux.wait("clear to bring main-a back", lambda s: bool(_row(s, "main-a")))
+    assert _order(cleared)[0] == "A._gateway", "by host, then gid"
+    tmux.keys("s", "s")  # host -> gid -> held, biggest first
+    by_held = tmux.wait("the sort by held", lambda s: "sort held desc" in s)
+    assert _order(by_held)[0] == "main-a", "the one entity holding mail comes first"
+    tmux.keys("h")  # one host at a time: A first
     one = tmux.wait("host A alone", lambda s: "host A" in s and not _row(s, "worker-b"))
     assert _row(one, "main-a")
 
-    tmux.run("send-keys", "-t", "top:0.0", "q")
+    tmux.keys("q")
     tmux.wait("q to quit", lambda s: "entities" not in s)
+
+
+def _start(tmux: Tmux, *args: str) -> None:
+    env = fleet_env()
+    command = " ".join([sys.executable, "-m", "pipeline", *args])
+    subprocess.run(
+        ["tmux", "-L", tmux.socket, "-f", "/dev/null", "new-session", "-d", "-s", tmux.session,
+         "-x", "160", "-y", "50", f"env PYTHONPATH={env['PYTHONPATH']} {command}; sleep 30"],
+        check=True, env={k: v for k, v in env.items() if k != "TMUX"}, timeout=10,
+    )  # fmt: skip
+
+
+def test_lag_and_roster_watch_redraw_until_q(hosts: TwoHosts, tmux: Tmux) -> None:
+    """The one-table live views: ``fleet lag --watch`` shows the gateway groups and quits on
+    ``q``; ``fleet roster --watch --config`` shows that gateway's current view."""
+    _start(tmux, "lag", "--watch", "-b", hosts.bootstrap, "--groups-prefix", hosts.prefix)
+    tmux.wait("the gateway group's lag row", lambda s: f"{hosts.prefix}gw.A" in s)
+    tmux.keys("q")
+    tmux.wait("q to quit", lambda s: "fleet lag" not in s)
+    tmux.session = "roster"  # a second session: the server lives on
+    _start(tmux, "roster", "--watch", "--config", str(hosts.a))
+    screen = tmux.wait("A's roster view", lambda s: "worker-b" in s and "main-a" in s)
+    assert "current" in screen and "STALE" not in screen
+    tmux.keys("q")
+    tmux.wait("q to quit", lambda s: "worker-b" not in s)
 
 
 def test_once_json_is_the_documented_snapshot(hosts: TwoHosts) -> None:
