@@ -49,7 +49,9 @@ def roster(
 
             run_live(lambda: None, lambda: _gateway_view(config, include_stale=include_stale) or "")
             return
-        _gateway_view(config, include_stale=include_stale, as_json=as_json)
+        table = _gateway_view(config, include_stale=include_stale, as_json=as_json)
+        if table is not None:
+            console.print(table)
         return
     topics = TopicNames(prefix=prefix)
     view = RosterView.build(trust=TrustStore.load(trust_dir), topics=topics)

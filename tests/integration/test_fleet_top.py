@@ -245,6 +245,8 @@ def test_lag_and_roster_watch_redraw_until_q(hosts: TwoHosts, tmux: Tmux) -> Non
     tmux.keys("q")
     tmux.wait("q to quit", lambda s: "fleet lag" not in s)
     tmux.session = "roster"  # a second session: the server lives on
+    printed = hosts.fleet("roster", "--config", str(hosts.a)).stdout  # without --watch: once
+    assert "roster as seen by A: current" in printed and "worker-b" in printed
     _start(tmux, "roster", "--watch", "--config", str(hosts.a))
     screen = tmux.wait("A's roster view", lambda s: "worker-b" in s and "main-a" in s)
     assert "current" in screen and "STALE" not in screen
