@@ -43,7 +43,9 @@ def trace(
     dead-lettered; with the trace id to paste into a tracing UI.
 
     Exit code 1 when no store knows the message."""
+    from pipeline.control.requests import SPAWN, STOP
     from pipeline.host.config import load_config
+    from pipeline.host.tracking import FORWARD
     from pipeline.observability.message_trail import message_trail
     from pipeline.store import make_engine
 
@@ -55,7 +57,9 @@ def trace(
     for where, url in stores:
         engine = make_engine(url, create=False)
         try:
-            events.extend(message_trail(engine, msg_id, where=where))
+            events.extend(
+                message_trail(engine, msg_id, where=where, tracked=(FORWARD, SPAWN, STOP))
+            )
         finally:
             engine.dispose()
     events.sort(key=lambda e: (e.at_ms, e.what))

@@ -8,8 +8,8 @@ way; this module gathers them into one list of :class:`TrailEvent` so an operato
   (``sent_at``), dropped or refused for good (``error``). Found by the packed ``msgId`` header:
   the stored headers are a binary pack (:mod:`pipeline.record_headers`), so the exact bytes of
   ``msgId = <id>`` are a substring of the blob.
-* **tracked send** (``fleet_forward_sends``): sent to an inject-mode recipient, its deadline, and
-  whether an ``INJECTED`` or a ``FAILED`` settled it.
+* **tracked send** (``fleet_forward_sends``; with the CLI's trackers also SPAWN and STOP
+  requests): its deadline, and whether an ``INJECTED`` or a ``FAILED`` settled it.
 * **received** (``fleet_dedupe``): the recipient's consumer applied it (one row per scope).
 * **held** (``fleet_held``): held for a pull-mode entity, and when it was drained.
 * **inject journal** (``fleet_inject_journal``): opened before the inject, closed with its outcome.
@@ -24,19 +24,25 @@ id) is taken from the first row that carries it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, inspect, or_, select, text
 
 from pipeline.envelope.reasons import H_KIND, H_MSG_ID, H_TO, H_TRACE_ID
-from pipeline.envelope.receipts import expired_msg_id, failed_msg_id, read_receipt
+from pipeline.envelope.receipts import (
+    expired_msg_id,
+    failed_msg_id,
+    injected_msg_id,
+    read_receipt,
+)
 from pipeline.errors import FleetError
 from pipeline.failures.reporter import reported_table
+from pipeline.host.deadlines import Tracked
 from pipeline.host.held import held_table
 from pipeline.host.inject_journal import journal_table
-from pipeline.host.tracking import forward_table
+from pipeline.host.tracking import FORWARD
 from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import RowStatus, outbox
 from pipeline.record_headers import pack_headers, unpack_headers
@@ -59,27 +65,35 @@ class TrailEvent:
         return asdict(self)
 
 
-def message_trail(engine: Engine, msg_id: str, *, where: str) -> list[TrailEvent]:
-    """Every mark ``msg_id`` left in this store, oldest first."""
+def message_trail(
+    engine: Engine, msg_id: str, *, where: str, tracked: Sequence[Tracked] = (FORWARD,)
+) -> list[TrailEvent]:
+    """Every mark ``msg_id`` left in this store, oldest first. ``tracked``: the deadline
+    trackers whose rows to read (the CLI adds SPAWN and STOP, which live in a later layer)."""
     ro = readonly(engine)
     tables = set(inspect(ro).get_table_names())
     with ro.connect() as conn:
-        events = list(_marks(conn, tables, msg_id, where))
+        events = list(_marks(conn, tables, msg_id, where, tracked))
         trace = next((e.trace_id for e in events if e.trace_id), "")
         if trace:
             events.extend(_receipts(conn, tables, msg_id, trace, where))
     return sorted(events, key=lambda e: (e.at_ms, e.what))
 
 
-def _marks(conn: Connection, tables: set[str], msg_id: str, where: str) -> Iterator[TrailEvent]:
+def _marks(
+    conn: Connection, tables: set[str], msg_id: str, where: str, tracked: Sequence[Tracked]
+) -> Iterator[TrailEvent]:
     if outbox.name in tables:
         yield from _outbox_rows(conn, _header_match(conn, H_MSG_ID, msg_id), where, "")
-    if forward_table.name in tables:
-        t = forward_table
+    for kind in tracked:
+        t = kind.table
+        if t.name not in tables:
+            continue
         for r in conn.execute(select(t).where(t.c.msg_id == msg_id)):
+            owner, about = getattr(r, kind.owner), getattr(r, kind.about)
             yield TrailEvent(
                 at_ms=r.sent_ms, where=where, what="tracked", trace_id=r.trace_id,
-                detail=f"{r.sender} -> {r.recipient} (inject mode): waits for INJECTED until "
+                detail=f"{kind.name}: {owner} -> {about}, waits for an answer until "
                 f"{_clock(r.deadline_ms)}; now {r.state}" + (f" ({r.reason})" if r.reason else ""),
             )  # fmt: skip
     if dedupe_table.name in tables:
@@ -91,7 +105,7 @@ def _marks(conn: Connection, tables: set[str], msg_id: str, where: str) -> Itera
             )  # fmt: skip
     if held_table.name in tables:
         t = held_table
-        ids = (msg_id, failed_msg_id(msg_id), expired_msg_id(msg_id))
+        ids = (msg_id, failed_msg_id(msg_id), expired_msg_id(msg_id), injected_msg_id(msg_id))
         for r in conn.execute(select(t).where(t.c.msg_id.in_(ids))):
             yield from _held(r, where, about=r.msg_id != msg_id)
     if journal_table.name in tables:
@@ -131,7 +145,9 @@ def _receipts(
             select(t).where(
                 t.c.trace_id == trace,
                 t.c.kind.in_(RECEIPT_KINDS),
-                t.c.msg_id.notin_((failed_msg_id(msg_id), expired_msg_id(msg_id))),
+                t.c.msg_id.notin_(
+                    (failed_msg_id(msg_id), expired_msg_id(msg_id), injected_msg_id(msg_id))
+                ),
             )
         )
         for r in rows:
