@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from pipeline.errors import ConfigError
+
 from .login import KafkaConfigOpt, KafkaPropertyOpt, kafka_factories
 from .output import console, emit_json, fail_on_fleet_error
 
@@ -106,6 +108,10 @@ def _readers(
 
     cfgs = [load_config(path) for path in configs]
     server = bootstrap or (cfgs[0].bootstrap if cfgs else os.environ.get("KAFKA_BOOTSTRAP"))
+    if not cfgs and not server:
+        raise ConfigError(
+            "fleet top needs a host's store (--config) or a broker (--bootstrap, $KAFKA_BOOTSTRAP)"
+        )
     topics = TopicNames(prefix=prefix or (cfgs[0].topic_prefix if cfgs else "fleet."))
     hosts = [
         HostSource(

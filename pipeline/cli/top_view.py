@@ -67,8 +67,8 @@ def _n(value: int | float | None, digits: int = 0) -> str:
 
 
 def _state(h: HostRow) -> Text:
-    if h.source == "roster":
-        return Text("roster only", style="dim")
+    if h.source in ("roster", "broker"):
+        return Text(f"{h.source} only", style="dim")
     if h.error:
         return Text("unreadable", style="red")
     if h.stale:

@@ -45,7 +45,9 @@ class HostSource:
 @dataclass(frozen=True, kw_only=True)
 class HostRow:
     host: str
-    source: str  # "store": its store was read; "roster": only seen in a roster view
+    # "store": its store was read; "roster": seen in a store's roster view; "broker": only its
+    # gateway's consumer group is known
+    source: str
     stale: bool | None
     why: str
     entities: int
@@ -183,7 +185,9 @@ class FleetReaders:
         now: float,
     ) -> list[HostRow]:
         by_group = {g.group: g for g in groups}
-        names = sorted(set(views) | {e.host for e in entities})
+        gateway = self._topics.gateway_group("x")[:-1]  # "<prefix>gw."
+        from_groups = {g.group[len(gateway) :] for g in groups if g.group.startswith(gateway)}
+        names = sorted(set(views) | {e.host for e in entities} | from_groups)
         rows = []
         for host in names:
             view = views.get(host)
@@ -205,9 +209,11 @@ class FleetReaders:
                     )
                 )  # fmt: skip
             else:
+                seen = any(e.host == host for e in entities)
+                source = "store" if view else ("roster" if seen else "broker")
                 rows.append(
                     HostRow(
-                        **common, source="store" if view else "roster", stale=None, why="",
+                        **common, source=source, stale=None, why="",
                         outbox_backlog=None, outbox_oldest_age_s=None, quarantined_keys=None,
                         error=view or "",
                     )

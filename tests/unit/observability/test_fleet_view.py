@@ -100,3 +100,12 @@ def test_a_configured_entity_missing_from_the_roster_shows_as_not_live() -> None
     (main,) = [e for e in snap.entities if e.gid == "main-a"]
     assert (main.host, main.live, main.held) == ("A", False, 0)
     assert {h.host: h.stale for h in snap.hosts}["A"] is True
+
+
+def test_with_a_broker_alone_hosts_come_from_their_gateway_groups() -> None:
+    sampler = LagSampler(
+        _fake_reader(), SamplerConfig(groups_prefix="fleet.", dlq_topic=None), clock=lambda: NOW
+    )
+    snap = FleetReaders(sampler=sampler, clock=lambda: NOW).snapshot()
+    assert [(h.host, h.source, h.lag) for h in snap.hosts] == [("A", "broker", 3)]
+    assert snap.entities == []
