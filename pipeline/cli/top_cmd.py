@@ -6,7 +6,6 @@ sampler and store reads); draws with :mod:`.top_view`; runs in :func:`.live.run_
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -15,7 +14,7 @@ import typer
 
 from pipeline.errors import ConfigError
 
-from .login import KafkaConfigOpt, KafkaPropertyOpt, kafka_factories
+from .login import BootstrapOpt, KafkaConfigOpt, KafkaPropertyOpt, kafka_factories
 from .output import console, emit_json, fail_on_fleet_error
 
 if TYPE_CHECKING:
@@ -37,14 +36,7 @@ def top(
             "STALE state, outbox, quarantine). Repeat for several hosts.",
         ),
     ] = None,
-    bootstrap: Annotated[
-        str | None,
-        typer.Option(
-            "--bootstrap",
-            "-b",
-            help="Kafka bootstrap (default: the first config's, else $KAFKA_BOOTSTRAP).",
-        ),
-    ] = None,
+    bootstrap: BootstrapOpt = None,
     prefix: Annotated[
         str | None, typer.Option("--prefix", help="Topic prefix (default: the first config's).")
     ] = None,
@@ -107,7 +99,7 @@ def _readers(
     from pipeline.store import make_engine
 
     cfgs = [load_config(path) for path in configs]
-    server = bootstrap or (cfgs[0].bootstrap if cfgs else os.environ.get("KAFKA_BOOTSTRAP"))
+    server = bootstrap or (cfgs[0].bootstrap if cfgs else None)  # the option reads the env
     if not cfgs and not server:
         raise ConfigError(
             "fleet top needs a host's store (--config) or a broker (--bootstrap, $KAFKA_BOOTSTRAP)"
