@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, literal, select, update
 from sqlalchemy.orm import Session
 
 from pipeline.record import Headers
@@ -85,9 +85,15 @@ def fail_row(engine: Engine, row: FailedRow, sink: TerminalSink | None) -> bool:
 
 
 def stopped_branches(engine: Engine, *, tenant: str | None = None) -> set[tuple[str, str]]:
-    """Branches with a FAILED row: the relay publishes none of their later rows."""
+    """Branches with a FAILED row: the relay publishes none of their later rows.
+
+    Read on the partial index ``ix_outbox_failed`` (as many entries as FAILED rows): the status is
+    a literal, as the index states it, and there is no ``DISTINCT`` -- with one, SQLite scanned
+    the whole outbox on its unique index instead (45 ms per relay start at 50k rows)."""
     c = outbox.c
-    stmt = select(c.tenant, c.branch_key).where(c.status == int(RowStatus.FAILED)).distinct()
+    stmt = select(c.tenant, c.branch_key).where(
+        c.status == literal(int(RowStatus.FAILED), literal_execute=True)
+    )
     if tenant is not None:
         stmt = stmt.where(c.tenant == tenant)
     with engine.connect() as conn:
