@@ -284,6 +284,7 @@ class Traffic:
         self.refused: list[str] = []
         self.errors: list[str] = []
         self.got: dict[str, list[dict[str, Any]]] = defaultdict(list)  # what each main drained
+        self.rounds: Counter[str] = Counter()  # rounds each host completed
         self.stopped = threading.Event()
         self.threads = [threading.Thread(target=self._run, args=(h,), daemon=True) for h in hosts]
 
@@ -323,6 +324,7 @@ class Traffic:
                 if src not in self.down:
                     try:
                         self._round(src, n)
+                        self.rounds[src] += 1
                     except (
                         subprocess.SubprocessError,
                         ValueError,
@@ -407,6 +409,9 @@ def _upgrade(host: Host, traffic: Traffic) -> None:
     traffic.bring_up(name)
     wait_until(lambda: traffic.drained(name) > inbox and traffic.held_from(name) > shipped,
                timeout_s=120, what=f"{name} upgraded: draining its inbox, its sends held")  # fmt: skip
+    rounds = dict(traffic.rounds)  # the fleet, mixed as it now is, talks a while in every direction
+    wait_until(lambda: all(traffic.rounds[h] >= rounds[h] + 2 for h in rounds), timeout_s=120,
+               what="two more rounds from every host")  # fmt: skip
 
 
 def test_a_three_host_fleet_upgrades_one_gateway_at_a_time_under_traffic(
@@ -439,6 +444,8 @@ def test_a_three_host_fleet_upgrades_one_gateway_at_a_time_under_traffic(
             _upgrade(host, traffic)
         traffic.finish()
         assert traffic.errors == []
+        sent = [*map(len, traffic.replies.values()), *map(len, traffic.briefs.values())]
+        assert len(sent) == 12 and min(sent) >= 8, "traffic all along, every pair both kinds"
         assert traffic.refused == [], "no send refused during the rolling upgrade"
 
         def everything_arrived() -> bool:
