@@ -25,10 +25,11 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy import select, update
+from sqlalchemy.engine import Connection
 
 from pipeline.kafka.local import LauncherConfig, LocalCluster
 from pipeline.kafka.settings import producer_config
-from pipeline.outbox import Relay, RowStatus, backlog, outbox, write
+from pipeline.outbox import Relay, RowStatus, backlog, outbox, outbox_branch, write
 from pipeline.outbox.headers import fold_headers
 from pipeline.record_headers import unpack_headers
 from pipeline.runs import Executor, RunJournal
@@ -36,7 +37,6 @@ from pipeline.store import make_engine, session_factory
 from pipeline.support.processes import spawn_fleet
 from pipeline.testing import test_broker_dir, unique_name
 
-from . import outbox_watermark
 from .cpu import CpuWindow
 
 
@@ -90,19 +90,16 @@ def _raw(bootstrap: str, records: list[Any]) -> tuple[float, float]:
     return elapsed
 
 
-def _relay(engine: Any, bootstrap: str, rows: int, variant: str = "relay") -> tuple[float, float]:
-    with engine.begin() as conn:  # the same rows, pending again
-        conn.execute(update(outbox).values(status=int(RowStatus.PENDING), sent_at=None))
-    if variant == "relay":
-        relay = Relay(engine=engine, bootstrap=bootstrap, batch_size=1000)
-    elif variant == "wm_design":  # bench/outbox_watermark.py
-        outbox_watermark.reset_design(engine)
-        relay = outbox_watermark.design_relay(engine, bootstrap=bootstrap, batch_size=1000)
-    else:  # the watermark prototype (bench/outbox_watermark.py)
-        outbox_watermark.reset(engine)
-        relay = outbox_watermark.watermark_relay(
-            engine, bootstrap=bootstrap, batch_size=1000, read_above=variant == "wm_ack_read"
-        )
+def _unsend(conn: Connection) -> None:
+    """The same rows, pending again: every watermark back to 0."""
+    conn.execute(update(outbox).values(status=int(RowStatus.PENDING), sent_at=None))
+    conn.execute(update(outbox_branch).values(sent_lsn=0))
+
+
+def _relay(engine: Any, bootstrap: str, rows: int) -> tuple[float, float]:
+    with engine.begin() as conn:
+        _unsend(conn)
+    relay = Relay(engine=engine, bootstrap=bootstrap, batch_size=1000)
     warm = relay._ensure_producer()
     warm.produce(_topic_of(engine), value=b"warm-up")
     warm.flush(30)
@@ -111,53 +108,47 @@ def _relay(engine: Any, bootstrap: str, rows: int, variant: str = "relay") -> tu
     elapsed = time.perf_counter() - started, time.process_time() - cpu
     relay.close()
     assert shipped == rows, (shipped, rows)
-    if variant == "wm_design":  # every branch's watermark reached its last lsn
-        assert outbox_watermark.behind_design(engine) == 0
-    elif variant != "relay":
-        assert outbox_watermark.behind(engine) == 0
+    assert backlog(engine)[0] == 0  # every branch's watermark reached its last lsn
     return elapsed
 
 
 def _store_only(engine: Any, rows: int, *, ack: bool) -> tuple[float, float]:
-    """The relay's store work alone: every pending row read through the production
-    ``FetchSql`` on the raw DB-API cursor, batch by batch as the relay reads them, and with
-    ``ack`` each batch then marked sent by the production :class:`Acker`; nothing produced.
+    """The relay's store work alone: every unsent row read through the production
+    ``FetchSql`` / ``PassCursor`` on the raw DB-API cursor, batch by batch as the relay reads
+    them, and with ``ack`` each batch then acked by the production :class:`Acker` (the
+    watermark); nothing produced.
     This is the work the raw producer never does, so ``raw / (raw + this)`` bounds the relay's
     ratio whatever its producing costs."""
     from pipeline.outbox.acker import Acker
-    from pipeline.outbox.fetch import FetchSql
+    from pipeline.outbox.fetch import FetchSql, PassCursor
 
     acker = Acker(engine, tenant=None)
 
     with engine.begin() as conn:
-        conn.execute(update(outbox).values(status=int(RowStatus.PENDING), sent_at=None))
+        _unsend(conn)
     fetch = FetchSql(engine.dialect.paramstyle, tenant=None, limit=1000)
     started, cpu = time.perf_counter(), time.process_time()
-    after, seen = None, 0
+    cursor: PassCursor | None = None
+    seen = 0
     while True:
-        sql, params = fetch.build(after=after)
         conn = engine.raw_connection()
         try:
             cur = conn.cursor()
-            cur.execute(sql, params)
-            batch = list(cur.fetchall())
+            if cursor is None:
+                cur.execute(*fetch.branches())
+                cursor = PassCursor(fetch, cur.fetchall(), set())
+            batch = cursor.next_batch(cur, set())
             cur.close()
         finally:
             conn.close()
         if not batch:
             break
         if ack:
-            acker.ack(batch, whole_batch=True)
+            acker.ack(batch)
         seen += len(batch)
-        after = batch[-1][0]
     elapsed = time.perf_counter() - started, time.process_time() - cpu
     assert seen == rows, (seen, rows)
     return elapsed
-
-
-# bench/outbox_watermark.py: the ack watermark, with today's read / with a read above it
-# and the designed read + ack on outbox_branch.sent_lsn
-PROTOTYPES = ("wm_ack", "wm_ack_read", "wm_design")
 
 
 def _topic_of(engine: Any) -> str:
@@ -179,14 +170,11 @@ def throughput(bootstrap: str, workdir: Path, *, rows: int, rounds: int) -> dict
             ).all()
         )
     raw_s, relay_s, read_s, store_s = [], [], [], []
-    proto: dict[str, list[tuple[float, float]]] = {v: [] for v in PROTOTYPES}
     for _ in range(rounds):  # alternate, so drift on a shared machine hits both sides
         raw_s.append(_raw(bootstrap, records))
         read_s.append(_store_only(engine, rows, ack=False))
         store_s.append(_store_only(engine, rows, ack=True))
         relay_s.append(_relay(engine, bootstrap, rows))
-        for variant in PROTOTYPES:
-            proto[variant].append(_relay(engine, bootstrap, rows, variant))
     raw, rel = statistics.median(w for w, _ in raw_s), statistics.median(w for w, _ in relay_s)
     return {
         "rows": rows,
@@ -217,23 +205,6 @@ def throughput(bootstrap: str, workdir: Path, *, rows: int, rounds: int) -> dict
         "relay_cpu_us_per_row": _spread([c / rows * 1e6 for _, c in relay_s]),
         "raw_s": [round(w, 3) for w, _ in raw_s],
         "relay_s": [round(w, 3) for w, _ in relay_s],
-        # not production: the ack watermark prototype, each round beside the same raw and relay
-        "watermark_prototype": {
-            variant: {
-                "vs_raw_per_round": _spread(
-                    [r[0] / q[0] for r, q in zip(raw_s, runs, strict=True)]
-                ),
-                "vs_raw_cpu_per_round": _spread(
-                    [r[1] / q[1] for r, q in zip(raw_s, runs, strict=True)]
-                ),
-                "vs_relay_cpu_per_round": _spread(
-                    [r[1] / q[1] for r, q in zip(relay_s, runs, strict=True)]
-                ),
-                "cpu_us_per_row": _spread([c / rows * 1e6 for _, c in runs]),
-                "s": [round(w, 3) for w, _ in runs],
-            }
-            for variant, runs in proto.items()
-        },
     }
 
 

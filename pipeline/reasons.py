@@ -262,6 +262,7 @@ class Security(enum.StrEnum):
     SECRET_INLINE = "SECRET_INLINE"  # a password written into the file: refused
     SECRET_UNREADABLE = "SECRET_UNREADABLE"  # sasl_password_file / _env missing or empty
     PROPERTY_OWNED = "PROPERTY_OWNED"  # [kafka.properties] sets a key fleet-pipeline owns
+    PROPERTY_UNMAPPABLE = "PROPERTY_UNMAPPABLE"  # a Java client key librdkafka cannot honour
 
 
 FAMILIES: dict[str, type[enum.StrEnum]] = {

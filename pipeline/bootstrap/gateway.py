@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 
 from pipeline.bootstrap.client import (
     DEFAULT_FACTORIES,
@@ -135,7 +135,7 @@ def build_gateway(
     callbacks: Mapping[str, Callable[..., Any]] | None = None,
     registry: CollectorRegistry | None = None,
     apply_topics: bool = True,
-    relay_poll_s: float = 0.002,
+    relay_poll_s: float = 0.05,
     maintenance_interval_s: float | None = None,
     factories: Factories = DEFAULT_FACTORIES,
     hooks: Hooks = NO_HOOKS,
@@ -250,6 +250,9 @@ def build_gateway(
         hooks=hooks,
     )
     injections.on_receipts = relay.wake  # a burst's receipts ship at once, not at the next poll
+    # any commit of the gateway's sessions (an inbox batch, maintenance's FAILED...) may have
+    # staged outbox rows: the relay looks at once, not at its next poll (docs/outbox.md)
+    event.listen(sessions, "after_commit", lambda _session: relay.wake())
     maintenance = Maintenance(
         sessions=sessions,
         held=HeldStore(sessions),

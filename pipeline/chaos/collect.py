@@ -30,6 +30,7 @@ from pipeline.host.tracking import forward_table
 from pipeline.kafka.clients import new_consumer
 from pipeline.kafka.settings import consumer_config
 from pipeline.outbox.fold import Fold
+from pipeline.outbox.sent import is_pending
 from pipeline.outbox.tables import RowStatus, outbox
 from pipeline.record_headers import unpack_headers
 from pipeline.store import make_engine
@@ -162,7 +163,7 @@ def outbox_rows(
         with engine.connect() as c:
             q = select(
                 outbox.c.topic, outbox.c.headers, outbox.c.status, outbox.c.error,
-                outbox.c.branch_key, outbox.c.lsn,
+                outbox.c.branch_key, outbox.c.lsn, is_pending().label("pending"),
             )  # fmt: skip
             for r in c.execute(q.order_by(outbox.c.id)):
                 headers = bytes(r.headers) if r.headers is not None else None
@@ -175,7 +176,7 @@ def outbox_rows(
                     )
                     ctx = schemas.decode(SCHEMA, ctx_raw) if ctx_raw else {}
                     yield row(Op.DEAD_LETTER, msgId=mid, reason=str(ctx.get("reason", "")), at=host)
-                elif r.status == RowStatus.PENDING:
+                elif r.pending:
                     yield row(Op.UNSHIPPED, msgId=mid, at=host)
                 elif r.status in (RowStatus.FAILED, RowStatus.DROPPED):
                     reason = r.error or ("DROPPED" if r.status == RowStatus.DROPPED else "")
@@ -186,7 +187,7 @@ def outbox_rows(
 
 def _run_row(r: Any) -> Iterator[dict[str, Any]]:
     pos = {"branchKey": r.branch_key, "lsn": int(r.lsn)}
-    if r.status == RowStatus.PENDING:
+    if r.pending:
         yield row(Op.RUN_UNSHIPPED, **pos)
     elif r.status in (RowStatus.FAILED, RowStatus.DROPPED):
         reason = r.error or ("DROPPED" if r.status == RowStatus.DROPPED else "")
@@ -198,9 +199,7 @@ def pending_rows(url: str, topic: str) -> int:
     engine = _engine(url)
     try:
         with engine.connect() as c:
-            q = select(outbox.c.id).where(
-                outbox.c.topic == topic, outbox.c.status == RowStatus.PENDING
-            )
+            q = select(outbox.c.id).where(outbox.c.topic == topic, is_pending())
             return len(list(c.execute(q)))
     finally:
         engine.dispose()

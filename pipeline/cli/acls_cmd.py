@@ -9,9 +9,8 @@ import typer
 from pipeline.kafka.acls import Role, apply_grants, role_grants
 from pipeline.kafka.topics import TopicNames
 
-from .login import KafkaConfigOpt, kafka_factories
+from .login import BootstrapOpt, KafkaConfigOpt, KafkaPropertyOpt, bootstrap_from, kafka_factories
 from .output import console, emit_json, fail_on_fleet_error
-from .topics_cmd import BootstrapOpt, bootstrap_from
 
 app = typer.Typer(help="Least-privilege ACLs per login and role.", no_args_is_help=True)
 
@@ -73,6 +72,7 @@ def apply(
     host: HostOpt,
     role: RoleOpt = Role.GATEWAY,
     kafka_config: KafkaConfigOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
     bootstrap: BootstrapOpt = None,
     prefix: PrefixOpt = "fleet.",
     pool: PoolOpt = None,
@@ -81,7 +81,9 @@ def apply(
     from pipeline.kafka.settings import admin_config
 
     server = bootstrap_from(bootstrap)
-    factories = kafka_factories(kafka_config, check=server)  # a super user's, admin.kafka.toml
+    factories = kafka_factories(
+        kafka_config, kafka_property, check=server
+    )  # a super user's, admin.kafka.toml
     grants = role_grants(role, host, TopicNames(prefix=prefix), pool=pool)
     count = apply_grants(factories.admin(admin_config(server)), grants)
     console.print(f"{count} ACLs in place for User:{host} ({role.value})")

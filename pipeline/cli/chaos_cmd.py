@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -10,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from .login import BootstrapOpt
 from .output import console, emit_json, err_console, fail_on_fleet_error
 
 app = typer.Typer(help="Faults on a seeded schedule, a recorded history, one checker.")
@@ -34,15 +34,7 @@ def run(
     ],
     repeat: Annotated[int, typer.Option(min=1, help="Seeded repetitions per scenario.")] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the fault schedule.")] = 0,
-    bootstrap: Annotated[
-        str | None,
-        typer.Option(
-            "--bootstrap",
-            "-b",
-            help="Broker for scenarios that do not kill it (default: $KAFKA_BOOTSTRAP, else a "
-            "broker started for the run). Broker faults always start their own.",
-        ),
-    ] = None,
+    bootstrap: BootstrapOpt = None,
     duration: Annotated[float, typer.Option(help="Seconds of sending per repetition.")] = 20.0,
     rate: Annotated[float, typer.Option(help="Sends per second (REPLYs and briefs).")] = 10.0,
     directory: Annotated[
@@ -72,7 +64,7 @@ def run(
         root=root,
         seed=seed,
         repeat=repeat,
-        bootstrap=bootstrap or os.environ.get("KAFKA_BOOTSTRAP"),
+        bootstrap=bootstrap,
         duration_s=duration,
         rate_per_s=rate,
     )

@@ -10,6 +10,7 @@ the command's own help and that every command a module defines has its line).
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -58,6 +59,13 @@ class Lazy:
         else:
             holder.add_typer(module.app)
         return get_group(holder).commands
+
+
+def version_line(prog: str = "fleet") -> str:
+    """``fleet --version``'s output: ``pipeline.__version__``. The package is read from
+    ``sys.modules`` (importing this module imported it) rather than imported: the public-API
+    package sits above every layer (tests/unit/test_layers.py)."""
+    return f"{prog} {sys.modules['pipeline'].__version__}\n"
 
 
 def command(name: str, module: str, help: str) -> Lazy:

@@ -21,7 +21,8 @@ from pipeline.signals import stop_on_signals
 from pipeline.store import make_engine
 
 from . import dlq_report
-from .login import KafkaConfigOpt, kafka_factories
+from .login import BootstrapOpt, KafkaConfigOpt, KafkaPropertyOpt, bootstrap_from, kafka_factories
+from .logs import LogFormat, LogFormatOpt, LogLevel, LogLevelOpt, configure_logging
 from .output import console, emit_json, fail_on_fleet_error
 from .serving import (
     LOOPBACK,
@@ -35,7 +36,6 @@ from .serving import (
 
 app = typer.Typer(help="Inspect, replay and report the dead-letter topic.", no_args_is_help=True)
 
-Bootstrap = Annotated[str, typer.Option("--bootstrap", envvar="KAFKA_BOOTSTRAP", help="Brokers.")]
 Prefix = Annotated[str, typer.Option("--prefix", help="Topic name prefix.")]
 DlqTopic = Annotated[
     str | None, typer.Option("--dlq-topic", help="DLQ topic (default: <prefix>dlq).")
@@ -50,8 +50,10 @@ def _dlq(prefix: str, dlq_topic: str | None) -> str:
     return dlq_topic or TopicNames(prefix=prefix).dlq
 
 
-def _scan(bootstrap: str, topic: str, kafka_config: Path | None) -> Iterator[DeadLetterView]:
-    factories = kafka_factories(kafka_config, check=bootstrap)
+def _scan(
+    bootstrap: str, topic: str, kafka_config: Path | None, kafka_property: list[str] | None
+) -> Iterator[DeadLetterView]:
+    factories = kafka_factories(kafka_config, kafka_property, check=bootstrap)
     return dlq_ops.scan(bootstrap, topic, consumer_factory=factories.consumer)
 
 
@@ -62,15 +64,16 @@ def _views(
     key: str | None,
     limit: int | None,
     kafka_config: Path | None,
+    kafka_property: list[str] | None,
 ) -> list[DeadLetterView]:
-    views = _scan(bootstrap, topic, kafka_config)
+    views = _scan(bootstrap, topic, kafka_config, kafka_property)
     return list(dlq_ops.select(views, reason=reason, key=key, limit=limit))
 
 
 @app.command("ls")
 @fail_on_fleet_error
 def ls(
-    bootstrap: Bootstrap,
+    bootstrap: BootstrapOpt = None,
     *,
     prefix: Prefix = "fleet.",
     dlq_topic: DlqTopic = None,
@@ -79,9 +82,18 @@ def ls(
     limit: Limit = None,
     as_json: Json = False,
     kafka_config: KafkaConfigOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
 ) -> None:
     """List dead letters in DLQ order: where each came from and why it failed."""
-    views = _views(bootstrap, _dlq(prefix, dlq_topic), reason, key, limit, kafka_config)
+    views = _views(
+        bootstrap_from(bootstrap),
+        _dlq(prefix, dlq_topic),
+        reason,
+        key,
+        limit,
+        kafka_config,
+        kafka_property,
+    )
     if as_json:
         emit_json([v.as_dict() for v in views])
         return
@@ -110,12 +122,13 @@ def ls(
 def show(
     ref: Annotated[str, typer.Argument(help="PARTITION:OFFSET or TOPIC:PARTITION:OFFSET.")],
     *,
-    bootstrap: Bootstrap,
+    bootstrap: BootstrapOpt = None,
     prefix: Prefix = "fleet.",
     dlq_topic: DlqTopic = None,
     body: Annotated[bool, typer.Option("--body", help="Also print the body (sensitive).")] = False,
     as_json: Json = False,
     kafka_config: KafkaConfigOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
 ) -> None:
     """Show one dead letter: full context and original headers (body only with --body)."""
     parts = ref.split(":")
@@ -128,7 +141,7 @@ def show(
     found = next(
         (
             v
-            for v in _scan(bootstrap, topic, kafka_config)
+            for v in _scan(bootstrap_from(bootstrap), topic, kafka_config, kafka_property)
             if (v.dlq_partition, v.dlq_offset) == want
         ),
         None,
@@ -150,7 +163,7 @@ def show(
 @app.command()
 @fail_on_fleet_error
 def replay(
-    bootstrap: Bootstrap,
+    bootstrap: BootstrapOpt = None,
     *,
     prefix: Prefix = "fleet.",
     dlq_topic: DlqTopic = None,
@@ -165,6 +178,7 @@ def replay(
     ] = None,
     as_json: Json = False,
     kafka_config: KafkaConfigOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
 ) -> None:
     """Re-produce dead letters to their original topic, in DLQ order (per-key order kept).
 
@@ -183,10 +197,11 @@ def replay(
                 continue
             yield v
 
-    factories = kafka_factories(kafka_config, check=bootstrap)
-    scanned = dlq_ops.scan(bootstrap, _dlq(prefix, dlq_topic), consumer_factory=factories.consumer)
+    server = bootstrap_from(bootstrap)
+    factories = kafka_factories(kafka_config, kafka_property, check=server)
+    scanned = dlq_ops.scan(server, _dlq(prefix, dlq_topic), consumer_factory=factories.consumer)
     views = dlq_ops.select(scanned, reason=reason, key=key, limit=limit)
-    result = dlq_ops.replay(keep(views), bootstrap=bootstrap, producer_factory=factories.producer)
+    result = dlq_ops.replay(keep(views), bootstrap=server, producer_factory=factories.producer)
     if as_json:
         emit_json(
             {"replayed": result.replayed, "by_topic": result.by_topic, "skipped": len(skipped)}
@@ -215,9 +230,7 @@ def report(
         Path | None,
         typer.Option("--config", "-c", help="The reporting host's fleet.toml (the real sink)."),
     ] = None,
-    bootstrap: Annotated[
-        str | None, typer.Option("--bootstrap", envvar="KAFKA_BOOTSTRAP", help="Brokers.")
-    ] = None,
+    bootstrap: BootstrapOpt = None,
     store_url: Annotated[
         str | None, typer.Option("--store-url", envvar="FLEET_STORE_URL", help="Store URL.")
     ] = None,
@@ -243,16 +256,19 @@ def report(
     ] = None,
     metrics_port: MetricsPortOpt = None,
     metrics_address: MetricsAddressOpt = LOOPBACK,
+    log_format: LogFormatOpt = LogFormat.TEXT,
+    log_level: LogLevelOpt = LogLevel.INFO,
     retention: RetentionOpt = None,
     no_purge: NoPurgeOpt = False,
     kafka_config: KafkaConfigOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
 ) -> None:
     """Run the FAILED reporter: one FAILED per eligible dead letter, even across kill -9.
 
     With --config the FAILED is a signed envelope to the sender's host inbox, written to this
-    host's outbox in the transaction of the reporter's dedupe row. --bootstrap/--store-url/--sink-topic
+    host's outbox in the transaction of the reporter's dedupe row. -b/--store-url/--sink-topic
     is the unsigned plain-record sink for tests and local runs. The login is --config's
-    [kafka] table, or --kafka-config's (giving both with different logins is refused). It
+    [kafka] table, or --command-config's (giving both with different logins is refused). It
     purges its reported rows past --config's [retention] (or --retention's).
     """
     from prometheus_client import CollectorRegistry
@@ -261,7 +277,8 @@ def report(
     from pipeline.retention import RetentionConfig
     from pipeline.retention.rules import REPORTER_TABLES
 
-    factories = kafka_factories(kafka_config)
+    configure_logging(log_format, log_level)
+    factories = kafka_factories(kafka_config, kafka_property)
     registry = CollectorRegistry()
     stop = threading.Event()
     stop_on_signals(stop, (signal.SIGTERM,))

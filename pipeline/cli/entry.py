@@ -4,7 +4,8 @@ Agents call ``fleet send`` from their shells, once per message (one such process
 should take at most 0.15 s; Typer and Rich alone take 0.27-0.30 s to import). :func:`main`
 looks at argv first:
 
-* ``fleet --help`` prints the :data:`~.commands.COMMANDS` table as plain text;
+* ``fleet --help`` prints the :data:`~.commands.COMMANDS` table as plain text, ``fleet
+  --version`` the version;
 * ``fleet send|ask|answer|abandon|poll ...`` is parsed by :mod:`.lean` and, when a gateway answers on
   the host's local socket, handed to it by :mod:`.hot` -- the same code the Typer command runs;
 * anything else -- another command, an argv the lean parser declines, no gateway answering, a
@@ -23,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 ROOT_OPTIONS = (
+    ("--version", "Show the version and exit."),
     ("--install-completion", "Install completion for the current shell."),
     (
         "--show-completion",
@@ -61,6 +63,11 @@ def lean(argv: Sequence[str]) -> int | None:
     """The exit code of ``argv`` run on the lean path, or ``None``: run it with Typer."""
     if list(argv) == ["--help"]:
         sys.stdout.write(root_help())
+        return 0
+    if list(argv) == ["--version"]:
+        from .commands import version_line
+
+        sys.stdout.write(version_line())
         return 0
     if argv and argv[0] in LEAN:
         return _lean(argv[0], argv[1:])

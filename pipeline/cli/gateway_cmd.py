@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -21,7 +22,16 @@ from pipeline.reasons import Config
 from pipeline.signals import stop_on_signals
 
 from . import hot
-from .output import EXIT_FLEET_ERROR, console, err_console, fail_on_fleet_error
+from .exits import EXIT_FATAL, EXIT_REFUSED, exit_code
+from .lean import CONFIG_ENV
+from .login import (
+    BootstrapOverrideOpt,
+    KafkaConfigOverrideOpt,
+    KafkaPropertyOpt,
+    config_security,
+)
+from .logs import LogFormat, LogFormatOpt, LogLevel, LogLevelOpt, configure_logging
+from .output import console, err_console, fail_on_fleet_error
 from .serving import LOOPBACK, MetricsAddressOpt, MetricsPortOpt, serve_metrics
 
 if TYPE_CHECKING:
@@ -31,19 +41,34 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Run a host's gateway: the per-host inbox with the dual ack model.")
 
-ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="The host's fleet.toml.")]
+ConfigOpt = Annotated[
+    Path, typer.Option("--config", "-c", envvar=CONFIG_ENV, help="The host's fleet.toml.")
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
-EXIT_FATAL = 3
 # CPython's GIL switch interval in a gateway process (docs/gateway.md "Latency"): 1 ms, not 5
 GATEWAY_SWITCH_INTERVAL_S = 0.001
 
 
-def _load(config: Path, host: str | None = None) -> GatewayConfig:
+def _load(config: Path, **overrides: str | None) -> GatewayConfig:
     from pipeline.host.config import load_config
 
-    overrides = {"host": host} if host else None
-    return load_config(config, overrides=overrides)
+    return load_config(config, overrides=overrides or None)
+
+
+def _load_for_kafka(
+    config: Path,
+    host: str | None,
+    bootstrap: str | None,
+    kafka_config: Path | None,
+    kafka_property: list[str] | None,
+) -> GatewayConfig:
+    """The host's config with the command line's -b, --command-config and -X over the file's
+    bootstrap and [kafka] login (docs/cli.md "Connecting")."""
+    cfg = _load(config, host=host, bootstrap=bootstrap)
+    if kafka_config is not None or kafka_property:
+        cfg = replace(cfg, kafka=config_security(cfg.kafka, kafka_config, kafka_property))
+    return cfg
 
 
 def _signer(cfg: GatewayConfig) -> Signer:
@@ -64,19 +89,26 @@ def run(
     host: Annotated[str | None, typer.Option(help="Host id (overrides the file).")] = None,
     metrics_port: MetricsPortOpt = None,
     metrics_address: MetricsAddressOpt = LOOPBACK,
+    log_format: LogFormatOpt = LogFormat.TEXT,
+    log_level: LogLevelOpt = LogLevel.INFO,
+    bootstrap: BootstrapOverrideOpt = None,
+    kafka_config: KafkaConfigOverrideOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
 ) -> None:
-    """Run the gateway until SIGTERM/SIGINT; exits 3 when fenced or on a fatal error."""
+    """Run the gateway until SIGTERM/SIGINT; exits 3 when fenced or on a fatal error.
+
+    -b, --command-config and -X replace the file's bootstrap and [kafka] login."""
     from pipeline.bootstrap.gateway import build_gateway
     from pipeline.envelope import TrustStore
     from pipeline.hooks import hooks_from_fault
     from pipeline.observability.health import gateway_health, notify_when_ready
     from pipeline.support import sd_notify
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(log_format, log_level)
     # the gateway's threads hand the GIL over at every store call, inject and poll: a thread
     # back from one waits for a busy one's switch interval (5 ms by default)
     sys.setswitchinterval(GATEWAY_SWITCH_INTERVAL_S)
-    cfg = _load(config, host)
+    cfg = _load_for_kafka(config, host, bootstrap, kafka_config, kafka_property)
     if not cfg.trust_dir:
         raise ConfigError("trust_dir is not set", reason=Config.CONFIG_MISSING_TRUST)
     parts = build_gateway(
@@ -110,7 +142,13 @@ def run(
 
 @app.command("leave")
 @fail_on_fleet_error
-def leave(config: ConfigOpt, as_json: JsonOpt = False) -> None:
+def leave(
+    config: ConfigOpt,
+    as_json: JsonOpt = False,
+    bootstrap: BootstrapOverrideOpt = None,
+    kafka_config: KafkaConfigOverrideOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
+) -> None:
     """Leave the fleet for good: tombstone every entry of this host (a stop only announces them
     away for ``away_grace_s``). Run it once the gateway has stopped."""
     from typing import cast
@@ -123,7 +161,7 @@ def leave(config: ConfigOpt, as_json: JsonOpt = False) -> None:
     from pipeline.presence.leave import bound_to, tombstone_all
     from pipeline.presence.publisher import ProducerLike
 
-    cfg = _load(config)
+    cfg = _load_for_kafka(config, None, bootstrap, kafka_config, kafka_property)
     running = hot.connect(cfg)
     if running is not None:
         running.close()
@@ -131,7 +169,7 @@ def leave(config: ConfigOpt, as_json: JsonOpt = False) -> None:
             f"[bold red]gateway {cfg.host} is running:[/] stop it (SIGTERM) first; it would "
             "announce its entities again at its next heartbeat"
         )
-        raise typer.Exit(EXIT_FLEET_ERROR)
+        raise typer.Exit(EXIT_REFUSED)
     if not cfg.trust_dir:
         raise ConfigError("trust_dir is not set", reason=Config.CONFIG_MISSING_TRUST)
     factories = Factories().secured(cfg.kafka)
@@ -177,7 +215,7 @@ def send(
         if not as_json:
             raise
         hot.refused_json(exc, to)
-        raise typer.Exit(EXIT_FLEET_ERROR) from exc
+        raise typer.Exit(exit_code(exc)) from exc
     hot.sent(msg_id=msg_id, trace_id=trace_id, to=to, kind=kind, via=via, as_json=as_json)
 
 

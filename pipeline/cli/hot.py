@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import DeliveryError, FleetError
 
+from .exits import exit_code
+
 if TYPE_CHECKING:
     from pipeline.host.gateway_config import GatewayConfig
     from pipeline.host.socket_client import Queued, SocketClient
-
-EXIT_FLEET_ERROR = 2
 
 
 def emit_json(data: Any) -> None:
@@ -93,10 +93,10 @@ def send(params: dict[str, Any]) -> int | None:
             )
         except DeliveryError as exc:
             refused_json(exc, to) if params["as_json"] else print_error(exc)
-            return EXIT_FLEET_ERROR
+            return exit_code(exc)
         except FleetError as exc:
             print_error(exc)
-            return EXIT_FLEET_ERROR
+            return exit_code(exc)
     sent(msg_id=queued.msg_id, trace_id=queued.trace_id, to=to, kind=kind, via="gateway",
          as_json=params["as_json"])  # fmt: skip
     return 0
@@ -133,7 +133,7 @@ def _verb(params: dict[str, Any], call: Callable[[SocketClient], Queued],
             queued = call(client)
         except FleetError as exc:
             print_error(exc)
-            return EXIT_FLEET_ERROR
+            return exit_code(exc)
     report(queued)
     return 0
 
@@ -186,6 +186,6 @@ def poll(p: dict[str, Any]) -> int | None:
                               wait_s=p["wait"])  # fmt: skip
         except FleetError as exc:
             print_error(exc)
-            return EXIT_FLEET_ERROR
+            return exit_code(exc)
     polled(got["messages"], got["lines"], as_json=p["as_json"])
     return 0

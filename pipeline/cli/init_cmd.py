@@ -24,6 +24,7 @@ from pipeline.host.config import load_config
 from pipeline.host.gateway_config import GatewayConfig
 
 from .keys_cmd import create_key
+from .login import BOOTSTRAP_ENV, BOOTSTRAP_NAMES
 from .output import console, emit_json, fail_on_fleet_error
 
 TEMPLATE = """\
@@ -62,7 +63,14 @@ def render(*, host: str, bootstrap: str, prefix: str, root: Path, key_file: str)
 def init(
     host: Annotated[str, typer.Option("--host", help="This host's id.")],
     directory: Annotated[Path, typer.Option("--dir", help="Where to write everything.")] = Path(),
-    bootstrap: Annotated[str, typer.Option(help="Kafka bootstrap servers.")] = "127.0.0.1:9092",
+    bootstrap: Annotated[
+        str,
+        typer.Option(
+            *BOOTSTRAP_NAMES,
+            envvar=BOOTSTRAP_ENV,
+            help="Kafka bootstrap servers to write into the file.",
+        ),
+    ] = "127.0.0.1:9092",
     topic_prefix: Annotated[str, typer.Option(help="Topic and group prefix.")] = "fleet.",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:

@@ -11,7 +11,7 @@ from pipeline.lab.loader import load_scenario
 from pipeline.lab.model import predict as predict_scenario
 from pipeline.lab.render import prediction_lines
 
-from .login import KafkaConfigOpt, kafka_factories
+from .login import BootstrapOpt, KafkaConfigOpt, KafkaPropertyOpt, bootstrap_from, kafka_factories
 from .output import emit_json, fail_on_fleet_error
 
 app = typer.Typer(help="Size a worker pool: predict with the R-LAB-1 model, then measure it.")
@@ -43,9 +43,7 @@ def run(
     scenario: ScenarioFile,
     *,
     out: Annotated[Path, typer.Option("--out", help="Directory for report.md/.json and plots.")],
-    bootstrap: Annotated[
-        str | None, typer.Option("--bootstrap", "-b", help="Kafka (default: $KAFKA_BOOTSTRAP).")
-    ] = None,
+    bootstrap: BootstrapOpt = None,
     tick: Annotated[float, typer.Option("--tick", help="Wall seconds between samples.")] = 0.5,
     store_url: Annotated[
         str | None,
@@ -70,9 +68,10 @@ def run(
     require_pool_command()
     require_plotting()
     interrupt_on_sigterm()  # a killed run stops the producer and members it started
-    server = _bootstrap(bootstrap)
+    server = bootstrap_from(bootstrap)
     factories = kafka_factories(kafka_config, check=server)
-    # the producer and pool-member processes log in with the same [kafka] table
+    # the producer and pool-member processes log in with the same file (no -X here: the
+    # children would not see it)
     child_env = {"FLEET_KAFKA_CONFIG": str(kafka_config.resolve())} if kafka_config else {}
     with Progress(
         TextColumn("{task.description}"),
@@ -108,31 +107,21 @@ def run(
 def produce(
     scenario: ScenarioFile,
     *,
-    bootstrap: Annotated[str, typer.Option("--bootstrap")],
+    bootstrap: BootstrapOpt = None,
     topic: Annotated[str, typer.Option("--topic")],
     start_at: Annotated[float, typer.Option("--start-at", help="Unix time of scenario t=0.")],
     stats: Annotated[Path, typer.Option("--stats", help="Where to write the producer's stats.")],
     kafka_config: KafkaConfigOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
 ) -> None:
     """The lab's load generator process (started by ``fleet lab run``)."""
     from pipeline.lab.producer import produce as produce_events
 
     produce_events(
         load_scenario(scenario),
-        bootstrap=bootstrap,
+        bootstrap=bootstrap_from(bootstrap),
         topic=topic,
         start_at=start_at,
         stats=stats,
-        producer_factory=kafka_factories(kafka_config).producer,
+        producer_factory=kafka_factories(kafka_config, kafka_property).producer,
     )
-
-
-def _bootstrap(value: str | None) -> str:
-    import os
-
-    from pipeline.errors import ConfigError
-
-    found = value or os.environ.get("KAFKA_BOOTSTRAP")
-    if not found:
-        raise ConfigError("no bootstrap servers: pass --bootstrap or set KAFKA_BOOTSTRAP")
-    return found

@@ -19,6 +19,7 @@ values.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -36,9 +37,10 @@ CONVERTERS: tuple[Callable[[str], Any], ...] = (str, float, int, Path)
 # specs below are module constants that nothing assigns to.
 class Opt:
     """One option: ``dest`` is the command function's parameter name; ``type`` is one of
-    :data:`CONVERTERS`, or ``bool`` for a flag."""
+    :data:`CONVERTERS`, or ``bool`` for a flag; ``envvar``: the variable whose non-empty value
+    stands in for a missing option (as click reads it)."""
 
-    __slots__ = ("default", "dest", "names", "required", "type")
+    __slots__ = ("default", "dest", "envvar", "names", "required", "type")
 
     def __init__(
         self,
@@ -47,9 +49,10 @@ class Opt:
         type: Callable[[str], Any] = str,
         required: bool = False,
         default: Any = None,
+        envvar: str | None = None,
     ) -> None:
         self.dest, self.names, self.type = dest, names, type
-        self.required, self.default = required, default
+        self.required, self.default, self.envvar = required, default, envvar
 
     @property
     def flag(self) -> bool:
@@ -111,6 +114,10 @@ class Spec:
         if len(positional) > len(self.arguments):
             return None
         for opt in self.options:
+            if opt.dest not in values and opt.envvar and os.environ.get(opt.envvar):
+                values[opt.dest] = _convert(opt.type, os.environ[opt.envvar])
+                if values[opt.dest] is None:
+                    return None
             if opt.dest not in values:
                 if opt.required:
                     return None
@@ -144,7 +151,8 @@ def _convert(convert: Callable[[str], Any], value: str) -> Any:
         return None
 
 
-CONFIG = Opt("config", ("--config", "-c"), type=Path, required=True)
+CONFIG_ENV = "FLEET_CONFIG"  # the default --config, for a service or a container
+CONFIG = Opt("config", ("--config", "-c"), type=Path, required=True, envvar=CONFIG_ENV)
 JSON = Opt("as_json", ("--json",), type=bool, default=False)
 SENDER = Opt("sender", ("--from",), required=True)
 TO = Opt("to", ("--to",), required=True)

@@ -9,9 +9,11 @@ runs the hot commands without this module when it can, and this app for everythi
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-from .commands import COMMANDS, ROOT_HELP
+from .commands import COMMANDS, ROOT_HELP, version_line
 from .lazy import LazyGroup
 
 __all__ = ["COMMANDS", "FleetGroup", "app", "main"]
@@ -30,10 +32,23 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(version_line(), nl=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Show the version and exit."
+        ),
+    ] = False,
+) -> None:
     # Typer builds a group only for an app with a callback or registered commands; ours come
-    # from the table, so this empty callback is what makes `fleet` a group.
+    # from the table, so this callback is what makes `fleet` a group (and holds --version).
     pass
 
 

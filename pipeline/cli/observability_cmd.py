@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import math
-import os
 import signal
 import threading
 import time
@@ -21,45 +19,39 @@ from pipeline.observability import (
     Thresholds,
 )
 from pipeline.observability.model import LagStatus, worst
-from pipeline.reasons import Config
 from pipeline.signals import stop_on_signals
 
-from .login import KafkaConfigOpt, kafka_factories, stop_on_refused_login
+from .login import (
+    BootstrapOpt,
+    KafkaConfigOpt,
+    KafkaPropertyOpt,
+    bootstrap_from,
+    kafka_factories,
+    stop_on_refused_login,
+)
+from .logs import LogFormat, LogFormatOpt, LogLevel, LogLevelOpt, configure_logging
 from .output import console, emit_json, fail_on_fleet_error
 from .serving import MetricsAddressOpt
 
 app = typer.Typer()
 
-Bootstrap = Annotated[
-    str | None,
-    typer.Option("--bootstrap", "-b", help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP)."),
-]
 Prefix = Annotated[
     str, typer.Option("--groups-prefix", help="Only consumer groups whose id starts with this.")
 ]
 Dlq = Annotated[str, typer.Option("--dlq-topic", help="Dead-letter topic ('' = none).")]
 
 
-def _bootstrap(value: str | None) -> str:
-    found = value or os.environ.get("KAFKA_BOOTSTRAP")
-    if not found:
-        raise BrokerError(
-            "no bootstrap servers: pass --bootstrap or set KAFKA_BOOTSTRAP",
-            reason=Config.CONFIG_INVALID,
-            retriable=False,
-        )
-    return found
-
-
 @app.command()
 @fail_on_fleet_error
 def exporter(
     *,
-    bootstrap: Bootstrap = None,
+    bootstrap: BootstrapOpt = None,
     metrics_port: Annotated[
         int, typer.Option("--metrics-port", help="HTTP port for /metrics.")
     ] = 9308,
     metrics_address: MetricsAddressOpt = "0.0.0.0",
+    log_format: LogFormatOpt = LogFormat.TEXT,
+    log_level: LogLevelOpt = LogLevel.INFO,
     groups_prefix: Prefix = "fleet.",
     interval: Annotated[float, typer.Option("--interval", help="Seconds between samples.")] = 15.0,
     dlq_topic: Dlq = "fleet.dlq",
@@ -72,13 +64,14 @@ def exporter(
         ),
     ] = None,
     kafka_config: KafkaConfigOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
 ) -> None:
     """Serve Prometheus metrics: lag (messages, seconds), retention risk, DLQ depth, and with
     ``--store-url`` held messages, quarantined keys, outbox backlog and oldest unsent age."""
     from pipeline.bootstrap.reporters import build_exporter
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    server = _bootstrap(bootstrap)
+    configure_logging(log_format, log_level)
+    server = bootstrap_from(bootstrap)
     running = build_exporter(
         ExporterConfig(
             bootstrap=server,
@@ -89,7 +82,7 @@ def exporter(
             ),
         ),
         store_urls=store_url,
-        factories=(factories := kafka_factories(kafka_config, check=server)),
+        factories=(factories := kafka_factories(kafka_config, kafka_property, check=server)),
     )
     console.print(f"fleet exporter on http://{metrics_address}:{running.port}/metrics")
     done = threading.Event()
@@ -109,7 +102,7 @@ def exporter(
 @fail_on_fleet_error
 def lag(
     *,
-    bootstrap: Bootstrap = None,
+    bootstrap: BootstrapOpt = None,
     groups_prefix: Prefix = "fleet.",
     slo: Annotated[float, typer.Option("--slo", help="Time-lag SLO in seconds.")] = 300.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON.")] = False,
@@ -122,13 +115,14 @@ def lag(
         ),
     ] = 3.0,
     kafka_config: KafkaConfigOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
 ) -> None:
     """Per group/topic/partition: committed, log end, lag, lag seconds, retention risk, status;
     per group: time to drain the lag at the measured rates ("never" if it cannot).
 
     Exit code 1 when any partition is LOST or AT_RISK."""
-    server = _bootstrap(bootstrap)
-    factories = kafka_factories(kafka_config, check=server)
+    server = bootstrap_from(bootstrap)
+    factories = kafka_factories(kafka_config, kafka_property, check=server)
     reader = KafkaOffsetReader(
         server, admin_factory=factories.admin, consumer_factory=factories.consumer
     )

@@ -18,10 +18,10 @@ from rich.markup import escape
 
 from pipeline.errors import FleetError
 
-from .hot import EXIT_FLEET_ERROR, emit_json
+from .exits import exit_code
+from .hot import emit_json
 
 __all__ = [
-    "EXIT_FLEET_ERROR",
     "FittingConsole",
     "console",
     "emit_json",
@@ -65,7 +65,8 @@ R = TypeVar("R")
 
 
 def fail_on_fleet_error(fn: Callable[P, R]) -> Callable[P, R]:
-    """Print ``error [REASON] message`` on stderr and exit 2 instead of a traceback.
+    """Print ``error [REASON] message`` on stderr and exit with the error's code
+    (:func:`.exits.exit_code`: 1 refused, 75 retriable, 3 fenced) instead of a traceback.
 
     The message is printed as it is (escaped: a ``[...]`` in it is not Rich markup) and on one
     line (not wrapped at the console's width): the same text the lean entry prints."""
@@ -78,6 +79,6 @@ def fail_on_fleet_error(fn: Callable[P, R]) -> Callable[P, R]:
             err_console.print(
                 f"[bold red]error[/] {escape(str(exc))}", highlight=False, soft_wrap=True
             )
-            raise typer.Exit(EXIT_FLEET_ERROR) from exc
+            raise typer.Exit(exit_code(exc)) from exc
 
     return wrapper

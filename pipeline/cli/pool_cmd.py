@@ -20,7 +20,15 @@ from pipeline import reasons
 from pipeline.errors import ConfigError
 from pipeline.signals import stop_on_signals
 
-from .login import KafkaConfigOpt, kafka_factories, stop_on_refused_login
+from .login import (
+    BootstrapOpt,
+    KafkaConfigOpt,
+    KafkaPropertyOpt,
+    bootstrap_from,
+    kafka_factories,
+    stop_on_refused_login,
+)
+from .logs import LogFormat, LogFormatOpt, LogLevel, LogLevelOpt, configure_logging
 from .output import console, emit_json, fail_on_fleet_error
 from .serving import (
     LOOPBACK,
@@ -34,10 +42,6 @@ from .serving import (
 
 app = typer.Typer(help="Worker pools: members of consumer group fleet.pool.<NAME>.")
 
-Bootstrap = Annotated[
-    str,
-    typer.Option("--bootstrap", "-b", envvar="KAFKA_BOOTSTRAP", help="Kafka bootstrap servers."),
-]
 Pool = Annotated[str, typer.Option("--pool", help="Pool name: topic and group fleet.pool.<NAME>.")]
 
 
@@ -45,7 +49,7 @@ Pool = Annotated[str, typer.Option("--pool", help="Pool name: topic and group fl
 @fail_on_fleet_error
 def run(
     pool: Pool,
-    bootstrap: Bootstrap,
+    bootstrap: BootstrapOpt = None,
     store_url: Annotated[
         str, typer.Option("--store-url", envvar="FLEET_STORE_URL", help="Dedupe/result store URL.")
     ] = "sqlite:///fleet-pool.sqlite",
@@ -132,11 +136,15 @@ def run(
     ] = None,
     metrics_port: MetricsPortOpt = None,
     metrics_address: MetricsAddressOpt = LOOPBACK,
+    log_format: LogFormatOpt = LogFormat.TEXT,
+    log_level: LogLevelOpt = LogLevel.INFO,
     retention: RetentionOpt = None,
     no_purge: NoPurgeOpt = False,
     kafka_config: KafkaConfigOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
 ) -> None:
     """Run one pool member until SIGTERM/SIGINT; it purges its own store (--retention)."""
+    bootstrap = bootstrap_from(bootstrap)
     from pipeline.bootstrap.pools import build_pool_member
     from pipeline.hooks import hooks_from_fault
     from pipeline.pool import Assignment, PoolConfig
@@ -164,7 +172,7 @@ def run(
     name = member or instance_id or f"{os.uname().nodename}-{os.getpid()}"
     if static is None:
         static = instance_id is not None
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(log_format, log_level)
     parts = build_pool_member(
         PoolConfig(
             pool=pool,
@@ -188,7 +196,7 @@ def run(
             retry=parse_retry(retry) if retry is not None else BackoffPolicy(),
         ),
         step=step,
-        factories=(factories := kafka_factories(kafka_config, check=bootstrap)),
+        factories=(factories := kafka_factories(kafka_config, kafka_property, check=bootstrap)),
         # tests only: the chaos suite's planted bugs and crash points (pipeline/hooks.py)
         hooks=hooks_from_fault(os.environ.get("FLEET_FAULT"), os.environ.get("FLEET_FAULT_AT")),
     )
@@ -210,7 +218,7 @@ def run(
 @fail_on_fleet_error
 def submit(
     pool: Pool,
-    bootstrap: Bootstrap,
+    bootstrap: BootstrapOpt = None,
     file: Annotated[
         Path | None, typer.Argument(help="One record per line (default: stdin).")
     ] = None,
@@ -219,13 +227,15 @@ def submit(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the msgIds as JSON.")] = False,
     kafka_config: KafkaConfigOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
 ) -> None:
     """Produce records to the pool topic, each with a fresh msgId (its event id)."""
+    bootstrap = bootstrap_from(bootstrap)
     from pipeline.kafka.topics import TopicNames
     from pipeline.pool.submit import submit as do_submit
 
     topic = TopicNames().pool(pool)
-    producer = kafka_factories(kafka_config, check=bootstrap).producer
+    producer = kafka_factories(kafka_config, kafka_property, check=bootstrap).producer
     if file is None:
         ids = do_submit(bootstrap, topic, sys.stdin, key=key, producer_factory=producer)
     else:
@@ -241,7 +251,7 @@ def submit(
 @fail_on_fleet_error
 def status(
     pool: Pool,
-    bootstrap: Bootstrap,
+    bootstrap: BootstrapOpt = None,
     store_url: Annotated[
         str | None,
         typer.Option(
@@ -252,13 +262,15 @@ def status(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
     kafka_config: KafkaConfigOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
 ) -> None:
     """Members, assignment, in-flight steps per member, committed offset and lag per partition."""
+    bootstrap = bootstrap_from(bootstrap)
     from rich.table import Table
 
     from pipeline.pool.status import pool_status
 
-    admin = kafka_factories(kafka_config, check=bootstrap).admin
+    admin = kafka_factories(kafka_config, kafka_property, check=bootstrap).admin
     st = pool_status(bootstrap, pool, store_url=store_url, admin_factory=admin)
     if json_out:
         emit_json(st.to_json())

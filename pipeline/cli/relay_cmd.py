@@ -6,7 +6,6 @@ to be confirmed and acked, anything unconfirmed stays pending and is resent by t
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Annotated
 
@@ -14,7 +13,8 @@ import typer
 
 from pipeline.signals import stop_on_signals
 
-from .login import KafkaConfigOpt, kafka_factories
+from .login import BootstrapOpt, KafkaConfigOpt, KafkaPropertyOpt, bootstrap_from, kafka_factories
+from .logs import LogFormat, LogFormatOpt, LogLevel, LogLevelOpt, configure_logging
 from .output import console, fail_on_fleet_error
 from .serving import (
     LOOPBACK,
@@ -36,7 +36,6 @@ def run(
         str,
         typer.Option("--store-url", help="Store URL (sqlite:///path or postgresql+psycopg://...)."),
     ],
-    bootstrap: Annotated[str, typer.Option("--bootstrap", help="Kafka bootstrap servers.")],
     tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's rows.")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 500,
     delivery_timeout: Annotated[
@@ -48,11 +47,16 @@ def run(
     ] = 10.0,
     metrics_port: MetricsPortOpt = None,
     metrics_address: MetricsAddressOpt = LOOPBACK,
+    log_format: LogFormatOpt = LogFormat.TEXT,
+    log_level: LogLevelOpt = LogLevel.INFO,
     retention: RetentionOpt = None,
     no_purge: NoPurgeOpt = False,
+    bootstrap: BootstrapOpt = None,
     kafka_config: KafkaConfigOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
 ) -> None:
     """Run the relay until SIGTERM/SIGINT; it purges its store's sent rows (--retention)."""
+    bootstrap = bootstrap_from(bootstrap)
     from prometheus_client import CollectorRegistry
 
     from pipeline.bootstrap.reporters import build_relay
@@ -60,7 +64,7 @@ def run(
     from pipeline.outbox.notify import listen
     from pipeline.retention.rules import RELAY_TABLES
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(log_format, log_level)
     policy = retention_from(retention, no_purge=no_purge)
     registry = CollectorRegistry()
     relay = build_relay(
@@ -70,7 +74,7 @@ def run(
         batch_size=batch_size,
         delivery_timeout_s=delivery_timeout,
         registry=registry,
-        factories=kafka_factories(kafka_config, check=bootstrap),
+        factories=kafka_factories(kafka_config, kafka_property, check=bootstrap),
     )
     engine = relay.engine
     serve_metrics(registry, port=metrics_port, address=metrics_address)

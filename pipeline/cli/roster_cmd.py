@@ -16,9 +16,8 @@ from pipeline.presence import PresenceEntry, RosterFollower, RosterView
 from pipeline.support.clock import now_ms
 
 from .keys_cmd import DEFAULT_TRUST_DIR
-from .login import KafkaConfigOpt, kafka_factories
+from .login import BootstrapOpt, KafkaConfigOpt, KafkaPropertyOpt, bootstrap_from, kafka_factories
 from .output import console, emit_json, fail_on_fleet_error
-from .topics_cmd import BootstrapOpt, bootstrap_from
 
 app = typer.Typer(help="Who is live where (signed presence).")
 
@@ -35,6 +34,7 @@ def roster(
         Path | None, typer.Option("--config", "-c", help="Show this host gateway's view.")
     ] = None,
     kafka_config: KafkaConfigOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
 ) -> None:
     """Read the roster from the beginning, verify every record, print the live entries."""
     if config is not None:
@@ -47,7 +47,7 @@ def roster(
         bootstrap=server,
         view=view,
         topics=topics,
-        consumer_factory=kafka_factories(kafka_config, check=server).consumer,
+        consumer_factory=kafka_factories(kafka_config, kafka_property, check=server).consumer,
     )
     try:
         follower.catch_up()

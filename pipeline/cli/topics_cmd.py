@@ -2,33 +2,19 @@
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 import typer
 
-from pipeline.errors import ConfigError
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 
-from .login import KafkaConfigOpt, kafka_factories
+from .login import BootstrapOpt, KafkaConfigOpt, KafkaPropertyOpt, bootstrap_from, kafka_factories
 from .output import console, emit_json, fail_on_fleet_error
 
 app = typer.Typer(
     help="Kafka topology: inboxes, control, roster, DLQ, pools.", no_args_is_help=True
 )
-
-
-def bootstrap_from(value: str | None) -> str:
-    found = value or os.environ.get("KAFKA_BOOTSTRAP")
-    if not found:
-        raise ConfigError("no broker: pass --bootstrap or set KAFKA_BOOTSTRAP")
-    return found
-
-
-BootstrapOpt = Annotated[
-    str | None, typer.Option("--bootstrap", help="Kafka bootstrap servers (or KAFKA_BOOTSTRAP).")
-]
 
 
 @app.command()
@@ -46,6 +32,7 @@ def apply(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report only.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     kafka_config: KafkaConfigOpt = None,
+    kafka_property: KafkaPropertyOpt = None,
 ) -> None:
     """Create missing topics, set differing configs; refuse partition/replication mismatches."""
     spec = TopologySpec(
@@ -59,7 +46,7 @@ def apply(
         dlq_retention_bytes=dlq_retention_bytes,
     )
     server = bootstrap_from(bootstrap)
-    factories = kafka_factories(kafka_config, check=server)
+    factories = kafka_factories(kafka_config, kafka_property, check=server)
     report = apply_topology(server, spec, dry_run=dry_run, admin_factory=factories.admin)
     if as_json:
         emit_json(report.as_json())

@@ -1,8 +1,8 @@
 """Deliver outbox rows straight to handlers, in process: the saga engine without a broker.
 
 For tests and ``fleet``-less demos that want the real orchestrator, participants, idempotency and
-outbox on real SQL but no Kafka: each pending outbox row of a known topic is marked sent and handed
-to its handler, and the handler's staged writes commit in the same transaction (a relay and a
+outbox on real SQL but no Kafka: each pending outbox row of a known topic is marked sent (its
+branch's watermark raised past it, as the relay acks) and handed to its handler, and the handler's staged writes commit in the same transaction (a relay and a
 consumer collapsed into one step). Production runs the relay and ConsumerRuntime instead.
 """
 
@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline.outbox import RowStatus, outbox
+from pipeline.outbox import RowStatus, outbox, outbox_branch
+from pipeline.outbox.sent import is_pending
 from pipeline.record import Record
 from pipeline.record_headers import unpack_headers
 from pipeline.runtime.ports import Handler
@@ -31,7 +32,7 @@ def drain(
         with sessions.begin() as session:
             row = session.execute(
                 select(outbox)
-                .where(outbox.c.status == int(RowStatus.PENDING), outbox.c.topic.in_(topics))
+                .where(is_pending(), outbox.c.topic.in_(topics))
                 .order_by(outbox.c.id)
                 .limit(1)
             ).first()
@@ -41,6 +42,15 @@ def drain(
                 update(outbox)
                 .where(outbox.c.id == row.id)
                 .values(status=int(RowStatus.SENT), sent_at=time.time())
+            )
+            session.execute(
+                update(outbox_branch)
+                .where(
+                    outbox_branch.c.tenant == row.tenant,
+                    outbox_branch.c.branch_key == row.branch_key,
+                    outbox_branch.c.sent_lsn == row.lsn - 1,  # a prefix, as the relay acks
+                )
+                .values(sent_lsn=row.lsn)
             )
             rec = Record(
                 topic=row.topic,

@@ -33,6 +33,7 @@ from pipeline.store import read_sessions
 from pipeline.support.clock import now_ms
 
 from .metrics import GatewayMetrics
+from .writer_session import WriterSession
 
 UNKNOWN_RECIPIENT = Delivery.UNKNOWN_RECIPIENT
 RECIPIENT_GONE = Lifecycle.RECIPIENT_GONE
@@ -173,7 +174,9 @@ class GatewayClient:
             env = self._stage(s, env)
         return env
 
-    def send_all(self, requests: Sequence[SendRequest]) -> list[Envelope | FleetError]:
+    def send_all(
+        self, requests: Sequence[SendRequest], *, writer: WriterSession | None = None
+    ) -> list[Envelope | FleetError]:
         """Queue many messages in one transaction (group commit); one result per request.
 
         The same checks and the same rows as :meth:`send` (the same :meth:`_stage`). A refused
@@ -182,6 +185,7 @@ class GatewayClient:
         plain transaction (the common case: nothing refused); if anything was refused, that
         transaction is rolled back whole and the group is written again with one savepoint per
         send. A failure of the commit itself raises (nothing of the group is queued).
+        ``writer``: the transactions run on its held Session (the socket's writer thread).
         """
         results: list[Envelope | FleetError] = []
         for request in requests:
@@ -192,14 +196,15 @@ class GatewayClient:
         todo = [(i, r) for i, r in enumerate(results) if isinstance(r, Envelope)]
         if not todo:
             return results
+        begin = self.sessions.begin if writer is None else writer.begin
         try:
-            with self.sessions.begin() as s:
+            with begin() as s:
                 for i, env in todo:
                     results[i] = self._stage(s, env)
             return results
         except FleetError:
             pass  # one was refused: nothing of this pass was committed; again, one by one
-        with self.sessions.begin() as s:
+        with begin() as s:
             for i, env in todo:
                 try:
                     with s.begin_nested():

@@ -34,7 +34,7 @@ from pipeline.envelope import (
     Kind,
     Verifier,
 )
-from pipeline.envelope.receipts import read_receipt
+from pipeline.envelope.receipts import Receipt, read_receipt
 from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
 from pipeline.host import deadlines
@@ -104,6 +104,10 @@ class InboxHandler:
         # the roster's horizon when the prepared batch was verified: the roster had read at
         # least that far when it judged those records' senders
         self._prepared_horizon: int | None = None
+        # the batch's receipts and the state of the sends they are about, read ahead in the
+        # batch transaction (``read_ahead``); a record not found here is read on its own
+        self._receipts: dict[tuple[str, int, int], Receipt] = {}
+        self._states: dict[str, str | None] = {}
         self.lifecycle = lifecycle
         self.tracked = tuple(tracked)  # the kinds of tracked send a receipt may settle
         self.seen = seen  # the verifier's bounded seen-set; the store's dedupe rows back it
@@ -147,16 +151,39 @@ class InboxHandler:
             (r.topic, r.partition, r.offset): o for r, o in zip(records, outcomes, strict=True)
         }
 
+    def read_ahead(self, session: Session, records: Sequence[Record]) -> None:
+        """The runtime's ``ReadsAhead`` stage: the tracked send of every receipt in the batch
+        (verified by ``prepare``), read in one statement per tracked kind in the batch
+        transaction, instead of a read transaction of its own per receipt."""
+        self._receipts, self._states = {}, {}
+        for r in records:
+            ref = (r.topic, r.partition, r.offset)
+            done = self._prepared.get(ref)
+            if done is None or isinstance(done, Exception):
+                continue
+            env = done.envelope
+            if env.kind not in (Kind.INJECTED, Kind.FAILED):
+                continue
+            try:
+                self._receipts[ref] = read_receipt(env.kind.value, env.body)
+            except EnvelopeError:
+                continue  # ``handle`` reads it again and refuses it as before
+        if self._receipts:
+            ids = [receipt.msg_id for receipt in self._receipts.values()]
+            self._states = deadlines.states_of(session.connection(), self.tracked, ids)
+
     def warm(self, session: Session) -> None:
-        """The runtime's ``Warms`` stage (rolled back): the held row insert and the pending
-        count, compiled before the first batch instead of inside it."""
+        """The runtime's ``Warms`` stage (rolled back): the held row insert, the receipts' read
+        and settle, and the pending count, compiled before the first batch instead of inside it."""
         tx = Staged()
         env = Envelope.new(kind=Kind.REPLY, sender="warm-up", to="warm-up", body=b"", ttl_s=1)
         rec = Record(
             topic="", partition=-1, offset=-1, key=None, value=b"", headers=(), timestamp_ms=0
         )
         tx.insert(held_table, _held_row("\x00warm-up", env, rec, 0))
+        tx.call_each(self._settle_answers, deadlines.Answer("\x00warm-up", True, ""))
         tx.flush(session)
+        deadlines.states_of(session.connection(), self.tracked, ["\x00warm-up"])
         self._pending("\x00warm-up")
         self._held.refreshed = 0.0  # the first real batch reads the counts afresh
 
@@ -269,9 +296,13 @@ class InboxHandler:
                 self.metrics.no_waiter.inc()
                 return ACK
         if env.kind in (Kind.INJECTED, Kind.FAILED):
-            receipt = read_receipt(env.kind.value, env.body)
+            ahead = self._receipts.pop((record.topic, record.partition, record.offset), None)
+            receipt = ahead or read_receipt(env.kind.value, env.body)
             # a receipt settles the tracked send it is about: a forward send or a SPAWN
-            state = self._read(lambda s: deadlines.answered(s, self.tracked, receipt.msg_id))
+            if ahead is not None and receipt.msg_id in self._states:
+                state = self._states[receipt.msg_id]
+            else:
+                state = self._read(lambda s: deadlines.answered(s, self.tracked, receipt.msg_id))
             if env.kind == Kind.FAILED and state == deadlines.FAILED:
                 return ACK  # the deadline already reported it: exactly one FAILED per send
             if env.kind == Kind.INJECTED and receipt.stage == STAGE_UNCERTAIN:
@@ -279,16 +310,13 @@ class InboxHandler:
                 return self._hold(env, record, tx, env.to)
             if env.kind == Kind.INJECTED and state == deadlines.FAILED:
                 self._late_injected(env, receipt.msg_id, tx)
-            tx.call(
-                functools.partial(
-                    deadlines.settle_answer,
-                    kinds=self.tracked,
-                    msg_id=receipt.msg_id,
-                    injected=env.kind == Kind.INJECTED,
-                    reason=receipt.reason,
-                )
-            )
+            answer = deadlines.Answer(receipt.msg_id, env.kind == Kind.INJECTED, receipt.reason)
+            tx.call_each(self._settle_answers, answer)
         return self._hold(env, record, tx, env.to)
+
+    def _settle_answers(self, session: Session, answers: list[deadlines.Answer]) -> None:
+        """The batch's consecutive receipts settled together (``deadlines.settle_answers``)."""
+        deadlines.settle_answers(session.connection(), self.tracked, answers)
 
     def _late_injected(self, env: Envelope, msg_id: str, tx: Staged) -> None:
         """The residual window of the forward path: a brief injected just before its deadline

@@ -38,11 +38,13 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import ConfigError, DeliveryError, FleetError, StoreError
-from pipeline.host.socket_protocol import FrameError, encode_frame, error_data, read_frame
+from pipeline.host.socket_protocol import FrameError, FrameReader, error_data
 from pipeline.reasons import Config, Verification
 
 from .client import GatewayClient, SendRequest
 from .metrics import SocketMetrics
+from .socket_answers import Answers
+from .writer_session import WriterSession
 
 if TYPE_CHECKING:
     from pipeline.control.client import ControlClient
@@ -134,10 +136,13 @@ class _Pending:
     kind: str = ""  # for the metrics: the send's kind, or SPAWN / STOP
     result: Envelope | dict[str, Any] | FleetError | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    answers: Answers | None = None  # its connection's, sent in order by whoever decides it
 
     def finish(self, result: Envelope | dict[str, Any] | FleetError) -> None:
         self.result = result
         self.done.set()
+        if self.answers is not None:
+            self.answers.flush()
 
     def answer(self) -> dict[str, Any]:
         r = self.result
@@ -184,6 +189,8 @@ class SocketServer:
         self._threads: list[threading.Thread] = []
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._writer = WriterSession(client.sessions)
+        self._writer_thread: int | None = None
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> SocketServer:
@@ -281,29 +288,35 @@ class SocketServer:
                 return  # closed
             with self._lock:
                 self._conns.add(conn)
-            answers: queue.Queue[_Pending | None] = queue.Queue()
-            for target, args in ((self._read, (conn, answers)), (self._answer, (conn, answers))):
+            answers = Answers(conn)
+            for target, args in (
+                (self._read, (conn, answers)),
+                (answers.run, (functools.partial(self._closed, conn),)),
+            ):
                 threading.Thread(
                     target=target, args=args, name="gw-socket-conn", daemon=True
                 ).start()
 
-    def _read(self, conn: socket.socket, answers: queue.Queue[_Pending | None]) -> None:
+    def _read(self, conn: socket.socket, answers: Answers) -> None:
         """Requests in, in order: each is queued for the writer (or refused at once)."""
+        frames = FrameReader(conn)
         try:
             while True:
                 try:
-                    message = read_frame(conn)
+                    message = frames.next()
                 except FrameError as exc:  # unreadable: answer it, then hang up
                     if self.metrics is not None:
                         self.metrics.request(None, "malformed", exc.reason)
                     pending = _Pending(id=None, request=None)
                     pending.finish(exc)
-                    answers.put(pending)
+                    answers.add(pending)
                     return
                 if message is None:
                     return
                 op = message.get("op")
-                pending = _Pending(id=message.get("id"), request=None, kind=str(op).upper())
+                pending = _Pending(
+                    id=message.get("id"), request=None, kind=str(op).upper(), answers=answers
+                )
                 try:
                     if op == "send":
                         pending.kind = str(message.get("kind", "SEND")).upper()
@@ -311,22 +324,24 @@ class SocketServer:
                     elif op in CONTROL_FIELDS and self.control is not None:
                         pending.call = parse_control(message, self.control)
                     elif op == "poll":
-                        self._poll(pending, parse_poll(message))
-                        answers.put(pending)
+                        kwargs = parse_poll(message)
+                        answers.add(pending)  # before its thread can decide it
+                        self._poll(pending, kwargs)
                         continue
                     else:
                         raise ConfigError(f"local socket: unknown op {op!r}")
                 except FleetError as exc:
                     pending.finish(exc)
+                    answers.add(pending)  # decided: answered now, in order
                     if self.metrics is not None:
                         self.metrics.request(pending.kind, "malformed", exc.reason)
                 else:
+                    answers.add(pending)  # before the writer can decide it
                     self._queue.put(pending)
-                answers.put(pending)
         except OSError:
             return
         finally:
-            answers.put(None)
+            answers.end()
 
     def _poll(self, pending: _Pending, kwargs: dict[str, Any]) -> None:
         """A poll reads (and drains) held rows on its own thread: with ``wait_s`` it is an open
@@ -348,33 +363,31 @@ class SocketServer:
 
         threading.Thread(target=run, name="gw-socket-poll", daemon=True).start()
 
-    def _answer(self, conn: socket.socket, answers: queue.Queue[_Pending | None]) -> None:
-        """Answers out, in request order, each once the writer has decided it."""
-        try:
-            while (pending := answers.get()) is not None:
-                pending.done.wait()
-                conn.sendall(encode_frame(pending.answer()))
-        except OSError:
-            pass  # the client went away; what was committed stays committed
-        finally:
-            with self._lock:
-                self._conns.discard(conn)
-            conn.close()
+    def _closed(self, conn: socket.socket) -> None:
+        """Every answer of ``conn`` is out (or its client went away): hang up."""
+        with self._lock:
+            self._conns.discard(conn)
+        conn.close()
 
     # -- the writer ----------------------------------------------------------------------------
     def _write(self) -> None:
-        while not self._stop.is_set():
-            try:
-                first = self._queue.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            batch = [first]
-            while len(batch) < self.max_batch:
+        self._writer_thread = threading.get_ident()
+        try:
+            while not self._stop.is_set():
                 try:
-                    batch.append(self._queue.get_nowait())
+                    first = self._queue.get(timeout=0.2)
                 except queue.Empty:
-                    break
-            self.commit(batch)
+                    continue
+                batch = [first]
+                while len(batch) < self.max_batch:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                self.commit(batch)
+        finally:
+            self._writer_thread = None
+            self._writer.close()
 
     def commit(self, batch: list[_Pending]) -> None:
         """One transaction for ``batch``'s sends (each gets its envelope or its error), then each
@@ -411,7 +424,11 @@ class SocketServer:
         started = time.perf_counter()
         failed = False
         try:
-            results: list[Envelope | FleetError] = list(self.client.send_all(requests))
+            # the writer thread's groups run on its held Session (writer_session.py)
+            writer = self._writer if threading.get_ident() == self._writer_thread else None
+            results: list[Envelope | FleetError] = list(
+                self.client.send_all(requests, writer=writer)
+            )
         except FleetError as exc:
             results, failed = [exc] * len(requests), True
         except Exception as exc:  # a store failure: nothing of the batch is queued

@@ -20,14 +20,25 @@ already held (the DLQ reporter's, about the same send) is kept as the one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, String, Table, bindparam, insert, select, update
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    String,
+    Table,
+    bindparam,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope.receipts import failed_receipt
+from pipeline.host import dbapi
 from pipeline.host.held import hold_notice
 from pipeline.support import clock
 
@@ -66,13 +77,59 @@ class Tracked:
 
 def track(session: Session, kind: Tracked, **row: Any) -> None:
     """Record one send as ``pending``, in the caller's (the send's) transaction."""
-    session.execute(insert(kind.table), {**row, "state": PENDING})
+    key = (kind.table, tuple(row))
+    statement = _TRACK[key] if key in _TRACK else _track_statement(*key)
+    if statement is None:  # a column default to fill in: SQLAlchemy's insert does that
+        session.execute(insert(kind.table), {**row, "state": PENDING})
+        return
+    dbapi.execute(session, statement, (*row.values(), PENDING)).close()
+
+
+# A forward send writes its row on the send path: DB-API text, built once per table and set of
+# columns (pipeline.host.dbapi), when every column left out has no default (a plain NULL).
+_TRACK: dict[tuple[Table, tuple[str, ...]], dbapi.Statement | None] = {}
+
+
+def _track_statement(table: Table, names: tuple[str, ...]) -> dbapi.Statement | None:
+    columns = (*names, "state")
+    statement: dbapi.Statement | None = None
+    if (
+        "state" not in names
+        and set(columns) <= set(table.c.keys())
+        and all(c.default is None and c.server_default is None
+                for c in table.c if c.name not in columns)
+    ):  # fmt: skip
+        quoted = ", ".join(f'"{c}"' for c in columns)
+        marks = ", ".join("{p}" for _ in columns)
+        statement = dbapi.Statement(f'INSERT INTO "{table.name}" ({quoted}) VALUES ({marks})')
+    _TRACK[(table, names)] = statement
+    return statement
 
 
 # Built once per table (the compiled form is then cached): every INJECTED an inbox takes reads
 # and settles its tracked send, on the pull path's hot loop.
 _SETTLE: dict[Table, Any] = {}
 _STATE_OF: dict[Table, Any] = {}
+# the same for a whole batch of receipts: DB-API SQL text, one statement per table and batch
+# size (SQLAlchemy's per-execution work on an expanding IN cost more than the statement)
+_STATES_SQL = "SELECT msg_id, state FROM {table} WHERE msg_id IN ({ids})"
+_SETTLE_SQL = "UPDATE {table} SET state = {p}, reason = {p} WHERE state = {p} AND msg_id IN ({ids})"
+_RETURNING = " RETURNING msg_id"
+_PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
+_sql_cache: dict[tuple[str, str, str, int], str] = {}
+_CHUNK = 500
+
+
+def _sql(conn: Connection, template: str, table: Table, n: int) -> str:
+    key = (template, table.name, conn.dialect.paramstyle, n)
+    sql = _sql_cache.get(key)
+    if sql is None:
+        p = _PLACEHOLDER.get(conn.dialect.paramstyle)
+        if p is None:
+            raise ValueError(f"deadlines: unsupported DB-API paramstyle {conn.dialect.paramstyle}")
+        ids = ", ".join([p] * n)
+        sql = _sql_cache[key] = template.format(table=table.name, p=p, ids=ids)
+    return sql
 
 
 def settle(
@@ -144,6 +201,36 @@ def answered(session: Session, kinds: Sequence[Tracked], msg_id: str) -> str | N
     return None
 
 
+def states_of(
+    conn: Connection, kinds: Sequence[Tracked], msg_ids: Iterable[str]
+) -> dict[str, str | None]:
+    """:func:`answered` for many msgIds at once: one select per kind (and per 500 ids), every
+    id in the answer (None: tracked under no kind). The inbox reads a batch's receipts so."""
+    todo = list(dict.fromkeys(msg_ids))
+    found: dict[str, str | None] = {}
+    for kind in kinds:
+        if not todo:
+            break
+        for i in range(0, len(todo), _CHUNK):
+            chunk = todo[i : i + _CHUNK]
+            sql = _sql(conn, _STATES_SQL, kind.table, len(chunk))
+            for msg_id, state in conn.exec_driver_sql(sql, tuple(chunk)):
+                found[str(msg_id)] = str(state)
+        todo = [m for m in todo if m not in found]
+    for msg_id in todo:
+        found[msg_id] = None
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One ``INJECTED`` (``injected``) or ``FAILED`` about the tracked send ``msg_id``."""
+
+    msg_id: str
+    injected: bool
+    reason: str
+
+
 def settle_answer(
     session: Session, kinds: Sequence[Tracked], msg_id: str, *, injected: bool, reason: str
 ) -> None:
@@ -152,6 +239,52 @@ def settle_answer(
     for kind in kinds:
         if settle(session, kind, msg_id, kind.answered if injected else FAILED, reason or None):
             return
+
+
+def settle_answers(conn: Connection, kinds: Sequence[Tracked], answers: Sequence[Answer]) -> None:
+    """:func:`settle_answer` for each answer in order, as few statements as that allows: one
+    conditional update per kind, outcome and reason, each over every msgId it settles. Answers
+    about one msgId apply in their order (the first moves it out of ``pending``, the others
+    find it settled), so the rows end exactly as one call per answer leaves them."""
+    rounds: list[list[Answer]] = []  # round r holds the (r+1)-th answer about each msgId
+    seen: dict[str, int] = {}
+    for answer in answers:
+        r = seen.get(answer.msg_id, 0)
+        seen[answer.msg_id] = r + 1
+        if r == len(rounds):
+            rounds.append([])
+        rounds[r].append(answer)
+    for one_round in rounds:
+        groups: dict[tuple[bool, str | None], list[str]] = {}
+        for answer in one_round:
+            groups.setdefault((answer.injected, answer.reason or None), []).append(answer.msg_id)
+        for (injected, reason), ids in groups.items():
+            _settle_many(conn, kinds, ids, injected=injected, reason=reason)
+
+
+def _settle_many(
+    conn: Connection,
+    kinds: Sequence[Tracked],
+    msg_ids: list[str],
+    *,
+    injected: bool,
+    reason: str | None,
+) -> None:
+    todo = msg_ids
+    for n, kind in enumerate(kinds):
+        if not todo:
+            return
+        returning = n < len(kinds) - 1  # the ids a kind settled are not tried under the next
+        template = _SETTLE_SQL + _RETURNING if returning else _SETTLE_SQL
+        state = kind.answered if injected else FAILED
+        settled: set[str] = set()
+        for i in range(0, len(todo), _CHUNK):
+            chunk = todo[i : i + _CHUNK]
+            sql = _sql(conn, template, kind.table, len(chunk))
+            result = conn.exec_driver_sql(sql, (state, reason, PENDING, *chunk))
+            if returning:
+                settled.update(str(m) for m in result.scalars())
+        todo = [m for m in todo if m not in settled]
 
 
 class Deadlines:

@@ -23,7 +23,6 @@ from sqlalchemy import (
     Integer,
     String,
     Table,
-    bindparam,
     delete,
     insert,
     select,
@@ -31,6 +30,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from pipeline.store import metadata
+
+from . import dbapi
 
 roster_cache_table = Table(
     "fleet_roster_cache",
@@ -121,9 +122,8 @@ def replace_all(session: Session, entries: Iterable[RosterEntry]) -> None:
 def departed(session: Session, gid: str) -> tuple[str, str] | None:
     """``(host, cause)`` when ``gid``'s last word was a departure (a reaped worker), else None
     (bound, never announced, or retracted without a cause, as a leaving gateway's are)."""
-    t = roster_gone_table
-    row = session.execute(select(t.c.host, t.c.cause).where(t.c.gid == gid)).first()
-    return None if row is None else (str(row.host), str(row.cause))
+    row = dbapi.fetchone(session, _DEPARTED, (gid,))
+    return None if row is None else (str(row[0]), str(row[1]))
 
 
 def write_state(session: Session, state: RosterState) -> None:
@@ -143,10 +143,11 @@ def write_state(session: Session, state: RosterState) -> None:
 
 
 def read_state(session: Session) -> RosterState:
-    row = session.execute(select(roster_state_table)).first()
+    row = dbapi.fetchone(session, _STATE, ())
     if row is None:
         return NO_STATE
-    return RosterState(row.horizon_ms, bool(row.stale), row.why, row.written_ms)
+    horizon_ms, stale, why, written_ms = row
+    return RosterState(horizon_ms, bool(stale), why, written_ms)
 
 
 def _entry(row: object) -> RosterEntry:
@@ -160,16 +161,27 @@ def _entry(row: object) -> RosterEntry:
     )
 
 
-_LOOKUP = select(roster_cache_table).where(roster_cache_table.c.gid == bindparam("gid"))
+# Every send resolves its recipient here, in its own transaction: DB-API text on the session's
+# cursor (pipeline.host.dbapi), not session.execute, whose overhead was most of a send's lookup.
+_LOOKUP = dbapi.Statement(
+    'SELECT gid, host, role, delivery, "groups", expires_ms FROM fleet_roster_cache WHERE gid = {p}'
+)
+_DEPARTED = dbapi.Statement("SELECT host, cause FROM fleet_roster_gone WHERE gid = {p}")
+_STATE = dbapi.Statement(
+    "SELECT horizon_ms, stale, why, written_ms FROM fleet_roster_state ORDER BY id LIMIT 1"
+)
 
 
 def lookup(session: Session, gid: str, now: int | None = None) -> RosterEntry | None:
     """The known binding of ``gid`` (live or not); with ``now``, only while live as of the
     mirrored horizon (``now`` when no horizon was mirrored)."""
-    row = session.execute(_LOOKUP, {"gid": gid}).first()
+    row = dbapi.fetchone(session, _LOOKUP, (gid,))
     if row is None:
         return None
-    entry = _entry(row)
+    gid, host, role, delivery, groups, expires_ms = row
+    entry = RosterEntry(
+        gid, host, role, delivery, tuple(g for g in groups.split(",") if g), int(expires_ms)
+    )
     if now is not None and not read_state(session).is_live(entry, now):
         return None
     return entry

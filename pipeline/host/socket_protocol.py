@@ -81,6 +81,42 @@ def read_frame(sock: socket.socket) -> dict[str, Any] | None:
     return decode_body(body)
 
 
+class FrameReader:
+    """The frames of one stream, read in chunks: a small frame is one ``recv`` (not one for its
+    length and one for its body), and frames a client pipelined arrive several per ``recv``.
+    The same frames, errors and clean end as :func:`read_frame` (the gateway's side of the
+    socket reads every request through one of these)."""
+
+    CHUNK = 65536
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._buf = bytearray()
+
+    def next(self) -> dict[str, Any] | None:
+        """The next frame; ``None`` at a clean end of stream (between frames)."""
+        buf = self._buf
+        while True:
+            if len(buf) >= _LENGTH.size:
+                (size,) = _LENGTH.unpack_from(buf)
+                if size > MAX_FRAME_BYTES:
+                    raise FrameError(
+                        f"local socket: a frame of {size} bytes is above {MAX_FRAME_BYTES}",
+                        context={"size": size, "limit": MAX_FRAME_BYTES},
+                    )
+                end = _LENGTH.size + size
+                if len(buf) >= end:
+                    body = bytes(buf[_LENGTH.size : end])
+                    del buf[:end]
+                    return decode_body(body)
+            chunk = self.sock.recv(self.CHUNK)
+            if not chunk:
+                if not buf:
+                    return None
+                raise ConnectionResetError("local socket: the peer closed the stream mid-frame")
+            buf += chunk
+
+
 def _read_exactly(sock: socket.socket, n: int, *, allow_eof: bool) -> bytes | None:
     chunks: list[bytes] = []
     got = 0

@@ -135,6 +135,9 @@ NAMED_PROPERTIES: Final = frozenset(
         "ssl.key.location",
     }
 )
+# Credentials librdkafka takes besides the SASL password: a PEM key's or a PKCS#12 keystore's
+# password (from a --command-config file only, never from the command line).
+SECRET_PROPERTIES: Final = frozenset({"ssl.key.password", "ssl.keystore.password"})
 _TLS_KEYS: Final = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")
 _SECRET_WORDS = ("password", "secret", "sasl.jaas", "sasl.oauthbearer.config", ".pem", "token")
 
@@ -168,6 +171,7 @@ class KafkaSecurity:
     ssl_certificate_location: str | None = None
     ssl_key_location: str | None = None
     properties: tuple[tuple[str, str], ...] = ()
+    secret_properties: tuple[tuple[str, Secret], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         proto = self.security_protocol
@@ -207,6 +211,11 @@ class KafkaSecurity:
                 raise _invalid(f"properties.{key}", HIDDEN, refusal[1], refusal[0])
             if not isinstance(value, str):
                 raise _invalid(f"properties.{key}", value, "must be a string")
+        for key, secret in self.secret_properties:
+            if key not in SECRET_PROPERTIES or not isinstance(secret, Secret):
+                raise _invalid(f"properties.{key}", HIDDEN, "not a credential librdkafka takes")
+            if not proto.tls:
+                raise _invalid(f"properties.{key}", HIDDEN, f"does not apply to {proto}")
 
     def client_properties(self) -> dict[str, str]:
         """The librdkafka properties for this login, the password included (for the client only;
@@ -223,6 +232,7 @@ class KafkaSecurity:
             if value is not None:
                 conf[key.replace("_", ".")] = value
         conf.update(dict(self.properties))
+        conf.update((key, secret.reveal()) for key, secret in self.secret_properties)
         return conf
 
     def describe(self) -> dict[str, Any]:
@@ -234,7 +244,8 @@ class KafkaSecurity:
             "password_source": self.password_source,
             "ssl_ca_location": self.ssl_ca_location,
             "properties": dict(self.properties),
-        }
+        } | ({"secret_properties": [k for k, _ in self.secret_properties]}
+             if self.secret_properties else {})  # fmt: skip
 
 
 PLAINTEXT: Final = KafkaSecurity()
@@ -280,7 +291,7 @@ def security_from_table(
             if key in _TLS_KEYS and isinstance(value, str) and value and base_dir:
                 value = str(base_dir / value)
             values[key] = value
-    password, source = _password(table, environ, base_dir)
+    password, source = password_from_table(table, environ, base_dir)
     if password is not None:
         values["sasl_password"], values["password_source"] = password, source
     props = table.get("properties", {})
@@ -299,7 +310,7 @@ def security_from_table(
     return bind(KafkaSecurity, values, reasons=CONFIG_REASONS, at="kafka.")
 
 
-def _password(
+def password_from_table(
     table: Mapping[str, Any], environ: Mapping[str, str], base_dir: Path | None
 ) -> tuple[Secret | None, str | None]:
     file, env = table.get("sasl_password_file"), table.get("sasl_password_env")

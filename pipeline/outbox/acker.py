@@ -1,99 +1,68 @@
-"""Marking confirmed rows sent: the relay's only write, and the guard that keeps it honest.
+"""Marking confirmed rows sent: the relay's only write -- one per branch, not one per row.
 
-R-OUT-4: "ack only what the broker accepted". Pending rows of a branch are a contiguous suffix
-(lsns commit in order), so "sent" stays a per-branch prefix as long as a run of confirmed rows is
-acked only when the lsn just before it is no longer pending.
+R-OUT-4: "ack only what the broker accepted". The ack raises the branch's watermark
+``outbox_branch.sent_lsn`` from ``lo - 1`` to ``hi`` for the run ``[lo, hi]`` of rows the broker
+confirmed. The prefix guard is inside the statement: the watermark moves only from ``lo - 1``
+(never past an unconfirmed row: a run whose ``lo - 1`` is not yet sent is not acked at all),
+only upwards (a late or repeated ack never lowers it), and never on an abandoned branch (a row a
+rewind dropped while it was in flight stays ``DROPPED``; the drop was decided first).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from sqlalchemy import Engine, and_, or_, select, update
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import StoreError
 
-from .tables import RowStatus, outbox
+_PLACEHOLDERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
+
+Branch = tuple[str, str]
+
+
+def runs(rows: list[Any]) -> dict[Branch, tuple[int, int]]:
+    """Per branch, ``(lo, hi)``: the first and last lsn of its rows in ``rows`` (lsn order)."""
+    out: dict[Branch, tuple[int, int]] = {}
+    for row in rows:
+        branch = (row[1], row[2])
+        first = out.get(branch)
+        out[branch] = (row[3] if first is None else first[0], row[3])
+    return out
 
 
 class Acker:
-    """Acks confirmed rows for one relay (which must be the only relay of its tenant)."""
+    """Acks confirmed rows by moving their branches' watermarks."""
 
-    def __init__(self, engine: Engine, *, tenant: str | None) -> None:
+    def __init__(self, engine: Engine, *, tenant: str | None = None) -> None:
         self.engine = engine
         self.tenant = tenant
-        # SQLite runs one writer at a time, so ids become visible in order (PostgreSQL: not so)
-        self._serial_ids = engine.dialect.name == "sqlite"
-        self._acked_upto: dict[tuple[str, str], int] = {}  # lsn this relay last acked, per branch
+        p = _PLACEHOLDERS.get(engine.dialect.paramstyle, "?")
+        self._sql = (
+            f"UPDATE outbox_branch SET sent_lsn = {p} WHERE tenant = {p} AND branch_key = {p} "
+            f"AND sent_lsn >= {p} AND sent_lsn < {p} AND NOT abandoned"
+        )
+        # PostgreSQL: a writer holds its branch's row lock from its lsn upsert to its commit and
+        # may lock several branches in any order, so the ack never holds two branch locks (one
+        # autocommitted statement per branch: it can wait, never deadlock). SQLite: one writer
+        # at a time, so one transaction per batch.
+        self._one_per_statement = engine.dialect.name != "sqlite"
 
-    def ack(self, rows: list[Any], *, whole_batch: bool = False) -> None:
-        """Mark confirmed rows sent, except runs whose branch has an earlier lsn still pending.
-
-        Pending rows of a branch are a suffix (inv. 2), so "lsn lo-1 is pending" is the whole
-        guard: such a run stays pending and the branch is resent from its lowest unacknowledged
-        lsn. Two statements per batch whatever its size.
-        """
+    def ack(self, rows: list[Any]) -> None:
+        """Raise each branch's watermark over its run of ``rows`` (confirmed, lsn order)."""
         if not rows:
             return
-        firsts: dict[tuple[str, str], int] = {}
-        lasts: dict[tuple[str, str], int] = {}
-        for row in rows:
-            firsts.setdefault((row[1], row[2]), row[3])
-            lasts[(row[1], row[2])] = row[3]
-        known = self._acked_upto
-        # Only branches whose lsn lo-1 this relay did not ack itself need a look in the store
-        # (first seen since start, after a failure, or a row that committed late).
-        probe = [
-            (t, b, lo - 1)
-            for (t, b), lo in firsts.items()
-            if lo > 1 and known.get((t, b)) != lo - 1
-        ]
-        c = outbox.c
+        params = [(hi, t, b, lo - 1, hi) for (t, b), (lo, hi) in runs(rows).items()]
         try:
-            with self.engine.begin() as conn:
-                blocked: set[tuple[str, str]] = set()
-                if probe:
-                    blocked = {
-                        (t, b)
-                        for t, b in conn.execute(
-                            select(c.tenant, c.branch_key).where(
-                                # OR of point lookups: each uses the unique index (a row-value
-                                # IN would scan every pending row)
-                                or_(
-                                    *(
-                                        and_(c.tenant == t, c.branch_key == b, c.lsn == lsn)
-                                        for t, b, lsn in probe
-                                    )
-                                ),
-                                c.status == int(RowStatus.PENDING),
-                            )
-                        )
-                    }
-                conn.execute(self._statement(rows, blocked, whole_batch=whole_batch))
-            if len(known) > 100_000:
-                known.clear()  # only an optimisation: forgetting costs one probe per branch
-            for branch, lsn in lasts.items():
-                if branch not in blocked:
-                    known[branch] = lsn
+            if self._one_per_statement:
+                auto = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+                with auto as conn:
+                    for one in params:
+                        conn.exec_driver_sql(self._sql, one)
+            else:
+                with self.engine.begin() as conn:
+                    conn.exec_driver_sql(self._sql, params)
         except SQLAlchemyError as exc:
             # Not acked: these rows go out again; the consumer's fold drops the copies.
             raise StoreError(f"outbox relay: cannot ack {len(rows)} rows: {exc}") from exc
-
-    def _statement(
-        self, rows: list[Any], blocked: set[tuple[str, str]], *, whole_batch: bool
-    ) -> Any:
-        # Only PENDING rows become SENT: a row a rewind dropped while it was in flight stays
-        # DROPPED (the drop was decided first; see docs/outbox.md, crash windows).
-        c = outbox.c
-        stmt = update(outbox).values(status=int(RowStatus.SENT), sent_at=time.time())
-        stmt = stmt.where(c.status == int(RowStatus.PENDING))
-        first, last = rows[0][0], rows[-1][0]
-        if whole_batch and self._serial_ids and not blocked:
-            # SQLite commits one writer at a time, so no pending row inside [first, last] was
-            # missed by the fetch: a plain id range (no per-row parameters) covers the batch.
-            stmt = stmt.where(c.id >= first, c.id <= last)
-            return stmt if self.tenant is None else stmt.where(c.tenant == self.tenant)
-        ids = [row[0] for row in rows if (row[1], row[2]) not in blocked]
-        return stmt.where(c.id.in_(ids))

@@ -1,53 +1,107 @@
-"""The relay's hot read: pending rows as DB-API SQL text, one statement per batch.
+"""The relay's hot read: the branches with unsent rows, then the rows after the oldest of them.
 
-The relay reads every row it ships, so this read is on the hot path: it runs on the raw DB-API
-cursor (plain tuples; no SQLAlchemy ``Row`` objects or per-column result processing, which cost
-about four times the read itself). ``status = 0`` is written as a literal so both SQLite and
-PostgreSQL match it to the partial index ``ix_outbox_pending`` (a bound parameter would not).
+A row stays ``PENDING`` after it was sent (the ack moves its branch's watermark instead), so a
+pass first lists the branches with unsent rows -- the partial index ``ix_outbox_branch_unsent``,
+as many entries as active branches -- with each one's watermark and the id of its first unsent
+row (one point read each on the unique index). It then reads rows in id order from the lowest
+of those ids, as the relay always has, and keeps per branch only the unbroken run after its
+mark: lsns are gapless and commit in order (docs/outbox.md, inv. 2), so a branch's next row is
+always ``mark + 1``. A row at or below its mark was sent already (another branch's row read on
+the way) and is skipped; a row past ``mark + 1`` (on PostgreSQL a lower id can commit late) or of
+a branch not listed ends that branch for this pass -- the next pass lists it again. Both
+statements run on the raw DB-API cursor (plain tuples; SQLAlchemy's ``Row`` objects cost about
+four times the read itself).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
-from .tables import RowStatus
+from .tables import UNSENT, RowStatus
 
 # The columns of a fetched row, in order (the relay indexes the tuples by position).
 COLUMNS = ("id", "tenant", "branch_key", "lsn", "topic", "key", "value", "headers", "created_at")
 
 _PLACEHOLDERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
+Branch = tuple[str, str]
+
 
 class FetchSql:
-    """Builds ``SELECT <COLUMNS> FROM outbox WHERE status = PENDING ... ORDER BY id LIMIT n``."""
+    """Builds the two statements of the read: active branches, and rows after an id."""
 
     def __init__(self, paramstyle: str, *, tenant: str | None, limit: int) -> None:
         try:
-            self._p = _PLACEHOLDERS[paramstyle]
+            p = self._p = _PLACEHOLDERS[paramstyle]
         except KeyError:
             raise ValueError(
                 f"outbox relay: unsupported DB-API paramstyle {paramstyle!r}"
             ) from None
         self._tenant = tenant
-        self._limit = int(limit)
-        self._head = (
+        self.limit = int(limit)
+        own = "" if tenant is None else f" AND tenant = {p}"
+        # ``status = 0`` is a literal: both databases then scan ``ix_outbox_pending`` from the id
+        self._rows = (
             f"SELECT {', '.join(COLUMNS)} FROM outbox WHERE status = {int(RowStatus.PENDING)}"
+            f" AND id >= {p}{own} ORDER BY id LIMIT {self.limit}"
+        )
+        self._branches = (
+            "SELECT tenant, branch_key, sent_lsn, (SELECT o.id FROM outbox o "
+            "WHERE o.tenant = outbox_branch.tenant AND o.branch_key = outbox_branch.branch_key "
+            f"AND o.lsn = outbox_branch.sent_lsn + 1) FROM outbox_branch WHERE {UNSENT}{own}"
         )
 
-    def build(
-        self, *, after: int | None, stopped: Iterable[tuple[str, str]] = ()
-    ) -> tuple[str, tuple[object, ...]]:
-        """``(sql, params)`` for the next batch: ids above ``after``, none of ``stopped``."""
-        p = self._p
-        parts = [self._head]
-        params: list[object] = []
-        if self._tenant is not None:
-            parts.append(f"tenant = {p}")
-            params.append(self._tenant)
-        if after is not None:
-            parts.append(f"id > {p}")
-            params.append(after)
-        for tenant, branch in stopped:  # rare and few: branches stopped by a FAILED row
-            parts.append(f"NOT (tenant = {p} AND branch_key = {p})")
-            params += [tenant, branch]
-        return f"{' AND '.join(parts)} ORDER BY id LIMIT {self._limit}", tuple(params)
+    def branches(self) -> tuple[str, tuple[object, ...]]:
+        """``(sql, params)`` listing ``(tenant, branch_key, sent_lsn, id of lsn sent_lsn + 1)``
+        of the branches with unsent rows (the index's own condition, as the index states it)."""
+        return self._branches, (() if self._tenant is None else (self._tenant,))
+
+    def rows(self, start: int) -> tuple[str, tuple[object, ...]]:
+        """``(sql, params)`` for up to ``limit`` rows from id ``start`` on, in id order."""
+        return self._rows, ((start,) if self._tenant is None else (start, self._tenant))
+
+
+class PassCursor:
+    """One relay pass's place: the next id to read, and per branch the last lsn handed out."""
+
+    def __init__(self, sql: FetchSql, listed: Iterable[Any], stopped: set[Branch]) -> None:
+        self._sql = sql
+        self.gaps = False  # a branch ended at a gap: rows may be left unsent after this pass
+        # branch -> last lsn handed out (starts at its watermark); stopped branches left out
+        self.marks: dict[Branch, int] = {}
+        firsts = []
+        for tenant, branch, sent_lsn, first_id in listed:
+            if first_id is not None and (tenant, branch) not in stopped:
+                self.marks[(tenant, branch)] = int(sent_lsn)
+                firsts.append(int(first_id))
+        self._next: int | None = min(firsts) if firsts else None
+
+    def next_batch(self, cur: Any, stopped: set[Branch]) -> list[Any]:
+        """Up to ``limit`` rows in id order: each branch's next lsns after its mark."""
+        marks = self.marks
+        for branch in stopped.intersection(marks):
+            del marks[branch]  # a stopped branch publishes nothing more
+        limit = self._sql.limit
+        rows: list[Any] = []
+        while self._next is not None and marks and len(rows) < limit:
+            cur.execute(*self._sql.rows(self._next))
+            read = cur.fetchall()
+            self._next = read[-1][0] + 1 if len(read) == limit else None  # None: the end
+            for row in read:
+                branch = (row[1], row[2])
+                mark = marks.get(branch)
+                if mark is None or row[3] <= mark:
+                    continue  # not listed (or ended) this pass, or sent already
+                if row[3] != mark + 1:
+                    del marks[branch]  # a gap: an earlier lsn is not visible yet
+                    self.gaps = True
+                    continue
+                marks[branch] = row[3]
+                rows.append(row)
+                if len(rows) == limit:
+                    self._next = row[0] + 1
+                    break
+        if self._next is None:
+            marks.clear()  # read to the end: every listed branch is done for this pass
+        return rows

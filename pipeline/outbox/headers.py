@@ -27,6 +27,27 @@ def fold_headers(tenant: str, branch_key: str, lsn: int) -> Headers:
     ]
 
 
+class FoldHeaders:
+    """:func:`fold_headers` for the relay's hot loop: a branch's two constant headers are
+    encoded once and reused (a relay ships many rows of few branches); only the lsn is new."""
+
+    __slots__ = ("_branches",)
+
+    def __init__(self) -> None:
+        self._branches: dict[tuple[str, str], tuple[tuple[str, bytes], tuple[str, bytes]]] = {}
+
+    def __call__(self, tenant: str, branch_key: str, lsn: int) -> Headers:
+        fixed = self._branches.get((tenant, branch_key))
+        if fixed is None:
+            if len(self._branches) > 10_000:
+                self._branches.clear()  # only a cache: a relay's active branches are few
+            fixed = self._branches[(tenant, branch_key)] = (
+                (BRANCH_HEADER, branch_key.encode()),
+                (TENANT_HEADER, tenant.encode()),
+            )
+        return [fixed[0], (LSN_HEADER, b"%d" % lsn), fixed[1]]
+
+
 def fold_position(headers: Headers | None) -> tuple[str, int] | None:
     """``(branch_key, lsn)`` from a consumed record's headers, or ``None`` if it has none."""
     branch: str | None = None

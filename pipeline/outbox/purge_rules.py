@@ -1,6 +1,8 @@
-"""The outbox's retention rule: a row goes once SENT (or DROPPED) and ``outbox_sent_s`` old.
+"""The outbox's retention rule: a row goes once sent (or DROPPED) and ``outbox_sent_s`` old.
 
-PENDING and FAILED rows are unsent and never purged (docs/store.md).
+Sent is ``SENT``, or ``PENDING`` at or below its branch's watermark (:mod:`.sent`); such a row
+has no per-row ``sent_at``, so its age is counted from ``created_at``. Rows above the watermark
+and FAILED rows are unsent and never purged (docs/store.md).
 """
 
 from __future__ import annotations
@@ -10,14 +12,17 @@ from sqlalchemy import ColumnElement
 from pipeline.retention.policy import RetentionConfig
 from pipeline.retention.rules import PurgeRule, StoreTable
 
+from .sent import watermark
 from .tables import RowStatus, outbox
 
 
 def _outbox(now: int, p: RetentionConfig) -> ColumnElement[bool]:
     cutoff = now / 1000.0 - p.outbox_sent_s  # outbox times are epoch seconds
     c = outbox.c
-    return ((c.status == int(RowStatus.SENT)) & (c.sent_at < cutoff)) | (
-        (c.status == int(RowStatus.DROPPED)) & (c.created_at < cutoff)
+    return (
+        ((c.status == int(RowStatus.SENT)) & (c.sent_at < cutoff))
+        | ((c.status == int(RowStatus.DROPPED)) & (c.created_at < cutoff))
+        | ((c.status == int(RowStatus.PENDING)) & (c.created_at < cutoff) & (c.lsn <= watermark()))
     )
 
 

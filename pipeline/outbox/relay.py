@@ -4,10 +4,11 @@ R-OUT-2: its own process and supervision; loop drain -> publish in
 ``(BranchKey, Lsn)`` order -> ack only what the broker accepted; retry with backoff inside;
 never propagate a broker error into run execution (writers never see the relay at all).
 
-Per batch: read the oldest pending rows, publish them in ``(tenant, branch_key, lsn)`` order with
-the idempotent ``acks=all`` producer, wait for every delivery report, then mark sent -- per
-branch -- only the unbroken run of confirmed rows from its lowest pending lsn. A branch whose row
-failed is resent from that row on the next pass (a failed record may still have been written:
+Per batch: read each active branch's next unsent rows, publish them in ``(tenant, branch_key,
+lsn)`` order with the idempotent ``acks=all`` producer, wait for every delivery report, then ack
+-- per branch -- only the unbroken run of confirmed rows above its watermark, by raising the
+watermark (:mod:`.acker`; no row is rewritten). A branch whose row failed is resent from that
+row on the next pass (a failed record may still have been written:
 the consumer's fold absorbs the copy). The producer never times a record out, so a broker outage
 delays a branch but cannot reorder it (docs/outbox.md, invariant 4).
 
@@ -43,8 +44,9 @@ from pipeline.support.retrying import Backoff, retry_call
 
 from .acker import Acker
 from .batch import Batch
-from .fetch import FetchSql
-from .headers import fold_headers
+from .fetch import FetchSql, PassCursor
+from .headers import FoldHeaders
+from .idle import IdleWait
 from .limits import DEFAULT_MAX_RECORD_BYTES
 from .metrics import OutboxMetrics, PublishFailure, classify
 from .status import backlog
@@ -120,13 +122,17 @@ class Relay:
         self._producer: Any = None
         self._fatal = False
         self._stop: threading.Event | None = None
-        self._wake = threading.Event()  # set by wake(): rows were just committed
+        # woken by wake() (rows just committed here); else a cheap look for others' commits
+        self._idle = IdleWait(engine, poll_s=idle_wait_s, max_idle_s=metrics_interval_s)
         self._next_metrics = 0.0
         self._store: ThreadPoolExecutor | None = None
         self._acker = Acker(engine, tenant=tenant)
         self._terminal_sink = terminal_sink
         self._stopped: set[tuple[str, str]] | None = None  # loaded on the first fetch
         self._fetch_sql = FetchSql(engine.dialect.paramstyle, tenant=tenant, limit=batch_size)
+        self._cursor: PassCursor | None = None
+        self._fold_headers = FoldHeaders()
+        self._drained_clean = False  # the last pass read every unsent row and shipped them all
         self._dbapi_error: type[Exception] = engine.dialect.loaded_dbapi.Error
 
     # -- passes ----------------------------------------------------------------------------
@@ -155,7 +161,7 @@ class Relay:
         backoff = Backoff(initial_s=self.backoff_initial_s, max_s=self.backoff_max_s, jitter=0.2)
 
         def one_pass() -> int:
-            self._wake.clear()  # a wake() from here on ends the idle wait below at once
+            self._idle.clear()  # a wake() from here on ends the idle wait below at once
             return self.drain()
 
         try:
@@ -173,13 +179,13 @@ class Relay:
                         return  # a stop ended the retrying; nothing else does
                     raise
                 if acked == 0:
-                    self._wake.wait(self.idle_wait_s)
+                    self._idle.wait(stop)
         finally:
             self.close()
 
     def wake(self) -> None:
         """Rows were committed just now: end the idle wait (a writer in this process calls it)."""
-        self._wake.set()
+        self._idle.wake()
 
     def close(self, timeout: float = 2.0) -> None:
         # Unconfirmed records are simply not acked: the next relay resends them.
@@ -189,6 +195,7 @@ class Relay:
         if self._store is not None:
             self._store.shutdown(wait=True)
             self._store = None
+        self._idle.close()
 
     # -- steps -------------------------------------------------------------------------------
     def _pump(self, *, max_batches: int | None) -> int:
@@ -207,7 +214,7 @@ class Relay:
         acks: deque[tuple[Future[None], list[Any], list[Any]]] = deque()
         broken: set[tuple[str, str]] = set()  # branches with a failed row: no more acks now
         started = acked = failed = 0
-        rows: list[Any] | None = self._fetch(None)
+        rows: list[Any] | None = self._fetch(first=True)
         while rows is not None or window:
             if rows is not None and len(window) < self.pipeline_depth:
                 if not rows or broken or self._stopping():
@@ -221,7 +228,7 @@ class Relay:
                 more = len(rows) == self.batch_size and (
                     max_batches is None or started < max_batches
                 )
-                rows = self._fetch(rows[-1][0]) if more else None
+                rows = self._fetch(first=False) if more else None
                 continue
             batch = window.popleft()
             self._settle(batch)
@@ -230,10 +237,9 @@ class Relay:
             confirmed, errors = self._confirmed(batch, broken)
             # acks run in order on the store thread; the guard in _ACK keeps each branch's
             # "sent" a prefix even if an earlier ack failed
-            whole = confirmed is batch.rows  # the fast path: every row of the fetch confirmed
             refused = self._refused(batch) if errors else []
             errors = [e for e in errors if e is not HELD_BACK]
-            acks.append((store.submit(self._ack, confirmed, whole_batch=whole), confirmed, errors))
+            acks.append((store.submit(self._ack, confirmed), confirmed, errors))
             if refused:  # after this batch's acks, so each refused row heads its branch
                 acks.append((store.submit(self._fail, refused), [], []))
             failed += len(errors) - len(refused)
@@ -241,9 +247,15 @@ class Relay:
             # flight, a kill -9 replays at most 2 x pipeline_depth batches (the fold drops them)
             acked += self._collect(acks, wait=False, keep=self.pipeline_depth)
         acked += self._collect(acks, wait=True)
-        # refresh the gauges at once when the relay turns idle; otherwise on the interval (an
-        # idle relay passes every idle_wait_s and must not count the backlog each time)
-        self._observe_backlog(force=acked == 0 and self._was_busy)
+        # A pass that read every unsent row and shipped it all leaves no backlog (but rows
+        # committed since): the gauges go to 0 with no query. Otherwise they are refreshed from
+        # the store at once when the relay turns idle, else on the interval (an idle relay
+        # passes every idle_wait_s and must not count the backlog each time).
+        if not failed and not broken and not self._stopped and self._cursor_drained():
+            self.metrics.backlog_rows.set(0)
+            self.metrics.oldest_unsent_age_seconds.set(0.0)
+        else:
+            self._observe_backlog(force=acked == 0 and self._was_busy)
         self._was_busy = acked > 0
         if acked == 0 and not failed:
             self.metrics.relay_lag_seconds.set(0)
@@ -280,32 +292,36 @@ class Relay:
             self._store = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-store")
         return self._store
 
-    def _fetch(self, cursor: int | None) -> list[Any]:
-        # The first fetch of a pass starts at the oldest pending row; later ones continue after
-        # the last id fetched. On PostgreSQL a lower id can commit after a higher one: such a
-        # late row is picked up by the next pass, and the ack guard keeps "sent" a per-branch
-        # prefix meanwhile.
+    def _fetch(self, *, first: bool) -> list[Any]:
+        # The first fetch of a pass lists the branches with unsent rows (their watermarks);
+        # later ones continue each branch after the last lsn handed out (fetch.py). On
+        # PostgreSQL a branch whose rows commit after the listing is picked up by the next pass.
         try:
             if self._stopped is None:
                 self._stopped = stopped_branches(self._reader, tenant=self.tenant)
                 self.metrics.stopped_branches.set(len(self._stopped))
-            # a stopped branch publishes nothing after its FAILED row
-            # (a snapshot: the store thread may stop a branch meanwhile)
-            sql, params = self._fetch_sql.build(after=cursor, stopped=tuple(self._stopped))
             # The hot read goes through the DB-API cursor: plain tuples, no per-row Row objects
             # or result processing (SQLAlchemy's rows cost ~4x the read itself here).
             conn = self._reader.raw_connection()
             try:
                 cur = conn.cursor()
-                cur.execute(sql, params)
-                rows: list[Any] = list(cur.fetchall())
+                if first or self._cursor is None:
+                    cur.execute(*self._fetch_sql.branches())
+                    self._cursor = PassCursor(self._fetch_sql, cur.fetchall(), self._stopped)
+                # a stopped branch publishes nothing after its FAILED row
+                # (a snapshot: the store thread may stop a branch meanwhile)
+                rows = self._cursor.next_batch(cur, self._stopped)
                 cur.close()
             finally:
                 conn.close()  # back to the pool (which rolls back PostgreSQL's read transaction)
         except (SQLAlchemyError, self._dbapi_error) as exc:
+            self._cursor = None
             raise StoreError(f"outbox relay: cannot read the outbox: {exc}") from exc
         # id order is lsn order within each branch (inv. 2), which is all the producer needs
         return rows
+
+    def _cursor_drained(self) -> bool:
+        return self._cursor is not None and not self._cursor.marks and not self._cursor.gaps
 
     def _produce(self, rows: list[Any]) -> Batch:
         producer = self._ensure_producer()
@@ -313,11 +329,13 @@ class Relay:
         batch = Batch(rows)
         report = batch.report
         stopped = self._stopped if self._stopped is not None else set()
+        fold_headers = self._fold_headers
         for i, (_id, tenant, branch, lsn, topic, key, value, blob, _created) in enumerate(rows):
             if stopped and (tenant, branch) in stopped:
                 report(i, HELD_BACK, None)
                 continue
-            headers = unpack_headers(blob) + fold_headers(tenant, branch, lsn)
+            headers = unpack_headers(blob)
+            headers += fold_headers(tenant, branch, lsn)
             try:
                 produce(
                     topic, value=value, key=key, headers=headers, on_delivery=partial(report, i)
@@ -398,8 +416,8 @@ class Relay:
     def _confirmed(batch: Batch, broken: set[tuple[str, str]]) -> tuple[list[Any], list[Any]]:
         return batch.confirmed(broken)
 
-    def _ack(self, rows: list[Any], *, whole_batch: bool = False) -> None:
-        self._acker.ack(rows, whole_batch=whole_batch)
+    def _ack(self, rows: list[Any]) -> None:
+        self._acker.ack(rows)
 
     @staticmethod
     def _refused(batch: Batch) -> list[FailedRow]:

@@ -1,7 +1,8 @@
 """Read-only views of the outbox: backlog, oldest unsent age, per-branch positions.
 
-Used by ``fleet outbox status`` and by the relay's metrics. Only ``PENDING`` rows count as backlog:
-dropped rows (abandoned branches) will never ship, sent rows already did.
+Used by ``fleet outbox status`` and by the relay's metrics. Only unsent rows count as backlog
+(above their branch's ack watermark, not FAILED): dropped rows (abandoned branches) will never
+ship, sent rows already did.
 """
 
 from __future__ import annotations
@@ -36,28 +37,54 @@ class OutboxStatus:
         return asdict(self)
 
 
-# ``status = 0`` as a literal: SQLite and PostgreSQL match only a literal to the partial index
-# ``ix_outbox_pending`` (a bound parameter would scan the whole table)
-_PENDING = text(f"outbox.status = {int(RowStatus.PENDING)}")
+_FAILED = int(RowStatus.FAILED)
+# The branches with unsent rows, as the index ``ix_outbox_branch_unsent`` is written (so both
+# databases use it): every read below starts there, as many entries as active branches.
+_ACTIVE = "b.last_lsn > b.sent_lsn AND NOT b.abandoned"
+
+
+def _sql(select_list: str, tail: str, tenant: str | None) -> Any:
+    where = _ACTIVE if tenant is None else f"{_ACTIVE} AND b.tenant = :tenant"
+    return text(f"SELECT {select_list} FROM outbox_branch b {tail} WHERE {where}")
 
 
 def backlog(engine: Engine, *, tenant: str | None = None) -> tuple[int, float | None]:
-    """``(pending rows, created_at of the oldest pending row or None)``.
+    """``(unsent rows, created_at of the oldest unsent row or None)``, read off the watermarks.
 
-    Both reads stay on the partial index of pending rows (the relay refreshes them while it
-    drains): the count reads only the index, and the oldest row is the lowest pending id -- ids
-    are handed out as rows are written, so that is the oldest row up to the clocks of writers
-    racing within the same moment. One row read, not every pending row's ``created_at``.
+    Lsns are gapless and rows above a branch's watermark are never purged, so a live branch has
+    ``last_lsn - sent_lsn`` unsent rows, less its FAILED one when stopped (FAILED is terminal,
+    not backlog). The oldest is the row just above each watermark: one point read per active
+    branch on the unique index, however many sent rows the table holds (a stopped branch's
+    oldest is its FAILED row's time, the moment it stopped shipping).
     """
-    count_stmt = select(func.count()).select_from(outbox).where(_PENDING)
-    oldest_stmt = select(outbox.c.created_at).where(_PENDING).order_by(outbox.c.id).limit(1)
-    if tenant is not None:
-        count_stmt = count_stmt.where(outbox.c.tenant == tenant)
-        oldest_stmt = oldest_stmt.where(outbox.c.tenant == tenant)
+    params = {} if tenant is None else {"tenant": tenant}
     with readonly(engine).connect() as conn:  # a pure read: BEGIN DEFERRED on SQLite
-        count = int(conn.execute(count_stmt).scalar_one())
-        oldest = conn.execute(oldest_stmt).scalar() if count else None
-    return count, (float(oldest) if oldest is not None else None)
+        above = conn.execute(
+            _sql("coalesce(sum(b.last_lsn - b.sent_lsn), 0)", "", tenant), params
+        ).scalar_one()
+        count = int(above or 0)
+        oldest = None
+        if count:
+            failed = conn.execute(
+                _sql(
+                    "count(*)",
+                    "JOIN outbox o ON o.tenant = b.tenant AND o.branch_key = b.branch_key "
+                    f"AND o.lsn > b.sent_lsn AND o.status = {_FAILED}",
+                    tenant,
+                ),
+                params,
+            ).scalar_one()
+            count -= int(failed or 0)
+            oldest = conn.execute(
+                _sql(
+                    "min(o.created_at)",
+                    "JOIN outbox o ON o.tenant = b.tenant AND o.branch_key = b.branch_key "
+                    "AND o.lsn = b.sent_lsn + 1",
+                    tenant,
+                ),
+                params,
+            ).scalar()
+    return max(0, count), (float(oldest) if oldest is not None and count else None)
 
 
 def outbox_status(
@@ -65,31 +92,31 @@ def outbox_status(
 ) -> OutboxStatus:
     count, oldest = backlog(engine, tenant=tenant)
     now = time.time() if now is None else now
-    pending = (
+    b = outbox_branch.c
+    failed = (
         select(outbox.c.tenant, outbox.c.branch_key, func.count().label("n"))
-        .where(outbox.c.status == int(RowStatus.PENDING))
+        .where(outbox.c.status == _FAILED)
         .group_by(outbox.c.tenant, outbox.c.branch_key)
     )
-    branches_stmt = select(
-        outbox_branch.c.tenant,
-        outbox_branch.c.branch_key,
-        outbox_branch.c.last_lsn,
-        outbox_branch.c.abandoned,
-    ).order_by(outbox_branch.c.tenant, outbox_branch.c.branch_key)
+    branches_stmt = select(b.tenant, b.branch_key, b.last_lsn, b.sent_lsn, b.abandoned).order_by(
+        b.tenant, b.branch_key
+    )
     if tenant is not None:
-        pending = pending.where(outbox.c.tenant == tenant)
-        branches_stmt = branches_stmt.where(outbox_branch.c.tenant == tenant)
+        failed = failed.where(outbox.c.tenant == tenant)
+        branches_stmt = branches_stmt.where(b.tenant == tenant)
     with readonly(engine).connect() as conn:  # a pure read: BEGIN DEFERRED on SQLite
-        per_branch = {(t, b): int(n) for t, b, n in conn.execute(pending)}
+        stopped = {(t, k): int(n) for t, k, n in conn.execute(failed)}
         branches = [
             BranchStatus(
                 tenant=t,
-                branch_key=b,
+                branch_key=k,
                 next_lsn=int(last) + 1,
-                pending=per_branch.get((t, b), 0),
+                pending=(
+                    0 if abandoned else max(0, int(last) - int(sent) - stopped.get((t, k), 0))
+                ),
                 abandoned=bool(abandoned),
             )
-            for t, b, last, abandoned in conn.execute(branches_stmt)
+            for t, k, last, sent, abandoned in conn.execute(branches_stmt)
         ]
     return OutboxStatus(
         backlog=count,

@@ -4,6 +4,8 @@
 the per-branch sequence ``(tenant, branch_key, lsn)``. ``outbox_branch`` is the per-branch counter
 that hands out gapless lsns: its row lock serialises writers of one branch, so lsn ``n + 1`` can
 never commit before lsn ``n`` (the relay relies on that to see each branch as a contiguous prefix).
+It also holds the branch's ack watermark ``sent_lsn``: every row of the branch up to it was
+confirmed by the broker (R-OUT-4), so the relay acks a branch, not each row (docs/outbox.md).
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ _ID = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class RowStatus(enum.IntEnum):
-    """``PENDING`` -> ``SENT`` once the broker confirmed it; ``DROPPED`` when its branch was
-    abandoned (a rewind) before it shipped: a dropped row is never published. ``FAILED``: the
-    broker refused it for good (a permanent produce error, the reason in ``error``): terminal,
-    never published, and its branch is stopped behind it (docs/outbox.md)."""
+    """A row's own state. ``PENDING`` rows are *sent* once their lsn is at or below their
+    branch's watermark ``outbox_branch.sent_lsn`` (the relay never rewrites the row); ``SENT`` is
+    kept by rows acked before the watermark and by the in-process effects drain. ``DROPPED``:
+    its branch was abandoned (a rewind) before it shipped, never published. ``FAILED``: the broker
+    refused it for good (a permanent produce error, the reason in ``error``): terminal, never
+    published, and its branch is stopped behind it (docs/outbox.md)."""
 
     PENDING = 0
     SENT = 1
@@ -61,9 +65,8 @@ outbox = Table(
     UniqueConstraint("tenant", "branch_key", "lsn", name="uq_outbox_branch_lsn"),
 )
 
-# A partial index over pending rows only: the relay's scan stays as small as the backlog however
-# many sent rows accumulate, and an ack just removes entries. One index, not one per tenant: every
-# extra index is paid again on each ack (a tenant-scoped relay filters the same scan).
+# A partial index over rows whose own status is PENDING (sent ones under a watermark included):
+# kept from before the watermark for the transition; the relay reads by branch instead.
 _PENDING = text(f"status = {int(RowStatus.PENDING)}")
 Index("ix_outbox_pending", outbox.c.id, sqlite_where=_PENDING, postgresql_where=_PENDING)
 # Failed rows stop their branch: the relay lists them often, so they get their own tiny index.
@@ -77,4 +80,17 @@ outbox_branch = Table(
     Column("branch_key", String(300), primary_key=True),
     Column("last_lsn", BigInteger, nullable=False),
     Column("abandoned", Boolean, nullable=False, default=False),
+    # the ack watermark: lsns 1..sent_lsn of the branch are sent (confirmed), the rest are not
+    Column("sent_lsn", BigInteger, nullable=False, default=0, server_default=text("0")),
+)
+
+# The branches with unsent rows: the relay's read and the backlog gauge start from this index, so
+# they cost as many entries as active branches, however many sent rows the table still holds.
+UNSENT = "last_lsn > sent_lsn AND NOT abandoned"
+Index(
+    "ix_outbox_branch_unsent",
+    outbox_branch.c.tenant,
+    outbox_branch.c.branch_key,
+    sqlite_where=text(UNSENT),
+    postgresql_where=text(UNSENT),
 )

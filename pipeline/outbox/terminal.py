@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from pipeline.record import Headers
 from pipeline.record_headers import unpack_headers
 
-from .tables import RowStatus, outbox
+from .tables import RowStatus, outbox, outbox_branch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,23 +58,19 @@ class TerminalSink(Protocol):
 
 
 def fail_row(engine: Engine, row: FailedRow, sink: TerminalSink | None) -> bool:
-    """Make ``row`` FAILED if it heads its branch (lsn - 1 not pending); return whether it did.
+    """Make ``row`` FAILED if it heads its branch (lsn - 1 sent: at or below the branch's
+    watermark); return whether it did.
 
     A row behind a still-pending lsn is left pending: its branch is resent from the earlier row,
     and the refusal recurs when it is this row's turn.
     """
-    c = outbox.c
+    c, b = outbox.c, outbox_branch.c
     with Session(engine) as session, session.begin():
         if row.lsn > 1:
-            earlier = session.execute(
-                select(c.id).where(
-                    c.tenant == row.tenant,
-                    c.branch_key == row.branch_key,
-                    c.lsn == row.lsn - 1,
-                    c.status == int(RowStatus.PENDING),
-                )
-            ).first()
-            if earlier is not None:
+            mark = session.execute(
+                select(b.sent_lsn).where(b.tenant == row.tenant, b.branch_key == row.branch_key)
+            ).scalar()
+            if (mark or 0) < row.lsn - 1:
                 return False
         done = session.execute(
             update(outbox)

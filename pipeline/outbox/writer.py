@@ -22,6 +22,7 @@ from pipeline.record_headers import pack_headers
 
 from .limits import DEFAULT_MAX_RECORD_BYTES, check_record_size, record_size
 from .notify import notify
+from .sent import watermark
 from .tables import RowStatus, outbox, outbox_branch
 
 
@@ -51,20 +52,28 @@ def write(
         )
         check_record_size(size, max_record_bytes, topic=topic)
     conn = session.connection()
-    sql = _sql_for(conn.dialect.paramstyle)
+    on_pg = conn.dialect.name == "postgresql"
+    sql = _sql_for(conn.dialect.paramstyle, on_pg=on_pg)
     blob = pack_headers(headers) or None  # NULL: no headers (as since v0.1.0)
     dbapi_error = conn.dialect.loaded_dbapi.Error
     statement: str = sql.next_lsn
     params: tuple[Any, ...] = (tenant, branch_key)
     try:
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        cursor.execute(statement, params)
-        row: Any = cursor.fetchone()  # the upsert returns its row
-        lsn, abandoned = row
-        if not abandoned:
-            statement = sql.insert
-            params = (tenant, branch_key, lsn, topic, key, value, blob, _PENDING, time.time())
+        if sql.both is not None:  # one round trip: the upsert feeds the insert
+            statement = sql.both
+            params = (tenant, branch_key, topic, key, value, blob, _PENDING, time.time())
             cursor.execute(statement, params)
+            row: Any = cursor.fetchone()  # none: the branch is abandoned, nothing inserted
+            lsn, abandoned = (0, True) if row is None else (row[0], False)
+        else:
+            cursor.execute(statement, params)
+            row = cursor.fetchone()  # the upsert returns its row
+            lsn, abandoned = row
+            if not abandoned:
+                statement = sql.insert
+                params = (tenant, branch_key, lsn, topic, key, value, blob, _PENDING, time.time())
+                cursor.execute(statement, params)
     except dbapi_error as exc:  # as SQLAlchemy raises it: callers catch SQLAlchemyError
         raise DBAPIError.instance(
             statement, params, exc, dbapi_error, dialect=conn.dialect
@@ -75,7 +84,7 @@ def write(
             reason=Outbox.BRANCH_ABANDONED,
             context={"tenant": tenant, "branch_key": branch_key},
         )
-    if session.get_bind().dialect.name == "postgresql":
+    if on_pg:
         notify(session)  # a relay in another process wakes at our commit
     return int(lsn)
 
@@ -83,6 +92,7 @@ def write(
 class _WriteSql(NamedTuple):
     next_lsn: str
     insert: str
+    both: str | None  # PostgreSQL: the two as one statement (a data-modifying WITH)
 
 
 # A send is on the hot path: both statements are DB-API text, executed on the raw
@@ -100,21 +110,32 @@ _WRITE_SQL = (
     "INSERT INTO outbox (tenant, branch_key, lsn, topic, key, value, headers, status, created_at) "
     "VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})",
 )
+# PostgreSQL takes both as one statement, so a send's row costs one round trip, not two (SQLite
+# has no INSERT inside WITH, nor round trips to save). No row back: the branch is abandoned.
+_BOTH_SQL = (
+    "WITH b AS (INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned) "
+    "VALUES ({p}, {p}, 1, false) ON CONFLICT (tenant, branch_key) "
+    "DO UPDATE SET last_lsn = outbox_branch.last_lsn + 1 "
+    "RETURNING tenant, branch_key, last_lsn, abandoned) "
+    "INSERT INTO outbox (tenant, branch_key, lsn, topic, key, value, headers, status, created_at) "
+    "SELECT b.tenant, b.branch_key, b.last_lsn, {p}, {p}, {p}, {p}, {p}, {p} FROM b "
+    "WHERE NOT b.abandoned RETURNING lsn"
+)
 _PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 _PENDING = int(RowStatus.PENDING)
-_write_sql: dict[str, _WriteSql] = {}
+_write_sql: dict[tuple[str, bool], _WriteSql] = {}
 
 
-def _sql_for(paramstyle: str) -> _WriteSql:
-    sql = _write_sql.get(paramstyle)
+def _sql_for(paramstyle: str, *, on_pg: bool) -> _WriteSql:
+    sql = _write_sql.get((paramstyle, on_pg))
     if sql is None:
         p = _PLACEHOLDER.get(paramstyle)
         if p is None:
             raise ConfigError(f"outbox: unsupported DB-API paramstyle {paramstyle!r}")
         false = "0" if paramstyle == "qmark" else "false"
-        sql = _write_sql[paramstyle] = _WriteSql(
-            *(text.format(p=p, f=false) for text in _WRITE_SQL)
-        )
+        both = _BOTH_SQL.format(p=p) if on_pg else None
+        next_lsn, insert = (text.format(p=p, f=false) for text in _WRITE_SQL)
+        sql = _write_sql[(paramstyle, on_pg)] = _WriteSql(next_lsn, insert, both)
     return sql
 
 
@@ -137,6 +158,7 @@ def abandon_branch(session: Session, *, branch_key: str, tenant: str = "default"
             outbox.c.tenant == tenant,
             outbox.c.branch_key == branch_key,
             outbox.c.status == int(RowStatus.PENDING),
+            outbox.c.lsn > watermark(),  # a row already sent is not dropped
         )
         .values(status=int(RowStatus.DROPPED))
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from sqlalchemy import Column, ColumnElement, and_, exists
 
-from pipeline.outbox.tables import RowStatus, outbox
+from pipeline.outbox.tables import RowStatus, outbox, outbox_branch
 from pipeline.retention.policy import RetentionConfig
 from pipeline.retention.rules import PurgeRule, StoreTable
 
@@ -23,14 +23,24 @@ def _run_finished(
 ) -> ColumnElement[bool]:
     """The run ``(tenant, run_id)`` completed ``runs_completed_s`` ago and has no unsent outbox
     row on any of its branches (a FAILED row stops its branch until an operator acts)."""
-    r, b, o = run.c, run_branch.c, outbox.c
-    unsent = exists().where(
+    r, b, o, w = run.c, run_branch.c, outbox.c, outbox_branch.c
+    # unsent: above the branch's ack watermark (pending), or FAILED (abandoned or not)
+    pending = exists().where(
+        b.tenant == r.tenant,
+        b.run_id == r.run_id,
+        w.tenant == b.tenant,
+        w.branch_key == b.branch_key,
+        w.last_lsn > w.sent_lsn,
+        ~w.abandoned,
+    )
+    failed = exists().where(
         b.tenant == r.tenant,
         b.run_id == r.run_id,
         o.tenant == b.tenant,
         o.branch_key == b.branch_key,
-        o.status.in_((int(RowStatus.PENDING), int(RowStatus.FAILED))),
+        o.status == int(RowStatus.FAILED),
     )
+    unsent = pending | failed
     return exists().where(
         r.tenant == tenant,
         r.run_id == run_id,

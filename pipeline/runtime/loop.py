@@ -51,6 +51,7 @@ from pipeline.support.clock import now_ms
 from .attempts import Attempts
 from .batch import Batch, KeepQuarantined, effect_failed
 from .batch_commit import BatchCommit
+from .batch_session import BatchSessions
 from .commits import AsyncCommits
 from .config import RuntimeConfig
 from .dedupe import claim_ids, release_ids
@@ -59,7 +60,15 @@ from .fetch import fetch, on_consume_error
 from .inflight import Dispatcher
 from .metrics import RuntimeMetrics
 from .pauses import Pauses
-from .ports import DeadLetterSink, Handler, Prepares, QuarantinePort, Verifies, Warms
+from .ports import (
+    DeadLetterSink,
+    Handler,
+    Prepares,
+    QuarantinePort,
+    ReadsAhead,
+    Verifies,
+    Warms,
+)
 from .quarantine_gate import QuarantineGate
 from .rebalance import Rebalance
 from .settle import Settler
@@ -94,7 +103,12 @@ class ConsumerRuntime:
         # the handler's batch stage before the transaction (the gateway verifies signatures
         # of the whole batch on a thread pool there)
         self.prepare = handler.prepare if isinstance(handler, Prepares) else None
+        # the handler's batch read inside the transaction (the gateway reads the tracked sends
+        # of a batch's receipts in one statement)
+        self.read_ahead = handler.read_ahead if isinstance(handler, ReadsAhead) else None
         self.sessions = sessions
+        # the batch transactions, on a connection held across batches (``batch_session.py``)
+        self.batch_sessions = BatchSessions(sessions)
         self.dead_letters = dead_letters
         self.quarantine = quarantine
         self.metrics = metrics
@@ -198,6 +212,7 @@ class ConsumerRuntime:
                 self.inflight.close()
 
     def close(self) -> None:
+        self.batch_sessions.close()
         with contextlib.suppress(RuntimeError):  # already closed
             if self.async_commits.sent:  # the pull path's last async commits, confirmed
                 self.async_commits.flush(self.consumer)
@@ -319,13 +334,15 @@ class ConsumerRuntime:
             apart = None
             if self.hooks.dedupe_own_transaction:  # PLANTED BUG (tests only, pipeline/hooks.py)
                 apart = self._claim_apart(scope, ids, now)
-            with self.sessions.begin() as session:
+            with self.batch_sessions.begin() as session:
                 # the dedupe claim IS the lookup: one insert-or-ignore, no read transaction
                 claimed = (
                     claim_ids(session.connection(), scope, filter(None, ids), now)
                     if apart is None
                     else apart
                 )
+                if self.read_ahead is not None:
+                    self.read_ahead(session, records)
                 for rec, msg_id in zip(records, ids, strict=True):
                     if rec.tp in batch.blocked:
                         continue

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from pipeline.record import Record
 from pipeline.runtime.outcomes import DeadLetter, Outcome
 
-from .ports import Handler, Prepares, Verifies, Warms
+from .ports import Handler, Prepares, ReadsAhead, Verifies, Warms
 from .staging import Staged
 
 
@@ -20,6 +20,9 @@ class ByTopic:
     def __init__(self, routes: Mapping[str, Handler], *, default: Handler) -> None:
         self.routes = dict(routes)
         self.default = default
+        # which routes have a stage, asked once: ``isinstance`` on a runtime-checkable Protocol
+        # inspects the object every time, and ``_split`` asks per record
+        self._stages: dict[tuple[int, type], bool] = {}
 
     def handle(self, record: Record, tx: Staged) -> Outcome:
         return self.routes.get(record.topic, self.default).handle(record, tx)
@@ -32,14 +35,26 @@ class ByTopic:
 
     def prepare(self, records: Sequence[Record]) -> None:
         """Each route's batch stage (if it has one) on its own records, in order."""
+        for route, recs in self._split(records, Prepares):
+            assert isinstance(route, Prepares)
+            route.prepare(recs)
+
+    def read_ahead(self, session: Session, records: Sequence[Record]) -> None:
+        """Each route's batch read (if it has one) on its own records, in order."""
+        for route, recs in self._split(records, ReadsAhead):
+            assert isinstance(route, ReadsAhead)
+            route.read_ahead(session, recs)
+
+    def _split(self, records: Sequence[Record], stage: type) -> list[tuple[Handler, list[Record]]]:
         routes: dict[int, tuple[Handler, list[Record]]] = {}
         for rec in records:
             route = self.routes.get(rec.topic, self.default)
-            if isinstance(route, Prepares):
+            has = self._stages.get((id(route), stage))
+            if has is None:
+                has = self._stages[(id(route), stage)] = isinstance(route, stage)
+            if has:
                 routes.setdefault(id(route), (route, []))[1].append(rec)
-        for route, recs in routes.values():
-            assert isinstance(route, Prepares)
-            route.prepare(recs)
+        return list(routes.values())
 
     def warm(self, session: Session) -> None:
         for route in {id(r): r for r in (*self.routes.values(), self.default)}.values():

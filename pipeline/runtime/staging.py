@@ -28,6 +28,7 @@ from sqlalchemy import Dialect, Insert, Table, insert
 from sqlalchemy.orm import Session
 
 SessionCall = Callable[[Session], object]
+BatchCall = Callable[[Session, list[Any]], object]
 Effect = Callable[[], None]
 
 
@@ -65,6 +66,15 @@ class AfterStore:
 
 
 FollowUp = AfterCommit | AfterStore
+
+
+@dataclass(frozen=True, slots=True)
+class _Each:
+    """One item of a batched call (:meth:`Staged.call_each`)."""
+
+    fn: BatchCall
+    item: Any
+
 
 # one compiled-once INSERT per table (SQLAlchemy caches the compiled form per construct)
 _INSERTS: dict[Table, Insert] = {}
@@ -140,7 +150,7 @@ class Staged:
 
     def __init__(self) -> None:
         self.inserts: list[tuple[Table, dict[str, Any]]] = []
-        self.calls: list[SessionCall] = []
+        self.calls: list[SessionCall | _Each] = []
         self.effects: list[FollowUp] = []
 
     def insert(self, table: Table, row: dict[str, Any]) -> None:
@@ -148,6 +158,12 @@ class Staged:
 
     def call(self, fn: SessionCall) -> None:
         self.calls.append(fn)
+
+    def call_each(self, fn: BatchCall, item: Any) -> None:
+        """A call that takes many items at once: staged per item like :meth:`call`, and at
+        flush each run of consecutive items for the same ``fn`` is one ``fn(session, items)``
+        (in staging order; a call of another kind in between ends the run)."""
+        self.calls.append(_Each(fn, item))
 
     def after_commit(self, fn: Effect) -> None:
         """An at-most-once effect: the batch's offsets are committed synchronously before it."""
@@ -193,7 +209,7 @@ class Staged:
 
     def flush(self, session: Session) -> None:
         """Bulk-insert rows table by table (one ``executemany`` per table and column set), then
-        run calls in staging order."""
+        run calls in staging order (a run of :meth:`call_each` items as one call)."""
         groups: dict[tuple[Table, tuple[str, ...]], list[dict[str, Any]]] = {}
         for table, row in self.inserts:
             group = (table, tuple(row))
@@ -210,8 +226,22 @@ class Staged:
                     conn.execute(_insert_for(table), rows)
                 else:
                     conn.exec_driver_sql(lean.sql, lean.params(rows))
-        for fn in self.calls:
-            fn(session)
+        run: list[Any] = []
+        run_fn: BatchCall | None = None
+        for call in self.calls:
+            if isinstance(call, _Each):
+                if run_fn is not None and call.fn != run_fn:
+                    run_fn(session, run)
+                    run = []
+                run_fn = call.fn
+                run.append(call.item)
+                continue
+            if run_fn is not None:
+                run_fn(session, run)
+                run, run_fn = [], None
+            call(session)
+        if run_fn is not None:
+            run_fn(session, run)
 
     def empty(self) -> bool:
         return not (self.inserts or self.calls or self.effects)

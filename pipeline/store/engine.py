@@ -13,11 +13,13 @@ import fcntl
 import logging
 import os
 import threading
+import time
 import weakref
 from typing import Any
 
 from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .version import at_head
@@ -25,6 +27,8 @@ from .version import at_head
 log = logging.getLogger(__name__)
 
 READONLY_OPTION = "fleet_readonly"
+# a pooled PostgreSQL connection idle longer than this is pinged before use (see ping_when_idle)
+PING_IDLE_S = 1.0
 
 metadata = MetaData(
     naming_convention={
@@ -80,8 +84,9 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
                 raise
 
     else:
-        kwargs.setdefault("pool_pre_ping", True)
         engine = create_engine(url, **kwargs)
+        if "pool_pre_ping" not in kwargs:  # a caller's own choice stands
+            ping_when_idle(engine)
     if create:
         try:
             if not at_head(readonly(engine)):
@@ -92,6 +97,32 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
         except BaseException:
             engine.dispose()  # a refused store must not leave pooled connections behind
             raise
+    return engine
+
+
+def ping_when_idle(engine: Engine, idle_s: float = PING_IDLE_S) -> Engine:
+    """Replace a dead pooled connection before use, like ``pool_pre_ping``, but ping only a
+    connection that sat in the pool longer than ``idle_s``: one checked in a moment ago (the
+    consume loop's previous batch) is used at once. ``pool_pre_ping`` pings on every checkout,
+    a round trip per transaction on the hot path. A connection that dies within ``idle_s`` of
+    its last use fails its statement instead, as one that dies right after a ping always
+    could: the error is a disconnect, the pool is invalidated and the caller's retry (or the
+    batch's backoff) takes a fresh connection (:mod:`pipeline.store.retry`)."""
+
+    @event.listens_for(engine, "checkin")
+    def _checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info["fleet_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.pop("fleet_idle_since", None)
+        if since is None or time.monotonic() - since < idle_s:
+            return  # a fresh connection, or one in use a moment ago
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except Exception as exc:  # the pool drops this connection and checks out another
+            raise DisconnectionError(f"pooled connection failed its ping: {exc}") from exc
+
     return engine
 
 

@@ -4,9 +4,10 @@ A read that meets a PostgreSQL restart, a dropped connection or a locked SQLite 
 again with capped exponential backoff (the one rule of :mod:`pipeline.support.retrying`, +/- 20 %
 jitter) for at most ``budget_s``; then (or at once, for a non-transient error such as a
 constraint violation or bad SQL) it raises :class:`StoreError`, so no ``SQLAlchemyError`` escapes
-a caller that uses this helper. Engines for PostgreSQL are built with ``pool_pre_ping`` (see
-:func:`pipeline.store.make_engine`), so a dead pooled connection is replaced before use; a
-connection that dies mid-call is invalidated and the retry takes a fresh one.
+a caller that uses this helper. Engines for PostgreSQL ping a pooled connection that sat idle
+before use (:func:`pipeline.store.engine.ping_when_idle`), so a dead one is replaced; a connection
+that dies mid-call (or within a second of its last use) is invalidated and the retry takes a
+fresh one.
 
 Only idempotent work may be wrapped: a read, or a whole transaction (a retried transaction
 starts from scratch, so nothing is applied twice).

@@ -237,4 +237,4 @@ def test_fleet_idem_ls_and_show(store_url: str, sessions: sessionmaker[Session])
     (rec,) = json.loads(out.output)
     assert rec["state"] == "succeeded" and rec["result"] == {"value": {"refund": "r-9"}}
     out = runner.invoke(app, ["idem", "show", "nope", "--store-url", store_url])
-    assert out.exit_code == 2 and "IDEM_KEY_UNKNOWN" in out.output
+    assert out.exit_code == 1 and "IDEM_KEY_UNKNOWN" in out.output

@@ -25,6 +25,7 @@ from pipeline.outbox import (
     outbox_status,
     write,
 )
+from pipeline.outbox.sent import is_sent
 from pipeline.runs import Executor, RunJournal, branch_key_of
 from pipeline.store import make_engine, session_factory
 
@@ -42,11 +43,15 @@ def sessions(engine: Engine) -> sessionmaker[Session]:
 
 
 def _statuses(engine: Engine, branch: str) -> dict[int, RowStatus]:
+    """Each row's status as readers see it: a PENDING row at or below its branch's ack
+    watermark is SENT (pipeline/outbox/sent.py)."""
     with engine.connect() as conn:
         rows = conn.execute(
-            select(outbox.c.lsn, outbox.c.status).where(outbox.c.branch_key == branch)
+            select(outbox.c.lsn, outbox.c.status, is_sent()).where(outbox.c.branch_key == branch)
         )
-        return {int(lsn): RowStatus(status) for lsn, status in rows}
+        return {
+            int(lsn): RowStatus.SENT if sent else RowStatus(status) for lsn, status, sent in rows
+        }
 
 
 def test_lsns_are_per_branch_gapless_and_rollback_takes_nothing(
@@ -243,7 +248,9 @@ def test_relay_never_acks_past_a_pending_earlier_lsn(
             write(s, topic="t", key=b"a", value=b"v", branch_key="a")
     producer = FakeProducer(lambda _h: False)
     relay = Relay(engine=engine, bootstrap="unused:1", producer_factory=lambda _c: producer)
-    rows = relay._fetch(None)  # the relay's own read, (id, tenant, branch_key, lsn, ...) tuples
+    rows = relay._fetch(
+        first=True
+    )  # the relay's own read, (id, tenant, branch_key, lsn, ...) tuples
     batch = relay._produce([r for r in rows if r[3] >= 3])  # as if lsn 1-2 were not yet visible
     relay._settle(batch)
     confirmed, errors = relay._confirmed(batch, set())

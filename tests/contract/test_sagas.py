@@ -207,7 +207,7 @@ def test_a_compensation_that_keeps_failing_goes_to_the_human_queue(
     assert rec.state == SagaState.ABORTED and rec.compensations == 2
     assert effect_counts(engine)[("h1", "hold_payment", "compensate")] == 1
     out = runner.invoke(app, ["saga", "resolve", "h1", "--store-url", url, "--note", "late"])
-    assert out.exit_code == 2 and "SAGA_NOT_IN_HUMAN_QUEUE" in out.output
+    assert out.exit_code == 1 and "SAGA_NOT_IN_HUMAN_QUEUE" in out.output
 
 
 def test_a_failing_compensation_waits_its_backoff_before_each_retry(engine: Engine) -> None:

@@ -162,7 +162,7 @@ def test_fleet_exporter_refuses_a_store_url_that_does_not_exist(tmp_path: Path) 
 
     typo = f"sqlite:///{tmp_path / 'typo.sqlite'}"
     result = CliRunner().invoke(app, ["exporter", "--bootstrap", "unused:1", "--store-url", typo])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 1, result.output
     assert "no such SQLite file" in result.output
 
 

@@ -319,4 +319,4 @@ def test_mcp_refuses_a_gid_that_is_not_a_local_pull_entity(hosts: Hosts) -> None
          "--as", "worker-b"],
         check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
     )  # fmt: skip
-    assert out.returncode == 2 and "[CONFIG_INVALID]" in out.stderr
+    assert out.returncode == 1 and "[CONFIG_INVALID]" in out.stderr

@@ -19,6 +19,7 @@ from pipeline.errors import FleetError
 from pipeline.kafka.settings import consumer_config
 from pipeline.outbox import Relay, RowStatus, fold_position, outbox, write
 from pipeline.outbox.limits import DEFAULT_MAX_RECORD_BYTES
+from pipeline.outbox.sent import is_sent
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import BrokerHandle, unique_name
 
@@ -75,9 +76,11 @@ def test_a_refused_row_is_terminal_its_branch_stops_and_others_go_on(
 
     with engine.connect() as conn:
         rows = {
-            (b, lsn): (st, err)
-            for b, lsn, st, err in conn.execute(
-                select(outbox.c.branch_key, outbox.c.lsn, outbox.c.status, outbox.c.error)
+            (b, lsn): (RowStatus.SENT if sent else st, err)  # sent: under the ack watermark
+            for b, lsn, st, err, sent in conn.execute(
+                select(
+                    outbox.c.branch_key, outbox.c.lsn, outbox.c.status, outbox.c.error, is_sent()
+                )
             )
         }
     assert rows[("a", 1)] == (RowStatus.SENT, None)

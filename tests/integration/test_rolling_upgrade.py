@@ -137,8 +137,11 @@ class Host:
             self.proc.wait(30)
 
     def upgrade(self) -> None:
-        """From here on the host runs this checkout (its gateway is started again by the caller)."""
+        """From here on the host runs this checkout: its store upgraded first (this release's is
+        a revision ahead, store 0012, and a gateway refuses a store behind), its gateway started
+        again by the caller."""
         self.release = None
+        self.cli("store", "upgrade", "--config", str(self.config))
 
     def send(self, frm: str, to: str, body: str, kind: str = "SEND") -> str:
         out = self.json("send", "--from", frm, "--to", to, "--kind", kind, body)

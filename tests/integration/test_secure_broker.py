@@ -351,6 +351,57 @@ def test_fleet_acls_apply_creates_the_planned_set_as_admin(secure: LocalCluster)
     assert denied.exit_code != 0 and "NOT_AUTHORIZED" in denied.output
 
 
+def _java_properties(cluster: LocalCluster, folder: Path, user: str, password: str) -> Path:
+    """A ``client.properties`` as a team writes it for ``kafka-console-consumer
+    --command-config``: JAAS SCRAM login, PEM truststore."""
+    assert cluster.secure is not None
+    path = folder / f"{user}.properties"
+    path.write_text(
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
+        f'    username="{user}" password="{password}";\n'
+        "ssl.truststore.type=PEM\n"
+        f"ssl.truststore.location={cluster.secure.ca}\n"
+    )
+    return path
+
+
+def test_a_java_client_properties_file_logs_in_with_scram(
+    secure: LocalCluster, tmp_path: Path
+) -> None:
+    """R-SEC-1 with the file a Kafka team already has: ``--command-config client.properties``
+    (Java keys) logs the CLI in as ``admin`` over SASL_SSL/SCRAM-SHA-512; a wrong password in
+    such a file is AUTH_FAILED (exit 1, refused), and the password never shows."""
+    assert secure.secure is not None
+    admin_pw = secure.secure.password(ADMIN).reveal()
+    good = _java_properties(secure, tmp_path, ADMIN, admin_pw)
+    prefix = unique_name("props").replace(".", "") + "."
+    args = ["topics", "apply", "--host", "a", "--prefix", prefix, "-b", secure.bootstrap_servers]
+    created = CliRunner().invoke(app, [*args, "--command-config", str(good)])
+    _SEEN.append(created.output)
+    assert created.exit_code == 0, created.output
+    acl = ["acls", "apply", "--host", "a", "--prefix", prefix, "--bootstrap-server"]
+    applied = CliRunner().invoke(
+        app, [*acl, secure.bootstrap_servers, "--command-config", str(good), "-X", "client.id=ops"]
+    )
+    _SEEN.append(applied.output)
+    assert applied.exit_code == 0, applied.output
+    bad_dir = tmp_path / "bad"
+    bad_dir.mkdir()
+    bad = _java_properties(secure, bad_dir, ADMIN, "not-the-password")
+    refused = CliRunner().invoke(app, [*args, "--command-config", str(bad)])
+    _SEEN.append(refused.output)
+    assert refused.exit_code == 1 and "[AUTH_FAILED]" in refused.output
+    inline = CliRunner().invoke(
+        app, [*args, "--command-config", str(good), "-X", f"sasl.password={admin_pw}"]
+    )
+    _SEEN.append(inline.output)
+    assert inline.exit_code == 1 and "[SECRET_INLINE]" in inline.output
+    for out in (created.output, applied.output, refused.output, inline.output):
+        assert admin_pw not in out
+
+
 def test_zz_no_password_in_any_output(secure: LocalCluster) -> None:
     """Runs last in the module: the passwords appear in no captured line and no broker log."""
     assert secure.secure is not None

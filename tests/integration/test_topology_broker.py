@@ -79,7 +79,7 @@ def test_cli_apply_json_and_mismatch_exit_code(kafka: BrokerHandle) -> None:
     again = runner.invoke(app, [*args, "--partitions", "2", "--json"])
     assert json.loads(again.stdout)["changed"] is False
     bad = runner.invoke(app, [*args, "--partitions", "5"])
-    assert bad.exit_code == 2 and "TOPOLOGY_MISMATCH" in bad.output
+    assert bad.exit_code == 1 and "TOPOLOGY_MISMATCH" in bad.output
 
 
 def test_two_gateways_booting_at_once_both_apply_the_shared_topics(kafka: BrokerHandle) -> None:

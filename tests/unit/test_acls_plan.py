@@ -161,4 +161,4 @@ def test_the_pool_role_needs_its_pool_and_no_other_role_takes_one() -> None:
     assert planned.exit_code == 0, planned.output
     assert "ALLOW User:w READ TOPIC fleet.pool.render (literal)" in planned.output
     refused = CliRunner().invoke(app, ["acls", "plan", "--role", "pool", "--login", "w"])
-    assert refused.exit_code == 2 and "CONFIG_INVALID" in refused.output
+    assert refused.exit_code == 1 and "CONFIG_INVALID" in refused.output

@@ -48,16 +48,18 @@ def test_each_lean_spec_is_its_typer_commands_parameters(name: str) -> None:
     for p in _typer_command(name).params:
         if p.name == "help":
             continue
-        assert (p.nargs, p.multiple, p.envvar, p.callback) == (1, False, None, None), p.name
+        assert (p.nargs, p.multiple, p.callback) == (1, False, None), p.name
         kind = p.type_descriptor.annotation
         assert getattr(p, "is_flag", False) == (kind is bool), p.name
         if p.param_type_name == "option":
             real[p.name] = ("option", tuple(p.opts) + tuple(p.secondary_opts), kind,
-                            p.required, p.default)  # fmt: skip
+                            p.required, p.default, p.envvar)  # fmt: skip
         else:
             real[p.name] = ("argument", p.nargs, kind, p.required, p.default)
     spec = SPECS[name]
-    lean = {o.dest: ("option", o.names, o.type, o.required, o.default) for o in spec.options}
+    lean = {
+        o.dest: ("option", o.names, o.type, o.required, o.default, o.envvar) for o in spec.options
+    }
     lean |= {a.dest: ("argument", 1, a.type, False, a.default) for a in spec.arguments}
     assert lean == real
 
@@ -329,3 +331,26 @@ def test_a_lean_poll_is_the_typer_poll_byte_for_byte(tmp_path: Path, extra: list
     assert lean[:3] == typer[:3] and lean[0] == 0, (lean, typer)
     assert lean[3] == [] and "typer" in typer[3]
     assert "brief-1 was injected into worker-b" in lean[1]
+
+
+# -- fleet --version and FLEET_CONFIG ---------------------------------------------------------------
+def test_fleet_version_prints_the_package_version_and_loads_nothing_heavy() -> None:
+    import pipeline
+
+    code, out, err, loaded = _run(LEAN, ["--version"])
+    assert (code, out, err, loaded) == (0, f"fleet {pipeline.__version__}\n", "", [])
+    typer_out = CliRunner().invoke(app, ["--version"])
+    assert (typer_out.exit_code, typer_out.output) == (0, out)
+
+
+def test_fleet_config_in_the_environment_stands_in_for_dash_c(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    argv = ["--from", "a", "--to", "b", "hi"]
+    assert SPECS["send"].parse(argv) is None  # no --config: Typer would say it is missing
+    monkeypatch.setenv("FLEET_CONFIG", "env.toml")
+    lean = SPECS["send"].parse(argv)
+    assert lean is not None and lean["config"] == Path("env.toml")
+    ctx = _typer_command("send").make_context("send", list(argv))
+    assert lean == {k: (Path(v) if k == "config" else v) for k, v in ctx.params.items()}
+    assert SPECS["send"].parse(["-c", "f.toml", *argv])["config"] == Path("f.toml")  # type: ignore[index]

@@ -7,6 +7,7 @@ SQLite store; only the relay is absent (``on_commit`` is a counter). The real-br
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -31,6 +32,7 @@ from pipeline.host.socket_client import GatewayUnavailable, SocketClient
 from pipeline.host.socket_protocol import (
     MAX_FRAME_BYTES,
     FrameError,
+    FrameReader,
     decode_body,
     encode_frame,
     error_data,
@@ -73,10 +75,20 @@ def test_a_frame_is_a_length_then_one_json_object() -> None:
     assert size == len(frame) - 4 and json.loads(frame[4:]) == {"id": 1, "op": "send"}
 
 
-def test_frames_split_across_reads_and_back_to_back_are_read_whole() -> None:
+# the client's read_frame, and the server's FrameReader (chunked): the same frames and errors
+READERS = {
+    "read_frame": lambda sock: functools.partial(read_frame, sock),
+    "FrameReader": lambda sock: FrameReader(sock).next,
+}
+
+
+@pytest.mark.parametrize("reader", READERS.values(), ids=list(READERS))
+def test_frames_split_across_reads_and_back_to_back_are_read_whole(reader: Any) -> None:
     a, b = socket.socketpair()
     with a, b:
         data = encode_frame({"id": 1}) + encode_frame({"id": 2, "x": "y" * 5000})
+        data += encode_frame({"id": 3})
+        read = reader(b)
 
         def dribble() -> None:  # in 7-byte pieces, while the reader reads
             for i in range(0, len(data), 7):
@@ -85,27 +97,39 @@ def test_frames_split_across_reads_and_back_to_back_are_read_whole() -> None:
 
         writer = threading.Thread(target=dribble)
         writer.start()
-        assert read_frame(b) == {"id": 1}
-        assert read_frame(b) == {"id": 2, "x": "y" * 5000}
-        assert read_frame(b) is None  # a clean end between frames
+        assert read() == {"id": 1}
+        assert read() == {"id": 2, "x": "y" * 5000}
+        assert read() == {"id": 3}
+        assert read() is None  # a clean end between frames
         writer.join()
 
 
-def test_a_stream_cut_mid_frame_is_an_error_not_an_end() -> None:
+def test_frames_sent_together_are_read_one_by_one() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(b"".join(encode_frame({"id": i}) for i in range(5)))
+        a.shutdown(socket.SHUT_WR)
+        read = FrameReader(b).next
+        assert [read() for _ in range(6)] == [{"id": i} for i in range(5)] + [None]
+
+
+@pytest.mark.parametrize("reader", READERS.values(), ids=list(READERS))
+def test_a_stream_cut_mid_frame_is_an_error_not_an_end(reader: Any) -> None:
     a, b = socket.socketpair()
     with a, b:
         a.sendall(encode_frame({"id": 1})[:-2])
         a.shutdown(socket.SHUT_WR)
         with pytest.raises(ConnectionResetError):
-            read_frame(b)
+            reader(b)()
 
 
-def test_an_oversized_or_non_object_frame_is_refused() -> None:
+@pytest.mark.parametrize("reader", READERS.values(), ids=list(READERS))
+def test_an_oversized_or_non_object_frame_is_refused(reader: Any) -> None:
     a, b = socket.socketpair()
     with a, b:
         a.sendall(struct.pack(">I", MAX_FRAME_BYTES + 1))
         with pytest.raises(FrameError) as err:
-            read_frame(b)
+            reader(b)()
     assert err.value.context["limit"] == MAX_FRAME_BYTES
     with pytest.raises(FrameError):
         decode_body(b"[1, 2]")
@@ -217,7 +241,7 @@ def test_a_pending_batch_is_one_transaction(served) -> None:  # type: ignore[no-
     server, engine, _cfg, _commits = served
     calls: list[int] = []
     real = server.client.send_all
-    server.client.send_all = lambda reqs: calls.append(len(reqs)) or real(reqs)  # type: ignore[method-assign]
+    server.client.send_all = lambda reqs, **kw: calls.append(len(reqs)) or real(reqs, **kw)  # type: ignore[method-assign]
     batch = [
         _Pending(id=i, request=parse_send({"sender": "main-a", "to": "main-b", "body": ""}))
         for i in range(5)

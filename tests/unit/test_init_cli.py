@@ -38,9 +38,9 @@ def test_init_writes_a_working_host(tmp_path: Path) -> None:
 def test_init_refuses_to_overwrite_and_checks_the_host_first(tmp_path: Path) -> None:
     assert runner.invoke(app, ["init", "--host", "H1", "--dir", str(tmp_path)]).exit_code == 0
     again = runner.invoke(app, ["init", "--host", "H1", "--dir", str(tmp_path)])
-    assert again.exit_code == 2 and "refusing to overwrite" in again.output
+    assert again.exit_code == 1 and "refusing to overwrite" in again.output
     bad = runner.invoke(app, ["init", "--host", "no spaces", "--dir", str(tmp_path / "x")])
-    assert bad.exit_code == 2 and "INVALID_NAME" in bad.output
+    assert bad.exit_code == 1 and "INVALID_NAME" in bad.output
     assert not (tmp_path / "x" / "keys").exists(), "nothing written for a refused host"
 
 

@@ -73,7 +73,7 @@ def test_init_never_overwrites_and_bad_files_are_config_errors(tmp_path: Path) -
     again = runner.invoke(
         app, ["keys", "init", "--host", "h1", "--dir", str(tmp_path), "--key-id", "h1.k"]
     )
-    assert again.exit_code == 2 and "KEY_EXISTS" in again.output
+    assert again.exit_code == 1 and "KEY_EXISTS" in again.output
     (tmp_path / "junk.pub").write_text("{}")
     with pytest.raises(ConfigError):
         TrustStore.load(tmp_path)

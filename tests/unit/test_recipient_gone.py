@@ -97,7 +97,7 @@ def test_fleet_send_json_shows_the_reason(tmp_path: Path) -> None:
     Signer.generate("A").write_private(keys / "A.key")
     out = CliRunner().invoke(app, ["send", "-c", str(toml), "--from", "main-a", "--to", "w-1",
                                    "late", "--json"])  # fmt: skip
-    assert out.exit_code == 2, out.output
+    assert out.exit_code == 1, out.output
     got = json.loads(out.stdout)["error"]
     assert (got["reason"], got["to"], got["gone"], got["retriable"]) == (
         "RECIPIENT_GONE",
@@ -107,4 +107,4 @@ def test_fleet_send_json_shows_the_reason(tmp_path: Path) -> None:
     )
     text = CliRunner().invoke(app, ["send", "-c", str(toml), "--from", "main-a", "--to", "w-1",
                                     "late"])  # fmt: skip
-    assert text.exit_code == 2 and "[RECIPIENT_GONE]" in text.output
+    assert text.exit_code == 1 and "[RECIPIENT_GONE]" in text.output

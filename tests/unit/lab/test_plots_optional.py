@@ -49,7 +49,7 @@ def test_lab_run_without_matplotlib_fails_early_with_the_install_line(
     result = CliRunner().invoke(
         app, ["lab", "run", str(EXAMPLE), "--out", str(out)], env={"COLUMNS": "200"}
     )
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 1, result.output
     assert "LAB_PLOTS_UNAVAILABLE" in result.output
     assert INSTALL in result.output
     assert not out.exists()

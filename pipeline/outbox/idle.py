@@ -1,0 +1,83 @@
+"""The relay's idle wait: how an idle relay learns that rows were committed, cheaply.
+
+A writer in the relay's own process wakes it at once (:meth:`IdleWait.wake`, called after its
+commit). A writer in another process cannot: on PostgreSQL its commit's ``NOTIFY`` wakes the relay
+(:mod:`.notify`); on SQLite the relay looks every ``poll_s`` whether any other connection committed
+since it last looked -- ``PRAGMA data_version`` on one held connection, a few microseconds, where a
+pass (a pooled connection, the branch listing) costs a hundred times that. So an idle relay makes
+one pass per ``max_idle_s`` (its gauges stay fresh) and another only when something changed.
+
+Invariant: a row committed while the relay waits is fetched within ``poll_s`` of its commit (at
+once when its writer is in this process), exactly as if every poll were a pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any
+
+from sqlalchemy import Engine
+
+
+class _DataVersion:
+    """SQLite's ``data_version`` on a connection of its own: changes when another one commits."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._conn: Any = None
+        self._last: int | None = None
+
+    def changed(self) -> bool:
+        """True when another connection committed since the last call (and on the first call, or
+        when the store cannot be asked: a pass then finds out)."""
+        try:
+            if self._conn is None:
+                self._conn = self._engine.raw_connection()
+            cur = self._conn.cursor()
+            cur.execute("PRAGMA data_version")
+            version = int(cur.fetchone()[0])
+            cur.close()
+        except Exception:  # noqa: BLE001 - the pass that follows reports a broken store
+            self.close()
+            return True
+        changed, self._last = version != self._last, version
+        return changed
+
+    def close(self) -> None:
+        conn, self._conn, self._last = self._conn, None, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # a broken connection is dropped all the same
+                conn.close()  # back to the pool
+
+
+class IdleWait:
+    def __init__(self, engine: Engine, *, poll_s: float, max_idle_s: float) -> None:
+        self.poll_s = poll_s
+        self.max_idle_s = max(max_idle_s, poll_s)
+        self._event = threading.Event()
+        self._probe = _DataVersion(engine) if engine.dialect.name == "sqlite" else None
+
+    def wake(self) -> None:
+        """Rows were committed just now by a writer in this process: end the wait at once."""
+        self._event.set()
+
+    def clear(self) -> None:
+        """A pass starts: a wake() from here on ends the next wait at once."""
+        self._event.clear()
+
+    def wait(self, stop: threading.Event) -> None:
+        """Until woken, another connection committed (SQLite), ``max_idle_s`` passed or ``stop``;
+        elsewhere (PostgreSQL, woken by ``NOTIFY``) one ``poll_s``."""
+        if self._probe is None:
+            self._event.wait(self.poll_s)
+            return
+        deadline = time.monotonic() + self.max_idle_s
+        while not self._event.wait(self.poll_s):
+            if stop.is_set() or time.monotonic() >= deadline or self._probe.changed():
+                return
+
+    def close(self) -> None:
+        if self._probe is not None:
+            self._probe.close()

@@ -1,0 +1,256 @@
+"""The relay's ack watermark (``outbox_branch.sent_lsn``): the same suite on SQLite and PostgreSQL.
+
+R-OUT-4: a row is sent only once the broker accepted it, and "sent" is a per-branch prefix: the
+watermark moves only from ``lo - 1`` to ``hi`` over a confirmed run, never lowers, never crosses a
+FAILED row. Every reader (backlog, status, abandon, purge, the run's retention) agrees with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from confluent_kafka import KafkaError, KafkaException
+from sqlalchemy import Engine, func, insert, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipeline.bootstrap.retention import RULES
+from pipeline.outbox import Relay, RowStatus, abandon_branch, backlog, outbox, outbox_branch, write
+from pipeline.outbox.acker import Acker
+from pipeline.outbox.sent import is_pending, is_sent
+from pipeline.retention import RetentionConfig
+from pipeline.retention.purger import Purger
+from pipeline.runs.tables import run, run_branch, run_step
+from pipeline.store import make_engine, session_factory
+from pipeline.store.schema import upgrade
+
+pytestmark = pytest.mark.postgres
+
+NOW_S = 2_000_000_000.0
+
+
+@pytest.fixture
+def engine(store_url: str) -> Iterator[Engine]:
+    eng = make_engine(store_url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def sessions(engine: Engine) -> sessionmaker[Session]:
+    return session_factory(engine)
+
+
+def _write(sessions: sessionmaker[Session], branch: str, n: int, tenant: str = "t") -> None:
+    with sessions.begin() as s:
+        for _ in range(n):
+            write(s, topic="x", key=b"k", value=b"v", branch_key=branch, tenant=tenant)
+
+
+def _mark(engine: Engine, branch: str, tenant: str = "t") -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                select(outbox_branch.c.sent_lsn).where(
+                    outbox_branch.c.tenant == tenant, outbox_branch.c.branch_key == branch
+                )
+            ).scalar_one()
+        )
+
+
+def _row(branch: str, lsn: int, tenant: str = "t") -> tuple[Any, ...]:
+    return (0, tenant, branch, lsn)  # the fields the acker reads: (id, tenant, branch, lsn)
+
+
+def _lsns(engine: Engine, where: Any) -> list[int]:
+    with engine.connect() as conn:
+        return sorted(int(x) for x in conn.execute(select(outbox.c.lsn).where(where)).scalars())
+
+
+def test_the_ack_never_lowers_a_watermark_nor_moves_it_across_a_gap(
+    engine: Engine, sessions: sessionmaker[Session]
+) -> None:
+    """R-OUT-4: a run [lo, hi] is acked only from lo - 1; a late ack of an older run is a no-op."""
+    _write(sessions, "a", 6)
+    acker = Acker(engine)
+    acker.ack([_row("a", 3), _row("a", 4)])  # lsn 1-2 not sent: no ack at all
+    assert _mark(engine, "a") == 0
+    acker.ack([_row("a", 1), _row("a", 2), _row("a", 3), _row("a", 4)])
+    assert _mark(engine, "a") == 4
+    acker.ack([_row("a", 1), _row("a", 2)])  # a repeated, older run
+    assert _mark(engine, "a") == 4
+    acker.ack([_row("a", 5), _row("a", 6)])
+    assert _mark(engine, "a") == 6
+    assert _lsns(engine, is_sent()) == [1, 2, 3, 4, 5, 6]
+    assert _lsns(engine, is_pending()) == []
+
+
+def test_a_refused_row_stops_the_watermark_and_nothing_above_it_counts_as_sent(
+    engine: Engine, sessions: sessionmaker[Session]
+) -> None:
+    """R-OUT-3/R-OUT-4: a FAILED lsn 3 keeps the watermark at 2; lsns 4-5 neither ship nor count
+    as sent, and the backlog counts them (not the FAILED row)."""
+    _write(sessions, "a", 5)
+    _write(sessions, "b", 2)
+    sent: list[tuple[bytes, bytes]] = []
+
+    class Refusing:
+        def produce(self, topic: str, *, value: Any, key: Any, headers: Any, on_delivery: Any):
+            h = dict(headers)
+            if h["fleet.branchKey"] == b"a" and h["fleet.lsn"] == b"3":
+                raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+            sent.append((h["fleet.branchKey"], h["fleet.lsn"]))
+            on_delivery(None, None)
+
+        def poll(self, _t: float = 0) -> int:
+            return 0
+
+        def flush(self, _t: float = 0) -> int:
+            return 0
+
+    relay = Relay(engine=engine, bootstrap="unused:1", producer_factory=lambda _c: Refusing())
+    relay.drain()
+    assert (b"a", b"3") not in sent and (b"a", b"4") not in sent
+    assert _mark(engine, "a") == 2 and _mark(engine, "b") == 2
+    assert _lsns(engine, outbox.c.status == int(RowStatus.FAILED)) == [3]
+    assert _lsns(engine, is_pending()) == [4, 5]
+    assert backlog(engine)[0] == 2
+    sent.clear()
+    assert relay.drain() == 0 and sent == []  # the branch stays stopped
+    with sessions.begin() as s:
+        assert abandon_branch(s, branch_key="a", tenant="t") == 2
+    assert backlog(engine) == (0, None)
+
+
+def test_abandon_drops_only_the_rows_above_the_watermark(
+    engine: Engine, sessions: sessionmaker[Session]
+) -> None:
+    """R-OUT-7 (a rewind): rows already sent stay sent; only unsent ones become DROPPED."""
+    _write(sessions, "a", 4)
+    Acker(engine).ack([_row("a", 1), _row("a", 2)])
+    with sessions.begin() as s:
+        assert abandon_branch(s, branch_key="a", tenant="t") == 2
+    assert _lsns(engine, is_sent()) == [1, 2]
+    assert _lsns(engine, outbox.c.status == int(RowStatus.DROPPED)) == [3, 4]
+    Acker(engine).ack([_row("a", 3), _row("a", 4)])  # in flight when abandoned: stays DROPPED
+    assert _mark(engine, "a") == 2
+
+
+def _policy() -> RetentionConfig:
+    return RetentionConfig(outbox_sent_s=3600, runs_completed_s=3600)
+
+
+def _purge(engine: Engine) -> dict[str, int]:
+    report = Purger(
+        engine=engine, policy=_policy(), rules=RULES, clock=lambda: NOW_S, pause_s=0
+    ).run()
+    return {str(k): v for k, v in report.rows.items() if v}
+
+
+def test_the_purge_takes_sent_rows_under_the_watermark_and_none_above(
+    engine: Engine, sessions: sessionmaker[Session]
+) -> None:
+    """R-STORE-1: unsent rows are never purged; rows under the watermark go past the horizon."""
+    old, young = NOW_S - 7200, NOW_S - 600
+    with engine.begin() as conn:
+        conn.execute(
+            insert(outbox_branch),
+            {"tenant": "t", "branch_key": "a", "last_lsn": 4, "abandoned": False, "sent_lsn": 2},
+        )
+        conn.execute(
+            insert(outbox),
+            [
+                {"tenant": "t", "branch_key": "a", "lsn": lsn, "topic": "x", "status": 0,
+                 "created_at": at}
+                for lsn, at in ((1, old), (2, young), (3, old), (4, old))
+            ],
+        )  # fmt: skip
+    assert _purge(engine) == {"outbox": 1}
+    assert _lsns(engine, sa.true()) == [2, 3, 4]
+
+
+def test_a_completed_run_is_purged_once_its_branches_are_under_the_watermark(
+    engine: Engine, sessions: sessionmaker[Session]
+) -> None:
+    """A run with a row above its branch's watermark is unsent, never finished (docs/store.md)."""
+    at = NOW_S - 7200
+    with engine.begin() as conn:
+        for run_id, sent_lsn in (("done", 1), ("open", 0)):
+            key = f"t/{run_id}/b1"
+            conn.execute(
+                insert(run),
+                {"tenant": "t", "run_id": run_id, "live_branch": 1, "status": "completed",
+                 "created_at": at, "updated_at": at},
+            )  # fmt: skip
+            conn.execute(
+                insert(run_branch),
+                {"tenant": "t", "run_id": run_id, "branch": 1, "branch_key": key,
+                 "parent": None, "fork_step": 0, "live": True},
+            )  # fmt: skip
+            conn.execute(
+                insert(run_step),
+                {"tenant": "t", "run_id": run_id, "branch": 1, "step": 1, "state": "{}",
+                 "lsn": 1, "created_at": at},
+            )  # fmt: skip
+            conn.execute(
+                insert(outbox_branch),
+                {"tenant": "t", "branch_key": key, "last_lsn": 1, "abandoned": False,
+                 "sent_lsn": sent_lsn},
+            )  # fmt: skip
+            conn.execute(
+                insert(outbox),
+                {"tenant": "t", "branch_key": key, "lsn": 1, "topic": "x", "status": 0,
+                 "created_at": at},
+            )  # fmt: skip
+    _purge(engine)
+    with engine.connect() as conn:
+        left = set(conn.execute(select(run.c.run_id)).scalars())
+        rows = int(conn.execute(select(func.count()).select_from(outbox)).scalar_one())
+    assert left == {"open"}
+    assert rows == 1  # the open run's unsent row
+
+
+def test_the_migration_sets_each_watermark_to_the_end_of_its_sent_prefix(store_url: str) -> None:
+    """Revision 0012: sent rows keep SENT; the watermark ends before the first PENDING/FAILED."""
+    raw = sa.create_engine(store_url)
+    try:
+        upgrade(raw, "0011_presence_incarnation")
+        branches = {"sent": 3, "mid": 4, "stop": 3, "gone": 2, "late": 2}
+        statuses = {
+            "sent": [1, 1, 1],
+            "mid": [1, 1, 0, 0],
+            "stop": [1, 3, 0],
+            "gone": [1, 2],
+            "late": [0, 1],  # SENT after an unsent row: not a prefix
+        }
+        with raw.begin() as conn:
+            for key, last in branches.items():
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned) "
+                        "VALUES ('t', :b, :n, :a)"
+                    ),
+                    {"b": key, "n": last, "a": key == "gone"},
+                )
+                for lsn, status in enumerate(statuses[key], start=1):
+                    conn.execute(
+                        sa.text(
+                            "INSERT INTO outbox (tenant, branch_key, lsn, topic, status, "
+                            "created_at) VALUES ('t', :b, :l, 'x', :s, 1.0)"
+                        ),
+                        {"b": key, "l": lsn, "s": status},
+                    )
+        upgrade(raw)
+        with raw.connect() as conn:
+            marks = dict(
+                conn.execute(sa.text("SELECT branch_key, sent_lsn FROM outbox_branch")).all()
+            )
+            late = conn.execute(
+                sa.text("SELECT lsn, status FROM outbox WHERE branch_key = 'late' ORDER BY lsn")
+            ).all()
+        assert marks == {"sent": 3, "mid": 2, "stop": 1, "gone": 2, "late": 0}
+        assert [tuple(r) for r in late] == [(1, 0), (2, 0)]  # shipped again, never lost
+    finally:
+        raw.dispose()
