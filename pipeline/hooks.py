@@ -37,6 +37,7 @@ class Window(StrEnum):
     ACKED_BEFORE_REPORT = "acked_before_report"  # relay: rows marked sent, nothing produced
     REPORTED_NOT_MARKED = "reported_not_marked"  # relay: delivery reports in, rows still pending
     INJECTED_NOT_RECORDED = "injected_not_recorded"  # inject returned, journal row still open
+    LAUNCHED_NOT_LIVE = "launched_not_live"  # control: a worker started, its row not yet live
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +97,7 @@ PLANTED = tuple(_PLANTS)
 _WINDOWS = {
     "crash_before_mark_sent": Window.REPORTED_NOT_MARKED,
     "crash_after_inject": Window.INJECTED_NOT_RECORDED,
+    "crash_after_launch": Window.LAUNCHED_NOT_LIVE,
 }
 CRASHES = ("crash_after_commit", *_WINDOWS)
 
@@ -104,7 +106,8 @@ def hooks_from_fault(fault: str | None, at: str | None = None) -> Hooks:
     """``FLEET_FAULT=crash_after_commit`` kills the process (exit 137) right after an offset
     commit that has injects pending; ``crash_before_mark_sent`` right after a relay batch's
     delivery reports came in, before its rows are marked sent; ``crash_after_inject`` right after
-    an inject returned, before its journal row is closed; ``FLEET_FAULT_AT=n`` (``at``)
+    an inject returned, before its journal row is closed; ``crash_after_launch`` right after a
+    spawned worker started, before its row is ``live``; ``FLEET_FAULT_AT=n`` (``at``)
     makes it the n-th such moment instead of the first. ``FLEET_FAULT=plant_*``
     (:data:`PLANTED`) plants one bug and kills the process the :data:`PLANT_CRASH_AT`-th time
     its window is reached. Tests only."""

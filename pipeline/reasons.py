@@ -250,6 +250,7 @@ class Lifecycle(enum.StrEnum):
     LAUNCH_INTERRUPTED = "LAUNCH_INTERRUPTED"  # target: stopped between admit and launch
     NOT_A_CONTROL_KIND = "NOT_A_CONTROL_KIND"  # target: a control record that is no SPAWN/STOP
     STOP_TIMEOUT = "STOP_TIMEOUT"  # requester: no outcome for a STOP within spawn_deadline_s
+    NOT_PERMITTED = "NOT_PERMITTED"  # target: the requester may not stop this worker/spawn this
 
 
 class Security(enum.StrEnum):

@@ -18,6 +18,7 @@ from pipeline.envelope import Verifier
 from pipeline.gateway.dead_letter_outbox import OutboxDeadLetterSink, dead_letter_held, undrained
 from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.injectors import InjectMetrics, build_injector
+from pipeline.hooks import NO_HOOKS, Hooks
 from pipeline.host.entity_config import ProfileConfig
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.outbound import Publisher
@@ -37,6 +38,7 @@ def build_control_plane(
     inject_metrics: InjectMetrics,
     lifecycle: LifecycleMetrics,
     dead_letters: OutboxDeadLetterSink,
+    hooks: Hooks = NO_HOOKS,
 ) -> SpawnHandler:
     """The control topic's handler (a launched worker becomes a local inject entity; a STOP or
     a death takes it out again: tombstone + reaped)."""
@@ -84,6 +86,13 @@ def build_control_plane(
         drop_held=drop_held,
         metrics=lifecycle,
     )
+    roster: Any = getattr(verifier, "presence", None)
+
+    def role_of(gid: str) -> str | None:
+        """The role in ``gid``'s signed presence binding (None: no entry)."""
+        entry = getattr(roster, "get", lambda _: None)(gid)
+        return None if entry is None else str(entry.role)
+
     handler = SpawnHandler(
         host=config.host,
         verifier=verifier,
@@ -93,6 +102,15 @@ def build_control_plane(
         launcher=launcher,
         on_live=on_live,
         count=lifecycle.count,
-        stops=StopHandler(publisher=publisher, sessions=sessions, reaper=reaper, metrics=lifecycle),
+        stops=StopHandler(
+            publisher=publisher,
+            sessions=sessions,
+            reaper=reaper,
+            metrics=lifecycle,
+            role_of=role_of,
+            operators=config.operators,
+        ),
+        role_of=role_of,
+        hooks=hooks,
     )
     return handler

@@ -224,6 +224,7 @@ def build_gateway(
         inject_metrics,
         lifecycle,
         dead_letters,
+        hooks=hooks,
     )
     runtime = ConsumerRuntime(
         RuntimeConfig(

@@ -77,7 +77,10 @@ def stop(
 ) -> None:
     """Queue a STOP for a spawned worker (outbox; works while the broker is down). Its host
     stops it, tombstones its presence and marks it reaped; the outcome (INJECTED = stopped, or
-    FAILED with the reason) arrives through ``fleet poll``."""
+    FAILED with the reason) arrives through ``fleet poll``.
+
+    Only its spawner, a main of its job or an operator of its host may stop it: anyone else
+    gets FAILED NOT_PERMITTED, saying why."""
     from pipeline.presence.model import Delivery
     from pipeline.support.binder import config_error
 
@@ -95,7 +98,8 @@ def stop(
                    "host": req["host"]})  # fmt: skip
     else:
         console.print(f"queued STOP {req['msg_id']}: {req['gid']} on {req['host']} "
-                      f"(stopId {req['stop_id']})")  # fmt: skip
+                      f"(stopId {req['stop_id']}); the outcome comes through fleet poll "
+                      "(NOT_PERMITTED, with why, unless you may stop it)")  # fmt: skip
 
 
 def _control(cfg: GatewayConfig, op: str, **fields: Any) -> dict[str, Any]:

@@ -7,11 +7,15 @@ stays ``launching`` and :meth:`SpawnHandler.recover` fails it at the next boot.
 
 * a **repeated** SPAWN (same ``spawnId``, any msgId) starts nothing and is answered from the
   stored outcome once the first one's launch has run;
-* an unknown profile is refused ``UNKNOWN_PROFILE``, a spawn over a cap ``CAP_EXCEEDED``; the
-  refusal is stored (a repeat is refused the same way) and answered in the same transaction;
+* an unknown profile is refused ``UNKNOWN_PROFILE``, a requester the profile's
+  ``spawn_allowed`` does not list ``NOT_PERMITTED`` (:mod:`.authority`), a spawn over a cap
+  ``CAP_EXCEEDED``; the refusal is stored (a repeat is refused the same way) and answered in
+  the same transaction;
 * a launched worker is registered as a local inject entity (its profile's injector, filled),
   its presence published, and the requester gets ``INJECTED`` for its SPAWN's msgId (a spawn
-  lands like an injection); a launch that cannot start is ``FAILED`` (``LAUNCH_FAILED``).
+  lands like an injection); a launch that cannot start is ``FAILED`` (``LAUNCH_FAILED``);
+* the started process is recorded at once (pid + :func:`~.orphans.process_token`), so a crash
+  before ``live`` leaves a row whose process group the next boot ends (:mod:`.orphans`).
 
 A ``STOP`` on the same topic goes to :class:`~pipeline.control.stop_handler.StopHandler`; both
 answer through :func:`~pipeline.control.answers.stage_answer`.
@@ -19,6 +23,7 @@ answer through :func:`~pipeline.control.answers.stage_answer`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Mapping
@@ -31,6 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline import schemas
 from pipeline.envelope import REPLAY, Envelope, Kind, Verifier
 from pipeline.errors import EnvelopeError
+from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.host.entity_config import ProfileConfig
 from pipeline.host.outbound import Publisher
 from pipeline.reasons import Lifecycle
@@ -40,8 +46,10 @@ from pipeline.support.clock import now_ms
 
 from . import spawns
 from .answers import ANSWER_TTL_S, stage_answer
+from .authority import Requester, may_spawn
 from .caps import Counts, admit
 from .launcher import Launcher
+from .orphans import end_group, process_token
 from .stop_handler import StopHandler
 
 log = logging.getLogger(__name__)
@@ -49,6 +57,7 @@ log = logging.getLogger(__name__)
 LAUNCH_FAILED = Lifecycle.LAUNCH_FAILED
 LAUNCH_INTERRUPTED = Lifecycle.LAUNCH_INTERRUPTED
 NOT_A_CONTROL_KIND = Lifecycle.NOT_A_CONTROL_KIND
+NOT_PERMITTED = Lifecycle.NOT_PERMITTED
 
 OnLive = Callable[[str, ProfileConfig, Mapping[str, str]], None]
 
@@ -80,8 +89,12 @@ class SpawnHandler:
         on_live: OnLive,
         count: Callable[[str], None] = lambda outcome: None,
         stops: StopHandler | None = None,
+        role_of: Callable[[str], str | None] = lambda gid: None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.stops = stops
+        self.role_of = role_of
+        self.hooks = hooks
         self.host = host
         self.verifier = verifier
         self.publisher = publisher
@@ -131,6 +144,14 @@ class SpawnHandler:
             else 0,
         )
         verdict = admit(self.profiles, profile, counts, job=job)
+        refusal = None if profile not in self.profiles else may_spawn(
+            Requester(env.sender, request.requester_host, self.role_of(env.sender)),
+            self.profiles[profile],
+        )  # fmt: skip
+        if refusal is not None:
+            verdict = dataclasses.replace(
+                verdict, admitted=False, reason=NOT_PERMITTED, detail=refusal
+            )
         session.execute(
             insert(spawns.spawns_table).values(
                 spawn_id=gid,
@@ -184,6 +205,9 @@ class SpawnHandler:
                 self._answer(s, request, LAUNCH_FAILED, str(exc))
             self.count("failed")
             return
+        with self.sessions.begin() as s:  # before anything else: what a restart must end
+            spawns.record_launch(s, gid, pid=pid, token=process_token(pid))
+        self.hooks.at(Window.LAUNCHED_NOT_LIVE)
         self.on_live(gid, profile, values)
         with self.sessions.begin() as s:
             spawns.set_state(s, gid, spawns.LIVE, pid=pid)
@@ -231,10 +255,17 @@ class SpawnHandler:
         return len(rows)
 
     def recover(self) -> list[Any]:
-        """At boot: fail rows a crash left ``launching`` (never relaunch); return live rows."""
+        """At boot: fail rows a crash left ``launching`` (never relaunch), ending the process
+        group a launch may have started (:func:`~.orphans.end_group`, its outcome in the
+        FAILED); return live rows."""
+        with self.sessions() as s:
+            pending = spawns.interrupted(s)
+        ended = {row.spawn_id: end_group(row.pid, row.pid_start) for row in pending}
         with self.sessions.begin() as s:
             for row in spawns.interrupted(s):
                 spawns.set_state(s, row.spawn_id, spawns.FAILED, reason=LAUNCH_INTERRUPTED)
+                what = ended.get(row.spawn_id) or "its process was not looked at"
+                log.warning("spawn %s interrupted before live: %s", row.spawn_id, what)
                 env = Envelope.new(
                     kind=Kind.SPAWN,
                     msg_id=row.request_msg_id,
@@ -244,7 +275,8 @@ class SpawnHandler:
                     ttl_s=ANSWER_TTL_S,
                 )
                 request = _Request(env, row.requester_host, {})
-                self._answer(s, request, LAUNCH_INTERRUPTED, "the gateway stopped before launch")
+                self._answer(s, request, LAUNCH_INTERRUPTED,
+                             f"the gateway stopped before the worker went live; {what}")  # fmt: skip
             return spawns.live(s)
 
     def _answer(self, session: Session, request: _Request, reason: str | None, error: str) -> None:

@@ -10,9 +10,10 @@ SPAWN_OUTCOMES = (
     "repeat",
     "refused_cap_exceeded",
     "refused_unknown_profile",
+    "refused_not_permitted",
 )
 
-STOP_OUTCOMES = ("stopped", "already_gone", "repeat", "unknown_worker")
+STOP_OUTCOMES = ("stopped", "already_gone", "repeat", "unknown_worker", "not_permitted")
 
 
 class LifecycleMetrics:

@@ -41,6 +41,7 @@ from pipeline.support.clock import now_ms
 from . import spawns
 from .launcher import Launcher, fill
 from .metrics import LifecycleMetrics
+from .orphans import process_token
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,8 @@ class Reaper:
     # -- the steps -----------------------------------------------------------------------------
     def end_process(self, row: Any) -> None:
         """Step 2: the profile's ``stop`` command, else SIGTERM to the worker's process group
-        (the launcher started it as a session leader, so its pgid is its pid)."""
+        (the launcher started it as a session leader, so its pgid is its pid) -- unless its
+        leader's pid now names another process (its recorded start token differs)."""
         profile = self.profiles.get(row.profile)
         if profile is not None and profile.stop:
             argv = fill(profile.stop, self.values(row, profile))
@@ -115,9 +117,15 @@ class Reaper:
             except (OSError, subprocess.TimeoutExpired) as exc:
                 log.warning("stop %s: the stop command failed: %s", row.spawn_id, exc)
             return
-        if row.pid:  # already gone (or no longer ours): nothing to stop
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(row.pid), signal.SIGTERM)
+        if not row.pid:
+            return
+        now = process_token(int(row.pid))
+        if row.pid_start and now is not None and now != row.pid_start:
+            log.warning("stop %s: pid %s is another process now: not signalled", row.spawn_id,
+                        row.pid)  # fmt: skip
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # gone already
+            os.killpg(int(row.pid), signal.SIGTERM)
 
     def finish(self, gid: str, cause: ReapCause, answer: Answer | None = None) -> bool:
         """Steps 3 and 4 for a ``stopping`` row; False when the row was not ``stopping``."""

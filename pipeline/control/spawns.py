@@ -29,7 +29,10 @@ spawns_table = Table(
     Column("job", String(255), nullable=True, index=True),
     Column("state", String(16), nullable=False, index=True),
     Column("reason", String(64), nullable=True),
-    Column("pid", Integer, nullable=True),
+    Column("pid", Integer, nullable=True),  # = its process group id (a session leader)
+    # which process that pid is: "<boot id>:<start ticks>" (orphans.process_token), recorded
+    # right after the start, so a restart can end an interrupted launch and never a stranger
+    Column("pid_start", String(64), nullable=True),
     Column("created_ms", BigInteger, nullable=False),
     Column("ended_ms", BigInteger, nullable=True),  # when it was reaped (stopped or died)
 )
@@ -67,6 +70,12 @@ def set_state(
     if pid is not None:
         values["pid"] = pid
     session.execute(update(spawns_table).where(spawns_table.c.spawn_id == spawn_id).values(values))
+
+
+def record_launch(session: Session, spawn_id: str, *, pid: int, token: str | None) -> None:
+    """Right after the start, still ``launching``: the process a restart would have to end."""
+    t = spawns_table
+    session.execute(update(t).where(t.c.spawn_id == spawn_id).values(pid=pid, pid_start=token))
 
 
 def live(session: Session) -> list[Any]:

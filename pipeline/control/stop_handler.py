@@ -8,7 +8,10 @@ command, the tombstone, ``reaped`` and the answer in one transaction).
 * a **repeated** STOP (same ``stopId``, any msgId) stops nothing and is answered from the row;
 * a STOP for a worker already stopping or reaped is answered as done (stopping is idempotent);
 * a STOP for a gid that is no worker spawned here is refused ``UNKNOWN_WORKER``, in the batch
-  transaction.
+  transaction;
+* a STOP from a requester that is neither the worker's spawner, a main of its job nor an
+  operator of this host is refused ``NOT_PERMITTED`` (:func:`~.authority.may_stop`), in the
+  batch transaction: nothing is stopped.
 
 Answers go through :func:`~pipeline.control.answers.stage_answer`, the one answer path of the
 control plane: ``INJECTED`` (done) or ``FAILED`` (reason) about the STOP's msgId.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,12 +40,14 @@ from pipeline.support.clock import now_ms
 
 from . import spawns, stops
 from .answers import ANSWER_TTL_S, stage_answer
+from .authority import Requester, may_stop
 from .metrics import LifecycleMetrics
 from .reaper import ReapCause, Reaper, begin_stopping
 
 log = logging.getLogger(__name__)
 
 UNKNOWN_WORKER = Lifecycle.UNKNOWN_WORKER.value
+NOT_PERMITTED = Lifecycle.NOT_PERMITTED.value
 STALLED_S = 60.0  # well past the stop command's own bound (reaper.STOP_TIMEOUT_S)
 
 
@@ -51,6 +57,10 @@ class StopVerdict(enum.StrEnum):
     STOP = "stopped"  # a live worker: stop and reap it
     ALREADY_GONE = "already_gone"  # stopping or reaped already: answered as done
     UNKNOWN_WORKER = "unknown_worker"  # never spawned here, or refused/failed: refused
+    NOT_PERMITTED = "not_permitted"  # the requester may not stop it: refused, nothing stopped
+
+
+REFUSALS = {StopVerdict.UNKNOWN_WORKER: UNKNOWN_WORKER, StopVerdict.NOT_PERMITTED: NOT_PERMITTED}
 
 
 def decide_stop(state: str | None) -> StopVerdict:
@@ -88,7 +98,11 @@ class StopHandler:
         sessions: sessionmaker[Session],
         reaper: Reaper,
         metrics: LifecycleMetrics | None = None,
+        role_of: Callable[[str], str | None] = lambda gid: None,
+        operators: Collection[str] = (),
     ) -> None:
+        self.role_of = role_of
+        self.operators = frozenset(operators)
         self.publisher = publisher
         self.sessions = sessions
         self.reaper = reaper
@@ -114,6 +128,11 @@ class StopHandler:
             return  # a repeat: answered after commit, from the stored outcome
         row = spawns.get(session, request.gid)
         verdict = decide_stop(None if row is None else row.state)
+        refusal = None
+        if verdict is not StopVerdict.UNKNOWN_WORKER:
+            refusal = self._refusal(session, request, row)
+            if refusal is not None:
+                verdict = StopVerdict.NOT_PERMITTED
         state = {StopVerdict.STOP: stops.STOPPING, StopVerdict.ALREADY_GONE: stops.DONE}
         env = request.env
         stops.add(
@@ -125,7 +144,7 @@ class StopHandler:
             requester_host=request.requester_host,
             trace_id=env.trace_id,
             state=state.get(verdict, stops.REFUSED),
-            reason=UNKNOWN_WORKER if verdict is StopVerdict.UNKNOWN_WORKER else None,
+            reason=REFUSALS.get(verdict),
             created_ms=now_ms(),
         )
         decision.verdict = verdict
@@ -133,10 +152,24 @@ class StopHandler:
             begin_stopping(session, request.gid, ReapCause.STOP)
         elif verdict is StopVerdict.ALREADY_GONE:
             self._answer(session, request.env, request.requester_host, None)
+        elif verdict is StopVerdict.NOT_PERMITTED:
+            self._answer(session, request.env, request.requester_host, NOT_PERMITTED,
+                         str(refusal))  # fmt: skip
         else:
             state_text = "no such worker" if row is None else f"spawn {row.state}"
             self._answer(session, request.env, request.requester_host, UNKNOWN_WORKER,
                          f"no live worker {request.gid} on {self.publisher.host} ({state_text})")  # fmt: skip
+
+    def _refusal(self, session: Session, request: _Stop, row: Any) -> str | None:
+        """Why the requester may not stop the worker of ``row`` (None: it may)."""
+        env = request.env
+        requester = Requester(env.sender, request.requester_host, self.role_of(env.sender))
+        in_job = bool(row.job) and spawns.count(
+            session, states=spawns.ADMITTED, job=row.job, requester=requester.gid,
+            requester_host=requester.host,
+        ) > 0  # fmt: skip
+        return may_stop(requester, row, operators=self.operators, spawned_into_job=in_job,
+                        host=self.publisher.host)  # fmt: skip
 
     # -- after the offset commit -------------------------------------------------------------
     def _after_commit(self, request: _Stop, decision: _Decision) -> None:

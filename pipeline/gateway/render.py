@@ -87,6 +87,11 @@ def describe(
                 f"expired: your question {r.msg_id} to {r.recipient} ({turn}) got no answer "
                 "before it expired; the turn has ended."
             )
+        elif r.stage in DONE:  # a control request refused or failed: say why (its reason)
+            why = f"{r.reason}: {r.error}" if r.error else r.reason
+            text = (
+                f"FAILED: your {r.stage.upper()} {r.msg_id} of worker {r.recipient} failed ({why})."
+            )
         else:
             why = f"{r.reason}: {r.error}" if r.error else r.reason
             text = f"FAILED: your message {r.msg_id} to {r.recipient} was not delivered ({why})."

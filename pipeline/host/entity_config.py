@@ -150,6 +150,28 @@ def _template(argv: Any, key: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SpawnAllowed:
+    """Who may spawn a profile (``spawn_allowed`` of a ``[[profiles]]`` table): a requester whose
+    roster role, gid or host is listed. Absent: anyone (docs/lifecycle.md "Authority")."""
+
+    roles: tuple[Role, ...] = field(default=(), metadata={"choices": ENTITY_ROLES})
+    gids: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for i, role in enumerate(checked_strings(self.roles, "roles")):
+            if role not in ENTITY_ROLES:
+                raise config_error(f"roles[{i}]", role, f"must be one of {', '.join(ENTITY_ROLES)}")
+        for i, gid in enumerate(checked_strings(self.gids, "gids")):
+            check_gid(gid, key=f"gids[{i}]")
+        for i, host in enumerate(checked_strings(self.hosts, "hosts")):
+            checked_name(host, f"hosts[{i}]", "host id")
+
+    def admits(self, *, role: str | None, gid: str, host: str) -> bool:
+        return role in self.roles or gid in self.gids or host in self.hosts
+
+
+@dataclass(frozen=True, kw_only=True)
 class ProfileConfig:
     """A spawn profile (R-SPAWN-4, carried in the host's presence entry: R-PRES-1): how this
     host launches, stops and injects a worker, and its caps (R-SPAWN-5, R-FAIL-8: a cap on
@@ -166,9 +188,12 @@ class ProfileConfig:
     max_live_per_parent: int = 8
     max_live_per_job: int = 32
     max_spawns_per_job: int = 64
+    spawn_allowed: SpawnAllowed | None = None  # None: anyone may spawn it
 
     def __post_init__(self) -> None:
         checked_name(self.name, "name", "profile name")
+        if self.spawn_allowed is not None and not isinstance(self.spawn_allowed, SpawnAllowed):
+            raise config_error("spawn_allowed", self.spawn_allowed, "must be a table")
         if not isinstance(self.description, str):
             raise config_error("description", self.description, "must be a string")
         if not self.launch:

@@ -32,7 +32,7 @@ from pipeline.reasons import Config
 from pipeline.retention.policy import RetentionConfig
 from pipeline.support.binder import config_error
 
-from .config_checks import check_number, check_text, checked_name
+from .config_checks import check_gid, check_number, check_text, checked_name, checked_strings
 from .entity_config import EntityConfig, ProfileConfig
 
 _PREFIX = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
@@ -77,6 +77,8 @@ class GatewayConfig:
     socket_mode: int = 0o600
     # the pairwise MAC mode (docs/envelope.md): off by default, opt in per fleet
     pairwise_mac: bool = False
+    # gids that may STOP any worker spawned on this host (docs/lifecycle.md "Authority")
+    operators: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         checked_name(self.host, "host", "host id")
@@ -146,6 +148,8 @@ class GatewayConfig:
                     f"entities[{i}].gid", entity.gid, "gid used twice", Config.CONFIG_DUPLICATE_GID
                 )
             seen.add(entity.gid)
+        for i, gid in enumerate(checked_strings(self.operators, "operators")):
+            check_gid(gid, key=f"operators[{i}]")
 
     @property
     def local_socket(self) -> str | None:

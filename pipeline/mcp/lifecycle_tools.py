@@ -28,10 +28,12 @@ def add_stop_and_workers(
 ) -> None:
     """Register ``stop`` and ``workers`` for main ``gid``."""
 
-    @tool("Stop a worker (one you spawned, or any spawned worker): its host stops it through "
-          "its profile, removes it from the roster and marks it reaped; mail for it afterwards "
+    @tool("Stop a worker you may stop (one you spawned, one of a job you spawned into as a "
+          "main, or any if its host names you an operator): its host stops it through its "
+          "profile, removes it from the roster and marks it reaped; mail for it afterwards "
           "fails with RECIPIENT_GONE. Returns the STOP's msgId; the outcome arrives through "
-          "poll (INJECTED = stopped, FAILED with UNKNOWN_WORKER when it is no worker there).")  # fmt: skip
+          "poll (INJECTED = stopped; FAILED with UNKNOWN_WORKER when it is no worker there, "
+          "NOT_PERMITTED when you may not stop it -- its text says who may).")  # fmt: skip
     def stop(
         worker: Annotated[str, Field(description="The worker's gid (its spawnId).")],
         reason: Annotated[str | None, Field(description="Why, for the host's logs.")] = None,
@@ -44,7 +46,8 @@ def add_stop_and_workers(
     ) -> CallToolResult:
         req = control.stop(requester=gid, gid=worker, host=host, reason=reason, stop_id=stop_id)
         data = {"msgId": req.msg_id, "stopId": req.stop_id, "gid": req.gid, "host": req.host}
-        return _ok(f"stop of {req.gid} requested on {req.host} (stopId {req.stop_id})", data)
+        return _ok(f"stop of {req.gid} requested on {req.host} (stopId {req.stop_id}); its host "
+                   "refuses it NOT_PERMITTED, saying why, unless you may stop it", data)  # fmt: skip
 
     @tool("The workers you spawned, newest first: gid, host, profile, job, the spawn's state "
           "(pending, spawned, failed + reason) and whether it is live in the roster now.")  # fmt: skip

@@ -138,7 +138,7 @@ class Host:
 
     def upgrade(self) -> None:
         """From here on the host runs this checkout: its store upgraded first (this release's is
-        a revision ahead, store 0012, and a gateway refuses a store behind), its gateway started
+        revisions ahead, store 0013, and a gateway refuses a store behind), its gateway started
         again by the caller."""
         self.release = None
         self.cli("store", "upgrade", "--config", str(self.config))
