@@ -447,8 +447,12 @@ class SocketServer:
             self.on_commit()
         if self.metrics is not None:
             self._count(requests, results, failed, time.perf_counter() - started)
+        # every result first, then each connection's answers in one send: a group's answers to
+        # one client go out as one write, not one per send
         for pending, result in zip(batch, results, strict=True):
-            pending.finish(result)
+            pending.result = result
+        for answers in {id(p.answers): p.answers for p in batch if p.answers is not None}.values():
+            answers.flush()
 
     def _count(
         self,
