@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
+import os
 from dataclasses import dataclass
 
 from pipeline.errors import EnvelopeError
@@ -27,8 +27,16 @@ from .reasons import (
 _MAX_MS = 10**16 - 1  # the wire form allows at most 16 decimal digits
 
 
+# the version-4 and variant bits of a UUID (RFC 9562), set as ``uuid.uuid4()`` sets them
+_V4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_V4_SET = (0x4000 << 64) | (0x8000 << 48)
+
+
 def new_id() -> str:
-    return uuid.uuid4().hex
+    """A random UUID's 32 hex digits, as ``uuid.uuid4().hex`` (two per send: msgId and traceId,
+    without building a ``UUID`` object for each)."""
+    n = int.from_bytes(os.urandom(16)) & _V4_CLEAR | _V4_SET
+    return f"{n:032x}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,7 +86,7 @@ class Envelope:
         """Mint ``msgId`` (uuid4 hex) and ``traceId`` when not given; ``expiresAt = ts + ttl``."""
         ts = clock.now_ms() if now_ms is None else now_ms
         return cls(
-            kind=Kind(kind),
+            kind=kind if type(kind) is Kind else Kind(kind),
             msg_id=msg_id or new_id(),
             trace_id=trace_id or new_id(),
             sender=sender,

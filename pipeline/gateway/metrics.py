@@ -134,6 +134,7 @@ class SocketMetrics:
 
         ns = "fleet_gateway_socket"
         self._kinds = frozenset(k.value for k in Kind)
+        self._children: dict[tuple[str, str], Counter] = {}
         self.requests = Counter(
             f"{ns}_requests_total",
             "Requests on the local socket, by message kind and outcome (queued: committed; "
@@ -163,6 +164,12 @@ class SocketMetrics:
         )
 
     def request(self, kind: object, outcome: str, reason: str | None = None) -> None:
-        self.requests.labels(reasons.label(str(kind), self._kinds), outcome).inc()
+        # the labelled children, looked up once per (kind, outcome): labels() costs a lock and
+        # a dict lookup on every call, on the send path
+        key = (reasons.label(str(kind), self._kinds), outcome)  # bounded: kinds x outcomes
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.requests.labels(*key)
+        child.inc()
         if reason is not None:
             self.refusals.labels(reason if reasons.known(reason) else reasons.OTHER).inc()

@@ -33,7 +33,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pipeline.envelope import Envelope, Kind
@@ -54,8 +54,14 @@ log = logging.getLogger(__name__)
 SOCKET_MODES = (0o600, 0o660)
 
 
+_KINDS = {k.value: k for k in Kind}
+
+
 def parse_kind(text: str) -> Kind:
     """``text`` as a :class:`Kind` (any case), or ``UNKNOWN_KIND`` -- for the CLI and the socket."""
+    kind = _KINDS.get(text)  # the wire's own spelling: a dict look-up, not Enum's constructor
+    if kind is not None:
+        return kind
     try:
         return Kind(str(text).upper())
     except ValueError:
@@ -128,19 +134,20 @@ def parse_poll(message: dict[str, Any]) -> dict[str, Any]:
     return {"recipient": recipient, "sender": sender, "limit": limit, "wait_s": float(wait_s)}
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
+    """One request: decided once ``result`` is set (nobody waits on it: whoever decides it
+    sends the answers, :mod:`.socket_answers`)."""
+
     id: Any
     request: SendRequest | None
     call: Callable[[], Any] | None = None  # a control request, run by the writer on its own
     kind: str = ""  # for the metrics: the send's kind, or SPAWN / STOP
     result: Envelope | dict[str, Any] | FleetError | None = None
-    done: threading.Event = field(default_factory=threading.Event)
     answers: Answers | None = None  # its connection's, sent in order by whoever decides it
 
     def finish(self, result: Envelope | dict[str, Any] | FleetError) -> None:
         self.result = result
-        self.done.set()
         if self.answers is not None:
             self.answers.flush()
 
@@ -182,7 +189,8 @@ class SocketServer:
         self.max_batch = max_batch
         self.metrics = metrics
         self.control = control
-        self._queue: queue.Queue[_Pending] = queue.Queue()
+        # SimpleQueue: a put is one C call, no Condition to notify in Python (a send's share)
+        self._queue: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
         self._listener: socket.socket | None = None
         self._inode: int | None = None
         self._stop = threading.Event()
@@ -439,8 +447,12 @@ class SocketServer:
             self.on_commit()
         if self.metrics is not None:
             self._count(requests, results, failed, time.perf_counter() - started)
+        # every result first, then each connection's answers in one send: a group's answers to
+        # one client go out as one write, not one per send
         for pending, result in zip(batch, results, strict=True):
-            pending.finish(result)
+            pending.result = result
+        for answers in {id(p.answers): p.answers for p in batch if p.answers is not None}.values():
+            answers.flush()
 
     def _count(
         self,

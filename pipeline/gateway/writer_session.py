@@ -1,27 +1,45 @@
-"""The local socket's writer: one Session on one held SQLite connection, for its group commits.
+"""The local socket's writer: its group commits as DB-API transactions on one held SQLite connection.
 
 A group commit at 500 sends/s holds one to three sends, so what a transaction costs besides its
-statements is paid about once per send: a new ``Session``, a pool checkout and its reset on
-return came to about half of a group's transaction overhead (measured: 74 µs against 37 µs with
-one Session on one held connection). The socket's one writer thread holds both instead. Each
-group is still its own transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``, queued on the store's write
-gate as before); between groups the connection holds no transaction, so it sees every commit of
-other writers at its next ``BEGIN`` and keeps no WAL snapshot open.
+statements is paid about once per send. Through an ORM ``Session`` that was most of it: the
+session's and the connection's transaction objects, their events, and ``BEGIN IMMEDIATE`` sent
+through SQLAlchemy's execution path came to ~37 µs per group, where ``BEGIN IMMEDIATE`` and
+``COMMIT`` on the DB-API connection cost ~3 µs (measured, empty transactions). So the socket's
+one writer thread holds one connection and one ``Session`` on it, and runs each group as
+``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK``) on the DB-API connection itself:
 
-Only SQLite: a PostgreSQL connection is checked out per group as before, so the pool's
-pre-ping still replaces a connection the server dropped. After a failure that is not a refusal
-(a store error) the held connection is closed and the next group opens a fresh one.
+* **The same store rules.** The group still queues on the store's write gate
+  (:func:`~pipeline.store.engine.write_gate`) before ``BEGIN IMMEDIATE``, like every other
+  writer of the process, and leaves it after its ``COMMIT`` or ``ROLLBACK``. A DB-API error is
+  raised as SQLAlchemy raises it (``DBAPIError.instance``), so callers that catch
+  ``SQLAlchemyError`` see no difference.
+* **The same staging code.** What a send writes is staged through the held ``Session``
+  (:meth:`GatewayClient._stage`): raw-cursor statements, Core statements, savepoints
+  (``begin_nested``) all run on this connection, inside the group's transaction. The session's
+  own transaction is begun once, when the connection is opened, and never ended while it is
+  held: SQLAlchemy issues nothing at a group's start or end. ``session.info`` is cleared at each
+  group's start (what a send caches there is for its own transaction only).
+* **Between groups** the connection holds no transaction, so it sees every commit of other
+  writers at its next ``BEGIN`` and keeps no WAL snapshot open.
+
+Only SQLite: a PostgreSQL connection is checked out per group through the session factory as
+before, so the pool's pre-ping still replaces a connection the server dropped. After a failure
+that is not a refusal (a store error) the held connection is closed and the next group opens a
+fresh one.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.errors import FleetError
+from pipeline.store.engine import WriteGate, write_gate
 
 
 class WriterSession:
@@ -34,6 +52,8 @@ class WriterSession:
         self._engine: Engine | None = bind if held else None
         self._conn: Connection | None = None
         self._session: Session | None = None
+        self._raw: Any = None  # the DB-API connection under _conn
+        self._gate: WriteGate | None = None
 
     @contextlib.contextmanager
     def begin(self) -> Iterator[Session]:
@@ -42,23 +62,94 @@ class WriterSession:
             with self.sessions.begin() as s:
                 yield s
             return
-        if self._session is None:
-            self._conn = self._engine.connect()
-            self._session = Session(bind=self._conn, expire_on_commit=False)
-        session = self._session
+        session = self._session if self._session is not None else self._open(self._engine)
+        session.info.clear()
+        self._run("BEGIN IMMEDIATE")
         try:
-            with session.begin():
-                yield session
+            yield session
         except FleetError:
-            raise  # a refusal: rolled back, the connection is fine
+            try:
+                self._end(commit=False)  # a refusal: rolled back, the connection is fine
+            except BaseException:
+                self.close()
+                raise
+            raise
         except BaseException:
+            with contextlib.suppress(Exception):
+                self._end(commit=False)
             self.close()
             raise
+        try:
+            self._end(commit=True)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._end(commit=False)
+            self.close()
+            raise
+
+    def _open(self, engine: Engine) -> Session:
+        conn = engine.connect()
+        session = Session(bind=conn, expire_on_commit=False)
+        try:
+            # SQLAlchemy's transaction on this connection, begun once (through the engine's
+            # begin event: the gate and BEGIN IMMEDIATE) and ended here at the DB-API level;
+            # from now on the groups begin and end on the DB-API connection
+            session.connection()
+            raw = conn.connection.dbapi_connection
+            gate = write_gate(engine)
+            try:
+                raw.commit()  # type: ignore[union-attr]
+            finally:
+                if gate is not None:
+                    gate.leave(raw)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                session.close()
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise
+        self._conn, self._session, self._raw, self._gate = conn, session, raw, gate
+        return session
+
+    def _run(self, sql: str) -> None:
+        """``BEGIN IMMEDIATE`` on the DB-API connection, queued on the write gate first."""
+        raw, gate = self._raw, self._gate
+        if gate is not None:
+            gate.enter(raw)
+        begun = False
+        try:
+            self._call(sql, raw.execute, sql)
+            begun = True
+        finally:
+            if not begun and gate is not None:
+                gate.leave(raw)
+
+    def _end(self, *, commit: bool) -> None:
+        """``COMMIT`` (or ``ROLLBACK``) on the DB-API connection; the gate is left either way."""
+        raw, gate = self._raw, self._gate
+        try:
+            if commit:
+                self._call("COMMIT", raw.commit)
+            else:
+                self._call("ROLLBACK", raw.rollback)
+        finally:
+            if gate is not None:
+                gate.leave(raw)
+
+    def _call(self, sql: str, fn: Callable[..., Any], *args: Any) -> None:
+        """``fn(*args)``, a DB-API error raised as SQLAlchemy raises it."""
+        assert self._engine is not None
+        dialect = self._engine.dialect
+        error = dialect.loaded_dbapi.Error
+        try:
+            fn(*args)
+        except error as exc:
+            raise DBAPIError.instance(sql, (), exc, error, dialect=dialect) from exc
 
     def close(self) -> None:
         """Give the held connection back (the next ``begin`` opens another)."""
         session, conn = self._session, self._conn
-        self._session = self._conn = None
+        self._session = self._conn = self._raw = self._gate = None
         with contextlib.suppress(Exception):
             if session is not None:
                 session.close()

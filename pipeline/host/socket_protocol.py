@@ -45,8 +45,12 @@ class FrameError(FleetError):
     reason: str = Delivery.DELIVERY_FAILED
 
 
+# one encoder for every frame: ``json.dumps`` with options builds a new one per call
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
+
+
 def encode_frame(message: dict[str, Any]) -> bytes:
-    data = json.dumps(message, separators=(",", ":"), default=str).encode("utf-8")
+    data = _ENCODER.encode(message).encode("utf-8")
     if len(data) > MAX_FRAME_BYTES:
         raise FrameError(
             f"local socket: a frame of {len(data)} bytes is above {MAX_FRAME_BYTES}",

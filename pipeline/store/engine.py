@@ -15,7 +15,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.engine import Engine, make_url
@@ -238,6 +238,21 @@ def serialize_writes(
         gate.leave(dbapi_conn)  # back in the pool with its transaction still open
 
     return engine
+
+
+class WriteGate(Protocol):
+    """The write gate of an engine (see :func:`serialize_writes`), for a writer that begins and
+    ends its transactions on the DB-API connection itself: ``enter`` before ``BEGIN IMMEDIATE``,
+    ``leave`` after its ``COMMIT`` or ``ROLLBACK``."""
+
+    def enter(self, dbapi_conn: Any) -> None: ...
+
+    def leave(self, dbapi_conn: Any) -> None: ...
+
+
+def write_gate(engine: Engine) -> WriteGate | None:
+    """The gate :func:`serialize_writes` put on ``engine`` (None: its writes are not gated)."""
+    return _GATES.get(engine.pool)
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -247,7 +247,7 @@ def test_a_pending_batch_is_one_transaction(served) -> None:  # type: ignore[no-
         for i in range(5)
     ]
     server.commit(batch)
-    assert calls == [5] and all(p.done.is_set() for p in batch)
+    assert calls == [5] and all(p.result is not None for p in batch)
     assert [p.answer()["id"] for p in batch] == list(range(5)) and _rows(engine) == 5
 
 
