@@ -1,4 +1,4 @@
-"""A job's caps counted across every host (R-SPAWN-6, R-FAIL-8): the orchestrator that fans out
+"""A job's caps counted across every host (R-SPAWN-7, R-FAIL-8): the orchestrator that fans out
 too wide, on the real broker, the three target gateways as processes.
 
 Two mains on host A ask concurrently for three times the job's live cap, spread over hosts B, C
@@ -135,7 +135,7 @@ class _Sampler(threading.Thread):
 def test_a_job_fanned_out_over_three_hosts_gets_exactly_its_cap_across_the_fleet(
     fanout: Fanout,
 ) -> None:
-    """R-SPAWN-6 (R-FAIL-8): two mains ask at once for 3x the job's live cap over B, C and D:
+    """R-SPAWN-7 (R-FAIL-8): two mains ask at once for 3x the job's live cap over B, C and D:
     exactly the cap is admitted fleet-wide, every other SPAWN has one FAILED CAP_EXCEEDED, and
     the sampled live workers of the job never exceed the cap. A worker stopped gives its slot
     back: the next SPAWN of the job is admitted again (the release)."""
