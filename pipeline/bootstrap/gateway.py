@@ -329,6 +329,7 @@ def build_gateway(
             lambda: loops.stop_presence(presence, gateway, config.away_grace_s),
             follower.stop,
             relay.close,
+            *([spawn_handler.ledger.close] if spawn_handler.ledger is not None else []),
             engine.dispose,
         ],
     )

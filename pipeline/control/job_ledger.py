@@ -135,6 +135,15 @@ class JobLedger:
                     sent += 1
             return sent
 
+    def close(self) -> None:
+        """At gateway stop: releases in flight get 5 s, the reader leaves."""
+        with self._lock:
+            if self._producer is not None:
+                self._producer.flush(5)
+            if self._consumer is not None:
+                self._consumer.close()
+            self._producer = self._consumer = None
+
     # -- the log -----------------------------------------------------------------------------
     def _append(self, job: str, record: Claim | Release, until: float) -> tuple[int, int]:
         if self._producer is None:
