@@ -124,8 +124,8 @@ def build_control_plane(
 def build_job_ledger(
     config: GatewayConfig, signer: Signer, trust: TrustStore, factories: Any
 ) -> JobLedger:
-    """The job ledger's clients (made at first use: a host that never admits a job's spawn
-    opens none): an idempotent producer and an assign-only reader of the ``jobs`` topic."""
+    """The job ledger's clients, made at first use (a host without profiles opens none): an
+    idempotent producer and an assign-only reader of the ``jobs`` topic."""
     topics = TopicNames(prefix=config.topic_prefix)
     group = (
         f"{topics.prefix}jobs-reader.{config.host}"  # assign only: never joined, never committed

@@ -262,7 +262,7 @@ class SpawnHandler:
             self.stops.reaper.sweep()
             self.stops.retry_stalled()
         self.launcher.reap()
-        if self.ledger is not None:  # job slots of workers that ended go back to the job
+        if self.ledger is not None and self.profiles:  # slots of ended workers go back to the job
             self.ledger.reconcile(functools.partial(ended_spawns, self.sessions))
 
     def relive(self) -> int:
