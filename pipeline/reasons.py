@@ -244,6 +244,7 @@ class Lifecycle(enum.StrEnum):
     SPAWN_TIMEOUT = "SPAWN_TIMEOUT"  # requester: no outcome within spawn_deadline_s
     UNKNOWN_PROFILE = "UNKNOWN_PROFILE"  # target: the host has no profile of that name
     CAP_EXCEEDED = "CAP_EXCEEDED"  # target: over a per-parent/per-job cap or the job budget
+    LEDGER_UNAVAILABLE = "LEDGER_UNAVAILABLE"  # target: job ledger unreachable; ask again later
     RECIPIENT_GONE = "RECIPIENT_GONE"  # target: mail for a stopped or reaped worker
     UNKNOWN_WORKER = "UNKNOWN_WORKER"  # target: STOP for a gid that is no worker spawned here
     LAUNCH_FAILED = "LAUNCH_FAILED"  # target: the launch command could not be started

@@ -10,11 +10,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pipeline.control.handler import SpawnHandler
+from pipeline.control.job_ledger import JobLedger
 from pipeline.control.launcher import Launcher, worker_injector
 from pipeline.control.metrics import LifecycleMetrics
 from pipeline.control.reaper import Reaper
 from pipeline.control.stop_handler import StopHandler
-from pipeline.envelope import Verifier
+from pipeline.envelope import Signer, TrustStore, Verifier
 from pipeline.gateway.dead_letter_outbox import OutboxDeadLetterSink, dead_letter_held, undrained
 from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.injectors import InjectMetrics, build_injector
@@ -22,6 +23,8 @@ from pipeline.hooks import NO_HOOKS, Hooks
 from pipeline.host.entity_config import ProfileConfig
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.outbound import Publisher
+from pipeline.kafka.settings import consumer_config, merged, producer_config
+from pipeline.kafka.topics import TopicNames
 from pipeline.presence import PresencePublisher
 from pipeline.presence.model import Delivery, Gone, Role
 from pipeline.reasons import Lifecycle
@@ -39,6 +42,7 @@ def build_control_plane(
     lifecycle: LifecycleMetrics,
     dead_letters: OutboxDeadLetterSink,
     hooks: Hooks = NO_HOOKS,
+    ledger: JobLedger | None = None,
 ) -> SpawnHandler:
     """The control topic's handler (a launched worker becomes a local inject entity; a STOP or
     a death takes it out again: tombstone + reaped)."""
@@ -112,5 +116,27 @@ def build_control_plane(
         ),
         role_of=role_of,
         hooks=hooks,
+        ledger=ledger,
     )
     return handler
+
+
+def build_job_ledger(
+    config: GatewayConfig, signer: Signer, trust: TrustStore, factories: Any
+) -> JobLedger:
+    """The job ledger's clients, made at first use (a host without profiles opens none): an
+    idempotent producer and an assign-only reader of the ``jobs`` topic."""
+    topics = TopicNames(prefix=config.topic_prefix)
+    group = (
+        f"{topics.prefix}jobs-reader.{config.host}"  # assign only: never joined, never committed
+    )
+    return JobLedger(
+        host=config.host,
+        topic=topics.jobs,
+        signer=signer,
+        trust=trust,
+        producer=lambda: factories.producer(producer_config(config.bootstrap, **{"linger.ms": 0})),
+        consumer=lambda: factories.consumer(
+            merged(consumer_config(config.bootstrap, group), {"fetch.wait.max.ms": 10})
+        ),
+    )

@@ -55,7 +55,7 @@ from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.runtime.routing import ByTopic
 from pipeline.store import read_sessions, serialize_writes, session_factory
 
-from .control_plane import build_control_plane
+from .control_plane import build_control_plane, build_job_ledger
 from .presence import build_presence
 from .retention import RULES
 
@@ -225,6 +225,7 @@ def build_gateway(
         lifecycle,
         dead_letters,
         hooks=hooks,
+        ledger=build_job_ledger(config, signer, trust, factories),
     )
     runtime = ConsumerRuntime(
         RuntimeConfig(
@@ -328,6 +329,7 @@ def build_gateway(
             lambda: loops.stop_presence(presence, gateway, config.away_grace_s),
             follower.stop,
             relay.close,
+            *([spawn_handler.ledger.close] if spawn_handler.ledger is not None else []),
             engine.dispose,
         ],
     )

@@ -47,7 +47,8 @@ from pipeline.support.clock import now_ms
 from . import spawns
 from .answers import ANSWER_TTL_S, stage_answer
 from .authority import Requester, may_spawn
-from .caps import Counts, admit
+from .caps import Admission, Counts, admit
+from .job_ledger import JobLedger, ended_spawns, fleet_admission
 from .launcher import Launcher
 from .orphans import end_group, process_token
 from .stop_handler import StopHandler
@@ -72,6 +73,7 @@ class _Request:
     env: Envelope
     requester_host: str
     body: dict[str, Any]
+    fleet: Admission | None = None  # the job ledger's verdict (R-FAIL-8), when it was asked
 
 
 class SpawnHandler:
@@ -91,10 +93,12 @@ class SpawnHandler:
         stops: StopHandler | None = None,
         role_of: Callable[[str], str | None] = lambda gid: None,
         hooks: Hooks = NO_HOOKS,
+        ledger: JobLedger | None = None,
     ) -> None:
         self.stops = stops
         self.role_of = role_of
         self.hooks = hooks
+        self.ledger = ledger
         self.host = host
         self.verifier = verifier
         self.publisher = publisher
@@ -119,11 +123,25 @@ class SpawnHandler:
             return ACK if exc.reason == REPLAY else DeadLetter(reason=exc.reason, error=str(exc))
         if body["spawn_id"] != env.spawn_id:
             return DeadLetter(reason="SCHEMA_INVALID", error="body spawn_id != header spawnId")
-        request = _Request(env, verified.signer_host, body)
+        fleet = self._fleet(env, verified.signer_host, body)
+        request = _Request(env, verified.signer_host, body, fleet)
         decision = _Decision()
         tx.call(functools.partial(self._decide, request=request, decision=decision))
         tx.after_commit(functools.partial(self._after_commit, request, decision))
         return ACK
+
+    def _fleet(self, env: Envelope, host: str, body: dict[str, Any]) -> Admission | None:
+        """Per-job caps across every host: a claim on the job ledger, before the transaction
+        (none for a requester the profile does not admit: it is refused without one)."""
+        spec, job = self.profiles.get(str(body["profile"])), body.get("job")
+        if self.ledger is None or spec is None or not job:
+            return None
+        if may_spawn(Requester(env.sender, host, self.role_of(env.sender)), spec) is not None:
+            return None
+        return fleet_admission(
+            self.ledger, host=self.host, spec=spec, job=str(job), spawn_id=str(env.spawn_id),
+            expires_ms=env.expires_at_ms,
+        )  # fmt: skip
 
     # -- in the batch transaction ------------------------------------------------------------
     def _decide(self, session: Session, *, request: _Request, decision: _Decision) -> None:
@@ -133,17 +151,19 @@ class SpawnHandler:
             return  # a repeat: answered after commit, from the stored outcome
         parent, job = body.get("parent") or env.sender, body.get("job")
         profile = str(body["profile"])
-        running = spawns.RUNNING
+        running, local_job = spawns.RUNNING, job if request.fleet is None else None
         counts = Counts(
             live_of_parent=spawns.count(session, states=running, parent=parent, profile=profile),
-            live_of_job=spawns.count(session, states=running, job=job, profile=profile)
-            if job
+            live_of_job=spawns.count(session, states=running, job=local_job, profile=profile)
+            if local_job
             else 0,
-            spawned_of_job=spawns.count(session, states=spawns.ADMITTED, job=job, profile=profile)
-            if job
+            spawned_of_job=spawns.count(
+                session, states=spawns.ADMITTED, job=local_job, profile=profile
+            )
+            if local_job
             else 0,
         )
-        verdict = admit(self.profiles, profile, counts, job=job)
+        verdict = admit(self.profiles, profile, counts, job=local_job)
         refusal = None if profile not in self.profiles else may_spawn(
             Requester(env.sender, request.requester_host, self.role_of(env.sender)),
             self.profiles[profile],
@@ -152,6 +172,8 @@ class SpawnHandler:
             verdict = dataclasses.replace(
                 verdict, admitted=False, reason=NOT_PERMITTED, detail=refusal
             )
+        elif verdict.admitted and request.fleet is not None:
+            verdict = request.fleet  # the job's caps were counted across the fleet
         session.execute(
             insert(spawns.spawns_table).values(
                 spawn_id=gid,
@@ -240,6 +262,8 @@ class SpawnHandler:
             self.stops.reaper.sweep()
             self.stops.retry_stalled()
         self.launcher.reap()
+        if self.ledger is not None and self.profiles:  # slots of ended workers go back to the job
+            self.ledger.reconcile(functools.partial(ended_spawns, self.sessions))
 
     def relive(self) -> int:
         """At boot: finish interrupted stops, fail interrupted launches (:meth:`recover`), and

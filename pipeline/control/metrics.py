@@ -11,6 +11,7 @@ SPAWN_OUTCOMES = (
     "refused_cap_exceeded",
     "refused_unknown_profile",
     "refused_not_permitted",
+    "refused_ledger_unavailable",  # the job ledger was away (R-SPAWN-7)
 )
 
 STOP_OUTCOMES = ("stopped", "already_gone", "repeat", "unknown_worker", "not_permitted")

@@ -4,15 +4,18 @@ Four roles, each a closed set (:class:`Role`); the login NAME is the principal `
 
 A gateway host H (principal ``User:H``) needs, and gets, exactly::
 
-    read      its own inbox and control topic, the roster (presence), its group gw.H
-    write     every inbox and control topic (prefix: it sends to the others), the roster, the DLQ
+    read      its own inbox and control topic, the roster (presence), the job ledger (jobs),
+              its group gw.H
+    write     every inbox and control topic (prefix: it sends to the others), the roster, the
+              job ledger (admission claims and releases), the DLQ
     describe  the topics it reads or writes (metadata) and their configs (the topology check)
     cluster   IDEMPOTENT_WRITE (the relay's idempotent producer; implied by WRITE on Kafka >= 2.8,
               granted for older brokers)
 
 It gets no READ on another host's inbox or control topic and no access to another host's group,
 so ``User:X`` cannot read ``inbox.Y`` or join ``gw.Y`` (``NOT_AUTHORIZED``). The roster readers
-use throw-away groups ``<prefix>roster-reader.*`` (assign only, never committed): a prefixed READ.
+and the job ledger's reader use throw-away groups ``<prefix>roster-reader.*`` and
+``<prefix>jobs-reader.*`` (assign only, never committed): a prefixed READ.
 Topic creation is the operator's (``fleet topics apply`` as ``admin``): a gateway creates nothing.
 
 The narrower roles (:func:`role_grants`)::
@@ -130,6 +133,7 @@ def gateway_grants(host: str, topics: TopicNames = TopicNames()) -> tuple[Grant,
     add(Resource.TOPIC, topics.inbox(host), lit, *read)
     add(Resource.TOPIC, topics.control(host), lit, *read)
     add(Resource.TOPIC, topics.roster, lit, *read, Operation.WRITE)
+    add(Resource.TOPIC, topics.jobs, lit, *read, Operation.WRITE)  # the job ledger
     add(
         Resource.TOPIC,
         topics.dlq,
@@ -142,6 +146,7 @@ def gateway_grants(host: str, topics: TopicNames = TopicNames()) -> tuple[Grant,
     add(Resource.TOPIC, f"{topics.prefix}control.", pre, Operation.WRITE, Operation.DESCRIBE)
     add(Resource.GROUP, topics.gateway_group(host), lit, Operation.READ, Operation.DESCRIBE)
     add(Resource.GROUP, f"{topics.prefix}roster-reader.", pre, Operation.READ)
+    add(Resource.GROUP, f"{topics.prefix}jobs-reader.", pre, Operation.READ)
     add(Resource.CLUSTER, CLUSTER_NAME, lit, Operation.IDEMPOTENT_WRITE)
     return tuple(plan.grants)
 

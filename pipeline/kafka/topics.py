@@ -34,6 +34,11 @@ class TopicNames:
         return f"{self.prefix}roster"
 
     @property
+    def jobs(self) -> str:
+        """The job ledger: admission claims and releases keyed by job id (R-FAIL-8)."""
+        return f"{self.prefix}jobs"
+
+    @property
     def dlq(self) -> str:
         return f"{self.prefix}dlq"
 

@@ -57,6 +57,8 @@ class TopologySpec:
     control_partitions: int = 1
     roster_partitions: int = 1
     dlq_partitions: int = 1
+    jobs_partitions: int = 1  # a job's claims share one partition (keyed by job id)
+    jobs_retention_ms: int = 7 * DAY_MS  # a job's caps count what this window still holds
     pool_partitions: int = 6
     # None: the cluster decides (default.replication.factor) and an existing RF is accepted
     replication: int | None = 1
@@ -88,7 +90,18 @@ class TopologySpec:
                 },
             ),
         ]
-        out = roster if self.roster else []
+        # the job ledger: never compacted (a job's claims share a key, and each one counts)
+        jobs = TopicSpec(
+            name=t.jobs,
+            partitions=self.jobs_partitions,
+            replication=self.replication,
+            config={
+                **base,
+                "cleanup.policy": "delete",
+                "retention.ms": str(self.jobs_retention_ms),
+            },
+        )
+        out = [*roster, jobs] if self.roster else []  # neither is a pool member's business
         out += [
             TopicSpec(
                 name=t.dlq,

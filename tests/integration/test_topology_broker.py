@@ -75,7 +75,7 @@ def test_cli_apply_json_and_mismatch_exit_code(kafka: BrokerHandle) -> None:
     args = ["topics", "apply", "--host", "h1", "--prefix", prefix, "--bootstrap", kafka.bootstrap]
     res = runner.invoke(app, [*args, "--partitions", "2", "--json"])
     assert res.exit_code == 0, res.output
-    assert len(json.loads(res.stdout)["created"]) == 4
+    assert len(json.loads(res.stdout)["created"]) == 5  # roster, jobs, dlq, inbox.h1, control.h1
     again = runner.invoke(app, [*args, "--partitions", "2", "--json"])
     assert json.loads(again.stdout)["changed"] is False
     bad = runner.invoke(app, [*args, "--partitions", "5"])

@@ -32,8 +32,10 @@ def test_a_gateway_reads_only_its_own_inbox_control_and_group() -> None:
         (Resource.TOPIC, "fleet.inbox.a", Pattern.LITERAL),
         (Resource.TOPIC, "fleet.control.a", Pattern.LITERAL),
         (Resource.TOPIC, "fleet.roster", Pattern.LITERAL),
+        (Resource.TOPIC, "fleet.jobs", Pattern.LITERAL),  # the job ledger (R-FAIL-8)
         (Resource.GROUP, "fleet.gw.a", Pattern.LITERAL),
         (Resource.GROUP, "fleet.roster-reader.", Pattern.PREFIXED),
+        (Resource.GROUP, "fleet.jobs-reader.", Pattern.PREFIXED),
     }
     assert all(g.principal == "User:a" for g in gateway_grants("a"))
 
@@ -44,6 +46,7 @@ def test_a_gateway_writes_inboxes_control_roster_and_dlq_and_nothing_else() -> N
         ("fleet.inbox.", Pattern.PREFIXED),
         ("fleet.control.", Pattern.PREFIXED),
         ("fleet.roster", Pattern.LITERAL),
+        ("fleet.jobs", Pattern.LITERAL),  # admission claims and releases
         ("fleet.dlq", Pattern.LITERAL),
     }
     ops = {g.operation for g in gateway_grants("a")}

@@ -10,10 +10,12 @@ def test_desired_topics_and_their_configs() -> None:
     spec = TopologySpec(hosts=("h2", "h1", "h1"), pools=("review",), topics=TopicNames(prefix="x."))
     by_name = {t.name: t for t in spec.desired()}
     assert sorted(by_name) == sorted([
-        "x.roster", "x.dlq", "x.inbox.h1", "x.control.h1", "x.inbox.h2", "x.control.h2",
+        "x.roster", "x.jobs", "x.dlq", "x.inbox.h1", "x.control.h1", "x.inbox.h2", "x.control.h2",
         "x.pool.review",
     ])  # fmt: skip
     assert by_name["x.roster"].config["cleanup.policy"] == "compact"
+    # the job ledger keeps every claim of a job (one key): compaction would drop all but one
+    assert by_name["x.jobs"].config["cleanup.policy"] == "delete"
     dlq = by_name["x.dlq"].config
     assert dlq["cleanup.policy"] == "delete" and int(dlq["retention.bytes"]) > 0
     assert int(dlq["retention.ms"]) > 0
