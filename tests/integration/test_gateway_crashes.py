@@ -21,6 +21,7 @@ from pipeline.envelope import Kind
 from pipeline.host.entity_config import EntityConfig, InjectorSpec
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.held import held_table
+from pipeline.outbox.sent import is_pending
 from pipeline.outbox.tables import outbox
 from pipeline.presence.roles import Delivery, Role
 from pipeline.store import make_engine
@@ -146,7 +147,7 @@ def test_pull_path_survives_kill9_twenty_times(
 
 def _unsent(engine: Any) -> int:
     with engine.connect() as c:
-        return len(list(c.execute(select(outbox.c.lsn).where(outbox.c.status == 0))))
+        return len(list(c.execute(select(outbox.c.lsn).where(is_pending()))))
 
 
 def _held(engine: Any) -> list[tuple[str, bytes]]:
