@@ -213,8 +213,8 @@ def one_run(url: str, *, pace: str, briefs: int, batch: int, server: int | None)
         batches = [gw.records(batch) for _ in range(briefs // batch)]
         n = len(batches) * batch
         child = gw.child_pid()
-        for _ in range(gw.staged._value):  # noqa: SLF001 -- drain the warm-up's releases
-            gw.staged.acquire()
+        while gw.staged.acquire(blocking=False):  # the warm-up's wake-ups
+            pass
         c0, s0 = _cpu(child, server)
         w0 = time.perf_counter()
         for b in batches:

@@ -74,7 +74,6 @@ def ok_line(msg_id: str) -> bytes:
     return b'{"msgId":' + json.dumps(msg_id).encode() + b',"status":"ok"}\n'
 
 
-
 def parse_answer(line: bytes) -> Answer:
     try:
         frame = json.loads(line)
