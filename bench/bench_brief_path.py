@@ -195,12 +195,13 @@ class _Gateway:
         self.engine.dispose()
 
 
-def _cpu(child: int | None, server: int | None) -> tuple[float, float]:
+def _cpu(child: int | None, server: int | None) -> tuple[float, float, float]:
+    """CPU seconds so far: gateway with its children, the live injector child alone, server."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-    total += (procfs.cpu_s(child) or 0.0) if child is not None else 0.0
-    return total, (tree_cpu_s(server) or 0.0) if server is not None else 0.0
+    child_s = (procfs.cpu_s(child) or 0.0) if child is not None else 0.0
+    total = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + child_s
+    return total, child_s, (tree_cpu_s(server) or 0.0) if server is not None else 0.0
 
 
 def one_run(url: str, *, pace: str, briefs: int, batch: int, server: int | None) -> dict[str, Any]:
@@ -215,7 +216,7 @@ def one_run(url: str, *, pace: str, briefs: int, batch: int, server: int | None)
         child = gw.child_pid()
         while gw.staged.acquire(blocking=False):  # the warm-up's wake-ups
             pass
-        c0, s0 = _cpu(child, server)
+        c0, k0, s0 = _cpu(child, server)
         w0 = time.perf_counter()
         for b in batches:
             gw.runtime.process(b)
@@ -224,7 +225,7 @@ def one_run(url: str, *, pace: str, briefs: int, batch: int, server: int | None)
                 gw.idle()
         gw.idle()
         wall = time.perf_counter() - w0
-        c1, s1 = _cpu(child, server)
+        c1, k1, s1 = _cpu(child, server)
         counts = gw.counts()
         assert gw.child_pid() == child, "the injector child was restarted mid-run"
     finally:
@@ -234,6 +235,7 @@ def one_run(url: str, *, pace: str, briefs: int, batch: int, server: int | None)
     assert counts["outbox"] == expected, counts
     return {
         "cpu_us": (c1 - c0) / n * 1e6,
+        "child_us": (k1 - k0) / n * 1e6,
         "server_us": (s1 - s0) / n * 1e6,
         "wall_us": wall / n * 1e6,
     }
@@ -293,13 +295,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     one_run(fresh(), pace=pace, briefs=briefs, batch=args.batch, server=server)
                     for _ in range(args.repeats)
                 ]
-                row = {k: spread([r[k] for r in runs]) for k in ("cpu_us", "wall_us")}
+                row = {k: spread([r[k] for r in runs]) for k in ("cpu_us", "child_us", "wall_us")}
                 if server is not None:
                     row["server_us"] = spread([r["server_us"] for r in runs])
                 result["rows"][f"{store}/{pace}"] = row
                 line = f"{store:10} {pace:6} CPU us/brief (gateway + child) " + "/".join(
                     f"{row['cpu_us'][k]:.0f}" for k in ("min", "median", "max")
                 )
+                line += f" (child {row['child_us']['median']:.0f})"
                 if server is not None:
                     line += "  PostgreSQL server " + "/".join(
                         f"{row['server_us'][k]:.0f}" for k in ("min", "median", "max")
