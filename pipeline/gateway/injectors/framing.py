@@ -68,6 +68,12 @@ def answer(msg_id: str, status: str, error: str = "") -> bytes:
     return json.dumps(frame, separators=(",", ":")).encode() + b"\n"
 
 
+def ok_line(msg_id: str) -> bytes:
+    """The exact bytes :func:`answer` writes for ``ok``: a reader compares a line with it before
+    parsing any JSON (the common answer, as the reference child writes it)."""
+    return b'{"msgId":' + json.dumps(msg_id).encode() + b',"status":"ok"}\n'
+
+
 def parse_answer(line: bytes) -> Answer:
     try:
         frame = json.loads(line)

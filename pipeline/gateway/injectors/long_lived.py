@@ -105,6 +105,8 @@ class LongLivedCommandInjector:
                     "it may have been injected",
                     context=context | {"exit_code": code},
                 )
+            if line == framing.ok_line(msg_id):  # the common answer: no JSON parse
+                return
             try:
                 got = framing.parse_answer(line)
                 if got.msg_id != msg_id:
