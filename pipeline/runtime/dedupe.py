@@ -19,6 +19,8 @@ from sqlalchemy.orm import Session
 
 from pipeline.store import metadata
 
+from .driver_sql import fetch_column
+
 dedupe_table = Table(
     "fleet_dedupe",
     metadata,
@@ -29,8 +31,9 @@ dedupe_table = Table(
 
 _CHUNK = 500
 
-# The claim is on every batch's path: DB-API SQL text with one flat parameter tuple (SQLAlchemy's
-# per-row parameter processing of the same statement cost more than the insert itself).
+# The claim is on every batch's path: DB-API SQL text with one flat parameter tuple, run on the
+# driver's cursor (SQLAlchemy's per-row parameter processing and result set-up of the same
+# statement cost more than the insert itself; see driver_sql.py).
 _CLAIM_SQL = (
     "INSERT INTO fleet_dedupe (scope, msg_id, seen_at_ms) VALUES {values} "
     "ON CONFLICT DO NOTHING RETURNING msg_id"
@@ -64,8 +67,7 @@ def claim_ids(conn: Connection, scope: str, msg_ids: Iterable[str], now_ms: int)
         params: list[object] = []
         for msg_id in chunk:
             params += (scope, msg_id, now_ms)
-        rows = conn.exec_driver_sql(_claim_sql(style, len(chunk)), tuple(params))
-        claimed.update(rows.scalars().all())
+        claimed.update(fetch_column(conn, _claim_sql(style, len(chunk)), tuple(params)))
     return claimed
 
 

@@ -27,6 +27,8 @@ from typing import Any, assert_never
 from sqlalchemy import Dialect, Insert, Table, insert
 from sqlalchemy.orm import Session
 
+from .driver_sql import execute_many
+
 SessionCall = Callable[[Session], object]
 BatchCall = Callable[[Session, list[Any]], object]
 Effect = Callable[[], None]
@@ -225,7 +227,7 @@ class Staged:
                 if lean is None:
                     conn.execute(_insert_for(table), rows)
                 else:
-                    conn.exec_driver_sql(lean.sql, lean.params(rows))
+                    execute_many(conn, lean.sql, lean.params(rows))
         run: list[Any] = []
         run_fn: BatchCall | None = None
         for call in self.calls:

@@ -69,16 +69,16 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
             # deadlock upgrading a read lock, they wait on busy_timeout instead. Read-only
             # sessions (see read_sessions) begin DEFERRED and never wait for writers (WAL).
             if conn.get_execution_options().get(READONLY_OPTION, False):
-                conn.exec_driver_sql("BEGIN")
+                _begin_on_driver(conn, "BEGIN")
                 return
             gate = _GATES.get(conn.engine.pool)
             if gate is None:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                _begin_on_driver(conn, "BEGIN IMMEDIATE")
                 return
             dbapi_conn = conn.connection.dbapi_connection
             gate.enter(dbapi_conn)
             try:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                _begin_on_driver(conn, "BEGIN IMMEDIATE")
             except BaseException:
                 gate.leave(dbapi_conn)
                 raise
@@ -98,6 +98,16 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
             engine.dispose()  # a refused store must not leave pooled connections behind
             raise
     return engine
+
+
+def _begin_on_driver(conn: Any, sql: str) -> None:
+    """``BEGIN`` on the DB-API connection itself: every transaction starts here, and
+    ``exec_driver_sql`` built an execution context and a result for a statement that returns
+    nothing. A driver error is wrapped by the connection's own handling, as there."""
+    try:
+        conn.connection.dbapi_connection.execute(sql)
+    except Exception as exc:  # noqa: BLE001 - re-raised by SQLAlchemy, wrapped
+        conn._handle_dbapi_exception(exc, sql, (), None, None)
 
 
 def ping_when_idle(engine: Engine, idle_s: float = PING_IDLE_S) -> Engine:
