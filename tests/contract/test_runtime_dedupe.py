@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.runtime import ConsumerRuntime, Record, RuntimeConfig, Staged
 from pipeline.runtime.dedupe import claim_ids, release_ids, seen_ids
+from pipeline.runtime.driver_sql import execute_many
 from pipeline.runtime.outcomes import ACK, DeadLetter, Outcome
 from pipeline.store import make_engine, session_factory
 from pipeline.testing import FakeConsumer
@@ -47,6 +49,17 @@ def test_a_claim_returns_only_new_ids_per_scope_and_a_release_frees_them(engine:
     with session_factory(engine)() as s:
         assert seen_ids(s, "g", ["a", "b", "c", "x5"]) == {"a", "b"}
         assert seen_ids(s, "other", ["a"]) == {"a"}
+
+
+def test_a_driver_error_on_the_batch_path_is_a_sqlalchemy_error(engine: Any) -> None:
+    """R-ACK-2: the claim and the staged rows run on the DB-API cursor; a failed statement is
+    still a ``SQLAlchemyError`` (the runtime's batch backoff catches exactly that), and the
+    transaction rolls back."""
+    with pytest.raises(SQLAlchemyError), engine.begin() as conn:
+        claim_ids(conn, "g", ["a"], 1)
+        execute_many(conn, "INSERT INTO no_such_table (x) VALUES (1)", [()])
+    with engine.begin() as conn:
+        assert claim_ids(conn, "g", ["a"], 1) == {"a"}  # the failed batch left no claim
 
 
 def test_a_rolled_back_claim_leaves_no_row(engine: Any) -> None:
