@@ -20,15 +20,9 @@ BUSY_EXIT = 75  # EX_TEMPFAIL: "busy, nothing injected" -- the only exit that ma
 STDERR_LIMIT = 2048  # bytes of stderr kept in the error (the tail: where the reason usually is)
 
 
-class CommandInjector:
-    """Runs ``argv`` once per brief (R-ACK-6: the worker's own gateway injects locally).
-
-    The body goes to stdin; ``FLEET_MSG_ID``, ``FLEET_FROM``, ``FLEET_TO`` and ``FLEET_KIND`` are
-    set. Exit 0 means injected. Exit 75 means "busy, nothing injected" (``TARGET_BUSY``,
-    retriable). Any other exit is a final ``INJECT_FAILED`` with the tail of stderr. Past
-    ``timeout_s`` the command's whole process group is killed (it runs in its own session, so
-    helpers it started die too) and the error is a final ``INJECT_TIMEOUT``.
-    """
+class CommandSettings:
+    """What both command modes take: the argv, the time limit of one brief, extra environment
+    and the working folder (checked once, here)."""
 
     def __init__(
         self,
@@ -39,13 +33,24 @@ class CommandInjector:
         cwd: str | None = None,
     ) -> None:
         if isinstance(argv, str) or not argv:
-            raise ValueError("CommandInjector needs a non-empty argv list")
+            raise ValueError(f"{type(self).__name__} needs a non-empty argv list")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self.argv = tuple(argv)
         self.timeout_s = timeout_s
         self.env = dict(env or {})
         self.cwd = cwd
+
+
+class CommandInjector(CommandSettings):
+    """Runs ``argv`` once per brief (R-ACK-6: the worker's own gateway injects locally).
+
+    The body goes to stdin; ``FLEET_MSG_ID``, ``FLEET_FROM``, ``FLEET_TO`` and ``FLEET_KIND`` are
+    set. Exit 0 means injected. Exit 75 means "busy, nothing injected" (``TARGET_BUSY``,
+    retriable). Any other exit is a final ``INJECT_FAILED`` with the tail of stderr. Past
+    ``timeout_s`` the command's whole process group is killed (it runs in its own session, so
+    helpers it started die too) and the error is a final ``INJECT_TIMEOUT``.
+    """
 
     def inject(self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
         context: dict[str, Any] = {

@@ -24,12 +24,13 @@ from typing import Any
 from pipeline.errors import InjectError
 
 from . import framing
+from .command import CommandSettings
 from .port import INJECT_FAILED, INJECT_TIMEOUT, TARGET_BUSY, InjectUncertainError
 
 STOP_GRACE_S = 1.0  # on close: how long the child may take to exit after its stdin ends
 
 
-class LongLivedCommandInjector:
+class LongLivedCommandInjector(CommandSettings):
     """Runs ``argv`` once and hands it one framed brief after another (``mode = "long-lived"``).
 
     Each brief is a frame on the child's stdin; its answer line says ``ok`` (injected),
@@ -49,14 +50,7 @@ class LongLivedCommandInjector:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> None:
-        if isinstance(argv, str) or not argv:
-            raise ValueError("LongLivedCommandInjector needs a non-empty argv list")
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        self.argv = tuple(argv)
-        self.timeout_s = timeout_s
-        self.env = dict(env or {})
-        self.cwd = cwd
+        super().__init__(argv, timeout_s, env=env, cwd=cwd)
         self.starts = 0  # children started so far (a restart count, for tests and diagnostics)
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
