@@ -61,7 +61,10 @@ class IdleWait:
 
     def wake(self) -> None:
         """Rows were committed just now by a writer in this process: end the wait at once."""
-        self._event.set()
+        # once set, a pass is due (its clear() comes first, then its read): a commit that sees
+        # it set is read by that pass, so setting it again would only cost a Condition notify
+        if not self._event.is_set():
+            self._event.set()
 
     def clear(self) -> None:
         """A pass starts: a wake() from here on ends the next wait at once."""

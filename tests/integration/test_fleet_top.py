@@ -232,7 +232,9 @@ def _start(tmux: Tmux, *args: str) -> None:
     command = " ".join([sys.executable, "-m", "pipeline", *args])
     subprocess.run(
         ["tmux", "-L", tmux.socket, "-f", "/dev/null", "new-session", "-d", "-s", tmux.session,
-         "-x", "160", "-y", "50", f"env PYTHONPATH={env['PYTHONPATH']} {command}; sleep 30"],
+         "-x", "160", "-y", "50",
+         # the pane's size, said outright: a CI run drew this table 80 wide (group names cut)
+         f"env COLUMNS=160 LINES=50 PYTHONPATH={env['PYTHONPATH']} {command}; sleep 30"],
         check=True, env={k: v for k, v in env.items() if k != "TMUX"}, timeout=10,
     )  # fmt: skip
 
@@ -240,6 +242,9 @@ def _start(tmux: Tmux, *args: str) -> None:
 def test_lag_and_roster_watch_redraw_until_q(hosts: TwoHosts, tmux: Tmux) -> None:
     """The one-table live views: ``fleet lag --watch`` shows the gateway groups and quits on
     ``q``; ``fleet roster --watch --config`` shows that gateway's current view."""
+    # A's inbox group has a committed offset only once A took a message: send it one here, so
+    # the row does not depend on which test of this module ran first
+    hosts.send(hosts.b, "worker-b", "main-a", "--kind", "REPLY", "lag: the reply")
     _start(tmux, "lag", "--watch", "-b", hosts.bootstrap, "--groups-prefix", hosts.prefix)
     tmux.wait("the gateway group's lag row", lambda s: f"{hosts.prefix}gw.A" in s)
     tmux.keys("q")
