@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(VENV_NEW)
 	$(PIP_INSTALL) -e '.[dev]'
 	$(PY) -c 'from pipeline.kafka.local import resolve_classpath; print("kafka jars:", resolve_classpath().lib_dir)'
+	bash scripts/build-otelcol.sh $(VENV)/bin/fleet-otelcol
 	touch $(STAMP) $(RUN_STAMP)
 
 setup: $(STAMP)  ## install everything for the checks and the suite (system packages, venv, Kafka jars)

@@ -11,6 +11,7 @@
 #         tmux        tmux injectors
 #         faketime    the chaos clock-skew scenario (libfaketime)
 #         systemd     systemd-analyze verify on the shipped units (deploy/systemd/)
+#         golang-go   builds the OpenTelemetry Collector the trace tests export to (tools/otelcol)
 # Something missing and not root: says what, and how to get it, and exits 1.
 set -euo pipefail
 scope="${1:-all}"
@@ -32,6 +33,8 @@ if [ "$scope" = all ]; then
   command -v tmux >/dev/null 2>&1 || want tmux "tmux (tmux injectors)"
   command -v faketime >/dev/null 2>&1 || want faketime "faketime (chaos clock skew)"
   command -v systemd-analyze >/dev/null 2>&1 || want systemd "systemd-analyze (unit file checks)"
+  command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] \
+    || want golang-go "go (builds the OpenTelemetry Collector for the trace tests)"
 fi
 if [ ${#need[@]} -eq 0 ]; then
   echo "system deps ($scope): all present"
