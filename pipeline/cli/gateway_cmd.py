@@ -103,6 +103,7 @@ def run(
     from pipeline.hooks import hooks_from_fault
     from pipeline.observability.health import gateway_health, notify_when_ready
     from pipeline.support import sd_notify
+    from pipeline.tracing import settings_from_env
 
     configure_logging(log_format, log_level)
     # the gateway's threads hand the GIL over at every store call, inject and poll: a thread
@@ -116,6 +117,7 @@ def run(
         signer=_signer(cfg),
         trust=TrustStore.load(cfg.trust_dir),
         hooks=hooks_from_fault(os.environ.get("FLEET_FAULT"), os.environ.get("FLEET_FAULT_AT")),
+        tracing=settings_from_env(os.environ),  # OTEL_*: docs/observability.md, "Tracing"
     )
     health = gateway_health(
         stop=parts.gateway.stop_event,
