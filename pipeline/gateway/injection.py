@@ -299,6 +299,7 @@ class InjectionQueue:
                     kind=env.kind.value,
                     sender=env.sender,
                     body=body,
+                    trace_id=env.trace_id,
                 )
             except InjectUncertainError as exc:  # handed over whole, then no answer
                 log.error("inject of %s into %s is uncertain: %s", env.msg_id, job.gid, exc)
