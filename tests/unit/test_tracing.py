@@ -155,3 +155,25 @@ def test_seam_off_refuses_a_hook_call() -> None:
     assert not TRACING.on
     with pytest.raises(RuntimeError):
         tracing.TRACING.held(Fleet().envelope(), "m-b")
+
+
+def test_spans_reach_an_otlp_http_receiver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK's OTLP/HTTP exporter, as a gateway sets it up from OTEL_*, to the loopback
+    receiver: names, the envelope's trace id, the parent link and service.name arrive."""
+    from pipeline.testing.otlp_receiver import OtlpReceiver
+
+    receiver = OtlpReceiver().start()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        stop = install_tracing(settings_from_env({"OTEL_TRACES_EXPORTER": "otlp"}), host="a")
+        fleet = Fleet()
+        env = fleet.envelope()
+        TRACING.staged(env, "fleet.inbox.b", [])
+        stop()  # flushes the batch processor
+        send, commit = sorted(receiver.spans(), key=lambda s: s.start_ns)
+    finally:
+        receiver.stop()
+    assert (send.name, commit.name) == (n.SEND, n.OUTBOX_COMMIT)
+    assert send.trace_id == commit.trace_id == env.trace_id
+    assert commit.parent_span_id == send.span_id and send.parent_span_id == ""
+    assert send.service == "a" and send.attributes[n.MESSAGE_ID] == env.msg_id
