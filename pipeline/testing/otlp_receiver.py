@@ -130,3 +130,30 @@ class OtlpReceiver:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def tree(spans: list[ReceivedSpan]) -> str:
+    """One trace's spans as an indented tree, children under parents in start order:
+    ``name  [service]  span id  (attribute fleet.kind / outcome)``; a span whose parent was
+    not received is shown at the top level."""
+    ids = {s.span_id for s in spans}
+    children: dict[str, list[ReceivedSpan]] = {}
+    for s in sorted(spans, key=lambda s: s.start_ns):
+        parent = s.parent_span_id if s.parent_span_id in ids else ""
+        children.setdefault(parent, []).append(s)
+    lines: list[str] = []
+
+    def walk(parent: str, depth: int) -> None:
+        for s in children.get(parent, []):
+            what = " ".join(
+                f"{k.split('.')[-1]}={s.attributes[k]}"
+                for k in ("fleet.kind", "fleet.inject.outcome")
+                if k in s.attributes
+            )
+            lines.append(
+                f"{'  ' * depth}{s.name:<{max(1, 28 - 2 * depth)}} [{s.service}] {s.span_id} {what}"
+            )
+            walk(s.span_id, depth + 1)
+
+    walk("", 0)
+    return "\n".join(line.rstrip() for line in lines)
