@@ -262,6 +262,7 @@ def ask(
     to: Annotated[str, typer.Option("--to")],
     body: Annotated[str | None, typer.Argument()] = None,
     ttl: Annotated[float, typer.Option(help="Seconds the turn waits.")] = 120.0,
+    trace: TraceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """A worker asks a main; the answer is injected into the worker while its turn waits."""
@@ -269,10 +270,10 @@ def ask(
     client = hot.connect(cfg)
     if client is not None:
         with client:
-            q = client.ask(sender=sender, to=to, body=data, ttl_s=ttl)
+            q = client.ask(sender=sender, to=to, body=data, ttl_s=ttl, trace_id=trace)
         msg_id, turn_id = q.msg_id, q.turn_id
     else:
-        env = _direct(cfg).ask(sender=sender, to=to, body=data, ttl_s=ttl)
+        env = _direct(cfg).ask(sender=sender, to=to, body=data, ttl_s=ttl, trace_id=trace)
         msg_id, turn_id = env.msg_id, env.turn_id
     hot.asked(msg_id=msg_id, turn_id=turn_id, to=to, as_json=as_json)
 

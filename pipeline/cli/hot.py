@@ -141,7 +141,13 @@ def ask(p: dict[str, Any]) -> int | None:
     """``fleet ask`` through the gateway's socket (``None``: see :func:`_gateway`)."""
     return _verb(
         p,
-        lambda c: c.ask(sender=p["sender"], to=p["to"], body=read_body(p["body"]), ttl_s=p["ttl"]),
+        lambda c: c.ask(
+            sender=p["sender"],
+            to=p["to"],
+            body=read_body(p["body"]),
+            ttl_s=p["ttl"],
+            trace_id=p["trace"],
+        ),
         lambda q: asked(msg_id=q.msg_id, turn_id=q.turn_id, to=p["to"], as_json=p["as_json"]),
     )
 

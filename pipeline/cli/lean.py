@@ -175,7 +175,14 @@ SPECS: dict[str, Spec] = {
         arguments=(Arg("body"),),
     ),
     "ask": Spec(
-        options=(CONFIG, SENDER, TO, Opt("ttl", ("--ttl",), type=float, default=120.0), JSON),
+        options=(
+            CONFIG,
+            SENDER,
+            TO,
+            Opt("ttl", ("--ttl",), type=float, default=120.0),
+            TRACE,
+            JSON,
+        ),
         arguments=(Arg("body"),),
     ),
     "answer": Spec(options=(CONFIG, SENDER, TO, TURN, TRACE, JSON), arguments=(Arg("body"),)),

@@ -277,7 +277,15 @@ class GatewayClient:
             )
         return env
 
-    def ask(self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0) -> Envelope:
+    def ask(
+        self,
+        *,
+        sender: str,
+        to: str,
+        body: bytes,
+        ttl_s: float = 120.0,
+        trace_id: str | None = None,
+    ) -> Envelope:
         """A worker asks a main; the turn waits until answered, abandoned or expired."""
         return self.send(
             sender=sender,
@@ -286,6 +294,7 @@ class GatewayClient:
             kind=Kind.ASK,
             ttl_s=ttl_s,
             turn_id=uuid.uuid4().hex,
+            trace_id=trace_id,
         )
 
     def answer(

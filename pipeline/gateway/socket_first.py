@@ -45,10 +45,15 @@ class SocketFirst:
                                      trace_id=trace_id),
         )  # fmt: skip
 
-    def ask(self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0) -> Queued | Envelope:
+    def ask(
+        self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0,
+        trace_id: str | None = None,
+    ) -> Queued | Envelope:  # fmt: skip
         return self._calls.call(
-            lambda c: c.ask(sender=sender, to=to, body=body, ttl_s=ttl_s),
-            lambda: self.direct.ask(sender=sender, to=to, body=body, ttl_s=ttl_s),
+            lambda c: c.ask(sender=sender, to=to, body=body, ttl_s=ttl_s, trace_id=trace_id),
+            lambda: self.direct.ask(
+                sender=sender, to=to, body=body, ttl_s=ttl_s, trace_id=trace_id
+            ),
         )
 
     def answer(

@@ -84,12 +84,21 @@ class SocketClient:
         return result
 
     # The conversation verbs, as GatewayClient.ask/answer/abandon (same kinds, defaults, turns).
-    def ask(self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0) -> Queued:
+    def ask(
+        self,
+        *,
+        sender: str,
+        to: str,
+        body: bytes,
+        ttl_s: float = 120.0,
+        trace_id: str | None = None,
+    ) -> Queued:
         """A worker asks a main: a new turn (its id minted here, as GatewayClient.ask does)."""
         import uuid  # only an ask needs it (each `fleet` process pays for its imports)
 
         turn = uuid.uuid4().hex
-        return self.send(sender=sender, to=to, body=body, kind="ASK", ttl_s=ttl_s, turn_id=turn)
+        return self.send(sender=sender, to=to, body=body, kind="ASK", ttl_s=ttl_s, turn_id=turn,
+                         trace_id=trace_id)  # fmt: skip
 
     def answer(
         self,

@@ -123,7 +123,7 @@ def build_server(
     def ask(
         to: Gid, body: Body, ttl_s: Annotated[float, Field(gt=0, le=86400)] = 120.0
     ) -> CallToolResult:
-        env = w.ask(sender=gid, to=to, body=body.encode(), ttl_s=ttl_s)
+        env = w.ask(sender=gid, to=to, body=body.encode(), ttl_s=ttl_s, trace_id=trace_default)
         data = {"msgId": env.msg_id, "turnId": env.turn_id, "to": to}
         return ok(f"asked {to}: turn {env.turn_id}", data)
 
