@@ -22,14 +22,18 @@ measured by the bench that owns it, in this one process and this one window:
 The ``table`` it returns has one line per row: target, min / median / max, and whether every
 repeat met it. A section that fails reports its error; the others keep their figures.
 ``BENCH_SECTIONS=cpu_sqlite,floor`` runs only the sections named (the others read not measured).
+``BENCH_TRACING=1`` runs every gateway with OpenTelemetry tracing on, exporting to an OTLP/HTTP
+receiver on loopback (:func:`_tracing`); without it tracing is off, as by default: the pair of runs
+is tracing's cost (docs/observability.md, "Tracing").
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import (
@@ -357,6 +361,34 @@ def table(out: dict[str, Any]) -> list[dict[str, Any]]:
 INJECTOR = "long-lived"
 
 
+@contextlib.contextmanager
+def _tracing(out: dict[str, Any]) -> Iterator[None]:
+    """``BENCH_TRACING=1``: every gateway the bench starts exports its spans over OTLP/HTTP to a
+    receiver on loopback (the ``OTEL_*`` variables the gateways inherit); the run's JSON says
+    ``tracing: on`` and how many spans arrived. Unset: tracing off, as a gateway runs by default."""
+    if os.environ.get("BENCH_TRACING", "") not in ("1", "true", "on"):
+        out["tracing"] = "off"
+        yield
+        return
+    from pipeline.testing.otlp_receiver import OtlpReceiver
+
+    receiver = OtlpReceiver().start()
+    saved = {k: os.environ.get(k) for k in _OTEL}
+    os.environ.update(
+        {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
+    )
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        out["tracing"] = {"on": True, "spans_received": len(receiver.spans())}
+        receiver.stop()
+
+
+_OTEL = ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
 def main(quick: bool = False) -> dict[str, Any]:
     reps, seconds = (1, 4.0) if quick else (3, 10.0)
     step_s = seconds / 2  # each of the knee's steps
@@ -413,7 +445,7 @@ def main(quick: bool = False) -> dict[str, Any]:
     if only:  # a subset, for a quick look at one part; the table marks the rest not measured
         sections = {name: run for name, run in sections.items() if name in only}
     out: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-    with kafka("bench-hotpath") as bootstrap:
+    with kafka("bench-hotpath") as bootstrap, _tracing(out):
         out["broker_append_linger_ms"] = append_linger_ms(bootstrap)
         for name, section in sections.items():
             before = _load()

@@ -54,10 +54,13 @@ from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.runtime.routing import ByTopic
 from pipeline.store import read_sessions, serialize_writes, session_factory
+from pipeline.tracing import TracingSettings
+from pipeline.tracing.settings import OFF as TRACING_OFF
 
 from .control_plane import build_control_plane, build_job_ledger
 from .presence import build_presence
 from .retention import RULES
+from .tracing import install_tracing
 
 if TYPE_CHECKING:
     pass
@@ -139,8 +142,11 @@ def build_gateway(
     maintenance_interval_s: float | None = None,
     factories: Factories = DEFAULT_FACTORIES,
     hooks: Hooks = NO_HOOKS,
+    tracing: TracingSettings = TRACING_OFF,
 ) -> GatewayParts:
-    """Build one host's gateway: inbox runtime, relay, presence, roster, injectors, ticker."""
+    """Build one host's gateway: inbox runtime, relay, presence, roster, injectors, ticker.
+    ``tracing``: OpenTelemetry spans on or off (the entry point reads the ``OTEL_*``
+    variables); the gateway's stop flushes them."""
     # every client below carries the [kafka] login; a refused one stops the start here
     host, factories = config.host, _secured(factories, config, check=apply_topics)
     topics = TopicNames(prefix=config.topic_prefix)
@@ -331,6 +337,7 @@ def build_gateway(
             relay.close,
             *([spawn_handler.ledger.close] if spawn_handler.ledger is not None else []),
             engine.dispose,
+            install_tracing(tracing, host=host),  # on from here; its stop flushes the spans
         ],
     )
     return GatewayParts(

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
 
-def build_mcp_server(config: GatewayConfig, *, signer: Signer, gid: str) -> MCPServer:
+def build_mcp_server(
+    config: GatewayConfig, *, signer: Signer, gid: str, trace_default: str | None = None
+) -> MCPServer:
     """The stdio MCP server of main ``gid`` (``fleet mcp --as``): a pull entity of this host."""
     from pipeline.mcp import build_server
 
@@ -42,4 +44,5 @@ def build_mcp_server(config: GatewayConfig, *, signer: Signer, gid: str) -> MCPS
             config.local_socket, build_control_client(config, signer=signer, engine=engine)
         ),
         writer=SocketFirst(config.local_socket, client),
+        trace_default=trace_default,
     )

@@ -23,7 +23,7 @@ from pipeline.signals import stop_on_signals
 
 from . import hot
 from .exits import EXIT_FATAL, EXIT_REFUSED, exit_code
-from .lean import CONFIG_ENV
+from .lean import CONFIG_ENV, TRACE_ENV
 from .login import (
     BootstrapOverrideOpt,
     KafkaConfigOverrideOpt,
@@ -45,6 +45,14 @@ ConfigOpt = Annotated[
     Path, typer.Option("--config", "-c", envvar=CONFIG_ENV, help="The host's fleet.toml.")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+TraceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--trace",
+        envvar=TRACE_ENV,
+        help="Continue this trace (a traceId); an injected worker's FLEET_TRACE_ID by default.",
+    ),
+]
 
 # CPython's GIL switch interval in a gateway process (docs/gateway.md "Latency"): 1 ms, not 5
 GATEWAY_SWITCH_INTERVAL_S = 0.001
@@ -103,6 +111,7 @@ def run(
     from pipeline.hooks import hooks_from_fault
     from pipeline.observability.health import gateway_health, notify_when_ready
     from pipeline.support import sd_notify
+    from pipeline.tracing import settings_from_env
 
     configure_logging(log_format, log_level)
     # the gateway's threads hand the GIL over at every store call, inject and poll: a thread
@@ -116,6 +125,7 @@ def run(
         signer=_signer(cfg),
         trust=TrustStore.load(cfg.trust_dir),
         hooks=hooks_from_fault(os.environ.get("FLEET_FAULT"), os.environ.get("FLEET_FAULT_AT")),
+        tracing=settings_from_env(os.environ),  # OTEL_*: docs/observability.md, "Tracing"
     )
     health = gateway_health(
         stop=parts.gateway.stop_event,
@@ -201,6 +211,7 @@ def send(
     body: Annotated[str | None, typer.Argument(help="Body text, or - for stdin.")] = None,
     kind: Annotated[str, typer.Option(help="SEND or REPLY.")] = "SEND",
     ttl: Annotated[float | None, typer.Option(help="Seconds until expiresAt.")] = None,
+    trace: TraceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Send a message (works while the broker is down: it is queued in the outbox).
@@ -210,7 +221,7 @@ def send(
     """
     cfg = _load(config)
     try:
-        msg_id, trace_id, kind, via = _send(cfg, sender, to, hot.read_body(body), kind, ttl)
+        msg_id, trace_id, kind, via = _send(cfg, sender, to, hot.read_body(body), kind, ttl, trace)
     except DeliveryError as exc:  # e.g. UNKNOWN_RECIPIENT, RECIPIENT_GONE: refused at once
         if not as_json:
             raise
@@ -220,7 +231,13 @@ def send(
 
 
 def _send(
-    cfg: GatewayConfig, sender: str, to: str, body: bytes, kind: str, ttl: float | None
+    cfg: GatewayConfig,
+    sender: str,
+    to: str,
+    body: bytes,
+    kind: str,
+    ttl: float | None,
+    trace: str | None = None,
 ) -> tuple[str, str, str, str]:
     """``(msg_id, trace_id, kind, via)`` of one send: through the gateway's socket when one
     answers (via ``gateway``; this process loads neither the store nor the envelope), else
@@ -228,12 +245,14 @@ def _send(
     client = hot.connect(cfg)
     if client is not None:
         with client:
-            queued = client.send(sender=sender, to=to, body=body, kind=kind, ttl_s=ttl)
+            queued = client.send(
+                sender=sender, to=to, body=body, kind=kind, ttl_s=ttl, trace_id=trace
+            )
         return queued.msg_id, queued.trace_id, kind.upper(), "gateway"
     from pipeline.gateway.socket_server import parse_kind
 
     k = parse_kind(kind)
-    env = _direct(cfg).send(sender=sender, to=to, body=body, kind=k, ttl_s=ttl)
+    env = _direct(cfg).send(sender=sender, to=to, body=body, kind=k, ttl_s=ttl, trace_id=trace)
     return env.msg_id, env.trace_id, k.value, "store"
 
 
@@ -243,6 +262,7 @@ def ask(
     to: Annotated[str, typer.Option("--to")],
     body: Annotated[str | None, typer.Argument()] = None,
     ttl: Annotated[float, typer.Option(help="Seconds the turn waits.")] = 120.0,
+    trace: TraceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """A worker asks a main; the answer is injected into the worker while its turn waits."""
@@ -250,10 +270,10 @@ def ask(
     client = hot.connect(cfg)
     if client is not None:
         with client:
-            q = client.ask(sender=sender, to=to, body=data, ttl_s=ttl)
+            q = client.ask(sender=sender, to=to, body=data, ttl_s=ttl, trace_id=trace)
         msg_id, turn_id = q.msg_id, q.turn_id
     else:
-        env = _direct(cfg).ask(sender=sender, to=to, body=data, ttl_s=ttl)
+        env = _direct(cfg).ask(sender=sender, to=to, body=data, ttl_s=ttl, trace_id=trace)
         msg_id, turn_id = env.msg_id, env.turn_id
     hot.asked(msg_id=msg_id, turn_id=turn_id, to=to, as_json=as_json)
 
@@ -264,6 +284,7 @@ def answer(
     to: Annotated[str, typer.Option("--to")],
     turn: Annotated[str, typer.Option("--turn")],
     body: Annotated[str | None, typer.Argument()] = None,
+    trace: TraceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer an ASK (TOO_LATE comes back if the asker's turn has ended)."""
@@ -271,9 +292,13 @@ def answer(
     client = hot.connect(cfg)
     if client is not None:
         with client:
-            msg_id = client.answer(sender=sender, to=to, turn_id=turn, body=data).msg_id
+            msg_id = client.answer(
+                sender=sender, to=to, turn_id=turn, body=data, trace_id=trace
+            ).msg_id
     else:
-        msg_id = _direct(cfg).answer(sender=sender, to=to, turn_id=turn, body=data).msg_id
+        msg_id = (
+            _direct(cfg).answer(sender=sender, to=to, turn_id=turn, body=data, trace_id=trace)
+        ).msg_id
     hot.answered(msg_id=msg_id, turn_id=turn, as_json=as_json)
 
 
@@ -334,7 +359,8 @@ def mcp(
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # stdout is the protocol
     cfg = _load(config)
-    build_mcp_server(cfg, signer=_signer(cfg), gid=gid).run("stdio")
+    trace = os.environ.get(TRACE_ENV) or None  # a worker's MCP continues its brief's trace
+    build_mcp_server(cfg, signer=_signer(cfg), gid=gid, trace_default=trace).run("stdio")
 
 
 def register(root: typer.Typer) -> None:

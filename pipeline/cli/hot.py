@@ -88,9 +88,8 @@ def send(params: dict[str, Any]) -> int | None:
     with client:
         body = read_body(params["body"])
         try:
-            queued = client.send(
-                sender=params["sender"], to=to, body=body, kind=params["kind"], ttl_s=params["ttl"]
-            )
+            queued = client.send(sender=params["sender"], to=to, body=body, kind=params["kind"],
+                                 ttl_s=params["ttl"], trace_id=params["trace"])  # fmt: skip
         except DeliveryError as exc:
             refused_json(exc, to) if params["as_json"] else print_error(exc)
             return exit_code(exc)
@@ -142,7 +141,13 @@ def ask(p: dict[str, Any]) -> int | None:
     """``fleet ask`` through the gateway's socket (``None``: see :func:`_gateway`)."""
     return _verb(
         p,
-        lambda c: c.ask(sender=p["sender"], to=p["to"], body=read_body(p["body"]), ttl_s=p["ttl"]),
+        lambda c: c.ask(
+            sender=p["sender"],
+            to=p["to"],
+            body=read_body(p["body"]),
+            ttl_s=p["ttl"],
+            trace_id=p["trace"],
+        ),
         lambda q: asked(msg_id=q.msg_id, turn_id=q.turn_id, to=p["to"], as_json=p["as_json"]),
     )
 
@@ -152,7 +157,11 @@ def answer(p: dict[str, Any]) -> int | None:
     return _verb(
         p,
         lambda c: c.answer(
-            sender=p["sender"], to=p["to"], turn_id=p["turn"], body=read_body(p["body"])
+            sender=p["sender"],
+            to=p["to"],
+            turn_id=p["turn"],
+            body=read_body(p["body"]),
+            trace_id=p["trace"],
         ),
         lambda q: answered(msg_id=q.msg_id, turn_id=p["turn"], as_json=p["as_json"]),
     )

@@ -157,6 +157,8 @@ JSON = Opt("as_json", ("--json",), type=bool, default=False)
 SENDER = Opt("sender", ("--from",), required=True)
 TO = Opt("to", ("--to",), required=True)
 TURN = Opt("turn", ("--turn",), required=True)
+TRACE_ENV = "FLEET_TRACE_ID"  # set by the injectors in a worker's environment: its brief's trace
+TRACE = Opt("trace", ("--trace",), envvar=TRACE_ENV)
 
 # What :mod:`.entry` runs without Typer; each spec mirrors the command in gateway_cmd.py.
 SPECS: dict[str, Spec] = {
@@ -167,15 +169,23 @@ SPECS: dict[str, Spec] = {
             TO,
             Opt("kind", ("--kind",), default="SEND"),
             Opt("ttl", ("--ttl",), type=float),
+            TRACE,
             JSON,
         ),
         arguments=(Arg("body"),),
     ),
     "ask": Spec(
-        options=(CONFIG, SENDER, TO, Opt("ttl", ("--ttl",), type=float, default=120.0), JSON),
+        options=(
+            CONFIG,
+            SENDER,
+            TO,
+            Opt("ttl", ("--ttl",), type=float, default=120.0),
+            TRACE,
+            JSON,
+        ),
         arguments=(Arg("body"),),
     ),
-    "answer": Spec(options=(CONFIG, SENDER, TO, TURN, JSON), arguments=(Arg("body"),)),
+    "answer": Spec(options=(CONFIG, SENDER, TO, TURN, TRACE, JSON), arguments=(Arg("body"),)),
     "abandon": Spec(options=(CONFIG, SENDER, TO, TURN, JSON)),
     "poll": Spec(
         options=(

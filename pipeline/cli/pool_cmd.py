@@ -146,12 +146,14 @@ def run(
     """Run one pool member until SIGTERM/SIGINT; it purges its own store (--retention)."""
     bootstrap = bootstrap_from(bootstrap)
     from pipeline.bootstrap.pools import build_pool_member
+    from pipeline.bootstrap.tracing import install_tracing
     from pipeline.hooks import hooks_from_fault
     from pipeline.pool import Assignment, PoolConfig
     from pipeline.pool.config import parse_retry
     from pipeline.pool.steps import CommandStep, SleepStep, StepFn, load_handler
     from pipeline.runtime.lanes import Concurrency
     from pipeline.runtime.retry import BackoffPolicy
+    from pipeline.tracing import settings_from_env
 
     chosen = [x for x in (handler, command, sleep) if x is not None]
     if len(chosen) != 1:
@@ -205,10 +207,13 @@ def run(
     refused = stop_on_refused_login(factories, stop)
     stop_on_signals(stop)
     logging.getLogger("pipeline.pool").info("member %s of pool %s running", name, pool)
+    # fleet.pool.step spans when OTEL_* says so (docs/observability.md, "Tracing")
+    stop_tracing = install_tracing(settings_from_env(os.environ), host=f"pool.{pool}")
     try:
         parts.run(stop, join_at=start_at)
     finally:
         parts.engine.dispose()
+        stop_tracing()
     if refused:
         raise refused[0]
     logging.getLogger("pipeline.pool").info("member %s stopped", name)

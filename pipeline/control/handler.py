@@ -43,6 +43,7 @@ from pipeline.reasons import Lifecycle
 from pipeline.runtime import Record, Staged
 from pipeline.runtime.outcomes import ACK, DeadLetter, Outcome
 from pipeline.support.clock import now_ms
+from pipeline.tracing import CONTROL_SPAWN, CONTROL_STOP, TRACING
 
 from . import spawns
 from .answers import ANSWER_TTL_S, stage_answer
@@ -114,6 +115,9 @@ class SpawnHandler:
                 topic=record.topic, key=record.key, headers=list(record.headers), value=record.value
             )
             env = verified.envelope
+            if TRACING.on:  # what the request stages next (its answers) is a child of this
+                TRACING.event(CONTROL_STOP if env.kind is Kind.STOP else CONTROL_SPAWN,
+                              trace_id=env.trace_id, msg_id=env.msg_id, headers=record.headers)  # fmt: skip
             if env.kind is Kind.STOP and self.stops is not None:
                 return self.stops.handle(verified, tx)
             if env.kind is not Kind.SPAWN or env.spawn_id is None:

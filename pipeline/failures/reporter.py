@@ -39,6 +39,7 @@ from pipeline.errors import EnvelopeError
 from pipeline.runtime.offsets import raise_if_offsets_lost
 from pipeline.store import metadata
 from pipeline.support.clock import now_ms
+from pipeline.tracing import FAILED_REPORT, TRACING
 
 from .dlq import DeadLetterView, read_dead_letter
 from .metrics import FailureMetrics
@@ -130,6 +131,8 @@ class FailedReporter:
             ).first()
         if done is not None:
             return False
+        if TRACING.on:  # the FAILED staged next in this thread is its child
+            TRACING.event(FAILED_REPORT, trace_id=view.header("traceId") or "", msg_id=original)
         sink, sender, error = self.sink, str(view.sender), str(view.context.get("error", ""))
         if not isinstance(sink, StagedFailedSink):
             sink.emit_failed(

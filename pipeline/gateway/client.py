@@ -17,14 +17,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import DeliveryError, FleetError
 from pipeline.host import deadlines, roster_cache
 from pipeline.host.conversations import ABANDONED, Conversations
-from pipeline.host.held import HeldMessage, HeldStore
+from pipeline.host.held import HeldMessage, HeldStore, held_table
 from pipeline.host.outbound import Publisher
 from pipeline.host.senders import LocalSenders
 from pipeline.host.tracking import FORWARD
@@ -214,15 +214,31 @@ class GatewayClient:
         return results
 
     def _envelope(self, r: SendRequest) -> Envelope:
+        trace_id = r.trace_id
+        if trace_id is None and r.kind is Kind.ANSWER and r.turn_id is not None:
+            trace_id = self._asked_trace(r.sender, r.turn_id)
         return Envelope.new(
             kind=r.kind,
             sender=r.sender,
             to=r.to,
             body=r.body,
             ttl_s=r.ttl_s or self.default_ttl_s,
-            trace_id=r.trace_id,
+            trace_id=trace_id,
             turn_id=r.turn_id,
         )
+
+    def _asked_trace(self, answerer: str, turn_id: str) -> str | None:
+        """An ANSWER continues its ASK's trace: the ``traceId`` of the ASK of ``turn_id`` held
+        for ``answerer`` (None when this host holds none: a new trace)."""
+        stmt = (
+            select(held_table.c.trace_id)
+            .where(held_table.c.recipient == answerer, held_table.c.turn_id == turn_id)
+            .where(held_table.c.kind == Kind.ASK.value)
+            .limit(1)
+        )
+        with self.reads() as s:
+            found = s.execute(stmt).scalar()
+        return str(found) if found else None
 
     def _stage(self, s: Session, env: Envelope) -> Envelope:
         """Every check and every row of one send, in the caller's transaction; returns the
@@ -261,7 +277,15 @@ class GatewayClient:
             )
         return env
 
-    def ask(self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0) -> Envelope:
+    def ask(
+        self,
+        *,
+        sender: str,
+        to: str,
+        body: bytes,
+        ttl_s: float = 120.0,
+        trace_id: str | None = None,
+    ) -> Envelope:
         """A worker asks a main; the turn waits until answered, abandoned or expired."""
         return self.send(
             sender=sender,
@@ -270,14 +294,23 @@ class GatewayClient:
             kind=Kind.ASK,
             ttl_s=ttl_s,
             turn_id=uuid.uuid4().hex,
+            trace_id=trace_id,
         )
 
     def answer(
-        self, *, sender: str, to: str, turn_id: str, body: bytes, ttl_s: float = 120.0
+        self,
+        *,
+        sender: str,
+        to: str,
+        turn_id: str,
+        body: bytes,
+        ttl_s: float = 120.0,
+        trace_id: str | None = None,
     ) -> Envelope:
-        return self.send(
-            sender=sender, to=to, body=body, kind=Kind.ANSWER, ttl_s=ttl_s, turn_id=turn_id
-        )
+        """Answer the ASK of ``turn_id``; the ANSWER continues the ASK's trace (its
+        ``traceId``, unless ``trace_id`` is given)."""
+        return self.send(sender=sender, to=to, body=body, kind=Kind.ANSWER, ttl_s=ttl_s,
+                         turn_id=turn_id, trace_id=trace_id)  # fmt: skip
 
     def abandon(self, *, sender: str, to: str, turn_id: str) -> Envelope:
         """The asker gives up its turn: a late ANSWER will get TOO_LATE (one transaction: the

@@ -50,6 +50,7 @@ from pipeline.runtime import Record, Staged
 from pipeline.runtime.outcomes import ACK, DeadLetter, Outcome
 from pipeline.store import with_retry
 from pipeline.support.clock import now_ms
+from pipeline.tracing import TRACING
 
 from .entities import LocalEntities
 from .injection import TRACKED_KINDS, InjectionQueue, past_inject_deadline
@@ -247,6 +248,8 @@ class InboxHandler:
             except EnvelopeError as again:
                 return self._refused(record, again)
         env = verified.envelope
+        if TRACING.on:  # fleet.inbox.consume: consumed and verified
+            TRACING.consumed(env, record.topic, record.headers)
         if env.to.startswith(BROADCAST_PREFIX):
             return self._broadcast(env, record, tx)
         entity = self.entities.get(env.to)
@@ -360,6 +363,8 @@ class InboxHandler:
                 error=f"{recipient} already holds {self.max_held} undrained messages",
             )
         tx.insert(held_table, _held_row(recipient, env, record, now_ms()))
+        if TRACING.on:
+            TRACING.held(env, recipient)
         self._held.counts[recipient] = self._held.counts.get(recipient, 0) + 1
         tx.after_store(self.metrics.held_total.inc)
         return ACK

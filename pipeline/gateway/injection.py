@@ -38,6 +38,7 @@ from pipeline.reasons import Delivery, Verification
 from pipeline.runtime.retry import BackoffPolicy
 from pipeline.store import with_retry
 from pipeline.support import clock
+from pipeline.tracing import TRACING
 
 from .entities import LocalEntities
 from .injectors import InjectUncertainError
@@ -203,6 +204,8 @@ class InjectionQueue:
                         log.warning("journal row of %s was not open any more", job.envelope.msg_id)
                     elif outcome.receipt is not None:
                         receipt = outcome.receipt
+                        if TRACING.on:  # fleet.receipt.stage, under the brief's fleet.inject
+                            TRACING.receipt(job.envelope, receipt.envelope)
                         self.publisher.stage(s, receipt.envelope, to_host=receipt.host)
                 return self._open_in(s, then_open)
 
@@ -263,6 +266,8 @@ class InjectionQueue:
             return _Outcome(None, None)
 
         def closing(state: str, receipt: _Receipt | None) -> _Outcome:
+            if TRACING.on:  # fleet.inject, with the journal's outcome
+                TRACING.injected(env, job.gid, state, job.queued_at)
             return _Outcome(state if journaled else None, receipt)
 
         entity = self.entities.get(job.gid)
@@ -294,6 +299,7 @@ class InjectionQueue:
                     kind=env.kind.value,
                     sender=env.sender,
                     body=body,
+                    trace_id=env.trace_id,
                 )
             except InjectUncertainError as exc:  # handed over whole, then no answer
                 log.error("inject of %s into %s is uncertain: %s", env.msg_id, job.gid, exc)

@@ -36,23 +36,34 @@ class SocketFirst:
 
     def send(
         self, *, sender: str, to: str, body: bytes, kind: Kind = Kind.SEND,
-        ttl_s: float | None = None,
+        ttl_s: float | None = None, trace_id: str | None = None,
     ) -> Queued | Envelope:  # fmt: skip
         return self._calls.call(
-            lambda c: c.send(sender=sender, to=to, body=body, kind=kind.value, ttl_s=ttl_s),
-            lambda: self.direct.send(sender=sender, to=to, body=body, kind=kind, ttl_s=ttl_s),
+            lambda c: c.send(sender=sender, to=to, body=body, kind=kind.value, ttl_s=ttl_s,
+                             trace_id=trace_id),
+            lambda: self.direct.send(sender=sender, to=to, body=body, kind=kind, ttl_s=ttl_s,
+                                     trace_id=trace_id),
+        )  # fmt: skip
+
+    def ask(
+        self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0,
+        trace_id: str | None = None,
+    ) -> Queued | Envelope:  # fmt: skip
+        return self._calls.call(
+            lambda c: c.ask(sender=sender, to=to, body=body, ttl_s=ttl_s, trace_id=trace_id),
+            lambda: self.direct.ask(
+                sender=sender, to=to, body=body, ttl_s=ttl_s, trace_id=trace_id
+            ),
         )
 
-    def ask(self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0) -> Queued | Envelope:
+    def answer(
+        self, *, sender: str, to: str, turn_id: str, body: bytes, trace_id: str | None = None
+    ) -> Queued | Envelope:
         return self._calls.call(
-            lambda c: c.ask(sender=sender, to=to, body=body, ttl_s=ttl_s),
-            lambda: self.direct.ask(sender=sender, to=to, body=body, ttl_s=ttl_s),
-        )
-
-    def answer(self, *, sender: str, to: str, turn_id: str, body: bytes) -> Queued | Envelope:
-        return self._calls.call(
-            lambda c: c.answer(sender=sender, to=to, turn_id=turn_id, body=body),
-            lambda: self.direct.answer(sender=sender, to=to, turn_id=turn_id, body=body),
+            lambda c: c.answer(sender=sender, to=to, turn_id=turn_id, body=body, trace_id=trace_id),
+            lambda: self.direct.answer(
+                sender=sender, to=to, turn_id=turn_id, body=body, trace_id=trace_id
+            ),
         )
 
     def abandon(self, *, sender: str, to: str, turn_id: str) -> Queued | Envelope:

@@ -74,11 +74,17 @@ def parse_send(message: dict[str, Any]) -> SendRequest:
         sender, to, body = message["sender"], message["to"], message["body"]
         if not isinstance(sender, str) or not isinstance(to, str) or not isinstance(body, str):
             raise TypeError("sender, to and body must be strings")
-        ttl, turn_id = message.get("ttl_s"), message.get("turn_id")
+        ttl, turn_id, trace_id = (
+            message.get("ttl_s"),
+            message.get("turn_id"),
+            message.get("trace_id"),
+        )
         if ttl is not None and not isinstance(ttl, int | float):
             raise TypeError("ttl_s must be a number")
         if turn_id is not None and not isinstance(turn_id, str):
             raise TypeError("turn_id must be a string")
+        if trace_id is not None and (not isinstance(trace_id, str) or not trace_id):
+            raise TypeError("trace_id must be a non-empty string")
         raw = base64.b64decode(body, validate=True)
     except (KeyError, TypeError, binascii.Error) as exc:
         raise ConfigError(f"local socket: malformed send request: {exc}") from None
@@ -89,6 +95,7 @@ def parse_send(message: dict[str, Any]) -> SendRequest:
         kind=parse_kind(message.get("kind", "SEND")),
         ttl_s=float(ttl) if ttl is not None else None,
         turn_id=turn_id,
+        trace_id=trace_id,
     )
 
 

@@ -16,6 +16,7 @@ from pipeline import outbox
 from pipeline.envelope import Envelope, Signer, encode
 from pipeline.envelope.pairwise import MAC_KINDS, Pairing
 from pipeline.kafka.topics import TopicNames
+from pipeline.tracing import TRACING
 
 GATEWAY_SUFFIX = "._gateway"
 
@@ -40,6 +41,8 @@ class Publisher:
         if self.pairing is not None and envelope.kind in MAC_KINDS:
             pair = self.pairing.seal(to_host)
         key, headers, value = encode(envelope, topic=topic, signer=self.signer, pair=pair)
+        if TRACING.on:  # fleet.send / fleet.outbox.commit; the row keeps the traceparent
+            headers = TRACING.staged(envelope, topic, headers)
         return outbox.write(
             session,
             topic=topic,

@@ -73,28 +73,46 @@ class SocketClient:
         kind: str = "SEND",
         ttl_s: float | None = None,
         turn_id: str | None = None,
+        trace_id: str | None = None,
     ) -> Queued:
         """Queue one message through the gateway; a refusal raises its FleetError."""
         result = self.send_many([{"sender": sender, "to": to, "body": body, "kind": kind,
-                                  "ttl_s": ttl_s, "turn_id": turn_id}])[0]  # fmt: skip
+                                  "ttl_s": ttl_s, "turn_id": turn_id,
+                                  "trace_id": trace_id}])[0]  # fmt: skip
         if isinstance(result, FleetError):
             raise result
         return result
 
     # The conversation verbs, as GatewayClient.ask/answer/abandon (same kinds, defaults, turns).
-    def ask(self, *, sender: str, to: str, body: bytes, ttl_s: float = 120.0) -> Queued:
+    def ask(
+        self,
+        *,
+        sender: str,
+        to: str,
+        body: bytes,
+        ttl_s: float = 120.0,
+        trace_id: str | None = None,
+    ) -> Queued:
         """A worker asks a main: a new turn (its id minted here, as GatewayClient.ask does)."""
         import uuid  # only an ask needs it (each `fleet` process pays for its imports)
 
         turn = uuid.uuid4().hex
-        return self.send(sender=sender, to=to, body=body, kind="ASK", ttl_s=ttl_s, turn_id=turn)
+        return self.send(sender=sender, to=to, body=body, kind="ASK", ttl_s=ttl_s, turn_id=turn,
+                         trace_id=trace_id)  # fmt: skip
 
     def answer(
-        self, *, sender: str, to: str, turn_id: str, body: bytes, ttl_s: float = 120.0
+        self,
+        *,
+        sender: str,
+        to: str,
+        turn_id: str,
+        body: bytes,
+        ttl_s: float = 120.0,
+        trace_id: str | None = None,
     ) -> Queued:
-        return self.send(
-            sender=sender, to=to, body=body, kind="ANSWER", ttl_s=ttl_s, turn_id=turn_id
-        )
+        """``trace_id`` None: the gateway continues the trace of the ASK of ``turn_id``."""
+        return self.send(sender=sender, to=to, body=body, kind="ANSWER", ttl_s=ttl_s,
+                         turn_id=turn_id, trace_id=trace_id)  # fmt: skip
 
     def abandon(self, *, sender: str, to: str, turn_id: str) -> Queued:
         """The asker gives up its turn (closed in the gateway's transaction that queues the
@@ -119,6 +137,8 @@ class SocketClient:
                 "ttl_s": s.get("ttl_s"),
                 "turn_id": s.get("turn_id"),
             }
+            if s.get("trace_id"):  # only when given: an older gateway's frames stay as they were
+                request["trace_id"] = s["trace_id"]
             out += encode_frame(request)
         answers = self._exchange(out, first, len(sends))
         return [a if isinstance(a, FleetError) else _queued(a) for a in answers]

@@ -5,7 +5,8 @@ A request names its ``op`` and carries an ``id`` the answer echoes, so a client 
 requests before reading (pipelining); answers come back in request order per connection.
 
     request   {"id": 7, "op": "send", "sender": "main-a", "to": "main-b",
-               "body": "<base64>", "kind": "SEND", "ttl_s": null, "turn_id": null}
+               "body": "<base64>", "kind": "SEND", "ttl_s": null, "turn_id": null,
+               "trace_id": "..."}   (optional: continue that trace; default a new one)
     answer    {"id": 7, "ok": {"msgId": "...", "traceId": "...", "tsMs": 1764578000000}}
     refusal   {"id": 7, "error": {"type": "DeliveryError", "reason": "UNKNOWN_RECIPIENT",
                "retriable": false, "message": "...", "context": {"to": "nobody"}}}

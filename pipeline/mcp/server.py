@@ -43,6 +43,10 @@ INSTRUCTIONS = (
 Gid = Annotated[str, Field(description="A recipient's global id (see the roster tool).")]
 Body = Annotated[str, Field(description="The message text (UTF-8).")]
 Turn = Annotated[str, Field(description="The turnId of the ASK this is about.")]
+TraceId = Annotated[
+    str | None,
+    Field(description="Continue this trace (a traceId); default: the server's FLEET_TRACE_ID."),
+]
 
 
 def ok(text: str, data: dict[str, Any]) -> CallToolResult:
@@ -76,10 +80,13 @@ def build_server(
     control: ControlClient | SocketFirstControl | None = None,
     extra_tools: Callable[[MCPServer], None] | None = None,
     writer: SocketFirst | None = None,
+    trace_default: str | None = None,
 ) -> MCPServer:
     """The MCP server for main ``gid``; ``control`` adds the lifecycle tools ``spawn``,
     ``stop`` and ``workers``; ``writer`` sends through the host's gateway socket while one
-    answers (else, and by default, ``client`` writes the store)."""
+    answers (else, and by default, ``client`` writes the store). ``trace_default``: the trace
+    a ``send`` without ``trace_id`` continues (``FLEET_TRACE_ID`` of the server's environment,
+    read by the entry point); an ``answer`` continues its ASK's."""
     w: SocketFirst | GatewayClient = client if writer is None else writer
     server: MCPServer = MCPServer("fleet", instructions=INSTRUCTIONS.format(gid=gid))
 
@@ -96,8 +103,10 @@ def build_server(
         ttl_s: Annotated[float | None, Field(gt=0, description="Seconds until it expires.")] = None,
         kind: Annotated[str, Field(pattern="^(SEND|REPLY)$")] = "SEND",
         wait_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S)] = 0.0,
+        trace_id: TraceId = None,
     ) -> CallToolResult:
-        env = w.send(sender=gid, to=to, body=body.encode(), kind=Kind(kind), ttl_s=ttl_s)
+        env = w.send(sender=gid, to=to, body=body.encode(), kind=Kind(kind), ttl_s=ttl_s,
+                     trace_id=trace_id or trace_default)  # fmt: skip
         data: dict[str, Any] = {"msgId": env.msg_id, "traceId": env.trace_id, "to": to}
         data["kind"] = kind
         text = f"queued {kind} {env.msg_id} to {to}"
@@ -114,14 +123,14 @@ def build_server(
     def ask(
         to: Gid, body: Body, ttl_s: Annotated[float, Field(gt=0, le=86400)] = 120.0
     ) -> CallToolResult:
-        env = w.ask(sender=gid, to=to, body=body.encode(), ttl_s=ttl_s)
+        env = w.ask(sender=gid, to=to, body=body.encode(), ttl_s=ttl_s, trace_id=trace_default)
         data = {"msgId": env.msg_id, "turnId": env.turn_id, "to": to}
         return ok(f"asked {to}: turn {env.turn_id}", data)
 
     @tool("Answer a worker's ASK (from poll: its from and turnId). If the worker's turn has "
           "ended, poll later shows TOO_LATE.")  # fmt: skip
-    def answer(to: Gid, turn_id: Turn, body: Body) -> CallToolResult:
-        env = w.answer(sender=gid, to=to, turn_id=turn_id, body=body.encode())
+    def answer(to: Gid, turn_id: Turn, body: Body, trace_id: TraceId = None) -> CallToolResult:
+        env = w.answer(sender=gid, to=to, turn_id=turn_id, body=body.encode(), trace_id=trace_id)
         return ok(f"answered turn {turn_id}", {"msgId": env.msg_id, "turnId": turn_id, "to": to})
 
     @tool("Give up a turn you asked: the other side is told ABANDONED, and a late answer is "

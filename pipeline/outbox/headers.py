@@ -7,12 +7,18 @@ The relay appends three headers to the stored ones so a consumer can fold withou
 * ``fleet.tenant`` -- the tenant, UTF-8.
 
 Stored headers are published verbatim and in order (the gateway stores already-signed envelope
-headers; the signature covers a fixed subset, so the three extra headers do not disturb it).
+headers; the signature covers a fixed subset, so the three extra headers do not disturb it). With
+tracing on, one is replaced: the stored ``traceparent`` becomes the relay span's
+(``TRACING.produced``; ``TRACING`` is imported from here by the relay, beside the fold headers).
 """
 
 from __future__ import annotations
 
 from pipeline.record import Headers
+from pipeline.tracing import TRACING
+
+__all__ = ["BRANCH_HEADER", "LSN_HEADER", "TENANT_HEADER", "TRACING", "FoldHeaders",
+           "fold_headers", "fold_position"]  # fmt: skip
 
 BRANCH_HEADER = "fleet.branchKey"
 LSN_HEADER = "fleet.lsn"

@@ -45,7 +45,7 @@ from pipeline.support.retrying import Backoff, retry_call
 from .acker import Acker
 from .batch import Batch
 from .fetch import FetchSql, PassCursor
-from .headers import FoldHeaders
+from .headers import TRACING, FoldHeaders
 from .idle import IdleWait
 from .limits import DEFAULT_MAX_RECORD_BYTES
 from .metrics import OutboxMetrics, PublishFailure, classify
@@ -334,8 +334,8 @@ class Relay:
             if stopped and (tenant, branch) in stopped:
                 report(i, HELD_BACK, None)
                 continue
-            headers = unpack_headers(blob)
-            headers += fold_headers(tenant, branch, lsn)
+            headers = unpack_headers(blob) + fold_headers(tenant, branch, lsn)
+            headers = TRACING.produced(topic, headers) if TRACING.on else headers
             try:
                 produce(
                     topic, value=value, key=key, headers=headers, on_delivery=partial(report, i)

@@ -30,6 +30,7 @@ from pipeline.runtime.dedupe import is_applied
 from pipeline.runtime.outcomes import Ack, Outcome
 from pipeline.runtime.staging import Staged
 from pipeline.support.clock import now_ms
+from pipeline.tracing import POOL_STEP, TRACING
 
 from .claims import Applied, StepClaims, outcome_value
 from .metrics import PoolMetrics
@@ -111,6 +112,9 @@ class PoolHandler:
                 self._running.pop(ref, None)
         with self._lock:
             self._results[ref] = outcome
+        if TRACING.on:  # fleet.pool.step, in the record's trace when it names one
+            TRACING.event(POOL_STEP, trace_id=record.header_str("traceId") or "",
+                          msg_id=record.header_str("msgId") or record.ref, headers=record.headers)  # fmt: skip
         self._log_event(record, outcome, started)
 
     def _run(self, record: Record, started: int) -> StepResult:

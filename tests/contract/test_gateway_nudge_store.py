@@ -47,7 +47,9 @@ class Pane:
     def __init__(self) -> None:
         self.typed: list[bytes] = []
 
-    def inject(self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
+    def inject(
+        self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes, trace_id: str = ""
+    ) -> None:
         self.typed.append(body)
 
 

@@ -119,7 +119,7 @@ def test_the_lean_parser_declines_what_it_does_not_take_whole() -> None:
     assert accepted == SEND_ARGVS[:6]
     assert SPECS["send"].parse(SEND_ARGVS[2]) == {
         "config": Path("f.toml"), "sender": "a", "to": "b", "body": "-", "kind": "reply",
-        "ttl": 2.5, "as_json": True,
+        "ttl": 2.5, "trace": None, "as_json": True,
     }  # fmt: skip
 
 

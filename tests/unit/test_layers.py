@@ -28,6 +28,7 @@ LAYERS: tuple[str, ...] = (
     "hooks",
     "signals",
     "support",  # clock, waiting, retrying, /proc, strict config binding, child processes
+    "tracing",  # the tracing seam: OpenTelemetry spans, off (and not imported) by default
     "kafka",  # the Kafka adapter: clients, settings, topics, the local broker
     "store",  # the SQL store: engine, schema, migrations
     "envelope",  # the signed envelope codec

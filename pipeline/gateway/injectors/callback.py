@@ -24,7 +24,9 @@ class CallbackInjector:
             raise TypeError(f"CallbackInjector needs a callable, got {fn!r}")
         self.fn = fn
 
-    def inject(self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
+    def inject(
+        self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes, trace_id: str = ""
+    ) -> None:
         try:
             self.fn(gid=gid, msg_id=msg_id, kind=kind, sender=sender, body=body)
         except InjectError:

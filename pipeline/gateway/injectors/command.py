@@ -45,14 +45,16 @@ class CommandSettings:
 class CommandInjector(CommandSettings):
     """Runs ``argv`` once per brief (R-ACK-6: the worker's own gateway injects locally).
 
-    The body goes to stdin; ``FLEET_MSG_ID``, ``FLEET_FROM``, ``FLEET_TO`` and ``FLEET_KIND`` are
-    set. Exit 0 means injected. Exit 75 means "busy, nothing injected" (``TARGET_BUSY``,
+    The body goes to stdin; ``FLEET_MSG_ID``, ``FLEET_FROM``, ``FLEET_TO``, ``FLEET_KIND`` and
+    ``FLEET_TRACE_ID`` (the brief's ``traceId``) are set. Exit 0 means injected. Exit 75 means "busy, nothing injected" (``TARGET_BUSY``,
     retriable). Any other exit is a final ``INJECT_FAILED`` with the tail of stderr. Past
     ``timeout_s`` the command's whole process group is killed (it runs in its own session, so
     helpers it started die too) and the error is a final ``INJECT_TIMEOUT``.
     """
 
-    def inject(self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
+    def inject(
+        self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes, trace_id: str = ""
+    ) -> None:
         context: dict[str, Any] = {
             "gid": gid,
             "msg_id": msg_id,
@@ -61,6 +63,8 @@ class CommandInjector(CommandSettings):
         }
         env = os.environ | self.env
         env |= {"FLEET_MSG_ID": msg_id, "FLEET_FROM": sender, "FLEET_TO": gid, "FLEET_KIND": kind}
+        if trace_id:  # the worker's own sends continue the brief's trace (`fleet send` reads it)
+            env["FLEET_TRACE_ID"] = trace_id
         with tempfile.TemporaryFile() as err:  # a file, not a pipe: bounded memory, no deadlock
             try:
                 proc = subprocess.Popen(

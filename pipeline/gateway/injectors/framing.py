@@ -2,7 +2,7 @@
 
 Gateway -> child, one frame per brief: a header line of UTF-8 JSON ending in ``\\n``::
 
-    {"msgId": "...", "from": "A-main", "to": "B-w1", "kind": "SEND", "length": 1234}
+    {"msgId": "...", "from": "A-main", "to": "B-w1", "kind": "SEND", "traceId": "...", "length": 1234}
 
 then exactly ``length`` body bytes (raw, any bytes). Child -> gateway, one answer line per
 frame, in order::
@@ -12,7 +12,7 @@ frame, in order::
     {"msgId": "...", "status": "error", "error": "why"}   # not injected, final
 
 The header's keys carry what the one-shot form passes as ``FLEET_MSG_ID``, ``FLEET_FROM``,
-``FLEET_TO`` and ``FLEET_KIND``. Unknown header keys are to be ignored by a child (new ones may
+``FLEET_TO``, ``FLEET_KIND`` and ``FLEET_TRACE_ID``. Unknown header keys are to be ignored by a child (new ones may
 come); anything on the child's stdout that is not an answer line breaks the protocol.
 """
 
@@ -52,9 +52,15 @@ class Answer:
     error: str = ""
 
 
-def request(*, msg_id: str, sender: str, to: str, kind: str, body: bytes) -> bytes:
-    """The bytes of one request frame: header line, then the body."""
-    header = {"msgId": msg_id, "from": sender, "to": to, "kind": kind, "length": len(body)}
+def request(
+    *, msg_id: str, sender: str, to: str, kind: str, body: bytes, trace_id: str = ""
+) -> bytes:
+    """The bytes of one request frame: header line, then the body (``traceId``: the brief's,
+    what the one-shot form passes as ``FLEET_TRACE_ID``)."""
+    header: dict[str, object] = {"msgId": msg_id, "from": sender, "to": to, "kind": kind}
+    if trace_id:
+        header["traceId"] = trace_id
+    header["length"] = len(body)
     return json.dumps(header, separators=(",", ":")).encode() + b"\n" + body
 
 

@@ -58,7 +58,9 @@ class LongLivedCommandInjector(CommandSettings):
         weakref.finalize(self, _end_all, self._held)
         self._buf = bytearray()
 
-    def inject(self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
+    def inject(
+        self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes, trace_id: str = ""
+    ) -> None:
         context: dict[str, Any] = {
             "gid": gid,
             "msg_id": msg_id,
@@ -66,7 +68,9 @@ class LongLivedCommandInjector(CommandSettings):
             "argv0": self.argv[0],
             "mode": "long-lived",
         }
-        frame = framing.request(msg_id=msg_id, sender=sender, to=gid, kind=kind, body=body)
+        frame = framing.request(
+            msg_id=msg_id, sender=sender, to=gid, kind=kind, body=body, trace_id=trace_id
+        )
         with self._lock:
             proc = self._child(context)
             deadline = time.monotonic() + self.timeout_s

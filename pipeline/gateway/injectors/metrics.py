@@ -67,10 +67,14 @@ class MeteredInjector:
         self.clock = clock
         self._seconds = metrics.seconds.labels(self.injector)  # resolve the child once
 
-    def inject(self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
+    def inject(
+        self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes, trace_id: str = ""
+    ) -> None:
         start = self.clock()
         try:
-            self.inner.inject(gid=gid, msg_id=msg_id, kind=kind, sender=sender, body=body)
+            self.inner.inject(
+                gid=gid, msg_id=msg_id, kind=kind, sender=sender, body=body, trace_id=trace_id
+            )
         except InjectError as exc:
             self.metrics.failed(self.injector, exc.reason)
             raise

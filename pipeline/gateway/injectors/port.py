@@ -38,4 +38,6 @@ class Injector(Protocol):
     a time is the gateway's job).
     """
 
-    def inject(self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None: ...
+    def inject(
+        self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes, trace_id: str = ""
+    ) -> None: ...

@@ -87,7 +87,9 @@ class TmuxInjector:
         self._attach_at = 0.0  # monotonic time before which no new attach is tried
         self._lock = threading.Lock()
 
-    def inject(self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
+    def inject(
+        self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes, trace_id: str = ""
+    ) -> None:
         context: dict[str, Any] = {"gid": gid, "msg_id": msg_id, "injector": "tmux"}
         context["pane"] = self.pane
         text = check_text(body, context)
