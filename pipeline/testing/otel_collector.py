@@ -3,8 +3,9 @@
 The binary is `tools/otelcol` (the core OTLP receiver and the contrib file exporter), built by
 `scripts/build-otelcol.sh` into the virtualenv. The collector listens for OTLP/HTTP on a free
 loopback port and writes every export it receives as one OTLP JSON line; :meth:`spans` reads
-them back. Spans are the same :class:`CollectedSpan` whatever the target, so one test can run
-against the collector and against a plain receiver alike.
+them back as the same :class:`~pipeline.testing.otlp_receiver.ReceivedSpan` the loopback
+receiver gives, with the same interface (``start()``, ``endpoint``, ``spans()``, ``stop()``), so
+a test runs against either: :func:`trace_target` picks the collector when it is built.
 """
 
 from __future__ import annotations
@@ -17,25 +18,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.testing.otlp_receiver import OtlpReceiver, ReceivedSpan
+
 BINARY_ENV = "FLEET_OTELCOL"
 BINARY_NAME = "fleet-otelcol"
-
-
-@dataclass(frozen=True)
-class CollectedSpan:
-    """One span as the collector received it; ids are lower-case hex, "" for no parent."""
-
-    trace_id: str
-    span_id: str
-    parent_span_id: str
-    name: str
-    service: str
-    kind: int
-    attributes: Mapping[str, Any] = field(default_factory=dict)
 
 
 def find_binary() -> Path | None:
@@ -90,21 +79,21 @@ def _attributes(items: list[Mapping[str, Any]]) -> dict[str, Any]:
     return {a["key"]: _value(a.get("value", {})) for a in items}
 
 
-def parse_otlp_json(line: str) -> Iterator[CollectedSpan]:
+def parse_otlp_json(line: str) -> Iterator[ReceivedSpan]:
     """The spans of one OTLP/JSON ``ExportTraceServiceRequest`` (the file exporter's line)."""
     for resource_spans in json.loads(line).get("resourceSpans", []):
         resource = _attributes(resource_spans.get("resource", {}).get("attributes", []))
         service = str(resource.get("service.name", ""))
         for scope_spans in resource_spans.get("scopeSpans", []):
             for span in scope_spans.get("spans", []):
-                yield CollectedSpan(
+                yield ReceivedSpan(
                     trace_id=span.get("traceId", "").lower(),
                     span_id=span.get("spanId", "").lower(),
                     parent_span_id=span.get("parentSpanId", "").lower(),
                     name=span.get("name", ""),
                     service=service,
-                    kind=int(span.get("kind", 0)),
                     attributes=_attributes(span.get("attributes", [])),
+                    start_ns=int(span.get("startTimeUnixNano", 0)),
                 )
 
 
@@ -153,17 +142,18 @@ class OtelCollector:
         path = self._dir / "collector.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def spans(self) -> list[CollectedSpan]:
+    def spans(self) -> list[ReceivedSpan]:
         """Every span received so far (the file exporter flushes every 50 ms)."""
         if not self._out.exists():
             return []
-        out: list[CollectedSpan] = []
+        out: list[ReceivedSpan] = []
         for line in self._out.read_text().splitlines():
             if line.strip():
                 out.extend(parse_otlp_json(line))
         return out
 
     def stop(self) -> None:
+        """Ends the collector and removes its folder (config, log and the spans file)."""
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()
             try:
@@ -172,21 +162,18 @@ class OtelCollector:
                 self._process.kill()
                 self._process.wait()
         self._process = None
-
-    def cleanup(self) -> None:
-        self.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> OtelCollector:
         return self.start()
 
     def __exit__(self, *_: object) -> None:
-        self.cleanup()
+        self.stop()
 
 
 def wait_for_spans(
     collector: OtelCollector, predicate: Any, *, timeout_s: float = 30.0
-) -> list[CollectedSpan]:
+) -> list[ReceivedSpan]:
     """Polls :meth:`OtelCollector.spans` until ``predicate(spans)`` holds; returns them."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -194,3 +181,9 @@ def wait_for_spans(
         if predicate(spans) or time.monotonic() >= deadline:
             return spans
         time.sleep(0.1)
+
+
+def trace_target() -> OtelCollector | OtlpReceiver:
+    """Where a test's gateways export: the real collector when it is built (CI builds it in
+    ``make setup``), else the loopback receiver. Not started."""
+    return OtelCollector() if find_binary() is not None else OtlpReceiver()

@@ -31,6 +31,7 @@ from pipeline.chaos.gateway_process import GatewayProc
 from pipeline.support.processes import fleet_env
 from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
+from pipeline.testing.otel_collector import OtelCollector, trace_target
 from pipeline.testing.otlp_receiver import OtlpReceiver, ReceivedSpan, tree
 from pipeline.tracing import names as n
 from tests.integration.fleet_hosts import Fleet
@@ -60,7 +61,7 @@ def _replying_worker(gid: str, config: Path, log: Path) -> str:
 class Traced:
     a: Path
     b: Path
-    receiver: OtlpReceiver
+    receiver: OtelCollector | OtlpReceiver
     worker_log: Path
 
     def fleet(self, *args: str) -> dict[str, Any]:
@@ -79,7 +80,7 @@ class Traced:
 def traced(kafka: BrokerHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
     root = tmp_path_factory.mktemp("traced")
     fleet = Fleet.create(root, kafka.bootstrap, ("A", "B"))
-    receiver = OtlpReceiver().start()
+    receiver = trace_target().start()  # the real collector where it is built
     env = {
         "OTEL_TRACES_EXPORTER": "otlp",
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
