@@ -118,10 +118,8 @@ def encode(
     return buf.getvalue()
 
 
-def _unframe(name: str, data: bytes | None) -> tuple[int, int]:
+def _unframe(name: str, data: bytes) -> tuple[int, int]:
     """(writer version, where the Avro starts) of a v1 or v2 body; else ``SCHEMA_INVALID``."""
-    if not data:
-        raise EnvelopeError(f"{name}: empty body", reason=SCHEMA_INVALID, raw=data)
     if data[0] == MAGIC_V1 and len(data) >= 2:
         return data[1], 2
     if data[0] == MAGIC_V2 and len(data) >= 3:
@@ -142,8 +140,9 @@ def _unframe(name: str, data: bytes | None) -> tuple[int, int]:
 def decode(name: str, data: bytes | None) -> dict[str, Any]:
     """Decode ``data`` in either framing; any problem is an :class:`EnvelopeError` with reason
     ``SCHEMA_INVALID`` and the raw bytes."""
+    if not data:
+        raise EnvelopeError(f"{name}: empty body", reason=SCHEMA_INVALID, raw=data)
     version, start = _unframe(name, data)
-    assert data is not None  # _unframe refused an empty body
     vs = versions(name)
     writer = vs.get(version)
     if writer is None:
