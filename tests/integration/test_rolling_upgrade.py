@@ -15,6 +15,9 @@ installed ``fleet`` command, with nothing of this checkout on their path.
   sends REPLYs and briefs to every other without pause: no send refused, no dead letter, no
   FAILED, every REPLY held once and every brief injected once, in send order per sender and
   recipient.
+* Body framing (docs/envelope.md): two hosts of this release, one writing the new ``0xFB 0x02 N``
+  framing (``body_framing = "v2"``), exchange everything both ways; a previous-release host
+  refuses that framing, which is why this release still writes ``0x00 N`` by default.
 
 A previous-release gateway is stopped as docs/operations.md says for that one step: its SIGTERM
 would tombstone (sends to it refused until it is back), so kill -9, at a moment no brief is
