@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from pipeline import schemas
 from pipeline.control import spawns
 from pipeline.control.client import ControlClient
 from pipeline.errors import ConfigError, SecurityError
@@ -120,6 +121,7 @@ def build_client(
     """A client for local entities of ``config.host`` (CLI `fleet send`/`poll`, MCP, libraries).
     ``pairing`` (the gateway's own, for its local socket): MAC conversation records for hosts
     that take them; a process without the roster in memory signs everything."""
+    schemas.write_framing(config.body_framing)
     engine = engine or factories.engine(config.store_url)
     topics = TopicNames(prefix=config.topic_prefix)
     return GatewayClient(
@@ -140,6 +142,7 @@ def build_control_client(
     factories: Factories = DEFAULT_FACTORIES,
 ) -> ControlClient:
     """The requester's control-plane API for local entities (``fleet spawn``, the MCP face)."""
+    schemas.write_framing(config.body_framing)  # SPAWN / STOP bodies
     engine = engine or factories.engine(config.store_url)
     topics = TopicNames(prefix=config.topic_prefix)
     return ControlClient(

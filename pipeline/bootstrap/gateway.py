@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, event
 
+from pipeline import schemas
 from pipeline.bootstrap.client import (
     DEFAULT_FACTORIES,
     Factories,
@@ -146,7 +147,9 @@ def build_gateway(
 ) -> GatewayParts:
     """Build one host's gateway: inbox runtime, relay, presence, roster, injectors, ticker.
     ``tracing``: OpenTelemetry spans on or off (the entry point reads the ``OTEL_*``
-    variables); the gateway's stop flushes them."""
+    variables); the gateway's stop flushes them. Structured bodies this process writes from
+    here on take ``config.body_framing``."""
+    schemas.write_framing(config.body_framing)
     # every client below carries the [kafka] login; a refused one stops the start here
     host, factories = config.host, _secured(factories, config, check=apply_topics)
     topics = TopicNames(prefix=config.topic_prefix)

@@ -29,10 +29,12 @@ class RawBody:
 
 
 class AvroBody:
-    """A structured body: ``schemas/<name>.v<N>.avsc`` with the 2-byte version prefix.
+    """A structured body: ``schemas/<name>.v<N>.avsc`` behind its framing prefix (v1 ``0x00 N``
+    or v2 ``0xFB 0x02 N``, :mod:`pipeline.schemas`); it reads both, writes the process's.
 
-    A decode failure (empty, truncated, unknown writer version) raises ``EnvelopeError`` with
-    reason ``SCHEMA_INVALID`` and the raw bytes, so the record can still be dead-lettered."""
+    A decode failure (empty, truncated, an unknown first byte, framing or writer version) raises
+    ``EnvelopeError`` with reason ``SCHEMA_INVALID`` and the raw bytes, so the record can still be
+    dead-lettered. The prefix is part of the body bytes, so the signature covers it (R-ENV-2)."""
 
     def __init__(self, name: str) -> None:
         schemas.latest(name)  # fail fast on a typo: the schema is parsed once, here

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pipeline.kafka.security import PLAINTEXT, KafkaSecurity
 from pipeline.reasons import Config
 from pipeline.retention.policy import RetentionConfig
+from pipeline.schemas import Framing
 from pipeline.support.binder import config_error
 
 from .config_checks import check_gid, check_number, check_text, checked_name, checked_strings
@@ -79,6 +80,9 @@ class GatewayConfig:
     pairwise_mac: bool = False
     # gids that may STOP any worker spawned on this host (docs/lifecycle.md "Authority")
     operators: tuple[str, ...] = ()
+    # how structured bodies start (docs/envelope.md "Body framing"): "v1" 0x00 N, every release
+    # reads it; "v2" 0xFB 0x02 N, which no Confluent deserializer misreads but v0.12.0 refuses
+    body_framing: str = "v1"
 
     def __post_init__(self) -> None:
         checked_name(self.host, "host", "host id")
@@ -100,6 +104,8 @@ class GatewayConfig:
                 object.__setattr__(self, key, value.replace("<host>", self.host))
         if not isinstance(self.pairwise_mac, bool):
             raise config_error("pairwise_mac", self.pairwise_mac, "must be true or false")
+        if self.body_framing not in tuple(Framing):
+            raise config_error("body_framing", self.body_framing, 'must be "v1" or "v2"')
         if self.socket_mode not in (0o600, 0o660) or isinstance(self.socket_mode, bool):
             raise config_error(
                 "socket_mode",

@@ -15,6 +15,9 @@ installed ``fleet`` command, with nothing of this checkout on their path.
   sends REPLYs and briefs to every other without pause: no send refused, no dead letter, no
   FAILED, every REPLY held once and every brief injected once, in send order per sender and
   recipient.
+* Body framing (docs/envelope.md): two hosts of this release, one writing the new ``0xFB 0x02 N``
+  framing (``body_framing = "v2"``), exchange everything both ways; a previous-release host
+  refuses that framing, which is why this release still writes ``0x00 N`` by default.
 
 A previous-release gateway is stopped as docs/operations.md says for that one step: its SIGTERM
 would tombstone (sends to it refused until it is back), so kill -9, at a moment no brief is
@@ -490,3 +493,95 @@ def test_a_three_host_fleet_upgrades_one_gateway_at_a_time_under_traffic(
         traffic.stopped.set()
         for host in hosts.values():
             host.stop()
+
+
+# -- body framing (docs/envelope.md "Body framing") -----------------------------------------------
+
+V2 = 'body_framing = "v2"'
+
+
+def _roster_bodies(kafka: BrokerHandle, prefix: str, gids: set[str]) -> dict[str, set[int]]:
+    """The first byte of every presence body on the roster for ``gids``, read to its end."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from pipeline.kafka.settings import consumer_config
+
+    topic = TopicNames(prefix=prefix).roster
+    consumer = Consumer(consumer_config(kafka.bootstrap, group_id=f"{prefix}framing"))
+    try:
+        meta = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in meta}  # fmt: skip
+        consumer.assign([TopicPartition(topic, p, 0) for p in meta])
+        seen: dict[str, set[int]] = defaultdict(set)
+        done = {p for p, end in ends.items() if end == 0}
+        deadline = time.monotonic() + 60
+        while len(done) < len(ends) and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None or msg.error():
+                continue
+            gid = (msg.key() or b"").decode()
+            if gid in gids and msg.value():
+                seen[gid].add(msg.value()[0])
+            if msg.offset() + 1 >= ends[msg.partition()]:
+                done.add(msg.partition())
+        return seen
+    finally:
+        consumer.close()
+
+
+def test_a_v2_framing_host_and_a_v1_host_exchange_everything_both_ways(
+    kafka: BrokerHandle, tmp_path: Path
+) -> None:
+    """The next release's rolling upgrade, flipping ``body_framing``: this release reads both
+    framings, so a v1 host (the default) and a v2 host exchange every kind both ways (R-ENV-8);
+    each writes its own framing on the wire."""
+    fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A", "B"))
+    injected = {h: tmp_path / f"injected-{h}.txt" for h in ("A", "B")}
+    for path in injected.values():
+        path.touch()
+    a = Host("A", fleet.config_file("A", _entities("A", injected["A"])), tmp_path / "A.log", None)
+    b = Host("B", fleet.config_file("B", _entities("B", injected["B"]), extra=V2),
+             tmp_path / "B.log", None)  # fmt: skip
+    try:
+        a.start()
+        b.start()
+        wait_until(lambda: {"main-b", "worker-b"} <= a.live(), timeout_s=120, what="B live at A")
+        wait_until(lambda: {"main-a", "worker-a"} <= b.live(), timeout_s=120, what="A live at B")
+        _exchange(a, b, injected["B"], "v1-to-v2")  # B's INJECTED (v2) read by A
+        _exchange(b, a, injected["A"], "v2-to-v1")  # A's INJECTED (v1) read by B
+    finally:
+        a.stop()
+        b.stop()
+    firsts = _roster_bodies(kafka, fleet.prefix, {"main-a", "worker-a", "main-b", "worker-b"})
+    assert firsts == {"main-a": {0x00}, "worker-a": {0x00}, "main-b": {0xFB}, "worker-b": {0xFB}}
+    for host in (a, b):
+        assert "SCHEMA_INVALID" not in host.log.read_text(errors="replace")
+        assert _store_dead_letters(fleet.rig.store_url(host.name), fleet.prefix) == 0
+
+
+def test_the_previous_release_refuses_v2_bodies_so_this_one_writes_v1_by_default(
+    kafka: BrokerHandle, tmp_path: Path, previous: Release
+) -> None:
+    """Why ``body_framing`` is "v1" by default in this release: a v0.12.0 reader refuses any
+    first byte but 0x00 (``SCHEMA_INVALID``), so a v2 host's presence is never live at an old
+    one; the new host still reads the old one's v1 records."""
+    fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A", "B"))
+    injected = {h: tmp_path / f"injected-{h}.txt" for h in ("A", "B")}
+    for path in injected.values():
+        path.touch()
+    a = Host("A", fleet.config_file("A", _entities("A", injected["A"])), tmp_path / "A.log",
+             previous)  # fmt: skip
+    b = Host("B", fleet.config_file("B", _entities("B", injected["B"]), extra=V2),
+             tmp_path / "B.log", None)  # fmt: skip
+    try:
+        a.start()
+        b.start()
+        wait_until(lambda: {"main-a", "worker-a"} <= b.live(), timeout_s=120, what="A live at B")
+        refused = "[SCHEMA_INVALID] presence: missing or bad schema prefix"
+        wait_until(lambda: refused in a.log.read_text(errors="replace"), timeout_s=120,
+                   what="the old A refusing B's v2 presence")  # fmt: skip
+        assert not {"main-b", "worker-b"} & a.live()
+    finally:
+        a.stop()
+        b.stop()
