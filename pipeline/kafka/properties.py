@@ -306,18 +306,20 @@ def security_from_properties(
     if password is not None:
         values["sasl_password"], values["password_source"] = password
     secrets = [(key, Secret(rest.pop(key))) for key in sorted(SECRET_PROPERTIES) if key in rest]
+    origins = [(key, f"file:{source}") for key, _ in secrets]
     for key, name in sorted(SECRET_SOURCES.items()):  # fleet.<key>.file / .env
         named = {f"{name}_{via}": rest.pop(f"fleet.{key}.{via}")
                  for via in ("file", "env") if f"fleet.{key}.{via}" in rest}  # fmt: skip
         if named and any(k == key for k, _ in secrets):
             raise _refused(key, "give the secret once", Config.CONFIG_INVALID, at=at)
         try:
-            secret, _ = secret_from_table(named, name, environ, None)
+            secret, origin = secret_from_table(named, name, environ, None)
         except ConfigError as exc:
             raise in_file(exc, source) from None
-        if secret is not None:
+        if secret is not None and origin is not None:
             secrets.append((key, secret))
-    values["secret_properties"] = tuple(secrets)
+            origins.append((key, origin))
+    values["secret_properties"], values["secret_sources"] = tuple(secrets), tuple(origins)
     values["properties"] = tuple(sorted(rest.items()))
     try:
         return bind(KafkaSecurity, values, reasons=CONFIG_REASONS, at="kafka.")
@@ -371,5 +373,9 @@ def with_properties(
     if security.secret_properties and not merged.secret_properties:
         from dataclasses import replace
 
-        merged = replace(merged, secret_properties=security.secret_properties)
+        merged = replace(
+            merged,
+            secret_properties=security.secret_properties,
+            secret_sources=security.secret_sources,
+        )
     return merged

@@ -212,6 +212,9 @@ class KafkaSecurity:
     ssl_key_location: str | None = None
     properties: tuple[tuple[str, str], ...] = ()
     secret_properties: tuple[tuple[str, Secret], ...] = field(default=(), repr=False)
+    # where each secret property came from (key, ``file:<path>`` / ``env:<NAME>``), for
+    # messages and for writing the table back (pipeline.testing.fleet_toml)
+    secret_sources: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         proto = self.security_protocol
@@ -385,12 +388,13 @@ def security_from_table(
     password, source = password_from_table(table, environ, base_dir)
     if password is not None:
         values["sasl_password"], values["password_source"] = password, source
-    secrets = []
+    secrets, sources = [], []
     for key, name in sorted(SECRET_SOURCES.items()):
-        secret, _ = secret_from_table(table, name, environ, base_dir)
-        if secret is not None:
+        secret, origin = secret_from_table(table, name, environ, base_dir)
+        if secret is not None and origin is not None:
             secrets.append((key, secret))
-    values["secret_properties"] = tuple(secrets)
+            sources.append((key, origin))
+    values["secret_properties"], values["secret_sources"] = tuple(secrets), tuple(sources)
     props = table.get("properties", {})
     if not isinstance(props, Mapping):
         raise _invalid("properties", props, "must be a table ([kafka.properties])")

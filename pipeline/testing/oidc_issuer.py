@@ -51,6 +51,7 @@ class OidcClient:
     client_id: str
     secret: str
     subject: str
+    audience: str | None = None  # None: the issuer's; another: a token the broker refuses
 
 
 class OidcIssuer:
@@ -111,10 +112,15 @@ class OidcIssuer:
         return f"{self.url}/token"
 
     # -- clients ---------------------------------------------------------------------------
-    def register(self, client_id: str, *, subject: str | None = None) -> OidcClient:
+    def register(
+        self, client_id: str, *, subject: str | None = None, audience: str | None = None
+    ) -> OidcClient:
         """A new client with a random secret; its tokens' ``sub`` is ``subject`` (default: the
-        client id, as most providers do for a service account)."""
-        client = OidcClient(client_id, secrets.token_urlsafe(24), subject or client_id)
+        client id, as most providers do for a service account), their ``aud`` ``audience``
+        (default: the issuer's)."""
+        client = OidcClient(
+            client_id, secrets.token_urlsafe(24), subject or client_id, audience=audience
+        )
         with self._lock:
             self._clients[client_id] = client
         return client
@@ -200,7 +206,7 @@ class OidcIssuer:
             _json(req, 401, {"error": "invalid_client"})
             return
         scope = form.get("scope", "")
-        token = self.token(client.subject, scope=scope)
+        token = self.token(client.subject, scope=scope, audience=client.audience)
         with self._lock:
             self.issued[client.client_id] += 1
         _json(req, 200, {

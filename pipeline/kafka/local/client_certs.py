@@ -17,6 +17,7 @@ PEM files librdkafka reads (``ssl.certificate.location``, ``ssl.key.location``,
 from __future__ import annotations
 
 import datetime
+import os
 import secrets
 from pathlib import Path
 
@@ -30,6 +31,14 @@ CLIENT_O = "fleet-pipeline local"
 # Kafka's mapping: a client certificate's CN is the principal's name; the brokers' own
 # certificate (CN only) keeps its CN; anything else is the whole DN (DEFAULT)
 MAPPING_RULES = f"RULE:^CN=([^,]+),OU={CLIENT_OU},O=[^,]+$/$1/,RULE:^CN=([^,]+)$/$1/,DEFAULT"
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` readable by the owner only (created 0600, never world-readable)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
 
 
 def client_subject(name: str) -> x509.Name:
@@ -79,8 +88,6 @@ def issue_client(
 ) -> tuple[Path, Path, Path]:
     """``name``'s certificate signed by ``ca`` and its encrypted key, written under ``folder``:
     (certificate, key, key password file)."""
-    from .secure import _private  # one writer of 0600 files
-
     ca_key, ca_cert = ca
     now = datetime.datetime.now(datetime.UTC)
     key = ec.generate_private_key(ec.SECP256R1())
@@ -102,8 +109,8 @@ def issue_client(
     folder.mkdir(parents=True, exist_ok=True)
     cert_path.write_bytes(cert.public_bytes(pem) + ca_cert.public_bytes(pem))
     encrypted = serialization.BestAvailableEncryption(password.encode())
-    _private(key_path, key.private_bytes(pem, serialization.PrivateFormat.PKCS8, encrypted))
-    _private(password_path, password.encode())
+    write_private(key_path, key.private_bytes(pem, serialization.PrivateFormat.PKCS8, encrypted))
+    write_private(password_path, password.encode())
     return cert_path, key_path, password_path
 
 

@@ -40,7 +40,6 @@ import datetime
 import hashlib
 import ipaddress
 import json
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,7 @@ from pipeline.kafka.security import KafkaSecurity, SaslMechanism, Secret, Securi
 from pipeline.kafka.topics import check_name
 
 from .client_certs import MAPPING_RULES, issue_client, load_ca
+from .client_certs import write_private as _private
 
 ADMIN = "admin"
 BROKER_PRINCIPAL = "fleet-broker"  # CN of the broker certificate = its principal on CONTROLLER
@@ -75,14 +75,6 @@ class OAuthValidation:
     issuer: str
     audience: str
     reauth_ms: int = 0  # connections.max.reauth.ms on the listener (0: never re-authenticate)
-
-
-def _private(path: Path, data: bytes) -> None:
-    """Write ``data`` readable by the owner only (created 0600, never world-readable)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
 
 
 def _name(cn: str) -> x509.Name:
@@ -223,6 +215,7 @@ class SecureBroker:
             ssl_certificate_location=str(cert),
             ssl_key_location=str(key),
             secret_properties=(("ssl.key.password", Secret(password.read_text().strip())),),
+            secret_sources=(("ssl.key.password", f"file:{password}"),),
         )
 
     def jvm_properties(self) -> dict[str, str]:
