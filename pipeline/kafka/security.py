@@ -315,9 +315,10 @@ class KafkaSecurity:
         never log the result)."""
         conf: dict[str, str] = {"security.protocol": self.security_protocol.value}
         if self.security_protocol.sasl:
-            assert self.sasl_mechanism is not None and self.sasl_username is not None
-            assert self.sasl_password is not None
+            assert self.sasl_mechanism is not None
             conf["sasl.mechanism"] = self.sasl_mechanism.value
+        if self.security_protocol.sasl and not self.oauth:  # OAUTHBEARER: the properties below
+            assert self.sasl_username is not None and self.sasl_password is not None
             conf["sasl.username"] = self.sasl_username
             conf["sasl.password"] = self.sasl_password.reveal()
         for key in _TLS_KEYS:

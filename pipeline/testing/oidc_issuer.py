@@ -12,7 +12,7 @@ down to the client-credentials grant (docs/security.md "OAUTHBEARER with OIDC"):
                                               scope, iat, exp = now + lifetime_s
 
 A client it does not know, a wrong secret or a refused client (:meth:`OidcIssuer.refuse`) gets
-``401 invalid_client``. ``issued`` counts the tokens given per client, so a test sees refreshes.
+``401 invalid_client``. ``issued`` / ``issued_at`` count and time the tokens given per client, so a test sees refreshes.
 The JWS is built here with ``cryptography`` (RS256 = RSASSA-PKCS1-v1_5 with SHA-256, RFC 7518):
 no JWT library is needed. Secrets are compared in constant time and never logged.
 """
@@ -66,6 +66,7 @@ class OidcIssuer:
         self._clients: dict[str, OidcClient] = {}
         self._refused: set[str] = set()
         self.issued: Counter[str] = Counter()
+        self.issued_at: dict[str, list[float]] = {}  # client id -> when each token was given
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -209,6 +210,7 @@ class OidcIssuer:
         token = self.token(client.subject, scope=scope, audience=client.audience)
         with self._lock:
             self.issued[client.client_id] += 1
+            self.issued_at.setdefault(client.client_id, []).append(time.time())
         _json(req, 200, {
             "access_token": token,
             "token_type": "Bearer",

@@ -65,6 +65,7 @@ MTLS, OAUTH = "MTLS", "OAUTH"  # the extra listeners' names
 ALLOWED_URLS = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
 _VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
 _OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+_JWT_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.BrokerJwtValidator"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +76,7 @@ class OAuthValidation:
     issuer: str
     audience: str
     reauth_ms: int = 0  # connections.max.reauth.ms on the listener (0: never re-authenticate)
+    clock_skew_s: int = 30  # how long after its exp a token is still accepted (Kafka's default)
 
 
 def _name(cn: str) -> x509.Name:
@@ -238,10 +240,17 @@ class SecureBroker:
                 f"{o}sasl.enabled.mechanisms": "OAUTHBEARER",
                 f"{o}oauthbearer.sasl.jaas.config": f"{_OAUTH_MODULE} required;",
                 f"{o}oauthbearer.sasl.server.callback.handler.class": _VALIDATOR,
-                f"{o}oauthbearer.sasl.oauthbearer.jwks.endpoint.url": v.jwks_url,
-                f"{o}oauthbearer.sasl.oauthbearer.expected.audience": v.audience,
-                f"{o}oauthbearer.sasl.oauthbearer.expected.issuer": v.issuer,
                 f"{o}oauthbearer.connections.max.reauth.ms": str(v.reauth_ms),
+                # Kafka 4.1's default validator class (DefaultJwtValidator, built with no
+                # key resolver) checks the claims but no signature: name the broker's own
+                # validator, which checks the signature against the JWKS, the audience and the
+                # issuer. Unprefixed: only OAUTHBEARER reads these, and only the OAUTH listener
+                # enables it.
+                "sasl.oauthbearer.jwt.validator.class": _JWT_VALIDATOR,
+                "sasl.oauthbearer.jwks.endpoint.url": v.jwks_url,
+                "sasl.oauthbearer.expected.audience": v.audience,
+                "sasl.oauthbearer.expected.issuer": v.issuer,
+                "sasl.oauthbearer.clock.skew.seconds": str(v.clock_skew_s),
             }
         return props
 
