@@ -12,6 +12,9 @@ one into a :class:`~pipeline.errors.SecurityError` within a bound::
                                                              client certificate is the login)
     _SSL, or a transport error whose text is a TLS failure -> TLS_FAILED
     an OIDC token endpoint that cannot be reached           -> none: an outage, not a refusal
+    "Request not valid in current SASL state" (a re-        -> none: a protocol step refused,
+    authentication that met a request in flight), a            or the connection lost, not
+    SASL handshake cut by a local transport failure            the credential
     a transport error that says "security.protocol"        -> PROTOCOL_MISMATCH
     TOPIC/GROUP/CLUSTER/TRANSACTIONAL_ID_AUTHORIZATION_FAILED -> NOT_AUTHORIZED (resource + op)
 
@@ -69,6 +72,17 @@ _ISSUER_AWAY = (
 )
 
 
+# A re-authentication (KIP-368) that met a request in flight (the broker refused the protocol
+# step, not the credential), or a handshake cut by the connection going down (librdkafka's own
+# "Local:" error): librdkafka reconnects and logs in afresh; neither is a refused login
+_SASL_STATE = "not valid in current sasl state"
+_HANDSHAKE_CUT = "handshake failed: local:"
+
+
+def _not_the_credential(text: str) -> bool:
+    return _SASL_STATE in text or _HANDSHAKE_CUT in text
+
+
 def issuer_away(text: str) -> bool:
     """An OAUTHBEARER token could not be fetched because the issuer did not answer (or failed
     with 5xx): an outage, waited out like a broker that is down, never AUTH_FAILED."""
@@ -81,7 +95,7 @@ def refusal_reason(err: KafkaError) -> Security | None:
     code = err.code()
     text = (err.str() or "").lower()
     if code in AUTH_CODES:
-        return None if issuer_away(text) else Security.AUTH_FAILED
+        return None if issuer_away(text) or _not_the_credential(text) else Security.AUTH_FAILED
     if code in (KafkaError._SSL, KafkaError._TRANSPORT) and any(a in text for a in _CERT_ALERTS):
         return Security.AUTH_FAILED
     if code in RESOURCE_OF:
