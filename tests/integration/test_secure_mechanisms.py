@@ -303,7 +303,7 @@ def _refused(bootstrap: str, security: KafkaSecurity) -> SecurityError:
 def test_a_certificate_the_broker_does_not_trust_is_auth_failed(
     secured: Secured, tmp_path: Path
 ) -> None:
-    """Mutual TLS: a client certificate signed by a CA the MTLS listener does not trust is a
+    """R-SEC-1, mutual TLS: a client certificate signed by a CA the MTLS listener does not trust is a
     refused login (AUTH_FAILED, the broker's alert about our certificate), not TLS_FAILED (that
     is our verdict on the broker's certificate)."""
     assert secured.cluster.secure is not None
@@ -328,7 +328,7 @@ def test_a_certificate_the_broker_does_not_trust_is_auth_failed(
 def test_a_token_the_issuer_refuses_or_for_another_audience_is_auth_failed(
     secured: Secured, tmp_path: Path
 ) -> None:
-    """OAUTHBEARER: a disabled client (the issuer answers 401) and a token for another
+    """R-SEC-1, OAUTHBEARER: a disabled client (the issuer answers 401) and a token for another
     audience (the broker's validator refuses it) are both AUTH_FAILED at start."""
     bootstrap = secured.cluster.listener_bootstrap(OAUTH)
     disabled, _ = oauth_client(secured, unique_name("off").replace(".", "-"), tmp_path)
@@ -345,7 +345,7 @@ def test_a_token_the_issuer_refuses_or_for_another_audience_is_auth_failed(
 def test_a_disabled_oauth_client_stops_its_running_gateway_with_auth_failed(
     secured: Secured, tmp_path: Path
 ) -> None:
-    """A gateway runs under OAUTHBEARER; its client is disabled at the issuer. At the next
+    """R-SEC-1: a gateway runs under OAUTHBEARER; its client is disabled at the issuer. At the next
     refresh (80% of 5 s) librdkafka cannot get a token: the login watch makes it the gateway's
     fatal error, AUTH_FAILED naming the OAuth client, and the gateway stops instead of going on
     deaf until its session expires."""
@@ -377,7 +377,7 @@ def test_a_disabled_oauth_client_stops_its_running_gateway_with_auth_failed(
 def test_zy_a_revoked_certificate_stops_the_running_gateway_with_auth_failed(
     secured: Secured, tmp_path: Path
 ) -> None:
-    """``fleet gateway run`` under mutual TLS (the fleet.toml's [kafka] table: SSL, the
+    """R-SEC-1: ``fleet gateway run`` under mutual TLS (the fleet.toml's [kafka] table: SSL, the
     certificate, the key and the key's password file). The operator revokes the CA that signed
     gateway-z's certificate (the MTLS listener's client truststore no longer holds it) and the
     cluster restarts: the gateway's reconnect is refused by the broker and it stops with
@@ -422,7 +422,7 @@ def test_zy_a_revoked_certificate_stops_the_running_gateway_with_auth_failed(
 
 
 def test_zz_no_secret_in_any_output(secured: Secured) -> None:
-    """Runs last: no SCRAM password, client key password or OAuth client secret is in a
+    """R-SEC-3, runs last: no SCRAM password, client key password or OAuth client secret is in a
     captured log line, a child's output or the broker's own logs."""
     assert secured.cluster.secure is not None
     texts = list(_SEEN) + [p.read_text(errors="replace") for p in _LOGS if p.exists()]
