@@ -294,6 +294,7 @@ def test_the_test_issuer_gives_verifiable_rs256_tokens_and_refuses_unknown_clien
         issuer.refuse("fleet-a")
         with pytest.raises(urllib.error.HTTPError) as exc:
             urllib.request.urlopen(request)
+        exc.value.close()  # the error holds the response open
         assert exc.value.code == 401
         assert issuer.issued["fleet-a"] == 1
     finally:
