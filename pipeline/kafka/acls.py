@@ -1,6 +1,9 @@
 """Least-privilege ACLs per login and role (``fleet acls plan|apply --role``, docs/security.md).
 
-Four roles, each a closed set (:class:`Role`); the login NAME is the principal ``User:NAME``.
+Five roles, each a closed set (:class:`Role`); the login NAME is the principal ``User:NAME``
+unless a ``principal`` is given: a certificate's mapped DN or an OAuth token's ``sub``
+(:mod:`pipeline.kafka.principals`). The host id (which topics) and the principal (who) are then
+apart: gateway ``a`` may log in as ``User:gateway-a`` or ``User:7f3c...``.
 
 A gateway host H (principal ``User:H``) needs, and gets, exactly::
 
@@ -54,6 +57,7 @@ from pipeline.errors import ConfigError
 from pipeline.reasons import Config
 
 from .errors import as_fleet_error
+from .principals import check_principal
 from .topics import DLQ_SCAN_GROUP_PREFIX, TopicNames, check_name
 
 
@@ -107,8 +111,9 @@ CLUSTER_NAME = "kafka-cluster"
 class _Plan:
     """Collects one principal's grants."""
 
-    def __init__(self, login: str, *, what: str) -> None:
-        self.principal = f"User:{check_name(login, what=what)}"
+    def __init__(self, login: str, *, what: str, principal: str | None = None) -> None:
+        check_name(login, what=what)
+        self.principal = check_principal(principal) if principal else f"User:{login}"
         self.grants: list[Grant] = []
 
     def add(self, resource: Resource, name: str, pattern: Pattern, *ops: Operation) -> None:
@@ -124,9 +129,11 @@ class _Plan:
         )
 
 
-def gateway_grants(host: str, topics: TopicNames = TopicNames()) -> tuple[Grant, ...]:
+def gateway_grants(
+    host: str, topics: TopicNames = TopicNames(), *, principal: str | None = None
+) -> tuple[Grant, ...]:
     """Everything gateway ``host`` needs and nothing more (see the module docstring)."""
-    plan = _Plan(host, what="host id")
+    plan = _Plan(host, what="host id", principal=principal)
     add, lit, pre = plan.add, Pattern.LITERAL, Pattern.PREFIXED
 
     read = (Operation.READ, Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS)
@@ -151,9 +158,11 @@ def gateway_grants(host: str, topics: TopicNames = TopicNames()) -> tuple[Grant,
     return tuple(plan.grants)
 
 
-def reporter_grants(login: str, topics: TopicNames = TopicNames()) -> tuple[Grant, ...]:
+def reporter_grants(
+    login: str, topics: TopicNames = TopicNames(), *, principal: str | None = None
+) -> tuple[Grant, ...]:
     """The FAILED reporter: reads the DLQ in its group, writes FAILEDs to the senders' inboxes."""
-    plan = _Plan(login, what="login")
+    plan = _Plan(login, what="login", principal=principal)
     add, lit, pre = plan.add, Pattern.LITERAL, Pattern.PREFIXED
     add(Resource.TOPIC, topics.dlq, lit, Operation.READ, Operation.DESCRIBE)
     add(Resource.GROUP, f"{topics.prefix}dlq-reporter", lit, Operation.READ, Operation.DESCRIBE)
@@ -162,18 +171,22 @@ def reporter_grants(login: str, topics: TopicNames = TopicNames()) -> tuple[Gran
     return tuple(plan.grants)
 
 
-def exporter_grants(login: str, topics: TopicNames = TopicNames()) -> tuple[Grant, ...]:
+def exporter_grants(
+    login: str, topics: TopicNames = TopicNames(), *, principal: str | None = None
+) -> tuple[Grant, ...]:
     """The exporter: offsets and configs of the fleet's topics and groups; never a record."""
-    plan = _Plan(login, what="login")
+    plan = _Plan(login, what="login", principal=principal)
     pre = Pattern.PREFIXED
     plan.add(Resource.TOPIC, topics.prefix, pre, Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS)
     plan.add(Resource.GROUP, topics.prefix, pre, Operation.DESCRIBE)
     return tuple(plan.grants)
 
 
-def dlq_owner_grants(login: str, topics: TopicNames = TopicNames()) -> tuple[Grant, ...]:
+def dlq_owner_grants(
+    login: str, topics: TopicNames = TopicNames(), *, principal: str | None = None
+) -> tuple[Grant, ...]:
     """The DLQ's owner: reads dead letters, replays them to where they came from."""
-    plan = _Plan(login, what="login")
+    plan = _Plan(login, what="login", principal=principal)
     add, lit, pre = plan.add, Pattern.LITERAL, Pattern.PREFIXED
     add(Resource.TOPIC, topics.dlq, lit, Operation.READ, Operation.DESCRIBE)
     add(Resource.GROUP, DLQ_SCAN_GROUP_PREFIX, pre, Operation.READ, Operation.DESCRIBE)
@@ -183,9 +196,11 @@ def dlq_owner_grants(login: str, topics: TopicNames = TopicNames()) -> tuple[Gra
     return tuple(plan.grants)
 
 
-def pool_grants(login: str, topics: TopicNames, pool: str) -> tuple[Grant, ...]:
+def pool_grants(
+    login: str, topics: TopicNames, pool: str, *, principal: str | None = None
+) -> tuple[Grant, ...]:
     """A member of ``pool``: consumes its topic in its group, dead-letters poison records."""
-    plan = _Plan(login, what="login")
+    plan = _Plan(login, what="login", principal=principal)
     add, lit = plan.add, Pattern.LITERAL
     described = (Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS)
     add(Resource.TOPIC, topics.pool(pool), lit, Operation.READ, *described)
@@ -204,10 +219,16 @@ _ROLES = {
 
 
 def role_grants(
-    role: Role, login: str, topics: TopicNames = TopicNames(), *, pool: str | None = None
+    role: Role,
+    login: str,
+    topics: TopicNames = TopicNames(),
+    *,
+    pool: str | None = None,
+    principal: str | None = None,
 ) -> tuple[Grant, ...]:
-    """The grants of ``role`` for principal ``User:<login>`` (a gateway's login is its host id);
-    the ``pool`` role needs the pool's name, and only it takes one."""
+    """The grants of ``role`` for principal ``User:<login>`` (a gateway's login is its host id),
+    or for ``principal`` when given; the ``pool`` role needs the pool's name, and only it takes
+    one."""
     if (role is Role.POOL) != (pool is not None):
         raise ConfigError(
             "--pool NAME goes with --role pool, and only with it",
@@ -215,8 +236,8 @@ def role_grants(
             context={"role": role.value},
         )
     if pool is not None:
-        return pool_grants(login, topics, pool)
-    return _ROLES[role](login, topics)
+        return pool_grants(login, topics, pool, principal=principal)
+    return _ROLES[role](login, topics, principal=principal)
 
 
 def binding(grant: Grant) -> AclBinding:

@@ -8,12 +8,15 @@ with backoff for ever and reports each attempt to the client's ``error_cb``. A r
 de-duplicated log line per five minutes.
 
 :class:`LoginWatch` is put on every client a secured :class:`~pipeline.bootstrap.client.Factories`
-builds (it chains the client's own ``error_cb``). The first ``_AUTHENTICATION`` /
-``SASL_AUTHENTICATION_FAILED`` any of them reports becomes one ``AUTH_FAILED``
+builds (it chains the client's own ``error_cb``). The first refused login any of them reports
+(``_AUTHENTICATION`` / ``SASL_AUTHENTICATION_FAILED``: a password or a token refused, a token the
+OIDC issuer refused to give; a TLS alert refusing the client certificate) becomes one
+``AUTH_FAILED``
 :class:`~pipeline.errors.SecurityError` (redacted, never retriable) handed to the process's
 subscribers: the gateway makes it its fatal error and stops (``fleet gateway run`` exits 3).
-Only a refused *login* counts: the broker says so only when it checked the credential, never
-while it is down or restarting (that is an outage, waited out elsewhere).
+Only a refused *login* counts: the broker (or the issuer) says so only when it checked the
+credential, never while it is down or restarting (that is an outage, waited out elsewhere); an
+OIDC issuer that does not answer is such an outage too (``refusals.issuer_away``).
 
 This module imports no client library: ``Factories.secured`` is cheap for commands that build no
 client.
@@ -72,14 +75,16 @@ class LoginWatch:
 
     def saw(self, err: Any) -> None:
         """An ``error_cb`` error: a refused login is kept and told to every subscriber once."""
-        from .refusals import AUTH_CODES, security_error  # the client library is loaded by now
+        from pipeline.reasons import Security
 
-        if err.code() not in AUTH_CODES:
+        from .refusals import refusal_reason, security_error  # the client library is loaded
+
+        if refusal_reason(err) is not Security.AUTH_FAILED:
             return
         with self._lock:
             if self._refused is not None:
                 return
-            what = f"Kafka refused the login User:{self.security.sasl_username} after start"
+            what = f"Kafka refused the login {self.security.principal_hint()} after start"
             refused = security_error(err, what, security=self.security)
             assert refused is not None
             self._refused = refused

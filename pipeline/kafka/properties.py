@@ -20,7 +20,11 @@ The way in (docs/security.md "Java client properties")::
 
 A password may be in the file (as a Java client has it, in ``sasl.jaas.config``) or named by
 ``fleet.sasl.password.file`` / ``fleet.sasl.password.env``; it is read once, here, into a
-:class:`~pipeline.kafka.security.Secret`. ``bootstrap.servers`` in a file is ignored: the
+:class:`~pipeline.kafka.security.Secret`. So may a client key's password
+(``fleet.ssl.key.password.file|env``) and an OAuth client's secret
+(``fleet.sasl.oauthbearer.client.secret.file|env``); the Java client's OIDC login
+(``OAuthBearerLoginModule`` with ``clientId``/``clientSecret``/``scope`` and the
+``OAuthBearerLoginCallbackHandler``) becomes librdkafka's ``sasl.oauthbearer.method=oidc``. ``bootstrap.servers`` in a file is ignored: the
 command's ``--bootstrap-server`` wins, as with ``kafka-console-consumer``.
 """
 
@@ -36,10 +40,14 @@ from pipeline.reasons import Config, Security
 from pipeline.support.binder import CONFIG_REASONS, HIDDEN, MISSING, bind, config_error, in_file
 
 from .security import (
+    OAUTH_PROPERTIES,
+    OAUTH_SECRET,
     SECRET_PROPERTIES,
+    SECRET_SOURCES,
     KafkaSecurity,
     Secret,
     password_from_table,
+    secret_from_table,
 )
 
 # librdkafka key -> KafkaSecurity field
@@ -71,10 +79,25 @@ _JAVA_ONLY: Final = frozenset(
         "ssl.provider",
     }
 )
+_OAUTH_MODULE: Final = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 _LOGIN_MODULES: Final = {
     "org.apache.kafka.common.security.scram.ScramLoginModule": ("SCRAM-SHA-512", "SCRAM-SHA-256"),
     "org.apache.kafka.common.security.plain.PlainLoginModule": ("PLAIN",),
+    _OAUTH_MODULE: ("OAUTHBEARER",),
 }
+# the JAAS options of each module, as librdkafka keys
+_JAAS_KEYS: Final = {
+    "username": "sasl.username",
+    "password": "sasl.password",
+    "clientId": "sasl.oauthbearer.client.id",
+    "clientSecret": OAUTH_SECRET,
+    "scope": "sasl.oauthbearer.scope",
+}
+_MODULE_OPTIONS: Final = {_OAUTH_MODULE: {"clientId", "clientSecret", "scope"}}
+# the Java client's OIDC login handler: librdkafka's sasl.oauthbearer.method=oidc does its job
+_OIDC_HANDLER: Final = (
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+)
 _JAAS: Final = re.compile(r"\s*(\S+)\s+(required|requisite|sufficient|optional)\s*(.*?)\s*;?\s*")
 _JAAS_OPTION: Final = re.compile(r'([\w.]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s";]+))\s*')
 
@@ -160,11 +183,16 @@ def librdkafka_keys(props: Mapping[str, str], *, at: str = "") -> dict[str, str]
     if jaas is not None:
         out |= _from_jaas(jaas, out.get("sasl.mechanisms", rest.get("sasl.mechanisms")), at=at)
     out |= _truststore(rest, at=at) | _keystore(rest, at=at)
+    if rest.get("sasl.login.callback.handler.class") == _OIDC_HANDLER:
+        del rest["sasl.login.callback.handler.class"]
+        out["sasl.oauthbearer.method"] = "oidc"
     algorithm = rest.pop("ssl.endpoint.identification.algorithm", None)
     if algorithm is not None:
         out["ssl.endpoint.identification.algorithm"] = algorithm.strip().lower() or "none"
     for key, value in rest.items():
-        if (
+        if key in OAUTH_PROPERTIES or key == OAUTH_SECRET:
+            out[key] = value  # librdkafka's OIDC keys (the endpoint's name is the Java one too)
+        elif (
             key in _JAVA_ONLY
             or key.endswith((".class", "serializer"))
             or key.startswith(("sasl.login.", "sasl.oauthbearer.", "config.providers"))
@@ -197,11 +225,14 @@ def _from_jaas(text: str, mechanism: str | None, *, at: str) -> dict[str, str]:
         options[opt.group(1)] = re.sub(r"\\(.)", r"\1", value)
     if _JAAS_OPTION.sub("", body).strip():
         raise _refused(key, 'options must be name="value"', Config.CONFIG_INVALID, at=at, hide=True)
-    if set(options) - {"username", "password"}:
-        extra = ", ".join(sorted(set(options) - {"username", "password"}))
+    allowed = _MODULE_OPTIONS.get(module, {"username", "password"})
+    if set(options) - allowed:
+        extra = ", ".join(sorted(set(options) - allowed))
         raise _refused(key, f"options {extra} have no librdkafka equivalent",
                        Security.PROPERTY_UNMAPPABLE, at=at, hide=True)  # fmt: skip
-    out = {f"sasl.{name}": value for name, value in options.items()}
+    out = {_JAAS_KEYS[name]: value for name, value in options.items()}
+    if module == _OAUTH_MODULE:
+        out["sasl.oauthbearer.method"] = "oidc"
     if mechanism is None:
         out["sasl.mechanisms"] = mechanisms[0]
     return out
@@ -275,7 +306,20 @@ def security_from_properties(
     if password is not None:
         values["sasl_password"], values["password_source"] = password
     secrets = [(key, Secret(rest.pop(key))) for key in sorted(SECRET_PROPERTIES) if key in rest]
-    values["secret_properties"] = tuple(secrets)
+    origins = [(key, f"file:{source}") for key, _ in secrets]
+    for key, name in sorted(SECRET_SOURCES.items()):  # fleet.<key>.file / .env
+        named = {f"{name}_{via}": rest.pop(f"fleet.{key}.{via}")
+                 for via in ("file", "env") if f"fleet.{key}.{via}" in rest}  # fmt: skip
+        if named and any(k == key for k, _ in secrets):
+            raise _refused(key, "give the secret once", Config.CONFIG_INVALID, at=at)
+        try:
+            secret, origin = secret_from_table(named, name, environ, None)
+        except ConfigError as exc:
+            raise in_file(exc, source) from None
+        if secret is not None and origin is not None:
+            secrets.append((key, secret))
+            origins.append((key, origin))
+    values["secret_properties"], values["secret_sources"] = tuple(secrets), tuple(origins)
     values["properties"] = tuple(sorted(rest.items()))
     try:
         return bind(KafkaSecurity, values, reasons=CONFIG_REASONS, at="kafka.")
@@ -329,5 +373,9 @@ def with_properties(
     if security.secret_properties and not merged.secret_properties:
         from dataclasses import replace
 
-        merged = replace(merged, secret_properties=security.secret_properties)
+        merged = replace(
+            merged,
+            secret_properties=security.secret_properties,
+            secret_sources=security.secret_sources,
+        )
     return merged

@@ -5,8 +5,16 @@ backoff for ever and reports each attempt to the ``error_cb``. This module names
 errors mean (``Security`` reasons, ``docs/security.md``) and :func:`check_access` turns the first
 one into a :class:`~pipeline.errors.SecurityError` within a bound::
 
-    _AUTHENTICATION, SASL_AUTHENTICATION_FAILED           -> AUTH_FAILED
+    _AUTHENTICATION, SASL_AUTHENTICATION_FAILED           -> AUTH_FAILED (a refused password,
+                                                             token, or a token the issuer
+                                                             refused to give)
+    a TLS alert from the broker about our certificate       -> AUTH_FAILED (mutual TLS: the
+                                                             client certificate is the login)
     _SSL, or a transport error whose text is a TLS failure -> TLS_FAILED
+    an OIDC token endpoint that cannot be reached           -> none: an outage, not a refusal
+    "Request not valid in current SASL state" (a re-        -> none: a protocol step refused,
+    authentication that met a request in flight), a            or the connection lost, not
+    SASL handshake cut by a local transport failure            the credential
     a transport error that says "security.protocol"        -> PROTOCOL_MISMATCH
     TOPIC/GROUP/CLUSTER/TRANSACTIONAL_ID_AUTHORIZATION_FAILED -> NOT_AUTHORIZED (resource + op)
 
@@ -35,6 +43,51 @@ RESOURCE_OF = {
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional_id",
 }
 _TLS_WORDS = ("ssl handshake", "certificate verify", "ssl_", "tls ", "certificate")
+# The alerts a broker sends when it refuses the client's certificate (OpenSSL's texts: "sslv3
+# alert certificate unknown", "tlsv13 alert certificate required", "tlsv1 alert unknown ca").
+# An alert is the peer's verdict on *our* certificate; our own verdict on the broker's is
+# "certificate verify failed", which stays TLS_FAILED.
+_CERT_ALERTS = (
+    "alert certificate unknown",
+    "alert bad certificate",
+    "alert unknown ca",
+    "alert certificate required",
+    "alert certificate revoked",
+    "alert certificate expired",
+    "alert unsupported certificate",
+    "alert access denied",
+)
+# librdkafka's OIDC fetch failed without an answer from the issuer (libcurl's texts)
+_TOKEN_FAILED = "failed to acquire sasl oauthbearer token"
+_ISSUER_AWAY = (
+    "could not connect",
+    "failed to connect",
+    "couldn't connect",
+    "timeout was reached",
+    "timed out",
+    "could not resolve",
+    "couldn't resolve",
+    "connection refused",
+    "(5",  # an HTTP 5xx: the issuer is there but failing, not refusing
+)
+
+
+# A re-authentication (KIP-368) that met a request in flight (the broker refused the protocol
+# step, not the credential), or a handshake cut by the connection going down (librdkafka's own
+# "Local:" error): librdkafka reconnects and logs in afresh; neither is a refused login
+_SASL_STATE = "not valid in current sasl state"
+_HANDSHAKE_CUT = "handshake failed: local:"
+
+
+def _not_the_credential(text: str) -> bool:
+    return _SASL_STATE in text or _HANDSHAKE_CUT in text
+
+
+def issuer_away(text: str) -> bool:
+    """An OAUTHBEARER token could not be fetched because the issuer did not answer (or failed
+    with 5xx): an outage, waited out like a broker that is down, never AUTH_FAILED."""
+    text = text.lower()
+    return _TOKEN_FAILED in text and any(w in text for w in _ISSUER_AWAY)
 
 
 def refusal_reason(err: KafkaError) -> Security | None:
@@ -42,6 +95,8 @@ def refusal_reason(err: KafkaError) -> Security | None:
     code = err.code()
     text = (err.str() or "").lower()
     if code in AUTH_CODES:
+        return None if issuer_away(text) or _not_the_credential(text) else Security.AUTH_FAILED
+    if code in (KafkaError._SSL, KafkaError._TRANSPORT) and any(a in text for a in _CERT_ALERTS):
         return Security.AUTH_FAILED
     if code in RESOURCE_OF:
         return Security.NOT_AUTHORIZED
@@ -80,6 +135,8 @@ def security_error(
     if security is not None and security.sasl_username is not None:
         context["principal"] = f"User:{security.sasl_username}"
     hint = _HINTS[reason]
+    if reason is Security.AUTH_FAILED and security is not None:
+        hint = _auth_hint(security)
     target = (
         f" {context['resource_type']} {resource}" if resource and "resource_type" in context else ""
     )
@@ -97,6 +154,20 @@ _HINTS = {
     Security.PROTOCOL_MISMATCH: "check security_protocol against the broker's listener",
     Security.NOT_AUTHORIZED: "an ACL is missing: see fleet acls plan",
 }
+
+
+def _auth_hint(security: KafkaSecurity) -> str:
+    if security.oauth:
+        return (
+            "check the OAuth client id and secret, the token endpoint, and that the token's "
+            "audience and issuer are the ones the broker expects"
+        )
+    if security.sasl_username is None and security.ssl_certificate_location is not None:
+        return (
+            "the broker refused the client certificate: is it signed by a CA the listener "
+            "trusts, unexpired, not revoked?"
+        )
+    return _HINTS[Security.AUTH_FAILED]
 
 
 class RefusalWatch:

@@ -6,7 +6,8 @@ field names, read from the dataclasses, so a field renamed in the types is renam
 test holds ``load_config(write(c)) == c``. Only values that differ from a field's default are
 written, as a person would write the file. The ``[kafka]`` table is the one place the file and
 the type differ: the password is never written, only where it came from (``password_source``:
-``sasl_password_file`` or ``sasl_password_env``), and ``properties`` is a sub-table.
+``sasl_password_file`` or ``sasl_password_env``; the other secrets likewise, from
+``secret_sources``), and ``properties`` is a sub-table.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import MISSING, fields, is_dataclass
 from typing import Any
 
 from pipeline.host.gateway_config import GatewayConfig
-from pipeline.kafka.security import KafkaSecurity
+from pipeline.kafka.security import SECRET_SOURCES, KafkaSecurity
 
 from .toml_writer import dumps
 
@@ -65,7 +66,8 @@ def _kafka_table(security: KafkaSecurity) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in fields(security):
         value = getattr(security, f.name)
-        if f.name in ("sasl_password", "properties") or value is None or value == f.default:
+        skipped = ("sasl_password", "properties", "secret_properties", "secret_sources")
+        if f.name in skipped or value is None or value == f.default:
             continue
         if f.name == "password_source":
             where, _, source = value.partition(":")
@@ -74,6 +76,12 @@ def _kafka_table(security: KafkaSecurity) -> dict[str, Any]:
             out[f.name] = _value(value)
     if security.sasl_password is not None and security.password_source is None:
         raise ValueError("a password goes into no file: give the config a password_source")
+    sources = dict(security.secret_sources)
+    for key, _ in security.secret_properties:
+        where, _, source = sources.get(key, "").partition(":")
+        if where not in ("file", "env"):
+            raise ValueError(f"{key}: a secret goes into no file: give it a file or a variable")
+        out[f"{SECRET_SOURCES[key]}_{where}"] = source
     if security.properties:
         out["properties"] = dict(security.properties)
     return out

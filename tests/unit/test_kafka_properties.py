@@ -122,8 +122,10 @@ def test_a_pem_keystore_is_the_client_certificate_and_key() -> None:
         ({"ssl.truststore.location": "t.p12", "ssl.truststore.type": "PKCS12"},
          "ssl.truststore.type"),
         ({"ssl.keystore.location": "k.jks", "ssl.keystore.type": "JKS"}, "ssl.keystore.type"),
+        ({"sasl.jaas.config": "com.sun.security.auth.module."
+          'Krb5LoginModule required useKeyTab="true";'}, "sasl.jaas.config"),
         ({"sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer."
-          'OAuthBearerLoginModule required clientId="x";'}, "sasl.jaas.config"),
+          'OAuthBearerLoginModule required clientAssertion="x";'}, "sasl.jaas.config"),
         ({"sasl.jaas.config": f'{SCRAM} required username="u" password="p" tokenauth="true";'},
          "sasl.jaas.config"),
         ({"sasl.login.callback.handler.class": "x.Y"}, "sasl.login.callback.handler.class"),

@@ -28,7 +28,7 @@ from .classpath import KAFKA_VERSION, BrokerClasspath, resolve_classpath
 from .java import find_java
 from .node import KafkaNode, NodeSpec
 from .ports import ensure_free, free_ports
-from .secure import ADMIN, SecureBroker
+from .secure import ADMIN, OAuthValidation, SecureBroker
 
 STATE_FILE = "cluster.json"
 
@@ -65,6 +65,10 @@ class LauncherConfig:
     # None: a PLAINTEXT listener. A tuple (maybe empty): SASL_SSL with one login per host plus
     # `admin` (``secure.py``, docs/security.md)
     secure_hosts: tuple[str, ...] | None = None
+    # with secure_hosts: an MTLS listener and a certificate per name; an OAUTH listener
+    # validating tokens of this issuer (secure.py, docs/security.md)
+    mtls_clients: tuple[str, ...] = ()
+    oauth: OAuthValidation | None = None
     # name -> (bind port, advertised port), one node only: see NodeSpec.extra_listeners
     extra_listeners: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
@@ -73,6 +77,8 @@ class LauncherConfig:
             raise ConfigError(f"--nodes must be 1 or 3, got {self.nodes}")
         if self.extra_listeners and self.nodes != 1:
             raise ConfigError("extra listeners are for a one-node cluster")
+        if (self.mtls_clients or self.oauth) and self.secure_hosts is None:
+            raise ConfigError("the MTLS and OAUTH listeners are for a secured cluster")
 
 
 class LocalCluster:
@@ -97,6 +103,10 @@ class LocalCluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{n.spec.port}" for n in self.nodes)
+
+    def listener_bootstrap(self, name: str) -> str:
+        """The bootstrap servers of a secured cluster's MTLS or OAUTH listener."""
+        return ",".join(f"127.0.0.1:{n.spec.secure_ports[name]}" for n in self.nodes)
 
     def client_config(self, user: str = ADMIN) -> dict[str, Any]:
         """librdkafka settings to reach this cluster (as ``user`` when it is secured)."""
@@ -129,7 +139,14 @@ class LocalCluster:
             shutil.rmtree(old, ignore_errors=True)
         if cfg.secure_hosts is not None:
             shutil.rmtree(cfg.directory / "secure", ignore_errors=True)
-            self.secure = SecureBroker.create(cfg.directory / "secure", cfg.secure_hosts)
+            self.secure = SecureBroker.create(
+                cfg.directory / "secure",
+                cfg.secure_hosts,
+                mtls_clients=cfg.mtls_clients,
+                oauth=cfg.oauth,
+            )
+        names = self.secure.listeners if self.secure is not None else ()
+        listener_ports = free_ports(len(names) * cfg.nodes) if names else []
         for i in range(cfg.nodes):
             spec = NodeSpec(
                 node_id=i + 1,
@@ -141,6 +158,7 @@ class LocalCluster:
                 heap_mb=cfg.heap_mb,
                 extra_properties=cfg.extra_properties,
                 secure=self.secure,
+                secure_ports={n: listener_ports[i * len(names) + j] for j, n in enumerate(names)},
                 extra_listeners=cfg.extra_listeners,
             )
             node = KafkaNode(spec, java=java, classpath=self.classpath, owned=self.owned)

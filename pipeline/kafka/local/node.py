@@ -62,6 +62,7 @@ class NodeSpec:
     heap_mb: int = 512
     extra_properties: Mapping[str, str] = field(default_factory=dict)
     secure: SecureBroker | None = None  # SASL_SSL + mTLS controller + StandardAuthorizer
+    secure_ports: Mapping[str, int] = field(default_factory=dict)  # MTLS / OAUTH -> port
     # name -> (bind port, advertised port): a PLAINTEXT listener a client reaches through
     # something else (the chaos suite's TCP proxy, docs/chaos.md #11)
     extra_listeners: Mapping[str, tuple[int, int]] = field(default_factory=dict)
@@ -95,7 +96,11 @@ class NodeSpec:
             "unclean.leader.election.enable": "false",
         }
         if self.secure is not None:
-            props.update(self.secure.node_properties(self.port, self.controller_port))
+            props.update(
+                self.secure.node_properties(
+                    self.port, self.controller_port, dict(self.secure_ports)
+                )
+            )
         for name, (bind, advertised) in self.extra_listeners.items():
             props["listeners"] += f",{name}://127.0.0.1:{bind}"
             props["advertised.listeners"] += f",{name}://127.0.0.1:{advertised}"
@@ -148,6 +153,7 @@ class KafkaNode:
         )
 
     def _jvm(self, main: str, *args: str) -> list[str]:
+        system = self.spec.secure.jvm_properties() if self.spec.secure is not None else {}
         return [
             self.java.executable,
             f"-Xms{min(256, self.spec.heap_mb)}m",
@@ -155,6 +161,7 @@ class KafkaNode:
             "-XX:+UseG1GC",
             "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true",
+            *(f"-D{key}={value}" for key, value in system.items()),
             f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self.directory / 'logs'}",
             "-cp",
