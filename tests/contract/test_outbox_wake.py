@@ -27,7 +27,9 @@ def test_only_a_commit_that_wrote_outbox_rows_wakes_and_the_row_is_there(engine:
 
     def wake() -> None:
         with engine.connect() as c:
-            seen.append(int(c.execute(select(func.count()).select_from(outbox.outbox)).scalar_one()))
+            seen.append(
+                int(c.execute(select(func.count()).select_from(outbox.outbox)).scalar_one())
+            )
 
     wake_on_commit(sessions, wake)
     with sessions.begin() as s:  # no outbox row: a held REPLY, a presence write
