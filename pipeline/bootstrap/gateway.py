@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine
 
 from pipeline import schemas
 from pipeline.bootstrap.client import (
@@ -48,6 +48,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.outbox import Relay
 from pipeline.outbox.notify import listen_forever
+from pipeline.outbox.wake import wake_on_commit
 from pipeline.presence import RosterView
 from pipeline.retention.metrics import RetentionMetrics
 from pipeline.retention.purger import Purger
@@ -261,9 +262,10 @@ def build_gateway(
         hooks=hooks,
     )
     injections.on_receipts = relay.wake  # a burst's receipts ship at once, not at the next poll
-    # any commit of the gateway's sessions (an inbox batch, maintenance's FAILED...) may have
-    # staged outbox rows: the relay looks at once, not at its next poll (docs/outbox.md)
-    event.listen(sessions, "after_commit", lambda _session: relay.wake())
+    # a commit of the gateway's sessions that wrote outbox rows (an inbox batch's reply,
+    # maintenance's FAILED...) wakes the relay at once; one that wrote none (a held REPLY, a
+    # presence write) does not make it pass for nothing (docs/outbox.md, invariant 9)
+    wake_on_commit(sessions, relay.wake)
     maintenance = Maintenance(
         sessions=sessions,
         held=HeldStore(sessions),

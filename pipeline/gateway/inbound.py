@@ -47,6 +47,7 @@ from pipeline.presence.model import Delivery
 from pipeline.reasons import Lifecycle
 from pipeline.record_headers import pack_headers
 from pipeline.runtime import Record, Staged
+from pipeline.runtime.batch_session import InTransaction
 from pipeline.runtime.outcomes import ACK, DeadLetter, Outcome
 from pipeline.store import with_retry
 from pipeline.support.clock import now_ms
@@ -152,7 +153,7 @@ class InboxHandler:
             (r.topic, r.partition, r.offset): o for r, o in zip(records, outcomes, strict=True)
         }
 
-    def read_ahead(self, session: Session, records: Sequence[Record]) -> None:
+    def read_ahead(self, tx: InTransaction, records: Sequence[Record]) -> None:
         """The runtime's ``ReadsAhead`` stage: the tracked send of every receipt in the batch
         (verified by ``prepare``), read in one statement per tracked kind in the batch
         transaction, instead of a read transaction of its own per receipt."""
@@ -171,7 +172,7 @@ class InboxHandler:
                 continue  # ``handle`` reads it again and refuses it as before
         if self._receipts:
             ids = [receipt.msg_id for receipt in self._receipts.values()]
-            self._states = deadlines.states_of(session.connection(), self.tracked, ids)
+            self._states = deadlines.states_of(tx.connection(), self.tracked, ids)
 
     def warm(self, session: Session) -> None:
         """The runtime's ``Warms`` stage (rolled back): the held row insert, the receipts' read

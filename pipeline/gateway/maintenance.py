@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope
 from pipeline.envelope.receipts import expired_msg_id, failed_receipt
-from pipeline.host import roster_cache
+from pipeline.host import due, roster_cache
 from pipeline.host.conversations import EXPIRED, Conversations
 from pipeline.host.deadlines import Deadlines, Tracked
 from pipeline.host.held import HeldStore, hold_notice
@@ -107,8 +107,8 @@ class Maintenance:
     def expire_turns(self) -> int:
         """End every turn still waiting past its ASK's expiry, with a notice to the asker."""
         now = now_ms()
-        with self.reads() as r:
-            if not Conversations.expired_turns(r, now, limit=1):
+        with self.reads() as r:  # look first with a read: no write lock unless there is work
+            if not due.turn_expired(r, now):
                 return 0
         to_inject: list[Envelope] = []
         with self.sessions.begin() as s:
@@ -142,7 +142,7 @@ class Maintenance:
     def sweep(self) -> int:
         now = now_ms()
         with self.reads() as r:
-            if not self.held.expired(r, now, limit=1):
+            if not due.held_expired(r, now):
                 return 0
         with self.sessions.begin() as s:
             rows = self.held.expired(s, now)

@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope.receipts import failed_receipt
 from pipeline.host import dbapi
+from pipeline.host.due import overdue as any_overdue
 from pipeline.host.held import hold_notice
 from pipeline.support import clock
 
@@ -310,12 +311,11 @@ class Deadlines:
     def tick(self, now_ms: int | None = None) -> int:
         """Settle what is overdue; returns how many FAILED were held (a kept one not counted)."""
         now = clock.now_ms() if now_ms is None else now_ms
-        return sum(self._expire(kind, now) for kind in self.kinds)
+        with self.reads() as r:  # look first with a read: no write lock unless there is work
+            due = [k for k in self.kinds if any_overdue(r, k.table, PENDING, now)]
+        return sum(self._expire(kind, now) for kind in due)
 
     def _expire(self, kind: Tracked, now: int) -> int:
-        with self.reads() as r:  # look first with a read: no write lock unless there is work
-            if not overdue(r, kind, now, limit=1):
-                return 0
         held = 0
         with self.sessions.begin() as s:
             for row in overdue(s, kind, now):

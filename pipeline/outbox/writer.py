@@ -24,6 +24,7 @@ from .limits import DEFAULT_MAX_RECORD_BYTES, check_record_size, record_size
 from .notify import notify
 from .sent import watermark
 from .tables import RowStatus, outbox, outbox_branch
+from .wake import mark
 
 
 def write(
@@ -84,6 +85,7 @@ def write(
             reason=Outbox.BRANCH_ABANDONED,
             context={"tenant": tenant, "branch_key": branch_key},
         )
+    mark(session)  # a relay in this process wakes at our commit (wake.py)
     if on_pg:
         notify(session)  # a relay in another process wakes at our commit
     return int(lsn)

@@ -334,15 +334,15 @@ class ConsumerRuntime:
             apart = None
             if self.hooks.dedupe_own_transaction:  # PLANTED BUG (tests only, pipeline/hooks.py)
                 apart = self._claim_apart(scope, ids, now)
-            with self.batch_sessions.begin() as session:
+            with self.batch_sessions.begin() as tx:
                 # the dedupe claim IS the lookup: one insert-or-ignore, no read transaction
                 claimed = (
-                    claim_ids(session.connection(), scope, filter(None, ids), now)
+                    claim_ids(tx.connection(), scope, filter(None, ids), now)
                     if apart is None
                     else apart
                 )
                 if self.read_ahead is not None:
-                    self.read_ahead(session, records)
+                    self.read_ahead(tx, records)
                 for rec, msg_id in zip(records, ids, strict=True):
                     if rec.tp in batch.blocked:
                         continue
@@ -360,14 +360,14 @@ class ConsumerRuntime:
                     self.hooks.at(Window.COMMITTED_BEFORE_TRANSACTION)
                 unused = claimed - batch.applied_ids
                 if unused:  # dead-lettered, parked or retried: no dedupe row for them
-                    release_ids(session.connection(), scope, unused)
-                batch.staged.flush(session)
+                    release_ids(tx.connection(), scope, unused)
+                batch.staged.flush(tx)
                 if (
                     releasing is not None
                     and self.quarantine is not None
                     and releasing not in batch.quarantined  # failed again: stays quarantined
                 ):
-                    self.quarantine.complete_release(session, scope, releasing)
+                    self.quarantine.complete_release(tx.session, scope, releasing)
         except KeepQuarantined:
             return
         except (SQLAlchemyError, StoreError) as exc:  # a read or the write: the batch backs off

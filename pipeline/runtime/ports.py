@@ -11,6 +11,7 @@ from pipeline.record import Record
 from pipeline.runtime.context import FailureContext
 from pipeline.runtime.outcomes import DeadLetter, Outcome
 
+from .batch_session import InTransaction
 from .staging import Staged
 
 
@@ -61,7 +62,7 @@ class ReadsAhead(Protocol):
     it did not cover is read by ``handle`` itself, as without this stage.
     """
 
-    def read_ahead(self, session: Session, records: Sequence[Record]) -> None: ...
+    def read_ahead(self, tx: InTransaction, records: Sequence[Record]) -> None: ...
 
 
 @runtime_checkable

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from pipeline.record import Record
 from pipeline.runtime.outcomes import DeadLetter, Outcome
 
+from .batch_session import InTransaction
 from .ports import Handler, Prepares, ReadsAhead, Verifies, Warms
 from .staging import Staged
 
@@ -39,11 +40,11 @@ class ByTopic:
             assert isinstance(route, Prepares)
             route.prepare(recs)
 
-    def read_ahead(self, session: Session, records: Sequence[Record]) -> None:
+    def read_ahead(self, tx: InTransaction, records: Sequence[Record]) -> None:
         """Each route's batch read (if it has one) on its own records, in order."""
         for route, recs in self._split(records, ReadsAhead):
             assert isinstance(route, ReadsAhead)
-            route.read_ahead(session, recs)
+            route.read_ahead(tx, recs)
 
     def _split(self, records: Sequence[Record], stage: type) -> list[tuple[Handler, list[Record]]]:
         routes: dict[int, tuple[Handler, list[Record]]] = {}

@@ -27,6 +27,7 @@ from typing import Any, assert_never
 from sqlalchemy import Dialect, Insert, Table, insert
 from sqlalchemy.orm import Session
 
+from .batch_session import BatchTx
 from .driver_sql import execute_many
 
 SessionCall = Callable[[Session], object]
@@ -209,9 +210,10 @@ class Staged:
             except Exception:  # noqa: BLE001 - one failed follow-up never stops the others
                 on_error()
 
-    def flush(self, session: Session) -> None:
+    def flush(self, tx: BatchTx | Session) -> None:
         """Bulk-insert rows table by table (one ``executemany`` per table and column set), then
-        run calls in staging order (a run of :meth:`call_each` items as one call)."""
+        run calls in staging order (a run of :meth:`call_each` items as one call). Calls get an
+        ORM session: a :class:`BatchTx` makes one only when there are calls."""
         groups: dict[tuple[Table, tuple[str, ...]], list[dict[str, Any]]] = {}
         for table, row in self.inserts:
             group = (table, tuple(row))
@@ -221,13 +223,16 @@ class Staged:
             else:
                 rows.append(row)
         if groups:
-            conn = session.connection()
+            conn = tx.connection()
             for (table, keys), rows in groups.items():
                 lean = _lean_for(table, conn.dialect, keys)
                 if lean is None:
                     conn.execute(_insert_for(table), rows)
                 else:
                     execute_many(conn, lean.sql, lean.params(rows))
+        if not self.calls:
+            return
+        session = tx if isinstance(tx, Session) else tx.session
         run: list[Any] = []
         run_fn: BatchCall | None = None
         for call in self.calls:

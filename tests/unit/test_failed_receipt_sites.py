@@ -165,6 +165,7 @@ def test_the_turn_expiry_notice_keeps_its_own_id_and_the_turn(
     monkeypatch.setattr(
         Conversations, "expired_turns", staticmethod(lambda s, now, limit=500: [row])
     )
+    monkeypatch.setattr(maintenance.due, "turn_expired", lambda s, now: True)  # the look-first
     monkeypatch.setattr(Conversations, "close_turn", staticmethod(lambda s, turn_id, state: True))
     held: list[Envelope] = []
     monkeypatch.setattr(maintenance, "hold_notice", lambda s, env, now: held.append(env) or True)

@@ -100,7 +100,7 @@ def test_consecutive_batched_calls_run_as_one_in_staging_order() -> None:
     mark = tx.mark()
     tx.call_each(many, 4)  # a record that did not end in Ack: discarded with its staging
     tx.rollback(mark)
-    tx.flush(None)  # type: ignore[arg-type]  # no inserts: the session is only passed on
+    tx.flush(Session())  # no inserts: the session is only passed on
     assert seen == [[1, 2], "x", [3]]
 
 

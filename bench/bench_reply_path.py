@@ -1,0 +1,200 @@
+"""CPU per REPLY on the receiving gateway, in process: gateway B's REPLY path without Kafka.
+
+What ``bench.latency``'s gateway B spends on a held REPLY, minus the consume itself and the
+threads around it (relay, maintenance, presence): the runtime's ``process`` of an inbox batch --
+the batch verify (``BatchVerifier`` as the gateway builds it), the dedupe claim, the held row,
+one transaction, the asynchronous offset commit on a fake consumer -- and, beside it, the verify
+alone on records like them (the floor's crypto part, measured the same way).
+
+CPU is this thread's (``time.thread_time``; a batch this small is verified inline), per REPLY.
+Three repeats, min / median / max. Compare two trees by running each in turn (alternate them on
+a shared machine): ``PYTHONPATH=<tree> python -m bench.bench_reply_path``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from pipeline.envelope import (
+    BatchVerifier,
+    BoundedSeenSet,
+    Envelope,
+    Kind,
+    Signer,
+    TrustStore,
+    Verifier,
+    encode,
+)
+from pipeline.gateway.dead_letter_outbox import OutboxDeadLetterSink
+from pipeline.gateway.entities import LocalEntities
+from pipeline.gateway.inbound import InboxHandler
+from pipeline.gateway.injection import InjectionQueue
+from pipeline.gateway.injectors import InjectMetrics
+from pipeline.gateway.metrics import GatewayMetrics
+from pipeline.host.conversations import Conversations
+from pipeline.host.entity_config import EntityConfig
+from pipeline.host.gateway_config import GatewayConfig
+from pipeline.host.outbound import Publisher
+from pipeline.kafka.topics import TopicNames
+from pipeline.presence import StaticPresence
+from pipeline.presence.model import Delivery, Role
+from pipeline.record import Record
+from pipeline.runtime import ConsumerRuntime
+from pipeline.runtime.config import RuntimeConfig
+from pipeline.runtime.metrics import RuntimeMetrics
+from pipeline.store import make_engine, read_sessions, serialize_writes, session_factory
+
+REPEATS = 3
+MAIN = "main-b"
+
+
+class _Consumer:
+    """A consumer whose commits succeed at once (the broker is not measured)."""
+
+    def commit(self, offsets: Any = None, asynchronous: bool = False) -> Any:
+        return offsets
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *a, **k: None
+
+
+def one_run(url: str, *, replies: int, batch: int) -> dict[str, float]:
+    engine = serialize_writes(make_engine(url))
+    signer = Signer.generate("A")
+    trust = TrustStore()
+    trust.add(signer.host, signer.key_id, signer.public_key_bytes)
+    topics = TopicNames(prefix=f"rp{uuid.uuid4().hex[:8]}.")
+    topic = topics.inbox("B")
+    sessions = session_factory(engine)
+    seen = BoundedSeenSet()
+    verifier = Verifier(
+        host="B",
+        trust=trust,
+        presence=StaticPresence({"main-a": "A", MAIN: "B"}),
+        seen=seen,
+        topics=topics,
+    )
+    config = GatewayConfig(
+        host="B",
+        bootstrap="unused:0",
+        entities=(EntityConfig(gid=MAIN, role=Role.MAIN, delivery=Delivery.PULL),),
+    )
+    registry = CollectorRegistry()
+    entities = LocalEntities.from_config(config, metrics=InjectMetrics(registry))
+    metrics = GatewayMetrics(registry)
+    publisher = Publisher(host="B", signer=Signer.generate("B"), topics=topics)
+    batch_verifier = BatchVerifier(verifier, threads=2)
+    handler = InboxHandler(
+        host="B",
+        verifier=verifier,
+        entities=entities,
+        publisher=publisher,
+        conversations=Conversations(sessions),
+        injections=InjectionQueue(
+            entities=entities, sessions=sessions, publisher=publisher, metrics=metrics
+        ),
+        reads=read_sessions(engine),
+        metrics=metrics,
+        seen=seen,
+        batch_verifier=batch_verifier,
+        max_held_per_recipient=10**9,
+    )
+    runtime = ConsumerRuntime(
+        RuntimeConfig(bootstrap="unused:0", group_id="rp", topics=(topic,)),
+        handler=handler,
+        sessions=sessions,
+        dead_letters=OutboxDeadLetterSink(topics=topics, gateway="B"),
+        metrics=RuntimeMetrics(registry),
+        consumer_factory=lambda conf: _Consumer(),
+    )
+    runtime.warm_up()
+    offset = 0
+
+    def records(n: int) -> list[Record]:
+        nonlocal offset
+        now, out = int(time.time() * 1000), []
+        for _ in range(n):
+            env = Envelope.new(
+                kind=Kind.REPLY, sender="main-a", to=MAIN, body=b"x" * 200, ttl_s=3600
+            )
+            key, headers, value = encode(env, topic=topic, signer=signer)
+            out.append(
+                Record(
+                    topic=topic,
+                    partition=0,
+                    offset=offset,
+                    key=key,
+                    value=value,
+                    headers=tuple(headers),
+                    timestamp_ms=now,
+                )
+            )
+            offset += 1
+        return out
+
+    try:
+        for b in [records(batch) for _ in range(100)]:  # statements compile, caches fill
+            runtime.process(b)
+        batches = [records(batch) for _ in range(replies // batch)]
+        n = len(batches) * batch
+        t0 = time.thread_time()
+        for b in batches:
+            runtime.process(b)
+        cpu = time.thread_time() - t0
+        alone = [records(batch) for _ in range(replies // batch)]
+        t0 = time.thread_time()
+        for b in alone:
+            batch_verifier.verify_all([(r.topic, r.key, r.headers, r.value) for r in b])
+        verify = time.thread_time() - t0
+    finally:
+        runtime.batch_sessions.close()
+        batch_verifier.close()
+        engine.dispose()
+    return {"cpu_us": cpu / n * 1e6, "verify_us": verify / n * 1e6}
+
+
+def main(argv: list[str] | bool | None = None) -> dict[str, Any]:
+    """``python -m bench.bench_reply_path [options]``; ``python -m bench reply_path [--quick]``
+    calls it with ``quick`` (a bool) instead of the options."""
+    if isinstance(argv, bool):
+        argv = ["--replies", "1000"] if argv else []
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=2, help="REPLYs per inbox batch")
+    ap.add_argument("--replies", type=int, default=3000)
+    ap.add_argument("--repeats", type=int, default=REPEATS)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = [
+            one_run(
+                f"sqlite:///{Path(tmp) / f'b{i}.sqlite'}", replies=args.replies, batch=args.batch
+            )
+            for i in range(args.repeats)
+        ]
+    result: dict[str, Any] = {"batch": args.batch, "replies": args.replies}
+    for k in ("cpu_us", "verify_us"):
+        values = sorted(r[k] for r in runs)
+        result[k] = {"min": values[0], "median": statistics.median(values), "max": values[-1]}
+    print(
+        "SQLite REPLY path CPU us/REPLY (batch {b}): {c[min]:.0f}/{c[median]:.0f}/{c[max]:.0f}"
+        "  of which verify alone {v[median]:.0f}".format(
+            b=args.batch, c=result["cpu_us"], v=result["verify_us"]
+        ),
+        flush=True,
+    )
+    if args.json:
+        print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""The in-process wake (pipeline/outbox/wake.py): a commit that wrote outbox rows wakes the relay
+once its COMMIT returned; a commit that wrote none, or a rollback, does not (invariant 9 of
+docs/outbox.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from pipeline import outbox
+from pipeline.outbox.wake import wake_on_commit
+from pipeline.store import make_engine, session_factory
+
+
+@pytest.fixture
+def engine(store_url: str) -> Iterator[Engine]:
+    eng = make_engine(store_url)
+    yield eng
+    eng.dispose()
+
+
+def test_only_a_commit_that_wrote_outbox_rows_wakes_and_the_row_is_there(engine: Engine) -> None:
+    sessions = session_factory(engine)
+    seen: list[int] = []  # outbox rows another connection reads when the wake comes
+
+    def wake() -> None:
+        with engine.connect() as c:
+            seen.append(
+                int(c.execute(select(func.count()).select_from(outbox.outbox)).scalar_one())
+            )
+
+    wake_on_commit(sessions, wake)
+    with sessions.begin() as s:  # no outbox row: a held REPLY, a presence write
+        s.execute(select(1))
+    assert seen == []
+    with pytest.raises(RuntimeError), sessions.begin() as s:
+        outbox.write(s, topic="t", key=b"k", value=b"v", branch_key="b-rolled-back")
+        raise RuntimeError("roll back")
+    assert seen == []
+    s2 = sessions()
+    with s2.begin():
+        outbox.write(s2, topic="t", key=b"k", value=b"v", branch_key="b")
+    assert seen == [1]  # woken once, after the commit: the row is visible to the relay
+    with s2.begin():  # the same session, a transaction that wrote nothing: no wake
+        s2.execute(select(1))
+    assert seen == [1]
+    with pytest.raises(RuntimeError), s2.begin():  # a rolled-back write leaves no mark behind
+        outbox.write(s2, topic="t", key=b"k", value=b"v", branch_key="b")
+        raise RuntimeError("roll back")
+    with s2.begin():
+        s2.execute(select(1))
+    assert seen == [1]
+    s2.close()
