@@ -7,6 +7,9 @@ batch's session on it: one transaction per batch as before, with the same isolat
 SQLite, the same write gate (``BEGIN IMMEDIATE`` ... ``COMMIT`` on that connection). A batch
 whose transaction raised drops the connection (it may be dead: a store restart), and the next
 batch takes a fresh one from the pool.
+
+On PostgreSQL a batch is two round trips where it was four: ``BEGIN`` with the dedupe claim,
+and the staged rows with the ``COMMIT`` (:mod:`pipeline.store.pg_pipeline`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from collections.abc import Iterator
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
+
+from pipeline.store import pg_pipeline
 
 
 class BatchSessions:
@@ -39,12 +44,22 @@ class BatchSessions:
         if conn is None or conn.closed or conn.invalidated:
             self.close()
             conn = self._conn = self._engine.connect()
+        pg = pg_pipeline.on_postgresql(conn)
         try:
             with self.sessions(bind=conn) as session, session.begin():
+                if pg:  # BEGIN rides with the claim, the staged rows with the COMMIT
+                    pg_pipeline.enable(conn)
                 yield session
+                if pg:
+                    session.flush()  # anything the ORM still holds goes before the COMMIT
+                    pg_pipeline.commit(conn)
         except BaseException:
+            if pg:
+                pg_pipeline.disable(conn)
             self.close()  # its state is not known: the next batch starts on a fresh one
             raise
+        if pg:
+            pg_pipeline.disable(conn)
 
     def close(self) -> None:
         """Give the held connection back to the pool (the runtime's close; after a failure)."""

@@ -222,12 +222,13 @@ class Staged:
                 rows.append(row)
         if groups:
             conn = session.connection()
+            deferrable = not self.calls  # nothing of this batch reads them back
             for (table, keys), rows in groups.items():
                 lean = _lean_for(table, conn.dialect, keys)
                 if lean is None:
                     conn.execute(_insert_for(table), rows)
                 else:
-                    execute_many(conn, lean.sql, lean.params(rows))
+                    execute_many(conn, lean.sql, lean.params(rows), deferrable=deferrable)
         run: list[Any] = []
         run_fn: BatchCall | None = None
         for call in self.calls:

@@ -1,0 +1,186 @@
+"""PostgreSQL: a transaction's statements in as few round trips as the results allow.
+
+On PostgreSQL every statement is a round trip, and psycopg adds one more per transaction: its
+implicit ``BEGIN`` waits for its answer before the first statement is sent (even in pipeline
+mode). A transaction whose first statement is known up front and whose writes need no answer
+back can do better with psycopg's pipeline mode (``conn.pipeline()``: statements queued, one
+flush, one wait):
+
+* :func:`begin_with` -- ``BEGIN`` and the transaction's first statement in one round trip
+  (the connection is switched to autocommit while idle, so psycopg sends no ``BEGIN`` of its
+  own; the explicit ``BEGIN`` keeps every later statement in the transaction);
+* :func:`Tail` -- writes nobody reads back, queued and sent with the ``COMMIT``: one round trip
+  for the rows and the commit.
+
+Both are opt-in per connection (:func:`enable` / :func:`disable`): a connection that did not
+enable them runs every statement as before. An error is raised as SQLAlchemy raises a driver
+error (the connection's own handling wraps it as a ``DBAPIError`` and invalidates a
+disconnected connection), so callers that catch ``SQLAlchemyError`` see no difference. A
+statement of the pipeline that fails aborts the rest: nothing of the transaction is committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+
+_STATE = "fleet_pg_pipeline"  # key in the pooled connection's ``info``
+
+
+class Tail:
+    """The writes of one transaction held back until its commit (see the module doc)."""
+
+    __slots__ = ("explicit_begin", "writes")
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, Sequence[Sequence[Any]]]] = []
+        self.explicit_begin = False  # begin_with sent the BEGIN (autocommit is on until idle)
+
+
+def on_postgresql(conn: Connection) -> bool:
+    return conn.dialect.name == "postgresql"
+
+
+def enable(conn: Connection) -> None:
+    """Opt ``conn`` in for one transaction (call before its first statement)."""
+    conn.info[_STATE] = Tail()
+
+
+def state(conn: Connection) -> Tail | None:
+    tail: Tail | None = conn.info.get(_STATE)
+    return tail
+
+
+def disable(conn: Connection) -> None:
+    """After the transaction ended (committed or rolled back): the connection as psycopg
+    keeps it by default again (no autocommit). A connection whose transaction is still open
+    (a failure nobody rolled back) is invalidated: the pool never hands it out in autocommit."""
+    tail = conn.info.pop(_STATE, None)
+    if tail is None or not tail.explicit_begin or conn.invalidated or conn.closed:
+        return
+    dbapi: Any = conn.connection.dbapi_connection
+    try:
+        if dbapi.pgconn.transaction_status != _idle():
+            dbapi.rollback()
+        dbapi.autocommit = False
+    except Exception:  # noqa: BLE001 - its state is not known: the pool drops it
+        conn.invalidate()
+
+
+def begin_with(conn: Connection, sql: str, params: Sequence[Any]) -> list[Any] | None:
+    """On an enabled, idle connection: ``BEGIN`` + ``sql`` in one round trip; the first column
+    of every row ``sql`` returns. None when the fast path does not apply (the caller runs
+    ``sql`` as usual: psycopg begins the transaction itself)."""
+    tail = state(conn)
+    if tail is None:
+        return None
+    dbapi: Any = conn.connection.dbapi_connection
+    if dbapi.pgconn.transaction_status != _idle() or dbapi.autocommit:
+        return None
+    begin = _begin_sql(dbapi)
+    dbapi.autocommit = True  # client side only: psycopg sends no BEGIN of its own now
+    tail.explicit_begin = True
+    cursor = dbapi.cursor()
+    try:
+        with dbapi.pipeline():
+            cursor.execute(begin)
+            cursor.execute(sql, params)
+        return [row[0] for row in cursor.fetchall()]
+    except Exception as exc:  # noqa: BLE001 - re-raised by SQLAlchemy, wrapped
+        conn._handle_dbapi_exception(exc, sql, params, cursor, None)
+    finally:
+        cursor.close()
+
+
+def defer(conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> bool:
+    """Queue an ``executemany`` for the commit (:func:`commit`); False when ``conn`` is not
+    enabled (the caller runs it now)."""
+    tail = state(conn)
+    if tail is None:
+        return False
+    tail.writes.append((sql, rows))
+    return True
+
+
+def commit(conn: Connection) -> None:
+    """Send the queued writes and ``COMMIT`` in one round trip. SQLAlchemy's own commit that
+    follows finds the transaction over and sends nothing. With nothing queued it does nothing
+    (SQLAlchemy's commit commits as usual)."""
+    tail = state(conn)
+    if tail is None or not tail.writes:
+        return
+    writes, tail.writes = tail.writes, []
+    dbapi: Any = conn.connection.dbapi_connection
+    cursor = dbapi.cursor()
+    sql, rows = writes[0]
+    try:
+        with dbapi.pipeline():
+            for sql, rows in writes:
+                cursor.executemany(sql, rows)
+            cursor.execute("COMMIT")  # the writes began a transaction if none was open
+    except Exception as exc:  # noqa: BLE001 - re-raised by SQLAlchemy, wrapped
+        conn._handle_dbapi_exception(exc, sql, rows, cursor, None)
+    finally:
+        cursor.close()
+
+
+def _begin_sql(dbapi: Any) -> str:
+    """The ``BEGIN`` psycopg would send (the isolation level SQLAlchemy set on the connection)."""
+    parts = ["BEGIN"]
+    level = dbapi.isolation_level
+    if level is not None:
+        parts += ["ISOLATION LEVEL", level.name.replace("_", " ")]
+    if dbapi.read_only is not None:
+        parts.append("READ ONLY" if dbapi.read_only else "READ WRITE")
+    if dbapi.deferrable is not None:
+        parts.append("DEFERRABLE" if dbapi.deferrable else "NOT DEFERRABLE")
+    return " ".join(parts)
+
+
+def _idle() -> Any:
+    from psycopg import pq  # PostgreSQL only: loaded when a PostgreSQL connection is used
+
+    return pq.TransactionStatus.IDLE
+
+
+def each_without_flush(conn: Connection, sql: str, params: Sequence[Sequence[Any]]) -> None:
+    """On an autocommit PostgreSQL connection: ``sql`` once per parameter row, each in a
+    transaction of its own whose commit does not wait for the WAL flush
+    (``SET LOCAL synchronous_commit TO off``), all in one round trip.
+
+    Only for a write whose loss in a server crash costs nothing but a repeat: WAL is replayed
+    in order, so a later durable commit makes every earlier one durable too, and only the last
+    few such commits before a crash can be lost (the relay's ack: those rows are sent again,
+    and the consumer's dedupe drops the copies). A commit without the flush costs the server
+    a fraction of one with it, and releases its row lock at once."""
+    dbapi: Any = conn.connection.dbapi_connection
+    cursor = dbapi.cursor()
+    one: Sequence[Any] = ()
+    try:
+        with dbapi.pipeline():
+            for one in params:
+                cursor.execute("BEGIN")
+                cursor.execute("SET LOCAL synchronous_commit TO off")
+                cursor.execute(sql, one)
+                cursor.execute("COMMIT")
+    except Exception as exc:  # noqa: BLE001 - re-raised by SQLAlchemy, wrapped
+        conn._handle_dbapi_exception(exc, sql, one, cursor, None)
+    finally:
+        cursor.close()
+
+
+@contextlib.contextmanager
+def transaction(engine: Engine) -> Iterator[Connection]:
+    """``engine.begin()`` with :func:`enable` on: ``BEGIN`` rides with the first statement
+    that uses :func:`begin_with`, the deferred writes with the ``COMMIT``."""
+    with engine.connect() as conn:
+        enable(conn)
+        try:
+            with conn.begin():
+                yield conn
+                commit(conn)
+        finally:
+            disable(conn)
