@@ -27,6 +27,8 @@ from typing import Any, assert_never
 from sqlalchemy import Dialect, Insert, Table, insert
 from sqlalchemy.orm import Session
 
+from pipeline.store import pg_pipeline
+
 from .driver_sql import execute_many
 
 SessionCall = Callable[[Session], object]
@@ -133,6 +135,13 @@ def _lean_for(table: Table, dialect: Dialect, keys: tuple[str, ...]) -> _Lean | 
         and not missing_defaults
         and dialect.paramstyle in ("qmark", "format", "pyformat")
     ):
+        if dialect.paramstyle == "pyformat":  # psycopg: SQLAlchemy names the binds (and adds
+            # RETURNING of the key), so it took the generic path; positional ``%s`` it takes too
+            procs = tuple(cols[k].type.dialect_impl(dialect).bind_processor(dialect) for k in keys)
+            lean = _LEAN[cache_key] = _Lean(
+                pg_pipeline.insert_sql(table, keys, dialect), keys, procs
+            )
+            return lean
         compiled = insert(table).compile(dialect=dialect, column_keys=list(keys))
         if compiled.positional and compiled.positiontup is not None:
             order = tuple(compiled.positiontup)
@@ -245,6 +254,10 @@ class Staged:
             call(session)
         if run_fn is not None:
             run_fn(session, run)
+
+    def writes(self) -> bool:
+        """Whether the batch staged any row or call (a write beside its dedupe claims)."""
+        return bool(self.inserts or self.calls)
 
     def empty(self) -> bool:
         return not (self.inserts or self.calls or self.effects)

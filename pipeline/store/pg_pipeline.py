@@ -25,7 +25,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Dialect, Engine, Table
 
 _STATE = "fleet_pg_pipeline"  # key in the pooled connection's ``info``
 
@@ -33,11 +33,12 @@ _STATE = "fleet_pg_pipeline"  # key in the pooled connection's ``info``
 class Tail:
     """The writes of one transaction held back until its commit (see the module doc)."""
 
-    __slots__ = ("explicit_begin", "writes")
+    __slots__ = ("explicit_begin", "flush_wal", "writes")
 
     def __init__(self) -> None:
         self.writes: list[tuple[str, Sequence[Sequence[Any]]]] = []
         self.explicit_begin = False  # begin_with sent the BEGIN (autocommit is on until idle)
+        self.flush_wal = True  # False: the COMMIT need not wait for the WAL flush (see below)
 
 
 def on_postgresql(conn: Connection) -> bool:
@@ -105,12 +106,32 @@ def defer(conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> bool:
     return True
 
 
+def claims_only(conn: Connection) -> None:
+    """The transaction wrote nothing but dedupe claims (and their releases): its ``COMMIT``
+    need not wait for the WAL flush (``SET LOCAL synchronous_commit TO off``).
+
+    WAL is replayed in order, so such a commit is lost in a server crash only together with
+    everything committed after it, and a later durable commit (the inject journal's open,
+    before any inject) makes it durable. Lost, it takes its claims with it, and nothing else:
+    a record redelivered is applied as if for the first time, which is what a claim that was
+    never committed means. A batch that holds rows, stages calls or releases a quarantined
+    record keeps the flush (the runtime decides: ``loop.py``)."""
+    tail = state(conn)
+    if tail is not None:
+        tail.flush_wal = False
+
+
 def commit(conn: Connection) -> None:
     """Send the queued writes and ``COMMIT`` in one round trip. SQLAlchemy's own commit that
     follows finds the transaction over and sends nothing. With nothing queued it does nothing
     (SQLAlchemy's commit commits as usual)."""
     tail = state(conn)
-    if tail is None or not tail.writes:
+    if tail is None:
+        return
+    if not tail.flush_wal:
+        tail.flush_wal = True
+        tail.writes.append(("SET LOCAL synchronous_commit TO off", [()]))
+    if not tail.writes:
         return
     writes, tail.writes = tail.writes, []
     dbapi: Any = conn.connection.dbapi_connection
@@ -125,6 +146,14 @@ def commit(conn: Connection) -> None:
         conn._handle_dbapi_exception(exc, sql, rows, cursor, None)
     finally:
         cursor.close()
+
+
+def insert_sql(table: Table, keys: Sequence[str], dialect: Dialect) -> str:
+    """``INSERT INTO table (keys...) VALUES (%s, ...)``: positional, no ``RETURNING``."""
+    quote = dialect.identifier_preparer
+    columns = ", ".join(quote.quote(table.c[k].name) for k in keys)
+    values = ", ".join(["%s"] * len(keys))
+    return f"INSERT INTO {quote.format_table(table)} ({columns}) VALUES ({values})"
 
 
 def _begin_sql(dbapi: Any) -> str:
