@@ -9,14 +9,18 @@ of one, or leave a pooled connection in autocommit or with the ack's setting.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import DBAPIError
 
+from pipeline.control import SPAWN
+from pipeline.host import deadlines
 from pipeline.host import inject_journal as journal
 from pipeline.host.held import held_table
+from pipeline.host.tracking import FORWARD
 from pipeline.outbox import write
 from pipeline.outbox.acker import Acker
 from pipeline.outbox.tables import outbox_branch
@@ -153,3 +157,37 @@ def test_a_claims_only_commit_is_committed_and_its_setting_ends_with_it(engine: 
             assert setting.scalar_one() == "on"
     finally:
         batches.close()
+
+
+def test_receipts_settled_with_the_commit_end_as_one_settle_per_answer_did(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """R-ACK-5: in a batch that sends its writes with its COMMIT the settles have no RETURNING
+    to narrow the next kind's; the rows end as the per-answer path leaves them (here on SQLite,
+    the same answers, the same tracked sends)."""
+    from tests.unit.test_receipts_batched import ANSWERS, KINDS, _rows, _store
+
+    one_by_one = _store(tmp_path / "one.sqlite")
+    with one_by_one.begin() as s:
+        for a in ANSWERS:
+            deadlines.settle_answer(s, KINDS, a.msg_id, injected=a.injected, reason=a.reason)
+    sessions = session_factory(engine)
+    common = {"trace_id": "t", "sent_ms": 1, "deadline_ms": 10_000}
+    with sessions.begin() as s:
+        for msg_id in ("f1", "f2", "f3"):
+            deadlines.track(s, FORWARD, msg_id=msg_id, sender="main-a", recipient="w-1", **common)
+        for msg_id in ("s1", "s2"):
+            deadlines.track(
+                s, SPAWN, msg_id=msg_id, spawn_id=f"w-{msg_id}", requester="main-a",
+                host="B", profile="shell", **common,
+            )  # fmt: skip
+        deadlines.settle(s, FORWARD, "f3", deadlines.FAILED, "INJECT_TIMEOUT")
+    batches = BatchSessions(sessions)
+    try:
+        with batches.begin() as session:
+            claim_ids(session.connection(), "scope", ["r1"], 1)
+            deadlines.settle_answers(session.connection(), KINDS, ANSWERS)
+            assert pg_pipeline.state(session.connection()).writes  # type: ignore[union-attr]
+    finally:
+        batches.close()
+    assert _rows(sessions) == _rows(one_by_one)
