@@ -9,11 +9,13 @@ flush, one wait):
 * :func:`begin_with` -- ``BEGIN`` and the transaction's first statement in one round trip
   (the connection is switched to autocommit while idle, so psycopg sends no ``BEGIN`` of its
   own; the explicit ``BEGIN`` keeps every later statement in the transaction);
-* :func:`Tail` -- writes nobody reads back, queued and sent with the ``COMMIT``: one round trip
-  for the rows and the commit.
+* :func:`defer` / :func:`commit` -- writes nobody reads back (a :class:`Tail`), queued and sent
+  with the ``COMMIT``: one round trip for the rows and the commit;
+* :func:`claims_only` and :func:`each_without_flush` -- commits that need not wait for the WAL
+  flush, for the few writes whose loss in a server crash costs only a repeat.
 
-Both are opt-in per connection (:func:`enable` / :func:`disable`): a connection that did not
-enable them runs every statement as before. An error is raised as SQLAlchemy raises a driver
+They are opt-in per connection (:func:`enable` / :func:`disable`, or :func:`transaction`): a
+connection that did not enable them runs every statement as before. An error is raised as SQLAlchemy raises a driver
 error (the connection's own handling wraps it as a ``DBAPIError`` and invalidates a
 disconnected connection), so callers that catch ``SQLAlchemyError`` see no difference. A
 statement of the pipeline that fails aborts the rest: nothing of the transaction is committed.
@@ -56,9 +58,9 @@ def state(conn: Connection) -> Tail | None:
 
 
 def disable(conn: Connection) -> None:
-    """After the transaction ended (committed or rolled back): the connection as psycopg
-    keeps it by default again (no autocommit). A connection whose transaction is still open
-    (a failure nobody rolled back) is invalidated: the pool never hands it out in autocommit."""
+    """After the transaction ended: the connection as psycopg keeps it by default again (no
+    autocommit), a transaction still open rolled back first. A connection that cannot be put
+    back so is invalidated: the pool never hands one out in autocommit."""
     tail = conn.info.pop(_STATE, None)
     if tail is None or not tail.explicit_begin or conn.invalidated or conn.closed:
         return
