@@ -36,7 +36,7 @@ from pipeline.host import inject_journal as journal
 from pipeline.host.outbound import Publisher
 from pipeline.reasons import Delivery, Verification
 from pipeline.runtime.retry import BackoffPolicy
-from pipeline.store import with_retry
+from pipeline.store import pg_pipeline, with_retry
 from pipeline.support import clock
 from pipeline.tracing import TRACING
 
@@ -225,6 +225,11 @@ class InjectionQueue:
             with self.sessions.begin() as s:
                 yield s
             return
+        if bind.dialect.name == "postgresql":
+            with pg_pipeline.transaction(bind) as conn, self.sessions(bind=conn) as s:
+                yield s
+                s.flush()  # anything the ORM still holds goes before the COMMIT
+            return
         with bind.begin() as conn, self.sessions(bind=conn) as s:
             yield s
 
@@ -237,6 +242,11 @@ class InjectionQueue:
         bind = self.sessions.kw.get("bind")
 
         def once() -> set[str]:
+            if isinstance(bind, Engine) and bind.dialect.name == "postgresql":
+                # one statement, its own transaction: one round trip (no BEGIN, no COMMIT)
+                auto = bind.connect().execution_options(isolation_level="AUTOCOMMIT")
+                with auto as conn:
+                    return self._open_in(conn, jobs)
             if isinstance(bind, Engine):  # no receipt to stage: a connection, not a Session
                 with bind.begin() as conn:
                     return self._open_in(conn, jobs)

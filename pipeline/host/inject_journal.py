@@ -35,6 +35,8 @@ from sqlalchemy.orm import Session
 from pipeline.store import metadata
 from pipeline.support.clock import now_ms
 
+from . import pg_journal
+
 OPEN, INJECTED, FAILED, DROPPED, UNCERTAIN = "open", "injected", "failed", "dropped", "uncertain"
 CLOSED = (INJECTED, FAILED, DROPPED, UNCERTAIN)
 STAGE_UNCERTAIN = "uncertain"  # the INJECTED body's stage of a restart's report
@@ -104,7 +106,10 @@ def open_many(session: Session | Connection, entries: Sequence[Entry]) -> set[st
         return set()
     opened_ms = now_ms()
     rows = [(*e, opened_ms, OPEN) for e in entries]
-    counts = _each(session, 0, rows)
+    conn = session.connection() if isinstance(session, Session) else session
+    if conn.dialect.name == "postgresql":  # one statement for the burst (pg_journal.py)
+        return pg_journal.open_many(conn, rows)
+    counts = _each(conn, 0, rows)
     return {e.msg_id for e, n in zip(entries, counts, strict=True) if n}
 
 
@@ -120,7 +125,17 @@ def close_many(session: Session | Connection, moves: Sequence[tuple[str, str]]) 
     for _, state in moves:
         assert state in CLOSED, state
     closed_ms = now_ms()
-    counts = _each(session, 1, [(state, closed_ms, msg_id, OPEN) for msg_id, state in moves])
+    if not moves:
+        return []
+    conn = session.connection() if isinstance(session, Session) else session
+    if conn.dialect.name == "postgresql":  # one statement for the burst (pg_journal.py)
+        moved = pg_journal.close_many(conn, moves, closed_ms, OPEN)
+        out = []
+        for msg_id, _ in moves:
+            out.append(msg_id in moved)
+            moved.discard(msg_id)  # listed again: its row is closed already
+        return out
+    counts = _each(conn, 1, [(state, closed_ms, msg_id, OPEN) for msg_id, state in moves])
     return [bool(n) for n in counts]
 
 

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import StoreError
+from pipeline.store import pg_pipeline
 
 _PLACEHOLDERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
@@ -45,8 +46,9 @@ class Acker:
         )
         # PostgreSQL: a writer holds its branch's row lock from its lsn upsert to its commit and
         # may lock several branches in any order, so the ack never holds two branch locks (one
-        # autocommitted statement per branch: it can wait, never deadlock). SQLite: one writer
-        # at a time, so one transaction per batch.
+        # transaction per branch: it can wait, never deadlock; all branches in one round trip,
+        # their commits not waiting for the WAL flush). SQLite: one writer at a time, so one
+        # transaction per batch.
         self._one_per_statement = engine.dialect.name != "sqlite"
 
     def ack(self, rows: list[Any]) -> None:
@@ -57,9 +59,8 @@ class Acker:
         try:
             if self._one_per_statement:
                 auto = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-                with auto as conn:
-                    for one in params:
-                        conn.exec_driver_sql(self._sql, one)
+                with auto as conn:  # a lost ack only re-sends (see each_without_flush)
+                    pg_pipeline.each_without_flush(conn, self._sql, params)
             else:
                 with self.engine.begin() as conn:
                     conn.exec_driver_sql(self._sql, params)

@@ -19,10 +19,13 @@ from collections.abc import Callable
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
+from pipeline.store import pg_pipeline
+
 log = logging.getLogger(__name__)
 
 CHANNEL = "fleet_outbox"
-_NOTIFY = text(f"NOTIFY {CHANNEL}")
+_NOTIFY_SQL = f"NOTIFY {CHANNEL}"
+_NOTIFY = text(_NOTIFY_SQL)
 
 
 _NOTIFIED = "fleet_outbox_notified"  # session.info: the transaction that already notified
@@ -36,7 +39,12 @@ def notify(session: Session) -> None:
     tx = session.get_transaction()
     if tx is not None and session.info.get(_NOTIFIED) is tx:
         return
-    session.execute(_NOTIFY)
+    if not session.in_nested_transaction() and pg_pipeline.defer(
+        session.connection(), _NOTIFY_SQL, [()]
+    ):
+        pass  # a transaction that sends its writes with its COMMIT: it rides with them
+    else:
+        session.execute(_NOTIFY)
     if tx is not None and not session.in_nested_transaction():
         session.info[_NOTIFIED] = tx
 

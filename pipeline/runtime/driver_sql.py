@@ -16,9 +16,15 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from pipeline.store import pg_pipeline
+
 
 def fetch_column(conn: Connection, sql: str, params: Sequence[Any]) -> list[Any]:
-    """Run ``sql`` once and return the first column of every row it returns."""
+    """Run ``sql`` once and return the first column of every row it returns (on PostgreSQL,
+    as a batch transaction's first statement, in one round trip with its ``BEGIN``)."""
+    first = pg_pipeline.begin_with(conn, sql, params)
+    if first is not None:
+        return first
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         cursor.execute(sql, params)
@@ -29,8 +35,14 @@ def fetch_column(conn: Connection, sql: str, params: Sequence[Any]) -> list[Any]
         cursor.close()
 
 
-def execute_many(conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-    """Run ``sql`` once per parameter row (the driver's ``executemany``)."""
+def execute_many(
+    conn: Connection, sql: str, rows: Sequence[Sequence[Any]], *, deferrable: bool = False
+) -> None:
+    """Run ``sql`` once per parameter row (the driver's ``executemany``). ``deferrable``: no
+    later statement of the transaction reads these rows, so on PostgreSQL they may ride with
+    its ``COMMIT`` (:mod:`pipeline.store.pg_pipeline`)."""
+    if deferrable and pg_pipeline.defer(conn, sql, rows):
+        return
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         cursor.executemany(sql, rows)

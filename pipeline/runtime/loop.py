@@ -46,6 +46,7 @@ from pipeline.kafka.clients import ClientFactory, new_consumer
 from pipeline.kafka.logs import ClientLog
 from pipeline.kafka.settings import consumer_config
 from pipeline.record import Record
+from pipeline.store import pg_pipeline
 from pipeline.support.clock import now_ms
 
 from .attempts import Attempts
@@ -362,6 +363,8 @@ class ConsumerRuntime:
                 if unused:  # dead-lettered, parked or retried: no dedupe row for them
                     release_ids(tx.connection(), scope, unused)
                 batch.staged.flush(tx)
+                if releasing is None and not (planted or batch.staged.writes()):
+                    pg_pipeline.claims_only(tx.connection())  # PostgreSQL: no WAL wait
                 if (
                     releasing is not None
                     and self.quarantine is not None

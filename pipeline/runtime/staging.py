@@ -27,6 +27,8 @@ from typing import Any, assert_never
 from sqlalchemy import Dialect, Insert, Table, insert
 from sqlalchemy.orm import Session
 
+from pipeline.store import pg_pipeline
+
 from .batch_session import BatchTx
 from .driver_sql import execute_many
 
@@ -134,6 +136,13 @@ def _lean_for(table: Table, dialect: Dialect, keys: tuple[str, ...]) -> _Lean | 
         and not missing_defaults
         and dialect.paramstyle in ("qmark", "format", "pyformat")
     ):
+        if dialect.paramstyle == "pyformat":  # psycopg: SQLAlchemy names the binds (and adds
+            # RETURNING of the key), so it took the generic path; positional ``%s`` it takes too
+            procs = tuple(cols[k].type.dialect_impl(dialect).bind_processor(dialect) for k in keys)
+            lean = _LEAN[cache_key] = _Lean(
+                pg_pipeline.insert_sql(table, keys, dialect), keys, procs
+            )
+            return lean
         compiled = insert(table).compile(dialect=dialect, column_keys=list(keys))
         if compiled.positional and compiled.positiontup is not None:
             order = tuple(compiled.positiontup)
@@ -224,12 +233,13 @@ class Staged:
                 rows.append(row)
         if groups:
             conn = tx.connection()
+            deferrable = not self.calls  # nothing of this batch reads them back
             for (table, keys), rows in groups.items():
                 lean = _lean_for(table, conn.dialect, keys)
                 if lean is None:
                     conn.execute(_insert_for(table), rows)
                 else:
-                    execute_many(conn, lean.sql, lean.params(rows))
+                    execute_many(conn, lean.sql, lean.params(rows), deferrable=deferrable)
         if not self.calls:
             return
         session = tx if isinstance(tx, Session) else tx.session
@@ -249,6 +259,10 @@ class Staged:
             call(session)
         if run_fn is not None:
             run_fn(session, run)
+
+    def writes(self) -> bool:
+        """Whether the batch staged any row or call (a write beside its dedupe claims)."""
+        return bool(self.inserts or self.calls)
 
     def empty(self) -> bool:
         return not (self.inserts or self.calls or self.effects)
