@@ -6,16 +6,24 @@ confirmed. The prefix guard is inside the statement: the watermark moves only fr
 (never past an unconfirmed row: a run whose ``lo - 1`` is not yet sent is not acked at all),
 only upwards (a late or repeated ack never lowers it), and never on an abandoned branch (a row a
 rewind dropped while it was in flight stays ``DROPPED``; the drop was decided first).
+
+On SQLite the ack is one transaction run on the DB-API connection itself: queued on the store's
+write gate (:func:`~pipeline.store.engine.write_gate`) like every writer of the process, then
+``BEGIN IMMEDIATE``, the updates, ``COMMIT``. At a few hundred rows a second a relay pass acks a
+row or three, and SQLAlchemy's connection and transaction objects around them cost four times the
+statement itself (measured: ~55 against ~13 µs of CPU per ack).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import StoreError
+from pipeline.store.engine import write_gate
 
 _PLACEHOLDERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
@@ -48,6 +56,10 @@ class Acker:
         # autocommitted statement per branch: it can wait, never deadlock). SQLite: one writer
         # at a time, so one transaction per batch.
         self._one_per_statement = engine.dialect.name != "sqlite"
+        self._dbapi_error: type[Exception] = engine.dialect.loaded_dbapi.Error
+        # SQLite: one pooled connection held between acks (a checkout and the pool's reset on
+        # return cost more than the ack); it holds no transaction between them
+        self._conn: Any = None
 
     def ack(self, rows: list[Any]) -> None:
         """Raise each branch's watermark over its run of ``rows`` (confirmed, lsn order)."""
@@ -61,8 +73,42 @@ class Acker:
                     for one in params:
                         conn.exec_driver_sql(self._sql, one)
             else:
-                with self.engine.begin() as conn:
-                    conn.exec_driver_sql(self._sql, params)
-        except SQLAlchemyError as exc:
+                self._ack_on_driver(params)
+        except (SQLAlchemyError, self._dbapi_error) as exc:
             # Not acked: these rows go out again; the consumer's fold drops the copies.
             raise StoreError(f"outbox relay: cannot ack {len(rows)} rows: {exc}") from exc
+
+    def _ack_on_driver(self, params: list[tuple[Any, ...]]) -> None:
+        """SQLite: the updates in one write transaction on the held DB-API connection."""
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = self.engine.raw_connection()
+        raw: Any = conn.dbapi_connection
+        gate = write_gate(self.engine)
+        try:
+            if gate is not None:
+                gate.enter(raw)
+            try:
+                raw.execute("BEGIN IMMEDIATE")
+                try:
+                    raw.executemany(self._sql, params)
+                    raw.execute("COMMIT")
+                except BaseException:
+                    raw.execute("ROLLBACK")
+                    raise
+            finally:
+                if gate is not None:
+                    gate.leave(raw)
+        except BaseException:
+            self._conn = None
+            with contextlib.suppress(Exception):
+                conn.invalidate()  # its state is not known: the next ack opens a fresh one
+                conn.close()
+            raise
+
+    def close(self) -> None:
+        """Give the held connection back to the pool (the relay's close)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # a dead connection is dropped all the same
+                conn.close()

@@ -10,13 +10,15 @@ always ``mark + 1``. A row at or below its mark was sent already (another branch
 the way) and is skipped; a row past ``mark + 1`` (on PostgreSQL a lower id can commit late) or of
 a branch not listed ends that branch for this pass -- the next pass lists it again. Both
 statements run on the raw DB-API cursor (plain tuples; SQLAlchemy's ``Row`` objects cost about
-four times the read itself).
+four times the read itself), through :class:`OutboxReader`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+from sqlalchemy import Engine
 
 from .tables import UNSENT, RowStatus
 
@@ -105,3 +107,51 @@ class PassCursor:
         if self._next is None:
             marks.clear()  # read to the end: every listed branch is done for this pass
         return rows
+
+
+class OutboxReader:
+    """The relay's reads: a pass's branch listing, then its batches, on the DB-API connection.
+
+    On SQLite one pooled connection is held from read to read: a checkout and the pool's reset
+    on return cost more CPU than a small pass's read, and each ``SELECT`` runs in autocommit, so
+    the connection holds no snapshot between reads. Elsewhere the connection goes back to the
+    pool after each read, which rolls back PostgreSQL's read transaction.
+    """
+
+    def __init__(self, engine: Engine, sql: FetchSql) -> None:
+        self._engine = engine
+        self._sql = sql
+        self._hold = engine.dialect.name == "sqlite"
+        self._conn: Any = None
+        self.cursor: PassCursor | None = None  # the current pass's place (None: start a pass)
+
+    def read(self, *, first: bool, stopped: set[Branch]) -> list[Any]:
+        """The next batch; ``first`` starts a pass (lists the branches again). A failed read
+        raises the driver's error (or SQLAlchemy's) and the next read starts a new pass."""
+        conn = self._conn or self._engine.raw_connection()
+        self._conn = None
+        try:
+            cur = conn.cursor()
+            if first or self.cursor is None:
+                cur.execute(*self._sql.branches())
+                self.cursor = PassCursor(self._sql, cur.fetchall(), stopped)
+            rows = self.cursor.next_batch(cur, stopped)
+            cur.close()
+        except BaseException:
+            self.cursor = None
+            conn.close()  # a connection that failed a read is not kept
+            raise
+        if self._hold:
+            self._conn = conn
+        else:
+            conn.close()
+        return rows
+
+    def drained(self) -> bool:
+        """The current pass read every unsent row of its branches (nothing left behind a gap)."""
+        return self.cursor is not None and not self.cursor.marks and not self.cursor.gaps
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
