@@ -17,6 +17,7 @@ statement itself (measured: ~55 against ~13 µs of CPU per ack).
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any
 
 from sqlalchemy import Engine
@@ -60,6 +61,7 @@ class Acker:
         # SQLite: one pooled connection held between acks (a checkout and the pool's reset on
         # return cost more than the ack); it holds no transaction between them
         self._conn: Any = None
+        self._lock = threading.Lock()  # one ack at a time on it, whichever thread acks
 
     def ack(self, rows: list[Any]) -> None:
         """Raise each branch's watermark over its run of ``rows`` (confirmed, lsn order)."""
@@ -73,7 +75,8 @@ class Acker:
                     for one in params:
                         conn.exec_driver_sql(self._sql, one)
             else:
-                self._ack_on_driver(params)
+                with self._lock:
+                    self._ack_on_driver(params)
         except (SQLAlchemyError, self._dbapi_error) as exc:
             # Not acked: these rows go out again; the consumer's fold drops the copies.
             raise StoreError(f"outbox relay: cannot ack {len(rows)} rows: {exc}") from exc
@@ -108,7 +111,8 @@ class Acker:
 
     def close(self) -> None:
         """Give the held connection back to the pool (the relay's close)."""
-        conn, self._conn = self._conn, None
+        with self._lock:
+            conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(Exception):  # a dead connection is dropped all the same
                 conn.close()
