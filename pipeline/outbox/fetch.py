@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from .held import HeldConnection
 from .tables import UNSENT, RowStatus
 
 # The columns of a fetched row, in order (the relay indexes the tuples by position).
@@ -110,28 +111,19 @@ class PassCursor:
 
 
 class OutboxReader:
-    """The relay's reads: a pass's branch listing, then its batches, on the DB-API connection.
-
-    On SQLite one pooled connection is held from read to read: a checkout and the pool's reset
-    on return cost more CPU than a small pass's read, and each ``SELECT`` runs in autocommit, so
-    the connection holds no snapshot between reads. Elsewhere the connection goes back to the
-    pool after each read, which rolls back PostgreSQL's read transaction.
-    """
+    """The relay's reads: a pass's branch listing, then its batches, on the DB-API cursor of one
+    held connection (:mod:`.held`: no transaction, so no snapshot, between reads)."""
 
     def __init__(self, engine: Engine, sql: FetchSql) -> None:
-        self._engine = engine
         self._sql = sql
-        self._hold = engine.dialect.name == "sqlite"
-        self._conn: Any = None
+        self._conn = HeldConnection(engine)
         self.cursor: PassCursor | None = None  # the current pass's place (None: start a pass)
 
     def read(self, *, first: bool, stopped: set[Branch]) -> list[Any]:
         """The next batch; ``first`` starts a pass (lists the branches again). A failed read
         raises the driver's error (or SQLAlchemy's) and the next read starts a new pass."""
-        conn = self._conn or self._engine.raw_connection()
-        self._conn = None
         try:
-            cur = conn.cursor()
+            cur = self._conn.get().cursor()
             if first or self.cursor is None:
                 cur.execute(*self._sql.branches())
                 self.cursor = PassCursor(self._sql, cur.fetchall(), stopped)
@@ -139,12 +131,8 @@ class OutboxReader:
             cur.close()
         except BaseException:
             self.cursor = None
-            conn.close()  # a connection that failed a read is not kept
+            self._conn.drop()
             raise
-        if self._hold:
-            self._conn = conn
-        else:
-            conn.close()
         return rows
 
     def drained(self) -> bool:
@@ -152,6 +140,4 @@ class OutboxReader:
         return self.cursor is not None and not self.cursor.marks and not self.cursor.gaps
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        self._conn.close()
