@@ -238,13 +238,8 @@ class Relay:
             # "sent" a prefix even if an earlier ack failed
             refused = batch.refused() if errors else []
             errors = [e for e in errors if e is not HELD_BACK]
-            acks.append(
-                (
-                    self._ack_in_order(store, acks, confirmed, last=rows is None and not window),
-                    confirmed,
-                    errors,
-                )
-            )
+            future = self._ack_in_order(store, acks, confirmed, last=rows is None and not window)
+            acks.append((future, confirmed, errors))
             if refused:  # after this batch's acks, so each refused row heads its branch
                 acks.append((store.submit(self._fail, refused), [], []))
             failed += len(errors) - len(refused)
