@@ -48,26 +48,40 @@ def pack_headers(headers: Iterable[tuple[str, bytes]] | None) -> bytes:
     return b"".join(parts)
 
 
+_NAMES: dict[bytes, str] = {}  # UTF-8 name -> name (the same dozen names recur), bounded
+_U16, _U32 = _NAME.unpack_from, _VALUE.unpack_from
+
+
 def unpack_headers(blob: bytes | None) -> Headers:
-    """The headers of a stored blob, in their stored order (``[]`` for ``None`` or empty)."""
+    """The headers of a stored blob, in their stored order (``[]`` for ``None`` or empty).
+
+    Runs once per record the relay publishes and per held record read back, so it slices the
+    bytes directly (no ``memoryview``) and decodes each name once per process."""
     out: Headers = []
     if not blob:
         return out
-    view, pos, end = memoryview(blob), 0, len(blob)
+    if type(blob) is not bytes:
+        blob = bytes(blob)  # a driver's memoryview or bytearray
+    append, names = out.append, _NAMES
+    pos, end = 0, len(blob)
     try:
         while pos < end:
-            (n,) = _NAME.unpack_from(view, pos)
-            pos += _NAME.size
-            if pos + n > end:
+            (n,) = _U16(blob, pos)
+            pos += 2
+            stop = pos + n
+            if stop > end:
                 raise struct.error("truncated header name")
-            name = bytes(view[pos : pos + n]).decode()
-            pos += n
-            (m,) = _VALUE.unpack_from(view, pos)
-            pos += _VALUE.size
-            if pos + m > end:
+            raw = blob[pos:stop]
+            name = names.get(raw)
+            if name is None:
+                name = raw.decode()
+                if len(names) < _MAX_PREFIXES:
+                    names[raw] = name
+            (m,) = _U32(blob, stop)
+            pos = stop + 4 + m
+            if pos > end:
                 raise struct.error("truncated header value")
-            out.append((name, bytes(view[pos : pos + m])))
-            pos += m
+            append((name, blob[stop + 4 : pos]))
     except (struct.error, UnicodeDecodeError) as exc:
         raise StoreError(
             f"stored headers blob is corrupt: {exc}", reason=Outbox.OUTBOX_CORRUPT, retriable=False

@@ -6,10 +6,19 @@ confirmed. The prefix guard is inside the statement: the watermark moves only fr
 (never past an unconfirmed row: a run whose ``lo - 1`` is not yet sent is not acked at all),
 only upwards (a late or repeated ack never lowers it), and never on an abandoned branch (a row a
 rewind dropped while it was in flight stays ``DROPPED``; the drop was decided first).
+
+The ack runs on the DB-API connection of one held connection (:mod:`.held`). At a few hundred
+rows a second a relay pass acks a row or three, and SQLAlchemy's connection and transaction
+objects and the pool's checkout and reset around them cost several times the statement itself
+(measured per ack, CPU: SQLite ~55 against ~13 µs, PostgreSQL client 148 against 36 µs). On
+SQLite the ack is one transaction, queued on the store's write gate
+(:func:`~pipeline.store.engine.write_gate`) like every writer of the process, then ``BEGIN
+IMMEDIATE``, the updates, ``COMMIT``; elsewhere one autocommitted statement per branch.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from sqlalchemy import Engine
@@ -17,6 +26,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.errors import StoreError
 from pipeline.store import pg_pipeline
+from pipeline.store.engine import write_gate
+
+from .held import HeldConnection
 
 _PLACEHOLDERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
@@ -50,6 +62,9 @@ class Acker:
         # their commits not waiting for the WAL flush). SQLite: one writer at a time, so one
         # transaction per batch.
         self._one_per_statement = engine.dialect.name != "sqlite"
+        self._dbapi_error: type[Exception] = engine.dialect.loaded_dbapi.Error
+        self._conn = HeldConnection(engine)  # no transaction open on it between acks
+        self._lock = threading.Lock()  # one ack at a time on it, whichever thread acks
 
     def ack(self, rows: list[Any]) -> None:
         """Raise each branch's watermark over its run of ``rows`` (confirmed, lsn order)."""
@@ -57,13 +72,43 @@ class Acker:
             return
         params = [(hi, t, b, lo - 1, hi) for (t, b), (lo, hi) in runs(rows).items()]
         try:
-            if self._one_per_statement:
-                auto = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-                with auto as conn:  # a lost ack only re-sends (see each_without_flush)
-                    pg_pipeline.each_without_flush(conn, self._sql, params)
-            else:
-                with self.engine.begin() as conn:
-                    conn.exec_driver_sql(self._sql, params)
-        except SQLAlchemyError as exc:
+            with self._lock:
+                self._ack(params)
+        except (SQLAlchemyError, self._dbapi_error) as exc:
             # Not acked: these rows go out again; the consumer's fold drops the copies.
             raise StoreError(f"outbox relay: cannot ack {len(rows)} rows: {exc}") from exc
+
+    def _ack(self, params: list[tuple[Any, ...]]) -> None:
+        try:
+            conn = self._conn.get()
+            raw: Any = conn.dbapi_connection
+            if self._one_per_statement:  # autocommit while held: each branch its own transaction
+                # all in one round trip, not waiting for the WAL flush: a lost ack only re-sends
+                pg_pipeline.each_without_flush_raw(raw, self._sql, params)
+            else:
+                self._transaction(raw, params)
+        except BaseException:
+            self._conn.drop()  # its state is not known: the next ack takes a fresh one
+            raise
+
+    def _transaction(self, raw: Any, params: list[tuple[Any, ...]]) -> None:
+        """SQLite: the updates in one write transaction, queued on the write gate first."""
+        gate = write_gate(self.engine)
+        if gate is not None:
+            gate.enter(raw)
+        try:
+            raw.execute("BEGIN IMMEDIATE")
+            try:
+                raw.executemany(self._sql, params)
+                raw.execute("COMMIT")
+            except BaseException:
+                raw.execute("ROLLBACK")
+                raise
+        finally:
+            if gate is not None:
+                gate.leave(raw)
+
+    def close(self) -> None:
+        """Give the held connection back to the pool (the relay's close)."""
+        with self._lock:
+            self._conn.close()

@@ -5,8 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.errors import BrokerError
+from pipeline.kafka.produce_errors import permanent_error, permanent_reason
+
+from .terminal import FailedRow
 
 _UNRESOLVED: Any = object()
+# A row not handed to the producer because an earlier row of its branch was refused: it simply
+# stays pending (neither a delivery failure nor a retry of its own).
+HELD_BACK: Any = object()
 
 
 class Batch:
@@ -47,3 +53,15 @@ class Batch:
             else:
                 broken.add(branch)
         return confirmed, errors
+
+    def refused(self) -> list[FailedRow]:
+        """The rows the broker refused for good (the first one per branch)."""
+        out: list[FailedRow] = []
+        seen: set[tuple[str, str]] = set()
+        for row, err in zip(self.rows, self.results, strict=True):
+            reason = permanent_reason(err) if err is not HELD_BACK else None
+            if reason is not None and (row[1], row[2]) not in seen:
+                seen.add((row[1], row[2]))
+                error = permanent_error(err, topic=row[4])
+                out.append(FailedRow.of(row, reason=reason.value, error=error[:500]))
+        return out

@@ -10,7 +10,7 @@ always ``mark + 1``. A row at or below its mark was sent already (another branch
 the way) and is skipped; a row past ``mark + 1`` (on PostgreSQL a lower id can commit late) or of
 a branch not listed ends that branch for this pass -- the next pass lists it again. Both
 statements run on the raw DB-API cursor (plain tuples; SQLAlchemy's ``Row`` objects cost about
-four times the read itself).
+four times the read itself), through :class:`OutboxReader`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from sqlalchemy import Engine
+
+from .held import HeldConnection
 from .tables import UNSENT, RowStatus
 
 # The columns of a fetched row, in order (the relay indexes the tuples by position).
@@ -105,3 +108,36 @@ class PassCursor:
         if self._next is None:
             marks.clear()  # read to the end: every listed branch is done for this pass
         return rows
+
+
+class OutboxReader:
+    """The relay's reads: a pass's branch listing, then its batches, on the DB-API cursor of one
+    held connection (:mod:`.held`: no transaction, so no snapshot, between reads)."""
+
+    def __init__(self, engine: Engine, sql: FetchSql) -> None:
+        self._sql = sql
+        self._conn = HeldConnection(engine)
+        self.cursor: PassCursor | None = None  # the current pass's place (None: start a pass)
+
+    def read(self, *, first: bool, stopped: set[Branch]) -> list[Any]:
+        """The next batch; ``first`` starts a pass (lists the branches again). A failed read
+        raises the driver's error (or SQLAlchemy's) and the next read starts a new pass."""
+        try:
+            cur = self._conn.get().cursor()
+            if first or self.cursor is None:
+                cur.execute(*self._sql.branches())
+                self.cursor = PassCursor(self._sql, cur.fetchall(), stopped)
+            rows = self.cursor.next_batch(cur, stopped)
+            cur.close()
+        except BaseException:
+            self.cursor = None
+            self._conn.drop()
+            raise
+        return rows
+
+    def drained(self) -> bool:
+        """The current pass read every unsent row of its branches (nothing left behind a gap)."""
+        return self.cursor is not None and not self.cursor.marks and not self.cursor.gaps
+
+    def close(self) -> None:
+        self._conn.close()

@@ -36,15 +36,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from pipeline.errors import BrokerError, FleetError, StoreError
 from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.kafka.clients import ClientFactory, new_producer
-from pipeline.kafka.produce_errors import permanent_error, permanent_reason
+from pipeline.kafka.produce_errors import permanent_reason
 from pipeline.kafka.settings import producer_config
 from pipeline.record_headers import unpack_headers
 from pipeline.store import readonly
 from pipeline.support.retrying import Backoff, retry_call
 
 from .acker import Acker
-from .batch import Batch
-from .fetch import FetchSql, PassCursor
+from .batch import HELD_BACK, Batch
+from .fetch import FetchSql, OutboxReader
 from .headers import TRACING, FoldHeaders
 from .idle import IdleWait
 from .limits import DEFAULT_MAX_RECORD_BYTES
@@ -53,10 +53,6 @@ from .status import backlog
 from .terminal import FailedRow, TerminalSink, fail_row, stopped_branches
 
 log = logging.getLogger(__name__)
-
-# A row not handed to the producer because an earlier row of its branch was refused: it simply
-# stays pending (neither a delivery failure nor a retry of its own).
-HELD_BACK: Any = object()
 
 
 def _report_failure(exc: Exception, _attempt: int, delay: float) -> None:
@@ -129,8 +125,9 @@ class Relay:
         self._acker = Acker(engine, tenant=tenant)
         self._terminal_sink = terminal_sink
         self._stopped: set[tuple[str, str]] | None = None  # loaded on the first fetch
-        self._fetch_sql = FetchSql(engine.dialect.paramstyle, tenant=tenant, limit=batch_size)
-        self._cursor: PassCursor | None = None
+        self._read = OutboxReader(
+            self._reader, FetchSql(engine.dialect.paramstyle, tenant=tenant, limit=batch_size)
+        )
         self._fold_headers = FoldHeaders()
         self._drained_clean = False  # the last pass read every unsent row and shipped them all
         self._dbapi_error: type[Exception] = engine.dialect.loaded_dbapi.Error
@@ -195,6 +192,8 @@ class Relay:
         if self._store is not None:
             self._store.shutdown(wait=True)
             self._store = None
+        self._acker.close()
+        self._read.close()
         self._idle.close()
 
     # -- steps -------------------------------------------------------------------------------
@@ -237,9 +236,10 @@ class Relay:
             confirmed, errors = self._confirmed(batch, broken)
             # acks run in order on the store thread; the guard in _ACK keeps each branch's
             # "sent" a prefix even if an earlier ack failed
-            refused = self._refused(batch) if errors else []
+            refused = batch.refused() if errors else []
             errors = [e for e in errors if e is not HELD_BACK]
-            acks.append((store.submit(self._ack, confirmed), confirmed, errors))
+            future = self._ack_in_order(store, acks, confirmed, last=rows is None and not window)
+            acks.append((future, confirmed, errors))
             if refused:  # after this batch's acks, so each refused row heads its branch
                 acks.append((store.submit(self._fail, refused), [], []))
             failed += len(errors) - len(refused)
@@ -251,7 +251,7 @@ class Relay:
         # committed since): the gauges go to 0 with no query. Otherwise they are refreshed from
         # the store at once when the relay turns idle, else on the interval (an idle relay
         # passes every idle_wait_s and must not count the backlog each time).
-        if not failed and not broken and not self._stopped and self._cursor_drained():
+        if not failed and not broken and not self._stopped and self._read.drained():
             self.metrics.backlog_rows.set(0)
             self.metrics.oldest_unsent_age_seconds.set(0.0)
         else:
@@ -300,28 +300,13 @@ class Relay:
             if self._stopped is None:
                 self._stopped = stopped_branches(self._reader, tenant=self.tenant)
                 self.metrics.stopped_branches.set(len(self._stopped))
-            # The hot read goes through the DB-API cursor: plain tuples, no per-row Row objects
-            # or result processing (SQLAlchemy's rows cost ~4x the read itself here).
-            conn = self._reader.raw_connection()
-            try:
-                cur = conn.cursor()
-                if first or self._cursor is None:
-                    cur.execute(*self._fetch_sql.branches())
-                    self._cursor = PassCursor(self._fetch_sql, cur.fetchall(), self._stopped)
-                # a stopped branch publishes nothing after its FAILED row
-                # (a snapshot: the store thread may stop a branch meanwhile)
-                rows = self._cursor.next_batch(cur, self._stopped)
-                cur.close()
-            finally:
-                conn.close()  # back to the pool (which rolls back PostgreSQL's read transaction)
+            # the DB-API cursor (fetch.py); a stopped branch publishes nothing after its FAILED row
+            # (a snapshot: the store thread may stop a branch meanwhile)
+            rows = self._read.read(first=first, stopped=self._stopped)
         except (SQLAlchemyError, self._dbapi_error) as exc:
-            self._cursor = None
             raise StoreError(f"outbox relay: cannot read the outbox: {exc}") from exc
         # id order is lsn order within each branch (inv. 2), which is all the producer needs
         return rows
-
-    def _cursor_drained(self) -> bool:
-        return self._cursor is not None and not self._cursor.marks and not self._cursor.gaps
 
     def _produce(self, rows: list[Any]) -> Batch:
         producer = self._ensure_producer()
@@ -419,18 +404,28 @@ class Relay:
     def _ack(self, rows: list[Any]) -> None:
         self._acker.ack(rows)
 
-    @staticmethod
-    def _refused(batch: Batch) -> list[FailedRow]:
-        """The rows of ``batch`` the broker refused for good (first one per branch)."""
-        out: list[FailedRow] = []
-        seen: set[tuple[str, str]] = set()
-        for row, err in zip(batch.rows, batch.results, strict=True):
-            reason = permanent_reason(err) if err is not HELD_BACK else None
-            if reason is not None and (row[1], row[2]) not in seen:
-                seen.add((row[1], row[2]))
-                error = permanent_error(err, topic=row[4])
-                out.append(FailedRow.of(row, reason=reason.value, error=error[:500]))
-        return out
+    def _ack_in_order(
+        self,
+        store: ThreadPoolExecutor,
+        acks: deque[tuple[Future[None], list[Any], list[Any]]],
+        rows: list[Any],
+        *,
+        last: bool,
+    ) -> Future[None]:
+        """Ack ``rows`` after every earlier ack: on the store thread while batches follow (the
+        ack overlaps their produce), here when this is the pass's last batch and no earlier ack
+        is outstanding -- there is nothing to overlap, and a hand-off to the store thread and
+        back costs more CPU than a small batch's ack itself."""
+        if not last or any(not future.done() for future, _, _ in acks):
+            return store.submit(self._ack, rows)
+        done: Future[None] = Future()
+        try:
+            self._ack(rows)
+        except Exception as exc:  # noqa: BLE001 - raised by _collect, as the store thread's
+            done.set_exception(exc)
+        else:
+            done.set_result(None)
+        return done
 
     def _fail(self, rows: list[FailedRow]) -> None:
         stopped = self._stopped if self._stopped is not None else set()

@@ -187,9 +187,18 @@ def each_without_flush(conn: Connection, sql: str, params: Sequence[Sequence[Any
     few such commits before a crash can be lost (the relay's ack: those rows are sent again,
     and the consumer's dedupe drops the copies). A commit without the flush costs the server
     a fraction of one with it, and releases its row lock at once."""
-    dbapi: Any = conn.connection.dbapi_connection
-    cursor = dbapi.cursor()
     one: Sequence[Any] = ()
+    cursor: Any = None
+    try:
+        each_without_flush_raw(conn.connection.dbapi_connection, sql, params)
+    except Exception as exc:  # noqa: BLE001 - re-raised by SQLAlchemy, wrapped
+        conn._handle_dbapi_exception(exc, sql, one, cursor, None)
+
+
+def each_without_flush_raw(dbapi: Any, sql: str, params: Sequence[Sequence[Any]]) -> None:
+    """:func:`each_without_flush` on an autocommit psycopg connection itself; a driver error is
+    raised as the driver raises it (the relay's held connection: its caller handles those)."""
+    cursor = dbapi.cursor()
     try:
         with dbapi.pipeline():
             for one in params:
@@ -197,8 +206,6 @@ def each_without_flush(conn: Connection, sql: str, params: Sequence[Sequence[Any
                 cursor.execute("SET LOCAL synchronous_commit TO off")
                 cursor.execute(sql, one)
                 cursor.execute("COMMIT")
-    except Exception as exc:  # noqa: BLE001 - re-raised by SQLAlchemy, wrapped
-        conn._handle_dbapi_exception(exc, sql, one, cursor, None)
     finally:
         cursor.close()
 

@@ -254,3 +254,36 @@ def test_the_migration_sets_each_watermark_to_the_end_of_its_sent_prefix(store_u
         assert [tuple(r) for r in late] == [(1, 0), (2, 0)]  # shipped again, never lost
     finally:
         raw.dispose()
+
+
+def test_the_relays_held_connections_keep_no_transaction_and_a_failed_ack_is_retried(
+    engine: Engine, sessions: sessionmaker[Session]
+) -> None:
+    """R-OUT-4: the acker and the reader keep their connections (SQLite) between uses, with no
+    transaction open on them: a writer commits at once after each, each read sees every commit
+    made before it, and an ack that fails is reported (its rows go out again) and the next ack
+    runs on a fresh connection."""
+    from pipeline.errors import StoreError
+    from pipeline.outbox.fetch import FetchSql, OutboxReader
+    from pipeline.store import readonly
+
+    reader = OutboxReader(
+        readonly(engine), FetchSql(engine.dialect.paramstyle, tenant=None, limit=10)
+    )
+    acker = Acker(engine)
+    _write(sessions, "a", 2)
+    assert [r[3] for r in reader.read(first=True, stopped=set())] == [1, 2]
+    acker.ack([_row("a", 1)])
+    _write(sessions, "a", 1)  # would wait (then fail) behind a transaction left open
+    assert [r[3] for r in reader.read(first=True, stopped=set())] == [2, 3]
+    with engine.begin() as conn:  # the ack's statement cannot run: the ack fails
+        conn.exec_driver_sql("ALTER TABLE outbox_branch RENAME TO outbox_branch_away")
+    with pytest.raises(StoreError, match="cannot ack"):
+        acker.ack([_row("a", 2)])
+    with engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE outbox_branch_away RENAME TO outbox_branch")
+    acker.ack([_row("a", 2), _row("a", 3)])
+    assert _mark(engine, "a") == 3
+    assert reader.read(first=True, stopped=set()) == []
+    acker.close()
+    reader.close()
