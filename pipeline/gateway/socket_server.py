@@ -8,9 +8,11 @@ socket the gateway writes for them:
 * **One send path.** Each request becomes a :class:`~pipeline.gateway.client.SendRequest` and
   goes through :meth:`GatewayClient.send_all` -- the same checks, rows and reason codes as a
   direct ``send``; there is no second implementation here.
-* **Group commit.** One writer thread takes every request waiting when it is free (up to
-  ``max_batch``) and commits them in one transaction, one savepoint each: a refused send is
-  answered with its error, the others commit.
+* **Group commit, no hand-off.** A connection's reader queues what one read brought and, when
+  no commit is running, commits itself: every request waiting (up to ``max_batch``) in one
+  transaction, one savepoint each (a refused send is answered with its error, the others
+  commit). When one is running, that committer takes the queued requests before it lets go.
+  One committer at a time (a lock); no writer thread to wake per request.
 * **Wake, not poll.** After each commit the in-process relay is woken (``on_commit``).
 * **Permissions.** The socket is created under a temporary name, ``chmod``-ed to ``mode``
   (0600: the gateway's user; 0660: also its group) and only then renamed into place, so it is
@@ -189,24 +191,23 @@ class SocketServer:
         self.max_batch = max_batch
         self.metrics = metrics
         self.control = control
-        # SimpleQueue: a put is one C call, no Condition to notify in Python (a send's share)
-        self._queue: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
+        # what one read of a connection brought, in order; taken by whoever holds _committing
+        self._queue: queue.SimpleQueue[list[_Pending]] = queue.SimpleQueue()
+        self._committing = threading.Lock()
         self._listener: socket.socket | None = None
         self._inode: int | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
-        self._writer = WriterSession(client.sessions)
-        self._writer_thread: int | None = None
+        self._writer = WriterSession(client.sessions)  # used under _committing only
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> SocketServer:
         self._listener = self._bind()
-        for name, target in (("accept", self._accept), ("writer", self._write)):
-            t = threading.Thread(target=target, name=f"gw-socket-{name}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        t = threading.Thread(target=self._accept, name="gw-socket-accept", daemon=True)
+        t.start()
+        self._threads.append(t)
         return self
 
     def run(self, stop: threading.Event) -> None:
@@ -239,14 +240,27 @@ class SocketServer:
         for t in self._threads:
             t.join(5)
         self._threads.clear()
-        while True:  # accepted but never committed: say so, nothing was queued
+        held = self._committing.acquire(timeout=5)  # a commit under way ends first
+        try:
+            self._refuse_queued()
+            self._writer.close()
+        finally:
+            if held:
+                self._committing.release()
+
+    def _refuse_queued(self) -> None:
+        """Accepted but never committed (the server is stopping): say so, nothing was queued."""
+        while True:
             try:
-                pending = self._queue.get_nowait()
+                reads = self._queue.get_nowait()
             except queue.Empty:
-                break
-            pending.finish(
-                DeliveryError("the gateway is stopping; the send was not queued", retriable=True)
-            )
+                return
+            for pending in reads:
+                pending.finish(
+                    DeliveryError(
+                        "the gateway is stopping; the send was not queued", retriable=True
+                    )
+                )
 
     def _bind(self) -> socket.socket:
         if os.path.exists(self.path):
@@ -306,10 +320,16 @@ class SocketServer:
                 ).start()
 
     def _read(self, conn: socket.socket, answers: Answers) -> None:
-        """Requests in, in order: each is queued for the writer (or refused at once)."""
+        """Requests in, in order: what one read brought is queued together and committed
+        (:meth:`_commit_queued`); a malformed one is refused at once."""
         frames = FrameReader(conn)
+        read: list[_Pending] = []
         try:
             while True:
+                if read and not frames.ready():  # the rest would wait for the socket
+                    self._queue.put(read)
+                    read = []
+                    self._commit_queued()
                 try:
                     message = frames.next()
                 except FrameError as exc:  # unreadable: answer it, then hang up
@@ -344,11 +364,14 @@ class SocketServer:
                     if self.metrics is not None:
                         self.metrics.request(pending.kind, "malformed", exc.reason)
                 else:
-                    answers.add(pending)  # before the writer can decide it
-                    self._queue.put(pending)
+                    answers.add(pending)  # before a committer can decide it
+                    read.append(pending)
         except OSError:
             return
         finally:
+            if read:  # what was read before the end (or an unreadable frame) is still served
+                self._queue.put(read)
+                self._commit_queued()
             answers.end()
 
     def _poll(self, pending: _Pending, kwargs: dict[str, Any]) -> None:
@@ -377,30 +400,36 @@ class SocketServer:
             self._conns.discard(conn)
         conn.close()
 
-    # -- the writer ----------------------------------------------------------------------------
-    def _write(self) -> None:
-        self._writer_thread = threading.get_ident()
-        try:
-            while not self._stop.is_set():
-                try:
-                    first = self._queue.get(timeout=0.2)
-                except queue.Empty:
-                    continue
-                batch = [first]
+    # -- the committer -------------------------------------------------------------------------
+    def _commit_queued(self) -> None:
+        """Commit what is queued, unless another thread is committing: that one takes it.
+
+        Whoever queued reads and then finds the lock taken leaves them to its holder, which
+        looks at the queue again after letting go; so nothing queued is left behind, and no
+        thread is woken to commit what a reader could commit itself."""
+        while self._committing.acquire(blocking=False):
+            try:
+                if self._stop.is_set():
+                    self._refuse_queued()
+                    return
+                batch: list[_Pending] = []
                 while len(batch) < self.max_batch:
                     try:
-                        batch.append(self._queue.get_nowait())
+                        batch += self._queue.get_nowait()
                     except queue.Empty:
                         break
-                self.commit(batch)
-        finally:
-            self._writer_thread = None
-            self._writer.close()
+                if batch:
+                    self.commit(batch, writer=self._writer)
+            finally:
+                self._committing.release()
+            if self._queue.empty():
+                return
 
-    def commit(self, batch: list[_Pending]) -> None:
+    def commit(self, batch: list[_Pending], *, writer: WriterSession | None = None) -> None:
         """One transaction for ``batch``'s sends (each gets its envelope or its error), then each
-        control request on its own, in order."""
-        self._commit_sends([p for p in batch if p.request is not None])
+        control request on its own, in order. ``writer``: on its held connection (the caller
+        holds the commit lock)."""
+        self._commit_sends([p for p in batch if p.request is not None], writer)
         for pending in batch:
             if pending.call is not None:
                 self._run_control(pending)
@@ -425,15 +454,13 @@ class SocketServer:
                 self.metrics.request(pending.kind, "refused", result.reason)
         pending.finish(result)
 
-    def _commit_sends(self, batch: list[_Pending]) -> None:
+    def _commit_sends(self, batch: list[_Pending], writer: WriterSession | None) -> None:
         if not batch:
             return
         requests = [p.request for p in batch if p.request is not None]
         started = time.perf_counter()
         failed = False
         try:
-            # the writer thread's groups run on its held Session (writer_session.py)
-            writer = self._writer if threading.get_ident() == self._writer_thread else None
             results: list[Envelope | FleetError] = list(
                 self.client.send_all(requests, writer=writer)
             )

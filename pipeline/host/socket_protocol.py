@@ -97,6 +97,15 @@ class FrameReader:
         self.sock = sock
         self._buf = bytearray()
 
+    def ready(self) -> bool:
+        """True when :meth:`next` would return (or raise) without reading the socket: the
+        rest of what the last ``recv`` brought."""
+        buf = self._buf
+        if len(buf) < _LENGTH.size:
+            return False
+        size: int = _LENGTH.unpack_from(buf)[0]
+        return size > MAX_FRAME_BYTES or len(buf) >= _LENGTH.size + size
+
     def next(self) -> dict[str, Any] | None:
         """The next frame; ``None`` at a clean end of stream (between frames)."""
         buf = self._buf
