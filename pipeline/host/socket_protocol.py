@@ -60,8 +60,8 @@ def encode_frame(message: dict[str, Any]) -> bytes:
 
 
 def decode_body(data: bytes) -> dict[str, Any]:
-    try:
-        message = json.loads(data)
+    try:  # text in: json.loads(bytes) guesses the encoding first (UTF-8 is the wire's)
+        message = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FrameError(f"local socket: a frame is not JSON: {exc}") from None
     if not isinstance(message, dict):
