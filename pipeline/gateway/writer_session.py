@@ -44,6 +44,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.errors import FleetError
+from pipeline.host import dbapi
 from pipeline.store.engine import PING_IDLE_S, WriteGate, write_gate
 
 HELD_DIALECTS = ("sqlite", "postgresql")
@@ -77,6 +78,7 @@ class WriterSession:
             self._ping_if_idle()
         session = self._session if self._session is not None else self._open(self._engine)
         session.info.clear()
+        session.info[dbapi.HELD] = (self._raw, self._engine.dialect)  # host.dbapi's statements
         if self._begin is not None:
             self._run(self._begin)
         try:
