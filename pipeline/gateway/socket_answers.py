@@ -20,8 +20,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pipeline.host.socket_protocol import encode_frame
-
 log = logging.getLogger(__name__)
 
 
@@ -31,7 +29,7 @@ class Decided(Protocol):
     @property
     def result(self) -> Any: ...
 
-    def answer(self) -> dict[str, Any]: ...
+    def frame(self) -> bytes: ...
 
 
 class Answers:
@@ -66,7 +64,7 @@ class Answers:
             frames = []
             while self._order and self._order[0].result is not None:
                 try:
-                    frames.append(encode_frame(self._order.popleft().answer()))
+                    frames.append(self._order.popleft().frame())
                 except Exception:  # an answer too large to frame: hang up, as before
                     log.exception("local socket: an answer could not be framed")
                     self._broken = True

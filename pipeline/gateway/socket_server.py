@@ -23,8 +23,6 @@ socket the gateway writes for them:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import dataclasses
 import functools
@@ -38,14 +36,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pipeline.envelope import Envelope, Kind
+from pipeline.envelope import Envelope
 from pipeline.errors import ConfigError, DeliveryError, FleetError, StoreError
-from pipeline.host.socket_protocol import FrameError, FrameReader, error_data
-from pipeline.reasons import Config, Verification
+from pipeline.host.socket_protocol import (
+    FrameError,
+    FrameReader,
+    encode_frame,
+    encode_value,
+    error_data,
+    frame,
+)
+from pipeline.reasons import Config
 
 from .client import GatewayClient, SendRequest
 from .metrics import SocketMetrics
 from .socket_answers import Answers
+from .socket_requests import CONTROL_FIELDS, parse_control, parse_poll, parse_send
 from .writer_session import WriterSession
 
 if TYPE_CHECKING:
@@ -54,86 +60,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SOCKET_MODES = (0o600, 0o660)
-
-
-_KINDS = {k.value: k for k in Kind}
-
-
-def parse_kind(text: str) -> Kind:
-    """``text`` as a :class:`Kind` (any case), or ``UNKNOWN_KIND`` -- for the CLI and the socket."""
-    kind = _KINDS.get(text)  # the wire's own spelling: a dict look-up, not Enum's constructor
-    if kind is not None:
-        return kind
-    try:
-        return Kind(str(text).upper())
-    except ValueError:
-        raise ConfigError(f"unknown kind {text!r}", reason=Verification.UNKNOWN_KIND) from None
-
-
-def parse_send(message: dict[str, Any]) -> SendRequest:
-    """A ``send`` request's fields as a SendRequest; a malformed one is ``CONFIG_INVALID``."""
-    try:
-        sender, to, body = message["sender"], message["to"], message["body"]
-        if not isinstance(sender, str) or not isinstance(to, str) or not isinstance(body, str):
-            raise TypeError("sender, to and body must be strings")
-        ttl, turn_id = message.get("ttl_s"), message.get("turn_id")
-        if ttl is not None and not isinstance(ttl, int | float):
-            raise TypeError("ttl_s must be a number")
-        if turn_id is not None and not isinstance(turn_id, str):
-            raise TypeError("turn_id must be a string")
-        raw = base64.b64decode(body, validate=True)
-    except (KeyError, TypeError, binascii.Error) as exc:
-        raise ConfigError(f"local socket: malformed send request: {exc}") from None
-    return SendRequest(
-        sender=sender,
-        to=to,
-        body=raw,
-        kind=parse_kind(message.get("kind", "SEND")),
-        ttl_s=float(ttl) if ttl is not None else None,
-        turn_id=turn_id,
-    )
-
-
-# The control plane's requests (ControlClient.spawn / .stop): their fields and value types.
-_TEXT, _MAYBE_TEXT, _MAYBE_INT = (str,), (str, type(None)), (int, type(None))
-CONTROL_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
-    "spawn": {"requester": _TEXT, "host": _TEXT, "profile": _TEXT, "spawn_id": _MAYBE_TEXT,
-              "parent": _MAYBE_TEXT, "job": _MAYBE_TEXT, "brief": _MAYBE_TEXT,
-              "budget": _MAYBE_INT},
-    "stop": {"requester": _TEXT, "gid": _TEXT, "host": _MAYBE_TEXT, "reason": _MAYBE_TEXT,
-             "stop_id": _MAYBE_TEXT},
-}  # fmt: skip
-
-
-def parse_control(message: dict[str, Any], control: ControlClient) -> Callable[[], Any]:
-    """A ``spawn`` / ``stop`` request as the ControlClient call it asks for; a malformed one is
-    ``CONFIG_INVALID``."""
-    op = str(message.get("op"))
-    fields = CONTROL_FIELDS[op]
-    kwargs: dict[str, Any] = {}
-    for name, types in fields.items():
-        value = message.get(name)
-        if not isinstance(value, types) or isinstance(value, bool):
-            raise ConfigError(f"local socket: malformed {op} request: {name} is {value!r}")
-        kwargs[name] = value
-    return functools.partial(control.spawn if op == "spawn" else control.stop, **kwargs)
-
-
-def parse_poll(message: dict[str, Any]) -> dict[str, Any]:
-    """A ``poll`` request as GatewayClient.poll's arguments; a malformed one is
-    ``CONFIG_INVALID``."""
-    recipient, sender = message.get("recipient"), message.get("sender")
-    limit, wait_s = message.get("limit", 100), message.get("wait_s", 0.0)
-    if (
-        not isinstance(recipient, str)
-        or not isinstance(sender, str | None)
-        or not isinstance(limit, int)
-        or isinstance(limit, bool)
-        or not isinstance(wait_s, int | float)
-        or isinstance(wait_s, bool)
-    ):
-        raise ConfigError(f"local socket: malformed poll request: {message!r}")
-    return {"recipient": recipient, "sender": sender, "limit": limit, "wait_s": float(wait_s)}
 
 
 @dataclass(slots=True)
@@ -162,6 +88,16 @@ class _Pending:
                                           "tsMs": r.ts_ms, "turnId": r.turn_id}}  # fmt: skip
         assert isinstance(r, FleetError)
         return {"id": self.id, "error": error_data(r)}
+
+    def frame(self) -> bytes:
+        """:meth:`answer` as a frame; a queued send's (the common answer) formatted by hand."""
+        r = self.result
+        if not isinstance(r, Envelope):
+            return encode_frame(self.answer())
+        ident = str(self.id) if type(self.id) is int else encode_value(self.id)
+        turn = "null" if r.turn_id is None else encode_value(r.turn_id)
+        return frame(f'{{"id":{ident},"ok":{{"msgId":{encode_value(r.msg_id)},'
+                     f'"traceId":{encode_value(r.trace_id)},"tsMs":{r.ts_ms},"turnId":{turn}}}}}')  # fmt: skip
 
 
 class SocketServer:

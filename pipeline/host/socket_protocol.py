@@ -50,7 +50,17 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
-    data = _ENCODER.encode(message).encode("utf-8")
+    return frame(_ENCODER.encode(message))
+
+
+def encode_value(value: Any) -> str:
+    """One JSON value as :func:`encode_frame` writes it (for a frame formatted by hand)."""
+    return _ENCODER.encode(value)
+
+
+def frame(text: str) -> bytes:
+    """One JSON object's text as a frame: its length, then its UTF-8 bytes."""
+    data = text.encode("utf-8")
     if len(data) > MAX_FRAME_BYTES:
         raise FrameError(
             f"local socket: a frame of {len(data)} bytes is above {MAX_FRAME_BYTES}",

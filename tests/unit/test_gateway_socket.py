@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from pipeline.bootstrap.client import build_client
 from pipeline.cli.main import app
-from pipeline.envelope import Signer
+from pipeline.envelope import Envelope, Kind, Signer
 from pipeline.errors import ConfigError, DeliveryError
 from pipeline.gateway.socket_server import SocketServer, _Pending, parse_send
 from pipeline.host import roster_cache
@@ -508,3 +508,15 @@ def test_spawn_and_stop_go_through_the_socket_with_the_direct_paths_refusals(
         rows = c.execute(select(spawn_requests_table.c.spawn_id)).scalars().all()
     assert sorted(rows) == ["w-7", "w-8", "w-9"]
     engine.dispose()
+
+
+@pytest.mark.parametrize("ident", [7, 'a "quoted" id\n', None, 2.5, True, [1, "x"]])
+@pytest.mark.parametrize("turn_id", [None, "turn-\u00e9"])
+def test_a_queued_sends_answer_frame_is_its_answer_as_json(ident: Any, turn_id: Any) -> None:
+    """A queued send's answer is formatted by hand (the common answer): the same JSON object
+    as the encoder writes for :meth:`_Pending.answer`."""
+    env = Envelope.new(kind=Kind.ASK, sender="main-a", to="main-b", ttl_s=60, turn_id=turn_id)
+    pending = _Pending(id=ident, request=None, result=env)
+    data = pending.frame()
+    assert decode_body(data[4:]) == pending.answer()
+    assert int.from_bytes(data[:4], "big") == len(data) - 4
