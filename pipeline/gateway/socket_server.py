@@ -176,12 +176,12 @@ class SocketServer:
         for t in self._threads:
             t.join(5)
         self._threads.clear()
-        held = self._committing.acquire(timeout=5)  # a commit under way ends first
-        try:
-            self._refuse_queued()
-            self._writer.close()
-        finally:
-            if held:
+        self._refuse_queued()  # later reads are refused by whoever takes the lock (_stop)
+        if self._committing.acquire(timeout=5):  # a commit under way ends first
+            try:
+                self._refuse_queued()
+                self._writer.close()
+            finally:
                 self._committing.release()
 
     def _refuse_queued(self) -> None:
