@@ -130,6 +130,7 @@ class SocketServer:
         # what one read of a connection brought, in order; taken by whoever holds _committing
         self._queue: queue.SimpleQueue[list[_Pending]] = queue.SimpleQueue()
         self._committing = threading.Lock()
+        self._carry: list[_Pending] = []  # read, but past a group's max_batch: the next group's
         self._listener: socket.socket | None = None
         self._inode: int | None = None
         self._stop = threading.Event()
@@ -176,16 +177,19 @@ class SocketServer:
         for t in self._threads:
             t.join(5)
         self._threads.clear()
-        self._refuse_queued()  # later reads are refused by whoever takes the lock (_stop)
-        if self._committing.acquire(timeout=5):  # a commit under way ends first
-            try:
-                self._refuse_queued()
-                self._writer.close()
-            finally:
-                self._committing.release()
+        # a commit under way ends first; later reads are refused by whoever takes the lock
+        if not self._committing.acquire(timeout=5):
+            return
+        try:
+            self._refuse_queued()
+            self._writer.close()
+        finally:
+            self._committing.release()
 
     def _refuse_queued(self) -> None:
         """Accepted but never committed (the server is stopping): say so, nothing was queued."""
+        self._queue.put(self._carry)  # (the caller holds the commit lock)
+        self._carry = []
         while True:
             try:
                 reads = self._queue.get_nowait()
@@ -262,7 +266,7 @@ class SocketServer:
         read: list[_Pending] = []
         try:
             while True:
-                if read and not frames.ready():  # the rest would wait for the socket
+                if read and (len(read) >= self.max_batch or not frames.ready()):
                     self._queue.put(read)
                     read = []
                     self._commit_queued()
@@ -347,18 +351,20 @@ class SocketServer:
             try:
                 if self._stop.is_set():
                     self._refuse_queued()
+                    self._writer.close()
                     return
-                batch: list[_Pending] = []
+                batch, self._carry = self._carry, []
                 while len(batch) < self.max_batch:
                     try:
                         batch += self._queue.get_nowait()
                     except queue.Empty:
                         break
+                batch, self._carry = batch[: self.max_batch], batch[self.max_batch :]
                 if batch:
                     self.commit(batch, writer=self._writer)
             finally:
                 self._committing.release()
-            if self._queue.empty():
+            if not self._carry and self._queue.empty():
                 return
 
     def commit(self, batch: list[_Pending], *, writer: WriterSession | None = None) -> None:

@@ -520,3 +520,23 @@ def test_a_queued_sends_answer_frame_is_its_answer_as_json(ident: Any, turn_id: 
     data = pending.frame()
     assert decode_body(data[4:]) == pending.answer()
     assert int.from_bytes(data[:4], "big") == len(data) - 4
+
+
+def test_what_one_read_brings_is_committed_in_groups_of_at_most_max_batch(tmp_path: Path) -> None:
+    """The reader commits what it read itself, in groups no larger than ``max_batch``; every
+    request is answered, in order, and each committed once."""
+    client, engine, cfg = _host(tmp_path)
+    server = SocketServer(path=cfg.local_socket, client=client, max_batch=4).start()
+    groups: list[int] = []
+    real = client.send_all
+    client.send_all = lambda reqs, **kw: groups.append(len(reqs)) or real(reqs, **kw)  # type: ignore[method-assign]
+    try:
+        sends = [{"sender": "main-a", "to": "main-b", "body": f"m{i}".encode()} for i in range(30)]
+        with SocketClient.connect(server.path) as c:
+            results = c.send_many(sends)
+    finally:
+        server.close()
+    assert not any(isinstance(r, Exception) for r in results)
+    assert len({r.msg_id for r in results}) == 30 == _rows(engine) == sum(groups)  # type: ignore[union-attr]
+    assert max(groups) <= 4
+    engine.dispose()
