@@ -250,14 +250,10 @@ class SocketServer:
                 return  # closed
             with self._lock:
                 self._conns.add(conn)
-            answers = Answers(conn)
-            for target, args in (
-                (self._read, (conn, answers)),
-                (answers.run, (functools.partial(self._closed, conn),)),
-            ):
-                threading.Thread(
-                    target=target, args=args, name="gw-socket-conn", daemon=True
-                ).start()
+            answers = Answers(conn, functools.partial(self._closed, conn))
+            threading.Thread(
+                target=self._read, args=(conn, answers), name="gw-socket-conn", daemon=True
+            ).start()
 
     def _read(self, conn: socket.socket, answers: Answers) -> None:
         """Requests in, in order: what one read brought is queued together and committed
