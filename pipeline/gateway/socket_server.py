@@ -69,7 +69,7 @@ class _Pending:
 
     id: Any
     request: SendRequest | None
-    call: Callable[[], Any] | None = None  # a control request, run by the writer on its own
+    call: Callable[[], Any] | None = None  # a control request, run by the committer on its own
     kind: str = ""  # for the metrics: the send's kind, or SPAWN / STOP
     result: Envelope | dict[str, Any] | FleetError | None = None
     answers: Answers | None = None  # its connection's, sent in order by whoever decides it
@@ -312,7 +312,7 @@ class SocketServer:
 
     def _poll(self, pending: _Pending, kwargs: dict[str, Any]) -> None:
         """A poll reads (and drains) held rows on its own thread: with ``wait_s`` it is an open
-        pull that may block for that long, and must hold up neither the writer nor this
+        pull that may block for that long, and must hold up neither the commits nor this
         connection's next requests (answers still go out in request order)."""
 
         def run() -> None:
