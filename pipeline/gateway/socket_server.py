@@ -13,6 +13,8 @@ socket the gateway writes for them:
   transaction, one savepoint each (a refused send is answered with its error, the others
   commit). When one is running, that committer takes the queued requests before it lets go.
   One committer at a time (a lock); no writer thread to wake per request.
+* **Threads.** A connection is read by a reader thread that waits for the next connection when
+  its own ends (up to ``MAX_IDLE_READERS`` wait): a connection per call starts no thread.
 * **Wake, not poll.** After each commit the in-process relay is woken (``on_commit``).
 * **Permissions.** The socket is created under a temporary name, ``chmod``-ed to ``mode``
   (0600: the gateway's user; 0660: also its group) and only then renamed into place, so it is
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SOCKET_MODES = (0o600, 0o660)
+MAX_IDLE_READERS = 8  # reader threads kept waiting for the next connection
 
 
 @dataclass(slots=True)
@@ -136,6 +139,10 @@ class SocketServer:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._conns: set[socket.socket] = set()
+        # accepted connections, each taken by a waiting reader thread or a new one
+        self._incoming: queue.SimpleQueue[tuple[socket.socket, Answers] | None]
+        self._incoming = queue.SimpleQueue()
+        self._idle = 0  # reader threads waiting on _incoming (under _lock)
         self._lock = threading.Lock()
         self._writer = WriterSession(client.sessions)  # used under _committing only
 
@@ -177,6 +184,10 @@ class SocketServer:
         for t in self._threads:
             t.join(5)
         self._threads.clear()
+        with self._lock:
+            idle, self._idle = self._idle, 0
+        for _ in range(idle):
+            self._incoming.put(None)
         # a commit under way ends first; later reads are refused by whoever takes the lock
         if not self._committing.acquire(timeout=5):
             return
@@ -251,9 +262,26 @@ class SocketServer:
             with self._lock:
                 self._conns.add(conn)
             answers = Answers(conn, functools.partial(self._closed, conn))
-            threading.Thread(
-                target=self._read, args=(conn, answers), name="gw-socket-conn", daemon=True
-            ).start()
+            with self._lock:
+                waiting = self._idle > 0  # a reader thread is free: it takes this one
+                if waiting:
+                    self._idle -= 1
+            self._incoming.put((conn, answers))
+            if not waiting:
+                threading.Thread(target=self._serve, name="gw-socket-conn", daemon=True).start()
+
+    def _serve(self) -> None:
+        """A reader thread: one connection after another. A connection per call (``fleet
+        send``, the MCP server) is read by a thread that is waiting already, not a new one."""
+        while True:
+            got = self._incoming.get()
+            if got is None:  # the server is stopping
+                return
+            self._read(*got)
+            with self._lock:
+                if self._stop.is_set() or self._idle >= MAX_IDLE_READERS:
+                    return
+                self._idle += 1
 
     def _read(self, conn: socket.socket, answers: Answers) -> None:
         """Requests in, in order: what one read brought is queued together and committed

@@ -14,6 +14,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -540,3 +541,31 @@ def test_what_one_read_brings_is_committed_in_groups_of_at_most_max_batch(tmp_pa
     assert len({r.msg_id for r in results}) == 30 == _rows(engine) == sum(groups)  # type: ignore[union-attr]
     assert max(groups) <= 4
     engine.dispose()
+
+
+def test_a_connection_per_call_is_read_by_the_reader_thread_waiting_for_it(
+    served,  # type: ignore[no-untyped-def]
+) -> None:
+    """One connection after another (``fleet send``, the MCP server) starts no thread each: the
+    reader thread of the last one takes the next; a stopping server ends its waiting readers."""
+    server, engine, _cfg, _commits = served
+    readers: set[threading.Thread] = set()
+    real = server._read
+
+    def read(conn: Any, answers: Any) -> None:
+        readers.add(threading.current_thread())
+        real(conn, answers)
+
+    server._read = read
+    for _ in range(5):
+        with SocketClient.connect(server.path) as c:
+            c.send(sender="main-a", to="main-b", body=b"x")
+        for _wait in range(1000):  # the reader sees the end of the stream, then waits again
+            if server._idle:
+                break
+            time.sleep(0.01)
+    assert len(readers) == 1 and _rows(engine) == 5
+    server.close()
+    (reader,) = readers
+    reader.join(10)
+    assert not reader.is_alive() and server._idle == 0
