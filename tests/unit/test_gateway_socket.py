@@ -138,6 +138,19 @@ def test_an_oversized_or_non_object_frame_is_refused(reader: Any) -> None:
         decode_body(b"\xff{")
 
 
+@pytest.mark.parametrize(
+    "data", [b'{"a": 1} x', b'{"a": 1}{"b": 2}', b'{"a":', b"", b"nul", b'{"a" 1}']
+)
+def test_a_frame_is_one_json_object_and_nothing_else(data: bytes) -> None:
+    with pytest.raises(FrameError):
+        decode_body(data)
+
+
+@pytest.mark.parametrize("data", [b'{"a":1,"b":[true,null]}', b' { "a" : 1 } ', b"{}"])
+def test_a_frame_decodes_as_json_loads_reads_it(data: bytes) -> None:
+    assert decode_body(data) == json.loads(data)
+
+
 def test_an_error_travels_with_its_class_reason_retriable_and_context() -> None:
     sent = DeliveryError("nope", reason="UNKNOWN_RECIPIENT", context={"to": "x"})
     back = error_from(json.loads(json.dumps(error_data(sent))))
