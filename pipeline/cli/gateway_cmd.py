@@ -249,7 +249,7 @@ def _send(
                 sender=sender, to=to, body=body, kind=kind, ttl_s=ttl, trace_id=trace
             )
         return queued.msg_id, queued.trace_id, kind.upper(), "gateway"
-    from pipeline.gateway.socket_server import parse_kind
+    from pipeline.gateway.socket_requests import parse_kind
 
     k = parse_kind(kind)
     env = _direct(cfg).send(sender=sender, to=to, body=body, kind=k, ttl_s=ttl, trace_id=trace)

@@ -27,16 +27,13 @@ from .reasons import (
 _MAX_MS = 10**16 - 1  # the wire form allows at most 16 decimal digits
 
 
-# the version-4 and variant bits of a UUID (RFC 9562), set as ``uuid.uuid4()`` sets them
-_V4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
-_V4_SET = (0x4000 << 64) | (0x8000 << 48)
-
-
 def new_id() -> str:
     """A random UUID's 32 hex digits, as ``uuid.uuid4().hex`` (two per send: msgId and traceId,
-    without building a ``UUID`` object for each)."""
-    n = int.from_bytes(os.urandom(16)) & _V4_CLEAR | _V4_SET
-    return f"{n:032x}"
+    without building a ``UUID`` object, or an int, for each)."""
+    b = bytearray(os.urandom(16))
+    b[6] = b[6] & 0x0F | 0x40  # the version-4 and variant bits (RFC 9562), as uuid4() sets them
+    b[8] = b[8] & 0x3F | 0x80
+    return b.hex()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

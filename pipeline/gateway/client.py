@@ -185,7 +185,7 @@ class GatewayClient:
         plain transaction (the common case: nothing refused); if anything was refused, that
         transaction is rolled back whole and the group is written again with one savepoint per
         send. A failure of the commit itself raises (nothing of the group is queued).
-        ``writer``: the transactions run on its held Session (the socket's writer thread).
+        ``writer``: the transactions run on its held Session (the socket's committer).
         """
         results: list[Envelope | FleetError] = []
         for request in requests:

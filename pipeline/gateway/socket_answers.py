@@ -7,8 +7,12 @@ about as much CPU as the send's own statements. Now the thread that decides a re
 writer after its group commit, a poll's thread, the reader for a malformed request) calls
 :meth:`Answers.flush`: every decided answer at the head of the order is written with one
 non-blocking ``send``. What the socket does not take at once (a client that does not read) is
-left to the connection's own thread (:meth:`Answers.run`), which sends it blocking, so a slow
-client never holds up the writer -- and later answers queue behind it, keeping the order.
+left to a thread of the connection, which sends it blocking, so a slow client never holds up
+the committer -- and later answers queue behind it, keeping the order. That thread is started
+only when such a backlog first builds: a connection per call (``fleet send``, the MCP server)
+used to cost a thread start and exit for it besides the reader's, about as much CPU as the
+send. Without it, whoever answers the last request after the reader ended closes the
+connection (``on_close``).
 """
 
 from __future__ import annotations
@@ -20,8 +24,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pipeline.host.socket_protocol import encode_frame
-
 log = logging.getLogger(__name__)
 
 
@@ -31,14 +33,15 @@ class Decided(Protocol):
     @property
     def result(self) -> Any: ...
 
-    def answer(self) -> dict[str, Any]: ...
+    def frame(self) -> bytes: ...
 
 
 class Answers:
     """The answers of one connection, in request order (see the module docstring)."""
 
-    def __init__(self, conn: socket.socket) -> None:
+    def __init__(self, conn: socket.socket, on_close: Callable[[], None] = lambda: None) -> None:
         self.conn = conn
+        self._on_close = on_close
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._order: deque[Decided] = deque()
@@ -46,6 +49,8 @@ class Answers:
         self._sending = False  # run() is sending outside the lock: later answers queue
         self._reading = True  # the reader may still add requests
         self._broken = False  # a send failed: the client went away
+        self._sender: threading.Thread | None = None  # sends the backlog; then it closes
+        self._closed = False
 
     def add(self, pending: Decided) -> None:
         """The reader: the next request, in order (it may be decided already)."""
@@ -58,7 +63,9 @@ class Answers:
         """The reader: no more requests; the connection closes once all are answered."""
         with self._lock:
             self._reading = False
-            self._wake.notify()
+            close = self._settle()
+        if close:
+            self._on_close()
 
     def flush(self) -> None:
         """Send every decided answer at the head of the order (never blocks on the socket)."""
@@ -66,14 +73,11 @@ class Answers:
             frames = []
             while self._order and self._order[0].result is not None:
                 try:
-                    frames.append(encode_frame(self._order.popleft().answer()))
+                    frames.append(self._order.popleft().frame())
                 except Exception:  # an answer too large to frame: hang up, as before
                     log.exception("local socket: an answer could not be framed")
                     self._broken = True
-            if self._broken:
-                self._wake.notify()
-                return
-            if frames:
+            if frames and not self._broken:
                 data = b"".join(frames)
                 if self._backlog or self._sending:
                     self._backlog += data  # behind what run() has: keep the order
@@ -87,12 +91,29 @@ class Answers:
                         sent = len(data)
                     if sent < len(data):
                         self._backlog += data[sent:]
-            if self._backlog or self._broken or (not self._reading and not self._order):
-                self._wake.notify()
+            close = self._settle()
+        if close:
+            self._on_close()
 
-    def run(self, on_close: Callable[[], None]) -> None:
-        """The connection's thread: sends the backlog; closes the connection when the reader
-        has ended and every request is answered (or the client went away)."""
+    def _settle(self) -> bool:
+        """Under the lock: hand a backlog to the sending thread (started the first time); True
+        when the connection is done -- the reader ended and every request is answered, or the
+        client went away -- and the caller is the one to close it."""
+        if self._sender is not None:
+            self._wake.notify()  # it sends, and closes at the end
+            return False
+        if self._backlog and not self._broken:
+            self._sender = threading.Thread(target=self._run, name="gw-socket-answers", daemon=True)
+            self._sender.start()
+            return False
+        if self._closed or not (self._broken or (not self._reading and not self._order)):
+            return False
+        self._closed = True
+        return True
+
+    def _run(self) -> None:
+        """The sending thread: sends the backlog blocking; closes the connection when the
+        reader has ended and every request is answered (or the client went away)."""
         try:
             with self._lock:
                 while True:
@@ -117,4 +138,4 @@ class Answers:
                         self._sending = False
                     self._broken = self._broken or gone
         finally:
-            on_close()
+            self._on_close()

@@ -8,9 +8,13 @@ socket the gateway writes for them:
 * **One send path.** Each request becomes a :class:`~pipeline.gateway.client.SendRequest` and
   goes through :meth:`GatewayClient.send_all` -- the same checks, rows and reason codes as a
   direct ``send``; there is no second implementation here.
-* **Group commit.** One writer thread takes every request waiting when it is free (up to
-  ``max_batch``) and commits them in one transaction, one savepoint each: a refused send is
-  answered with its error, the others commit.
+* **Group commit, no hand-off.** A connection's reader queues what one read brought and, when
+  no commit is running, commits itself: every request waiting (up to ``max_batch``) in one
+  transaction, one savepoint each (a refused send is answered with its error, the others
+  commit). When one is running, that committer takes the queued requests before it lets go.
+  One committer at a time (a lock); no writer thread to wake per request.
+* **Threads.** A connection is read by a reader thread that waits for the next connection when
+  its own ends (up to ``MAX_IDLE_READERS`` wait): a connection per call starts no thread.
 * **Wake, not poll.** After each commit the in-process relay is woken (``on_commit``).
 * **Permissions.** The socket is created under a temporary name, ``chmod``-ed to ``mode``
   (0600: the gateway's user; 0660: also its group) and only then renamed into place, so it is
@@ -21,8 +25,6 @@ socket the gateway writes for them:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import dataclasses
 import functools
@@ -36,14 +38,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pipeline.envelope import Envelope, Kind
+from pipeline.envelope import Envelope
 from pipeline.errors import ConfigError, DeliveryError, FleetError, StoreError
-from pipeline.host.socket_protocol import FrameError, FrameReader, error_data
-from pipeline.reasons import Config, Verification
+from pipeline.host.socket_protocol import (
+    FrameError,
+    FrameReader,
+    encode_frame,
+    encode_value,
+    error_data,
+    frame,
+)
+from pipeline.reasons import Config
 
 from .client import GatewayClient, SendRequest
 from .metrics import SocketMetrics
 from .socket_answers import Answers
+from .socket_requests import CONTROL_FIELDS, parse_control, parse_poll, parse_send
 from .writer_session import WriterSession
 
 if TYPE_CHECKING:
@@ -52,93 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SOCKET_MODES = (0o600, 0o660)
-
-
-_KINDS = {k.value: k for k in Kind}
-
-
-def parse_kind(text: str) -> Kind:
-    """``text`` as a :class:`Kind` (any case), or ``UNKNOWN_KIND`` -- for the CLI and the socket."""
-    kind = _KINDS.get(text)  # the wire's own spelling: a dict look-up, not Enum's constructor
-    if kind is not None:
-        return kind
-    try:
-        return Kind(str(text).upper())
-    except ValueError:
-        raise ConfigError(f"unknown kind {text!r}", reason=Verification.UNKNOWN_KIND) from None
-
-
-def parse_send(message: dict[str, Any]) -> SendRequest:
-    """A ``send`` request's fields as a SendRequest; a malformed one is ``CONFIG_INVALID``."""
-    try:
-        sender, to, body = message["sender"], message["to"], message["body"]
-        if not isinstance(sender, str) or not isinstance(to, str) or not isinstance(body, str):
-            raise TypeError("sender, to and body must be strings")
-        ttl, turn_id, trace_id = (
-            message.get("ttl_s"),
-            message.get("turn_id"),
-            message.get("trace_id"),
-        )
-        if ttl is not None and not isinstance(ttl, int | float):
-            raise TypeError("ttl_s must be a number")
-        if turn_id is not None and not isinstance(turn_id, str):
-            raise TypeError("turn_id must be a string")
-        if trace_id is not None and (not isinstance(trace_id, str) or not trace_id):
-            raise TypeError("trace_id must be a non-empty string")
-        raw = base64.b64decode(body, validate=True)
-    except (KeyError, TypeError, binascii.Error) as exc:
-        raise ConfigError(f"local socket: malformed send request: {exc}") from None
-    return SendRequest(
-        sender=sender,
-        to=to,
-        body=raw,
-        kind=parse_kind(message.get("kind", "SEND")),
-        ttl_s=float(ttl) if ttl is not None else None,
-        turn_id=turn_id,
-        trace_id=trace_id,
-    )
-
-
-# The control plane's requests (ControlClient.spawn / .stop): their fields and value types.
-_TEXT, _MAYBE_TEXT, _MAYBE_INT = (str,), (str, type(None)), (int, type(None))
-CONTROL_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
-    "spawn": {"requester": _TEXT, "host": _TEXT, "profile": _TEXT, "spawn_id": _MAYBE_TEXT,
-              "parent": _MAYBE_TEXT, "job": _MAYBE_TEXT, "brief": _MAYBE_TEXT,
-              "budget": _MAYBE_INT},
-    "stop": {"requester": _TEXT, "gid": _TEXT, "host": _MAYBE_TEXT, "reason": _MAYBE_TEXT,
-             "stop_id": _MAYBE_TEXT},
-}  # fmt: skip
-
-
-def parse_control(message: dict[str, Any], control: ControlClient) -> Callable[[], Any]:
-    """A ``spawn`` / ``stop`` request as the ControlClient call it asks for; a malformed one is
-    ``CONFIG_INVALID``."""
-    op = str(message.get("op"))
-    fields = CONTROL_FIELDS[op]
-    kwargs: dict[str, Any] = {}
-    for name, types in fields.items():
-        value = message.get(name)
-        if not isinstance(value, types) or isinstance(value, bool):
-            raise ConfigError(f"local socket: malformed {op} request: {name} is {value!r}")
-        kwargs[name] = value
-    return functools.partial(control.spawn if op == "spawn" else control.stop, **kwargs)
-
-
-def parse_poll(message: dict[str, Any]) -> dict[str, Any]:
-    """A ``poll`` request as GatewayClient.poll's arguments; a malformed one is
-    ``CONFIG_INVALID``."""
-    recipient, sender = message.get("recipient"), message.get("sender")
-    limit, wait_s = message.get("limit", 100), message.get("wait_s", 0.0)
-    if (
-        not isinstance(recipient, str)
-        or not isinstance(sender, str | None)
-        or not isinstance(limit, int)
-        or isinstance(limit, bool)
-        or not isinstance(wait_s, int | float)
-        or isinstance(wait_s, bool)
-    ):
-        raise ConfigError(f"local socket: malformed poll request: {message!r}")
-    return {"recipient": recipient, "sender": sender, "limit": limit, "wait_s": float(wait_s)}
+MAX_IDLE_READERS = 8  # reader threads kept waiting for the next connection
 
 
 @dataclass(slots=True)
@@ -148,7 +72,7 @@ class _Pending:
 
     id: Any
     request: SendRequest | None
-    call: Callable[[], Any] | None = None  # a control request, run by the writer on its own
+    call: Callable[[], Any] | None = None  # a control request, run by the committer on its own
     kind: str = ""  # for the metrics: the send's kind, or SPAWN / STOP
     result: Envelope | dict[str, Any] | FleetError | None = None
     answers: Answers | None = None  # its connection's, sent in order by whoever decides it
@@ -167,6 +91,16 @@ class _Pending:
                                           "tsMs": r.ts_ms, "turnId": r.turn_id}}  # fmt: skip
         assert isinstance(r, FleetError)
         return {"id": self.id, "error": error_data(r)}
+
+    def frame(self) -> bytes:
+        """:meth:`answer` as a frame; a queued send's (the common answer) formatted by hand."""
+        r = self.result
+        if not isinstance(r, Envelope):
+            return encode_frame(self.answer())
+        ident = str(self.id) if type(self.id) is int else encode_value(self.id)
+        turn = "null" if r.turn_id is None else encode_value(r.turn_id)
+        return frame(f'{{"id":{ident},"ok":{{"msgId":{encode_value(r.msg_id)},'
+                     f'"traceId":{encode_value(r.trace_id)},"tsMs":{r.ts_ms},"turnId":{turn}}}}}')  # fmt: skip
 
 
 class SocketServer:
@@ -196,24 +130,28 @@ class SocketServer:
         self.max_batch = max_batch
         self.metrics = metrics
         self.control = control
-        # SimpleQueue: a put is one C call, no Condition to notify in Python (a send's share)
-        self._queue: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
+        # what one read of a connection brought, in order; taken by whoever holds _committing
+        self._queue: queue.SimpleQueue[list[_Pending]] = queue.SimpleQueue()
+        self._committing = threading.Lock()
+        self._carry: list[_Pending] = []  # read, but past a group's max_batch: the next group's
         self._listener: socket.socket | None = None
         self._inode: int | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._conns: set[socket.socket] = set()
+        # accepted connections, each taken by a waiting reader thread or a new one
+        self._incoming: queue.SimpleQueue[tuple[socket.socket, Answers] | None]
+        self._incoming = queue.SimpleQueue()
+        self._idle = 0  # reader threads waiting on _incoming (under _lock)
         self._lock = threading.Lock()
-        self._writer = WriterSession(client.sessions)
-        self._writer_thread: int | None = None
+        self._writer = WriterSession(client.sessions)  # used under _committing only
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> SocketServer:
         self._listener = self._bind()
-        for name, target in (("accept", self._accept), ("writer", self._write)):
-            t = threading.Thread(target=target, name=f"gw-socket-{name}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        t = threading.Thread(target=self._accept, name="gw-socket-accept", daemon=True)
+        t.start()
+        self._threads.append(t)
         return self
 
     def run(self, stop: threading.Event) -> None:
@@ -246,14 +184,34 @@ class SocketServer:
         for t in self._threads:
             t.join(5)
         self._threads.clear()
-        while True:  # accepted but never committed: say so, nothing was queued
+        with self._lock:
+            idle, self._idle = self._idle, 0
+        for _ in range(idle):
+            self._incoming.put(None)
+        # a commit under way ends first; later reads are refused by whoever takes the lock
+        if not self._committing.acquire(timeout=5):
+            return
+        try:
+            self._refuse_queued()
+            self._writer.close()
+        finally:
+            self._committing.release()
+
+    def _refuse_queued(self) -> None:
+        """Accepted but never committed (the server is stopping): say so, nothing was queued."""
+        self._queue.put(self._carry)  # (the caller holds the commit lock)
+        self._carry = []
+        while True:
             try:
-                pending = self._queue.get_nowait()
+                reads = self._queue.get_nowait()
             except queue.Empty:
-                break
-            pending.finish(
-                DeliveryError("the gateway is stopping; the send was not queued", retriable=True)
-            )
+                return
+            for pending in reads:
+                pending.finish(
+                    DeliveryError(
+                        "the gateway is stopping; the send was not queued", retriable=True
+                    )
+                )
 
     def _bind(self) -> socket.socket:
         if os.path.exists(self.path):
@@ -303,20 +261,39 @@ class SocketServer:
                 return  # closed
             with self._lock:
                 self._conns.add(conn)
-            answers = Answers(conn)
-            for target, args in (
-                (self._read, (conn, answers)),
-                (answers.run, (functools.partial(self._closed, conn),)),
-            ):
-                threading.Thread(
-                    target=target, args=args, name="gw-socket-conn", daemon=True
-                ).start()
+            answers = Answers(conn, functools.partial(self._closed, conn))
+            with self._lock:
+                waiting = self._idle > 0  # a reader thread is free: it takes this one
+                if waiting:
+                    self._idle -= 1
+            self._incoming.put((conn, answers))
+            if not waiting:
+                threading.Thread(target=self._serve, name="gw-socket-conn", daemon=True).start()
+
+    def _serve(self) -> None:
+        """A reader thread: one connection after another. A connection per call (``fleet
+        send``, the MCP server) is read by a thread that is waiting already, not a new one."""
+        while True:
+            got = self._incoming.get()
+            if got is None:  # the server is stopping
+                return
+            self._read(*got)
+            with self._lock:
+                if self._stop.is_set() or self._idle >= MAX_IDLE_READERS:
+                    return
+                self._idle += 1
 
     def _read(self, conn: socket.socket, answers: Answers) -> None:
-        """Requests in, in order: each is queued for the writer (or refused at once)."""
+        """Requests in, in order: what one read brought is queued together and committed
+        (:meth:`_commit_queued`); a malformed one is refused at once."""
         frames = FrameReader(conn)
+        read: list[_Pending] = []
         try:
             while True:
+                if read and (len(read) >= self.max_batch or not frames.ready()):
+                    self._queue.put(read)
+                    read = []
+                    self._commit_queued()
                 try:
                     message = frames.next()
                 except FrameError as exc:  # unreadable: answer it, then hang up
@@ -351,16 +328,19 @@ class SocketServer:
                     if self.metrics is not None:
                         self.metrics.request(pending.kind, "malformed", exc.reason)
                 else:
-                    answers.add(pending)  # before the writer can decide it
-                    self._queue.put(pending)
+                    answers.add(pending)  # before a committer can decide it
+                    read.append(pending)
         except OSError:
             return
         finally:
+            if read:  # what was read before the end (or an unreadable frame) is still served
+                self._queue.put(read)
+                self._commit_queued()
             answers.end()
 
     def _poll(self, pending: _Pending, kwargs: dict[str, Any]) -> None:
         """A poll reads (and drains) held rows on its own thread: with ``wait_s`` it is an open
-        pull that may block for that long, and must hold up neither the writer nor this
+        pull that may block for that long, and must hold up neither the commits nor this
         connection's next requests (answers still go out in request order)."""
 
         def run() -> None:
@@ -384,30 +364,38 @@ class SocketServer:
             self._conns.discard(conn)
         conn.close()
 
-    # -- the writer ----------------------------------------------------------------------------
-    def _write(self) -> None:
-        self._writer_thread = threading.get_ident()
-        try:
-            while not self._stop.is_set():
-                try:
-                    first = self._queue.get(timeout=0.2)
-                except queue.Empty:
-                    continue
-                batch = [first]
+    # -- the committer -------------------------------------------------------------------------
+    def _commit_queued(self) -> None:
+        """Commit what is queued, unless another thread is committing: that one takes it.
+
+        Whoever queued reads and then finds the lock taken leaves them to its holder, which
+        looks at the queue again after letting go; so nothing queued is left behind, and no
+        thread is woken to commit what a reader could commit itself."""
+        while self._committing.acquire(blocking=False):
+            try:
+                if self._stop.is_set():
+                    self._refuse_queued()
+                    self._writer.close()
+                    return
+                batch, self._carry = self._carry, []
                 while len(batch) < self.max_batch:
                     try:
-                        batch.append(self._queue.get_nowait())
+                        batch += self._queue.get_nowait()
                     except queue.Empty:
                         break
-                self.commit(batch)
-        finally:
-            self._writer_thread = None
-            self._writer.close()
+                batch, self._carry = batch[: self.max_batch], batch[self.max_batch :]
+                if batch:
+                    self.commit(batch, writer=self._writer)
+            finally:
+                self._committing.release()
+            if not self._carry and self._queue.empty():
+                return
 
-    def commit(self, batch: list[_Pending]) -> None:
+    def commit(self, batch: list[_Pending], *, writer: WriterSession | None = None) -> None:
         """One transaction for ``batch``'s sends (each gets its envelope or its error), then each
-        control request on its own, in order."""
-        self._commit_sends([p for p in batch if p.request is not None])
+        control request on its own, in order. ``writer``: on its held connection (the caller
+        holds the commit lock)."""
+        self._commit_sends([p for p in batch if p.request is not None], writer)
         for pending in batch:
             if pending.call is not None:
                 self._run_control(pending)
@@ -432,15 +420,13 @@ class SocketServer:
                 self.metrics.request(pending.kind, "refused", result.reason)
         pending.finish(result)
 
-    def _commit_sends(self, batch: list[_Pending]) -> None:
+    def _commit_sends(self, batch: list[_Pending], writer: WriterSession | None) -> None:
         if not batch:
             return
         requests = [p.request for p in batch if p.request is not None]
         started = time.perf_counter()
         failed = False
         try:
-            # the writer thread's groups run on its held Session (writer_session.py)
-            writer = self._writer if threading.get_ident() == self._writer_thread else None
             results: list[Envelope | FleetError] = list(
                 self.client.send_all(requests, writer=writer)
             )

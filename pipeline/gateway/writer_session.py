@@ -1,12 +1,13 @@
-"""The local socket's writer: its group commits as DB-API transactions on one held SQLite connection.
+"""The local socket's writer: its group commits as DB-API transactions on one held connection.
 
 A group commit at 500 sends/s holds one to three sends, so what a transaction costs besides its
 statements is paid about once per send. Through an ORM ``Session`` that was most of it: the
 session's and the connection's transaction objects, their events, and ``BEGIN IMMEDIATE`` sent
 through SQLAlchemy's execution path came to ~37 µs per group, where ``BEGIN IMMEDIATE`` and
 ``COMMIT`` on the DB-API connection cost ~3 µs (measured, empty transactions). So the socket's
-one writer thread holds one connection and one ``Session`` on it, and runs each group as
-``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK``) on the DB-API connection itself:
+committer (one thread at a time) holds one connection and one ``Session`` on it, and runs each
+group as ``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK``) on the DB-API connection itself
+(on PostgreSQL the driver begins at the group's first statement):
 
 * **The same store rules.** The group still queues on the store's write gate
   (:func:`~pipeline.store.engine.write_gate`) before ``BEGIN IMMEDIATE``, like every other
@@ -22,15 +23,19 @@ one writer thread holds one connection and one ``Session`` on it, and runs each 
 * **Between groups** the connection holds no transaction, so it sees every commit of other
   writers at its next ``BEGIN`` and keeps no WAL snapshot open.
 
-Only SQLite: a PostgreSQL connection is checked out per group through the session factory as
-before, so the pool's pre-ping still replaces a connection the server dropped. After a failure
-that is not a refusal (a store error) the held connection is closed and the next group opens a
-fresh one.
+On PostgreSQL too: a checkout through the session factory per group cost its Session, its
+pool checkout and its transaction objects once per send at 500 sends/s. The pool's idle ping
+(:func:`~pipeline.store.engine.ping_when_idle`) is kept by hand: a held connection that sat
+unused longer than ``PING_IDLE_S`` is pinged before its next group, and one that fails the ping
+is dropped and replaced. After a failure that is not a refusal (a store error) the held
+connection is closed (on PostgreSQL invalidated: it may be the one the server dropped) and the
+next group opens a fresh one. Any other store is checked out per group as before.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,17 +44,24 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.errors import FleetError
-from pipeline.store.engine import WriteGate, write_gate
+from pipeline.host import dbapi
+from pipeline.store.engine import PING_IDLE_S, WriteGate, write_gate
+
+HELD_DIALECTS = ("sqlite", "postgresql")
 
 
 class WriterSession:
-    """``begin()`` like ``sessionmaker.begin()``, for one thread at a time (the socket's writer)."""
+    """``begin()`` like ``sessionmaker.begin()``, for one thread at a time (the socket's
+    committer)."""
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self.sessions = sessions
         bind = sessions.kw.get("bind")
-        held = isinstance(bind, Engine) and bind.dialect.name == "sqlite"
-        self._engine: Engine | None = bind if held else None
+        dialect = bind.dialect.name if isinstance(bind, Engine) else ""
+        self._engine: Engine | None = bind if dialect in HELD_DIALECTS else None
+        self._begin = "BEGIN IMMEDIATE" if dialect == "sqlite" else None
+        self._ping = dialect == "postgresql"
+        self._used = 0.0  # monotonic: when the held connection's last group ended
         self._conn: Connection | None = None
         self._session: Session | None = None
         self._raw: Any = None  # the DB-API connection under _conn
@@ -62,9 +74,13 @@ class WriterSession:
             with self.sessions.begin() as s:
                 yield s
             return
+        if self._session is not None and self._ping:
+            self._ping_if_idle()
         session = self._session if self._session is not None else self._open(self._engine)
         session.info.clear()
-        self._run("BEGIN IMMEDIATE")
+        session.info[dbapi.HELD] = (self._raw, self._engine.dialect)  # host.dbapi's statements
+        if self._begin is not None:
+            self._run(self._begin)
         try:
             yield session
         except FleetError:
@@ -77,15 +93,28 @@ class WriterSession:
         except BaseException:
             with contextlib.suppress(Exception):
                 self._end(commit=False)
-            self.close()
+            self.close(invalidate=self._ping)
             raise
         try:
             self._end(commit=True)
         except BaseException:
             with contextlib.suppress(Exception):
                 self._end(commit=False)
-            self.close()
+            self.close(invalidate=self._ping)
             raise
+
+    def _ping_if_idle(self) -> None:
+        """Like the pool's idle ping: a connection unused for ``PING_IDLE_S`` is pinged, and
+        one the server dropped meanwhile is replaced before the group runs on it."""
+        if time.monotonic() - self._used < PING_IDLE_S:
+            return
+        assert self._engine is not None
+        dialect = self._engine.dialect
+        try:
+            dialect.do_ping(self._raw)
+            self._raw.rollback()  # the ping's own transaction: the group begins afresh
+        except dialect.loaded_dbapi.Error:
+            self.close(invalidate=True)
 
     def _open(self, engine: Engine) -> Session:
         conn = engine.connect()
@@ -97,7 +126,7 @@ class WriterSession:
             session.connection()
             raw = conn.connection.dbapi_connection
             gate = write_gate(engine)
-            try:
+            try:  # (on PostgreSQL nothing was begun: a no-op)
                 raw.commit()  # type: ignore[union-attr]
             finally:
                 if gate is not None:
@@ -127,6 +156,7 @@ class WriterSession:
     def _end(self, *, commit: bool) -> None:
         """``COMMIT`` (or ``ROLLBACK``) on the DB-API connection; the gate is left either way."""
         raw, gate = self._raw, self._gate
+        self._used = time.monotonic()
         try:
             if commit:
                 self._call("COMMIT", raw.commit)
@@ -146,10 +176,14 @@ class WriterSession:
         except error as exc:
             raise DBAPIError.instance(sql, (), exc, error, dialect=dialect) from exc
 
-    def close(self) -> None:
-        """Give the held connection back (the next ``begin`` opens another)."""
+    def close(self, *, invalidate: bool = False) -> None:
+        """Give the held connection back (the next ``begin`` opens another); ``invalidate``:
+        discard it instead (a PostgreSQL connection that failed may be a dropped one)."""
         session, conn = self._session, self._conn
         self._session = self._conn = self._raw = self._gate = None
+        if invalidate and conn is not None:
+            with contextlib.suppress(Exception):
+                conn.invalidate()
         with contextlib.suppress(Exception):
             if session is not None:
                 session.close()

@@ -47,14 +47,24 @@ class Statement:
         return sql
 
 
+HELD = "fleet_dbapi"
+"""``session.info`` key: ``(DB-API connection, dialect)`` of the connection under the session's
+transaction, set for each transaction by whoever holds that connection (the socket's writer);
+then a statement skips ``session.connection()`` (SQLAlchemy's transaction bookkeeping)."""
+
+
 def execute(session: Session, statement: Statement, params: Sequence[Any]) -> Any:
     """Run ``statement`` with ``params`` in ``session``'s transaction; returns the DB-API cursor
     (fetch from it at once)."""
-    conn = session.connection()
-    dialect = conn.dialect
+    held = session.info.get(HELD)
+    if held is not None:
+        raw, dialect = held
+    else:
+        conn = session.connection()
+        raw, dialect = conn.connection.dbapi_connection, conn.dialect
     sql = statement.for_style(dialect.paramstyle)
     try:
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        cursor = raw.cursor()
         cursor.execute(sql, tuple(params))
     except dialect.loaded_dbapi.Error as exc:
         raise DBAPIError.instance(

@@ -8,7 +8,7 @@ branch key is ``<host>><to>`` so messages from one host to one recipient keep th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
@@ -29,6 +29,8 @@ class Publisher:
     # the pairwise MAC mode (docs/envelope.md): a conversation record for a host that published
     # an agreement key in its signed presence is MAC'd for that host; None: everything signed
     pairing: Pairing | None = None
+    # each host's inbox topic, named (and its host id checked) once, not per send
+    _inboxes: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def gateway_id(self) -> str:
@@ -36,7 +38,9 @@ class Publisher:
         return f"{self.host}{GATEWAY_SUFFIX}"
 
     def stage(self, session: Session, envelope: Envelope, *, to_host: str) -> int:
-        topic = self.topics.inbox(to_host)
+        topic = self._inboxes.get(to_host)
+        if topic is None:
+            topic = self._inboxes[to_host] = self.topics.inbox(to_host)
         pair = None
         if self.pairing is not None and envelope.kind in MAC_KINDS:
             pair = self.pairing.seal(to_host)

@@ -27,8 +27,10 @@ and :mod:`.socket_client` only (docs/gateway.md, "The local socket").
 from __future__ import annotations
 
 import json
+import json.scanner
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from pipeline import errors
@@ -51,7 +53,17 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
-    data = _ENCODER.encode(message).encode("utf-8")
+    return frame(_ENCODER.encode(message))
+
+
+def encode_value(value: Any) -> str:
+    """One JSON value as :func:`encode_frame` writes it (for a frame formatted by hand)."""
+    return _ENCODER.encode(value)
+
+
+def frame(text: str) -> bytes:
+    """One JSON object's text as a frame: its length, then its UTF-8 bytes."""
+    data = text.encode("utf-8")
     if len(data) > MAX_FRAME_BYTES:
         raise FrameError(
             f"local socket: a frame of {len(data)} bytes is above {MAX_FRAME_BYTES}",
@@ -60,9 +72,21 @@ def encode_frame(message: dict[str, Any]) -> bytes:
     return _LENGTH.pack(len(data)) + data
 
 
+# the decoder's own scanner: a frame as the encoders write it (one object, nothing around it)
+# is read without json.loads's Python layers (loads, decode, raw_decode and a regex per call)
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
+    json.JSONDecoder()  # type: ignore[arg-type]  # (typeshed names the class, not the decoder)
+)
+
+
 def decode_body(data: bytes) -> dict[str, Any]:
     try:
-        message = json.loads(data)
+        text = data.decode("utf-8")
+        message, end = _SCAN(text, 0) if text[:1] == "{" else (None, -1)
+        if end != len(text):  # whitespace around it, extra data, not an object: as json.loads
+            message = json.loads(text)
+    except StopIteration:  # the scanner's "no value here" (json.loads turns it into an error)
+        raise FrameError("local socket: a frame is not JSON") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FrameError(f"local socket: a frame is not JSON: {exc}") from None
     if not isinstance(message, dict):
@@ -97,6 +121,15 @@ class FrameReader:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self._buf = bytearray()
+
+    def ready(self) -> bool:
+        """True when :meth:`next` would return (or raise) without reading the socket: the
+        rest of what the last ``recv`` brought."""
+        buf = self._buf
+        if len(buf) < _LENGTH.size:
+            return False
+        size: int = _LENGTH.unpack_from(buf)[0]
+        return size > MAX_FRAME_BYTES or len(buf) >= _LENGTH.size + size
 
     def next(self) -> dict[str, Any] | None:
         """The next frame; ``None`` at a clean end of stream (between frames)."""

@@ -143,11 +143,13 @@ class OtelCollector:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def spans(self) -> list[ReceivedSpan]:
-        """Every span received so far (the file exporter flushes every 50 ms)."""
+        """Every span received so far (the file exporter flushes every 50 ms). Only whole lines
+        are read: the exporter may be half-way through writing the last one."""
         if not self._out.exists():
             return []
+        text = self._out.read_text()
         out: list[ReceivedSpan] = []
-        for line in self._out.read_text().splitlines():
+        for line in text[: text.rfind("\n") + 1].splitlines():
             if line.strip():
                 out.extend(parse_otlp_json(line))
         return out

@@ -14,6 +14,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from typer.testing import CliRunner
 
 from pipeline.bootstrap.client import build_client
 from pipeline.cli.main import app
-from pipeline.envelope import Signer
+from pipeline.envelope import Envelope, Kind, Signer
 from pipeline.errors import ConfigError, DeliveryError
 from pipeline.gateway.socket_server import SocketServer, _Pending, parse_send
 from pipeline.host import roster_cache
@@ -135,6 +136,19 @@ def test_an_oversized_or_non_object_frame_is_refused(reader: Any) -> None:
         decode_body(b"[1, 2]")
     with pytest.raises(FrameError):
         decode_body(b"\xff{")
+
+
+@pytest.mark.parametrize(
+    "data", [b'{"a": 1} x', b'{"a": 1}{"b": 2}', b'{"a":', b"", b"nul", b'{"a" 1}']
+)
+def test_a_frame_is_one_json_object_and_nothing_else(data: bytes) -> None:
+    with pytest.raises(FrameError):
+        decode_body(data)
+
+
+@pytest.mark.parametrize("data", [b'{"a":1,"b":[true,null]}', b' { "a" : 1 } ', b"{}"])
+def test_a_frame_decodes_as_json_loads_reads_it(data: bytes) -> None:
+    assert decode_body(data) == json.loads(data)
 
 
 def test_an_error_travels_with_its_class_reason_retriable_and_context() -> None:
@@ -508,3 +522,63 @@ def test_spawn_and_stop_go_through_the_socket_with_the_direct_paths_refusals(
         rows = c.execute(select(spawn_requests_table.c.spawn_id)).scalars().all()
     assert sorted(rows) == ["w-7", "w-8", "w-9"]
     engine.dispose()
+
+
+@pytest.mark.parametrize("ident", [7, 'a "quoted" id\n', None, 2.5, True, [1, "x"]])
+@pytest.mark.parametrize("turn_id", [None, "turn-\u00e9"])
+def test_a_queued_sends_answer_frame_is_its_answer_as_json(ident: Any, turn_id: Any) -> None:
+    """A queued send's answer is formatted by hand (the common answer): the same JSON object
+    as the encoder writes for :meth:`_Pending.answer`."""
+    env = Envelope.new(kind=Kind.ASK, sender="main-a", to="main-b", ttl_s=60, turn_id=turn_id)
+    pending = _Pending(id=ident, request=None, result=env)
+    data = pending.frame()
+    assert decode_body(data[4:]) == pending.answer()
+    assert int.from_bytes(data[:4], "big") == len(data) - 4
+
+
+def test_what_one_read_brings_is_committed_in_groups_of_at_most_max_batch(tmp_path: Path) -> None:
+    """The reader commits what it read itself, in groups no larger than ``max_batch``; every
+    request is answered, in order, and each committed once."""
+    client, engine, cfg = _host(tmp_path)
+    server = SocketServer(path=cfg.local_socket, client=client, max_batch=4).start()
+    groups: list[int] = []
+    real = client.send_all
+    client.send_all = lambda reqs, **kw: groups.append(len(reqs)) or real(reqs, **kw)  # type: ignore[method-assign]
+    try:
+        sends = [{"sender": "main-a", "to": "main-b", "body": f"m{i}".encode()} for i in range(30)]
+        with SocketClient.connect(server.path) as c:
+            results = c.send_many(sends)
+    finally:
+        server.close()
+    assert not any(isinstance(r, Exception) for r in results)
+    assert len({r.msg_id for r in results}) == 30 == _rows(engine) == sum(groups)  # type: ignore[union-attr]
+    assert max(groups) <= 4
+    engine.dispose()
+
+
+def test_a_connection_per_call_is_read_by_the_reader_thread_waiting_for_it(
+    served,  # type: ignore[no-untyped-def]
+) -> None:
+    """One connection after another (``fleet send``, the MCP server) starts no thread each: the
+    reader thread of the last one takes the next; a stopping server ends its waiting readers."""
+    server, engine, _cfg, _commits = served
+    readers: set[threading.Thread] = set()
+    real = server._read
+
+    def read(conn: Any, answers: Any) -> None:
+        readers.add(threading.current_thread())
+        real(conn, answers)
+
+    server._read = read
+    for _ in range(5):
+        with SocketClient.connect(server.path) as c:
+            c.send(sender="main-a", to="main-b", body=b"x")
+        for _wait in range(1000):  # the reader sees the end of the stream, then waits again
+            if server._idle:
+                break
+            time.sleep(0.01)
+    assert len(readers) == 1 and _rows(engine) == 5
+    server.close()
+    (reader,) = readers
+    reader.join(10)
+    assert not reader.is_alive() and server._idle == 0

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from pipeline.gateway.socket_answers import Answers
-from pipeline.host.socket_protocol import read_frame
+from pipeline.host.socket_protocol import encode_frame, read_frame
 
 
 class _Request:
@@ -22,19 +22,19 @@ class _Request:
     def answer(self) -> dict[str, Any]:
         return {"id": self.id, "ok": {"payload": self.payload}}
 
+    def frame(self) -> bytes:
+        return encode_frame(self.answer())
 
-def _serve(answers: Answers) -> tuple[threading.Thread, threading.Event]:
+
+def _serve(server: socket.socket) -> tuple[Answers, threading.Event]:
     closed = threading.Event()
-    thread = threading.Thread(target=answers.run, args=(closed.set,), daemon=True)
-    thread.start()
-    return thread, closed
+    return Answers(server, closed.set), closed
 
 
 def test_answers_go_out_in_request_order_whatever_order_they_are_decided_in() -> None:
     server, client = socket.socketpair()
     with server, client:
-        answers = Answers(server)
-        thread, closed = _serve(answers)
+        answers, closed = _serve(server)
         requests = [_Request(i) for i in range(4)]
         for r in requests:
             answers.add(r)
@@ -44,33 +44,31 @@ def test_answers_go_out_in_request_order_whatever_order_they_are_decided_in() ->
         answers.end()
         got = [read_frame(client) for _ in range(4)]
         assert [a["id"] for a in got if a is not None] == [0, 1, 2, 3]
-        thread.join(10)
-        assert closed.is_set()
+        assert closed.wait(10)
+        assert answers._sender is None  # the socket took every answer: no thread was started
 
 
 def test_a_client_that_does_not_read_never_blocks_the_decider_and_loses_no_answer() -> None:
     server, client = socket.socketpair()
     with server, client:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        answers = Answers(server)
-        thread, closed = _serve(answers)
+        answers, closed = _serve(server)
         requests = [_Request(i, "x" * 2000) for i in range(200)]  # far above the buffer
         for r in requests:
             answers.add(r)
             r.result = "decided"
             answers.flush()  # returns although the client reads nothing yet
         answers.end()
+        assert answers._sender is not None  # the backlog has a thread of its own
         got = [read_frame(client) for _ in range(200)]
         assert [a["id"] for a in got if a is not None] == list(range(200))
-        thread.join(10)
-        assert closed.is_set()
+        assert closed.wait(10)
 
 
 def test_the_connection_is_closed_only_once_every_request_is_answered() -> None:
     server, client = socket.socketpair()
     with server, client:
-        answers = Answers(server)
-        thread, closed = _serve(answers)
+        answers, closed = _serve(server)
         late = _Request(0)
         answers.add(late)
         answers.end()
@@ -78,19 +76,16 @@ def test_the_connection_is_closed_only_once_every_request_is_answered() -> None:
         late.result = "decided"
         answers.flush()
         assert read_frame(client) == {"id": 0, "ok": {"payload": ""}}
-        thread.join(10)
-        assert closed.is_set()
+        assert closed.wait(10)
 
 
 def test_a_client_that_went_away_ends_the_connection() -> None:
     server, client = socket.socketpair()
     with server:
-        answers = Answers(server)
-        thread, closed = _serve(answers)
+        answers, closed = _serve(server)
         client.close()
         r = _Request(0)
         answers.add(r)
         r.result = "decided"
         answers.flush()  # the send fails: nothing raised to the decider
-        thread.join(10)
-        assert closed.is_set()
+        assert closed.wait(10)
