@@ -3,16 +3,66 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import confluent_kafka.admin as kafka_admin
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipeline.kafka.local import LauncherConfig, LocalCluster
 from pipeline.testing import BrokerHandle, start_test_broker, test_broker_dir, unique_name
 
 _BROKER_LINES: list[str] = []
+
+# A cluster the suite did not start: KAFKA_BOOTSTRAP, and KAFKA_COMMAND_CONFIG for its login
+# (docs/local-kafka.md "A cluster you bring"). The login is laid over every client the suite
+# builds for that cluster, here and in the processes the tests start (PYTHONPATH carries the
+# sitecustomize that does it); commands the tests run no longer see KAFKA_COMMAND_CONFIG, so each
+# takes only the login its own command line gives, as on the suite's own broker.
+_LOGIN_DIR = Path(__file__).parent / "external_login"
+if os.environ.get("KAFKA_COMMAND_CONFIG") and os.environ.get("KAFKA_BOOTSTRAP"):
+    os.environ["FLEET_TEST_KAFKA_LOGIN"] = str(
+        Path(os.environ.pop("KAFKA_COMMAND_CONFIG")).resolve()
+    )
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(_LOGIN_DIR), os.environ.get("PYTHONPATH")) if p
+    )
+if os.environ.get("FLEET_TEST_KAFKA_LOGIN"):
+    sys.path.insert(0, str(_LOGIN_DIR))
+    import tempfile
+
+    import fleet_external_login
+
+    fleet_external_login.install()
+    if "KCAT_CONFIG" not in os.environ:  # the tests' kcat reads the login from there
+        import atexit
+        import shutil
+
+        _kcat_dir = tempfile.mkdtemp(prefix="fleet-kcat-")
+        atexit.register(shutil.rmtree, _kcat_dir, True)
+        os.environ["KCAT_CONFIG"] = fleet_external_login.write_kcat_config(
+            os.environ["FLEET_TEST_KAFKA_LOGIN"], _kcat_dir
+        )
+
+# Fixtures that start, kill, pause or stop brokers of their own: a test asking for one is
+# `own_cluster`, and skipped while KAFKA_BOOTSTRAP names a cluster that is not the suite's.
+OWN_CLUSTER_FIXTURES = frozenset(
+    {"kafka3", "_cluster3", "kafka_own", "_own_cluster", "secure_kafka"}
+)
+OWN_CLUSTER_REASON = (
+    "own_cluster: starts, kills or pauses brokers of its own; KAFKA_BOOTSTRAP names a cluster "
+    "that is not the suite's (FLEET_TEST_OWN_CLUSTERS=1 runs it beside it)"
+)
+
+
+def external_cluster() -> bool:
+    """True when KAFKA_BOOTSTRAP names the cluster: someone else's, whose brokers no test may
+    start, stop or pause (unless FLEET_TEST_OWN_CLUSTERS=1 lets the suite start its own too)."""
+    return bool(os.environ.get("KAFKA_BOOTSTRAP")) and (
+        os.environ.get("FLEET_TEST_OWN_CLUSTERS") != "1"
+    )
 
 
 def _announce(request: pytest.FixtureRequest, line: str) -> None:
@@ -134,27 +184,29 @@ def secure_kafka() -> Iterator[LocalCluster]:
 
 
 @pytest.fixture
-def admin(kafka: BrokerHandle) -> AdminClient:
-    return AdminClient({"bootstrap.servers": kafka.bootstrap})
+def admin(kafka: BrokerHandle) -> kafka_admin.AdminClient:
+    return kafka_admin.AdminClient({"bootstrap.servers": kafka.bootstrap})
 
 
 TopicFactory = Callable[..., str]
 
 
 def make_topic_factory(bootstrap: str) -> TopicFactory:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    """Topics with the cluster's default replication (``-1``: ``default.replication.factor``),
+    so a cluster with ``min.insync.replicas=2`` takes ``acks=all`` writes to them."""
+    admin = kafka_admin.AdminClient({"bootstrap.servers": bootstrap})
 
     def create(
         prefix: str = "t",
         *,
         partitions: int = 1,
-        replication: int = 1,
+        replication: int = -1,
         config: dict[str, str] | None = None,
     ) -> str:
         name = unique_name(f"test.{prefix}")
         futures = admin.create_topics(
             [
-                NewTopic(
+                kafka_admin.NewTopic(
                     name,
                     num_partitions=partitions,
                     replication_factor=replication,
@@ -180,6 +232,14 @@ def group_id() -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A test that starts, kills or pauses brokers needs a cluster of its own: marked by the
+    # fixture it asks for, or by hand (`own_cluster`) when it starts its JVMs itself.
+    own = pytest.mark.skip(reason=OWN_CLUSTER_REASON)
+    for item in items:
+        if OWN_CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.own_cluster)
+        if external_cluster() and "own_cluster" in item.keywords:
+            item.add_marker(own)
     # The shipped lab scenarios take minutes each: `make lab` runs them, `make test` does not.
     if os.environ.get("FLEET_LAB_SCENARIOS") != "1":
         lab = pytest.mark.skip(reason="shipped lab scenarios run with `make lab`")
