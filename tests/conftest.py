@@ -184,6 +184,14 @@ def secure_kafka() -> Iterator[LocalCluster]:
 
 
 @pytest.fixture
+def kafka_login_properties() -> str:
+    """The session cluster's login as ``.properties`` lines, for a test that writes its own
+    ``--command-config`` file: the file KAFKA_COMMAND_CONFIG named, or PLAINTEXT on ours."""
+    path = os.environ.get("FLEET_TEST_KAFKA_LOGIN")
+    return Path(path).read_text(encoding="utf-8") if path else "security.protocol=PLAINTEXT\n"
+
+
+@pytest.fixture
 def admin(kafka: BrokerHandle) -> kafka_admin.AdminClient:
     return kafka_admin.AdminClient({"bootstrap.servers": kafka.bootstrap})
 

@@ -11,7 +11,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "external_login"))
 
-import fleet_external_login as ext  # noqa: E402
+import fleet_external_login as ext
 
 LOGIN = {"security.protocol": "SASL_PLAINTEXT", "sasl.username": "tester"}
 SERVERS = {"127.0.0.1:1", "127.0.0.1:2"}
