@@ -74,13 +74,12 @@ def client_properties(cluster: SaslPlaintextCluster, user: str) -> str:
 
 def grant_test_user(cluster: SaslPlaintextCluster) -> None:
     """``ALL`` for the test user on every topic, group and transactional id and on the cluster,
-    written by ``admin``; then wait until the test user can create and delete a topic."""
+    written by ``admin``; then the cluster is warmed up as the test user."""
     from confluent_kafka.admin import (
         AclBinding,
         AclOperation,
         AclPermissionType,
         AdminClient,
-        NewTopic,
         ResourcePatternType,
         ResourceType,
     )
@@ -105,18 +104,45 @@ def grant_test_user(cluster: SaslPlaintextCluster) -> None:
     ]
     for future in admin.create_acls(bindings).values():
         future.result(30)
-    tester = AdminClient(cluster.client_config(TEST_USER))
-    deadline = time.monotonic() + 60
+    warm_up(cluster.client_config(TEST_USER))
+
+
+def warm_up(conf: dict[str, Any]) -> None:
+    """As the test user: create a topic, write to it with ``acks=all``, commit a group offset,
+    delete the topic. Retried (bounded) until the grants reach every broker and the group
+    coordinator (``__consumer_offsets``, created by the first group) has loaded: a cluster
+    someone else runs has long done both before a suite comes to it."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(conf)
     probe = f"test-external-probe-{os.getpid()}"
+    deadline = time.monotonic() + 180
+    step = "create"
     while True:
         try:
-            tester.create_topics([NewTopic(probe, 1, -1)])[probe].result(30)
-            tester.delete_topics([probe])[probe].result(30)
+            if step == "create":
+                admin.create_topics([NewTopic(probe, 1, -1)])[probe].result(30)
+                step = "write"
+            if step == "write":
+                producer = Producer({**conf, "acks": "all", "enable.idempotence": True})
+                producer.produce(probe, b"warm-up")
+                if producer.flush(30) != 0:
+                    raise RuntimeError("warm-up write not acknowledged")
+                step = "commit"
+            if step == "commit":
+                consumer = Consumer({**conf, "group.id": probe, "enable.auto.commit": False})
+                try:
+                    consumer.commit(offsets=[TopicPartition(probe, 0, 1)], asynchronous=False)
+                finally:
+                    consumer.close()
+                step = "delete"
+            admin.delete_topics([probe])[probe].result(30)
             return
-        except Exception:  # the grants not yet on every broker: retry, bounded
+        except Exception:  # not ready yet: retry, bounded
             if time.monotonic() > deadline:
                 raise
-            time.sleep(1)
+            time.sleep(2)
 
 
 def run_suite(bootstrap: str, login: Path, pytest_args: list[str]) -> int:
