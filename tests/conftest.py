@@ -82,13 +82,16 @@ def kcat_refusal() -> str | None:
     )  # fmt: skip
     if probe.returncode == 0:
         return None
+    import re
+
     version = subprocess.run([kcat, "-V"], capture_output=True, text=True, check=False).stdout
-    lib = next((w for w in version.replace("(", " ").split() if w[:1].isdigit()), "?")
+    lib = re.search(r"librdkafka ([0-9.]+)", version)
     failed = [line for line in probe.stderr.splitlines() if "error" in line.lower()]
     detail = failed[0].rsplit(": ", 1)[-1] if failed else probe.stderr.strip()[-200:]
+    detail = re.sub(r"\s*\(after .*\)$", "", detail)  # one reason for every worker's probe
     return (
-        f"kcat: this machine's kcat cannot log in to KAFKA_BOOTSTRAP's cluster ({detail}); "
-        f"SCRAM against Kafka 4 needs librdkafka >= 2.6.1 (kcat {lib})"
+        f"kcat: this machine's kcat cannot log in to KAFKA_BOOTSTRAP's cluster ({detail}); it "
+        f"links librdkafka {lib.group(1) if lib else '?'}, SCRAM against Kafka 4 needs 2.6.1+"
     )
 
 
