@@ -42,6 +42,7 @@ if os.environ.get("FLEET_TEST_KAFKA_LOGIN"):
         os.environ["KCAT_CONFIG"] = fleet_external_login.write_kcat_config(
             os.environ["FLEET_TEST_KAFKA_LOGIN"], _KCAT_DIR
         )
+        os.environ[fleet_external_login.KEYS_ENV] = os.environ["KCAT_CONFIG"]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

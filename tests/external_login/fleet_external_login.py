@@ -37,8 +37,18 @@ def _servers(text: str) -> set[str]:
     return {s.strip() for s in text.split(",") if s.strip()}
 
 
+KEYS_ENV = "FLEET_TEST_KAFKA_LOGIN_KEYS"  # the same login in librdkafka keys (also kcat's)
+
+
 def login_properties(path: str) -> dict[str, str]:
-    """The librdkafka settings of the login in ``path`` (password included: never log them)."""
+    """The librdkafka settings of the login in ``path`` (password included: never log them).
+    A child process reads them from the librdkafka-keyed copy when there is one, so a process
+    running another release's ``pipeline`` (the rolling-upgrade tests) takes the login too."""
+    keys = os.environ.get(KEYS_ENV)
+    if keys and os.path.exists(keys):
+        with open(keys, encoding="utf-8") as f:
+            pairs = (line.rstrip("\n").partition("=") for line in f if "=" in line)
+            return {k: v for k, _, v in pairs}
     from pipeline.kafka.properties import load_properties_file
 
     return load_properties_file(path, environ=os.environ).client_properties()
