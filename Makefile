@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.installed-core
 # every package pinned (pip install -c): an install next month resolves to the same code
 PIP_INSTALL := $(PY) -m pip install -q -c constraints.txt
 
-.PHONY: help setup run test test-unit test-upgrade check bench lab chaos clean
+.PHONY: help setup run test test-unit test-external test-upgrade check bench lab chaos clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-10s %s\n",$$1,$$2}'
@@ -42,6 +42,11 @@ run: $(RUN_STAMP)  ## the main job on embedded defaults: local Kafka (or KAFKA_B
 TEST_WORKERS ?= 2
 test: setup  ## every test, against a real Kafka broker it starts itself (and PostgreSQL)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+
+# A secured three-node cluster started apart (SASL_PLAINTEXT SCRAM-SHA-512, min ISR 2, RF 3), given
+# to the suite as someone else's: KAFKA_BOOTSTRAP + KAFKA_COMMAND_CONFIG only; stopped at the end.
+test-external: setup  ## the suite against a secured three-node cluster it did not start (docs/local-kafka.md)
+	$(PY) scripts/test_external.py -n $(TEST_WORKERS) --dist loadfile
 
 test-unit: setup  ## only tests that need no broker
 	FLEET_SKIP_KAFKA=1 $(PY) -m pytest tests/unit

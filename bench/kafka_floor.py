@@ -43,7 +43,7 @@ def _make_topics(bootstrap: str, names: list[str]) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(n, PARTITIONS, 1) for n in names]).values():
+    for f in admin.create_topics([NewTopic(n, PARTITIONS, -1) for n in names]).values():
         f.result(30)
 
 

@@ -2,17 +2,106 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import confluent_kafka.admin as kafka_admin
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipeline.kafka.local import LauncherConfig, LocalCluster
 from pipeline.testing import BrokerHandle, start_test_broker, test_broker_dir, unique_name
 
 _BROKER_LINES: list[str] = []
+
+# A cluster the suite did not start: KAFKA_BOOTSTRAP, and KAFKA_COMMAND_CONFIG for its login
+# (docs/local-kafka.md "A cluster you bring"). The login is laid over every client the suite
+# builds for that cluster, here and in the processes the tests start (PYTHONPATH carries the
+# sitecustomize that does it); commands the tests run no longer see KAFKA_COMMAND_CONFIG, so each
+# takes only the login its own command line gives, as on the suite's own broker.
+_LOGIN_DIR = Path(__file__).parent / "external_login"
+if os.environ.get("KAFKA_COMMAND_CONFIG") and os.environ.get("KAFKA_BOOTSTRAP"):
+    os.environ["FLEET_TEST_KAFKA_LOGIN"] = str(
+        Path(os.environ.pop("KAFKA_COMMAND_CONFIG")).resolve()
+    )
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(_LOGIN_DIR), os.environ.get("PYTHONPATH")) if p
+    )
+if os.environ.get("FLEET_TEST_KAFKA_LOGIN"):
+    sys.path.insert(0, str(_LOGIN_DIR))
+    import tempfile
+
+    import fleet_external_login
+
+    fleet_external_login.install()
+    if "KCAT_CONFIG" not in os.environ:  # the tests' kcat reads the login from there
+        _KCAT_DIR = tempfile.mkdtemp(prefix="fleet-kcat-")  # removed by pytest_unconfigure
+        os.environ["KCAT_CONFIG"] = fleet_external_login.write_kcat_config(
+            os.environ["FLEET_TEST_KAFKA_LOGIN"], _KCAT_DIR
+        )
+        os.environ[fleet_external_login.KEYS_ENV] = os.environ["KCAT_CONFIG"]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # not at exit: a forked child's exit would run it too, under the workers' feet
+    folder = globals().get("_KCAT_DIR")
+    if folder is not None and not hasattr(config, "workerinput"):
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# Fixtures that start, kill, pause or stop brokers of their own: a test asking for one is
+# `own_cluster`, and skipped while KAFKA_BOOTSTRAP names a cluster that is not the suite's.
+OWN_CLUSTER_FIXTURES = frozenset(
+    {"kafka3", "_cluster3", "kafka_own", "_own_cluster", "secure_kafka"}
+)
+OWN_CLUSTER_REASON = (
+    "own_cluster: starts, kills or pauses brokers of its own; KAFKA_BOOTSTRAP names a cluster "
+    "that is not the suite's (FLEET_TEST_OWN_CLUSTERS=1 runs it beside it)"
+)
+
+
+@functools.cache
+def kcat_refusal() -> str | None:
+    """Why kcat cannot read the cluster KAFKA_BOOTSTRAP names with its login (None: it can, or
+    no login is given). Asked once per process, only when a test that uses kcat is selected."""
+    import shutil
+    import subprocess
+
+    if not os.environ.get("FLEET_TEST_KAFKA_LOGIN"):
+        return None
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        return "kcat: not installed"
+    probe = subprocess.run(
+        [kcat, "-b", os.environ["KAFKA_BOOTSTRAP"], "-L", "-m", "20"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    if probe.returncode == 0:
+        return None
+    import re
+
+    version = subprocess.run([kcat, "-V"], capture_output=True, text=True, check=False).stdout
+    lib = re.search(r"librdkafka ([0-9.]+)", version)
+    failed = [line for line in probe.stderr.splitlines() if "error" in line.lower()]
+    detail = failed[0].rsplit(": ", 1)[-1] if failed else probe.stderr.strip()[-200:]
+    detail = re.sub(r"\s*\(after .*\)$", "", detail)  # one reason for every worker's probe
+    return (
+        f"kcat: this machine's kcat cannot log in to KAFKA_BOOTSTRAP's cluster ({detail}); it "
+        f"links librdkafka {lib.group(1) if lib else '?'}, SCRAM against Kafka 4 needs 2.6.1+"
+    )
+
+
+def external_cluster() -> bool:
+    """True when KAFKA_BOOTSTRAP names the cluster: someone else's, whose brokers no test may
+    start, stop or pause (unless FLEET_TEST_OWN_CLUSTERS=1 lets the suite start its own too)."""
+    return bool(os.environ.get("KAFKA_BOOTSTRAP")) and (
+        os.environ.get("FLEET_TEST_OWN_CLUSTERS") != "1"
+    )
 
 
 def _announce(request: pytest.FixtureRequest, line: str) -> None:
@@ -134,27 +223,37 @@ def secure_kafka() -> Iterator[LocalCluster]:
 
 
 @pytest.fixture
-def admin(kafka: BrokerHandle) -> AdminClient:
-    return AdminClient({"bootstrap.servers": kafka.bootstrap})
+def kafka_login_properties() -> str:
+    """The session cluster's login as ``.properties`` lines, for a test that writes its own
+    ``--command-config`` file: the file KAFKA_COMMAND_CONFIG named, or PLAINTEXT on ours."""
+    path = os.environ.get("FLEET_TEST_KAFKA_LOGIN")
+    return Path(path).read_text(encoding="utf-8") if path else "security.protocol=PLAINTEXT\n"
+
+
+@pytest.fixture
+def admin(kafka: BrokerHandle) -> kafka_admin.AdminClient:
+    return kafka_admin.AdminClient({"bootstrap.servers": kafka.bootstrap})
 
 
 TopicFactory = Callable[..., str]
 
 
 def make_topic_factory(bootstrap: str) -> TopicFactory:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    """Topics with the cluster's default replication (``-1``: ``default.replication.factor``),
+    so a cluster with ``min.insync.replicas=2`` takes ``acks=all`` writes to them."""
+    admin = kafka_admin.AdminClient({"bootstrap.servers": bootstrap})
 
     def create(
         prefix: str = "t",
         *,
         partitions: int = 1,
-        replication: int = 1,
+        replication: int = -1,
         config: dict[str, str] | None = None,
     ) -> str:
         name = unique_name(f"test.{prefix}")
         futures = admin.create_topics(
             [
-                NewTopic(
+                kafka_admin.NewTopic(
                     name,
                     num_partitions=partitions,
                     replication_factor=replication,
@@ -180,6 +279,22 @@ def group_id() -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A test that starts, kills or pauses brokers needs a cluster of its own: marked by the
+    # fixture it asks for, or by hand (`own_cluster`) when it starts its JVMs itself.
+    own = pytest.mark.skip(reason=OWN_CLUSTER_REASON)
+    for item in items:
+        if OWN_CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.own_cluster)
+        if external_cluster() and "own_cluster" in item.keywords:
+            item.add_marker(own)
+    # kcat, the independent client some tests read with, may be unable to log in to a cluster
+    # the suite did not start (an old librdkafka): those tests say so instead of failing
+    if os.environ.get("FLEET_TEST_KAFKA_LOGIN") and any("kcat" in i.keywords for i in items):
+        refusal = kcat_refusal()
+        if refusal is not None:
+            for item in items:
+                if "kcat" in item.keywords:
+                    item.add_marker(pytest.mark.skip(reason=refusal))
     # The shipped lab scenarios take minutes each: `make lab` runs them, `make test` does not.
     if os.environ.get("FLEET_LAB_SCENARIOS") != "1":
         lab = pytest.mark.skip(reason="shipped lab scenarios run with `make lab`")

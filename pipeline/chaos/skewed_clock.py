@@ -45,6 +45,19 @@ if _offset_s:
     _time, _time_ns, _offset_ns = time.time, time.time_ns, round(_offset_s * 1e9)
     time.time = lambda: _time() + _offset_s
     time.time_ns = lambda: _time_ns() + _offset_ns
+
+# Python imports one sitecustomize: the next one on the path (a test harness's) runs after this
+import importlib.util as _util
+import sys as _sys
+
+_here = os.path.dirname(os.path.abspath(__file__))
+for _dir in _sys.path:
+    _next = os.path.join(_dir, "sitecustomize.py")
+    if os.path.abspath(_dir or ".") != _here and os.path.isfile(_next):
+        _spec = _util.spec_from_file_location("_next_sitecustomize", _next)
+        if _spec is not None and _spec.loader is not None:
+            _spec.loader.exec_module(_util.module_from_spec(_spec))
+        break
 '''
 SKEWED_READY_S = 120.0  # bound on the skewed gateway's start (slow on a loaded machine)
 

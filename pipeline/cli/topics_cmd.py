@@ -26,7 +26,13 @@ def apply(
     bootstrap: BootstrapOpt = None,
     prefix: Annotated[str, typer.Option(help="Topic name prefix.")] = "fleet.",
     partitions: Annotated[int, typer.Option(help="Partitions per inbox and pool topic.")] = 6,
-    replication: Annotated[int, typer.Option(help="Replication factor.")] = 1,
+    replication: Annotated[
+        int | None,
+        typer.Option(
+            help="Replication factor (default: the cluster's default.replication.factor; "
+            "an existing topic keeps its own)."
+        ),
+    ] = None,
     min_insync: Annotated[int | None, typer.Option(help="min.insync.replicas.")] = None,
     dlq_retention_bytes: Annotated[int, typer.Option(help="DLQ cap per partition.")] = 1 << 30,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report only.")] = False,

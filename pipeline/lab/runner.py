@@ -88,7 +88,8 @@ def _create_topic(
     bootstrap: str, topic: str, partitions: int, admin_factory: ClientFactory
 ) -> None:
     admin = admin_factory(admin_config(bootstrap))
-    fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    # -1: the cluster's default.replication.factor (one broker: 1; min ISR 2 takes acks=all)
+    fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=-1)])
     for f in fut.values():
         f.result(timeout=30)
     # a just-created topic's leaders take a moment to answer (NOT_LEADER_FOR_PARTITION from

@@ -45,8 +45,13 @@ class Release:
         return self.venv / "bin" / "fleet"
 
     def env(self) -> dict[str, str]:
-        """This environment without any ``PYTHONPATH`` (it would put a checkout first)."""
-        return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        """This environment without the ``PYTHONPATH`` (it would put a checkout first); on a
+        cluster the suite did not start it keeps only the folder that gives it its login."""
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        login = Path(__file__).parents[1] / "external_login"  # a cluster's login, not our code
+        if str(login) in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+            env["PYTHONPATH"] = str(login)
+        return env
 
 
 def unpack(tag: str, into: Path) -> Path:

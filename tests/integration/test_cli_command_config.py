@@ -19,12 +19,12 @@ pytestmark = pytest.mark.kafka
 
 
 def test_topics_apply_with_a_properties_file_and_dash_x(
-    kafka: BrokerHandle, tmp_path: Path
+    kafka: BrokerHandle, kafka_login_properties: str, tmp_path: Path
 ) -> None:
     props = tmp_path / "client.properties"
     props.write_text(
         "# as for kafka-console-consumer --command-config\n"
-        "security.protocol=PLAINTEXT\n"
+        f"{kafka_login_properties}\n"
         "bootstrap.servers=127.0.0.1:1\n"  # ignored: -b wins
         "client.id : fleet-cli-test\n"
         "request.timeout.ms=20000\n"
@@ -58,7 +58,7 @@ def test_the_environment_names_the_brokers_and_a_bad_property_is_refused(
 
 
 def test_gateway_run_takes_its_cluster_and_login_from_the_command_line(
-    kafka: BrokerHandle, tmp_path: Path
+    kafka: BrokerHandle, kafka_login_properties: str, tmp_path: Path
 ) -> None:
     """``fleet gateway run`` as a service runs it: the file named by ``FLEET_CONFIG``, the brokers
     from ``-b`` over the file's (which points nowhere), the login from ``--command-config``
@@ -77,7 +77,7 @@ def test_gateway_run_takes_its_cluster_and_login_from_the_command_line(
     assert kafka.bootstrap in text
     config.write_text(text.replace(kafka.bootstrap, "127.0.0.1:1"))  # the file's: nowhere
     props = tmp_path / "client.properties"
-    props.write_text("security.protocol=PLAINTEXT\nclient.id=gw-a\n")
+    props.write_text(f"{kafka_login_properties}\nclient.id=gw-a\n")
     argv = ["gateway", "run", "-b", kafka.bootstrap, "--command-config", str(props),
             "-X", "socket.keepalive.enable=true", "--log-format", "json"]  # fmt: skip
     gw = FleetProcess(tmp_path / "gw.log", argv, env={"FLEET_CONFIG": str(config)}).start()

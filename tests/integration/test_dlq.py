@@ -208,6 +208,7 @@ def test_replay_with_db_skips_quarantined_keys(kafka: BrokerHandle, new_topic, t
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
+@pytest.mark.kcat
 def test_an_independent_client_sees_the_original_key_headers_and_body(
     kafka: BrokerHandle, new_topic
 ) -> None:

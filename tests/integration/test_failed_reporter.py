@@ -139,7 +139,10 @@ def test_reporter_killed_minus_9_mid_way_still_yields_exactly_one_failed_each(
         "--group",
         group,
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     kills = 0
     for round_ in range(2):
         before = sum(high_watermarks(kafka.bootstrap, sink).values())

@@ -161,7 +161,10 @@ def test_reporter_killed_minus_9_yields_exactly_one_failed_per_dead_lettered_bri
         extra=f"max_ttl_s = {B_MAX_TTL_S}",
     )
     cmd = [sys.executable, "-m", "pipeline", "dlq", "report", "--config", str(config)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     kills = 0
     for round_, at_least in enumerate((40, 120)):
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -228,7 +231,10 @@ def test_reporter_on_a_host_without_gateway_ships_through_its_own_relay(
             "5",
         ],
         check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        },
         capture_output=True,
         timeout=180,
     )

@@ -66,6 +66,7 @@ def test_unresolvable_artifact_is_named(tmp_path: Path) -> None:
     assert not (tmp_path / "kafka_2.13-0.0.0-no-such-version-log4j-2.24.3" / ".complete").exists()
 
 
+@pytest.mark.own_cluster  # starts brokers of its own
 def test_broker_that_never_becomes_ready_quotes_its_log(tmp_path: Path) -> None:
     cluster = LocalCluster(LauncherConfig(directory=tmp_path, ready_timeout_s=0.3), owned=True)
     with pytest.raises(BrokerNotReady) as info:
@@ -76,6 +77,7 @@ def test_broker_that_never_becomes_ready_quotes_its_log(tmp_path: Path) -> None:
     assert all(not n.is_running() for n in cluster.nodes), "a failed start leaves no JVM behind"
 
 
+@pytest.mark.own_cluster  # starts brokers of its own
 def test_broker_that_crashes_at_start_is_reported_with_exit_code(tmp_path: Path) -> None:
     # A listener on a port we hold: the JVM fails to bind and exits; we say so with its log.
     holder = socket.socket()
@@ -108,6 +110,7 @@ def test_cluster_ids_are_valid() -> None:
     assert all(len(i) == 22 and not i.startswith("-") and "=" not in i for i in ids)
 
 
+@pytest.mark.own_cluster  # starts brokers of its own
 def test_a_live_runs_broker_is_never_reaped_by_another_run(tmp_path: Path) -> None:
     """Two test runs on one machine must not take each other's broker (a crashed run's are)."""
     import subprocess

@@ -55,7 +55,8 @@ def _participant(name: str, db: str, bootstrap: str, prefix: str) -> subprocess.
         args += ["--fail", "book_pickup", "--fail-every", str(FAIL_EVERY)]
     if name == "inventory":  # of the aborting sagas, every other one cannot be restocked back
         args += ["--fail-compensation", "restock", "--fail-every", str(HUMAN_EVERY)]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path)  # what PYTHONPATH held stays (tests/external_login)
     return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

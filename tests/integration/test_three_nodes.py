@@ -101,3 +101,49 @@ def test_leader_kill9_loses_no_acknowledged_record_and_group_carries_on(
     # itself is at-least-once (a session lost to the kill re-reads from the last commit), so
     # duplicates are counted per log offset, not per delivery.
     assert len(log_at) == len(set(log_at.values())), "one record appended twice to the log"
+
+
+def test_topics_apply_takes_the_cluster_replication_so_acks_all_writes_are_accepted(
+    kafka3: BrokerHandle,
+) -> None:
+    """R-TOP-7 on a cluster with min.insync.replicas=2: `fleet topics apply` without
+    --replication creates every topic with the cluster's default.replication.factor (3), and an
+    acks=all write is acknowledged by its in-sync replicas; --replication N is still taken."""
+    import json
+    import subprocess
+    import sys
+
+    from confluent_kafka.admin import AdminClient
+
+    def apply(prefix: str, *extra: str) -> dict[str, object]:
+        out = subprocess.run(
+            [sys.executable, "-m", "pipeline", "topics", "apply", "--host", "h",
+             "--prefix", prefix, "--partitions", "1", "-b", kafka3.bootstrap, "--json", *extra],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
+        report: dict[str, object] = json.loads(out.stdout)
+        return report
+
+    def write(topic: str) -> list[object]:
+        errors: list[object] = []
+        producer = Producer(producer_config(kafka3.bootstrap, **{"message.timeout.ms": 8000}))
+        producer.produce(topic, value=b"x", on_delivery=lambda err, _m: errors.append(err))
+        producer.flush(30)
+        return errors
+
+    admin = AdminClient({"bootstrap.servers": kafka3.bootstrap})
+    default = unique_name("test.rf") + "."
+    created = apply(default)["created"]
+    assert isinstance(created, list) and f"{default}inbox.h" in created
+    meta = admin.list_topics(timeout=30)
+    for name in created:
+        replicas = meta.topics[name].partitions[0].replicas
+        assert len(replicas) == 3, (name, replicas)
+    assert write(f"{default}inbox.h") == [None]
+    assert apply(default)["changed"] is False  # the existing RF 3 is the cluster's: no mismatch
+
+    single = unique_name("test.rf1") + "."  # an explicit factor is still taken as given
+    apply(single, "--replication", "1")
+    meta = admin.list_topics(timeout=30)
+    assert len(meta.topics[f"{single}inbox.h"].partitions[0].replicas) == 1

@@ -2,6 +2,7 @@
 // client (not librdkafka) reads one group's committed offsets and the log start/end offsets.
 // Run as a single-file program: java -cp '<kafka lib>/*' LagProbe.java <bootstrap> <group>
 // Prints one line per partition: topic partition committed log_start log_end lag
+// On a cluster the suite did not start, $FLEET_TEST_KAFKA_LOGIN names its client.properties login.
 import java.util.*;
 import org.apache.kafka.clients.admin.*;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
@@ -10,6 +11,12 @@ import org.apache.kafka.common.TopicPartition;
 public class LagProbe {
     public static void main(String[] args) throws Exception {
         Properties props = new Properties();
+        String login = System.getenv("FLEET_TEST_KAFKA_LOGIN");
+        if (login != null && !login.isEmpty()) {
+            try (java.io.FileReader in = new java.io.FileReader(login)) {
+                props.load(in);
+            }
+        }
         props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
         try (Admin admin = Admin.create(props)) {
             Map<TopicPartition, OffsetAndMetadata> committed =
