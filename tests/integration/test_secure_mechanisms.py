@@ -49,7 +49,7 @@ from pipeline.testing.oidc_issuer import OidcIssuer
 from tests.integration.fleet_hosts import Fleet
 from tests.integration.secure_logins import topology
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.own_cluster]  # it starts its own secured broker
 ROOT = Path(__file__).resolve().parents[2]
 AUDIENCE = "fleet-kafka"
 TOKEN_LIFETIME_S = 5.0  # librdkafka refreshes at 80%: a new token every 4 s
