@@ -113,6 +113,9 @@ def traced(kafka: BrokerHandle, tmp_path_factory: pytest.TempPathFactory) -> Ite
         receiver.stop()
 
 
+Want = tuple[str, str, str]  # (span name, the gateway that exported it, the msgId it is about)
+
+
 def _one(spans: list[ReceivedSpan], name: str, service: str, msg_id: str) -> ReceivedSpan:
     found = [s for s in spans if s.name == name and s.service == service
              and s.attributes.get(n.MESSAGE_ID) == msg_id]  # fmt: skip
@@ -133,6 +136,29 @@ def _hop(spans: list[ReceivedSpan], msg_id: str, sender: str, receiver: str,
     assert produce.parent_span_id == commit.span_id
     assert consume.parent_span_id == produce.span_id  # across processes: the traceparent header
     return commit, consume
+
+
+def _hop_spans(msg_id: str, sender: str, receiver: str, *, root: bool = True) -> set[Want]:
+    """What :func:`_hop` asserts on, as (name, exporting gateway, msgId)."""
+    sent = {(n.SEND, sender, msg_id)} if root else set()
+    return sent | {(n.OUTBOX_COMMIT, sender, msg_id), (n.RELAY_PRODUCE, sender, msg_id),
+                   (n.INBOX_CONSUME, receiver, msg_id)}  # fmt: skip
+
+
+def _received(t: Traced, trace_id: str, wanted: set[Want]) -> list[ReceivedSpan]:
+    """The trace's spans once every one of ``wanted`` has arrived: each gateway exports its own
+    spans in its own batches (a tenth of a second apart, later under load), so one gateway's
+    last span says nothing of what the other has sent yet."""
+
+    def arrived() -> list[ReceivedSpan] | None:
+        spans = t.trace(trace_id)
+        got = {(s.name, s.service, s.attributes.get(n.MESSAGE_ID)) for s in spans}
+        return spans if wanted <= got else None
+
+    spans: list[ReceivedSpan] = wait_until(
+        arrived, timeout_s=60, what=f"every span of trace {trace_id} the test checks"
+    )
+    return spans
 
 
 def _keep(name: str, spans: list[ReceivedSpan]) -> None:
@@ -163,10 +189,12 @@ def test_an_ask_and_its_answer_are_one_trace(traced: Traced) -> None:
     answered = traced.fleet("answer", "-c", str(traced.b), "--from", "main-b", "--to", "main-a",
                             "--turn", ask["turnId"], "because")  # fmt: skip
     answer_id = answered["msgId"]
-    wait_until(lambda: any(s.name == n.HOLD and s.attributes.get(n.MESSAGE_ID) == answer_id
-                           for s in traced.trace(trace_id)),
-               timeout_s=60, what="the ANSWER's hold span at A, in the ASK's trace")  # fmt: skip
-    spans = traced.trace(trace_id)
+    spans = _received(
+        traced,
+        trace_id,
+        _hop_spans(asked["msgId"], "A", "B") | {(n.HOLD, "B", asked["msgId"])}
+        | _hop_spans(answer_id, "B", "A") | {(n.HOLD, "A", answer_id)},
+    )  # fmt: skip
     _keep("ask-answer", spans)
     _, consume_b = _hop(spans, asked["msgId"], "A", "B")
     assert _one(spans, n.HOLD, "B", asked["msgId"]).parent_span_id == consume_b.span_id
@@ -206,12 +234,15 @@ def test_a_brief_its_injected_and_the_workers_reply_are_one_trace(traced: Traced
     reply = next(m for m in held if m["kind"] == "REPLY")
     assert traced.worker_log.read_text().split()[0] == trace_id  # FLEET_TRACE_ID, as injected
 
-    def all_held() -> bool:
-        names = {(s.name, s.attributes.get(n.MESSAGE_ID)) for s in traced.trace(trace_id)}
-        return {(n.HOLD, injected["msgId"]), (n.HOLD, reply["msgId"])} <= names
-
-    wait_until(all_held, timeout_s=60, what="A's hold spans of the INJECTED and the REPLY")
-    spans = traced.trace(trace_id)
+    receipt_id, reply_id = injected["msgId"], reply["msgId"]
+    spans = _received(
+        traced,
+        trace_id,
+        _hop_spans(brief_id, "A", "B") | {(n.INJECT, "B", brief_id)}
+        | {(n.RECEIPT_STAGE, "B", receipt_id), (n.HOLD, "A", receipt_id)}
+        | _hop_spans(receipt_id, "B", "A", root=False)
+        | _hop_spans(reply_id, "B", "A") | {(n.HOLD, "A", reply_id)},
+    )  # fmt: skip
     _keep("brief-injected-reply", spans)
     _, consume = _hop(spans, brief_id, "A", "B")
     inject = _one(spans, n.INJECT, "B", brief_id)
