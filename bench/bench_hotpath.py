@@ -120,6 +120,14 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
                         at.get(f"gateway_{gw}_of_which_idle_us_per_msg"),
                     )
                 )
+            rows.append(
+                _row(
+                    f"  broker CPU per {label}, same phase (us; its floor below)",
+                    "(beside it)",
+                    lambda v: True,
+                    at.get("broker_us_per_msg"),
+                )
+            )
             if store == "postgresql":
                 rows.append(
                     _row(
@@ -150,6 +158,10 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
         _baseline(
             "  floor: one Kafka consume, paced at 500 msg/s (us CPU)",
             _one(_get(fl, "kafka", "consume_us_per_msg")),
+        ),
+        _baseline(
+            "  floor: the broker per bare record, produced and consumed at 500 msg/s (us CPU)",
+            _one(_get(fl, "kafka", "broker_us_per_msg")),
         ),
         _baseline(
             "  floor: one SQLite insert + commit (us CPU)",

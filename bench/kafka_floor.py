@@ -155,8 +155,15 @@ def _source(bootstrap: str, topic: str, total: int, rate: int) -> None:
 
 
 def cpu_per_message(bootstrap: str, *, rate: int = 500, seconds: float = 10.0) -> dict[str, Any]:
-    """µs of CPU per record of a paced producer process and of a consumer process."""
+    """µs of CPU per record of a paced producer process and of a consumer process, and of the
+    broker over the same window when it runs on this machine (its share of a bare record: the
+    produce, the fetch and the consumer's offset commits)."""
+    from pipeline.support import procfs
+
     from .cpu import us_per_message
+
+    port = bootstrap.rsplit(":", 1)[-1]
+    broker = procfs.listener_pid(int(port)) if port.isdigit() else None
 
     tag = uuid.uuid4().hex[:8]
     topic = f"floorcpu{tag}"
@@ -170,6 +177,7 @@ def cpu_per_message(bootstrap: str, *, rate: int = 500, seconds: float = 10.0) -
         assert sink.stdout is not None
         if sink.stdout.readline().strip() != "ready":
             raise RuntimeError("the consumer never got its partitions")
+        broker_t0 = procfs.cpu_s(broker) if broker is not None else None
         source = subprocess.run(
             [*me, "--source", bootstrap, topic, str(total), str(rate)],
             capture_output=True,
@@ -180,6 +188,7 @@ def cpu_per_message(bootstrap: str, *, rate: int = 500, seconds: float = 10.0) -
         made = json.loads(source.stdout.strip().splitlines()[-1])
         out, _ = sink.communicate(timeout=180)
         took = json.loads(out.strip().splitlines()[-1])
+        broker_t1 = procfs.cpu_s(broker) if broker is not None else None
     finally:
         if sink.poll() is None:
             sink.kill()
@@ -191,6 +200,11 @@ def cpu_per_message(bootstrap: str, *, rate: int = 500, seconds: float = 10.0) -
         "consumed": took["n"],
         "produce_us_per_msg": us_per_message(made["cpu_s"], made["n"]),
         "consume_us_per_msg": us_per_message(took["cpu_s"], took["n"]),
+        "broker_us_per_msg": (
+            us_per_message(broker_t1 - broker_t0, took["n"])
+            if broker_t0 is not None and broker_t1 is not None
+            else None
+        ),
     }
 
 
