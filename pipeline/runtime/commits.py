@@ -227,18 +227,22 @@ class AsyncCommits:
         marks: Mapping[tuple[str, int], str] | None = None,
     ) -> None:
         self.sent.update(offsets)
-        for tp in offsets:
-            mark = (marks or {}).get(tp)
-            if mark is None:
-                self.marks.pop(tp, None)
-            else:
-                self.marks[tp] = mark
+        if marks or self.marks:  # a retried record's attempts ride as metadata (rare)
+            for tp in offsets:
+                mark = (marks or {}).get(tp)
+                if mark is None:
+                    self.marks.pop(tp, None)
+                else:
+                    self.marks[tp] = mark
         self._send(consumer)
 
     def _send(self, consumer: Any) -> None:
         """Every unconfirmed offset, asynchronously (a failed one goes again with it)."""
         self._retry_at = None
-        tps = _partitions(self.sent, self.marks)
+        if self.marks:
+            tps = _partitions(self.sent, self.marks)
+        else:  # every batch's case: no metadata to look up
+            tps = [TopicPartition(t, p, o) for (t, p), o in self.sent.items()]
         try:
             consumer.commit(offsets=tps, asynchronous=True)
         except KafkaException as exc:  # queueing failed: retried (``retry``)
