@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import Engine, insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline import schemas
@@ -42,6 +42,7 @@ from pipeline.host.outbound import Publisher
 from pipeline.reasons import Lifecycle
 from pipeline.runtime import Record, Staged
 from pipeline.runtime.outcomes import ACK, DeadLetter, Outcome
+from pipeline.store import read_sessions
 from pipeline.support.clock import now_ms
 from pipeline.tracing import CONTROL_SPAWN, CONTROL_STOP, TRACING
 
@@ -53,6 +54,7 @@ from .job_ledger import JobLedger, ended_spawns, fleet_admission
 from .launcher import Launcher
 from .orphans import end_group, process_token
 from .stop_handler import StopHandler
+from .sweep_due import sweep_due
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,8 @@ class SpawnHandler:
         self.verifier = verifier
         self.publisher = publisher
         self.sessions = sessions
+        bind = sessions.kw.get("bind")  # the sweep looks first with a read: no write lock
+        self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
         self.profiles = dict(profiles)
         self.launcher = launcher
         self.on_live = on_live
@@ -261,10 +265,15 @@ class SpawnHandler:
         }
 
     def sweep(self) -> None:
-        """Each maintenance tick: reap workers whose process died, collect exited children."""
+        """Each maintenance tick: reap workers whose process died, collect exited children.
+        One read asks first whether any worker or STOP needs looking at (:mod:`.sweep_due`)."""
         if self.stops is not None:
-            self.stops.reaper.sweep()
-            self.stops.retry_stalled()
+            with self.reads() as r:
+                due = sweep_due(r)
+            if due.live or due.held_for_gone:
+                self.stops.reaper.sweep()
+            if due.stopping:
+                self.stops.retry_stalled()
         self.launcher.reap()
         if self.ledger is not None and self.profiles:  # slots of ended workers go back to the job
             self.ledger.reconcile(functools.partial(ended_spawns, self.sessions))

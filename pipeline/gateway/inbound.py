@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline import reasons
@@ -318,9 +319,9 @@ class InboxHandler:
             tx.call_each(self._settle_answers, answer)
         return self._hold(env, record, tx, env.to)
 
-    def _settle_answers(self, session: Session, answers: list[deadlines.Answer]) -> None:
+    def _settle_answers(self, conn: Connection, answers: list[deadlines.Answer]) -> None:
         """The batch's consecutive receipts settled together (``deadlines.settle_answers``)."""
-        deadlines.settle_answers(session.connection(), self.tracked, answers)
+        deadlines.settle_answers(conn, self.tracked, answers)
 
     def _late_injected(self, env: Envelope, msg_id: str, tx: Staged) -> None:
         """The residual window of the forward path: a brief injected just before its deadline

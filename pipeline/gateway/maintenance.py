@@ -30,7 +30,7 @@ from pipeline.envelope import Envelope
 from pipeline.envelope.receipts import expired_msg_id, failed_receipt
 from pipeline.host import due, roster_cache
 from pipeline.host.conversations import EXPIRED, Conversations
-from pipeline.host.deadlines import Deadlines, Tracked
+from pipeline.host.deadlines import PENDING, Deadlines, Tracked
 from pipeline.host.held import HeldStore, hold_notice
 from pipeline.host.outbound import Publisher
 from pipeline.host.tracking import FORWARD
@@ -83,6 +83,7 @@ class Maintenance:
         # duties look first with a read (no write lock) and write only when there is work
         self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
         self._last_roster: list[roster_cache.RosterEntry] | None = None
+        self._tracked_tables = tuple(kind.table for kind in tracked)
         self.tracker = Deadlines(
             sessions=sessions,
             reads=self.reads,
@@ -93,8 +94,24 @@ class Maintenance:
         )
 
     def tick(self, stop: Event | None = None) -> None:
-        duties = (self.deadlines, self.expire_turns, self.sweep, self.refresh_roster)
-        for duty in (*duties, functools.partial(self.purge, stop)):
+        """Every duty that has work. One read asks the store duties first (:func:`due.due_now`):
+        on an idle store the tick is that statement, the roster check and the purge's clock."""
+        duties: list[Callable[[], object]] = []
+        try:
+            with self.reads() as r:
+                work = due.due_now(r, self._tracked_tables, PENDING, now_ms())
+        except Exception:
+            log.exception("maintenance look-first failed; every duty asks itself")
+            duties += (self.deadlines, self.expire_turns, self.sweep)
+        else:
+            if work.overdue:
+                duties.append(self.deadlines)
+            if work.turns:
+                duties.append(self.expire_turns)
+            if work.held:
+                duties.append(self.sweep)
+        duties += (self.refresh_roster, functools.partial(self.purge, stop))
+        for duty in duties:
             try:
                 duty()
             except Exception:

@@ -140,13 +140,15 @@ def commit_while_coordinator_moves(
     """:func:`commit_offsets`, tried again (backoff 0.05 s doubling to 1 s, for ``budget_s``)
     while it fails only with :data:`COORDINATOR_MOVING_CODES`; ``wait(s)`` returning True (a
     stop) ends it. Returns the last result and how many times it was tried again."""
+    result = commit_offsets(consumer, offsets, marks)
+    if not _coordinator_moving(result):  # every batch's case: one call, no retry machinery
+        return result, 0
     retries = 0
+    tried = [result]  # the first try's result, then one commit per try
 
     def once() -> CommitResult:
-        result = commit_offsets(consumer, offsets, marks)
-        if not (result.ok or result.fatal or not result.codes) and (
-            result.codes <= COORDINATOR_MOVING_CODES
-        ):
+        result = tried.pop() if tried else commit_offsets(consumer, offsets, marks)
+        if _coordinator_moving(result):
             raise _CoordinatorMoving(result)
         return result
 
@@ -170,6 +172,13 @@ def commit_while_coordinator_moves(
     except _CoordinatorMoving as moving:
         return moving.result, retries
     return result, retries
+
+
+def _coordinator_moving(result: CommitResult) -> bool:
+    """Refused only because the group coordinator is moving (worth the same commit again)."""
+    return not (result.ok or result.fatal or not result.codes) and (
+        result.codes <= COORDINATOR_MOVING_CODES
+    )
 
 
 def _partitions(
@@ -218,18 +227,22 @@ class AsyncCommits:
         marks: Mapping[tuple[str, int], str] | None = None,
     ) -> None:
         self.sent.update(offsets)
-        for tp in offsets:
-            mark = (marks or {}).get(tp)
-            if mark is None:
-                self.marks.pop(tp, None)
-            else:
-                self.marks[tp] = mark
+        if marks or self.marks:  # a retried record's attempts ride as metadata (rare)
+            for tp in offsets:
+                mark = (marks or {}).get(tp)
+                if mark is None:
+                    self.marks.pop(tp, None)
+                else:
+                    self.marks[tp] = mark
         self._send(consumer)
 
     def _send(self, consumer: Any) -> None:
         """Every unconfirmed offset, asynchronously (a failed one goes again with it)."""
         self._retry_at = None
-        tps = _partitions(self.sent, self.marks)
+        if self.marks:
+            tps = _partitions(self.sent, self.marks)
+        else:  # every batch's case: no metadata to look up
+            tps = [TopicPartition(t, p, o) for (t, p), o in self.sent.items()]
         try:
             consumer.commit(offsets=tps, asynchronous=True)
         except KafkaException as exc:  # queueing failed: retried (``retry``)

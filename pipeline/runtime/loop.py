@@ -35,6 +35,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from confluent_kafka import TopicPartition
 from sqlalchemy.exc import SQLAlchemyError
@@ -170,6 +171,7 @@ class ConsumerRuntime:
         )
         self._warm = False
         self.batches = 0
+        self._record_counters: dict[str, Any] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
     def subscribe(self) -> None:
@@ -383,8 +385,17 @@ class ConsumerRuntime:
         self.pauses.schedule(self.consumer, batch)
         self.batches += 1
         if self.metrics:
-            for outcome, n in batch.counts.items():
-                self.metrics.records.labels(cfg.group_id, outcome).inc(n)
+            self._count(batch)
+
+    def _count(self, batch: Batch) -> None:
+        assert self.metrics is not None
+        counters = self._record_counters
+        for outcome, n in batch.counts.items():
+            counter = counters.get(outcome)
+            if counter is None:  # a labelled child per outcome, looked up once
+                group = self.config.group_id
+                counter = counters[outcome] = self.metrics.records.labels(group, outcome)
+            counter.inc(n)
 
     def _claim_apart(self, scope: str, ids: Sequence[str | None], now: int) -> set[str]:
         """PLANTED BUG (``Hooks.dedupe_own_transaction``, tests only): the dedupe rows commit

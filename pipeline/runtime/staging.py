@@ -1,7 +1,8 @@
 """Writes a handler wants, staged per record and flushed per batch in ONE transaction.
 
 A handler never touches the database directly: it stages rows (``insert``), deferred calls that
-need the batch session (``call``, e.g. an outbox write that assigns an lsn) and follow-ups that
+need the batch session (``call``, e.g. an outbox write that assigns an lsn), batched calls on the
+batch's connection (``call_each``, e.g. settling a batch's receipts) and follow-ups that
 run once the batch is through. Follow-ups are a closed type, and which kind a handler stages
 decides the batch's :class:`AckMode`, that is how the runtime commits its offsets:
 
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, assert_never
 
-from sqlalchemy import Dialect, Insert, Table, insert
+from sqlalchemy import Connection, Dialect, Insert, Table, insert
 from sqlalchemy.orm import Session
 
 from pipeline.store import pg_pipeline
@@ -33,7 +34,7 @@ from .batch_session import BatchTx
 from .driver_sql import execute_many
 
 SessionCall = Callable[[Session], object]
-BatchCall = Callable[[Session, list[Any]], object]
+BatchCall = Callable[[Connection, list[Any]], object]
 Effect = Callable[[], None]
 
 
@@ -173,8 +174,9 @@ class Staged:
 
     def call_each(self, fn: BatchCall, item: Any) -> None:
         """A call that takes many items at once: staged per item like :meth:`call`, and at
-        flush each run of consecutive items for the same ``fn`` is one ``fn(session, items)``
-        (in staging order; a call of another kind in between ends the run)."""
+        flush each run of consecutive items for the same ``fn`` is one ``fn(connection, items)``
+        on the batch transaction's connection (in staging order; a call of another kind in
+        between ends the run). It needs no ORM session: a batch of these makes none."""
         self.calls.append(_Each(fn, item))
 
     def after_commit(self, fn: Effect) -> None:
@@ -221,8 +223,9 @@ class Staged:
 
     def flush(self, tx: BatchTx | Session) -> None:
         """Bulk-insert rows table by table (one ``executemany`` per table and column set), then
-        run calls in staging order (a run of :meth:`call_each` items as one call). Calls get an
-        ORM session: a :class:`BatchTx` makes one only when there are calls."""
+        run calls in staging order (a run of :meth:`call_each` items as one call, on the
+        transaction's connection). :meth:`call` calls get an ORM session: a :class:`BatchTx`
+        makes one only for them."""
         groups: dict[tuple[Table, tuple[str, ...]], list[dict[str, Any]]] = {}
         for table, row in self.inserts:
             group = (table, tuple(row))
@@ -242,23 +245,22 @@ class Staged:
                     execute_many(conn, lean.sql, lean.params(rows), deferrable=deferrable)
         if not self.calls:
             return
-        session = tx if isinstance(tx, Session) else tx.session
         run: list[Any] = []
         run_fn: BatchCall | None = None
         for call in self.calls:
             if isinstance(call, _Each):
                 if run_fn is not None and call.fn != run_fn:
-                    run_fn(session, run)
+                    run_fn(tx.connection(), run)
                     run = []
                 run_fn = call.fn
                 run.append(call.item)
                 continue
             if run_fn is not None:
-                run_fn(session, run)
+                run_fn(tx.connection(), run)
                 run, run_fn = [], None
-            call(session)
+            call(tx if isinstance(tx, Session) else tx.session)
         if run_fn is not None:
-            run_fn(session, run)
+            run_fn(tx.connection(), run)
 
     def writes(self) -> bool:
         """Whether the batch staged any row or call (a write beside its dedupe claims)."""

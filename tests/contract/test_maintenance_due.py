@@ -28,12 +28,16 @@ def sessions(store_url: str) -> Iterator[Any]:
 
 
 def _checks(sessions: Any) -> tuple[bool, bool, bool]:
+    """Each duty's own question; the tick's one-statement form (``due_now``) must agree."""
     with sessions() as s:
-        return (
+        each = (
             due.overdue(s, forward_table, PENDING, NOW),
             due.turn_expired(s, NOW),
             due.held_expired(s, NOW),
         )
+        at_once = due.due_now(s, (forward_table,), PENDING, NOW)
+    assert (forward_table in at_once.overdue, at_once.turns, at_once.held) == each
+    return each
 
 
 def test_due_exactly_when_a_duty_has_work(sessions: Any) -> None:
