@@ -29,7 +29,7 @@ from sqlalchemy.engine import Connection
 
 from pipeline.kafka.local import LauncherConfig, LocalCluster
 from pipeline.kafka.settings import producer_config
-from pipeline.outbox import Relay, RowStatus, backlog, outbox, outbox_branch, write
+from pipeline.outbox import Relay, RowStatus, backlog, outbox, outbox_branch, outbox_sent, write
 from pipeline.outbox.headers import fold_headers
 from pipeline.record_headers import unpack_headers
 from pipeline.runs import Executor, RunJournal
@@ -93,7 +93,8 @@ def _raw(bootstrap: str, records: list[Any]) -> tuple[float, float]:
 def _unsend(conn: Connection) -> None:
     """The same rows, pending again: every watermark back to 0."""
     conn.execute(update(outbox).values(status=int(RowStatus.PENDING), sent_at=None))
-    conn.execute(update(outbox_branch).values(sent_lsn=0))
+    conn.execute(update(outbox_sent).values(sent_lsn=0))
+    conn.execute(update(outbox_branch).values(idle_lsn=0))
 
 
 def _relay(engine: Any, bootstrap: str, rows: int) -> tuple[float, float]:

@@ -47,7 +47,7 @@ from pipeline.kafka.errors import wait_out
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.outbox import Relay
-from pipeline.outbox.notify import listen_forever
+from pipeline.outbox.notify import listen_forever, woken_in_process
 from pipeline.outbox.wake import wake_on_commit
 from pipeline.presence import RosterView
 from pipeline.retention.metrics import RetentionMetrics
@@ -266,6 +266,7 @@ def build_gateway(
     # maintenance's FAILED...) wakes the relay at once; one that wrote none (a held REPLY, a
     # presence write) does not make it pass for nothing (docs/outbox.md, invariant 9)
     wake_on_commit(sessions, relay.wake)
+    woken_in_process(engine)  # PostgreSQL: so its commits send no NOTIFY (outbox/notify.py)
     maintenance = Maintenance(
         sessions=sessions,
         held=HeldStore(sessions),

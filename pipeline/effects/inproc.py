@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline.outbox import RowStatus, outbox, outbox_branch
+from pipeline.outbox import RowStatus, outbox, outbox_branch, outbox_sent
 from pipeline.outbox.sent import is_pending
 from pipeline.record import Record
 from pipeline.record_headers import unpack_headers
@@ -43,15 +43,25 @@ def drain(
                 .where(outbox.c.id == row.id)
                 .values(status=int(RowStatus.SENT), sent_at=time.time())
             )
-            session.execute(
-                update(outbox_branch)
+            raised = session.execute(
+                update(outbox_sent)
                 .where(
-                    outbox_branch.c.tenant == row.tenant,
-                    outbox_branch.c.branch_key == row.branch_key,
-                    outbox_branch.c.sent_lsn == row.lsn - 1,  # a prefix, as the relay acks
+                    outbox_sent.c.tenant == row.tenant,
+                    outbox_sent.c.branch_key == row.branch_key,
+                    outbox_sent.c.sent_lsn == row.lsn - 1,  # a prefix, as the relay acks
                 )
                 .values(sent_lsn=row.lsn)
             )
+            if getattr(raised, "rowcount", 0):  # its last row sent: idle, as the relay marks it
+                session.execute(
+                    update(outbox_branch)
+                    .where(
+                        outbox_branch.c.tenant == row.tenant,
+                        outbox_branch.c.branch_key == row.branch_key,
+                        outbox_branch.c.last_lsn == row.lsn,
+                    )
+                    .values(idle_lsn=row.lsn)
+                )
             rec = Record(
                 topic=row.topic,
                 partition=0,

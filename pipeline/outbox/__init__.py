@@ -13,7 +13,7 @@ from .headers import BRANCH_HEADER, LSN_HEADER, TENANT_HEADER, fold_position
 from .metrics import OutboxMetrics, PublishFailure
 from .relay import Relay
 from .status import BranchStatus, OutboxStatus, backlog, outbox_status
-from .tables import RowStatus, outbox, outbox_branch
+from .tables import RowStatus, outbox, outbox_branch, outbox_sent
 from .writer import abandon_branch, branch_positions, write
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "fold_position",
     "outbox",
     "outbox_branch",
+    "outbox_sent",
     "outbox_status",
     "write",
 ]

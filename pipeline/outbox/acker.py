@@ -1,11 +1,12 @@
 """Marking confirmed rows sent: the relay's only write -- one per branch, not one per row.
 
 R-OUT-4: "ack only what the broker accepted". The ack raises the branch's watermark
-``outbox_branch.sent_lsn`` from ``lo - 1`` to ``hi`` for the run ``[lo, hi]`` of rows the broker
-confirmed. The prefix guard is inside the statement: the watermark moves only from ``lo - 1``
-(never past an unconfirmed row: a run whose ``lo - 1`` is not yet sent is not acked at all),
-only upwards (a late or repeated ack never lowers it), and never on an abandoned branch (a row a
-rewind dropped while it was in flight stays ``DROPPED``; the drop was decided first).
+``outbox_sent.sent_lsn`` from ``lo - 1`` to ``hi`` for the run ``[lo, hi]`` of rows the broker
+confirmed. The prefix guard is inside the statement (:mod:`.ack_sql`): the watermark moves only
+from ``lo - 1`` (never past an unconfirmed row: a run whose ``lo - 1`` is not yet sent is not
+acked at all), only upwards (a late or repeated ack never lowers it), and never on an abandoned
+branch (a row a rewind dropped while it was in flight stays ``DROPPED``; the drop was decided
+first).
 
 The ack runs on the DB-API connection of one held connection (:mod:`.held`). At a few hundred
 rows a second a relay pass acks a row or three, and SQLAlchemy's connection and transaction
@@ -28,9 +29,8 @@ from pipeline.errors import StoreError
 from pipeline.store import pg_pipeline
 from pipeline.store.engine import write_gate
 
+from .ack_sql import ack_params, ack_statements
 from .held import HeldConnection
-
-_PLACEHOLDERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
 Branch = tuple[str, str]
 
@@ -51,16 +51,10 @@ class Acker:
     def __init__(self, engine: Engine, *, tenant: str | None = None) -> None:
         self.engine = engine
         self.tenant = tenant
-        p = _PLACEHOLDERS.get(engine.dialect.paramstyle, "?")
-        self._sql = (
-            f"UPDATE outbox_branch SET sent_lsn = {p} WHERE tenant = {p} AND branch_key = {p} "
-            f"AND sent_lsn >= {p} AND sent_lsn < {p} AND NOT abandoned"
-        )
-        # PostgreSQL: a writer holds its branch's row lock from its lsn upsert to its commit and
-        # may lock several branches in any order, so the ack never holds two branch locks (one
-        # transaction per branch: it can wait, never deadlock; all branches in one round trip,
-        # their commits not waiting for the WAL flush). SQLite: one writer at a time, so one
-        # transaction per batch.
+        self._sql = ack_statements(engine.dialect.name, engine.dialect.paramstyle)
+        # PostgreSQL: one transaction per branch, so the ack never holds two branches' rows
+        # (all branches in one round trip, their commits not waiting for the WAL flush).
+        # SQLite: one writer at a time, so one transaction per batch.
         self._one_per_statement = engine.dialect.name != "sqlite"
         self._dbapi_error: type[Exception] = engine.dialect.loaded_dbapi.Error
         self._conn = HeldConnection(engine)  # no transaction open on it between acks
@@ -70,7 +64,7 @@ class Acker:
         """Raise each branch's watermark over its run of ``rows`` (confirmed, lsn order)."""
         if not rows:
             return
-        params = [(hi, t, b, lo - 1, hi) for (t, b), (lo, hi) in runs(rows).items()]
+        params = ack_params(runs(rows).items())
         try:
             with self._lock:
                 self._ack(params)
@@ -78,20 +72,20 @@ class Acker:
             # Not acked: these rows go out again; the consumer's fold drops the copies.
             raise StoreError(f"outbox relay: cannot ack {len(rows)} rows: {exc}") from exc
 
-    def _ack(self, params: list[tuple[Any, ...]]) -> None:
+    def _ack(self, params: list[Any]) -> None:
         try:
             conn = self._conn.get()
             raw: Any = conn.dbapi_connection
             if self._one_per_statement:  # autocommit while held: each branch its own transaction
                 # all in one round trip, not waiting for the WAL flush: a lost ack only re-sends
-                pg_pipeline.each_without_flush_raw(raw, self._sql, params)
+                pg_pipeline.each_without_flush_raw(raw, self._sql[0], params)
             else:
                 self._transaction(raw, params)
         except BaseException:
             self._conn.drop()  # its state is not known: the next ack takes a fresh one
             raise
 
-    def _transaction(self, raw: Any, params: list[tuple[Any, ...]]) -> None:
+    def _transaction(self, raw: Any, params: list[Any]) -> None:
         """SQLite: the updates in one write transaction, queued on the write gate first."""
         gate = write_gate(self.engine)
         if gate is not None:
@@ -99,7 +93,8 @@ class Acker:
         try:
             raw.execute("BEGIN IMMEDIATE")
             try:
-                raw.executemany(self._sql, params)
+                for sql in self._sql:
+                    raw.executemany(sql, params)
                 raw.execute("COMMIT")
             except BaseException:
                 raw.execute("ROLLBACK")

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from .held import HeldConnection
-from .tables import UNSENT, RowStatus
+from .tables import RowStatus, unsent
 
 # The columns of a fetched row, in order (the relay indexes the tuples by position).
 COLUMNS = ("id", "tenant", "branch_key", "lsn", "topic", "key", "value", "headers", "created_at")
@@ -49,10 +49,13 @@ class FetchSql:
             f"SELECT {', '.join(COLUMNS)} FROM outbox WHERE status = {int(RowStatus.PENDING)}"
             f" AND id >= {p}{own} ORDER BY id LIMIT {self.limit}"
         )
+        # the watermark is in outbox_sent (tables.py), joined to the index's branches
+        own_b = "" if tenant is None else f" AND b.tenant = {p}"
         self._branches = (
-            "SELECT tenant, branch_key, sent_lsn, (SELECT o.id FROM outbox o "
-            "WHERE o.tenant = outbox_branch.tenant AND o.branch_key = outbox_branch.branch_key "
-            f"AND o.lsn = outbox_branch.sent_lsn + 1) FROM outbox_branch WHERE {UNSENT}{own}"
+            "SELECT b.tenant, b.branch_key, s.sent_lsn, (SELECT o.id FROM outbox o "
+            "WHERE o.tenant = b.tenant AND o.branch_key = b.branch_key "
+            "AND o.lsn = s.sent_lsn + 1) FROM outbox_branch b JOIN outbox_sent s "
+            f"ON s.tenant = b.tenant AND s.branch_key = b.branch_key WHERE {unsent('b')}{own_b}"
         )
 
     def branches(self) -> tuple[str, tuple[object, ...]]:

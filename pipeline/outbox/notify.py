@@ -2,7 +2,11 @@
 
 Every :func:`~pipeline.outbox.write` on PostgreSQL issues ``NOTIFY fleet_outbox`` in the writer's
 transaction; PostgreSQL delivers it only when that transaction commits (never for a rollback)
-and folds repeats within one transaction into one. A relay in its own process (``fleet relay
+and folds repeats within one transaction into one. Not from a process whose writers wake its own
+relay (:func:`woken_in_process`, the gateway): a notifying commit holds one lock of the whole
+server from its ``NOTIFY`` until its commit is flushed, so notifying commits flush one at a time,
+never together -- the gateway's sends and receipts, both hosts' on one server, queued behind
+each other's disk flush for a wake-up the gateway gives its relay in process anyway. A relay in its own process (``fleet relay
 run``) listens on a connection of its own and wakes on each notification instead of waiting out
 its idle poll. A lost notification (the listener reconnecting) costs only latency: the relay
 still polls. SQLite has no such channel: there the gateway, the store's one writer, wakes its
@@ -14,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 
 from sqlalchemy import Engine, text
@@ -29,6 +34,15 @@ _NOTIFY = text(_NOTIFY_SQL)
 
 
 _NOTIFIED = "fleet_outbox_notified"  # session.info: the transaction that already notified
+_WOKEN_HERE: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def woken_in_process(engine: Engine) -> None:
+    """Writes on ``engine`` in this process wake this process's relay themselves (the gateway:
+    its socket commits, receipts and session commits call ``Relay.wake``): they send no
+    ``NOTIFY``. A writer that does not wake it is fetched at the relay's next idle poll, as on
+    SQLite; writers in other processes still notify."""
+    _WOKEN_HERE.add(engine)
 
 
 def notify(session: Session) -> None:
@@ -36,6 +50,9 @@ def notify(session: Session) -> None:
     transaction: PostgreSQL folds repeats anyway, and each costs a round trip (a group commit
     of many sends paid one per row). Inside a savepoint it always notifies: a rolled
     back savepoint takes its NOTIFY with it."""
+    bind = session.get_bind()
+    if getattr(bind, "engine", bind) in _WOKEN_HERE:
+        return
     tx = session.get_transaction()
     if tx is not None and session.info.get(_NOTIFIED) is tx:
         return

@@ -11,11 +11,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, and_, func, select, text
 
 from pipeline.store import readonly
 
-from .tables import RowStatus, outbox, outbox_branch
+from .tables import RowStatus, outbox, outbox_branch, outbox_sent, unsent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,14 +38,16 @@ class OutboxStatus:
 
 
 _FAILED = int(RowStatus.FAILED)
-# The branches with unsent rows, as the index ``ix_outbox_branch_unsent`` is written (so both
-# databases use it): every read below starts there, as many entries as active branches.
-_ACTIVE = "b.last_lsn > b.sent_lsn AND NOT b.abandoned"
+# The branches that may have unsent rows, as the index ``ix_outbox_branch_unsent`` is written (so
+# both databases use it): every read below starts there, as many entries as active branches,
+# each joined to its watermark row ``s``.
+_ACTIVE = unsent("b")
+_WATERMARK = "JOIN outbox_sent s ON s.tenant = b.tenant AND s.branch_key = b.branch_key"
 
 
 def _sql(select_list: str, tail: str, tenant: str | None) -> Any:
     where = _ACTIVE if tenant is None else f"{_ACTIVE} AND b.tenant = :tenant"
-    return text(f"SELECT {select_list} FROM outbox_branch b {tail} WHERE {where}")
+    return text(f"SELECT {select_list} FROM outbox_branch b {_WATERMARK} {tail} WHERE {where}")
 
 
 def backlog(engine: Engine, *, tenant: str | None = None) -> tuple[int, float | None]:
@@ -60,7 +62,7 @@ def backlog(engine: Engine, *, tenant: str | None = None) -> tuple[int, float | 
     params = {} if tenant is None else {"tenant": tenant}
     with readonly(engine).connect() as conn:  # a pure read: BEGIN DEFERRED on SQLite
         above = conn.execute(
-            _sql("coalesce(sum(b.last_lsn - b.sent_lsn), 0)", "", tenant), params
+            _sql("coalesce(sum(b.last_lsn - s.sent_lsn), 0)", "", tenant), params
         ).scalar_one()
         count = int(above or 0)
         oldest = None
@@ -69,7 +71,7 @@ def backlog(engine: Engine, *, tenant: str | None = None) -> tuple[int, float | 
                 _sql(
                     "count(*)",
                     "JOIN outbox o ON o.tenant = b.tenant AND o.branch_key = b.branch_key "
-                    f"AND o.lsn > b.sent_lsn AND o.status = {_FAILED}",
+                    f"AND o.lsn > s.sent_lsn AND o.status = {_FAILED}",
                     tenant,
                 ),
                 params,
@@ -79,7 +81,7 @@ def backlog(engine: Engine, *, tenant: str | None = None) -> tuple[int, float | 
                 _sql(
                     "min(o.created_at)",
                     "JOIN outbox o ON o.tenant = b.tenant AND o.branch_key = b.branch_key "
-                    "AND o.lsn = b.sent_lsn + 1",
+                    "AND o.lsn = s.sent_lsn + 1",
                     tenant,
                 ),
                 params,
@@ -92,14 +94,20 @@ def outbox_status(
 ) -> OutboxStatus:
     count, oldest = backlog(engine, tenant=tenant)
     now = time.time() if now is None else now
-    b = outbox_branch.c
+    b, w = outbox_branch.c, outbox_sent.c
     failed = (
         select(outbox.c.tenant, outbox.c.branch_key, func.count().label("n"))
         .where(outbox.c.status == _FAILED)
         .group_by(outbox.c.tenant, outbox.c.branch_key)
     )
-    branches_stmt = select(b.tenant, b.branch_key, b.last_lsn, b.sent_lsn, b.abandoned).order_by(
-        b.tenant, b.branch_key
+    branches_stmt = (
+        select(b.tenant, b.branch_key, b.last_lsn, func.coalesce(w.sent_lsn, 0), b.abandoned)
+        .select_from(
+            outbox_branch.outerjoin(
+                outbox_sent, and_(w.tenant == b.tenant, w.branch_key == b.branch_key)
+            )
+        )
+        .order_by(b.tenant, b.branch_key)
     )
     if tenant is not None:
         failed = failed.where(outbox.c.tenant == tenant)

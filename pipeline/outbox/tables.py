@@ -4,8 +4,14 @@
 the per-branch sequence ``(tenant, branch_key, lsn)``. ``outbox_branch`` is the per-branch counter
 that hands out gapless lsns: its row lock serialises writers of one branch, so lsn ``n + 1`` can
 never commit before lsn ``n`` (the relay relies on that to see each branch as a contiguous prefix).
-It also holds the branch's ack watermark ``sent_lsn``: every row of the branch up to it was
-confirmed by the broker (R-OUT-4), so the relay acks a branch, not each row (docs/outbox.md).
+
+``outbox_sent`` holds the branch's ack watermark ``sent_lsn``: every row of the branch up to it was
+confirmed by the broker (R-OUT-4), so the relay acks a branch, not each row (docs/outbox.md). It is
+a row of its own so the relay's ack and the writers never lock the same row: a writer holds its
+``outbox_branch`` row from its lsn upsert to its commit (the disk flush included), and an ack on
+that row would wait for it. The writer of a branch's lsn 1 creates its ``outbox_sent`` row.
+``outbox_branch.idle_lsn`` is where the relay last found the branch all sent: a branch with
+``last_lsn > idle_lsn`` may have unsent rows, and only those are in the relay's index.
 """
 
 from __future__ import annotations
@@ -80,13 +86,34 @@ outbox_branch = Table(
     Column("branch_key", String(300), primary_key=True),
     Column("last_lsn", BigInteger, nullable=False),
     Column("abandoned", Boolean, nullable=False, default=False),
-    # the ack watermark: lsns 1..sent_lsn of the branch are sent (confirmed), the rest are not
-    Column("sent_lsn", BigInteger, nullable=False, default=0, server_default=text("0")),
+    # the watermark when the relay last saw the branch all sent (only ever at or below sent_lsn):
+    # the ack raises it to last_lsn when it sends a branch's last row and no writer holds the row
+    Column("idle_lsn", BigInteger, nullable=False, default=0, server_default=text("0")),
 )
 
-# The branches with unsent rows: the relay's read and the backlog gauge start from this index, so
-# they cost as many entries as active branches, however many sent rows the table still holds.
-UNSENT = "last_lsn > sent_lsn AND NOT abandoned"
+outbox_sent = Table(
+    "outbox_sent",
+    metadata,
+    Column("tenant", String(100), primary_key=True),
+    Column("branch_key", String(300), primary_key=True),
+    # the ack watermark: lsns 1..sent_lsn of the branch are sent (confirmed), the rest are not
+    Column("sent_lsn", BigInteger, nullable=False, default=0, server_default=text("0")),
+    # set with outbox_branch.abandoned (abandon_branch), so the ack's guard is on its own row
+    Column("abandoned", Boolean, nullable=False, default=False),
+)
+
+
+# The branches that may have unsent rows (written since the relay last found them all sent): the
+# relay's read and the backlog gauge start from this index, so they cost as many entries as active
+# branches, however many sent rows the table still holds. The watermark itself is in outbox_sent.
+def unsent(alias: str = "") -> str:
+    """The index's condition as SQL text, its columns qualified by ``alias`` when given: a query
+    states it as the index does, so both databases use the index."""
+    a = f"{alias}." if alias else ""
+    return f"{a}last_lsn > {a}idle_lsn AND NOT {a}abandoned"
+
+
+UNSENT = unsent()
 Index(
     "ix_outbox_branch_unsent",
     outbox_branch.c.tenant,

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from pipeline.record import Headers
 from pipeline.record_headers import unpack_headers
 
-from .tables import RowStatus, outbox, outbox_branch
+from .tables import RowStatus, outbox, outbox_sent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +64,7 @@ def fail_row(engine: Engine, row: FailedRow, sink: TerminalSink | None) -> bool:
     A row behind a still-pending lsn is left pending: its branch is resent from the earlier row,
     and the refusal recurs when it is this row's turn.
     """
-    c, b = outbox.c, outbox_branch.c
+    c, b = outbox.c, outbox_sent.c
     with Session(engine) as session, session.begin():
         if row.lsn > 1:
             mark = session.execute(

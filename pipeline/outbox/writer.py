@@ -23,7 +23,7 @@ from pipeline.record_headers import pack_headers
 from .limits import DEFAULT_MAX_RECORD_BYTES, check_record_size, record_size
 from .notify import notify
 from .sent import watermark
-from .tables import RowStatus, outbox, outbox_branch
+from .tables import RowStatus, outbox, outbox_branch, outbox_sent
 from .wake import mark
 
 
@@ -72,6 +72,9 @@ def write(
             row = cursor.fetchone()  # the upsert returns its row
             lsn, abandoned = row
             if not abandoned:
+                if lsn == 1:  # a new branch: its watermark row (the relay acks there)
+                    statement, params = sql.new_branch, (tenant, branch_key)
+                    cursor.execute(statement, params)
                 statement = sql.insert
                 params = (tenant, branch_key, lsn, topic, key, value, blob, _PENDING, time.time())
                 cursor.execute(statement, params)
@@ -94,6 +97,7 @@ def write(
 class _WriteSql(NamedTuple):
     next_lsn: str
     insert: str
+    new_branch: str  # a new branch's watermark row (outbox_sent), made by its lsn 1's writer
     both: str | None  # PostgreSQL: the two as one statement (a data-modifying WITH)
 
 
@@ -111,14 +115,21 @@ _WRITE_SQL = (
     "RETURNING last_lsn, abandoned",
     "INSERT INTO outbox (tenant, branch_key, lsn, topic, key, value, headers, status, created_at) "
     "VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})",
+    "INSERT INTO outbox_sent (tenant, branch_key, sent_lsn, abandoned) VALUES ({p}, {p}, 0, {f}) "
+    "ON CONFLICT (tenant, branch_key) DO NOTHING",
 )
 # PostgreSQL takes both as one statement, so a send's row costs one round trip, not two (SQLite
 # has no INSERT inside WITH, nor round trips to save). No row back: the branch is abandoned.
+# The writer of a branch's lsn 1 also makes its watermark row in ``outbox_sent``, which the
+# relay's ack updates: a writer never locks that row again, so the ack never waits for a writer.
 _BOTH_SQL = (
     "WITH b AS (INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned) "
     "VALUES ({p}, {p}, 1, false) ON CONFLICT (tenant, branch_key) "
     "DO UPDATE SET last_lsn = outbox_branch.last_lsn + 1 "
-    "RETURNING tenant, branch_key, last_lsn, abandoned) "
+    "RETURNING tenant, branch_key, last_lsn, abandoned), "
+    "s AS (INSERT INTO outbox_sent (tenant, branch_key, sent_lsn, abandoned) "
+    "SELECT b.tenant, b.branch_key, 0, false FROM b WHERE b.last_lsn = 1 AND NOT b.abandoned "
+    "ON CONFLICT (tenant, branch_key) DO NOTHING) "
     "INSERT INTO outbox (tenant, branch_key, lsn, topic, key, value, headers, status, created_at) "
     "SELECT b.tenant, b.branch_key, b.last_lsn, {p}, {p}, {p}, {p}, {p}, {p} FROM b "
     "WHERE NOT b.abandoned RETURNING lsn"
@@ -136,8 +147,8 @@ def _sql_for(paramstyle: str, *, on_pg: bool) -> _WriteSql:
             raise ConfigError(f"outbox: unsupported DB-API paramstyle {paramstyle!r}")
         false = "0" if paramstyle == "qmark" else "false"
         both = _BOTH_SQL.format(p=p) if on_pg else None
-        next_lsn, insert = (text.format(p=p, f=false) for text in _WRITE_SQL)
-        sql = _write_sql[(paramstyle, on_pg)] = _WriteSql(next_lsn, insert, both)
+        next_lsn, insert, new_branch = (text.format(p=p, f=false) for text in _WRITE_SQL)
+        sql = _write_sql[(paramstyle, on_pg)] = _WriteSql(next_lsn, insert, new_branch, both)
     return sql
 
 
@@ -145,6 +156,10 @@ def abandon_branch(session: Session, *, branch_key: str, tenant: str = "default"
     """Close a branch in the caller's transaction: its unsent rows are dropped, never published.
 
     Returns how many rows were dropped. Later writes to the branch fail with ``BRANCH_ABANDONED``.
+    The branch's watermark row is flagged too, before the drop reads the watermark: an ack that
+    committed first keeps its rows sent, one that comes later waits for this row and then
+    matches nothing (its rows stay ``DROPPED``). Locks in the writers' order: the branch, then
+    its watermark row.
     """
     session.execute(
         _insert_for(session)(outbox_branch)
@@ -153,6 +168,11 @@ def abandon_branch(session: Session, *, branch_key: str, tenant: str = "default"
             index_elements=[outbox_branch.c.tenant, outbox_branch.c.branch_key],
             set_={"abandoned": True},
         )
+    )
+    session.execute(
+        update(outbox_sent)
+        .where(outbox_sent.c.tenant == tenant, outbox_sent.c.branch_key == branch_key)
+        .values(abandoned=True)
     )
     result = session.execute(
         update(outbox)

@@ -3,15 +3,15 @@
 A run's steps and branches go first, each while their run is finished, and the run row last,
 once none of its steps or branches is left (a pass bounded by ``max_batches`` may stop in
 between; the next one finishes). A run with an unsent outbox row on any of its branches is never
-finished. ``outbox_branch`` is never purged: it is one small row per branch holding the lsn
-counter a downstream fold relies on (docs/store.md).
+finished. ``outbox_branch`` and ``outbox_sent`` are never purged: small rows per branch holding
+the lsn counter a downstream fold relies on, and the branch's ack watermark (docs/store.md).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Column, ColumnElement, and_, exists
+from sqlalchemy import Column, ColumnElement, and_, exists, func, select
 
-from pipeline.outbox.tables import RowStatus, outbox, outbox_branch
+from pipeline.outbox.tables import RowStatus, outbox, outbox_branch, outbox_sent
 from pipeline.retention.policy import RetentionConfig
 from pipeline.retention.rules import PurgeRule, StoreTable
 
@@ -23,14 +23,15 @@ def _run_finished(
 ) -> ColumnElement[bool]:
     """The run ``(tenant, run_id)`` completed ``runs_completed_s`` ago and has no unsent outbox
     row on any of its branches (a FAILED row stops its branch until an operator acts)."""
-    r, b, o, w = run.c, run_branch.c, outbox.c, outbox_branch.c
+    r, b, o, w, s = run.c, run_branch.c, outbox.c, outbox_branch.c, outbox_sent.c
     # unsent: above the branch's ack watermark (pending), or FAILED (abandoned or not)
+    mark = select(s.sent_lsn).where(s.tenant == w.tenant, s.branch_key == w.branch_key)
     pending = exists().where(
         b.tenant == r.tenant,
         b.run_id == r.run_id,
         w.tenant == b.tenant,
         w.branch_key == b.branch_key,
-        w.last_lsn > w.sent_lsn,
+        w.last_lsn > func.coalesce(mark.scalar_subquery(), 0),
         ~w.abandoned,
     )
     failed = exists().where(

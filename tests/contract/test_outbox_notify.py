@@ -92,3 +92,34 @@ def test_one_notify_per_transaction_and_a_rolled_back_savepoint_does_not_eat_it(
         stop.set()
         assert thread is not None
         thread.join(10)
+
+
+def test_a_process_whose_writers_wake_its_relay_sends_no_notify(store_url: str) -> None:
+    """Invariant 9 (docs/outbox.md): a gateway's writers wake its relay in process, so their
+    commits do not NOTIFY (a notifying commit holds a server-wide lock through its disk flush);
+    a writer of another process, on its own engine, still does."""
+    if not store_url.startswith("postgresql"):
+        pytest.skip("SQLite has no NOTIFY")
+    import psycopg
+
+    from pipeline.outbox.notify import CHANNEL, woken_in_process
+
+    gateway, other = make_engine(store_url), make_engine(store_url)
+    url = gateway.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    heard: list[str] = []
+    try:
+        with psycopg.connect(url, autocommit=True) as listener:
+            listener.add_notify_handler(lambda n: heard.append(n.channel))
+            listener.execute(f"LISTEN {CHANNEL}")
+            woken_in_process(gateway)
+            with session_factory(gateway).begin() as s:
+                outbox.write(s, topic="t", key=b"k", value=b"v", branch_key="gw")
+            listener.execute("SELECT 1")  # a notification committed before it comes with it
+            assert heard == []
+            with session_factory(other).begin() as s:
+                outbox.write(s, topic="t", key=b"k", value=b"v", branch_key="cli")
+            listener.execute("SELECT 1")
+            assert heard == [CHANNEL]
+    finally:
+        gateway.dispose()
+        other.dispose()

@@ -1,4 +1,4 @@
-"""The relay's ack watermark (``outbox_branch.sent_lsn``): the same suite on SQLite and PostgreSQL.
+"""The relay's ack watermark (``outbox_sent.sent_lsn``): the same suite on SQLite and PostgreSQL.
 
 R-OUT-4: a row is sent only once the broker accepted it, and "sent" is a per-branch prefix: the
 watermark moves only from ``lo - 1`` to ``hi`` over a confirmed run, never lowers, never crosses a
@@ -17,7 +17,16 @@ from sqlalchemy import Engine, func, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.bootstrap.retention import RULES
-from pipeline.outbox import Relay, RowStatus, abandon_branch, backlog, outbox, outbox_branch, write
+from pipeline.outbox import (
+    Relay,
+    RowStatus,
+    abandon_branch,
+    backlog,
+    outbox,
+    outbox_branch,
+    outbox_sent,
+    write,
+)
 from pipeline.outbox.acker import Acker
 from pipeline.outbox.sent import is_pending, is_sent
 from pipeline.retention import RetentionConfig
@@ -53,8 +62,8 @@ def _mark(engine: Engine, branch: str, tenant: str = "t") -> int:
     with engine.connect() as conn:
         return int(
             conn.execute(
-                select(outbox_branch.c.sent_lsn).where(
-                    outbox_branch.c.tenant == tenant, outbox_branch.c.branch_key == branch
+                select(outbox_sent.c.sent_lsn).where(
+                    outbox_sent.c.tenant == tenant, outbox_sent.c.branch_key == branch
                 )
             ).scalar_one()
         )
@@ -157,7 +166,11 @@ def test_the_purge_takes_sent_rows_under_the_watermark_and_none_above(
     with engine.begin() as conn:
         conn.execute(
             insert(outbox_branch),
-            {"tenant": "t", "branch_key": "a", "last_lsn": 4, "abandoned": False, "sent_lsn": 2},
+            {"tenant": "t", "branch_key": "a", "last_lsn": 4, "abandoned": False, "idle_lsn": 2},
+        )
+        conn.execute(
+            insert(outbox_sent),
+            {"tenant": "t", "branch_key": "a", "sent_lsn": 2, "abandoned": False},
         )
         conn.execute(
             insert(outbox),
@@ -197,8 +210,12 @@ def test_a_completed_run_is_purged_once_its_branches_are_under_the_watermark(
             conn.execute(
                 insert(outbox_branch),
                 {"tenant": "t", "branch_key": key, "last_lsn": 1, "abandoned": False,
-                 "sent_lsn": sent_lsn},
+                 "idle_lsn": sent_lsn},
             )  # fmt: skip
+            conn.execute(
+                insert(outbox_sent),
+                {"tenant": "t", "branch_key": key, "sent_lsn": sent_lsn, "abandoned": False},
+            )
             conn.execute(
                 insert(outbox),
                 {"tenant": "t", "branch_key": key, "lsn": 1, "topic": "x", "status": 0,
@@ -245,7 +262,7 @@ def test_the_migration_sets_each_watermark_to_the_end_of_its_sent_prefix(store_u
         upgrade(raw)
         with raw.connect() as conn:
             marks = dict(
-                conn.execute(sa.text("SELECT branch_key, sent_lsn FROM outbox_branch")).all()
+                conn.execute(sa.text("SELECT branch_key, sent_lsn FROM outbox_sent")).all()
             )
             late = conn.execute(
                 sa.text("SELECT lsn, status FROM outbox WHERE branch_key = 'late' ORDER BY lsn")
@@ -277,13 +294,123 @@ def test_the_relays_held_connections_keep_no_transaction_and_a_failed_ack_is_ret
     _write(sessions, "a", 1)  # would wait (then fail) behind a transaction left open
     assert [r[3] for r in reader.read(first=True, stopped=set())] == [2, 3]
     with engine.begin() as conn:  # the ack's statement cannot run: the ack fails
-        conn.exec_driver_sql("ALTER TABLE outbox_branch RENAME TO outbox_branch_away")
+        conn.exec_driver_sql("ALTER TABLE outbox_sent RENAME TO outbox_sent_away")
     with pytest.raises(StoreError, match="cannot ack"):
         acker.ack([_row("a", 2)])
     with engine.begin() as conn:
-        conn.exec_driver_sql("ALTER TABLE outbox_branch_away RENAME TO outbox_branch")
+        conn.exec_driver_sql("ALTER TABLE outbox_sent_away RENAME TO outbox_sent")
     acker.ack([_row("a", 2), _row("a", 3)])
     assert _mark(engine, "a") == 3
     assert reader.read(first=True, stopped=set()) == []
     acker.close()
     reader.close()
+
+
+def _idle(engine: Engine, branch: str, tenant: str = "t") -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                select(outbox_branch.c.idle_lsn).where(
+                    outbox_branch.c.tenant == tenant, outbox_branch.c.branch_key == branch
+                )
+            ).scalar_one()
+        )
+
+
+def _listed(engine: Engine) -> list[str]:
+    from pipeline.outbox.fetch import FetchSql
+
+    sql, params = FetchSql(engine.dialect.paramstyle, tenant=None, limit=10).branches()
+    with engine.connect() as conn:
+        return sorted(str(r[1]) for r in conn.exec_driver_sql(sql, params))
+
+
+def test_an_ack_of_a_branchs_last_row_takes_it_out_of_the_relays_listing(
+    engine: Engine, sessions: sessionmaker[Session]
+) -> None:
+    """R-OUT-4: a branch is listed (the index of branches that may have unsent rows) while any
+    row is above its watermark; the ack of its last row marks it idle, a new row lists it again."""
+    _write(sessions, "a", 3)
+    _write(sessions, "b", 1)
+    acker = Acker(engine)
+    acker.ack([_row("a", 1), _row("a", 2)])
+    assert _listed(engine) == ["a", "b"] and _idle(engine, "a") == 0
+    acker.ack([_row("a", 3), _row("b", 1)])
+    assert _listed(engine) == [] and (_idle(engine, "a"), _idle(engine, "b")) == (3, 1)
+    assert backlog(engine) == (0, None)
+    _write(sessions, "a", 1)
+    assert _listed(engine) == ["a"] and backlog(engine)[0] == 1
+    assert _lsns(engine, is_pending()) == [4]
+
+
+def test_the_ack_never_waits_for_a_writer_holding_its_branch(store_url: str) -> None:
+    """R-OUT-4 on PostgreSQL: a writer holds its branch's lsn counter row until it commits; the
+    ack's watermark is a row of its own, so it moves meanwhile (the ack's connection gives up on
+    any lock wait at once, so a wait fails the test instead of hanging it). The branch is marked
+    idle only by an ack after the writer's row."""
+    if not store_url.startswith("postgresql"):
+        pytest.skip("SQLite has one writer at a time: nothing to wait for")
+    writer = make_engine(store_url)
+    impatient = make_engine(store_url, connect_args={"options": "-c lock_timeout=1"})
+    sessions = session_factory(writer)
+    try:
+        _write(sessions, "a", 2)
+        acker = Acker(impatient)
+        with sessions.begin() as open_tx:
+            write(open_tx, topic="x", key=b"k", value=b"v", branch_key="a", tenant="t")
+            acker.ack([_row("a", 1), _row("a", 2)])  # lsn 3 uncommitted, its row locked
+            assert _mark(writer, "a") == 2
+            assert _idle(writer, "a") == 0  # passed by: the writer's lsn 3 is coming
+        acker.ack([_row("a", 3)])
+        assert (_mark(writer, "a"), _idle(writer, "a")) == (3, 3)
+        acker.close()
+    finally:
+        writer.dispose()
+        impatient.dispose()
+
+
+def test_the_migration_moves_each_watermark_to_its_own_row(store_url: str) -> None:
+    """Revision 0014: ``outbox_branch.sent_lsn`` moves to ``outbox_sent`` (with ``abandoned``);
+    the branch keeps it as ``idle_lsn``, so the same branches stay listed; and back."""
+    raw = sa.create_engine(store_url)
+    try:
+        upgrade(raw, "0013_spawn_pid_start")
+        with raw.begin() as conn:
+            for key, last, sent, gone in (("done", 3, 3, False), ("mid", 4, 2, False),
+                                          ("gone", 2, 1, True)):  # fmt: skip
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned, "
+                        "sent_lsn) VALUES ('t', :b, :n, :a, :s)"
+                    ),
+                    {"b": key, "n": last, "a": gone, "s": sent},
+                )
+        upgrade(raw)
+        with raw.connect() as conn:
+            moved = {
+                r[0]: (int(r[1]), bool(r[2]))
+                for r in conn.execute(
+                    sa.text("SELECT branch_key, sent_lsn, abandoned FROM outbox_sent")
+                )
+            }
+            idle = dict(
+                conn.execute(sa.text("SELECT branch_key, idle_lsn FROM outbox_branch")).all()
+            )
+        assert moved == {"done": (3, False), "mid": (2, False), "gone": (1, True)}
+        assert idle == {"done": 3, "mid": 2, "gone": 1}
+        assert _listed(raw) == ["mid"]
+        with raw.begin() as conn:
+            conn.execute(sa.text("UPDATE outbox_sent SET sent_lsn = 4 WHERE branch_key = 'mid'"))
+        with raw.begin() as conn:  # the revision's downgrade, as `alembic downgrade` runs it
+            from alembic import command
+
+            from pipeline.store.schema import _config
+
+            command.downgrade(_config(conn), "0013_spawn_pid_start")
+        with raw.connect() as conn:
+            back = dict(
+                conn.execute(sa.text("SELECT branch_key, sent_lsn FROM outbox_branch")).all()
+            )
+        assert back == {"done": 3, "mid": 4, "gone": 1}
+    finally:
+        raw.dispose()

@@ -23,7 +23,7 @@ from pipeline.host.held import held_table
 from pipeline.host.tracking import FORWARD
 from pipeline.outbox import write
 from pipeline.outbox.acker import Acker
-from pipeline.outbox.tables import outbox_branch
+from pipeline.outbox.tables import outbox_sent
 from pipeline.runtime.batch_session import BatchSessions
 from pipeline.runtime.dedupe import claim_ids, dedupe_table
 from pipeline.runtime.staging import Staged
@@ -136,7 +136,7 @@ def test_the_relay_ack_moves_the_watermark_and_leaves_no_setting_behind(engine: 
     Acker(engine).ack([(1, "default", "b1", 1), (2, "default", "b1", 2)])
     with engine.connect() as conn:
         sent = conn.execute(
-            select(outbox_branch.c.sent_lsn).where(outbox_branch.c.branch_key == "b1")
+            select(outbox_sent.c.sent_lsn).where(outbox_sent.c.branch_key == "b1")
         ).scalar_one()
         assert sent == 2
         assert conn.exec_driver_sql("SHOW synchronous_commit").scalar_one() == "on"

@@ -14,7 +14,8 @@ def test_the_branch_list_is_written_as_the_partial_index_is() -> None:
     ``status = 0`` stays a literal so the row read scans ``ix_outbox_pending`` from the id."""
     fetch = FetchSql("qmark", tenant=None, limit=500)
     sql, params = fetch.branches()
-    assert sql.endswith("FROM outbox_branch WHERE last_lsn > sent_lsn AND NOT abandoned")
+    assert "FROM outbox_branch b JOIN outbox_sent s " in sql  # the watermark's own row
+    assert sql.endswith("WHERE b.last_lsn > b.idle_lsn AND NOT b.abandoned")
     assert params == ()
     assert fetch.rows(7) == (
         f"SELECT {', '.join(COLUMNS)} FROM outbox WHERE status = 0 AND id >= ? "
@@ -27,7 +28,7 @@ def test_the_branch_list_is_written_as_the_partial_index_is() -> None:
 def test_the_tenant_and_the_start_are_bound_parameters(paramstyle: str, p: str) -> None:
     fetch = FetchSql(paramstyle, tenant="x'); DROP TABLE outbox; --", limit=7)
     sql, params = fetch.branches()
-    assert sql.endswith(f"AND tenant = {p}") and params == ("x'); DROP TABLE outbox; --",)
+    assert sql.endswith(f"AND b.tenant = {p}") and params == ("x'); DROP TABLE outbox; --",)
     sql, params = fetch.rows(41)
     assert f"id >= {p} AND tenant = {p} ORDER BY id LIMIT 7" in sql
     assert params == (41, "x'); DROP TABLE outbox; --")
