@@ -76,8 +76,7 @@ class JournalTx:
         """The transaction of a burst's journal opens: on PostgreSQL one autocommitted
         statement (no ``BEGIN``, no ``COMMIT``: one round trip); elsewhere :meth:`begin`."""
         if self._pg and self._engine is not None:
-            auto = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-            return auto
+            return self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         return self.begin()
 
     @staticmethod
