@@ -22,10 +22,10 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
@@ -36,12 +36,13 @@ from pipeline.host import inject_journal as journal
 from pipeline.host.outbound import Publisher
 from pipeline.reasons import Delivery, Verification
 from pipeline.runtime.retry import BackoffPolicy
-from pipeline.store import pg_pipeline, with_retry
+from pipeline.store import with_retry
 from pipeline.support import clock
 from pipeline.tracing import TRACING
 
 from .entities import LocalEntities
 from .injectors import InjectUncertainError
+from .journal_tx import JournalTx
 from .metrics import GatewayMetrics
 from .render import for_injector
 
@@ -117,6 +118,7 @@ class InjectionQueue:
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._tx = JournalTx(sessions)  # the journal's and receipts' transactions
 
     def submit(self, gid: str, envelope: Envelope, *, reply_host: str | None) -> None:
         with self._lock:
@@ -137,6 +139,7 @@ class InjectionQueue:
             q.put(None)
         for t in self._threads:
             t.join(timeout)
+        self._tx.close()
 
     def idle(self) -> bool:
         return all(q.unfinished_tasks == 0 for q in self._queues.values())
@@ -194,10 +197,13 @@ class InjectionQueue:
         inject); ``then_open``'s rows are opened in it too. Returns the msgIds opened."""
 
         moves = [(j.envelope.msg_id, o.journal) for j, o in done if o.journal is not None]
+        staged = False
 
         def once() -> set[str]:  # a whole transaction, so a retry applies nothing twice
-            with self._transaction() as s:
-                moved = iter(journal.close_many(s, moves))
+            nonlocal staged
+            staged = False
+            with self._tx.begin() as tx:
+                moved = iter(journal.close_many(tx, moves))
                 for job, outcome in done:
                     if outcome.journal is not None and not next(moved):
                         # a restart's report (a twin's) moved the row first: its outcome stands
@@ -206,32 +212,17 @@ class InjectionQueue:
                         receipt = outcome.receipt
                         if TRACING.on:  # fleet.receipt.stage, under the brief's fleet.inject
                             TRACING.receipt(job.envelope, receipt.envelope)
-                        self.publisher.stage(s, receipt.envelope, to_host=receipt.host)
-                return self._open_in(s, then_open)
+                        self.publisher.stage(tx, receipt.envelope, to_host=receipt.host)
+                        staged = True
+                if staged:
+                    self._tx.notify(tx)
+                return self._open_in(tx, then_open)
 
         # a store hiccup must not leave an injected brief without its receipt until a restart
         opened = with_retry(once, what="inject receipt")
-        if self.on_receipts is not None and any(o.receipt is not None for _, o in done):
+        if staged and self.on_receipts is not None:  # no Session: no after_commit wake
             self.on_receipts()
         return opened
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[Session]:
-        """A session in one transaction, committed on leaving. Bound to an engine, the
-        transaction is the connection's own and the session joins it (what it stages runs in
-        it): a third less CPU than a ``sessionmaker.begin()`` transaction, paid per burst."""
-        bind = self.sessions.kw.get("bind")
-        if not isinstance(bind, Engine):
-            with self.sessions.begin() as s:
-                yield s
-            return
-        if bind.dialect.name == "postgresql":
-            with pg_pipeline.transaction(bind) as conn, self.sessions(bind=conn) as s:
-                yield s
-                s.flush()  # anything the ORM still holds goes before the COMMIT
-            return
-        with bind.begin() as conn, self.sessions(bind=conn) as s:
-            yield s
 
     def _open_all(self, jobs: list[_Job | None]) -> set[str]:
         """Commit the burst's journal rows before its first inject; returns the msgIds opened
@@ -239,19 +230,9 @@ class InjectionQueue:
         if not any(j is not None and j.tracked for j in jobs):
             return set()
 
-        bind = self.sessions.kw.get("bind")
-
         def once() -> set[str]:
-            if isinstance(bind, Engine) and bind.dialect.name == "postgresql":
-                # one statement, its own transaction: one round trip (no BEGIN, no COMMIT)
-                auto = bind.connect().execution_options(isolation_level="AUTOCOMMIT")
-                with auto as conn:
-                    return self._open_in(conn, jobs)
-            if isinstance(bind, Engine):  # no receipt to stage: a connection, not a Session
-                with bind.begin() as conn:
-                    return self._open_in(conn, jobs)
-            with self.sessions.begin() as s:
-                return self._open_in(s, jobs)
+            with self._tx.open_now() as tx:
+                return self._open_in(tx, jobs)
 
         return with_retry(once, what="inject journal")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from pipeline import outbox
@@ -37,7 +38,9 @@ class Publisher:
         """The ``from`` of messages the gateway itself originates (INJECTED, NO_WAITER...)."""
         return f"{self.host}{GATEWAY_SUFFIX}"
 
-    def stage(self, session: Session, envelope: Envelope, *, to_host: str) -> int:
+    def stage(self, session: Session | Connection, envelope: Envelope, *, to_host: str) -> int:
+        """Sign (or MAC) ``envelope`` for ``to_host``'s inbox and write it as an outbox row in
+        ``session``'s transaction (a ``Connection``: see :func:`pipeline.outbox.write`)."""
         topic = self._inboxes.get(to_host)
         if topic is None:
             topic = self._inboxes[to_host] = self.topics.inbox(to_host)

@@ -20,6 +20,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
@@ -45,13 +46,18 @@ def woken_in_process(engine: Engine) -> None:
     _WOKEN_HERE.add(engine)
 
 
+def wakes_in_process(bind: Any) -> bool:
+    """Whether ``bind`` (an engine or a connection) writes for a relay woken in process
+    (:func:`woken_in_process`): its writers send no ``NOTIFY``."""
+    return getattr(bind, "engine", bind) in _WOKEN_HERE
+
+
 def notify(session: Session) -> None:
     """Tell listeners, at this transaction's commit, that outbox rows were written. Once per
     transaction: PostgreSQL folds repeats anyway, and each costs a round trip (a group commit
     of many sends paid one per row). Inside a savepoint it always notifies: a rolled
     back savepoint takes its NOTIFY with it."""
-    bind = session.get_bind()
-    if getattr(bind, "engine", bind) in _WOKEN_HERE:
+    if wakes_in_process(session.get_bind()):
         return
     tx = session.get_transaction()
     if tx is not None and session.info.get(_NOTIFIED) is tx:

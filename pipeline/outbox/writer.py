@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
-from sqlalchemy import select, update
+from sqlalchemy import Connection, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -28,7 +28,7 @@ from .wake import mark
 
 
 def write(
-    session: Session,
+    session: Session | Connection,
     *,
     topic: str,
     key: bytes | None,
@@ -44,6 +44,11 @@ def write(
     one branch should share ``(topic, key)`` so the broker keeps them on one partition, in order.
     A record above ``max_record_bytes`` (the topic's ``max.message.bytes``; ``None``: no check)
     is refused with ``TOO_LARGE`` before anything is written.
+
+    ``session`` may be a ``Connection`` in its transaction, for a writer that runs no ORM
+    session (the inject queue's receipts): then nothing marks the transaction, so the writer
+    wakes its relay itself after the commit and, on PostgreSQL, sends :data:`.notify.CHANNEL`'s
+    ``NOTIFY`` in the transaction (invariant 9, docs/outbox.md).
     """
     if not topic or not branch_key or not tenant:
         raise ConfigError("outbox.write needs a topic, a branch_key and a tenant")
@@ -52,7 +57,7 @@ def write(
             key=key, value=value, headers=headers, tenant=tenant, branch_key=branch_key, lsn=10**12
         )
         check_record_size(size, max_record_bytes, topic=topic)
-    conn = session.connection()
+    conn = session.connection() if isinstance(session, Session) else session
     on_pg = conn.dialect.name == "postgresql"
     sql = _sql_for(conn.dialect.paramstyle, on_pg=on_pg)
     blob = pack_headers(headers) or None  # NULL: no headers (as since v0.1.0)
@@ -88,9 +93,10 @@ def write(
             reason=Outbox.BRANCH_ABANDONED,
             context={"tenant": tenant, "branch_key": branch_key},
         )
-    mark(session)  # a relay in this process wakes at our commit (wake.py)
-    if on_pg:
-        notify(session)  # a relay in another process wakes at our commit
+    if isinstance(session, Session):
+        mark(session)  # a relay in this process wakes at our commit (wake.py)
+        if on_pg:
+            notify(session)  # a relay in another process wakes at our commit
     return int(lsn)
 
 

@@ -44,3 +44,27 @@ def engine(store_url: str) -> Iterator[Engine]:
     e = make_engine(store_url)
     yield e
     e.dispose()
+
+
+def test_a_receipt_s_commit_wakes_a_relay_listening_in_another_process(engine: Engine) -> None:
+    """docs/outbox.md invariant 9 on PostgreSQL: the receipts' transaction has no ORM session
+    to send ``NOTIFY``; it rides with the ``COMMIT`` itself, so a relay of ``fleet relay run``
+    is woken at once."""
+    import threading
+
+    from pipeline.outbox.notify import listen
+    from tests.unit.test_inject_journal import _brief, _job, _one, _queue
+
+    stop, woken = threading.Event(), threading.Event()
+    thread = listen(engine, woken.set, stop)
+    assert thread is not None
+    try:
+        assert woken.wait(30)  # the first wake: once listening
+        woken.clear()
+        q, _ = _queue(engine, [])
+        _one(q, _job(_brief()))
+        assert woken.wait(30), "the receipt's commit notified"
+        q.stop()
+    finally:
+        stop.set()
+        thread.join(10)

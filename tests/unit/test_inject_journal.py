@@ -401,3 +401,20 @@ def test_retention_purges_closed_journal_rows_and_never_an_open_one(engine: Engi
         now = {r.msg_id for r in c.execute(select(t.c.msg_id).where(rule.condition(0, policy)))}
     assert gone == {done.msg_id}, "closed rows go; the open one waits for a restart's report"
     assert now == set(), "nothing before its retention"
+
+
+def test_the_relay_is_woken_after_the_commit_that_staged_the_receipts(engine: Engine) -> None:
+    """docs/outbox.md invariant 9: the receipts' transaction runs no ORM session (no
+    ``after_commit`` wake), so the queue wakes its relay itself, once per transaction that
+    staged receipts, when they are committed: a fresh connection already reads them."""
+    injected: list[str] = []
+    q, _ = _queue(engine, injected)
+    seen: list[int] = []
+    q.on_receipts = lambda: seen.append(len(_receipts(engine)))
+    b = _brief()
+    _one(q, _job(b))
+    assert seen == [1], "woken once, with the receipt committed"
+    q.submit("worker-b", _brief(), reply_host=None)  # a broadcast: no receipt, no wake
+    _wait(q)
+    q.stop()
+    assert seen == [1]

@@ -28,6 +28,8 @@ ERROR: Final = "error"
 STATUSES: Final = (OK, RETRY, ERROR)
 MAX_HEADER_BYTES: Final = 64 * 1024
 MAX_ANSWER_BYTES: Final = 64 * 1024
+# json.dumps with separators builds an encoder per call; a frame per brief uses this one
+_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 
 class FrameError(ValueError):
@@ -61,7 +63,7 @@ def request(
     if trace_id:
         header["traceId"] = trace_id
     header["length"] = len(body)
-    return json.dumps(header, separators=(",", ":")).encode() + b"\n" + body
+    return _compact(header).encode() + b"\n" + body
 
 
 def answer(msg_id: str, status: str, error: str = "") -> bytes:
@@ -71,7 +73,7 @@ def answer(msg_id: str, status: str, error: str = "") -> bytes:
     frame: dict[str, str] = {"msgId": msg_id, "status": status}
     if error:
         frame["error"] = error
-    return json.dumps(frame, separators=(",", ":")).encode() + b"\n"
+    return _compact(frame).encode() + b"\n"
 
 
 def ok_line(msg_id: str) -> bytes:

@@ -1,0 +1,102 @@
+"""The inject queue's transactions: a burst's journal rows opened, then closed with its receipts.
+
+At a few hundred briefs a second a burst is a brief or two, so each brief pays two small
+transactions (docs/gateway.md, "The inject journal"), and what SQLAlchemy wraps around them cost
+more CPU than their statements: a pooled connection checked out and reset per transaction, and an
+ORM ``Session`` (its transaction object, connection lookups, commit events) only for the outbox
+write of the receipt. Here the journal's statements and the receipts' outbox rows run on a
+``Connection`` (their own DB-API statements, :mod:`pipeline.host.inject_journal`,
+:func:`pipeline.outbox.write`), with no ``Session``:
+
+* **SQLite** -- one connection held for every inject worker of the gateway, one transaction at a
+  time on it. SQLite has one writer anyway: the store's write gate queues every write
+  transaction of the process (``BEGIN IMMEDIATE`` behind it), so the lock costs no concurrency,
+  and the pool never lends more connections to the queue than one, however many entities inject.
+  Between transactions it holds none (no lock, no snapshot). A transaction that raised drops it
+  (its state is not known); the next one takes a fresh one.
+* **PostgreSQL** -- a pooled connection per transaction, as the workers run concurrently there;
+  ``BEGIN`` rides with the first statement, the rest with the ``COMMIT``
+  (:mod:`pipeline.store.pg_pipeline`), and the relay's ``NOTIFY`` with the ``COMMIT`` too.
+* a session factory bound to anything but an engine (a test's connection): its own ``Session``.
+
+No ``Session`` means no ``after_commit`` wake: the queue wakes its relay itself once the
+transaction that staged receipts has committed (``InjectionQueue.on_receipts``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipeline.outbox.notify import CHANNEL, wakes_in_process
+from pipeline.store import pg_pipeline
+
+_NOTIFY = f"NOTIFY {CHANNEL}"
+
+
+class JournalTx:
+    """Transactions for the inject journal and its receipts (see the module doc)."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = sessions
+        bind = sessions.kw.get("bind")
+        self._engine = bind if isinstance(bind, Engine) else None
+        self._pg = self._engine is not None and self._engine.dialect.name == "postgresql"
+        self._lock = threading.Lock()
+        self._held: Connection | None = None
+
+    @contextlib.contextmanager
+    def begin(self) -> Iterator[Session | Connection]:
+        """One transaction, committed on leaving, rolled back on an exception."""
+        engine = self._engine
+        if engine is None:
+            with self.sessions.begin() as s:
+                yield s
+            return
+        if self._pg:
+            with pg_pipeline.transaction(engine) as conn:
+                yield conn
+            return
+        with self._lock:
+            held = self._held
+            if held is None or held.closed or held.invalidated:
+                held = self._held = engine.connect()
+            try:
+                with held.begin():
+                    yield held
+            except BaseException:
+                self._drop()
+                raise
+
+    def open_now(self) -> contextlib.AbstractContextManager[Session | Connection]:
+        """The transaction of a burst's journal opens: on PostgreSQL one autocommitted
+        statement (no ``BEGIN``, no ``COMMIT``: one round trip); elsewhere :meth:`begin`."""
+        if self._pg and self._engine is not None:
+            return self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        return self.begin()
+
+    @staticmethod
+    def notify(tx: Session | Connection) -> None:
+        """Receipts were staged in ``tx``: on PostgreSQL, wake a relay in another process at
+        its commit (what :func:`pipeline.outbox.write` does for a ``Session``)."""
+        if not isinstance(tx, Connection) or not pg_pipeline.on_postgresql(tx):
+            return  # a Session notifies itself; SQLite's relay is woken in process
+        if wakes_in_process(tx):
+            return  # the gateway's relay: the queue wakes it after the commit (on_receipts)
+        if not pg_pipeline.defer(tx, _NOTIFY, [()]):
+            tx.exec_driver_sql(_NOTIFY)
+
+    def close(self) -> None:
+        """Give the held connection back to the pool (the queue's stop)."""
+        with self._lock:
+            self._drop()
+
+    def _drop(self) -> None:
+        conn, self._held = self._held, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # a dead connection is discarded by the pool
+                conn.close()
