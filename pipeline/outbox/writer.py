@@ -24,7 +24,7 @@ from .limits import DEFAULT_MAX_RECORD_BYTES, check_record_size, record_size
 from .notify import notify
 from .sent import watermark
 from .tables import RowStatus, outbox, outbox_branch
-from .wake import mark
+from .wake import mark, wants_rows
 
 
 def write(
@@ -57,6 +57,7 @@ def write(
     sql = _sql_for(conn.dialect.paramstyle, on_pg=on_pg)
     blob = pack_headers(headers) or None  # NULL: no headers (as since v0.1.0)
     dbapi_error = conn.dialect.loaded_dbapi.Error
+    fed: tuple[Any, ...] | None = None  # the row as the relay reads it, for its feed (wake.py)
     statement: str = sql.next_lsn
     params: tuple[Any, ...] = (tenant, branch_key)
     try:
@@ -75,6 +76,9 @@ def write(
                 statement = sql.insert
                 params = (tenant, branch_key, lsn, topic, key, value, blob, _PENDING, time.time())
                 cursor.execute(statement, params)
+                if wants_rows(conn.engine):  # SQLite: the id comes with the insert
+                    fed = (cursor.lastrowid, tenant, branch_key, lsn, topic, key, value, blob,
+                           params[-1])  # fmt: skip
     except dbapi_error as exc:  # as SQLAlchemy raises it: callers catch SQLAlchemyError
         raise DBAPIError.instance(
             statement, params, exc, dbapi_error, dialect=conn.dialect
@@ -85,7 +89,7 @@ def write(
             reason=Outbox.BRANCH_ABANDONED,
             context={"tenant": tenant, "branch_key": branch_key},
         )
-    mark(session)  # a relay in this process wakes at our commit (wake.py)
+    mark(session, fed)  # a relay in this process wakes at our commit, fed this row (wake.py)
     if on_pg:
         notify(session)  # a relay in another process wakes at our commit
     return int(lsn)
