@@ -299,7 +299,10 @@ class Relay:
                 deferred, confirmed = deferred + len(confirmed), []
             if kept.rows and (confirmed or errors or broken or kept.full()):
                 confirmed = kept.take() + confirmed  # every kept row is acked before these
-            acks.append((self._ack_in_order(store, acks, confirmed, last=last), confirmed, errors))
+            if confirmed or errors:  # (a kept batch has nothing to ack or observe now)
+                acks.append(
+                    (self._ack_in_order(store, acks, confirmed, last=last), confirmed, errors)
+                )
             if refused:  # after this batch's acks, so each refused row heads its branch
                 acks.append((store.submit(self._fail, refused), [], []))
             failed += len(errors) - len(refused)
