@@ -53,7 +53,7 @@ from .refused import fail_refused
 from .settle import settle
 from .status import backlog
 from .terminal import FailedRow, TerminalSink, stopped_branches
-from .wake import feed_from
+from .wake import feed_from, stop_feeding
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ class Relay:
     def close(self, timeout: float = 2.0) -> None:
         # Unconfirmed records are simply not acked: the next relay resends them.
         if self._feed is not None:
-            feed_from(self.engine, None)
+            stop_feeding(self.engine, self._feed)
         if self._producer is not None:
             self._producer.flush(timeout)
             self._producer = None

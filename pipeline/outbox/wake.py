@@ -31,16 +31,19 @@ from .feed import Feed
 _WROTE = "fleet_outbox_wrote"  # session.info: this transaction wrote outbox rows
 _ROWS = "fleet_outbox_rows"  # session.info: the rows it wrote, as the relay reads them
 _NESTED = "fleet_outbox_nested"  # session.info: some were written inside a savepoint
+_RAW = "fleet_outbox_raw"  # session.info: the DB-API connection they were written on
 
 _feeds: weakref.WeakKeyDictionary[Engine, Feed] = weakref.WeakKeyDictionary()
 
 
-def mark(session: Session, row: tuple[Any, ...] | None = None) -> None:
+def mark(session: Session, row: tuple[Any, ...] | None = None, raw: Any = None) -> None:
     """Outbox rows were written in ``session``'s transaction (called by ``write``); ``row``:
-    the one just inserted, in the relay's column order (:data:`.fetch.COLUMNS`)."""
+    the one just inserted, in the relay's column order (:data:`.fetch.COLUMNS`), on the DB-API
+    connection ``raw``."""
     info = session.info
     info[_WROTE] = True
     if row is not None:
+        info[_RAW] = raw
         rows = info.get(_ROWS)
         if rows is None:
             rows = info[_ROWS] = []
@@ -54,12 +57,15 @@ def wants_rows(engine: Engine) -> bool:
     return bool(_feeds) and engine in _feeds
 
 
-def feed_from(engine: Engine, feed: Feed | None) -> None:
-    """Hand the rows committed on ``engine`` in this process to ``feed`` (``None``: stop)."""
-    if feed is None:
+def feed_from(engine: Engine, feed: Feed) -> None:
+    """Hand the rows committed on ``engine`` in this process to ``feed`` from now on."""
+    _feeds[engine] = feed
+
+
+def stop_feeding(engine: Engine, feed: Feed) -> None:
+    """``feed`` takes no more rows of ``engine`` (another relay's feed stays)."""
+    if _feeds.get(engine) is feed:
         _feeds.pop(engine, None)
-    else:
-        _feeds[engine] = feed
 
 
 def committed(session: Session) -> bool:
@@ -72,13 +78,17 @@ def _hand_over(session: Session, *, by_committer: bool) -> bool:
     info = session.info
     rows = info.pop(_ROWS, None)
     nested = info.pop(_NESTED, False)
+    raw = info.pop(_RAW, None)
     if rows is None:
         return False
+    # committed for real: the connection they were written on is out of its transaction (a
+    # session that joined an outer transaction may "commit" while that one is still open)
+    trusted = not nested and raw is not None and not getattr(raw, "in_transaction", True)
     bind = session.get_bind()
     feed = _feeds.get(bind.engine) if _feeds else None
     if feed is None:
         return False
-    feed.put(rows, trusted=not nested, by_committer=by_committer)
+    feed.put(rows, trusted=trusted, by_committer=by_committer)
     return True
 
 
@@ -86,6 +96,7 @@ def _forget(session: Session) -> None:
     session.info.pop(_WROTE, None)
     session.info.pop(_ROWS, None)
     session.info.pop(_NESTED, None)
+    session.info.pop(_RAW, None)
 
 
 def wake_on_commit(sessions: sessionmaker[Session], wake: Callable[[], None]) -> None:

@@ -61,7 +61,8 @@ def write(
     statement: str = sql.next_lsn
     params: tuple[Any, ...] = (tenant, branch_key)
     try:
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        raw: Any = conn.connection.dbapi_connection
+        cursor = raw.cursor()
         if sql.both is not None:  # one round trip: the upsert feeds the insert
             statement = sql.both
             params = (tenant, branch_key, topic, key, value, blob, _PENDING, time.time())
@@ -89,7 +90,7 @@ def write(
             reason=Outbox.BRANCH_ABANDONED,
             context={"tenant": tenant, "branch_key": branch_key},
         )
-    mark(session, fed)  # a relay in this process wakes at our commit, fed this row (wake.py)
+    mark(session, fed, raw)  # a relay in this process wakes at our commit, fed this row (wake.py)
     if on_pg:
         notify(session)  # a relay in another process wakes at our commit
     return int(lsn)

@@ -62,7 +62,7 @@ def test_a_commit_hands_the_relay_its_rows_as_stored_and_a_rollback_none(engine:
     id comes with the insert (R-OUT-3: the relay ships exactly what was committed)."""
     from pipeline.outbox.feed import Feed
     from pipeline.outbox.fetch import COLUMNS
-    from pipeline.outbox.wake import feed_from
+    from pipeline.outbox.wake import feed_from, stop_feeding
 
     feed = Feed()
     sessions = session_factory(engine)
@@ -92,5 +92,13 @@ def test_a_commit_hands_the_relay_its_rows_as_stored_and_a_rollback_none(engine:
                 outbox.write(s, topic="t", key=b"k", value=b"v4", branch_key="b")
                 raise RuntimeError("the savepoint rolls back alone")
         assert feed.take() is None  # lsn 4 was handed out, then rolled back: read instead
+        with engine.connect() as conn:  # a session joined to an outer transaction "commits"
+            outer = conn.begin()
+            joined = sessions(bind=conn)
+            outbox.write(joined, topic="t", key=b"k", value=b"v5", branch_key="b")
+            joined.commit()  # its after_commit runs, the outer transaction is still open
+            assert not feed.take()  # nothing usable handed over: that row may yet roll back
+            joined.close()
+            outer.rollback()
     finally:
-        feed_from(engine, None)
+        stop_feeding(engine, feed)
