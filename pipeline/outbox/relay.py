@@ -288,7 +288,8 @@ class Relay:
             if batch.done:
                 self.hooks.at(Window.REPORTED_NOT_MARKED)  # a crash point (tests only)
             confirmed, errors = self._confirmed(batch, broken)
-            self._known.confirmed(confirmed)  # the rows a feed may continue (feed.py)
+            if defer and self._feed is not None:
+                self._known.confirmed(confirmed)  # the rows a feed may continue (feed.py)
             # acks run in order on the store thread; the guard in _ACK keeps each branch's
             # "sent" a prefix even if an earlier ack failed
             refused = batch.refused() if errors else []
