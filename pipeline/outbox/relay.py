@@ -295,11 +295,9 @@ class Relay:
             refused = batch.refused() if errors else []
             errors = [e for e in errors if e is not HELD_BACK]
             last = rows is None and not window
-            if defer and last and not errors and not broken and not acks:
-                kept.keep(confirmed)  # a clean pass's last batch: acked later (ack_later.py)
-                deferred, confirmed = deferred + len(confirmed), []
-            if kept.rows and (confirmed or errors or broken or kept.full()):
-                confirmed = kept.take() + confirmed  # every kept row is acked before these
+            keep = defer and last and not errors and not broken and not acks
+            confirmed, kept_now = self._keep_or_take(confirmed, keep=keep)
+            deferred += kept_now
             if confirmed or errors:  # (a kept batch has nothing to ack or observe now)
                 acks.append(
                     (self._ack_in_order(store, acks, confirmed, last=last), confirmed, errors)
@@ -310,6 +308,8 @@ class Relay:
             # at most pipeline_depth batches confirmed but not yet marked sent: with as many in
             # flight, a kill -9 replays at most 2 x pipeline_depth batches (the fold drops them)
             acked += self._collect(acks, wait=False, keep=self.pipeline_depth)
+            if started > 1:  # a long drain: its gauges move on the interval meanwhile
+                self._observe_backlog()
         acked += self._collect(acks, wait=True)
         shipped = acked + deferred
         self._after_pass(shipped, fed=fed is not None, failed=failed > 0, broken=bool(broken))
@@ -344,6 +344,18 @@ class Relay:
             # still pending, so they simply go out again)
             self._producer.flush(0)
             self._producer, self._fatal = None, False
+
+    def _keep_or_take(self, confirmed: list[Any], *, keep: bool) -> tuple[list[Any], int]:
+        """``(rows to ack now, rows kept)``: with ``keep`` a clean pass's last batch is acked
+        later (ack_later.py), unless that fills the keep; the rows to ack now come behind
+        every kept row (acked before them)."""
+        kept = self._later
+        if keep:
+            kept.keep(confirmed)
+            if not kept.full():
+                return [], len(confirmed)
+            confirmed = []
+        return (kept.take() + confirmed if kept.rows else confirmed), 0
 
     def _ack_kept(self) -> None:
         """Ack the rows :class:`AckLater` kept, now (a failure forgets them: sent again)."""
@@ -471,7 +483,6 @@ class Relay:
             lag = max(0.0, time.time() - oldest)
             self.metrics.relay_lag_seconds.set(lag)
             self.metrics.batch_lag_seconds.observe(lag)
-        self._observe_backlog()
 
     def _observe_backlog(self, *, force: bool = False) -> None:
         now = time.monotonic()
