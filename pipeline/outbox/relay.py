@@ -8,9 +8,11 @@ Per batch: read each active branch's next unsent rows, publish them in ``(tenant
 lsn)`` order with the idempotent ``acks=all`` producer, wait for every delivery report, then ack
 -- per branch -- only the unbroken run of confirmed rows above its watermark, by raising the
 watermark (:mod:`.acker`; no row is rewritten). A branch whose row failed is resent from that
-row on the next pass (a failed record may still have been written:
-the consumer's fold absorbs the copy). The producer never times a record out, so a broker outage
-delays a branch but cannot reorder it (docs/outbox.md, invariant 4).
+row on the next pass (a failed record may still have been written: the consumer's fold absorbs
+the copy). The producer never times a record out, so a broker outage delays a branch but cannot
+reorder it (docs/outbox.md, invariant 4). ``run_forever`` on SQLite ships rows a writer in this
+process handed over at its commit without reading them (:mod:`.feed`), and acks a clean pass's
+rows with the next ack (:mod:`.ack_later`).
 
 A *permanent* produce error (``pipeline.kafka.produce_errors``: too large, invalid record, not
 authorised ...) is not retried: the row becomes terminal ``FAILED`` with its reason and its branch
@@ -127,10 +129,8 @@ class Relay:
         self._next_metrics = 0.0
         self._store: ThreadPoolExecutor | None = None
         self._acker = Acker(engine, tenant=tenant)
-        # run_forever's clean passes: confirmed rows acked together, within ack_interval_s
-        self._later = AckLater(interval_s=ack_interval_s, max_rows=batch_size)
-        # run_forever on SQLite: rows committed in this process, handed over (feed.py)
-        self._feed = Feed() if engine.dialect.name == "sqlite" else None
+        self._later = AckLater(interval_s=ack_interval_s, max_rows=batch_size)  # run_forever's
+        self._feed = Feed() if engine.dialect.name == "sqlite" else None  # run_forever's
         self._known = Known()
         self._read_next = True  # the next pass reads the store (a wake nothing was fed for)
         self._read_by = 0.0  # monotonic: a pass reads the store by then, fed or not
