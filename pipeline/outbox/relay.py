@@ -231,6 +231,7 @@ class Relay:
         # Unconfirmed records are simply not acked: the next relay resends them.
         if self._feed is not None:
             stop_feeding(self.engine, self._feed)
+            self._known.forget()  # a restarted run_forever reads first (rows kept may be lost)
         if self._producer is not None:
             self._producer.flush(timeout)
             self._producer = None
@@ -250,11 +251,10 @@ class Relay:
     def _pump(
         self, *, max_batches: int | None, defer: bool = False, fed: list[Any] | None = None
     ) -> int:
-        # Pipelined: this thread produces batch k, then reads batch k+1 while the broker works
-        # on k; the store thread acks batch k-1; up to ``pipeline_depth`` batches are with the
-        # broker at once. The read stays on this thread: sqlite3 hands the GIL back and forth
-        # on every row it steps, and a reader on a second thread waits for the producing thread
-        # at each hand-off (measured: 5x slower than the same read done here).
+        # Pipelined: this thread produces batch k, then reads k+1 while the broker works on k;
+        # the store thread acks k-1; up to ``pipeline_depth`` batches are with the broker. The
+        # read stays here: sqlite3 hands the GIL over at every row it steps, so a reader on
+        # another thread waits for this one at each hand-off (measured: 5x slower).
         self._rebuild_if_fatal()
         kept = self._later
         if kept.rows and (fed is None or not defer or kept.is_due() or kept.full()):
