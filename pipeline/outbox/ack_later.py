@@ -2,10 +2,11 @@
 
 At a few hundred rows a second each relay pass ships a row or three, and its ack -- a write
 transaction queued on the store's write gate -- was paid once per pass. ``run_forever`` instead
-keeps a pass's confirmed rows here when the pass went cleanly, and acks them with the next
-ack, at most ``interval_s`` later, or at once when ``max_rows`` are waiting, when a pass meets a
-failure, and when the relay stops cleanly. ``drain()`` and ``run_once()`` ack before they return,
-as before.
+keeps the confirmed rows of a clean pass that shipped rows handed over at their commit
+(:mod:`.feed`), and acks them with the next ack, at most ``interval_s`` later, or at once when
+``max_rows`` are waiting, before any read of the store, when a pass meets a failure, and when
+the relay stops cleanly. A pass that read the store acks its rows itself, and ``drain()`` and
+``run_once()`` ack before they return, as before.
 
 What this keeps and what it costs (docs/outbox.md, invariant 5 and the crash windows):
 

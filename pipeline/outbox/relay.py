@@ -295,7 +295,7 @@ class Relay:
             refused = batch.refused() if errors else []
             errors = [e for e in errors if e is not HELD_BACK]
             last = rows is None and not window
-            keep = defer and last and not errors and not broken and not acks
+            keep = defer and fed is not None and last and not errors and not broken and not acks
             confirmed, kept_now = self._keep_or_take(confirmed, keep=keep)
             deferred += kept_now
             if confirmed or errors:  # (a kept batch has nothing to ack or observe now)
