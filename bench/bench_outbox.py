@@ -4,6 +4,12 @@
   report, ack in the store) over a raw idempotent ``acks=all`` producer sending the same records
   from memory. Target >= 0.8. Also per round (raw then relay, back to back): the wall ratio and
   the process-CPU ratio, and CPU µs per row of each, min / median / max.
+* ``small_passes`` -- the relay as a gateway runs it at 500 msg/s: ``run_forever`` on its own
+  thread, woken by each commit of 1-2 rows (``wake_on_commit``, as the gateway's sessions are),
+  the commits paced ~2 ms apart per row, each shipped by a pass of its own (lockstep). CPU µs per row of everything but the writing
+  thread (the relay thread, its store thread, librdkafka's threads), min / median / max over
+  rounds. Alone: ``python -c "from bench.bench_outbox import small_passes_main as m; m()"`` with
+  ``KAFKA_BOOTSTRAP`` set (it then uses that broker).
 * ``down_vs_up`` -- median step-run latency with the broker DOWN over the same with it UP, while a
   relay process (``fleet relay run``) runs beside the executor. Target <= 1.1.
 
@@ -217,6 +223,93 @@ def _spread(values: list[float]) -> dict[str, float]:
     }
 
 
+def small_passes(
+    bootstrap: str,
+    workdir: Path,
+    *,
+    per_commit: int,
+    rows: int,
+    rounds: int,
+    rate: float = 500.0,
+    lockstep: bool = True,
+) -> dict[str, Any]:
+    """The relay's CPU per row when each commit brings ``per_commit`` rows (see the module
+    doc); also how many rows each pass that shipped any took on average. ``lockstep``: the next
+    commit waits until a pass shipped the last one, so every pass ships one commit's rows
+    whatever the machine's load (free-running, rows per pass follow the scheduler)."""
+    import threading
+
+    from pipeline.outbox.wake import wake_on_commit
+
+    engine = make_engine(f"sqlite:///{workdir / f'small{per_commit}.sqlite'}")
+    topic = _topic(bootstrap)
+    per_row: list[float] = []
+    per_pass: list[float] = []
+    for r in range(rounds):
+        relay = Relay(engine=engine, bootstrap=bootstrap)
+        sessions = session_factory(engine)
+        wake_on_commit(sessions, relay.wake)  # as the gateway's sessions: each commit wakes it
+        passes = [0]
+        pump = relay._pump
+
+        def counted(pump: Any = pump, passes: list[int] = passes, **kw: Any) -> int:
+            shipped = int(pump(**kw))
+            passes[0] += shipped > 0
+            return shipped
+
+        relay._pump = counted  # type: ignore[method-assign]  # how many passes shipped rows
+        stop = threading.Event()
+        thread = threading.Thread(target=relay.run_forever, args=(stop,), daemon=True)
+        thread.start()
+        time.sleep(1.0)  # the producer connects
+        gap = per_commit / rate
+        cpu0, own0, next_at = time.process_time(), time.thread_time(), time.monotonic()
+        passes[0] = 0
+        for i in range(rows // per_commit):
+            with sessions.begin() as s:
+                for j in range(per_commit):
+                    b = (i * per_commit + j) % 4
+                    write(
+                        s,
+                        topic=topic,
+                        key=f"acme/r{b}".encode(),
+                        value=os.urandom(200),
+                        headers=[("kind", b"STEP"), ("msgId", os.urandom(16))],
+                        branch_key=f"acme/r{b}/p{r}",
+                        tenant="acme",
+                    )
+            if lockstep:  # one commit per pass: wait until a pass shipped it
+                while passes[0] <= i and thread.is_alive():
+                    time.sleep(0.0002)
+            next_at += gap
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        deadline = time.monotonic() + 30
+        while backlog(engine)[0] and time.monotonic() < deadline:
+            time.sleep(0.005)
+        others = (time.process_time() - cpu0) - (time.thread_time() - own0)
+        stop.set()
+        thread.join(30)
+        assert backlog(engine)[0] == 0
+        per_row.append(others / rows * 1e6)
+        per_pass.append(rows / max(1, passes[0]))
+    return {
+        "rows_per_commit": per_commit,
+        "rows": rows,
+        "relay_cpu_us_per_row": _spread(per_row),
+        "rows_per_shipping_pass": _spread(per_pass),
+    }
+
+
+def small_passes_main() -> None:
+    import json
+
+    bootstrap = os.environ["KAFKA_BOOTSTRAP"]
+    workdir = Path(tempfile.mkdtemp(prefix="bench-outbox-small-"))
+    rows = int(os.environ.get("SMALL_ROWS", "3000"))
+    out = [small_passes(bootstrap, workdir, per_commit=n, rows=rows, rounds=3) for n in (1, 2)]
+    print(json.dumps(out, indent=2))
+
+
 def _relay_process(url: str, bootstrap: str) -> subprocess.Popen[bytes]:
     return spawn_fleet(
         ["relay", "run", "--store-url", url, "--bootstrap", bootstrap, "--delivery-timeout", "5"]
@@ -300,6 +393,13 @@ def main(quick: bool) -> dict[str, Any]:
             rows=10_000 if quick else 50_000,
             rounds=2 if quick else 3,
         )
+        small = [
+            small_passes(
+                cluster.bootstrap_servers, workdir, per_commit=n, rows=1000 if quick else 3000,
+                rounds=2 if quick else 3,
+            )
+            for n in (1, 2)
+        ]  # fmt: skip
         lat = latency(
             cluster, workdir, runs=4 if quick else 24, steps=10 if quick else 25,
             rounds=1 if quick else 3,
@@ -309,6 +409,7 @@ def main(quick: bool) -> dict[str, Any]:
     return {
         "command": "PYTHONPATH=. python -m bench outbox" + (" --quick" if quick else ""),
         "throughput": tp,
+        "small_passes": small,
         "latency": lat,
         "targets": {"relay_vs_raw": ">= 0.8", "down_vs_up": "<= 1.1"},
         "relay_vs_raw_met": tp["relay_vs_raw"] >= 0.8,

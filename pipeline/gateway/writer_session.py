@@ -45,6 +45,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.errors import FleetError
 from pipeline.host import dbapi
+from pipeline.outbox import wake as outbox_wake
 from pipeline.store.engine import PING_IDLE_S, WriteGate, write_gate
 
 HELD_DIALECTS = ("sqlite", "postgresql")
@@ -102,6 +103,7 @@ class WriterSession:
                 self._end(commit=False)
             self.close(invalidate=self._ping)
             raise
+        outbox_wake.committed(session)  # its outbox rows, to this process's relay
 
     def _ping_if_idle(self) -> None:
         """Like the pool's idle ping: a connection unused for ``PING_IDLE_S`` is pinged, and

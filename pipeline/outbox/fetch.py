@@ -15,7 +15,7 @@ four times the read itself), through :class:`OutboxReader`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import Engine
@@ -71,15 +71,26 @@ class FetchSql:
 class PassCursor:
     """One relay pass's place: the next id to read, and per branch the last lsn handed out."""
 
-    def __init__(self, sql: FetchSql, listed: Iterable[Any], stopped: set[Branch]) -> None:
+    def __init__(
+        self,
+        sql: FetchSql,
+        listed: Iterable[Any],
+        stopped: set[Branch],
+        ahead: Mapping[Branch, int] | None = None,
+    ) -> None:
         self._sql = sql
         self.gaps = False  # a branch ended at a gap: rows may be left unsent after this pass
-        # branch -> last lsn handed out (starts at its watermark); stopped branches left out
+        # branch -> last lsn handed out: starts at its watermark, or past it at the rows the
+        # relay holds confirmed and not yet acked (``ahead``, :mod:`.ack_later`); stopped
+        # branches left out
         self.marks: dict[Branch, int] = {}
         firsts = []
         for tenant, branch, sent_lsn, first_id in listed:
             if first_id is not None and (tenant, branch) not in stopped:
-                self.marks[(tenant, branch)] = int(sent_lsn)
+                mark = int(sent_lsn)
+                if ahead:
+                    mark = max(mark, ahead.get((tenant, branch), mark))
+                self.marks[(tenant, branch)] = mark
                 firsts.append(int(first_id))
         self._next: int | None = min(firsts) if firsts else None
 
@@ -122,14 +133,17 @@ class OutboxReader:
         self._conn = HeldConnection(engine)
         self.cursor: PassCursor | None = None  # the current pass's place (None: start a pass)
 
-    def read(self, *, first: bool, stopped: set[Branch]) -> list[Any]:
-        """The next batch; ``first`` starts a pass (lists the branches again). A failed read
+    def read(
+        self, *, first: bool, stopped: set[Branch], ahead: Mapping[Branch, int] | None = None
+    ) -> list[Any]:
+        """The next batch; ``first`` starts a pass (lists the branches again; ``ahead``: per
+        branch the lsn the relay confirmed up to, past its stored watermark). A failed read
         raises the driver's error (or SQLAlchemy's) and the next read starts a new pass."""
         try:
             cur = self._conn.get().cursor()
             if first or self.cursor is None:
                 cur.execute(*self._sql.branches())
-                self.cursor = PassCursor(self._sql, cur.fetchall(), stopped)
+                self.cursor = PassCursor(self._sql, cur.fetchall(), stopped, ahead)
             rows = self.cursor.next_batch(cur, stopped)
             cur.close()
         except BaseException:

@@ -70,16 +70,19 @@ class IdleWait:
         """A pass starts: a wake() from here on ends the next wait at once."""
         self._event.clear()
 
-    def wait(self, stop: threading.Event) -> None:
+    def wait(self, stop: threading.Event, *, until: float | None = None) -> bool:
         """Until woken, another connection committed (SQLite), ``max_idle_s`` passed or ``stop``;
-        elsewhere (PostgreSQL, woken by ``NOTIFY``) one ``poll_s``."""
+        elsewhere (PostgreSQL, woken by ``NOTIFY``) one ``poll_s``. Never past ``until``
+        (monotonic; the relay's kept acks fall due then). True when a :meth:`wake` ended it."""
+        now = time.monotonic()
         if self._probe is None:
-            self._event.wait(self.poll_s)
-            return
-        deadline = time.monotonic() + self.max_idle_s
-        while not self._event.wait(self.poll_s):
+            wait_s = self.poll_s if until is None else min(self.poll_s, until - now)
+            return self._event.wait(max(0.0, wait_s))
+        deadline = now + self.max_idle_s if until is None else min(now + self.max_idle_s, until)
+        while not self._event.wait(min(self.poll_s, max(0.0, deadline - time.monotonic()))):
             if stop.is_set() or time.monotonic() >= deadline or self._probe.changed():
-                return
+                return False
+        return True
 
     def close(self) -> None:
         if self._probe is not None:

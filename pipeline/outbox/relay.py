@@ -8,9 +8,11 @@ Per batch: read each active branch's next unsent rows, publish them in ``(tenant
 lsn)`` order with the idempotent ``acks=all`` producer, wait for every delivery report, then ack
 -- per branch -- only the unbroken run of confirmed rows above its watermark, by raising the
 watermark (:mod:`.acker`; no row is rewritten). A branch whose row failed is resent from that
-row on the next pass (a failed record may still have been written:
-the consumer's fold absorbs the copy). The producer never times a record out, so a broker outage
-delays a branch but cannot reorder it (docs/outbox.md, invariant 4).
+row on the next pass (a failed record may still have been written: the consumer's fold absorbs
+the copy). The producer never times a record out, so a broker outage delays a branch but cannot
+reorder it (docs/outbox.md, invariant 4). ``run_forever`` on SQLite ships rows a writer in this
+process handed over at its commit without reading them (:mod:`.feed`), and acks a clean pass's
+rows with the next ack (:mod:`.ack_later`).
 
 A *permanent* produce error (``pipeline.kafka.produce_errors``: too large, invalid record, not
 authorised ...) is not retried: the row becomes terminal ``FAILED`` with its reason and its branch
@@ -26,7 +28,6 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from functools import partial
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -36,21 +37,25 @@ from sqlalchemy.exc import SQLAlchemyError
 from pipeline.errors import BrokerError, FleetError, StoreError
 from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.kafka.clients import ClientFactory, new_producer
-from pipeline.kafka.produce_errors import permanent_reason
 from pipeline.kafka.settings import producer_config
-from pipeline.record_headers import unpack_headers
 from pipeline.store import readonly
 from pipeline.support.retrying import Backoff, retry_call
 
+from .ack_later import AckLater
 from .acker import Acker
 from .batch import HELD_BACK, Batch
+from .feed import Feed, Known
 from .fetch import FetchSql, OutboxReader
-from .headers import TRACING, FoldHeaders
+from .headers import FoldHeaders
 from .idle import IdleWait
 from .limits import DEFAULT_MAX_RECORD_BYTES
 from .metrics import OutboxMetrics, PublishFailure, classify
+from .produce import produce_batch
+from .refused import fail_refused
+from .settle import settle
 from .status import backlog
-from .terminal import FailedRow, TerminalSink, fail_row, stopped_branches
+from .terminal import FailedRow, TerminalSink, stopped_branches
+from .wake import feed_from, stop_feeding
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +83,7 @@ class Relay:
         backoff_initial_s: float = 0.2,
         backoff_max_s: float = 10.0,
         idle_wait_s: float = 0.05,
+        ack_interval_s: float = 0.05,
         metrics_interval_s: float = 1.0,
         producer_overrides: Mapping[str, Any] | None = None,
         producer_factory: ClientFactory = new_producer,
@@ -123,6 +129,11 @@ class Relay:
         self._next_metrics = 0.0
         self._store: ThreadPoolExecutor | None = None
         self._acker = Acker(engine, tenant=tenant)
+        self._later = AckLater(interval_s=ack_interval_s, max_rows=batch_size)  # run_forever's
+        self._feed = Feed() if engine.dialect.name == "sqlite" else None  # run_forever's
+        self._known = Known()
+        self._read_next = True  # the next pass reads the store (a wake nothing was fed for)
+        self._read_by = 0.0  # monotonic: a pass reads the store by then, fed or not
         self._terminal_sink = terminal_sink
         self._stopped: set[tuple[str, str]] | None = None  # loaded on the first fetch
         self._read = OutboxReader(
@@ -159,7 +170,18 @@ class Relay:
 
         def one_pass() -> int:
             self._idle.clear()  # a wake() from here on ends the idle wait below at once
-            return self.drain()
+            try:
+                fed = self._fed()
+                if fed is not None and not fed and not self._later.is_due():
+                    return 0  # all of it sent already
+                return self._pump(max_batches=None, defer=True, fed=fed)
+            except BaseException:
+                self._known.forget()  # the store says what is sent: read it next
+                self._read_next = True
+                raise
+
+        if self._feed is not None:
+            feed_from(self.engine, self._feed)
 
         try:
             while not stop.is_set():
@@ -175,20 +197,49 @@ class Relay:
                     if stop.is_set():
                         return  # a stop ended the retrying; nothing else does
                     raise
-                if acked == 0:
-                    self._idle.wait(stop)
+                # A pass that read every unsent row of its branches waits: a row committed
+                # since ends the wait at once (its wake; NOTIFY; SQLite's data_version), so a
+                # second pass right away would only list the branches to find nothing.
+                if (acked == 0 or self._drained_clean) and not self._idle.wait(
+                    stop, until=self._later.due
+                ):
+                    self._read_next = True  # not a wake: another process may have committed
         finally:
             self.close()
 
     def wake(self) -> None:
-        """Rows were committed just now: end the idle wait (a writer in this process calls it)."""
+        """Rows were committed just now: end the idle wait (a writer in this process calls it).
+        Unless they were handed over (:mod:`.wake`), the next pass reads the store."""
+        if self._feed is None or not self._feed.woken_by_put():
+            self._read_next = True
         self._idle.wake()
+
+    def _fed(self) -> list[Any] | None:
+        """The rows handed over to ship from memory, or ``None``: this pass reads the store."""
+        feed = self._feed
+        if feed is None:
+            return None
+        rows = feed.take()
+        now = time.monotonic()
+        if rows is None or self._read_next or now >= self._read_by or self._stopped is None:
+            self._read_next = False
+            self._read_by = now + self.idle_wait_s  # rows no wake announced: within a poll
+            return None
+        return self._known.next_rows(rows, self._stopped)
 
     def close(self, timeout: float = 2.0) -> None:
         # Unconfirmed records are simply not acked: the next relay resends them.
+        if self._feed is not None:
+            stop_feeding(self.engine, self._feed)
+            self._known.forget()  # a restarted run_forever reads first (rows kept may be lost)
         if self._producer is not None:
             self._producer.flush(timeout)
             self._producer = None
+        if self._later.rows:  # confirmed, not yet acked: a clean stop marks them sent
+            try:
+                self._ack_kept()
+            except StoreError as exc:
+                log.warning("outbox relay: %s at stop; those rows will be sent again", exc)
         if self._store is not None:
             self._store.shutdown(wait=True)
             self._store = None
@@ -197,23 +248,24 @@ class Relay:
         self._idle.close()
 
     # -- steps -------------------------------------------------------------------------------
-    def _pump(self, *, max_batches: int | None) -> int:
-        # Pipelined: this thread produces batch k, then reads batch k+1 while the broker works
-        # on k; the store thread acks batch k-1; up to ``pipeline_depth`` batches are with the
-        # broker at once. The read stays on this thread: sqlite3 hands the GIL back and forth
-        # on every row it steps, and a reader on a second thread waits for the producing thread
-        # at each hand-off (measured: 5x slower than the same read done here).
-        if self._fatal and self._producer is not None:
-            # an idempotent producer in a fatal state must be rebuilt (its unconfirmed rows are
-            # still pending, so they simply go out again)
-            self._producer.flush(0)
-            self._producer, self._fatal = None, False
+    def _pump(
+        self, *, max_batches: int | None, defer: bool = False, fed: list[Any] | None = None
+    ) -> int:
+        # Pipelined: this thread produces batch k, then reads k+1 while the broker works on k;
+        # the store thread acks k-1; up to ``pipeline_depth`` batches are with the broker. The
+        # read stays here: sqlite3 hands the GIL over at every row it steps, so a reader on
+        # another thread waits for this one at each hand-off (measured: 5x slower).
+        self._rebuild_if_fatal()
+        kept = self._later
+        if kept.rows and (fed is None or not defer or kept.is_due() or kept.full()):
+            self._ack_kept()  # before a read: it then starts at the watermark
         store = self._store_thread()
         window: deque[Batch] = deque()
         acks: deque[tuple[Future[None], list[Any], list[Any]]] = deque()
         broken: set[tuple[str, str]] = set()  # branches with a failed row: no more acks now
         started = acked = failed = 0
-        rows: list[Any] | None = self._fetch(first=True)
+        deferred = 0
+        rows: list[Any] | None = self._fetch(first=True) if fed is None else fed
         while rows is not None or window:
             if rows is not None and len(window) < self.pipeline_depth:
                 if not rows or broken or self._stopping():
@@ -221,11 +273,13 @@ class Relay:
                     continue
                 started += 1
                 if self.hooks.ack_before_delivery_report:  # PLANTED BUG (tests only)
-                    self._ack(rows)
+                    self._ack(kept.take() + rows)
                     self.hooks.at(Window.ACKED_BEFORE_REPORT)
                 window.append(self._produce(rows))
-                more = len(rows) == self.batch_size and (
-                    max_batches is None or started < max_batches
+                more = (
+                    fed is None
+                    and len(rows) == self.batch_size
+                    and (max_batches is None or started < max_batches)
                 )
                 rows = self._fetch(first=False) if more else None
                 continue
@@ -234,38 +288,80 @@ class Relay:
             if batch.done:
                 self.hooks.at(Window.REPORTED_NOT_MARKED)  # a crash point (tests only)
             confirmed, errors = self._confirmed(batch, broken)
+            if defer and self._feed is not None:
+                self._known.confirmed(confirmed)  # the rows a feed may continue (feed.py)
             # acks run in order on the store thread; the guard in _ACK keeps each branch's
             # "sent" a prefix even if an earlier ack failed
             refused = batch.refused() if errors else []
             errors = [e for e in errors if e is not HELD_BACK]
-            future = self._ack_in_order(store, acks, confirmed, last=rows is None and not window)
-            acks.append((future, confirmed, errors))
+            last = rows is None and not window
+            keep = defer and fed is not None and last and not errors and not broken and not acks
+            confirmed, kept_now = self._keep_or_take(confirmed, keep=keep)
+            deferred += kept_now
+            if confirmed or errors:  # (a kept batch has nothing to ack or observe now)
+                acks.append(
+                    (self._ack_in_order(store, acks, confirmed, last=last), confirmed, errors)
+                )
             if refused:  # after this batch's acks, so each refused row heads its branch
                 acks.append((store.submit(self._fail, refused), [], []))
             failed += len(errors) - len(refused)
             # at most pipeline_depth batches confirmed but not yet marked sent: with as many in
             # flight, a kill -9 replays at most 2 x pipeline_depth batches (the fold drops them)
             acked += self._collect(acks, wait=False, keep=self.pipeline_depth)
+            if started > 1:  # a long drain: its gauges move on the interval meanwhile
+                self._observe_backlog()
         acked += self._collect(acks, wait=True)
-        # A pass that read every unsent row and shipped it all leaves no backlog (but rows
-        # committed since): the gauges go to 0 with no query. Otherwise they are refreshed from
-        # the store at once when the relay turns idle, else on the interval (an idle relay
-        # passes every idle_wait_s and must not count the backlog each time).
-        if not failed and not broken and not self._stopped and self._read.drained():
-            self.metrics.backlog_rows.set(0)
-            self.metrics.oldest_unsent_age_seconds.set(0.0)
-        else:
-            self._observe_backlog(force=acked == 0 and self._was_busy)
-        self._was_busy = acked > 0
-        if acked == 0 and not failed:
-            self.metrics.relay_lag_seconds.set(0)
+        shipped = acked + deferred
+        self._after_pass(shipped, fed=fed is not None, failed=failed > 0, broken=bool(broken))
         if failed:
             raise BrokerError(
                 f"outbox relay: {failed} deliveries failed; {acked} acked, "
                 "the rest will be resent from each branch's lowest unacknowledged lsn",
                 context={"failed": failed, "acked": acked},
             )
-        return acked
+        return shipped
+
+    def _after_pass(self, shipped: int, *, fed: bool, failed: bool, broken: bool) -> None:
+        drained = fed or self._read.drained()
+        self._read_next = self._read_next or not drained  # rows left behind: read them next
+        self._drained_clean = not failed and not broken and drained
+        # A pass that read every unsent row and shipped it all leaves no backlog (but rows
+        # committed since): the gauges go to 0 with no query. Otherwise they are refreshed from
+        # the store at once when the relay turns idle, else on the interval (an idle relay
+        # passes every idle_wait_s and must not count the backlog each time).
+        if self._drained_clean and not self._stopped:
+            self.metrics.backlog_rows.set(0)
+            self.metrics.oldest_unsent_age_seconds.set(0.0)
+        else:
+            self._observe_backlog(force=shipped == 0 and self._was_busy)
+        self._was_busy = shipped > 0
+        if shipped == 0 and not failed:
+            self.metrics.relay_lag_seconds.set(0)
+
+    def _rebuild_if_fatal(self) -> None:
+        if self._fatal and self._producer is not None:
+            # an idempotent producer in a fatal state must be rebuilt (its unconfirmed rows are
+            # still pending, so they simply go out again)
+            self._producer.flush(0)
+            self._producer, self._fatal = None, False
+
+    def _keep_or_take(self, confirmed: list[Any], *, keep: bool) -> tuple[list[Any], int]:
+        """``(rows to ack now, rows kept)``: with ``keep`` a clean pass's last batch is acked
+        later (ack_later.py), unless that fills the keep; the rows to ack now come behind
+        every kept row (acked before them)."""
+        kept = self._later
+        if keep:
+            kept.keep(confirmed)
+            if not kept.full():
+                return [], len(confirmed)
+            confirmed = []
+        return (kept.take() + confirmed if kept.rows else confirmed), 0
+
+    def _ack_kept(self) -> None:
+        """Ack the rows :class:`AckLater` kept, now (a failure forgets them: sent again)."""
+        rows = self._later.take()
+        self._ack(rows)
+        self._observe(rows, [])
 
     def _collect(
         self,
@@ -302,100 +398,29 @@ class Relay:
                 self.metrics.stopped_branches.set(len(self._stopped))
             # the DB-API cursor (fetch.py); a stopped branch publishes nothing after its FAILED row
             # (a snapshot: the store thread may stop a branch meanwhile)
-            rows = self._read.read(first=first, stopped=self._stopped)
+            rows = self._read.read(first=first, stopped=self._stopped, ahead=self._later.marks())
         except (SQLAlchemyError, self._dbapi_error) as exc:
             raise StoreError(f"outbox relay: cannot read the outbox: {exc}") from exc
         # id order is lsn order within each branch (inv. 2), which is all the producer needs
         return rows
 
     def _produce(self, rows: list[Any]) -> Batch:
-        producer = self._ensure_producer()
-        produce = producer.produce
-        batch = Batch(rows)
-        report = batch.report
         stopped = self._stopped if self._stopped is not None else set()
-        fold_headers = self._fold_headers
-        for i, (_id, tenant, branch, lsn, topic, key, value, blob, _created) in enumerate(rows):
-            if stopped and (tenant, branch) in stopped:
-                report(i, HELD_BACK, None)
-                continue
-            headers = unpack_headers(blob) + fold_headers(tenant, branch, lsn)
-            headers = TRACING.produced(topic, headers) if TRACING.on else headers
-            try:
-                produce(
-                    topic, value=value, key=key, headers=headers, on_delivery=partial(report, i)
-                )
-            except BufferError:
-                self._produce_when_room(batch, i, rows[i], headers)
-            except Exception as exc:  # noqa: BLE001 - KafkaException and friends: a failure
-                self._refused_at_once(batch, i, tenant, branch, exc, stopped)
-        producer.poll(0)
+        batch = produce_batch(self._ensure_producer(), rows, stopped, self._fold_headers)
+        if stopped:
+            self._stopped = stopped  # a row refused at once for good stopped its branch
         return batch
 
-    def _produce_when_room(self, batch: Batch, i: int, row: Any, headers: Any) -> None:
-        """The local queue is full: serve delivery reports until ``row`` fits."""
-        producer = self._producer
-        while True:
-            producer.poll(0.05)
-            try:
-                producer.produce(
-                    row[4],
-                    value=row[6],
-                    key=row[5],
-                    headers=headers,
-                    on_delivery=partial(batch.report, i),
-                )
-                return
-            except BufferError:
-                continue
-            except Exception as exc:  # noqa: BLE001 - as in _produce
-                stopped = self._stopped if self._stopped is not None else set()
-                self._refused_at_once(batch, i, row[1], row[2], exc, stopped)
-                return
-
-    def _refused_at_once(
-        self,
-        batch: Batch,
-        i: int,
-        tenant: str,
-        branch: str,
-        exc: Exception,
-        stopped: set[tuple[str, str]],
-    ) -> None:
-        batch.report(i, exc, None)
-        if permanent_reason(exc) is not None:
-            stopped.add((tenant, branch))  # hold the rest of the branch back now
-            self._stopped = stopped
-
     def _settle(self, batch: Batch) -> None:
-        """Wait for every report of ``batch``, however long the broker is away (the producer never
-        times a record out: see ``_conf``). Past ``delivery_timeout_s`` the unconfirmed rows are
-        reported once -- a warning and ``publish_errors_total{reason="timeout"}`` -- and the
-        backlog gauges keep moving; the rows stay queued in order. A stop ends the wait after a
-        short grace: what is unconfirmed stays pending and is resent later."""
-        producer = self._producer
-        started = time.monotonic()
-        late: float | None = started + self.delivery_timeout_s
-        grace: float | None = None
-        while batch.done < len(batch.rows):
-            producer.poll(0.05)
-            now = time.monotonic()
-            if late is not None and now > late:
-                late = None
-                waiting = len(batch.rows) - batch.done
-                self.metrics.publish_error(PublishFailure.TIMEOUT, waiting)
-                log.warning(
-                    "outbox relay: %d deliveries unconfirmed after %.0f s (is the broker "
-                    "reachable?); they stay queued in lsn order until it confirms them",
-                    waiting,
-                    now - started,
-                )
-            if late is None:
-                self._observe_backlog()
-            if self._stop is not None and self._stop.is_set():
-                grace = grace or now + 2.0
-                if now > grace:
-                    break  # stopping: unconfirmed rows stay pending and are resent later
+        """Wait for every report of ``batch`` (:func:`.settle.settle`)."""
+        settle(
+            batch,
+            self._producer,
+            timeout_s=self.delivery_timeout_s,
+            metrics=self.metrics,
+            observe_backlog=self._observe_backlog,
+            stop=self._stop,
+        )
 
     @staticmethod
     def _confirmed(batch: Batch, broken: set[tuple[str, str]]) -> tuple[list[Any], list[Any]]:
@@ -429,30 +454,11 @@ class Relay:
 
     def _fail(self, rows: list[FailedRow]) -> None:
         stopped = self._stopped if self._stopped is not None else set()
-        for row in rows:
-            try:
-                done = fail_row(self.engine, row, self._terminal_sink)
-            except SQLAlchemyError as exc:
-                stopped.discard((row.tenant, row.branch_key))  # still pending: tried again
-                raise StoreError(f"outbox relay: cannot mark row {row.id} failed: {exc}") from exc
-            if done:
-                stopped.add((row.tenant, row.branch_key))
-                self.metrics.rows_failed_total.labels(reason=row.reason).inc()
-                log.error(
-                    "outbox relay: row %d (branch %s/%s lsn %d, topic %s) refused for good: %s "
-                    "(%s); the row is FAILED and its branch is stopped behind it",
-                    row.id,
-                    row.tenant,
-                    row.branch_key,
-                    row.lsn,
-                    row.topic,
-                    row.reason,
-                    row.error,
-                )
-            else:
-                stopped.discard((row.tenant, row.branch_key))  # an earlier row goes first
-        self._stopped = stopped
-        self.metrics.stopped_branches.set(len(stopped))
+        try:
+            fail_refused(self.engine, rows, self._terminal_sink, stopped, self.metrics)
+        finally:
+            self._stopped = stopped
+            self.metrics.stopped_branches.set(len(stopped))
 
     # -- producer and metrics ----------------------------------------------------------------
     def _ensure_producer(self) -> Any:
@@ -477,7 +483,6 @@ class Relay:
             lag = max(0.0, time.time() - oldest)
             self.metrics.relay_lag_seconds.set(lag)
             self.metrics.batch_lag_seconds.observe(lag)
-        self._observe_backlog()
 
     def _observe_backlog(self, *, force: bool = False) -> None:
         now = time.monotonic()

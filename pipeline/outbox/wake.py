@@ -5,26 +5,98 @@ session factory call ``wake`` after each commit of a transaction so marked. A co
 no outbox row (a held REPLY, a dedupe claim, a presence or maintenance write) costs the relay
 nothing: it used to wake it for a pass that found nothing, one per inbox batch under load.
 
+On SQLite ``write`` also notes the row it inserted, and a commit hands the rows over to the
+relay running on that engine (:func:`feed_from`, :mod:`.feed`), which wakes it: it ships them
+without reading them back. A transaction that holds its session open across commits (the
+socket's writer) calls :func:`committed` after each ``COMMIT``.
+
 Invariant (docs/outbox.md, invariant 9): a row written through a session of the factory is
 fetched at once after its transaction commits, never before -- ``after_commit`` runs once the
 DB-API ``COMMIT`` has returned. A mark left by a transaction that rolled back is cleared with it;
-a savepoint rolled back inside a committed transaction may leave one wake that finds nothing.
+a savepoint rolled back inside a committed transaction may leave one wake that finds nothing
+(and its rows, noted inside a savepoint, are never handed over: the relay reads instead).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session, SessionTransaction, sessionmaker
 
+from .feed import Feed
+
 _WROTE = "fleet_outbox_wrote"  # session.info: this transaction wrote outbox rows
+_ROWS = "fleet_outbox_rows"  # session.info: the rows it wrote, as the relay reads them
+_NESTED = "fleet_outbox_nested"  # session.info: some were written inside a savepoint
+_RAW = "fleet_outbox_raw"  # session.info: the DB-API connection they were written on
+
+_feeds: weakref.WeakKeyDictionary[Engine, Feed] = weakref.WeakKeyDictionary()
 
 
-def mark(session: Session) -> None:
-    """Outbox rows were written in ``session``'s transaction (called by ``write``)."""
-    session.info[_WROTE] = True
+def mark(session: Session, row: tuple[Any, ...] | None = None, raw: Any = None) -> None:
+    """Outbox rows were written in ``session``'s transaction (called by ``write``); ``row``:
+    the one just inserted, in the relay's column order (:data:`.fetch.COLUMNS`), on the DB-API
+    connection ``raw``."""
+    info = session.info
+    info[_WROTE] = True
+    if row is not None:
+        info[_RAW] = raw
+        rows = info.get(_ROWS)
+        if rows is None:
+            rows = info[_ROWS] = []
+        rows.append(row)
+        if session.in_nested_transaction():
+            info[_NESTED] = True
+
+
+def wants_rows(engine: Engine) -> bool:
+    """A relay in this process is fed the rows committed on ``engine`` (``write`` notes them)."""
+    return bool(_feeds) and engine in _feeds
+
+
+def feed_from(engine: Engine, feed: Feed) -> None:
+    """Hand the rows committed on ``engine`` in this process to ``feed`` from now on."""
+    _feeds[engine] = feed
+
+
+def stop_feeding(engine: Engine, feed: Feed) -> None:
+    """``feed`` takes no more rows of ``engine`` (another relay's feed stays)."""
+    if _feeds.get(engine) is feed:
+        _feeds.pop(engine, None)
+
+
+def committed(session: Session) -> bool:
+    """``session``'s transaction committed: hand its rows over (the caller wakes the relay
+    next; its wake then asks for no read). False when there was no relay to hand them to."""
+    return _hand_over(session, by_committer=True)
+
+
+def _hand_over(session: Session, *, by_committer: bool) -> bool:
+    info = session.info
+    rows = info.pop(_ROWS, None)
+    nested = info.pop(_NESTED, False)
+    raw = info.pop(_RAW, None)
+    if rows is None:
+        return False
+    # committed for real: the connection they were written on is out of its transaction (a
+    # session that joined an outer transaction may "commit" while that one is still open)
+    trusted = not nested and raw is not None and not getattr(raw, "in_transaction", True)
+    bind = session.get_bind()
+    feed = _feeds.get(bind.engine) if _feeds else None
+    if feed is None:
+        return False
+    feed.put(rows, trusted=trusted, by_committer=by_committer)
+    return True
+
+
+def _forget(session: Session) -> None:
+    session.info.pop(_WROTE, None)
+    session.info.pop(_ROWS, None)
+    session.info.pop(_NESTED, None)
+    session.info.pop(_RAW, None)
 
 
 def wake_on_commit(sessions: sessionmaker[Session], wake: Callable[[], None]) -> None:
@@ -32,11 +104,12 @@ def wake_on_commit(sessions: sessionmaker[Session], wake: Callable[[], None]) ->
 
     def after_commit(session: Session) -> None:
         if session.info.pop(_WROTE, False):
+            _hand_over(session, by_committer=True)
             wake()
 
     def after_transaction_end(session: Session, transaction: SessionTransaction) -> None:
         if transaction.parent is None:  # the outermost one: committed (woken) or rolled back
-            session.info.pop(_WROTE, None)
+            _forget(session)
 
     listeners: tuple[tuple[str, Callable[..., Any]], ...] = (
         ("after_commit", after_commit),

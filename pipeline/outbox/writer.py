@@ -24,7 +24,7 @@ from .limits import DEFAULT_MAX_RECORD_BYTES, check_record_size, record_size
 from .notify import notify
 from .sent import watermark
 from .tables import RowStatus, outbox, outbox_branch, outbox_sent
-from .wake import mark
+from .wake import mark, wants_rows
 
 
 def write(
@@ -62,10 +62,12 @@ def write(
     sql = _sql_for(conn.dialect.paramstyle, on_pg=on_pg)
     blob = pack_headers(headers) or None  # NULL: no headers (as since v0.1.0)
     dbapi_error = conn.dialect.loaded_dbapi.Error
+    fed: tuple[Any, ...] | None = None  # the row as the relay reads it, for its feed (wake.py)
     statement: str = sql.next_lsn
     params: tuple[Any, ...] = (tenant, branch_key)
     try:
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        raw: Any = conn.connection.dbapi_connection
+        cursor = raw.cursor()
         if sql.both is not None:  # one round trip: the upsert feeds the insert
             statement = sql.both
             params = (tenant, branch_key, topic, key, value, blob, _PENDING, time.time())
@@ -83,6 +85,9 @@ def write(
                 statement = sql.insert
                 params = (tenant, branch_key, lsn, topic, key, value, blob, _PENDING, time.time())
                 cursor.execute(statement, params)
+                if wants_rows(conn.engine):  # SQLite: the id comes with the insert
+                    fed = (cursor.lastrowid, tenant, branch_key, lsn, topic, key, value, blob,
+                           params[-1])  # fmt: skip
     except dbapi_error as exc:  # as SQLAlchemy raises it: callers catch SQLAlchemyError
         raise DBAPIError.instance(
             statement, params, exc, dbapi_error, dialect=conn.dialect
@@ -94,7 +99,8 @@ def write(
             context={"tenant": tenant, "branch_key": branch_key},
         )
     if isinstance(session, Session):
-        mark(session)  # a relay in this process wakes at our commit (wake.py)
+        # a relay in this process wakes at our commit, fed this row (wake.py)
+        mark(session, fed, raw)
         if on_pg:
             notify(session)  # a relay in another process wakes at our commit
     return int(lsn)

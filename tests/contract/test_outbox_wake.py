@@ -53,3 +53,52 @@ def test_only_a_commit_that_wrote_outbox_rows_wakes_and_the_row_is_there(engine:
         s2.execute(select(1))
     assert seen == [1]
     s2.close()
+
+
+def test_a_commit_hands_the_relay_its_rows_as_stored_and_a_rollback_none(engine: Engine) -> None:
+    """The feed (pipeline/outbox/feed.py): the rows a commit hands over are the stored rows, id
+    included; a rolled-back transaction hands nothing over, and a row written inside a
+    savepoint makes the hand-off unusable (the relay reads instead). SQLite only: there the
+    id comes with the insert (R-OUT-3: the relay ships exactly what was committed)."""
+    from pipeline.outbox.feed import Feed
+    from pipeline.outbox.fetch import COLUMNS
+    from pipeline.outbox.wake import feed_from, stop_feeding
+
+    feed = Feed()
+    sessions = session_factory(engine)
+    woken: list[bool] = []
+    wake_on_commit(sessions, lambda: woken.append(feed.woken_by_put()))
+    feed_from(engine, feed)
+    try:
+        with pytest.raises(RuntimeError), sessions.begin() as s:
+            outbox.write(s, topic="t", key=b"k", value=b"v0", branch_key="b")
+            raise RuntimeError("roll back")
+        with sessions.begin() as s:
+            outbox.write(s, topic="t", key=b"k", value=b"v1", headers=[("h", b"1")], branch_key="b")
+            outbox.write(s, topic="t", key=b"k", value=b"v2", branch_key="b")
+        got = feed.take()
+        with engine.connect() as c:
+            stored = [
+                tuple(r) for r in c.exec_driver_sql(f"SELECT {', '.join(COLUMNS)} FROM outbox")
+            ]
+        if engine.dialect.name != "sqlite":
+            assert got == [] and woken == [False]  # nothing handed over: the relay reads
+            return
+        assert got == stored and [r[3] for r in stored] == [1, 2]
+        assert woken == [True]  # the wake after the hand-off asks for no read
+        with sessions.begin() as s:
+            outbox.write(s, topic="t", key=b"k", value=b"v3", branch_key="b")
+            with pytest.raises(RuntimeError), s.begin_nested():
+                outbox.write(s, topic="t", key=b"k", value=b"v4", branch_key="b")
+                raise RuntimeError("the savepoint rolls back alone")
+        assert feed.take() is None  # lsn 4 was handed out, then rolled back: read instead
+        with engine.connect() as conn:  # a session joined to an outer transaction "commits"
+            outer = conn.begin()
+            joined = sessions(bind=conn)
+            outbox.write(joined, topic="t", key=b"k", value=b"v5", branch_key="b")
+            joined.commit()  # its after_commit runs, the outer transaction is still open
+            assert not feed.take()  # nothing usable handed over: that row may yet roll back
+            joined.close()
+            outer.rollback()
+    finally:
+        stop_feeding(engine, feed)
