@@ -306,16 +306,15 @@ class SocketServer:
                 if message is None:
                     return
                 op = message.get("op")
-                pending = _Pending(
-                    id=message.get("id"), request=None, kind=str(op).upper(), answers=answers
-                )
+                pending = _Pending(message.get("id"), None, answers=answers)
                 try:
                     if op == "send":
-                        pending.kind = str(message.get("kind", "SEND")).upper()
                         pending.request = parse_send(message)
                     elif op in CONTROL_FIELDS and self.control is not None:
+                        pending.kind = str(op).upper()
                         pending.call = parse_control(message, self.control)
                     elif op == "poll":
+                        pending.kind = "POLL"
                         kwargs = parse_poll(message)
                         answers.add(pending)  # before its thread can decide it
                         self._poll(pending, kwargs)
@@ -326,7 +325,8 @@ class SocketServer:
                     pending.finish(exc)
                     answers.add(pending)  # decided: answered now, in order
                     if self.metrics is not None:
-                        self.metrics.request(pending.kind, "malformed", exc.reason)
+                        kind = message.get("kind", "SEND") if op == "send" else op
+                        self.metrics.request(str(kind).upper(), "malformed", exc.reason)
                 else:
                     answers.add(pending)  # before a committer can decide it
                     read.append(pending)
@@ -378,11 +378,9 @@ class SocketServer:
                     self._writer.close()
                     return
                 batch, self._carry = self._carry, []
-                while len(batch) < self.max_batch:
-                    try:
-                        batch += self._queue.get_nowait()
-                    except queue.Empty:
-                        break
+                waiting = self._queue  # (only the lock's holder takes from it)
+                while len(batch) < self.max_batch and not waiting.empty():
+                    batch += waiting.get_nowait()
                 batch, self._carry = batch[: self.max_batch], batch[self.max_batch :]
                 if batch:
                     self.commit(batch, writer=self._writer)
@@ -395,10 +393,13 @@ class SocketServer:
         """One transaction for ``batch``'s sends (each gets its envelope or its error), then each
         control request on its own, in order. ``writer``: on its held connection (the caller
         holds the commit lock)."""
-        self._commit_sends([p for p in batch if p.request is not None], writer)
-        for pending in batch:
-            if pending.call is not None:
-                self._run_control(pending)
+        sends = [p for p in batch if p.request is not None]
+        if sends:
+            self._commit_sends(sends, writer)
+        if len(sends) < len(batch):
+            for pending in batch:
+                if pending.call is not None:
+                    self._run_control(pending)
 
     def _run_control(self, pending: _Pending) -> None:
         assert pending.call is not None
@@ -421,29 +422,34 @@ class SocketServer:
         pending.finish(result)
 
     def _commit_sends(self, batch: list[_Pending], writer: WriterSession | None) -> None:
-        if not batch:
-            return
-        requests = [p.request for p in batch if p.request is not None]
-        started = time.perf_counter()
+        """``batch``'s sends (every one has a request) in one group commit, then their answers:
+        every result first, then each connection's answers in one write, not one per send."""
+        requests: list[SendRequest] = [p.request for p in batch]  # type: ignore[misc]
+        metrics = self.metrics
+        started = time.perf_counter() if metrics is not None else 0.0
         failed = False
         try:
-            results: list[Envelope | FleetError] = list(
-                self.client.send_all(requests, writer=writer)
-            )
+            results: list[Envelope | FleetError] = self.client.send_all(requests, writer=writer)
         except FleetError as exc:
             results, failed = [exc] * len(requests), True
         except Exception as exc:  # a store failure: nothing of the batch is queued
             log.exception("local socket: a group commit of %d sends failed", len(requests))
             err = StoreError(f"the gateway could not commit the send: {exc}", retriable=True)
             results, failed = [err] * len(requests), True
-        if any(isinstance(r, Envelope) for r in results):
-            self.on_commit()
-        if self.metrics is not None:
-            self._count(requests, results, failed, time.perf_counter() - started)
-        # every result first, then each connection's answers in one send: a group's answers to
-        # one client go out as one write, not one per send
+        queued = False
         for pending, result in zip(batch, results, strict=True):
             pending.result = result
+            if type(result) is Envelope:
+                queued = True
+        if queued:
+            self.on_commit()
+        if metrics is not None:
+            self._count(requests, results, failed, time.perf_counter() - started)
+        answers = batch[0].answers
+        if len(batch) == 1:
+            if answers is not None:
+                answers.flush()
+            return
         for answers in {id(p.answers): p.answers for p in batch if p.answers is not None}.values():
             answers.flush()
 
@@ -454,13 +460,14 @@ class SocketServer:
         failed: bool,
         seconds: float,
     ) -> None:
-        assert self.metrics is not None
-        self.metrics.group_size.observe(len(requests))
-        self.metrics.commit_seconds.observe(seconds)
+        metrics = self.metrics
+        assert metrics is not None
+        metrics.group_size.observe(len(requests))
+        metrics.commit_seconds.observe(seconds)
         for request, result in zip(requests, results, strict=True):
             if isinstance(result, Envelope):
-                self.metrics.request(request.kind, "queued")
+                metrics.request(request.kind, "queued")
             elif failed:
-                self.metrics.request(request.kind, "failed")
+                metrics.request(request.kind, "failed")
             else:
-                self.metrics.request(request.kind, "refused", result.reason)
+                metrics.request(request.kind, "refused", result.reason)
