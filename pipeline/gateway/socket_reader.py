@@ -1,8 +1,9 @@
-"""The local socket's reader: one thread accepts and reads every connection (a selector).
+"""The local socket's reader: one thread accepts and reads every connection (poll).
 
 A thread per connection used to read each one, and a connection per call (``fleet send``, the
-MCP server) was accepted by one thread and handed to another: a wake-up and a GIL hand-over per
-call, on a two-core machine about as much CPU as the send's statements. Here one thread waits
+MCP server) was accepted by one thread and handed to another: the gateway switched threads
+about six times per call (``python -m bench socket``, voluntary context switches), about once
+now. Here one thread waits
 on the listener and on every connection at once. What one wait finds ready -- new connections,
 the requests of any connection -- is read, and the requests of that round go to the server
 together (:meth:`SocketServer._reads`: its group commit) before the thread waits again. A
@@ -12,15 +13,15 @@ rest comes.
 **Who closes.** Only this thread closes a connection it still watches. Whoever finds a watched
 connection done (its answers' thread, a committer whose answer could not be sent) calls
 :meth:`SocketReader.closed`, which shuts it down instead: this thread then sees its end, stops
-watching it and closes it. So a descriptor is never closed while the selector holds it (a new
-connection could get its number).
+watching it and closes it. So a descriptor is never closed while it is polled (a new connection
+could get its number).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import selectors
+import select
 import socket
 import threading
 from collections.abc import Callable
@@ -37,10 +38,11 @@ Request = Callable[[dict[str, Any], Answers, list[Any]], None]
 
 
 class _Conn:
-    __slots__ = ("answers", "frames", "sock")
+    __slots__ = ("answers", "fd", "frames", "sock")
 
     def __init__(self, sock: socket.socket, answers: Answers) -> None:
         self.sock = sock
+        self.fd = sock.fileno()
         self.answers = answers
         self.frames = FrameReader(sock)
 
@@ -64,18 +66,20 @@ class SocketReader:
         self._request = request
         self._malformed = malformed
         self._reads = reads
-        self._selector = selectors.DefaultSelector()
+        # poll(2), not the selectors module: its Python layers cost more per wait than the
+        # wait itself; one dict from descriptor to connection is all this thread needs
+        self._poll = select.poll()
         self._wake_r, self._wake_w = socket.socketpair()
         self._lock = threading.Lock()
-        self._watched: dict[socket.socket, _Conn] = {}  # under _lock
-        self._hangup: set[socket.socket] = set()  # done while watched: closed when unwatched
+        self._watched: dict[int, _Conn] = {}  # by descriptor; changed under _lock
+        self._hangup: set[int] = set()  # done while watched: closed when unwatched
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="gw-socket-reader", daemon=True)
 
     def start(self) -> None:
         self._listener.setblocking(False)
-        self._selector.register(self._listener, selectors.EVENT_READ, None)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._poll.register(self._listener.fileno(), select.POLLIN)
+        self._poll.register(self._wake_r.fileno(), select.POLLIN)
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -89,10 +93,11 @@ class SocketReader:
     def closed(self, sock: socket.socket) -> None:
         """``sock`` is done (all answered, or its client went away): closed now, or -- while
         this thread still watches it -- shut down, and closed by this thread at its end."""
+        fd = sock.fileno()
         with self._lock:
-            watched = sock in self._watched
+            watched = fd in self._watched and self._watched[fd].sock is sock
             if watched:
-                self._hangup.add(sock)
+                self._hangup.add(fd)
         if watched:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)  # readable now: the thread sees its end
@@ -104,50 +109,46 @@ class SocketReader:
 
     # -- the thread ---------------------------------------------------------------------------
     def _run(self) -> None:
-        select = self._selector.select
-        listener, wake = self._listener, self._wake_r
+        poll, watched = self._poll.poll, self._watched
+        listener, wake = self._listener.fileno(), self._wake_r.fileno()
         try:
             while not self._stop:
                 read: list[Any] = []
-                for key, _events in select():
-                    sock = key.fileobj
-                    if key.data is not None:
+                for fd, _events in poll():
+                    conn = watched.get(fd)
+                    if conn is not None:
                         try:
-                            self._read(key.data, read)
+                            self._read(conn, read)
                         except Exception:  # a bug: this connection ends, the others go on
                             log.exception("local socket: reading a connection failed")
-                            self._end(key.data)
-                    elif sock is listener:
+                            self._end(conn)
+                    elif fd == listener:
                         self._accept()
-                    elif sock is wake:
+                    elif fd == wake:
                         with contextlib.suppress(OSError):
-                            wake.recv(64)
+                            self._wake_r.recv(64)
                 if read:  # one round's requests, every connection's: one group
                     self._reads(read)
         except Exception:  # a bug: log it, end every connection (clients see the end)
             log.exception("local socket: the reader failed")
             self._stop = True
         finally:
-            for conn in list(self._watched.values()):
+            for conn in list(watched.values()):
                 self._end(conn)
-            with contextlib.suppress(Exception):
-                self._selector.close()
             self._wake_r.close()
             self._wake_w.close()
 
     def _accept(self) -> None:
-        while not self._stop:
-            try:
-                sock, _ = self._listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:  # the listener was closed: the server is stopping
-                return
-            sock.setblocking(True)  # answers are sent blocking by their own thread
-            conn = _Conn(sock, self._accepted(sock))
-            with self._lock:
-                self._watched[sock] = conn
-            self._selector.register(sock, selectors.EVENT_READ, conn)
+        """One connection (the next wait reports the listener again while more are waiting)."""
+        try:
+            sock, _ = self._listener.accept()
+        except OSError:  # none after all, or the listener was closed: the server is stopping
+            return
+        sock.setblocking(True)  # answers are sent blocking by their own thread
+        conn = _Conn(sock, self._accepted(sock))
+        with self._lock:
+            self._watched[conn.fd] = conn
+        self._poll.register(conn.fd, select.POLLIN)
 
     def _read(self, conn: _Conn, read: list[Any]) -> None:
         """What ``conn``'s socket has now: its whole requests go to the server, in order."""
@@ -173,13 +174,13 @@ class SocketReader:
 
     def _end(self, conn: _Conn) -> None:
         """Stop watching ``conn``: no more requests; it closes once every one is answered."""
-        sock = conn.sock
-        with contextlib.suppress(KeyError, ValueError):
-            self._selector.unregister(sock)
+        sock, fd = conn.sock, conn.fd
+        with contextlib.suppress(KeyError):
+            self._poll.unregister(fd)
         with self._lock:
-            self._watched.pop(sock, None)
-            hangup = sock in self._hangup
-            self._hangup.discard(sock)
+            self._watched.pop(fd, None)
+            hangup = fd in self._hangup
+            self._hangup.discard(fd)
         conn.answers.end()
         if hangup:
             sock.close()

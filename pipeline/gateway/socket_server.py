@@ -13,7 +13,7 @@ socket the gateway writes for them:
   transaction, one savepoint each (a refused send is answered with its error, the others
   commit). When one is running, that committer takes the queued requests before it lets go.
   One committer at a time (a lock); no writer thread to wake per request.
-* **One reader thread.** One thread accepts and reads every connection (a selector,
+* **One reader thread.** One thread accepts and reads every connection (``poll``,
   :mod:`.socket_reader`): a connection per call starts no thread and is handed to none.
 * **Wake, not poll.** After each commit the in-process relay is woken (``on_commit``).
 * **Permissions.** The socket is created under a temporary name, ``chmod``-ed to ``mode``
