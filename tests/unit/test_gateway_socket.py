@@ -583,3 +583,11 @@ def test_every_connection_is_read_by_the_one_reader_thread_and_starts_none(
     (thread,) = readers
     thread.join(10)
     assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("body", ["YQ", "Y Q==", "YQ==YQ==", "=", "é", "YQ=="[:3]])
+def test_a_body_that_is_not_base64_is_refused_as_malformed(body: str) -> None:
+    """Not base64 (or not ASCII at all): ``CONFIG_INVALID``, answered, never an uncaught error."""
+    with pytest.raises(ConfigError) as refused:
+        parse_send({"sender": "main-a", "to": "main-b", "body": body})
+    assert refused.value.reason == "CONFIG_INVALID"
