@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -51,9 +51,6 @@ class SendRequest:
     ttl_s: float | None = None
     trace_id: str | None = None
     turn_id: str | None = None
-
-
-_RESOLVED = "fleet_resolved"  # session.info: (transaction, {gid: roster entry})
 
 
 class GatewayClient:
@@ -110,36 +107,25 @@ class GatewayClient:
             return roster_cache.live(s, now_ms())
 
     def _resolve(self, session: Session, to: str) -> roster_cache.RosterEntry:
-        # one lookup per recipient per transaction: a group commit of many sends to a few
-        # recipients read the same roster row once per send (a round trip each on PostgreSQL)
-        tx = session.get_transaction()
-        held = session.info.get(_RESOLVED)
-        if held is None or held[0] is not tx:
-            held = session.info[_RESOLVED] = (tx, {})
-        known: dict[str, roster_cache.RosterEntry] = held[1]
-        entry = known.get(to)
-        if entry is not None:
-            return entry
+        """``to``'s last signed binding, read in ``session``'s transaction, or the refusal."""
         entry = roster_cache.lookup(session, to)
         if entry is not None:
-            known[to] = entry
-        if entry is None:
-            gone = roster_cache.departed(session, to)
-            if gone is not None:
-                host, cause = gone
-                raise DeliveryError(
-                    f"recipient {to!r} is gone: a worker of {host} that was {cause} (reaped); "
-                    "nothing is delivered to it",
-                    reason=RECIPIENT_GONE,
-                    context={"to": to, "host": host, "gone": cause},
-                )
+            return entry
+        gone = roster_cache.departed(session, to)
+        if gone is not None:
+            host, cause = gone
             raise DeliveryError(
-                f"unknown recipient {to!r}: no signed presence binding (never announced, or "
-                "retracted by a tombstone)",
-                reason=UNKNOWN_RECIPIENT,
-                context={"to": to},
+                f"recipient {to!r} is gone: a worker of {host} that was {cause} (reaped); "
+                "nothing is delivered to it",
+                reason=RECIPIENT_GONE,
+                context={"to": to, "host": host, "gone": cause},
             )
-        return entry
+        raise DeliveryError(
+            f"unknown recipient {to!r}: no signed presence binding (never announced, or "
+            "retracted by a tombstone)",
+            reason=UNKNOWN_RECIPIENT,
+            context={"to": to},
+        )
 
     def send(
         self,
@@ -171,7 +157,7 @@ class GatewayClient:
         )
         env = self._envelope(request)
         with self.sessions.begin() as s:
-            env = self._stage(s, env)
+            env = self._stage(s, env, {})
         return env
 
     def send_all(
@@ -188,27 +174,33 @@ class GatewayClient:
         ``writer``: the transactions run on its held Session (the socket's committer).
         """
         results: list[Envelope | FleetError] = []
+        todo: list[tuple[int, Envelope]] = []
         for request in requests:
             try:
-                results.append(self._envelope(request))
+                env = self._envelope(request)
             except FleetError as exc:
                 results.append(exc)
-        todo = [(i, r) for i, r in enumerate(results) if isinstance(r, Envelope)]
+            else:
+                todo.append((len(results), env))
+                results.append(env)
         if not todo:
             return results
         begin = self.sessions.begin if writer is None else writer.begin
+        stage = self._stage
         try:
             with begin() as s:
+                known: dict[str, roster_cache.RosterEntry] = {}  # this transaction's lookups
                 for i, env in todo:
-                    results[i] = self._stage(s, env)
+                    results[i] = stage(s, env, known)
             return results
         except FleetError:
             pass  # one was refused: nothing of this pass was committed; again, one by one
         with begin() as s:
+            known = {}
             for i, env in todo:
                 try:
                     with s.begin_nested():
-                        results[i] = self._stage(s, env)
+                        results[i] = stage(s, env, known)
                 except FleetError as exc:
                     results[i] = exc
         return results
@@ -240,18 +232,30 @@ class GatewayClient:
             found = s.execute(stmt).scalar()
         return str(found) if found else None
 
-    def _stage(self, s: Session, env: Envelope) -> Envelope:
+    def _stage(
+        self, s: Session, env: Envelope, known: dict[str, roster_cache.RosterEntry]
+    ) -> Envelope:
         """Every check and every row of one send, in the caller's transaction; returns the
-        envelope as staged (a brief's ``expiresAt`` capped at its inject deadline)."""
+        envelope as staged (a brief's ``expiresAt`` capped at its inject deadline).
+
+        ``known``: the recipients this transaction resolved already. A group commit of many
+        sends to a few recipients reads each one's roster row once (a round trip per send on
+        PostgreSQL otherwise); the next transaction reads it again, so a recipient retracted
+        between two groups is refused."""
         sender, to, kind = env.sender, env.to, env.kind
-        self._check_sender(s, sender)
-        entry = self._resolve(s, to)
-        tracked = kind in TRACKED and entry.delivery == "inject"
-        if tracked:  # the inject deadline travels signed as expiresAt
+        senders = self.local_senders
+        if senders is not None and sender not in senders.configured:
+            senders.check(s, sender)  # a spawned worker: read from the store
+        entry = known.get(to)
+        if entry is None:
+            entry = known[to] = self._resolve(s, to)
+        if kind not in TRACKED or entry.delivery != "inject":
+            self.publisher.stage(s, env, to_host=entry.host)
+        else:  # the inject deadline travels signed as expiresAt
             cap = env.ts_ms + int(self.inject_deadline_s * 1000)
-            env = replace(env, expires_at_ms=min(env.expires_at_ms, cap))
-        self.publisher.stage(s, env, to_host=entry.host)
-        if tracked:
+            if env.expires_at_ms > cap:
+                env = _expiring(env, cap)
+            self.publisher.stage(s, env, to_host=entry.host)
             deadlines.track(
                 s,
                 FORWARD,
@@ -262,11 +266,11 @@ class GatewayClient:
                 sent_ms=env.ts_ms,
                 deadline_ms=env.expires_at_ms + int(self.clock_skew_s * 1000),
             )
-        if kind == Kind.ABANDONED and env.turn_id is not None:
+        if kind is Kind.ABANDONED and env.turn_id is not None:
             # the asker gives up its turn in the same transaction as the notice (a refused
             # ABANDONED leaves the turn as it was)
             Conversations.close_turn(s, env.turn_id, ABANDONED)
-        if kind == Kind.ASK and env.turn_id is not None:
+        elif kind is Kind.ASK and env.turn_id is not None:
             Conversations.open_turn(
                 s,
                 turn_id=env.turn_id,
@@ -376,3 +380,20 @@ class GatewayClient:
                     return got
                 time.sleep(interval_s)
         return []
+
+
+def _expiring(env: Envelope, expires_at_ms: int) -> Envelope:
+    """``env`` with another ``expiresAt`` (``dataclasses.replace`` without its field loop)."""
+    return Envelope(
+        kind=env.kind,
+        msg_id=env.msg_id,
+        trace_id=env.trace_id,
+        sender=env.sender,
+        to=env.to,
+        ts_ms=env.ts_ms,
+        expires_at_ms=expires_at_ms,
+        body=env.body,
+        turn_id=env.turn_id,
+        spawn_id=env.spawn_id,
+        v=env.v,
+    )

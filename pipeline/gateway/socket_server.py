@@ -8,13 +8,13 @@ socket the gateway writes for them:
 * **One send path.** Each request becomes a :class:`~pipeline.gateway.client.SendRequest` and
   goes through :meth:`GatewayClient.send_all` -- the same checks, rows and reason codes as a
   direct ``send``; there is no second implementation here.
-* **Group commit, no hand-off.** A connection's reader queues what one read brought and, when
-  no commit is running, commits itself: every request waiting (up to ``max_batch``) in one
+* **Group commit, no hand-off.** The reader queues what one wait found on every connection and,
+  when no commit is running, commits itself: every request waiting (up to ``max_batch``) in one
   transaction, one savepoint each (a refused send is answered with its error, the others
   commit). When one is running, that committer takes the queued requests before it lets go.
   One committer at a time (a lock); no writer thread to wake per request.
-* **Threads.** A connection is read by a reader thread that waits for the next connection when
-  its own ends (up to ``MAX_IDLE_READERS`` wait): a connection per call starts no thread.
+* **One reader thread.** One thread accepts and reads every connection (``poll``,
+  :mod:`.socket_reader`): a connection per call starts no thread and is handed to none.
 * **Wake, not poll.** After each commit the in-process relay is woken (``on_commit``).
 * **Permissions.** The socket is created under a temporary name, ``chmod``-ed to ``mode``
   (0600: the gateway's user; 0660: also its group) and only then renamed into place, so it is
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import logging
 import os
 import queue
@@ -42,7 +41,6 @@ from pipeline.envelope import Envelope
 from pipeline.errors import ConfigError, DeliveryError, FleetError, StoreError
 from pipeline.host.socket_protocol import (
     FrameError,
-    FrameReader,
     encode_frame,
     encode_value,
     error_data,
@@ -53,6 +51,7 @@ from pipeline.reasons import Config
 from .client import GatewayClient, SendRequest
 from .metrics import SocketMetrics
 from .socket_answers import Answers
+from .socket_reader import SocketReader
 from .socket_requests import CONTROL_FIELDS, parse_control, parse_poll, parse_send
 from .writer_session import WriterSession
 
@@ -62,7 +61,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SOCKET_MODES = (0o600, 0o660)
-MAX_IDLE_READERS = 8  # reader threads kept waiting for the next connection
 
 
 @dataclass(slots=True)
@@ -137,21 +135,22 @@ class SocketServer:
         self._listener: socket.socket | None = None
         self._inode: int | None = None
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._reader: SocketReader | None = None
         self._conns: set[socket.socket] = set()
-        # accepted connections, each taken by a waiting reader thread or a new one
-        self._incoming: queue.SimpleQueue[tuple[socket.socket, Answers] | None]
-        self._incoming = queue.SimpleQueue()
-        self._idle = 0  # reader threads waiting on _incoming (under _lock)
         self._lock = threading.Lock()
         self._writer = WriterSession(client.sessions)  # used under _committing only
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> SocketServer:
         self._listener = self._bind()
-        t = threading.Thread(target=self._accept, name="gw-socket-accept", daemon=True)
-        t.start()
-        self._threads.append(t)
+        self._reader = SocketReader(
+            self._listener,
+            accepted=self._accepted,
+            request=self._request,
+            malformed=self._malformed,
+            reads=self._reads,
+        )
+        self._reader.start()
         return self
 
     def run(self, stop: threading.Event) -> None:
@@ -173,21 +172,14 @@ class SocketServer:
         self._stop.set()
         if self._listener is not None:
             self._unlink_if_ours()
-            with contextlib.suppress(OSError):
-                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() (Linux)
+            if self._reader is not None:
+                self._reader.stop()  # every connection ended: it reads nothing more
             self._listener.close()
             self._listener = None
         with self._lock:
             for conn in list(self._conns):
                 with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)
-        for t in self._threads:
-            t.join(5)
-        self._threads.clear()
-        with self._lock:
-            idle, self._idle = self._idle, 0
-        for _ in range(idle):
-            self._incoming.put(None)
         # a commit under way ends first; later reads are refused by whoever takes the lock
         if not self._committing.acquire(timeout=5):
             return
@@ -250,93 +242,53 @@ class SocketServer:
             if os.stat(self.path).st_ino == self._inode:
                 os.unlink(self.path)
 
-    # -- connections ----------------------------------------------------------------------------
-    def _accept(self) -> None:
-        listener = self._listener
-        assert listener is not None
-        while not self._stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return  # closed
-            with self._lock:
-                self._conns.add(conn)
-            answers = Answers(conn, functools.partial(self._closed, conn))
-            with self._lock:
-                waiting = self._idle > 0  # a reader thread is free: it takes this one
-                if waiting:
-                    self._idle -= 1
-            self._incoming.put((conn, answers))
-            if not waiting:
-                threading.Thread(target=self._serve, name="gw-socket-conn", daemon=True).start()
+    # -- requests (called by the reader thread, :mod:`.socket_reader`) ------------------------
+    def _accepted(self, conn: socket.socket) -> Answers:
+        with self._lock:
+            self._conns.add(conn)
+        return Answers(conn, lambda: self._closed(conn))
 
-    def _serve(self) -> None:
-        """A reader thread: one connection after another. A connection per call (``fleet
-        send``, the MCP server) is read by a thread that is waiting already, not a new one."""
-        while True:
-            got = self._incoming.get()
-            if got is None:  # the server is stopping
-                return
-            self._read(*got)
-            with self._lock:
-                if self._stop.is_set() or self._idle >= MAX_IDLE_READERS:
-                    return
-                self._idle += 1
-
-    def _read(self, conn: socket.socket, answers: Answers) -> None:
-        """Requests in, in order: what one read brought is queued together and committed
-        (:meth:`_commit_queued`); a malformed one is refused at once."""
-        frames = FrameReader(conn)
-        read: list[_Pending] = []
+    def _request(self, message: dict[str, Any], answers: Answers, read: list[_Pending]) -> None:
+        """One request, in order: a send or a control request goes in ``read`` (committed with
+        its round, :meth:`_reads`); a malformed one is refused at once; a poll runs on its own."""
+        op = message.get("op")
+        pending = _Pending(message.get("id"), None, answers=answers)
         try:
-            while True:
-                if read and (len(read) >= self.max_batch or not frames.ready()):
-                    self._queue.put(read)
-                    read = []
-                    self._commit_queued()
-                try:
-                    message = frames.next()
-                except FrameError as exc:  # unreadable: answer it, then hang up
-                    if self.metrics is not None:
-                        self.metrics.request(None, "malformed", exc.reason)
-                    pending = _Pending(id=None, request=None)
-                    pending.finish(exc)
-                    answers.add(pending)
-                    return
-                if message is None:
-                    return
-                op = message.get("op")
-                pending = _Pending(
-                    id=message.get("id"), request=None, kind=str(op).upper(), answers=answers
-                )
-                try:
-                    if op == "send":
-                        pending.kind = str(message.get("kind", "SEND")).upper()
-                        pending.request = parse_send(message)
-                    elif op in CONTROL_FIELDS and self.control is not None:
-                        pending.call = parse_control(message, self.control)
-                    elif op == "poll":
-                        kwargs = parse_poll(message)
-                        answers.add(pending)  # before its thread can decide it
-                        self._poll(pending, kwargs)
-                        continue
-                    else:
-                        raise ConfigError(f"local socket: unknown op {op!r}")
-                except FleetError as exc:
-                    pending.finish(exc)
-                    answers.add(pending)  # decided: answered now, in order
-                    if self.metrics is not None:
-                        self.metrics.request(pending.kind, "malformed", exc.reason)
-                else:
-                    answers.add(pending)  # before a committer can decide it
-                    read.append(pending)
-        except OSError:
-            return
-        finally:
-            if read:  # what was read before the end (or an unreadable frame) is still served
-                self._queue.put(read)
-                self._commit_queued()
-            answers.end()
+            if op == "send":
+                pending.request = parse_send(message)
+            elif op in CONTROL_FIELDS and self.control is not None:
+                pending.kind = str(op).upper()
+                pending.call = parse_control(message, self.control)
+            elif op == "poll":
+                pending.kind = "POLL"
+                kwargs = parse_poll(message)
+                answers.add(pending)  # before its thread can decide it
+                self._poll(pending, kwargs)
+                return
+            else:
+                raise ConfigError(f"local socket: unknown op {op!r}")
+        except FleetError as exc:
+            pending.finish(exc)
+            answers.add(pending)  # decided: answered now, in order
+            if self.metrics is not None:
+                kind = message.get("kind", "SEND") if op == "send" else op
+                self.metrics.request(str(kind).upper(), "malformed", exc.reason)
+        else:
+            answers.add(pending)  # before a committer can decide it
+            read.append(pending)
+
+    def _malformed(self, exc: FrameError, answers: Answers) -> None:
+        """An unreadable frame: answered (the reader then hangs up)."""
+        if self.metrics is not None:
+            self.metrics.request(None, "malformed", exc.reason)
+        pending = _Pending(id=None, request=None)
+        pending.finish(exc)
+        answers.add(pending)
+
+    def _reads(self, read: list[_Pending]) -> None:
+        """What one wait of the reader brought: queued, and committed (:meth:`_commit_queued`)."""
+        self._queue.put(read)
+        self._commit_queued()
 
     def _poll(self, pending: _Pending, kwargs: dict[str, Any]) -> None:
         """A poll reads (and drains) held rows on its own thread: with ``wait_s`` it is an open
@@ -362,7 +314,10 @@ class SocketServer:
         """Every answer of ``conn`` is out (or its client went away): hang up."""
         with self._lock:
             self._conns.discard(conn)
-        conn.close()
+        if self._reader is not None:
+            self._reader.closed(conn)  # closed by the reader if it still watches it
+        else:
+            conn.close()
 
     # -- the committer -------------------------------------------------------------------------
     def _commit_queued(self) -> None:
@@ -378,11 +333,9 @@ class SocketServer:
                     self._writer.close()
                     return
                 batch, self._carry = self._carry, []
-                while len(batch) < self.max_batch:
-                    try:
-                        batch += self._queue.get_nowait()
-                    except queue.Empty:
-                        break
+                waiting = self._queue  # (only the lock's holder takes from it)
+                while len(batch) < self.max_batch and not waiting.empty():
+                    batch += waiting.get_nowait()
                 batch, self._carry = batch[: self.max_batch], batch[self.max_batch :]
                 if batch:
                     self.commit(batch, writer=self._writer)
@@ -395,10 +348,13 @@ class SocketServer:
         """One transaction for ``batch``'s sends (each gets its envelope or its error), then each
         control request on its own, in order. ``writer``: on its held connection (the caller
         holds the commit lock)."""
-        self._commit_sends([p for p in batch if p.request is not None], writer)
-        for pending in batch:
-            if pending.call is not None:
-                self._run_control(pending)
+        sends = [p for p in batch if p.request is not None]
+        if sends:
+            self._commit_sends(sends, writer)
+        if len(sends) < len(batch):
+            for pending in batch:
+                if pending.call is not None:
+                    self._run_control(pending)
 
     def _run_control(self, pending: _Pending) -> None:
         assert pending.call is not None
@@ -421,29 +377,34 @@ class SocketServer:
         pending.finish(result)
 
     def _commit_sends(self, batch: list[_Pending], writer: WriterSession | None) -> None:
-        if not batch:
-            return
-        requests = [p.request for p in batch if p.request is not None]
-        started = time.perf_counter()
+        """``batch``'s sends (every one has a request) in one group commit, then their answers:
+        every result first, then each connection's answers in one write, not one per send."""
+        requests: list[SendRequest] = [p.request for p in batch]  # type: ignore[misc]
+        metrics = self.metrics
+        started = time.perf_counter() if metrics is not None else 0.0
         failed = False
         try:
-            results: list[Envelope | FleetError] = list(
-                self.client.send_all(requests, writer=writer)
-            )
+            results: list[Envelope | FleetError] = self.client.send_all(requests, writer=writer)
         except FleetError as exc:
             results, failed = [exc] * len(requests), True
         except Exception as exc:  # a store failure: nothing of the batch is queued
             log.exception("local socket: a group commit of %d sends failed", len(requests))
             err = StoreError(f"the gateway could not commit the send: {exc}", retriable=True)
             results, failed = [err] * len(requests), True
-        if any(isinstance(r, Envelope) for r in results):
-            self.on_commit()
-        if self.metrics is not None:
-            self._count(requests, results, failed, time.perf_counter() - started)
-        # every result first, then each connection's answers in one send: a group's answers to
-        # one client go out as one write, not one per send
+        queued = False
         for pending, result in zip(batch, results, strict=True):
             pending.result = result
+            if type(result) is Envelope:
+                queued = True
+        if queued:
+            self.on_commit()
+        if metrics is not None:
+            self._count(requests, results, failed, time.perf_counter() - started)
+        answers = batch[0].answers
+        if len(batch) == 1:
+            if answers is not None:
+                answers.flush()
+            return
         for answers in {id(p.answers): p.answers for p in batch if p.answers is not None}.values():
             answers.flush()
 
@@ -454,13 +415,14 @@ class SocketServer:
         failed: bool,
         seconds: float,
     ) -> None:
-        assert self.metrics is not None
-        self.metrics.group_size.observe(len(requests))
-        self.metrics.commit_seconds.observe(seconds)
+        metrics = self.metrics
+        assert metrics is not None
+        metrics.group_size.observe(len(requests))
+        metrics.commit_seconds.observe(seconds)
         for request, result in zip(requests, results, strict=True):
             if isinstance(result, Envelope):
-                self.metrics.request(request.kind, "queued")
+                metrics.request(request.kind, "queued")
             elif failed:
-                self.metrics.request(request.kind, "failed")
+                metrics.request(request.kind, "failed")
             else:
-                self.metrics.request(request.kind, "refused", result.reason)
+                metrics.request(request.kind, "refused", result.reason)

@@ -122,37 +122,40 @@ class FrameReader:
         self.sock = sock
         self._buf = bytearray()
 
-    def ready(self) -> bool:
-        """True when :meth:`next` would return (or raise) without reading the socket: the
-        rest of what the last ``recv`` brought."""
-        buf = self._buf
-        if len(buf) < _LENGTH.size:
-            return False
-        size: int = _LENGTH.unpack_from(buf)[0]
-        return size > MAX_FRAME_BYTES or len(buf) >= _LENGTH.size + size
-
     def next(self) -> dict[str, Any] | None:
         """The next frame; ``None`` at a clean end of stream (between frames)."""
-        buf = self._buf
         while True:
-            if len(buf) >= _LENGTH.size:
-                (size,) = _LENGTH.unpack_from(buf)
-                if size > MAX_FRAME_BYTES:
-                    raise FrameError(
-                        f"local socket: a frame of {size} bytes is above {MAX_FRAME_BYTES}",
-                        context={"size": size, "limit": MAX_FRAME_BYTES},
-                    )
-                end = _LENGTH.size + size
-                if len(buf) >= end:
-                    body = bytes(buf[_LENGTH.size : end])
-                    del buf[:end]
-                    return decode_body(body)
+            message = self.pop()
+            if message is not None:
+                return message
             chunk = self.sock.recv(self.CHUNK)
             if not chunk:
-                if not buf:
+                if not self._buf:
                     return None
                 raise ConnectionResetError("local socket: the peer closed the stream mid-frame")
-            buf += chunk
+            self._buf += chunk
+
+    def feed(self, chunk: bytes) -> None:
+        """Bytes read from the stream by someone else (the gateway's selector)."""
+        self._buf += chunk
+
+    def pop(self) -> dict[str, Any] | None:
+        """The next whole frame of what was read so far, or ``None`` (read more first)."""
+        buf = self._buf
+        if len(buf) < _LENGTH.size:
+            return None
+        size: int = _LENGTH.unpack_from(buf)[0]
+        if size > MAX_FRAME_BYTES:
+            raise FrameError(
+                f"local socket: a frame of {size} bytes is above {MAX_FRAME_BYTES}",
+                context={"size": size, "limit": MAX_FRAME_BYTES},
+            )
+        end = _LENGTH.size + size
+        if len(buf) < end:
+            return None
+        body = bytes(buf[_LENGTH.size : end])
+        del buf[:end]
+        return decode_body(body)
 
 
 def _read_exactly(sock: socket.socket, n: int, *, allow_eof: bool) -> bytes | None:

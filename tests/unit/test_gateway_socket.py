@@ -14,7 +14,6 @@ import socket
 import stat
 import struct
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -556,29 +555,39 @@ def test_what_one_read_brings_is_committed_in_groups_of_at_most_max_batch(tmp_pa
     engine.dispose()
 
 
-def test_a_connection_per_call_is_read_by_the_reader_thread_waiting_for_it(
+def test_every_connection_is_read_by_the_one_reader_thread_and_starts_none(
     served,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """One connection after another (``fleet send``, the MCP server) starts no thread each: the
-    reader thread of the last one takes the next; a stopping server ends its waiting readers."""
+    """One connection after another (``fleet send``, the MCP server) starts no thread and is
+    handed to none: the one reader thread accepts and reads each; a stopping server ends it."""
     server, engine, _cfg, _commits = served
+    reader = server._reader
     readers: set[threading.Thread] = set()
-    real = server._read
+    real = reader._request
 
-    def read(conn: Any, answers: Any) -> None:
+    def request(message: Any, answers: Any, read: Any) -> None:
         readers.add(threading.current_thread())
-        real(conn, answers)
+        real(message, answers, read)
 
-    server._read = read
+    reader._request = request
+    started: list[str] = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda t: started.append(t.name) or start(t))
     for _ in range(5):
         with SocketClient.connect(server.path) as c:
             c.send(sender="main-a", to="main-b", body=b"x")
-        for _wait in range(1000):  # the reader sees the end of the stream, then waits again
-            if server._idle:
-                break
-            time.sleep(0.01)
-    assert len(readers) == 1 and _rows(engine) == 5
+    assert readers == {reader.reader_thread()} and _rows(engine) == 5
+    assert started == []
     server.close()
-    (reader,) = readers
-    reader.join(10)
-    assert not reader.is_alive() and server._idle == 0
+    (thread,) = readers
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("body", ["YQ", "Y Q==", "YQ==YQ==", "=", "é", "YQ=="[:3]])
+def test_a_body_that_is_not_base64_is_refused_as_malformed(body: str) -> None:
+    """Not base64 (or not ASCII at all): ``CONFIG_INVALID``, answered, never an uncaught error."""
+    with pytest.raises(ConfigError) as refused:
+        parse_send({"sender": "main-a", "to": "main-b", "body": body})
+    assert refused.value.reason == "CONFIG_INVALID"

@@ -1,0 +1,186 @@
+"""The local socket's reader: one thread accepts and reads every connection (poll).
+
+A thread per connection used to read each one, and a connection per call (``fleet send``, the
+MCP server) was accepted by one thread and handed to another: the gateway switched threads
+about six times per call (``python -m bench socket``, voluntary context switches), about once
+now. Here one thread waits
+on the listener and on every connection at once. What one wait finds ready -- new connections,
+the requests of any connection -- is read, and the requests of that round go to the server
+together (:meth:`SocketServer._reads`: its group commit) before the thread waits again. A
+request is read whole before it is handled; a frame that arrives in pieces is kept until the
+rest comes.
+
+**Who closes.** Only this thread closes a connection it still watches. Whoever finds a watched
+connection done (its answers' thread, a committer whose answer could not be sent) calls
+:meth:`SocketReader.closed`, which shuts it down instead: this thread then sees its end, stops
+watching it and closes it. So a descriptor is never closed while it is polled (a new connection
+could get its number).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from pipeline.host.socket_protocol import FrameError, FrameReader
+
+from .socket_answers import Answers
+
+log = logging.getLogger(__name__)
+
+Request = Callable[[dict[str, Any], Answers, list[Any]], None]
+"""The server: one decoded request of a connection; what is to be committed goes in the list."""
+
+
+class _Conn:
+    __slots__ = ("answers", "fd", "frames", "sock")
+
+    def __init__(self, sock: socket.socket, answers: Answers) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.answers = answers
+        self.frames = FrameReader(sock)
+
+
+class SocketReader:
+    """Accept on ``listener`` and read every connection on one thread (module docstring)."""
+
+    CHUNK = FrameReader.CHUNK
+
+    def __init__(
+        self,
+        listener: socket.socket,
+        *,
+        accepted: Callable[[socket.socket], Answers],
+        request: Request,
+        malformed: Callable[[FrameError, Answers], None],
+        reads: Callable[[list[Any]], None],
+    ) -> None:
+        self._listener = listener
+        self._accepted = accepted
+        self._request = request
+        self._malformed = malformed
+        self._reads = reads
+        # poll(2), not the selectors module: its Python layers cost more per wait than the
+        # wait itself; one dict from descriptor to connection is all this thread needs
+        self._poll = select.poll()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._lock = threading.Lock()
+        self._watched: dict[int, _Conn] = {}  # by descriptor; changed under _lock
+        self._hangup: set[int] = set()  # done while watched: closed when unwatched
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="gw-socket-reader", daemon=True)
+
+    def start(self) -> None:
+        self._listener.setblocking(False)
+        self._poll.register(self._listener.fileno(), select.POLLIN)
+        self._poll.register(self._wake_r.fileno(), select.POLLIN)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the thread; every connection it watched is ended (answered ones are closed)."""
+        self._stop = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def closed(self, sock: socket.socket) -> None:
+        """``sock`` is done (all answered, or its client went away): closed now, or -- while
+        this thread still watches it -- shut down, and closed by this thread at its end."""
+        fd = sock.fileno()
+        with self._lock:
+            watched = fd in self._watched and self._watched[fd].sock is sock
+            if watched:
+                self._hangup.add(fd)
+        if watched:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # readable now: the thread sees its end
+        else:
+            sock.close()
+
+    def reader_thread(self) -> threading.Thread:
+        return self._thread
+
+    # -- the thread ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        poll, watched = self._poll.poll, self._watched
+        listener, wake = self._listener.fileno(), self._wake_r.fileno()
+        try:
+            while not self._stop:
+                read: list[Any] = []
+                for fd, _events in poll():
+                    conn = watched.get(fd)
+                    if conn is not None:
+                        try:
+                            self._read(conn, read)
+                        except Exception:  # a bug: this connection ends, the others go on
+                            log.exception("local socket: reading a connection failed")
+                            self._end(conn)
+                    elif fd == listener:
+                        self._accept()
+                    elif fd == wake:
+                        with contextlib.suppress(OSError):
+                            self._wake_r.recv(64)
+                if read:  # one round's requests, every connection's: one group
+                    self._reads(read)
+        except Exception:  # a bug: log it, end every connection (clients see the end)
+            log.exception("local socket: the reader failed")
+            self._stop = True
+        finally:
+            for conn in list(watched.values()):
+                self._end(conn)
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _accept(self) -> None:
+        """One connection (the next wait reports the listener again while more are waiting)."""
+        try:
+            sock, _ = self._listener.accept()
+        except OSError:  # none after all, or the listener was closed: the server is stopping
+            return
+        sock.setblocking(True)  # answers are sent blocking by their own thread
+        conn = _Conn(sock, self._accepted(sock))
+        with self._lock:
+            self._watched[conn.fd] = conn
+        self._poll.register(conn.fd, select.POLLIN)
+
+    def _read(self, conn: _Conn, read: list[Any]) -> None:
+        """What ``conn``'s socket has now: its whole requests go to the server, in order."""
+        frames = conn.frames
+        try:
+            chunk = conn.sock.recv(self.CHUNK, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""  # reset, or shut down by closed(): its end
+        if chunk:
+            frames.feed(chunk)
+        request, answers = self._request, conn.answers
+        try:
+            while (message := frames.pop()) is not None:
+                request(message, answers, read)
+        except FrameError as exc:  # unreadable: answer it, then hang up
+            self._malformed(exc, answers)
+            self._end(conn)
+            return
+        if not chunk:  # the end (a frame cut short is dropped: its client is gone)
+            self._end(conn)
+
+    def _end(self, conn: _Conn) -> None:
+        """Stop watching ``conn``: no more requests; it closes once every one is answered."""
+        sock, fd = conn.sock, conn.fd
+        with contextlib.suppress(KeyError):
+            self._poll.unregister(fd)
+        with self._lock:
+            self._watched.pop(fd, None)
+            hangup = fd in self._hangup
+            self._hangup.discard(fd)
+        conn.answers.end()
+        if hangup:
+            sock.close()
