@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, assert_never
 
-from sqlalchemy import Dialect, Insert, Table, insert
+from sqlalchemy import Connection, Dialect, Insert, Table, insert
 from sqlalchemy.orm import Session
 
 from pipeline.store import pg_pipeline
@@ -34,6 +34,7 @@ from .driver_sql import execute_many
 
 SessionCall = Callable[[Session], object]
 BatchCall = Callable[[Session, list[Any]], object]
+ConnectionCall = Callable[[Connection, list[Any]], object]
 Effect = Callable[[], None]
 
 
@@ -75,10 +76,12 @@ FollowUp = AfterCommit | AfterStore
 
 @dataclass(frozen=True, slots=True)
 class _Each:
-    """One item of a batched call (:meth:`Staged.call_each`)."""
+    """One item of a batched call (:meth:`Staged.call_each`); ``on_connection``: ``fn`` takes
+    the batch's connection, not an ORM session."""
 
     fn: BatchCall
     item: Any
+    on_connection: bool = False
 
 
 # one compiled-once INSERT per table (SQLAlchemy caches the compiled form per construct)
@@ -177,6 +180,11 @@ class Staged:
         (in staging order; a call of another kind in between ends the run)."""
         self.calls.append(_Each(fn, item))
 
+    def call_each_on_connection(self, fn: ConnectionCall, item: Any) -> None:
+        """:meth:`call_each` for a call that needs only the batch's connection: a batch whose
+        calls are all such runs them without making an ORM session."""
+        self.calls.append(_Each(fn, item, on_connection=True))  # type: ignore[arg-type]
+
     def after_commit(self, fn: Effect) -> None:
         """An at-most-once effect: the batch's offsets are committed synchronously before it."""
         self.effects.append(AfterCommit(fn))
@@ -242,23 +250,40 @@ class Staged:
                     execute_many(conn, lean.sql, lean.params(rows), deferrable=deferrable)
         if not self.calls:
             return
-        session = tx if isinstance(tx, Session) else tx.session
+        if isinstance(tx, Session):
+            session: Session | None = tx
+        elif all(isinstance(c, _Each) and c.on_connection for c in self.calls):
+            session = None  # the receipts' settles alone: no ORM session for them
+        else:
+            session = tx.session
+        bound = tx.connection() if session is None else None
         run: list[Any] = []
-        run_fn: BatchCall | None = None
+        run_fn: _Each | None = None
         for call in self.calls:
             if isinstance(call, _Each):
-                if run_fn is not None and call.fn != run_fn:
-                    run_fn(session, run)
+                if run_fn is not None and call.fn != run_fn.fn:
+                    self._run(run_fn, run, session, bound)
                     run = []
-                run_fn = call.fn
+                run_fn = call
                 run.append(call.item)
                 continue
             if run_fn is not None:
-                run_fn(session, run)
+                self._run(run_fn, run, session, bound)
                 run, run_fn = [], None
+            assert session is not None  # a plain call made the batch take a session
             call(session)
         if run_fn is not None:
-            run_fn(session, run)
+            self._run(run_fn, run, session, bound)
+
+    @staticmethod
+    def _run(
+        each: _Each, items: list[Any], session: Session | None, conn: Connection | None
+    ) -> None:
+        if each.on_connection:
+            each.fn(conn if session is None else session.connection(), items)  # type: ignore[arg-type]
+        else:
+            assert session is not None  # a session call made the batch take a session
+            each.fn(session, items)
 
     def writes(self) -> bool:
         """Whether the batch staged any row or call (a write beside its dedupe claims)."""
