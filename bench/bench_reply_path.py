@@ -50,6 +50,7 @@ from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.outbound import Publisher
 from pipeline.host.tracking import FORWARD
 from pipeline.kafka.topics import TopicNames
+from pipeline.outbox.headers import FoldHeaders
 from pipeline.presence import StaticPresence
 from pipeline.presence.model import Delivery, Role
 from pipeline.record import Record
@@ -129,6 +130,7 @@ def one_run(url: str, *, replies: int, batch: int, receipts: bool = False) -> di
     )
     runtime.warm_up()
     offset = 0
+    fold = FoldHeaders()  # the relay's headers, on every record an inbox reads
 
     def records(n: int) -> list[Record]:
         nonlocal offset
@@ -151,7 +153,7 @@ def one_run(url: str, *, replies: int, batch: int, receipts: bool = False) -> di
                     offset=offset,
                     key=key,
                     value=value,
-                    headers=tuple(headers),
+                    headers=(*headers, *fold("default", "bench", offset)),
                     timestamp_ms=now,
                 )
             )

@@ -23,6 +23,8 @@ RawHeaders = Sequence[tuple[str, bytes | str | None]]
 _RESERVED = r.RESERVED
 _REQUIRED = frozenset(r.REQUIRED)
 _BYTES_ONLY = {bytes}
+_PLAIN_NAMES: set[str] = set()  # uncovered header names already found not to look reserved
+_MAX_PLAIN_NAMES = 4096  # bounded: foreign headers cannot grow it without limit
 _VERSION = str(r.VERSION).encode()
 _KINDS: dict[bytes, r.Kind] = {k.value.encode("ascii"): k for k in r.Kind}
 
@@ -50,20 +52,23 @@ def collect(
         fail(r.TOO_LARGE, f"{len(headers)} headers > {max_headers}", raw)
     if len(body) > max_body_bytes:
         fail(r.TOO_LARGE, f"body {len(body)} bytes > {max_body_bytes}", raw)
-    # This runs once per record on the consume path. The usual record carries nothing but
-    # reserved headers, each once, all bytes: then the dict, the duplicate check (no name
-    # lost in the dict), the name check and the size are a few C-level calls. Anything else
-    # (an uncovered or look-alike header, a repeat, a value that is None or not bytes) takes
-    # the one-pass loop, which says what is wrong.
+    # This runs once per record on the consume path. The usual record carries its reserved
+    # headers each once and all bytes, beside a few uncovered ones (the relay's fold headers)
+    # whose names were seen before: then the dict, the duplicate check (no name lost in the
+    # dict), the name checks and the size are a few C-level calls. Anything else (a new or
+    # look-alike name, a repeat, a value that is None or not bytes) takes the one-pass loop,
+    # which says what is wrong.
     fields: dict[str, bytes] = dict(headers)  # type: ignore[arg-type]  # checked just below
-    if (
-        len(fields) == len(headers)
-        and fields.keys() <= _RESERVED
-        and {*map(type, fields.values())} == _BYTES_ONLY
-    ):
-        size = (len(key) if key else 0) + sum(map(len, fields)) + sum(map(len, fields.values()))
-        if size > max_header_bytes:
-            fail(r.TOO_LARGE, f"headers+key {size} bytes > {max_header_bytes}", raw)
+    if len(fields) == len(headers) and {*map(type, fields.values())} == _BYTES_ONLY:
+        extra = fields.keys() - _RESERVED
+        if not extra or extra <= _PLAIN_NAMES or _plain(extra):
+            size = (len(key) if key else 0) + sum(map(len, fields)) + sum(map(len, fields.values()))
+            if size > max_header_bytes:
+                fail(r.TOO_LARGE, f"headers+key {size} bytes > {max_header_bytes}", raw)
+            for name in extra:  # uncovered: carried, never read by the envelope layer
+                del fields[name]
+        else:
+            fields = _collect_each(key, headers, raw, max_header_bytes=max_header_bytes)
     else:
         fields = _collect_each(key, headers, raw, max_header_bytes=max_header_bytes)
     if r.H_SIG in fields:
@@ -88,6 +93,17 @@ def collect(
     elif len(fields[r.H_MAC]) != MAC_LEN:
         fail(r.MAC_INVALID, f"mac is {len(fields[r.H_MAC])} bytes, not {MAC_LEN}", raw)
     return fields
+
+
+def _plain(names: set[str]) -> bool:
+    """Whether every name is text that does not fold to a reserved one (a look-alike); such
+    names are remembered, up to a bound, so the next record's check is a subset test."""
+    for name in names:
+        if type(name) is not str or r.RESERVED_FOLDED.get(name.casefold()) is not None:
+            return False
+    if len(_PLAIN_NAMES) < _MAX_PLAIN_NAMES:
+        _PLAIN_NAMES.update(names)
+    return True
 
 
 def _collect_each(

@@ -105,3 +105,19 @@ def test_the_raw_key_id_index_follows_add_remove_and_reload(tmp_path) -> None:  
     signer.write_public(tmp_path / f"{signer.key_id}.pub")
     trust.reload(tmp_path)
     assert trust.lookup_raw(signer.key_id.encode()) is not None
+
+
+def test_uncovered_headers_are_carried_and_a_look_alike_among_them_is_refused() -> None:
+    f = Fleet()
+    rec = f.record(f.envelope())
+    fold = [("fleet.branchKey", b"b"), ("fleet.lsn", b"7"), ("fleet.tenant", b"t")]
+    for _ in range(2):  # the second time the names are known: the subset test takes them
+        fields = collect(rec["key"], [*rec["headers"], *fold], rec["value"], {}, **BOUNDS)
+        assert set(fields) <= r.RESERVED
+    with pytest.raises(EnvelopeError) as info:
+        collect(rec["key"], [*rec["headers"], *fold, ("MsgID", b"x")], rec["value"], {}, **BOUNDS)
+    assert info.value.reason == r.MALFORMED_HEADERS
+    with pytest.raises(EnvelopeError) as info:
+        big = [*rec["headers"], *fold, ("fleet.pad", b"x" * 9000)]
+        collect(rec["key"], big, rec["value"], {}, **BOUNDS)
+    assert info.value.reason == r.TOO_LARGE
