@@ -24,6 +24,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from pipeline.control.requests import SPAWN, STOP
 from pipeline.envelope import (
     BatchVerifier,
     BoundedSeenSet,
@@ -34,17 +35,22 @@ from pipeline.envelope import (
     Verifier,
     encode,
 )
+from pipeline.envelope.reasons import GATEWAY_SUFFIX
+from pipeline.envelope.receipts import injected_body
 from pipeline.gateway.dead_letter_outbox import OutboxDeadLetterSink
 from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import InjectionQueue
 from pipeline.gateway.injectors import InjectMetrics
 from pipeline.gateway.metrics import GatewayMetrics
+from pipeline.host import deadlines
 from pipeline.host.conversations import Conversations
 from pipeline.host.entity_config import EntityConfig
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.outbound import Publisher
+from pipeline.host.tracking import FORWARD
 from pipeline.kafka.topics import TopicNames
+from pipeline.outbox.headers import FoldHeaders
 from pipeline.presence import StaticPresence
 from pipeline.presence.model import Delivery, Role
 from pipeline.record import Record
@@ -67,34 +73,39 @@ class _Consumer:
         return lambda *a, **k: None
 
 
-def one_run(url: str, *, replies: int, batch: int) -> dict[str, float]:
+def one_run(url: str, *, replies: int, batch: int, receipts: bool = False) -> dict[str, float]:
+    """B taking REPLYs from main-a; or (``receipts``) A taking B's ``INJECTED`` receipts, each
+    about a tracked forward send of main-a's (its row written pending before the clock starts),
+    so the batch also reads and settles the tracked rows."""
     engine = serialize_writes(make_engine(url))
-    signer = Signer.generate("A")
+    here, peer = ("A", "B") if receipts else ("B", "A")
+    main, sender = ("main-a", f"B{GATEWAY_SUFFIX}") if receipts else (MAIN, "main-a")
+    signer = Signer.generate(peer)
     trust = TrustStore()
     trust.add(signer.host, signer.key_id, signer.public_key_bytes)
     topics = TopicNames(prefix=f"rp{uuid.uuid4().hex[:8]}.")
-    topic = topics.inbox("B")
+    topic = topics.inbox(here)
     sessions = session_factory(engine)
     seen = BoundedSeenSet()
     verifier = Verifier(
-        host="B",
+        host=here,
         trust=trust,
         presence=StaticPresence({"main-a": "A", MAIN: "B"}),
         seen=seen,
         topics=topics,
     )
     config = GatewayConfig(
-        host="B",
+        host=here,
         bootstrap="unused:0",
-        entities=(EntityConfig(gid=MAIN, role=Role.MAIN, delivery=Delivery.PULL),),
+        entities=(EntityConfig(gid=main, role=Role.MAIN, delivery=Delivery.PULL),),
     )
     registry = CollectorRegistry()
     entities = LocalEntities.from_config(config, metrics=InjectMetrics(registry))
     metrics = GatewayMetrics(registry)
-    publisher = Publisher(host="B", signer=Signer.generate("B"), topics=topics)
+    publisher = Publisher(host=here, signer=Signer.generate(here), topics=topics)
     batch_verifier = BatchVerifier(verifier, threads=2)
     handler = InboxHandler(
-        host="B",
+        host=here,
         verifier=verifier,
         entities=entities,
         publisher=publisher,
@@ -107,6 +118,7 @@ def one_run(url: str, *, replies: int, batch: int) -> dict[str, float]:
         seen=seen,
         batch_verifier=batch_verifier,
         max_held_per_recipient=10**9,
+        tracked=(FORWARD, SPAWN, STOP),
     )
     runtime = ConsumerRuntime(
         RuntimeConfig(bootstrap="unused:0", group_id="rp", topics=(topic,)),
@@ -118,14 +130,21 @@ def one_run(url: str, *, replies: int, batch: int) -> dict[str, float]:
     )
     runtime.warm_up()
     offset = 0
+    fold = FoldHeaders()  # the relay's headers, on every record an inbox reads
 
     def records(n: int) -> list[Record]:
         nonlocal offset
         now, out = int(time.time() * 1000), []
         for _ in range(n):
-            env = Envelope.new(
-                kind=Kind.REPLY, sender="main-a", to=MAIN, body=b"x" * 200, ttl_s=3600
-            )
+            if receipts:
+                about = uuid.uuid4().hex
+                with sessions.begin() as s:
+                    deadlines.track(s, FORWARD, msg_id=about, sender=main, recipient="w-b",
+                                    trace_id="t", sent_ms=now, deadline_ms=now + 3_600_000)  # fmt: skip
+                kind, body = Kind.INJECTED, injected_body(about, "w-b")
+            else:
+                kind, body = Kind.REPLY, b"x" * 200
+            env = Envelope.new(kind=kind, sender=sender, to=main, body=body, ttl_s=3600)
             key, headers, value = encode(env, topic=topic, signer=signer)
             out.append(
                 Record(
@@ -134,7 +153,7 @@ def one_run(url: str, *, replies: int, batch: int) -> dict[str, float]:
                     offset=offset,
                     key=key,
                     value=value,
-                    headers=tuple(headers),
+                    headers=(*headers, *fold("default", "bench", offset)),
                     timestamp_ms=now,
                 )
             )
@@ -172,22 +191,37 @@ def main(argv: list[str] | bool | None = None) -> dict[str, Any]:
     ap.add_argument("--replies", type=int, default=3000)
     ap.add_argument("--repeats", type=int, default=REPEATS)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--receipts",
+        action="store_true",
+        help="gateway A's INJECTED receipts (read + settle their tracked sends), not B's REPLYs",
+    )
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         runs = [
             one_run(
-                f"sqlite:///{Path(tmp) / f'b{i}.sqlite'}", replies=args.replies, batch=args.batch
+                f"sqlite:///{Path(tmp) / f'b{i}.sqlite'}",
+                replies=args.replies,
+                batch=args.batch,
+                receipts=args.receipts,
             )
             for i in range(args.repeats)
         ]
-    result: dict[str, Any] = {"batch": args.batch, "replies": args.replies}
+    result: dict[str, Any] = {
+        "batch": args.batch,
+        "replies": args.replies,
+        "receipts": args.receipts,
+    }
     for k in ("cpu_us", "verify_us"):
         values = sorted(r[k] for r in runs)
         result[k] = {"min": values[0], "median": statistics.median(values), "max": values[-1]}
     print(
-        "SQLite REPLY path CPU us/REPLY (batch {b}): {c[min]:.0f}/{c[median]:.0f}/{c[max]:.0f}"
+        "SQLite {what} path CPU us/{what} (batch {b}): {c[min]:.0f}/{c[median]:.0f}/{c[max]:.0f}"
         "  of which verify alone {v[median]:.0f}".format(
-            b=args.batch, c=result["cpu_us"], v=result["verify_us"]
+            what="INJECTED" if args.receipts else "REPLY",
+            b=args.batch,
+            c=result["cpu_us"],
+            v=result["verify_us"],
         ),
         flush=True,
     )

@@ -56,11 +56,12 @@ class BatchVerifier:
     def _slice(self, items: Sequence[Item]) -> list[Outcome]:
         verify = self.verifier.verify
         out: list[Outcome] = []
+        append = out.append
         for topic, key, headers, value in items:
             try:
-                out.append(verify(topic=topic, key=key, headers=headers, value=value))
+                append(verify(topic=topic, key=key, headers=headers, value=value))
             except Exception as exc:  # noqa: BLE001 - handed back in place, raised by the caller
-                out.append(exc)
+                append(exc)
         return out
 
     def close(self) -> None:

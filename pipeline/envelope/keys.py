@@ -175,6 +175,9 @@ class TrustStore:
 
     def __init__(self) -> None:
         self._by_id: dict[str, TrustedKey] = {}
+        # the same keys by the ``keyId`` header's bytes as they travel (ids are ASCII), so the
+        # verifier finds a record's key without decoding it; replaced, never mutated in place
+        self._by_raw: dict[bytes, TrustedKey] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -197,6 +200,7 @@ class TrustStore:
         fresh = TrustStore.load(path)
         with self._lock:
             self._by_id = dict(fresh._by_id)
+            self._reindex()
 
     def add(self, host: str, key_id: str, public_key_bytes: bytes) -> None:
         trusted = _trusted(host, key_id, public_key_bytes)
@@ -208,13 +212,26 @@ class TrustStore:
                     reason=Keys.KEY_CLASH,
                 )
             self._by_id[key_id] = trusted
+            self._reindex()
 
     def remove(self, key_id: str) -> bool:
         with self._lock:
-            return self._by_id.pop(key_id, None) is not None
+            removed = self._by_id.pop(key_id, None) is not None
+            self._reindex()
+            return removed
 
     def lookup(self, key_id: str) -> TrustedKey | None:
         return self._by_id.get(key_id)
+
+    def lookup_raw(self, key_id: bytes) -> TrustedKey | None:
+        """:meth:`lookup` by the ``keyId`` header's raw bytes (None for any id not trusted,
+        including one that is not ASCII: the caller decodes it to say why)."""
+        return self._by_raw.get(key_id)
+
+    def _reindex(self) -> None:
+        """Rebuild the raw-id index (under the lock) and swap it in at once: a verifier on
+        another thread reads the old dict or the new one, never one half-updated."""
+        self._by_raw = {k.encode("ascii"): t for k, t in self._by_id.items()}
 
     def keys_of(self, host: str) -> dict[str, bytes]:
         with self._lock:

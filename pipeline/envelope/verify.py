@@ -35,7 +35,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from cryptography.exceptions import InvalidSignature
 
@@ -59,7 +59,12 @@ class PresenceView(Protocol):
     def host_of(self, gid: str) -> str | None: ...
 
 
-@dataclass(frozen=True)
+_GATEWAY_SUFFIX = r.GATEWAY_SUFFIX
+_BROADCAST_PREFIX = r.BROADCAST_PREFIX
+_BROADCAST = r.Kind.BROADCAST
+
+
+@dataclass(frozen=True, slots=True)
 class Verified:
     envelope: Envelope
     signer_host: str
@@ -110,19 +115,38 @@ class Verifier:
         headers: RawHeaders | None,
         value: bytes | None,
     ) -> Verified:
+        """Stages 1-9 (the module docstring). Stages 5-9 read straight through, each failure
+        raised where its check is: this runs once per record on the consume path."""
         raw = {"topic": topic, "key": key, "headers": headers, "value": value}
         env, signer_host, key_id = self._authentic(topic, key, headers, value, raw, route=True)
-        self._check_sender(env, signer_host, raw)
-        self._check_destination(env, topic, key, raw)
+        sender, to = env.sender, env.to
+        # 5: the sender lives on the signing host (a gateway's own id: exactly that host)
+        if sender.endswith(_GATEWAY_SUFFIX):
+            if sender != f"{signer_host}{_GATEWAY_SUFFIX}":
+                fail(r.SIGNER_MISMATCH, f"{sender} signed by {signer_host}", raw, env)
+        else:
+            lives_on = self.presence.host_of(sender)
+            if lives_on != signer_host:
+                self._wrong_sender(env, signer_host, lives_on, raw)
+        # 6: addressed to the record key, on this host's inbox (or control topic)
+        if key is None or key != to.encode():
+            fail(r.TO_MISMATCH, f"record key {key!r} != to {to!r}", raw, env)
+        if to.startswith(_BROADCAST_PREFIX) != (env.kind is _BROADCAST):
+            fail(r.TO_MISMATCH, f"kind {env.kind} with to {to!r}", raw, env)
+        if topic != self._inbox and (topic != self._control or to != self._own_gateway):
+            fail(r.TO_MISMATCH, f"topic {topic!r} is not {self.host}'s inbox", raw, env)
+        # 7-9: time, then replay
         now = self.clock_ms()
-        if now > env.expires_at_ms + self.skew_ms:
-            fail(r.EXPIRED, f"expired {now - env.expires_at_ms} ms ago", raw, env)
-        self._check_not_future(env, now, raw)
-        if env.expires_at_ms - env.ts_ms > self.max_ttl_ms or env.expires_at_ms < env.ts_ms:
-            fail(r.TTL_TOO_LONG, f"ttl {env.expires_at_ms - env.ts_ms} ms", raw, env)
+        expires, ts = env.expires_at_ms, env.ts_ms
+        if now > expires + self.skew_ms:
+            fail(r.EXPIRED, f"expired {now - expires} ms ago", raw, env)
+        if ts > now + self.skew_ms:
+            fail(r.CLOCK_SKEW, f"ts {ts - now} ms in the future", raw, env)
+        if expires - ts > self.max_ttl_ms or expires < ts:
+            fail(r.TTL_TOO_LONG, f"ttl {expires - ts} ms", raw, env)
         if self.seen.contains(env.msg_id):
             fail(r.REPLAY, f"msgId {env.msg_id} already seen", raw, env)
-        return Verified(envelope=env, signer_host=signer_host, key_id=key_id)
+        return Verified(env, signer_host, key_id)
 
     def verify_presence(
         self,
@@ -155,7 +179,7 @@ class Verifier:
         route: bool,
     ) -> tuple[Envelope, str, str]:
         """Stages 1-4: the envelope, the host that vouched for it and the key id it names."""
-        body = b"" if value is None else bytes(value)
+        body = value if type(value) is bytes else b"" if value is None else bytes(value)
         fields = collect(
             key,
             headers,
@@ -167,7 +191,7 @@ class Verifier:
         )
         if r.H_MAC in fields:
             return self._mac_authentic(fields, topic, body, raw, route=route)
-        trusted = self._key(fields, raw)
+        trusted = self.trust.lookup_raw(fields[r.H_KEY_ID]) or self._key(fields, raw)
         try:
             message = canonical_bytes(fields, topic=topic, body=body)
         except UnicodeEncodeError:  # not a name a broker would hand us
@@ -237,12 +261,10 @@ class Verifier:
             fail(r.UNKNOWN_KEY, f"key {key_id!r} is not trusted", raw)
         return trusted
 
-    def _check_sender(self, env: Envelope, signer_host: str, raw: dict[str, Any]) -> None:
-        if env.sender.endswith(r.GATEWAY_SUFFIX):
-            if env.sender != f"{signer_host}{r.GATEWAY_SUFFIX}":
-                fail(r.SIGNER_MISMATCH, f"{env.sender} signed by {signer_host}", raw, env)
-            return
-        lives_on = self.presence.host_of(env.sender)
+    def _wrong_sender(
+        self, env: Envelope, signer_host: str, lives_on: str | None, raw: dict[str, Any]
+    ) -> NoReturn:
+        """Stage 5's refusal: no binding for the sender, or one on another host."""
         if lives_on is None:
             fail(
                 r.UNKNOWN_SENDER,
@@ -250,27 +272,12 @@ class Verifier:
                 raw,
                 env,
             )
-        if lives_on != signer_host:
-            fail(
-                r.SIGNER_MISMATCH,
-                f"{env.sender} lives on {lives_on} but {signer_host} signed",
-                raw,
-                env,
-            )
-
-    def _check_destination(
-        self, env: Envelope, topic: str, key: bytes | None, raw: dict[str, Any]
-    ) -> None:
-        if key is None or key != env.to.encode("utf-8"):
-            fail(r.TO_MISMATCH, f"record key {key!r} != to {env.to!r}", raw, env)
-        is_broadcast = env.to.startswith(r.BROADCAST_PREFIX)
-        if is_broadcast != (env.kind is r.Kind.BROADCAST):
-            fail(r.TO_MISMATCH, f"kind {env.kind} with to {env.to!r}", raw, env)
-        if topic == self._inbox:
-            return
-        if topic == self._control and env.to == self._own_gateway:
-            return
-        fail(r.TO_MISMATCH, f"topic {topic!r} is not {self.host}'s inbox", raw, env)
+        fail(
+            r.SIGNER_MISMATCH,
+            f"{env.sender} lives on {lives_on} but {signer_host} signed",
+            raw,
+            env,
+        )
 
     def _check_not_future(self, env: Envelope, now: int, raw: dict[str, Any]) -> None:
         if env.ts_ms > now + self.skew_ms:

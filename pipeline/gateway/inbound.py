@@ -234,21 +234,36 @@ class InboxHandler:
         )
         return DeadLetter(reason=exc.reason, error=str(exc))
 
-    def handle(self, record: Record, tx: Staged) -> Outcome:
-        prepared = (record.topic, record.partition, record.offset) in self._prepared
-        judged_at = self._prepared_horizon if prepared else self._horizon()
+    def _checked(self, record: Record, done: Verified | Exception | None) -> Verified | Outcome:
+        """``handle``'s verification when the batch stage did not verify ``record`` (None:
+        verified now) or refused it (the exception it raised)."""
+        judged_at = self._horizon() if done is None else self._prepared_horizon
         try:
-            verified = self._verify(record)
+            if done is None:
+                return self._verify_afresh(record)
+            if isinstance(done, Exception):
+                raise done
+            return done
         except EnvelopeError as exc:
             if exc.reason == REPLAY:
                 self.metrics.verify_failure(exc.reason)
                 return ACK  # a msgId already applied: dropped and counted, not dead-lettered
             if exc.reason != UNKNOWN_SENDER or not self._roster_caught_up_to(record, judged_at):
                 return self._refused(record, exc)
-            try:  # the roster has now read every presence record produced before this one
-                verified = self._verify_afresh(record)
-            except EnvelopeError as again:
-                return self._refused(record, again)
+        try:  # the roster has now read every presence record produced before this one
+            return self._verify_afresh(record)
+        except EnvelopeError as again:
+            return self._refused(record, again)
+
+    def handle(self, record: Record, tx: Staged) -> Outcome:
+        done = self._prepared.pop((record.topic, record.partition, record.offset), None)
+        if type(done) is Verified:
+            verified = done
+        else:
+            checked = self._checked(record, done)
+            if not isinstance(checked, Verified):
+                return checked
+            verified = checked
         env = verified.envelope
         if TRACING.on:  # fleet.inbox.consume: consumed and verified
             TRACING.consumed(env, record.topic, record.headers)
@@ -320,7 +335,8 @@ class InboxHandler:
         return self._hold(env, record, tx, env.to)
 
     def _settle_answers(self, conn: Connection, answers: list[deadlines.Answer]) -> None:
-        """The batch's consecutive receipts settled together (``deadlines.settle_answers``)."""
+        """The batch's consecutive receipts settled together (``deadlines.settle_answers``), on
+        the batch's connection: a batch of receipts makes no ORM session for them."""
         deadlines.settle_answers(conn, self.tracked, answers)
 
     def _late_injected(self, env: Envelope, msg_id: str, tx: Staged) -> None:

@@ -122,6 +122,21 @@ _sql_cache: dict[tuple[str, str, str, int], str] = {}
 _CHUNK = 500
 
 
+def _driver(conn: Connection, sql: str, params: Sequence[Any], *, rows: bool) -> Sequence[Any]:
+    """Run ``sql`` on the connection's DB-API cursor, in the transaction SQLAlchemy began
+    (``exec_driver_sql`` builds an execution context and a result object per call, several
+    times the cost of these statements at a receipt or two per batch); its rows when ``rows``.
+    A driver error is raised as SQLAlchemy raises it (wrapped, a disconnect invalidates)."""
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if rows else []
+    except Exception as exc:  # noqa: BLE001 - re-raised by SQLAlchemy, wrapped
+        conn._handle_dbapi_exception(exc, sql, params, cursor, None)
+    finally:
+        cursor.close()
+
+
 def _sql(conn: Connection, template: str, table: Table, n: int) -> str:
     key = (template, table.name, conn.dialect.paramstyle, n)
     sql = _sql_cache.get(key)
@@ -216,7 +231,7 @@ def states_of(
         for i in range(0, len(todo), _CHUNK):
             chunk = todo[i : i + _CHUNK]
             sql = _sql(conn, _STATES_SQL, kind.table, len(chunk))
-            for msg_id, state in conn.exec_driver_sql(sql, tuple(chunk)):
+            for msg_id, state in _driver(conn, sql, tuple(chunk), rows=True):
                 found[str(msg_id)] = str(state)
         todo = [m for m in todo if m not in found]
     for msg_id in todo:
@@ -286,9 +301,8 @@ def _settle_many(
         for i in range(0, len(todo), _CHUNK):
             chunk = todo[i : i + _CHUNK]
             sql = _sql(conn, template, kind.table, len(chunk))
-            result = conn.exec_driver_sql(sql, (state, reason, PENDING, *chunk))
-            if returning:
-                settled.update(str(m) for m in result.scalars())
+            result = _driver(conn, sql, (state, reason, PENDING, *chunk), rows=returning)
+            settled.update(str(row[0]) for row in result)
         todo = [m for m in todo if m not in settled]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 from sqlalchemy.orm import Session
 
@@ -32,29 +33,34 @@ class ByTopic:
         """The routed handler's verify stage (R-ENV-3: verify before dedupe); a route
         without one trusts its records, as the runtime does for such a handler."""
         route = self.routes.get(record.topic, self.default)
-        return route.verify(record) if isinstance(route, Verifies) else None
+        return cast(Verifies, route).verify(record) if self._has(route, Verifies) else None
 
     def prepare(self, records: Sequence[Record]) -> None:
         """Each route's batch stage (if it has one) on its own records, in order."""
         for route, recs in self._split(records, Prepares):
-            assert isinstance(route, Prepares)
-            route.prepare(recs)
+            cast(Prepares, route).prepare(recs)  # _split kept only the routes that have it
 
     def read_ahead(self, tx: InTransaction, records: Sequence[Record]) -> None:
         """Each route's batch read (if it has one) on its own records, in order."""
         for route, recs in self._split(records, ReadsAhead):
-            assert isinstance(route, ReadsAhead)
-            route.read_ahead(tx, recs)
+            cast(ReadsAhead, route).read_ahead(tx, recs)
+
+    def _has(self, route: Handler, stage: type) -> bool:
+        has = self._stages.get((id(route), stage))
+        if has is None:
+            has = self._stages[(id(route), stage)] = isinstance(route, stage)
+        return has
 
     def _split(self, records: Sequence[Record], stage: type) -> list[tuple[Handler, list[Record]]]:
         routes: dict[int, tuple[Handler, list[Record]]] = {}
         for rec in records:
             route = self.routes.get(rec.topic, self.default)
-            has = self._stages.get((id(route), stage))
-            if has is None:
-                has = self._stages[(id(route), stage)] = isinstance(route, stage)
-            if has:
-                routes.setdefault(id(route), (route, []))[1].append(rec)
+            if self._has(route, stage):
+                found = routes.get(id(route))
+                if found is None:
+                    routes[id(route)] = (route, [rec])
+                else:
+                    found[1].append(rec)
         return list(routes.values())
 
     def warm(self, session: Session) -> None:
