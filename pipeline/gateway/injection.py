@@ -221,6 +221,7 @@ class InjectionQueue:
         # a store hiccup must not leave an injected brief without its receipt until a restart
         opened = with_retry(once, what="inject receipt")
         if staged and self.on_receipts is not None:  # no Session: no after_commit wake
+            self._tx.hand_over()  # its rows, committed: the relay ships them as they are
             self.on_receipts()
         return opened
 

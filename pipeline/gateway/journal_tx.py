@@ -20,7 +20,9 @@ write of the receipt. Here the journal's statements and the receipts' outbox row
 * a session factory bound to anything but an engine (a test's connection): its own ``Session``.
 
 No ``Session`` means no ``after_commit`` wake: the queue wakes its relay itself once the
-transaction that staged receipts has committed (``InjectionQueue.on_receipts``).
+transaction that staged receipts has committed (``InjectionQueue.on_receipts``), after handing it
+the receipts' rows (:meth:`JournalTx.hand_over`): the relay ships them without reading them back
+(docs/outbox.md, invariant 10).
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.outbox.notify import CHANNEL, wakes_in_process
+from pipeline.outbox.wake import collect, collected, committed_rows
 from pipeline.store import pg_pipeline
 
 _NOTIFY = f"NOTIFY {CHANNEL}"
@@ -48,29 +52,41 @@ class JournalTx:
         self._pg = self._engine is not None and self._engine.dialect.name == "postgresql"
         self._lock = threading.Lock()
         self._held: Connection | None = None
+        self._local = threading.local()  # fed: the _Fed the thread's last begin() committed
 
     @contextlib.contextmanager
     def begin(self) -> Iterator[Session | Connection]:
         """One transaction, committed on leaving, rolled back on an exception."""
+        self._local.fed = None
         engine = self._engine
         if engine is None:
             with self.sessions.begin() as s:
                 yield s
             return
         if self._pg:
-            with pg_pipeline.transaction(engine) as conn:
+            with pg_pipeline.transaction(engine) as conn, _collecting(conn) as fed:
                 yield conn
+            self._local.fed = fed  # committed: its COMMIT returned
             return
         with self._lock:
             held = self._held
             if held is None or held.closed or held.invalidated:
                 held = self._held = engine.connect()
             try:
-                with held.begin():
+                with held.begin(), _collecting(held) as fed:
                     yield held
             except BaseException:
                 self._drop()
                 raise
+        self._local.fed = fed
+
+    def hand_over(self) -> None:
+        """Hand the outbox rows the thread's last :meth:`begin` committed to the relay of this
+        process (``outbox.wake.committed_rows``); the caller wakes the relay next."""
+        fed: _Fed | None = getattr(self._local, "fed", None)
+        self._local.fed = None
+        if fed is not None and fed.rows and self._engine is not None:
+            committed_rows(self._engine, fed.rows, trusted=fed.trusted)
 
     def open_now(self) -> contextlib.AbstractContextManager[Session | Connection]:
         """The transaction of a burst's journal opens: on PostgreSQL one autocommitted
@@ -100,3 +116,25 @@ class JournalTx:
         if conn is not None:
             with contextlib.suppress(Exception):  # a dead connection is discarded by the pool
                 conn.close()
+
+
+class _Fed:
+    """The outbox rows a transaction wrote on its connection, once it left without an error."""
+
+    __slots__ = ("rows", "trusted")
+
+    def __init__(self) -> None:
+        self.rows: list[Any] = []
+        self.trusted = False  # True: none was written inside a savepoint
+
+
+@contextlib.contextmanager
+def _collecting(conn: Connection) -> Iterator[_Fed]:
+    """Note the outbox rows written on ``conn`` in the block (``outbox.wake.collect``); the
+    noting stops on leaving, either way."""
+    fed = _Fed()
+    collect(conn)
+    try:
+        yield fed
+    finally:
+        fed.rows, fed.trusted = collected(conn)

@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.orm import Session, SessionTransaction, sessionmaker
 
 from .feed import Feed
@@ -50,6 +50,41 @@ def mark(session: Session, row: tuple[Any, ...] | None = None, raw: Any = None) 
         rows.append(row)
         if session.in_nested_transaction():
             info[_NESTED] = True
+
+
+def collect(conn: Connection) -> None:
+    """Note the rows ``write`` inserts on ``conn`` (a bare connection, no ``Session``) from now
+    on, in its transaction, for :func:`collected` once it committed."""
+    conn.info[_ROWS] = []
+    conn.info.pop(_NESTED, None)
+
+
+def note(conn: Connection, row: tuple[Any, ...]) -> None:
+    """``write`` inserted ``row`` on ``conn``: noted if its writer called :func:`collect`."""
+    rows = conn.info.get(_ROWS)
+    if rows is not None:
+        rows.append(row)
+        if conn.in_nested_transaction():
+            conn.info[_NESTED] = True
+
+
+def collected(conn: Connection) -> tuple[list[Any], bool]:
+    """The rows noted on ``conn`` since :func:`collect` (and stop noting), and whether they
+    may be handed over (none inside a savepoint)."""
+    nested = conn.info.pop(_NESTED, False)
+    return conn.info.pop(_ROWS, None) or [], not nested
+
+
+def committed_rows(engine: Engine, rows: list[Any], *, trusted: bool) -> bool:
+    """``rows``, written on a bare connection of ``engine``, committed: hand them over (the
+    caller wakes the relay next; its wake then asks for no read). ``trusted`` only when the
+    caller's own transaction committed them (its ``COMMIT`` returned), and none was written
+    inside a savepoint. False when there was no relay to hand them to."""
+    feed = _feeds.get(engine) if _feeds else None
+    if feed is None or not rows:
+        return False
+    feed.put(rows, trusted=trusted, by_committer=True)
+    return True
 
 
 def wants_rows(engine: Engine) -> bool:

@@ -24,7 +24,7 @@ from .limits import DEFAULT_MAX_RECORD_BYTES, check_record_size, record_size
 from .notify import notify
 from .sent import watermark
 from .tables import RowStatus, outbox, outbox_branch, outbox_sent
-from .wake import mark, wants_rows
+from .wake import mark, note, wants_rows
 
 
 def write(
@@ -103,6 +103,8 @@ def write(
         mark(session, fed, raw)
         if on_pg:
             notify(session)  # a relay in another process wakes at our commit
+    elif fed is not None:
+        note(session, fed)  # for a writer that collects them (wake.collect)
     return int(lsn)
 
 

@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from pipeline.errors import BrokerError
 from pipeline.outbox import Fold, Relay, outbox_status, write
 from pipeline.outbox.headers import BRANCH_HEADER, LSN_HEADER
-from pipeline.outbox.wake import wake_on_commit
+from pipeline.outbox.wake import collect, collected, committed_rows, wake_on_commit
 from pipeline.store import make_engine, session_factory
 
 
@@ -113,3 +113,70 @@ def test_fed_and_unfed_commits_and_a_failure_reach_the_fold_complete_and_in_orde
     assert fold.positions() == {"a": len(written["a"]), "b": len(written["b"])}
     if engine.dialect.name == "sqlite":  # fed: most passes shipped without reading
         assert reads[0] < 80, reads[0]
+
+
+def test_rows_a_bare_connection_hands_over_reach_the_fold_complete_and_in_order(
+    engine: Engine,
+) -> None:
+    """A writer with no ``Session`` (the inject queue's receipts) collects the rows ``write``
+    inserts on its connection and hands them over after its ``COMMIT``; a rolled-back
+    transaction hands nothing over, one with a savepoint is not trusted (the relay reads), and
+    every row still reaches the fold once, in lsn order (R-OUT-3, R-OUT-4)."""
+    broker = Broker(fail_once=set())
+    relay = Relay(
+        engine=engine,
+        bootstrap="unused:1",
+        producer_factory=lambda _c: broker,
+        backoff_initial_s=0.01,
+        idle_wait_s=0.02,
+    )
+    reads = [0]
+    read = relay._read.read
+
+    def counted(**kw: Any) -> list[Any]:
+        reads[0] += 1
+        return read(**kw)
+
+    relay._read.read = counted  # type: ignore[method-assign]
+    stop = threading.Event()
+    thread = threading.Thread(target=relay.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    written: dict[str, list[bytes]] = {"a": [], "b": []}
+    try:
+        with engine.connect() as conn:
+            for i in range(80):
+                collect(conn)
+                try:
+                    with conn.begin():
+                        for branch in ("a", "b")[: 1 + i % 2]:
+                            value = f"{branch}{len(written[branch]) + 1}".encode()
+                            if i % 13 == 6:  # inside a savepoint: not trusted
+                                with conn.begin_nested():
+                                    write(conn, topic="t", key=b"k", value=value, branch_key=branch)
+                            else:
+                                write(conn, topic="t", key=b"k", value=value, branch_key=branch)
+                            if i % 17 == 8:
+                                raise RuntimeError("rolled back")
+                            written[branch].append(value)
+                except RuntimeError:
+                    collected(conn)  # noted (SQLite) and dropped: never handed over
+                    continue
+                rows, trusted = collected(conn)
+                assert not conn.in_transaction()
+                committed_rows(engine, rows, trusted=trusted)
+                relay.wake()
+                time.sleep(0.002)
+        deadline = time.monotonic() + 20
+        while outbox_status(engine).backlog and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert outbox_status(engine).backlog == 0
+    applied: dict[str, list[bytes]] = {"a": [], "b": []}
+    fold = Fold(apply=lambda branch, _lsn, value: applied[branch].append(value))
+    for headers, value in broker.sent:
+        fold.offer_record(headers, value)
+    assert applied == written  # each row once, in lsn order, as written: nothing lost or made up
+    if engine.dialect.name == "sqlite":  # fed: most passes shipped without reading
+        assert reads[0] < 60, reads[0]
