@@ -98,7 +98,7 @@ class Known:
         """The rows to produce from ``rows`` (handed over, in any order): each branch's next
         lsns after its known one; ``None`` when the store must be read instead."""
         lsns = self.lsns
-        rows.sort(key=_by_id)  # id order: lsn order within a branch (SQLite: one writer)
+        rows.sort(key=_by_id)  # id order: lsn order within a branch (its writers queue)
         seen: dict[Branch, int] = {}
         out = []
         for row in rows:

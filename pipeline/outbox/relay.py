@@ -130,7 +130,7 @@ class Relay:
         self._store: ThreadPoolExecutor | None = None
         self._acker = Acker(engine, tenant=tenant)
         self._later = AckLater(interval_s=ack_interval_s, max_rows=batch_size)  # run_forever's
-        self._feed = Feed() if engine.dialect.name == "sqlite" else None  # run_forever's
+        self._feed: Feed | None = Feed()  # run_forever's
         self._known = Known()
         self._read_next = True  # the next pass reads the store (a wake nothing was fed for)
         self._read_by = 0.0  # monotonic: a pass reads the store by then, fed or not

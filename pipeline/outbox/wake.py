@@ -118,13 +118,23 @@ def _hand_over(session: Session, *, by_committer: bool) -> bool:
         return False
     # committed for real: the connection they were written on is out of its transaction (a
     # session that joined an outer transaction may "commit" while that one is still open)
-    trusted = not nested and raw is not None and not getattr(raw, "in_transaction", True)
+    trusted = not nested and raw is not None and not _in_transaction(raw)
     bind = session.get_bind()
     feed = _feeds.get(bind.engine) if _feeds else None
     if feed is None:
         return False
     feed.put(rows, trusted=trusted, by_committer=by_committer)
     return True
+
+
+def _in_transaction(raw: Any) -> bool:
+    """The DB-API connection ``raw`` is inside a transaction (or it cannot tell)."""
+    in_tx = getattr(raw, "in_transaction", None)  # sqlite3
+    if in_tx is not None:
+        return bool(in_tx)
+    info = getattr(raw, "info", None)  # psycopg: the libpq status, IDLE out of one
+    status = getattr(info, "transaction_status", None)
+    return status is None or getattr(status, "name", None) != "IDLE"
 
 
 def _forget(session: Session) -> None:

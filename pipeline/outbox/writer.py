@@ -73,7 +73,9 @@ def write(
             params = (tenant, branch_key, topic, key, value, blob, _PENDING, time.time())
             cursor.execute(statement, params)
             row: Any = cursor.fetchone()  # none: the branch is abandoned, nothing inserted
-            lsn, abandoned = (0, True) if row is None else (row[0], False)
+            lsn, abandoned = (0, True) if row is None else (row[1], False)
+            if row is not None and wants_rows(conn.engine):  # the id comes back with the lsn
+                fed = (row[0], tenant, branch_key, lsn, topic, key, value, blob, params[-1])
         else:
             cursor.execute(statement, params)
             row = cursor.fetchone()  # the upsert returns its row
@@ -133,7 +135,8 @@ _WRITE_SQL = (
     "ON CONFLICT (tenant, branch_key) DO NOTHING",
 )
 # PostgreSQL takes both as one statement, so a send's row costs one round trip, not two (SQLite
-# has no INSERT inside WITH, nor round trips to save). No row back: the branch is abandoned.
+# has no INSERT inside WITH, nor round trips to save). No row back: the branch is abandoned; the
+# row's id comes back with its lsn, for the relay's feed (wake.py).
 # The writer of a branch's lsn 1 also makes its watermark row in ``outbox_sent``, which the
 # relay's ack updates: a writer never locks that row again, so the ack never waits for a writer.
 _BOTH_SQL = (
@@ -146,7 +149,7 @@ _BOTH_SQL = (
     "ON CONFLICT (tenant, branch_key) DO NOTHING) "
     "INSERT INTO outbox (tenant, branch_key, lsn, topic, key, value, headers, status, created_at) "
     "SELECT b.tenant, b.branch_key, b.last_lsn, {p}, {p}, {p}, {p}, {p}, {p} FROM b "
-    "WHERE NOT b.abandoned RETURNING lsn"
+    "WHERE NOT b.abandoned RETURNING id, lsn"
 )
 _PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 _PENDING = int(RowStatus.PENDING)

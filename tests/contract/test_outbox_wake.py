@@ -58,8 +58,9 @@ def test_only_a_commit_that_wrote_outbox_rows_wakes_and_the_row_is_there(engine:
 def test_a_commit_hands_the_relay_its_rows_as_stored_and_a_rollback_none(engine: Engine) -> None:
     """The feed (pipeline/outbox/feed.py): the rows a commit hands over are the stored rows, id
     included; a rolled-back transaction hands nothing over, and a row written inside a
-    savepoint makes the hand-off unusable (the relay reads instead). SQLite only: there the
-    id comes with the insert (R-OUT-3: the relay ships exactly what was committed)."""
+    savepoint makes the hand-off unusable (the relay reads instead). The id comes with the
+    insert (SQLite) or its RETURNING (PostgreSQL) (R-OUT-3: the relay ships exactly what was
+    committed)."""
     from pipeline.outbox.feed import Feed
     from pipeline.outbox.fetch import COLUMNS
     from pipeline.outbox.wake import feed_from, stop_feeding
@@ -81,9 +82,6 @@ def test_a_commit_hands_the_relay_its_rows_as_stored_and_a_rollback_none(engine:
             stored = [
                 tuple(r) for r in c.exec_driver_sql(f"SELECT {', '.join(COLUMNS)} FROM outbox")
             ]
-        if engine.dialect.name != "sqlite":
-            assert got == [] and woken == [False]  # nothing handed over: the relay reads
-            return
         assert got == stored and [r[3] for r in stored] == [1, 2]
         assert woken == [True]  # the wake after the hand-off asks for no read
         with sessions.begin() as s:
