@@ -418,3 +418,33 @@ def test_the_relay_is_woken_after_the_commit_that_staged_the_receipts(engine: En
     _wait(q)
     q.stop()
     assert seen == [1]
+
+
+def test_the_relay_is_handed_the_committed_receipts_as_stored(engine: Engine) -> None:
+    """docs/outbox.md invariant 10: with a relay fed in this process, the receipts' rows reach
+    it before its wake, exactly as stored (R-OUT-3), and its wake then asks for no read; a
+    transaction that rolled back hands nothing over."""
+    from pipeline.outbox.feed import Feed
+    from pipeline.outbox.fetch import COLUMNS
+    from pipeline.outbox.wake import feed_from, stop_feeding
+
+    feed = Feed()
+    feed_from(engine, feed)
+    try:
+        q, _ = _queue(engine, [])
+        woken: list[tuple[list[Any] | None, bool]] = []
+        q.on_receipts = lambda: woken.append((feed.take(), feed.woken_by_put()))
+        _one(q, _job(_brief()))
+        with engine.connect() as c:
+            stored = [
+                tuple(r) for r in c.exec_driver_sql(f"SELECT {', '.join(COLUMNS)} FROM outbox")
+            ]
+        assert woken == [(stored, True)] and len(stored) == 1
+        with pytest.raises(RuntimeError), q._tx.begin() as tx:
+            q.publisher.stage(tx, _brief(), to_host="A")
+            raise RuntimeError("rolled back")
+        q._tx.hand_over()
+        assert feed.take() == [] and not feed.woken_by_put()
+        q.stop()
+    finally:
+        stop_feeding(engine, feed)
