@@ -21,8 +21,9 @@ unsent rows of each branch (docs/outbox.md, invariants 2 and 4):
   row, these included. So does a failed pass, start-up, and every wait that ends without a
   wake (another process's commit, SQLite's ``data_version``, PostgreSQL's ``NOTIFY``).
 
-On SQLite only: a row's id (``lastrowid``) comes free with its insert there; PostgreSQL's
-write returns the lsn alone, and its relay reads as before.
+A row's id comes with its insert (SQLite's ``lastrowid``, PostgreSQL's ``RETURNING id, lsn``).
+A writer on a bare connection (no ``Session``) collects its rows and hands them over once its
+own ``COMMIT`` returned (:func:`.wake.collect`, :func:`.wake.committed_rows`).
 """
 
 from __future__ import annotations

@@ -5,10 +5,12 @@ session factory call ``wake`` after each commit of a transaction so marked. A co
 no outbox row (a held REPLY, a dedupe claim, a presence or maintenance write) costs the relay
 nothing: it used to wake it for a pass that found nothing, one per inbox batch under load.
 
-On SQLite ``write`` also notes the row it inserted, and a commit hands the rows over to the
-relay running on that engine (:func:`feed_from`, :mod:`.feed`), which wakes it: it ships them
-without reading them back. A transaction that holds its session open across commits (the
-socket's writer) calls :func:`committed` after each ``COMMIT``.
+``write`` also notes the row it inserted, and a commit hands the rows over to the relay running
+on that engine (:func:`feed_from`, :mod:`.feed`), which wakes it: it ships them without reading
+them back. A transaction that holds its session open across commits (the socket's writer) calls
+:func:`committed` after each ``COMMIT``; a writer on a bare connection (the inject queue's
+receipts) calls :func:`collect` in its transaction, :func:`collected` at its end and
+:func:`committed_rows` once its ``COMMIT`` returned.
 
 Invariant (docs/outbox.md, invariant 9): a row written through a session of the factory is
 fetched at once after its transaction commits, never before -- ``after_commit`` runs once the

@@ -47,7 +47,8 @@ def write(
 
     ``session`` may be a ``Connection`` in its transaction, for a writer that runs no ORM
     session (the inject queue's receipts): then nothing marks the transaction, so the writer
-    wakes its relay itself after the commit and, on PostgreSQL, sends :data:`.notify.CHANNEL`'s
+    wakes its relay itself after the commit (handing it the rows first if it collects them,
+    :func:`.wake.collect`) and, on PostgreSQL, sends :data:`.notify.CHANNEL`'s
     ``NOTIFY`` in the transaction (invariant 9, docs/outbox.md).
     """
     if not topic or not branch_key or not tenant:
