@@ -23,9 +23,11 @@ from sqlalchemy import (
     Integer,
     String,
     Table,
+    bindparam,
     delete,
     insert,
     select,
+    update,
 )
 from sqlalchemy.orm import Session
 
@@ -119,6 +121,49 @@ def replace_all(session: Session, entries: Iterable[RosterEntry]) -> None:
         session.execute(insert(roster_gone_table), gone)
 
 
+def apply_changes(
+    session: Session, before: Iterable[RosterEntry], after: Iterable[RosterEntry]
+) -> None:
+    """The mirror goes from ``before`` (what it holds, as last written) to ``after``, writing only
+    the rows that differ: a heartbeat renews one binding, so one row changes, not the table."""
+    for table, old, new in (
+        (roster_cache_table, _bindings(before), _bindings(after)),
+        (roster_gone_table, _departures(before), _departures(after)),
+    ):
+        gone = [gid for gid in old if gid not in new]
+        if gone:
+            session.execute(delete(table).where(table.c.gid.in_(gone)))
+        added = [row for gid, row in new.items() if gid not in old]
+        if added:
+            session.execute(insert(table), added)
+        changed = [
+            {"b_gid": gid, **{k: v for k, v in row.items() if k != "gid"}}
+            for gid, row in new.items()
+            if gid in old and old[gid] != row
+        ]
+        if changed:  # SET takes each row's columns; WHERE its gid
+            session.execute(update(table).where(table.c.gid == bindparam("b_gid")), changed)
+
+
+def _bindings(entries: Iterable[RosterEntry]) -> dict[str, dict[str, object]]:
+    return {
+        e.gid: {
+            "gid": e.gid,
+            "host": e.host,
+            "role": e.role,
+            "delivery": e.delivery,
+            "groups": ",".join(e.groups),
+            "expires_ms": e.expires_ms,
+        }
+        for e in entries
+        if not e.gone
+    }
+
+
+def _departures(entries: Iterable[RosterEntry]) -> dict[str, dict[str, object]]:
+    return {e.gid: {"gid": e.gid, "host": e.host, "cause": e.gone} for e in entries if e.gone}
+
+
 def departed(session: Session, gid: str) -> tuple[str, str] | None:
     """``(host, cause)`` when ``gid``'s last word was a departure (a reaped worker), else None
     (bound, never announced, or retracted without a cause, as a leaving gateway's are)."""
@@ -127,19 +172,18 @@ def departed(session: Session, gid: str) -> tuple[str, str] | None:
 
 
 def write_state(session: Session, state: RosterState) -> None:
-    session.execute(delete(roster_state_table))
-    session.execute(
-        insert(roster_state_table),
-        [
-            {
-                "id": 1,
-                "horizon_ms": state.horizon_ms,
-                "stale": state.stale,
-                "why": state.why[:1024],
-                "written_ms": state.written_ms,
-            }
-        ],
-    )
+    """The one state row (id 1): updated in place, inserted the first time."""
+    values = {
+        "horizon_ms": state.horizon_ms,
+        "stale": state.stale,
+        "why": state.why[:1024],
+        "written_ms": state.written_ms,
+    }
+    t = roster_state_table
+    done = session.execute(update(t).where(t.c.id == 1).values(values))
+    if not done.rowcount:  # type: ignore[attr-defined]
+        session.execute(delete(t))
+        session.execute(insert(t), [{"id": 1, **values}])
 
 
 def read_state(session: Session) -> RosterState:
