@@ -23,11 +23,9 @@ from sqlalchemy import (
     Integer,
     String,
     Table,
-    bindparam,
     delete,
     insert,
     select,
-    update,
 )
 from sqlalchemy.orm import Session
 
@@ -136,13 +134,11 @@ def apply_changes(
         added = [row for gid, row in new.items() if gid not in old]
         if added:
             session.execute(insert(table), added)
-        changed = [
-            {"b_gid": gid, **{k: v for k, v in row.items() if k != "gid"}}
-            for gid, row in new.items()
-            if gid in old and old[gid] != row
-        ]
-        if changed:  # SET takes each row's columns; WHERE its gid
-            session.execute(update(table).where(table.c.gid == bindparam("b_gid")), changed)
+        renew = _RENEW if table is roster_cache_table else _RENEW_GONE
+        for gid, row in new.items():
+            if gid in old and old[gid] != row:  # SET the row's other columns, WHERE its gid
+                values = [v for k, v in row.items() if k != "gid"]
+                dbapi.execute(session, renew, [*values, gid]).close()
 
 
 def _bindings(entries: Iterable[RosterEntry]) -> dict[str, dict[str, object]]:
@@ -180,8 +176,10 @@ def write_state(session: Session, state: RosterState) -> None:
         "written_ms": state.written_ms,
     }
     t = roster_state_table
-    done = session.execute(update(t).where(t.c.id == 1).values(values))
-    if not done.rowcount:  # type: ignore[attr-defined]
+    cursor = dbapi.execute(session, _STATE_UPDATE, list(values.values()))
+    done = cursor.rowcount
+    cursor.close()
+    if done != 1:
         session.execute(delete(t))
         session.execute(insert(t), [{"id": 1, **values}])
 
@@ -211,6 +209,18 @@ _LOOKUP = dbapi.Statement(
     'SELECT gid, host, role, delivery, "groups", expires_ms FROM fleet_roster_cache WHERE gid = {p}'
 )
 _DEPARTED = dbapi.Statement("SELECT host, cause FROM fleet_roster_gone WHERE gid = {p}")
+# the gateway's writes each heartbeat (a renewed binding) and each tick (the state row)
+_RENEW = dbapi.Statement(
+    'UPDATE fleet_roster_cache SET host = {p}, role = {p}, delivery = {p}, "groups" = {p},'
+    " expires_ms = {p} WHERE gid = {p}"
+)
+_RENEW_GONE = dbapi.Statement(
+    "UPDATE fleet_roster_gone SET host = {p}, cause = {p} WHERE gid = {p}"
+)
+_STATE_UPDATE = dbapi.Statement(
+    "UPDATE fleet_roster_state SET horizon_ms = {p}, stale = {p}, why = {p}, written_ms = {p}"
+    " WHERE id = 1"
+)
 _STATE = dbapi.Statement(
     "SELECT horizon_ms, stale, why, written_ms FROM fleet_roster_state ORDER BY id LIMIT 1"
 )

@@ -3,14 +3,14 @@ mirror holds afterwards is what a full rewrite (``replace_all``) would have left
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import pytest
 from sqlalchemy import select
 
 from pipeline.host import roster_cache
 from pipeline.store import make_engine, session_factory
 
 Entry = roster_cache.RosterEntry
+pytestmark = pytest.mark.postgres
 
 
 def _mirror(engine) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:  # type: ignore[no-untyped-def]
@@ -23,40 +23,45 @@ def _mirror(engine) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]
         )
 
 
-def test_changes_leave_what_a_full_rewrite_leaves(tmp_path: Path) -> None:
+def _changed_then_rewritten(engine, before, after):  # type: ignore[no-untyped-def]
+    with session_factory(engine).begin() as s:
+        roster_cache.apply_changes(s, before, after)
+    changed = _mirror(engine)
+    with session_factory(engine).begin() as s:
+        roster_cache.replace_all(s, after)
+    return changed, _mirror(engine)
+
+
+def test_changes_leave_what_a_full_rewrite_leaves(store_url: str) -> None:
     before = [
         Entry("main-a", "A", "main", "pull", ("g1",), 100),
         Entry("w-1", "B", "worker", "inject", (), 200),
         Entry("w-2", "B", "worker", "inject", ("g1", "g2"), 300),
         Entry("w-9", "B", "worker", "inject", (), 0, "stopped"),
+        Entry("w-8", "B", "worker", "inject", (), 0, "stopped"),
     ]
     after = [
         Entry("main-a", "A", "main", "pull", ("g1",), 150),  # renewed by a heartbeat
         Entry("w-1", "B", "worker", "inject", (), 0, "died"),  # reaped: binding -> departure
         Entry("w-2", "B", "worker", "inject", ("g2",), 300),  # left a group
         Entry("w-3", "C", "worker", "pull", (), 400),  # new
+        Entry("w-8", "B", "worker", "inject", (), 0, "died"),  # its departure's cause changed
     ]  # w-9's departure is forgotten
-    changed = make_engine(f"sqlite:///{tmp_path / 'changed.sqlite'}")
-    rewritten = make_engine(f"sqlite:///{tmp_path / 'rewritten.sqlite'}")
-    with session_factory(changed).begin() as s:
+    engine = make_engine(store_url)
+    with session_factory(engine).begin() as s:
         roster_cache.replace_all(s, before)
-    with session_factory(changed).begin() as s:
-        roster_cache.apply_changes(s, before, after)
-    with session_factory(rewritten).begin() as s:
-        roster_cache.replace_all(s, after)
-    assert _mirror(changed) == _mirror(rewritten)
-    with session_factory(changed).begin() as s:
-        roster_cache.apply_changes(s, after, before)  # and back
-    with session_factory(rewritten).begin() as s:
-        roster_cache.replace_all(s, before)
-    assert _mirror(changed) == _mirror(rewritten)
-    with session_factory(changed).begin() as s:
+    changed, rewritten = _changed_then_rewritten(engine, before, after)
+    assert changed == rewritten and len(changed[0]) == 3
+    changed, rewritten = _changed_then_rewritten(engine, after, before)  # and back
+    assert changed == rewritten
+    with session_factory(engine).begin() as s:
         assert roster_cache.departed(s, "w-9") == ("B", "stopped")
         assert [e.gid for e in roster_cache.all_entries(s)] == ["main-a", "w-1", "w-2"]
+    engine.dispose()
 
 
-def test_state_row_is_updated_in_place(tmp_path: Path) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 's.sqlite'}")
+def test_state_row_is_updated_in_place(store_url: str) -> None:
+    engine = make_engine(store_url)
     first = roster_cache.RosterState(horizon_ms=10, stale=False, why="", written_ms=1)
     second = roster_cache.RosterState(horizon_ms=None, stale=True, why="broker down", written_ms=2)
     for state in (first, second):
@@ -66,3 +71,4 @@ def test_state_row_is_updated_in_place(tmp_path: Path) -> None:
             assert roster_cache.read_state(s) == state
     with engine.connect() as c:
         assert len(list(c.execute(select(roster_cache.roster_state_table)))) == 1
+    engine.dispose()
