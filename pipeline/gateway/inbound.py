@@ -71,11 +71,16 @@ _STILL_A_DUPLICATE = frozenset({REPLAY, EXPIRED})
 # how long a record from a sender the roster does not know waits for the roster to have read
 # every presence record produced before it (the follower's horizon advances about once a second)
 ROSTER_WAIT_S = 5.0
+# how often the held counts are read afresh while no recipient nears the cap (``_HeldCounter``)
+RECOUNT_S = 10.0
 
 
 @dataclass
 class _HeldCounter:
-    """Approximate per-recipient pending counts: refreshed from the store every second."""
+    """Per-recipient pending counts: the store's count plus this handler's holds since. Drains
+    only lower the true count, so the estimate errs high; a recipient that reaches the cap is
+    counted afresh (at most once a second) before a refusal, and every count is taken afresh
+    each ``RECOUNT_S`` for the rows other writers hold (a gateway's notices)."""
 
     refreshed: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
@@ -389,7 +394,9 @@ class InboxHandler:
 
     def _pending(self, recipient: str) -> int:
         now = time.monotonic()
-        if now - self._held.refreshed > 1.0:
+        age = now - self._held.refreshed
+        at_cap = self._held.counts.get(recipient, 0) >= self.max_held
+        if age > RECOUNT_S or (at_cap and age > 1.0):
             from sqlalchemy import func, select
 
             stmt = (

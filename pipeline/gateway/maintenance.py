@@ -194,8 +194,10 @@ class Maintenance:
         if entries == self._last_roster and not state_due:
             return
         with self.sessions.begin() as s:
-            if entries != self._last_roster:
+            if self._last_roster is None:  # first write: the mirror may hold a past run's rows
                 roster_cache.replace_all(s, entries)
+            elif entries != self._last_roster:  # a heartbeat: only the rows that changed
+                roster_cache.apply_changes(s, self._last_roster, entries)
             if state is not None and state_due:
                 roster_cache.write_state(s, state)
         self._last_roster = entries

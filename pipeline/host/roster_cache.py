@@ -119,6 +119,47 @@ def replace_all(session: Session, entries: Iterable[RosterEntry]) -> None:
         session.execute(insert(roster_gone_table), gone)
 
 
+def apply_changes(
+    session: Session, before: Iterable[RosterEntry], after: Iterable[RosterEntry]
+) -> None:
+    """The mirror goes from ``before`` (what it holds, as last written) to ``after``, writing only
+    the rows that differ: a heartbeat renews one binding, so one row changes, not the table."""
+    for table, old, new in (
+        (roster_cache_table, _bindings(before), _bindings(after)),
+        (roster_gone_table, _departures(before), _departures(after)),
+    ):
+        gone = [gid for gid in old if gid not in new]
+        if gone:
+            session.execute(delete(table).where(table.c.gid.in_(gone)))
+        added = [row for gid, row in new.items() if gid not in old]
+        if added:
+            session.execute(insert(table), added)
+        renew = _RENEW if table is roster_cache_table else _RENEW_GONE
+        for gid, row in new.items():
+            if gid in old and old[gid] != row:  # SET the row's other columns, WHERE its gid
+                values = [v for k, v in row.items() if k != "gid"]
+                dbapi.execute(session, renew, [*values, gid]).close()
+
+
+def _bindings(entries: Iterable[RosterEntry]) -> dict[str, dict[str, object]]:
+    return {
+        e.gid: {
+            "gid": e.gid,
+            "host": e.host,
+            "role": e.role,
+            "delivery": e.delivery,
+            "groups": ",".join(e.groups),
+            "expires_ms": e.expires_ms,
+        }
+        for e in entries
+        if not e.gone
+    }
+
+
+def _departures(entries: Iterable[RosterEntry]) -> dict[str, dict[str, object]]:
+    return {e.gid: {"gid": e.gid, "host": e.host, "cause": e.gone} for e in entries if e.gone}
+
+
 def departed(session: Session, gid: str) -> tuple[str, str] | None:
     """``(host, cause)`` when ``gid``'s last word was a departure (a reaped worker), else None
     (bound, never announced, or retracted without a cause, as a leaving gateway's are)."""
@@ -127,19 +168,20 @@ def departed(session: Session, gid: str) -> tuple[str, str] | None:
 
 
 def write_state(session: Session, state: RosterState) -> None:
-    session.execute(delete(roster_state_table))
-    session.execute(
-        insert(roster_state_table),
-        [
-            {
-                "id": 1,
-                "horizon_ms": state.horizon_ms,
-                "stale": state.stale,
-                "why": state.why[:1024],
-                "written_ms": state.written_ms,
-            }
-        ],
-    )
+    """The one state row (id 1): updated in place, inserted the first time."""
+    values = {
+        "horizon_ms": state.horizon_ms,
+        "stale": state.stale,
+        "why": state.why[:1024],
+        "written_ms": state.written_ms,
+    }
+    t = roster_state_table
+    cursor = dbapi.execute(session, _STATE_UPDATE, list(values.values()))
+    done = cursor.rowcount
+    cursor.close()
+    if done != 1:
+        session.execute(delete(t))
+        session.execute(insert(t), [{"id": 1, **values}])
 
 
 def read_state(session: Session) -> RosterState:
@@ -167,6 +209,18 @@ _LOOKUP = dbapi.Statement(
     'SELECT gid, host, role, delivery, "groups", expires_ms FROM fleet_roster_cache WHERE gid = {p}'
 )
 _DEPARTED = dbapi.Statement("SELECT host, cause FROM fleet_roster_gone WHERE gid = {p}")
+# the gateway's writes each heartbeat (a renewed binding) and each tick (the state row)
+_RENEW = dbapi.Statement(
+    'UPDATE fleet_roster_cache SET host = {p}, role = {p}, delivery = {p}, "groups" = {p},'
+    " expires_ms = {p} WHERE gid = {p}"
+)
+_RENEW_GONE = dbapi.Statement(
+    "UPDATE fleet_roster_gone SET host = {p}, cause = {p} WHERE gid = {p}"
+)
+_STATE_UPDATE = dbapi.Statement(
+    "UPDATE fleet_roster_state SET horizon_ms = {p}, stale = {p}, why = {p}, written_ms = {p}"
+    " WHERE id = 1"
+)
 _STATE = dbapi.Statement(
     "SELECT horizon_ms, stale, why, written_ms FROM fleet_roster_state ORDER BY id LIMIT 1"
 )

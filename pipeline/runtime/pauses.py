@@ -37,6 +37,9 @@ class Pauses:
         self.inflight = inflight
         self.metrics = metrics
         self.paused: dict[TP, float] = {}
+        # the gauge's child, looked up once; set only when the count changes (each batch asks)
+        self._gauge = metrics.paused_partitions.labels(config.group_id) if metrics else None
+        self._shown = -1
 
     def schedule(self, consumer: Any, batch: Batch) -> None:
         """Pause each partition the batch left blocked, until its retry's delay is over."""
@@ -52,8 +55,12 @@ class Pauses:
             if self.inflight is not None:  # inflight: its records wait in memory, no re-read
                 self.inflight.hold_back((topic, partition), blocked_at, batch.records)
             self.paused[(topic, partition)] = now + delay
-        if self.metrics:
-            self.metrics.paused_partitions.labels(self.config.group_id).set(len(self.paused))
+        self._show()
+
+    def _show(self) -> None:
+        if self._gauge is not None and len(self.paused) != self._shown:
+            self._shown = len(self.paused)
+            self._gauge.set(self._shown)
 
     def back_off(self, consumer: Any, batch: Batch, *, releasing: str | None) -> None:
         """Re-read the whole batch after a backoff (a release is simply tried again later)."""
@@ -76,8 +83,7 @@ class Pauses:
             consumer.resume([TopicPartition(t, p) for t, p in due])
             for tp in due:
                 del self.paused[tp]
-            if self.metrics:
-                self.metrics.paused_partitions.labels(self.config.group_id).set(len(self.paused))
+            self._show()
 
     def forget(self, gone: AbstractSet[TP]) -> None:
         for tp in gone:
