@@ -277,6 +277,7 @@ def build_gateway(
         max_ttl_s=config.max_ttl_s,
         roster_entries=functools.partial(loops.roster_rows, roster),
         roster_state=functools.partial(loops.roster_state, roster),
+        roster_ready=follower.caught_up.is_set,  # the bindings wait for a caught-up view
         entities=entities,
         injections=injections,
         tracked=tracked,

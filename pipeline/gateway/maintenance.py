@@ -61,6 +61,7 @@ class Maintenance:
         max_ttl_s: float,
         roster_entries: Callable[[], Iterable[roster_cache.RosterEntry]] | None = None,
         roster_state: Callable[[], roster_cache.RosterState] | None = None,
+        roster_ready: Callable[[], bool] | None = None,
         entities: LocalEntities | None = None,
         injections: InjectionQueue | None = None,
         tracked: Sequence[Tracked] = (FORWARD,),
@@ -78,6 +79,7 @@ class Maintenance:
         self.max_ttl_ms = int(max_ttl_s * 1000)
         self.roster_entries = roster_entries
         self.roster_state = roster_state
+        self.roster_ready = roster_ready
         self._last_state: roster_cache.RosterState | None = None
         bind = sessions.kw.get("bind")
         # duties look first with a read (no write lock) and write only when there is work
@@ -181,9 +183,16 @@ class Maintenance:
             self.purger.run(stop=stop)
 
     def refresh_roster(self, *, state_every_ms: int = 2000) -> None:
+        """Mirror the roster view into the store's roster cache (what local clients resolve
+        recipients from), only rows that changed after the first write. Until the roster has
+        caught up (``roster_ready``) only the state row is written: a view still replaying
+        the presence topic lacks remote entries, and writing it would take the previous run's
+        bindings away from local senders, refused ``UNKNOWN_RECIPIENT`` until it caught up
+        (R-PRES-7: a restart is not a departure)."""
         if self.roster_entries is None:
             return
-        entries = sorted(self.roster_entries(), key=lambda e: e.gid)
+        ready = self.roster_ready is None or self.roster_ready()
+        entries = sorted(self.roster_entries(), key=lambda e: e.gid) if ready else self._last_roster
         state = self.roster_state() if self.roster_state is not None else None
         last = self._last_state
         state_due = state is not None and (
@@ -194,7 +203,9 @@ class Maintenance:
         if entries == self._last_roster and not state_due:
             return
         with self.sessions.begin() as s:
-            if self._last_roster is None:  # first write: the mirror may hold a past run's rows
+            if entries is None:
+                pass  # not caught up: the bindings stay as the previous run left them
+            elif self._last_roster is None:  # first write: the mirror may hold a past run's rows
                 roster_cache.replace_all(s, entries)
             elif entries != self._last_roster:  # a heartbeat: only the rows that changed
                 roster_cache.apply_changes(s, self._last_roster, entries)

@@ -72,3 +72,55 @@ def test_state_row_is_updated_in_place(store_url: str) -> None:
     with engine.connect() as c:
         assert len(list(c.execute(select(roster_cache.roster_state_table)))) == 1
     engine.dispose()
+
+
+def test_a_restarted_gateway_keeps_the_last_runs_bindings_until_its_roster_caught_up(
+    store_url: str,
+) -> None:
+    """R-PRES-7, a restart is not a departure: while the restarted gateway's roster replays the
+    presence topic it knows only part of the fleet; its maintenance must not write that part
+    over the bindings the previous run left, or local senders are refused UNKNOWN_RECIPIENT to
+    every remote entity until the replay ends."""
+    from prometheus_client import CollectorRegistry
+
+    from pipeline.envelope import Signer
+    from pipeline.gateway.dead_letter_outbox import OutboxDeadLetterSink
+    from pipeline.gateway.maintenance import Maintenance
+    from pipeline.gateway.metrics import GatewayMetrics
+    from pipeline.host.conversations import Conversations
+    from pipeline.host.held import HeldStore
+    from pipeline.host.outbound import Publisher
+    from pipeline.kafka.topics import TopicNames
+    from pipeline.support.clock import now_ms
+
+    far = now_ms() + 600_000
+    last_run = [
+        Entry("main-a", "A", "main", "pull", (), far),
+        Entry("main-b", "B", "main", "pull", (), far),
+    ]
+    replaying = [Entry("main-a", "A", "main", "pull", (), far)]  # its own entry came back first
+    engine = make_engine(store_url)
+    sessions = session_factory(engine)
+    with sessions.begin() as s:
+        roster_cache.replace_all(s, last_run)
+    view = {"entries": replaying, "ready": False}
+    topics = TopicNames()
+    maint = Maintenance(
+        sessions=sessions, held=HeldStore(sessions), conversations=Conversations(sessions),
+        dead_letters=OutboxDeadLetterSink(topics=topics, gateway="A", group="g"),
+        publisher=Publisher(host="A", signer=Signer.generate("A"), topics=topics),
+        metrics=GatewayMetrics(CollectorRegistry()), max_ttl_s=3600,
+        roster_entries=lambda: view["entries"],
+        roster_state=lambda: roster_cache.RosterState(now_ms(), True, "catching up", now_ms()),
+        roster_ready=lambda: view["ready"],
+    )  # fmt: skip
+    maint.refresh_roster()
+    with sessions.begin() as s:
+        assert roster_cache.lookup(s, "main-b") is not None  # still resolvable
+        assert roster_cache.read_state(s).why == "catching up"  # the state row is written
+    view["ready"] = True  # caught up: the view is the fleet again, and now main-b is gone
+    maint.refresh_roster()
+    with sessions.begin() as s:
+        assert roster_cache.lookup(s, "main-b") is None
+        assert [e.gid for e in roster_cache.all_entries(s)] == ["main-a"]
+    engine.dispose()
