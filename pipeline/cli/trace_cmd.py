@@ -46,7 +46,7 @@ def trace(
     from pipeline.control.requests import SPAWN, STOP
     from pipeline.host.config import load_config
     from pipeline.host.tracking import FORWARD
-    from pipeline.observability.message_trail import message_trail
+    from pipeline.observability.message_trail import message_trail, order_key
     from pipeline.store import make_engine
 
     stores = [(c.host, c.store_url) for c in map(load_config, config or [])]
@@ -62,7 +62,7 @@ def trace(
             )
         finally:
             engine.dispose()
-    events.sort(key=lambda e: (e.at_ms, e.what))
+    events.sort(key=order_key)
     traces = sorted({e.trace_id for e in events if e.trace_id})
     if as_json:
         emit_json({"msg_id": msg_id, "trace_id": traces[0] if traces else None,

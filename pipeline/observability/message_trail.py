@@ -77,7 +77,22 @@ def message_trail(
         trace = next((e.trace_id for e in events if e.trace_id), "")
         if trace:
             events.extend(_receipts(conn, tables, msg_id, trace, where))
-    return sorted(events, key=lambda e: (e.at_ms, e.what))
+    return sorted(events, key=order_key)
+
+
+# a message's stages in the order they happen: two marks of one millisecond (a batch's dedupe
+# claim and the hold it commits with it) are listed as they happened, not by name
+_STAGES = {
+    what: i
+    for i, what in enumerate(
+        ("tracked", "outbox", "relay", "received", "held", "inject", "receipt", "dlq", "drained")
+    )
+}
+
+
+def order_key(e: TrailEvent) -> tuple[int, int]:
+    """Time first; within one millisecond, the stage order of a message's life."""
+    return (e.at_ms, _STAGES.get(e.what, len(_STAGES)))
 
 
 def _marks(
