@@ -22,16 +22,8 @@ from pipeline.host.conversations import EXPIRED, Conversations, turns_table
 from pipeline.host.held import HeldStore, held_table
 from pipeline.host.outbound import Publisher
 from pipeline.kafka.topics import TopicNames
-from pipeline.store import make_engine, session_factory
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def sessions(store_url: str) -> Any:
-    engine = make_engine(store_url)
-    yield session_factory(engine)
-    engine.dispose()
 
 
 def _held(recipient: str, msg_id: str, *, expires_in_ms: int = 60_000) -> dict[str, Any]:

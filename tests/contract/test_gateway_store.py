@@ -15,16 +15,8 @@ from pipeline.host.conversations import ANSWERED, Conversations
 from pipeline.host.held import HeldStore, held_table
 from pipeline.host.tracking import FORWARD
 from pipeline.runtime.dedupe import dedupe_table, seen_ids
-from pipeline.store import make_engine, session_factory
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def sessions(store_url: str) -> Any:
-    engine = make_engine(store_url)
-    yield session_factory(engine)
-    engine.dispose()
 
 
 def _held(

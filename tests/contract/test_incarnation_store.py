@@ -9,18 +9,10 @@ from typing import Any
 import pytest
 
 from pipeline.host.incarnation import take_incarnation
-from pipeline.store import make_engine, session_factory
 
 pytestmark = pytest.mark.postgres
 
 T0 = 1_796_000_000_000  # a wall clock in ms
-
-
-@pytest.fixture
-def sessions(store_url: str) -> Any:
-    engine = make_engine(store_url)
-    yield session_factory(engine)
-    engine.dispose()
 
 
 def test_each_start_takes_one_more_whatever_the_clock_says(sessions: Any) -> None:

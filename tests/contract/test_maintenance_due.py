@@ -4,10 +4,8 @@ held message past its ``expiresAt`` -- and not for one answered, drained or not 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sqlalchemy import insert, update
 
 from pipeline.host import due
@@ -15,16 +13,8 @@ from pipeline.host.conversations import ANSWERED, WAITING, turns_table
 from pipeline.host.deadlines import PENDING
 from pipeline.host.held import held_table
 from pipeline.host.tracking import INJECTED, forward_table
-from pipeline.store import make_engine, session_factory
 
 NOW = 1_000_000
-
-
-@pytest.fixture
-def sessions(store_url: str) -> Iterator[Any]:
-    engine = make_engine(store_url)
-    yield session_factory(engine)
-    engine.dispose()
 
 
 def _checks(sessions: Any) -> tuple[bool, bool, bool]:

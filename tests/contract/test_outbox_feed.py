@@ -58,10 +58,9 @@ class Broker:
         return 0
 
 
-def test_fed_and_unfed_commits_and_a_failure_reach_the_fold_complete_and_in_order(
-    engine: Engine,
-) -> None:
-    broker = Broker(fail_once={(b"a", b"9")})
+def _counted_relay(engine: Engine, broker: Broker) -> tuple[Relay, list[int]]:
+    """A relay on ``broker`` whose store reads are counted (``reads[0]``): a fed pass ships
+    without one."""
     relay = Relay(
         engine=engine,
         bootstrap="unused:1",
@@ -77,6 +76,14 @@ def test_fed_and_unfed_commits_and_a_failure_reach_the_fold_complete_and_in_orde
         return read(**kw)
 
     relay._read.read = counted  # type: ignore[method-assign]
+    return relay, reads
+
+
+def test_fed_and_unfed_commits_and_a_failure_reach_the_fold_complete_and_in_order(
+    engine: Engine,
+) -> None:
+    broker = Broker(fail_once={(b"a", b"9")})
+    relay, reads = _counted_relay(engine, broker)
     fed = session_factory(engine)
     wake_on_commit(fed, relay.wake)  # as the gateway's sessions
     other = session_factory(engine)  # a writer that neither feeds nor wakes the relay
@@ -123,21 +130,7 @@ def test_rows_a_bare_connection_hands_over_reach_the_fold_complete_and_in_order(
     transaction hands nothing over, one with a savepoint is not trusted (the relay reads), and
     every row still reaches the fold once, in lsn order (R-OUT-3, R-OUT-4)."""
     broker = Broker(fail_once=set())
-    relay = Relay(
-        engine=engine,
-        bootstrap="unused:1",
-        producer_factory=lambda _c: broker,
-        backoff_initial_s=0.01,
-        idle_wait_s=0.02,
-    )
-    reads = [0]
-    read = relay._read.read
-
-    def counted(**kw: Any) -> list[Any]:
-        reads[0] += 1
-        return read(**kw)
-
-    relay._read.read = counted  # type: ignore[method-assign]
+    relay, reads = _counted_relay(engine, broker)
     stop = threading.Event()
     thread = threading.Thread(target=relay.run_forever, args=(stop,), daemon=True)
     thread.start()

@@ -5,25 +5,15 @@ finished rows, drained mail, or mail for a worker still live (docs/lifecycle.md)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sqlalchemy import insert, update
 
 from pipeline.control import spawns, stops
 from pipeline.control.sweep_due import SweepDue, sweep_due
 from pipeline.host.held import held_table
-from pipeline.store import make_engine, session_factory
 
 NOW = 1_000_000
-
-
-@pytest.fixture
-def sessions(store_url: str) -> Iterator[Any]:
-    engine = make_engine(store_url)
-    yield session_factory(engine)
-    engine.dispose()
 
 
 def _due(sessions: Any) -> SweepDue:
