@@ -39,7 +39,7 @@ from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.kafka.clients import ClientFactory, new_producer
 from pipeline.kafka.settings import producer_config
 from pipeline.store import readonly
-from pipeline.support.retrying import Backoff, retry_call
+from pipeline.support.retrying import Backoff
 
 from .ack_later import AckLater
 from .acker import Acker
@@ -168,35 +168,25 @@ class Relay:
         self._ensure_producer()
         backoff = Backoff(initial_s=self.backoff_initial_s, max_s=self.backoff_max_s, jitter=0.2)
 
-        def one_pass() -> int:
-            self._idle.clear()  # a wake() from here on ends the idle wait below at once
-            try:
-                fed = self._fed()
-                if fed is not None and not fed and not self._later.is_due():
-                    return 0  # all of it sent already
-                return self._pump(max_batches=None, defer=True, fed=fed)
-            except BaseException:
-                self._known.forget()  # the store says what is sent: read it next
-                self._read_next = True
-                raise
-
         if self._feed is not None:
             feed_from(self.engine, self._feed)
 
+        # Its own supervisor: any failure is logged and waited out (the backoff grows while
+        # passes keep failing), never raised; a stop ends the wait. A pass that succeeds costs
+        # no retry machinery: the loop calls it straight.
+        failures = 0
         try:
             while not stop.is_set():
-                try:  # its own supervisor: any failure is logged and waited out, never raised
-                    acked = retry_call(
-                        one_pass,
-                        retriable=lambda exc: True,
-                        backoff=backoff,
-                        wait=stop.wait,
-                        on_retry=_report_failure,
-                    )
-                except Exception:
-                    if stop.is_set():
-                        return  # a stop ended the retrying; nothing else does
-                    raise
+                try:
+                    acked = self._one_pass()
+                except Exception as exc:  # noqa: BLE001 - its own supervisor: logged, waited out
+                    failures += 1
+                    delay = backoff.delay(failures)
+                    _report_failure(exc, failures, delay)
+                    if stop.wait(delay):
+                        return  # a stop ended the wait; nothing else ends the loop
+                    continue
+                failures = 0
                 # A pass that read every unsent row of its branches waits: a row committed
                 # since ends the wait at once (its wake; NOTIFY; SQLite's data_version), so a
                 # second pass right away would only list the branches to find nothing.
@@ -206,6 +196,19 @@ class Relay:
                     self._read_next = True  # not a wake: another process may have committed
         finally:
             self.close()
+
+    def _one_pass(self) -> int:
+        """One pass of :meth:`run_forever`: the rows handed over, else a read of the store."""
+        self._idle.clear()  # a wake() from here on ends the idle wait below at once
+        try:
+            fed = self._fed()
+            if fed is not None and not fed and not self._later.is_due():
+                return 0  # all of it sent already
+            return self._pump(max_batches=None, defer=True, fed=fed)
+        except BaseException:
+            self._known.forget()  # the store says what is sent: read it next
+            self._read_next = True
+            raise
 
     def wake(self) -> None:
         """Rows were committed just now: end the idle wait (a writer in this process calls it).
