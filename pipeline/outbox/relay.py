@@ -167,13 +167,10 @@ class Relay:
         # while the outbox is empty, so the first real row does not pay for it.
         self._ensure_producer()
         backoff = Backoff(initial_s=self.backoff_initial_s, max_s=self.backoff_max_s, jitter=0.2)
-
         if self._feed is not None:
             feed_from(self.engine, self._feed)
-
-        # Its own supervisor: any failure is logged and waited out (the backoff grows while
-        # passes keep failing), never raised; a stop ends the wait. A pass that succeeds costs
-        # no retry machinery: the loop calls it straight.
+        # its own supervisor: a failure is logged and waited out (longer while passes keep
+        # failing), never raised; a pass that succeeds costs no retry machinery
         failures = 0
         try:
             while not stop.is_set():
@@ -184,7 +181,7 @@ class Relay:
                     delay = backoff.delay(failures)
                     _report_failure(exc, failures, delay)
                     if stop.wait(delay):
-                        return  # a stop ended the wait; nothing else ends the loop
+                        return  # a stop ended the wait
                     continue
                 failures = 0
                 # A pass that read every unsent row of its branches waits: a row committed
