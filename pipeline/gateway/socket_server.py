@@ -286,8 +286,25 @@ class SocketServer:
         answers.add(pending)
 
     def _reads(self, read: list[_Pending]) -> None:
-        """What one wait of the reader brought: queued, and committed (:meth:`_commit_queued`)."""
-        self._queue.put(read)
+        """What one wait of the reader brought: committed at once when nothing is queued or
+        carried before it and no commit runs (the common case: one group, no queue), else
+        queued and committed in order (:meth:`_commit_queued`)."""
+        if (
+            not self._carry
+            and len(read) <= self.max_batch
+            and self._queue.empty()
+            and self._committing.acquire(blocking=False)
+        ):
+            try:
+                if not self._carry and self._queue.empty() and not self._stop.is_set():
+                    self.commit(read, writer=self._writer)
+                    read = []
+            finally:
+                self._committing.release()
+            if not read and not self._carry and self._queue.empty():
+                return
+        if read:
+            self._queue.put(read)
         self._commit_queued()
 
     def _poll(self, pending: _Pending, kwargs: dict[str, Any]) -> None:

@@ -1,8 +1,8 @@
 """The relay: ship committed outbox rows to Kafka, ack only what the broker confirmed.
 
-R-OUT-2: its own process and supervision; loop drain -> publish in
-``(BranchKey, Lsn)`` order -> ack only what the broker accepted; retry with backoff inside;
-never propagate a broker error into run execution (writers never see the relay at all).
+R-OUT-2: its own process and supervision; loop drain -> publish in ``(BranchKey, Lsn)`` order
+-> ack only what the broker accepted; retry with backoff inside; never propagate a broker error
+into run execution (writers never see the relay at all).
 
 Per batch: read each active branch's next unsent rows, publish them in ``(tenant, branch_key,
 lsn)`` order with the idempotent ``acks=all`` producer, wait for every delivery report, then ack
@@ -10,14 +10,14 @@ lsn)`` order with the idempotent ``acks=all`` producer, wait for every delivery 
 watermark (:mod:`.acker`; no row is rewritten). A branch whose row failed is resent from that
 row on the next pass (a failed record may still have been written: the consumer's fold absorbs
 the copy). The producer never times a record out, so a broker outage delays a branch but cannot
-reorder it (docs/outbox.md, invariant 4). ``run_forever`` on SQLite ships rows a writer in this
-process handed over at its commit without reading them (:mod:`.feed`), and acks a clean pass's
-rows with the next ack (:mod:`.ack_later`).
+reorder it (docs/outbox.md, invariant 4). ``run_forever`` ships rows a writer in this process
+handed over at its commit without reading them (:mod:`.feed`), acks a clean pass's rows with
+the next ack (:mod:`.ack_later`) and, under load, spaces its passes (:mod:`.pacing`).
 
 A *permanent* produce error (``pipeline.kafka.produce_errors``: too large, invalid record, not
-authorised ...) is not retried: the row becomes terminal ``FAILED`` with its reason and its branch
-stops loudly behind it (:mod:`.terminal`, docs/outbox.md). A row refused synchronously by
-``produce()`` holds back the rest of its branch at once, so no later row of it is published.
+authorised ...) is not retried: the row becomes terminal ``FAILED`` with its reason and its
+branch stops loudly behind it (:mod:`.terminal`, docs/outbox.md). A row refused synchronously
+by ``produce()`` holds back the rest of its branch at once, so no later row of it is published.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.kafka.clients import ClientFactory, new_producer
 from pipeline.kafka.settings import producer_config
 from pipeline.store import readonly
-from pipeline.support.retrying import Backoff, retry_call
+from pipeline.support.retrying import Backoff
 
 from .ack_later import AckLater
 from .acker import Acker
@@ -50,6 +50,7 @@ from .headers import FoldHeaders
 from .idle import IdleWait
 from .limits import DEFAULT_MAX_RECORD_BYTES
 from .metrics import OutboxMetrics, PublishFailure, classify
+from .pacing import Pacing
 from .produce import produce_batch
 from .refused import fail_refused
 from .settle import settle
@@ -84,6 +85,7 @@ class Relay:
         backoff_max_s: float = 10.0,
         idle_wait_s: float = 0.05,
         ack_interval_s: float = 0.05,
+        pass_spacing_s: float = 0.006,
         metrics_interval_s: float = 1.0,
         producer_overrides: Mapping[str, Any] | None = None,
         producer_factory: ClientFactory = new_producer,
@@ -130,6 +132,7 @@ class Relay:
         self._store: ThreadPoolExecutor | None = None
         self._acker = Acker(engine, tenant=tenant)
         self._later = AckLater(interval_s=ack_interval_s, max_rows=batch_size)  # run_forever's
+        self._pacing = Pacing(pass_spacing_s)  # run_forever's (pacing.py)
         self._feed: Feed | None = Feed()  # run_forever's
         self._known = Known()
         self._read_next = True  # the next pass reads the store (a wake nothing was fed for)
@@ -163,49 +166,48 @@ class Relay:
     def run_forever(self, stop: threading.Event) -> None:
         """Loop until ``stop`` is set, backing off on any failure; never raises broker errors."""
         self._stop = stop
-        # Create the producer now: librdkafka connects and fetches metadata in the background
-        # while the outbox is empty, so the first real row does not pay for it.
+        # the producer now: it connects while the outbox is empty, not at the first row
         self._ensure_producer()
         backoff = Backoff(initial_s=self.backoff_initial_s, max_s=self.backoff_max_s, jitter=0.2)
-
-        def one_pass() -> int:
-            self._idle.clear()  # a wake() from here on ends the idle wait below at once
-            try:
-                fed = self._fed()
-                if fed is not None and not fed and not self._later.is_due():
-                    return 0  # all of it sent already
-                return self._pump(max_batches=None, defer=True, fed=fed)
-            except BaseException:
-                self._known.forget()  # the store says what is sent: read it next
-                self._read_next = True
-                raise
-
         if self._feed is not None:
             feed_from(self.engine, self._feed)
-
+        # its own supervisor: a failure is logged and waited out (longer while passes fail)
+        failures = 0
         try:
             while not stop.is_set():
-                try:  # its own supervisor: any failure is logged and waited out, never raised
-                    acked = retry_call(
-                        one_pass,
-                        retriable=lambda exc: True,
-                        backoff=backoff,
-                        wait=stop.wait,
-                        on_retry=_report_failure,
-                    )
-                except Exception:
-                    if stop.is_set():
-                        return  # a stop ended the retrying; nothing else does
-                    raise
-                # A pass that read every unsent row of its branches waits: a row committed
-                # since ends the wait at once (its wake; NOTIFY; SQLite's data_version), so a
-                # second pass right away would only list the branches to find nothing.
+                started = self._pacing.hold(stop)
+                try:
+                    acked = self._one_pass()
+                except Exception as exc:  # noqa: BLE001 - its own supervisor: logged, waited out
+                    failures += 1
+                    delay = backoff.delay(failures)
+                    _report_failure(exc, failures, delay)
+                    if stop.wait(delay):
+                        return  # a stop ended the wait
+                    continue
+                failures = 0
+                self._pacing.shipped(started, acked)
+                # A pass that read every unsent row of its branches waits: a commit since ends
+                # the wait at once (its wake; NOTIFY; SQLite's data_version).
                 if (acked == 0 or self._drained_clean) and not self._idle.wait(
                     stop, until=self._later.due
                 ):
                     self._read_next = True  # not a wake: another process may have committed
         finally:
             self.close()
+
+    def _one_pass(self) -> int:
+        """One pass of :meth:`run_forever`: the rows handed over, else a read of the store."""
+        self._idle.clear()  # a wake() from here on ends the idle wait below at once
+        try:
+            fed = self._fed()
+            if fed is not None and not fed and not self._later.is_due():
+                return 0  # all of it sent already
+            return self._pump(max_batches=None, defer=True, fed=fed)
+        except BaseException:
+            self._known.forget()  # the store says what is sent: read it next
+            self._read_next = True
+            raise
 
     def wake(self) -> None:
         """Rows were committed just now: end the idle wait (a writer in this process calls it).
@@ -268,7 +270,7 @@ class Relay:
         rows: list[Any] | None = self._fetch(first=True) if fed is None else fed
         while rows is not None or window:
             if rows is not None and len(window) < self.pipeline_depth:
-                if not rows or broken or self._stopping():
+                if not rows or broken or (self._stop is not None and self._stop.is_set()):
                     rows = None
                     continue
                 started += 1
@@ -379,9 +381,6 @@ class Relay:
             self._observe(confirmed, errors)
             done += len(confirmed)
         return done
-
-    def _stopping(self) -> bool:
-        return self._stop is not None and self._stop.is_set()
 
     def _store_thread(self) -> ThreadPoolExecutor:
         if self._store is None:
