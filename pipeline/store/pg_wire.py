@@ -194,9 +194,22 @@ def _query(sql: str) -> bytes | None:
 def _flush(pgconn: Any) -> None:
     fd = pgconn.socket
     while pgconn.flush():  # 1: not all sent yet (a non-blocking connection)
-        readable, _, _ = select.select([fd], [fd], [])
-        if readable:  # the server answers while we send: take it in, or both may stall
-            pgconn.consume_input()
+        if _wait(fd, select.POLLIN | select.POLLOUT) & select.POLLIN:
+            pgconn.consume_input()  # the server answers while we send: take it in, or both stall
+
+
+def _wait(fd: int, events: int) -> int:
+    """Block until ``fd`` is ready for ``events`` (poll(2): any descriptor number, unlike
+    select(2)); the events that are ready (an error or hang-up reads as readable: the next
+    libpq call reports it)."""
+    poller = select.poll()
+    poller.register(fd, events)
+    ready = 0
+    for _, got in poller.poll():
+        ready |= got
+    if ready & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
+        ready |= select.POLLIN
+    return ready
 
 
 def _results(pgconn: Any, n: int) -> list[Any]:
@@ -209,7 +222,7 @@ def _results(pgconn: Any, n: int) -> list[Any]:
     last = None
     while True:
         while pgconn.is_busy():
-            select.select([fd], [], [])
+            _wait(fd, select.POLLIN)
             pgconn.consume_input()
         res = pgconn.get_result()
         if res is None:  # the end of one command's results
