@@ -25,15 +25,16 @@ of parameters); the caller runs the others as before.
 from __future__ import annotations
 
 import contextlib
+import re
 import select
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # at most this many statements prepared per connection by this module; beyond, unnamed ones
 MAX_PREPARED = 200
 
-Statements = Sequence[tuple[str, Sequence[Sequence[Any]]]]
+Statements = Sequence[tuple[str, Sequence[Sequence[Any] | Mapping[str, Any]]]]
 
 
 class _Conn:
@@ -50,17 +51,21 @@ class _Conn:
 
 
 _conns: weakref.WeakKeyDictionary[Any, _Conn] = weakref.WeakKeyDictionary()
-_queries: dict[str, bytes | None] = {}  # SQL with %s placeholders -> $n form (None: not ours)
+# SQL as written for psycopg -> its $n form and parameter names (None: not sent here)
+_Query = tuple[bytes, tuple[str, ...] | None]
+_queries: dict[str, _Query | None] = {}
 
 
 def usable(statements: Statements) -> bool:
-    """:func:`run` takes these: each SQL's placeholders are ``%s`` (``%%`` a percent sign) and
-    each parameter row is a sequence."""
+    """:func:`run` takes these: each SQL's placeholders are all ``%s`` with sequences of
+    parameters or all ``%(name)s`` with mappings (``%%`` a percent sign)."""
     for sql, rows in statements:
-        if _query(sql) is None:
+        query = _query(sql)
+        if query is None:
             return False
+        named = query[1] is not None
         for row in rows:
-            if isinstance(row, dict):
+            if row and isinstance(row, Mapping) != named:
                 return False
     return True
 
@@ -100,13 +105,15 @@ def _adapted(tx: Any, statements: Statements) -> list[_Send]:
 
     sends: list[_Send] = []
     for index, (sql, rows) in enumerate(statements):
-        query = _query(sql)
-        assert query is not None  # usable() said so
+        converted = _query(sql)
+        assert converted is not None  # usable() said so
+        query, names = converted
         for row in rows:
             if not row:
                 sends.append((index, query, None, (), []))
                 continue
-            params = tx.dump_sequence(row, [PyFormat.AUTO] * len(row))
+            values = row if names is None else [row[n] for n in names]  # type: ignore[call-overload]
+            params = tx.dump_sequence(values, [PyFormat.AUTO] * len(values))
             sends.append((index, query, params, tuple(tx.types), list(tx.formats)))
     return sends
 
@@ -164,28 +171,36 @@ def _outcome(
     return out
 
 
-def _query(sql: str) -> bytes | None:
-    query = _queries.get(sql, b"")
-    if query != b"":
-        return query
-    parts = sql.split("%")
-    out = [parts[0]]
-    n = 0
-    i = 1
-    ok = True
-    while i < len(parts):
-        part = parts[i]
-        if part.startswith("s"):
-            n += 1
-            out.append(f"${n}{part[1:]}")
-        elif part == "" and i + 1 < len(parts):  # "%%": a percent sign
-            out.append("%" + parts[i + 1])
-            i += 1
-        else:
-            ok = False
-            break
-        i += 1
-    converted = "".join(out).encode() if ok else None
+_PLACEHOLDER = re.compile(r"%(?:\((\w+)\)s|(s)|(%)|(.?))", re.DOTALL)
+
+
+def _query(sql: str) -> _Query | None:
+    """``sql`` with ``$n`` for its ``%s`` (positional) or ``%(name)s`` placeholders (a name
+    used twice is one parameter, as psycopg has it) and ``%%`` as ``%``; the names in
+    parameter order (None: positional). None for anything else (not sent here)."""
+    if sql in _queries:
+        return _queries[sql]
+    names: dict[str, int] = {}
+    positional = 0
+    bad = False
+
+    def placeholder(m: re.Match[str]) -> str:
+        nonlocal positional, bad
+        name, pos, percent, other = m.groups()
+        if name is not None:
+            return f"${names.setdefault(name, len(names) + 1)}"
+        if pos is not None:
+            positional += 1
+            return f"${positional}"
+        if percent is not None:
+            return "%"
+        bad = other is not None
+        return ""
+
+    text = _PLACEHOLDER.sub(placeholder, sql)
+    converted: _Query | None = None
+    if not bad and not (names and positional):
+        converted = (text.encode(), tuple(names) if names else None)
     if len(_queries) < 10_000:
         _queries[sql] = converted
     return converted

@@ -103,8 +103,24 @@ def test_a_connection_broken_mid_way_is_closed(conn: Any, store_url: str) -> Non
     assert conn.closed
 
 
-def test_only_percent_s_placeholders_are_taken() -> None:
+def test_named_parameters_are_sent_as_psycopg_sends_them(conn: Any) -> None:
+    """The relay's ack names its parameters: a name used twice is one parameter."""
+    sql = "INSERT INTO w (k, n, small) VALUES (%(k)s, %(n)s, %(n)s) RETURNING k"
+    rows = [{"k": "a", "n": 3}, {"n": 4, "k": "b"}]
+    assert pg_wire.run(conn, [("BEGIN", [()]), (sql, rows), ("COMMIT", [()])], rows_of=1) == ["b"]
+    assert conn.execute("SELECT k, n, small FROM w ORDER BY k").fetchall() == [
+        ("a", 3, 3),
+        ("b", 4, 4),
+    ]
+    conn.rollback()
+
+
+def test_placeholders_taken_and_left_to_psycopg() -> None:
     assert pg_wire.usable([("SELECT %s, '%%', %s", [(1, 2)])])
-    assert pg_wire._query("SELECT %s, '%%', %s") == b"SELECT $1, '%', $2"
-    assert not pg_wire.usable([("SELECT %(a)s", [{"a": 1}])])
+    assert pg_wire._query("SELECT %s, '%%', %s") == (b"SELECT $1, '%', $2", None)
+    assert pg_wire._query("SELECT %(a)s, %(b)s, %(a)s") == (b"SELECT $1, $2, $1", ("a", "b"))
+    assert pg_wire.usable([("SELECT %(a)s", [{"a": 1}])])
+    assert not pg_wire.usable([("SELECT %(a)s", [(1,)])])  # a sequence for named ones
+    assert not pg_wire.usable([("SELECT %(a)s, %s", [{"a": 1}])])  # both kinds
     assert not pg_wire.usable([("SELECT %b", [(b"",)])])
+    assert not pg_wire.usable([("SELECT 1 %", [()])])
