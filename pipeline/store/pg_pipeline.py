@@ -147,7 +147,10 @@ def commit(conn: Connection) -> None:
         return
     writes, tail.writes = tail.writes, []
     dbapi: Any = conn.connection.dbapi_connection
-    statements = [*writes, ("COMMIT", [()])]  # the writes began a transaction if none was open
+    statements = [*writes, ("COMMIT", [()])]
+    if dbapi.pgconn.transaction_status == _idle() and not dbapi.autocommit:
+        # nothing ran yet in the transaction: begin it, as psycopg's cursor would have
+        statements.insert(0, (_begin_sql(dbapi), [()]))
     if pg_wire.usable(statements):
         try:
             pg_wire.run(dbapi, statements)
