@@ -170,6 +170,25 @@ def commit(conn: Connection) -> None:
         cursor.close()
 
 
+def one_row(dbapi: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    """``sql`` run once in the connection's transaction on :mod:`.pg_wire` (with the ``BEGIN``
+    psycopg would send first, when nothing ran in it yet: one round trip for both); its first
+    row, or None. A driver error is raised as the driver raises it."""
+    statements: list[tuple[str, Sequence[Sequence[Any]]]] = [(sql, [params])]
+    if dbapi.pgconn.transaction_status == _idle() and not dbapi.autocommit:
+        statements.insert(0, (_begin_sql(dbapi), [()]))
+    if not pg_wire.usable(statements):
+        cursor = dbapi.cursor()
+        try:
+            cursor.execute(sql, params)
+            row: tuple[Any, ...] | None = cursor.fetchone()
+            return row
+        finally:
+            cursor.close()
+    rows = pg_wire.run(dbapi, statements, rows_of=len(statements) - 1, whole_rows=True)
+    return rows[0] if rows else None
+
+
 def insert_sql(table: Table, keys: Sequence[str], dialect: Dialect) -> str:
     """``INSERT INTO table (keys...) VALUES (%s, ...)``: positional, no ``RETURNING``."""
     quote = dialect.identifier_preparer
