@@ -11,10 +11,12 @@ What the server sees is what a psycopg cursor sends:
 
 * parameters are adapted by the connection's own ``Transformer`` (its dumpers, formats and
   type oids, so a value means what it means through a cursor);
-* statements are unnamed (``PQsendQueryParams``), never prepared: psycopg clears the server's
-  prepared statements (``DEALLOCATE ALL``) after a rollback, which would take ours with them,
-  and for these short statements the server's parse and plan cost no measurable CPU beside
-  the commit (123 µs per batch either way);
+* a statement with parameters is prepared once per connection and parameter types, and kept
+  in psycopg's own cache of prepared statements (its ``_prepared`` manager, same key): so
+  psycopg's ``DEALLOCATE ALL`` after a rollback, or its eviction of the least used one, drops
+  ours from the cache as it drops them from the server, and the next use prepares again. A
+  statement counts as prepared only once the server answered its ``Parse``. Without that
+  manager (another psycopg), statements go unnamed: parsed and planned each time;
 * a failed statement raises the error psycopg raises for it
   (``psycopg.errors.error_from_result``); the statements after it were skipped by the server
   up to the ``Sync``, as in psycopg's pipeline;
@@ -31,6 +33,7 @@ import contextlib
 import re
 import select
 import weakref
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,14 +41,20 @@ Statements = Sequence[tuple[str, Sequence[Sequence[Any] | Mapping[str, Any]]]]
 
 
 class _Conn:
-    """Per DB-API connection: its Transformer (adapts parameters, loads rows)."""
+    """Per DB-API connection: its Transformer (adapts parameters, loads rows) and psycopg's
+    cache of prepared statements (None: none kept, statements go unnamed)."""
 
-    __slots__ = ("tx",)
+    __slots__ = ("names", "next_name", "prepared_max", "tx")
 
     def __init__(self, dbapi: Any) -> None:
         from psycopg.adapt import Transformer
 
         self.tx: Any = Transformer(dbapi)
+        manager = getattr(dbapi, "_prepared", None)
+        names = getattr(manager, "_names", None)
+        self.names: Any = names if isinstance(names, OrderedDict) else None
+        self.prepared_max = int(getattr(manager, "prepared_max", 0) or 0)
+        self.next_name = 0
 
 
 _conns: weakref.WeakKeyDictionary[Any, _Conn] = weakref.WeakKeyDictionary()
@@ -80,15 +89,16 @@ def run(
     if state is None:
         state = _conns[dbapi] = _Conn(dbapi)
     sends = _adapted(state.tx, statements)  # before anything is sent: a value that cannot be
+    parses: dict[int, Any] = {}  # command position -> (cache key, name) of a Parse sent
     try:  # adapted leaves the connection as it was
-        results = _exchange(dbapi.pgconn, sends)
+        results = _exchange(dbapi.pgconn, state, sends, parses)
     except BaseException:
         # sent in part, or results unread: its state is not known, so it is not used again
         # (closed: SQLAlchemy takes the error as a disconnect and invalidates it)
         with contextlib.suppress(Exception):
             dbapi.close()
         raise
-    rows = _outcome(dbapi, state, sends, results, rows_of)
+    rows = _outcome(dbapi, state, sends, results, parses, rows_of)
     return rows if whole_rows else [row[0] for row in rows]
 
 
@@ -114,23 +124,49 @@ def _adapted(tx: Any, statements: Statements) -> list[_Send]:
     return sends
 
 
-def _exchange(pgconn: Any, sends: list[_Send]) -> list[Any]:
-    """Send ``sends`` in pipeline mode and a ``Sync``; the last result of each."""
+def _exchange(pgconn: Any, state: _Conn, sends: list[_Send], parses: dict[int, Any]) -> list[Any]:
+    """Send ``sends`` in pipeline mode and a ``Sync``; the last result of each command sent
+    (a ``Parse`` sent first for a statement not prepared yet: its position in ``parses``)."""
+    names = state.names
+    preparing: dict[Any, bytes] = {}
+    n = 0
     pgconn.enter_pipeline_mode()
     for _, query, params, types, formats in sends:
         if params is None:
             pgconn.send_query_params(query, None)
+            n += 1
+            continue
+        name = None
+        if names is not None:
+            key = (query, types)
+            name = names.get(key) or preparing.get(key)
+            if name is not None and key in names:
+                names.move_to_end(key)  # used: the last psycopg evicts (least recently used)
+            if name is None and len(names) + len(preparing) < state.prepared_max:
+                name = preparing[key] = b"_fleet_%d" % state.next_name
+                state.next_name += 1
+                pgconn.send_prepare(name, query, param_types=types)
+                parses[n] = (key, name)
+                n += 1
+        if name is not None:
+            pgconn.send_query_prepared(name, params, param_formats=formats)
         else:
             pgconn.send_query_params(query, params, param_types=types, param_formats=formats)
+        n += 1
     pgconn.pipeline_sync()
     _flush(pgconn)
-    results = _results(pgconn, len(sends))
+    results = _results(pgconn, n)
     pgconn.exit_pipeline_mode()
     return results
 
 
 def _outcome(
-    dbapi: Any, state: _Conn, sends: list[_Send], results: list[Any], rows_of: int
+    dbapi: Any,
+    state: _Conn,
+    sends: list[_Send],
+    results: list[Any],
+    parses: dict[int, Any],
+    rows_of: int,
 ) -> list[Any]:
     from psycopg import pq
     from psycopg.errors import error_from_result
@@ -138,11 +174,18 @@ def _outcome(
     error = None
     out: list[Any] = []
     done = pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK
-    for send, res in zip(sends, results, strict=True):
+    statement = iter(sends)
+    for i, res in enumerate(results):
         ok = res is not None and res.status in done
         if res is not None and res.status == pq.ExecStatus.FATAL_ERROR and error is None:
             error = error_from_result(res, encoding=dbapi.info.encoding)
-        if ok and send[0] == rows_of:
+        parse = parses.get(i)
+        if parse is not None:  # a Parse's answer: prepared (kept in psycopg's cache) or not
+            if ok and state.names is not None:
+                state.names[parse[0]] = parse[1]
+            continue
+        index = next(statement)[0]
+        if ok and index == rows_of:
             tx = state.tx
             tx.set_pgresult(res)
             out = tx.load_rows(0, res.ntuples, tuple)

@@ -30,6 +30,15 @@ def conn(store_url: str) -> Iterator[Any]:
     c.close()
 
 
+def _prepared(conn: Any) -> int:
+    """Statements this module prepared on ``conn``'s server session."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE '\\_fleet\\_%'"
+    ).fetchone()
+    conn.rollback()  # psycopg's DEALLOCATE ALL follows: count first
+    return int(row[0])
+
+
 _INSERT = "INSERT INTO w (k, n, small, b, t, f) VALUES (%s, %s, %s, %s, %s, %s) RETURNING k"
 
 
@@ -79,6 +88,26 @@ def test_a_rollback_through_psycopg_between_pipelines_breaks_nothing(conn: Any) 
         conn.execute("ROLLBACK TO SAVEPOINT x")
         conn.rollback()
     assert [r[0] for r in conn.execute("SELECT k FROM w ORDER BY k")] == list("pqrstu")
+    conn.rollback()
+
+
+def test_a_statement_is_prepared_once_and_a_skipped_prepare_is_made_again(conn: Any) -> None:
+    """The server parses a batch's statement once per connection, as with psycopg's own
+    prepared statements; a Parse the server skipped (an earlier statement failed) is not
+    taken as prepared."""
+    other = "INSERT INTO w (k, n) VALUES (%s, %s)"
+    with pytest.raises(psycopg.errors.SyntaxError):
+        pg_wire.run(conn, [("BEGIN", [()]), ("NOT SQL", [()]), (other, [("x", 1)])])
+    conn.rollback()
+    for k in ("y", "z"):
+        pg_wire.run(conn, [("BEGIN", [()]), (other, [(k, 1), (k + "2", 2)]), ("COMMIT", [()])])
+    assert _prepared(conn) == 1
+    assert conn.execute("SELECT k FROM w ORDER BY k").fetchall() == [
+        ("y",),
+        ("y2",),
+        ("z",),
+        ("z2",),
+    ]
     conn.rollback()
 
 
