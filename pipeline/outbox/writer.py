@@ -19,6 +19,7 @@ from pipeline.errors import ConfigError, DeliveryError
 from pipeline.reasons import Outbox
 from pipeline.record import Headers
 from pipeline.record_headers import pack_headers
+from pipeline.store import pg_pipeline
 
 from .limits import DEFAULT_MAX_RECORD_BYTES, check_record_size, record_size
 from .notify import notify
@@ -68,16 +69,15 @@ def write(
     params: tuple[Any, ...] = (tenant, branch_key)
     try:
         raw: Any = conn.connection.dbapi_connection
-        cursor = raw.cursor()
         if sql.both is not None:  # one round trip: the upsert feeds the insert
             statement = sql.both
             params = (tenant, branch_key, topic, key, value, blob, _PENDING, time.time())
-            cursor.execute(statement, params)
-            row: Any = cursor.fetchone()  # none: the branch is abandoned, nothing inserted
+            row: Any = pg_pipeline.one_row(raw, statement, params)  # none: branch abandoned
             lsn, abandoned = (0, True) if row is None else (row[1], False)
             if row is not None and wants_rows(conn.engine):  # the id comes back with the lsn
                 fed = (row[0], tenant, branch_key, lsn, topic, key, value, blob, params[-1])
         else:
+            cursor = raw.cursor()
             cursor.execute(statement, params)
             row = cursor.fetchone()  # the upsert returns its row
             lsn, abandoned = row

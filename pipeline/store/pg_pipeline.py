@@ -29,7 +29,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Dialect, Engine, Table
 
+from . import pg_wire
+
 _STATE = "fleet_pg_pipeline"  # key in the pooled connection's ``info``
+_NO_WAL_WAIT = "SET LOCAL synchronous_commit TO off"
 
 
 class Tail:
@@ -68,7 +71,8 @@ def disable(conn: Connection) -> None:
     try:
         if dbapi.pgconn.transaction_status != _idle():
             dbapi.rollback()
-        dbapi.autocommit = False
+        if dbapi.autocommit:  # begin_with's fallback switched it on
+            dbapi.autocommit = False
     except Exception:  # noqa: BLE001 - its state is not known: the pool drops it
         conn.invalidate()
 
@@ -84,8 +88,14 @@ def begin_with(conn: Connection, sql: str, params: Sequence[Any]) -> list[Any] |
     if dbapi.pgconn.transaction_status != _idle() or dbapi.autocommit:
         return None
     begin = _begin_sql(dbapi)
-    dbapi.autocommit = True  # client side only: psycopg sends no BEGIN of its own now
+    statements = ((begin, [()]), (sql, [params]))
     tail.explicit_begin = True
+    if pg_wire.usable(statements):  # BEGIN sent by us: psycopg, out of autocommit, sees it
+        try:
+            return pg_wire.run(dbapi, statements, rows_of=1)
+        except Exception as exc:  # noqa: BLE001 - re-raised by SQLAlchemy, wrapped
+            conn._handle_dbapi_exception(exc, sql, params, None, None)
+    dbapi.autocommit = True  # client side only: psycopg sends no BEGIN of its own now
     cursor = dbapi.cursor()
     try:
         with dbapi.pipeline():
@@ -132,11 +142,21 @@ def commit(conn: Connection) -> None:
         return
     if not tail.flush_wal:
         tail.flush_wal = True
-        tail.writes.append(("SET LOCAL synchronous_commit TO off", [()]))
+        tail.writes.append((_NO_WAL_WAIT, [()]))
     if not tail.writes:
         return
     writes, tail.writes = tail.writes, []
     dbapi: Any = conn.connection.dbapi_connection
+    statements = [*writes, ("COMMIT", [()])]
+    if dbapi.pgconn.transaction_status == _idle() and not dbapi.autocommit:
+        # nothing ran yet in the transaction: begin it, as psycopg's cursor would have
+        statements.insert(0, (_begin_sql(dbapi), [()]))
+    if pg_wire.usable(statements):
+        try:
+            pg_wire.run(dbapi, statements)
+        except Exception as exc:  # noqa: BLE001 - re-raised by SQLAlchemy, wrapped
+            conn._handle_dbapi_exception(exc, writes[0][0], writes[0][1], None, None)
+        return
     cursor = dbapi.cursor()
     sql, rows = writes[0]
     try:
@@ -148,6 +168,25 @@ def commit(conn: Connection) -> None:
         conn._handle_dbapi_exception(exc, sql, rows, cursor, None)
     finally:
         cursor.close()
+
+
+def one_row(dbapi: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    """``sql`` run once in the connection's transaction on :mod:`.pg_wire` (with the ``BEGIN``
+    psycopg would send first, when nothing ran in it yet: one round trip for both); its first
+    row, or None. A driver error is raised as the driver raises it."""
+    statements: list[tuple[str, Sequence[Sequence[Any]]]] = [(sql, [params])]
+    if dbapi.pgconn.transaction_status == _idle() and not dbapi.autocommit:
+        statements.insert(0, (_begin_sql(dbapi), [()]))
+    if not pg_wire.usable(statements):
+        cursor = dbapi.cursor()
+        try:
+            cursor.execute(sql, params)
+            row: tuple[Any, ...] | None = cursor.fetchone()
+            return row
+        finally:
+            cursor.close()
+    rows = pg_wire.run(dbapi, statements, rows_of=len(statements) - 1, whole_rows=True)
+    return rows[0] if rows else None
 
 
 def insert_sql(table: Table, keys: Sequence[str], dialect: Dialect) -> str:
@@ -198,12 +237,18 @@ def each_without_flush(conn: Connection, sql: str, params: Sequence[Sequence[Any
 def each_without_flush_raw(dbapi: Any, sql: str, params: Sequence[Sequence[Any]]) -> None:
     """:func:`each_without_flush` on an autocommit psycopg connection itself; a driver error is
     raised as the driver raises it (the relay's held connection: its caller handles those)."""
+    one_each: list[tuple[str, Sequence[Sequence[Any]]]] = []
+    for one in params:
+        one_each += (("BEGIN", [()]), (_NO_WAL_WAIT, [()]), (sql, [one]), ("COMMIT", [()]))
+    if pg_wire.usable(one_each):
+        pg_wire.run(dbapi, one_each)
+        return
     cursor = dbapi.cursor()
     try:
         with dbapi.pipeline():
             for one in params:
                 cursor.execute("BEGIN")
-                cursor.execute("SET LOCAL synchronous_commit TO off")
+                cursor.execute(_NO_WAL_WAIT)
                 cursor.execute(sql, one)
                 cursor.execute("COMMIT")
     finally:

@@ -191,3 +191,15 @@ def test_receipts_settled_with_the_commit_end_as_one_settle_per_answer_did(
     finally:
         batches.close()
     assert _rows(sessions) == _rows(one_by_one)
+
+
+def test_writes_deferred_to_the_commit_alone_are_one_transaction(engine: Engine) -> None:
+    """R-ACK-2: a transaction whose only statements ride with its COMMIT still begins one:
+    a row that fails takes the rows before it with it."""
+    sql = pg_pipeline.insert_sql(dedupe_table, ("scope", "msg_id", "seen_at_ms"), engine.dialect)
+    with pytest.raises(DBAPIError), pg_pipeline.transaction(engine) as conn:
+        assert pg_pipeline.defer(conn, sql, [("scope", "d1", 1), ("scope", "d1", 1)])
+    assert _count(engine, dedupe_table, "d1") == 0
+    with pg_pipeline.transaction(engine) as conn:
+        assert pg_pipeline.defer(conn, sql, [("scope", "d2", 1)])
+    assert _count(engine, dedupe_table, "d2") == 1
