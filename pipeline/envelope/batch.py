@@ -39,7 +39,7 @@ class BatchVerifier:
     def verify_all(self, items: Sequence[Item]) -> list[Outcome]:
         if self._pool is None or len(items) < self.min_batch:
             return self._slice(items)
-        if sum(1 for item in items if not _maced(item[2])) < self.min_batch:
+        if not _signed_at_least(items, self.min_batch):
             # pairwise-MAC'd records: an HMAC holds the GIL for ~1 µs, so a second thread only
             # adds hand-offs around the parsing (measured: 2 threads at 0.79x one)
             return self._slice(items)
@@ -67,6 +67,17 @@ class BatchVerifier:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _signed_at_least(items: Sequence[Item], n: int) -> bool:
+    """Whether at least ``n`` items carry no pairwise tag (looks no further than it must: a
+    signed batch is decided by its first ``n`` records)."""
+    for item in items:
+        if not _maced(item[2]):
+            n -= 1
+            if n <= 0:
+                return True
+    return False
 
 
 def _maced(headers: RawHeaders | None) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any
 
 from sqlalchemy import Connection, Dialect, Insert, Table, insert
 from sqlalchemy.orm import Session
@@ -198,14 +198,9 @@ class Staged:
     def ack_mode(self) -> AckMode:
         """``AT_MOST_ONCE`` when an effect waits for the offset commit (forward path), else
         ``AT_LEAST_ONCE``."""
-        for effect in self.effects:
-            match effect:
-                case AfterCommit():
-                    return AckMode.AT_MOST_ONCE
-                case AfterStore():
-                    pass
-                case _:
-                    assert_never(effect)
+        for effect in self.effects:  # per batch, over two follow-ups per held record
+            if isinstance(effect, AfterCommit):
+                return AckMode.AT_MOST_ONCE
         return AckMode.AT_LEAST_ONCE
 
     def count_after_commit(self) -> int:
