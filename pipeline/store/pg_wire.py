@@ -52,6 +52,8 @@ class _Conn:
         self.tx: Any = Transformer(dbapi)
         manager = getattr(dbapi, "_prepared", None)
         names = getattr(manager, "_names", None)
+        if getattr(dbapi, "prepare_threshold", 5) is None:
+            names = None  # the connection was told never to prepare (say, behind a pooler)
         self.names: Any = names if isinstance(names, OrderedDict) else None
         self.prepared_max = int(getattr(manager, "prepared_max", 0) or 0)
         self.next_name = 0

@@ -111,6 +111,23 @@ def test_a_statement_is_prepared_once_and_a_skipped_prepare_is_made_again(conn: 
     conn.rollback()
 
 
+def test_a_connection_told_never_to_prepare_gets_no_prepared_statement(store_url: str) -> None:
+    """``prepare_threshold=None`` (a connection behind a transaction pooler, say) is honoured:
+    the statements go unnamed, and they still write."""
+    if not store_url.startswith("postgresql"):
+        pytest.skip("libpq's pipeline is PostgreSQL's")
+    url = store_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url, prepare_threshold=None) as c:
+        c.execute("CREATE TABLE v (k text PRIMARY KEY)")
+        c.commit()
+        sql = "INSERT INTO v (k) VALUES (%s)"
+        for k in ("a", "b", "c"):
+            pg_wire.run(c, [("BEGIN", [()]), (sql, [(k,)]), ("COMMIT", [()])])
+        assert _prepared(c) == 0
+        assert c.execute("SELECT count(*) FROM v").fetchone() == (3,)
+        c.rollback()
+
+
 def test_a_connection_broken_mid_way_is_closed(conn: Any, store_url: str) -> None:
     """A connection whose pipeline failed in the middle is in no known state: it is closed,
     and the error is psycopg's ``OperationalError`` (SQLAlchemy takes it as a disconnect)."""
