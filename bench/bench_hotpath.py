@@ -86,6 +86,11 @@ def _one(value: float | None) -> dict[str, float] | None:
     return None if value is None else {"min": value, "median": value, "max": value}
 
 
+# A CPU phase whose p99 exceeds this ran behind its rate (a backlog drained in large batches):
+# its µs per message is not the cost at that rate, so its CPU rows do not count as met.
+KEPT_UP_P99_MS = 1000.0
+
+
 def _at_most(limit: float) -> Callable[[float], bool]:
     return lambda v: v <= limit
 
@@ -103,12 +108,13 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
         for kind, label in (("reply", "REPLY"), ("brief", "brief")):
             at = summary.get(kind) or {}
             limit = CPU_TARGET_US[kind] * factor
+            kept_up = bool(at.get("p99_ms")) and at["p99_ms"]["max"] <= KEPT_UP_P99_MS
             for gw in ("A", "B"):
                 rows.append(
                     _row(
                         f"gateway {gw} CPU per {label} at 500 msg/s, {store} (us)",
-                        f"<= {limit:g}",
-                        _at_most(limit),
+                        f"<= {limit:g}, at rate",
+                        lambda v, limit=limit, kept_up=kept_up: kept_up and v <= limit,
                         at.get(f"gateway_{gw}_us_per_msg"),
                     )
                 )
@@ -137,6 +143,15 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
                         at.get("postgresql_us_per_msg"),
                     )
                 )
+            journey = "held" if kind == "reply" else "INJECTED"
+            rows.append(
+                _row(
+                    f"  {label} phase, {store}: kept up, send -> {journey} p99 (ms)",
+                    f"<= {KEPT_UP_P99_MS:g}",
+                    _at_most(KEPT_UP_P99_MS),
+                    at.get("p99_ms"),
+                )
+            )
             rows.append(
                 _row(
                     f"  {label} phase, {store}: sent, never held or receipted within 60 s",

@@ -61,6 +61,12 @@ def summarize(runs: list[dict[str, Any]], rate: int = RATE) -> dict[str, Any]:
             if idle:  # already inside the figure above: read it as "of which at rest"
                 row[f"{name}_of_which_idle_us_per_msg"] = latency.spread(idle)
         row["not_arrived"] = latency.spread([latency._not_arrived(g) for g in got])
+        # whether the phase kept up with its rate: a phase that ran behind drained a backlog in
+        # large batches, so its µs per message is not the cost at this rate
+        journey = "send_to_held_ms" if kind == "reply" else "send_to_injected_ms"
+        p99 = [g[journey]["p99"] for g in got if g[journey].get("p99") is not None]
+        if p99:
+            row["p99_ms"] = latency.spread(p99)
         row["machine_busy"] = latency.spread([g["cpu"].get("machine_busy", 0.0) for g in got])
         out[kind] = row
     return out

@@ -84,11 +84,14 @@ def test_per_kind_summary_spreads_each_process_over_the_runs() -> None:
     assert reply["gateway_B_us_per_msg"] == {"min": 200, "median": 300, "max": 400}
     assert "postgresql_us_per_msg" not in reply
     assert reply["not_arrived"]["max"] == 2
+    assert reply["p99_ms"] == {"min": 5.0, "median": 5.0, "max": 5.0}  # did the phase keep up
 
 
-def _cpu(store: str, kind: str, a: float, b: float) -> dict[str, Any]:
+def _cpu(store: str, kind: str, a: float, b: float, p99_ms: float = 40.0) -> dict[str, Any]:
     spread = {"min": a, "median": a, "max": b}
-    return {f"cpu_{store}": {"summary": {kind: {"gateway_A_us_per_msg": spread}}}}
+    p99 = {"min": p99_ms, "median": p99_ms, "max": p99_ms}
+    summary = {kind: {"gateway_A_us_per_msg": spread, "p99_ms": p99}}
+    return {f"cpu_{store}": {"summary": summary}}
 
 
 def test_postgresql_cpu_targets_are_one_and_a_half_times_sqlite() -> None:
@@ -162,3 +165,13 @@ def test_the_idle_part_is_the_rest_rate_over_the_phase_window_per_message() -> N
     reply = cpu_per_kind.summarize([run])["reply"]
     assert reply["gateway_A_of_which_idle_us_per_msg"]["median"] == 100.0
     assert "gateway_B_of_which_idle_us_per_msg" not in reply
+
+
+def test_a_cpu_phase_that_ran_behind_its_rate_is_not_its_rates_figure() -> None:
+    """A phase whose p99 grew past a second drained a backlog in large batches: its µs per
+    message can read under the target while the path could not carry the rate."""
+    rows = {r["row"]: r for r in table(_cpu("sqlite", "brief", 480, 490, p99_ms=9_500))}
+    assert not rows["gateway A CPU per brief at 500 msg/s, sqlite (us)"]["met"]
+    assert not rows["  brief phase, sqlite: kept up, send -> INJECTED p99 (ms)"]["met"]
+    rows = {r["row"]: r for r in table(_cpu("sqlite", "brief", 480, 490, p99_ms=40))}
+    assert rows["gateway A CPU per brief at 500 msg/s, sqlite (us)"]["met"]
