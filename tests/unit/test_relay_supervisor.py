@@ -27,19 +27,24 @@ class _Quiet:
         return 0
 
 
-def test_failed_passes_back_off_growing_and_a_success_starts_the_backoff_over(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """R-OUT-2: three failed passes wait 1, 2, 4 x the initial backoff; after a pass that
-    succeeds the next failure waits the initial backoff again; the loop ends at the stop."""
+def _relay(tmp_path: Path, **backoff: float) -> tuple[Any, Relay]:
+    """A relay on a fresh SQLite store whose producer never fails (the passes are replaced)."""
     engine = make_engine(f"sqlite:///{tmp_path / 'a.sqlite'}")
     relay = Relay(
         engine=engine,
         bootstrap="unused:1",
         producer_factory=lambda _conf: _Quiet(),
-        backoff_initial_s=0.001,
-        backoff_max_s=1.0,
+        **backoff,
     )
+    return engine, relay
+
+
+def test_failed_passes_back_off_growing_and_a_success_starts_the_backoff_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-OUT-2: three failed passes wait 1, 2, 4 x the initial backoff; after a pass that
+    succeeds the next failure waits the initial backoff again; the loop ends at the stop."""
+    engine, relay = _relay(tmp_path, backoff_initial_s=0.001, backoff_max_s=1.0)
     stop = threading.Event()
     outcomes: list[str] = ["fail", "fail", "fail", "ok", "fail", "stop"]
     reported: list[int] = []
@@ -68,14 +73,7 @@ def test_failed_passes_back_off_growing_and_a_success_starts_the_backoff_over(
 
 def test_a_stop_during_the_backoff_ends_run_forever_without_raising(tmp_path: Path) -> None:
     """R-OUT-2: a pass failing for ever never escapes; a stop ends the backoff wait."""
-    engine = make_engine(f"sqlite:///{tmp_path / 'a.sqlite'}")
-    relay = Relay(
-        engine=engine,
-        bootstrap="unused:1",
-        producer_factory=lambda _conf: _Quiet(),
-        backoff_initial_s=30.0,
-        backoff_max_s=30.0,
-    )
+    engine, relay = _relay(tmp_path, backoff_initial_s=30.0, backoff_max_s=30.0)
     stop = threading.Event()
     failed = threading.Event()
 
