@@ -27,14 +27,15 @@ class _Quiet:
         return 0
 
 
-def _relay(tmp_path: Path, **backoff: float) -> tuple[Any, Relay]:
+def _relay(tmp_path: Path, *, backoff_initial_s: float, backoff_max_s: float) -> tuple[Any, Relay]:
     """A relay on a fresh SQLite store whose producer never fails (the passes are replaced)."""
     engine = make_engine(f"sqlite:///{tmp_path / 'a.sqlite'}")
     relay = Relay(
         engine=engine,
         bootstrap="unused:1",
         producer_factory=lambda _conf: _Quiet(),
-        **backoff,
+        backoff_initial_s=backoff_initial_s,
+        backoff_max_s=backoff_max_s,
     )
     return engine, relay
 
