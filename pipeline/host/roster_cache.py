@@ -98,21 +98,8 @@ def replace_all(session: Session, entries: Iterable[RosterEntry]) -> None:
     """The mirror becomes ``entries``: bindings, and departures (``gone`` set) apart."""
     session.execute(delete(roster_cache_table))
     session.execute(delete(roster_gone_table))
-    rows, gone = [], []
-    for e in entries:
-        if e.gone:
-            gone.append({"gid": e.gid, "host": e.host, "cause": e.gone})
-            continue
-        rows.append(
-            {
-                "gid": e.gid,
-                "host": e.host,
-                "role": e.role,
-                "delivery": e.delivery,
-                "groups": ",".join(e.groups),
-                "expires_ms": e.expires_ms,
-            }
-        )
+    entries = tuple(entries)
+    rows, gone = list(_bindings(entries).values()), list(_departures(entries).values())
     if rows:
         session.execute(insert(roster_cache_table), rows)
     if gone:
