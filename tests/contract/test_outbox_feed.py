@@ -79,6 +79,22 @@ def _counted_relay(engine: Engine, broker: Broker) -> tuple[Relay, list[int]]:
     return relay, reads
 
 
+def _wait_drained(engine: Engine, timeout_s: float = 20.0) -> None:
+    """Until every row is acked (or ``timeout_s``: the test's own assertion then says so)."""
+    deadline = time.monotonic() + timeout_s
+    while outbox_status(engine).backlog and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _folded(broker: Broker) -> tuple[dict[str, list[bytes]], Fold]:
+    """What a consumer's fold applies, per branch, from everything ``broker`` was sent."""
+    applied: dict[str, list[bytes]] = {"a": [], "b": []}
+    fold = Fold(apply=lambda branch, _lsn, value: applied[branch].append(value))
+    for headers, value in broker.sent:
+        fold.offer_record(headers, value)
+    return applied, fold
+
+
 def test_fed_and_unfed_commits_and_a_failure_reach_the_fold_complete_and_in_order(
     engine: Engine,
 ) -> None:
@@ -100,17 +116,12 @@ def test_fed_and_unfed_commits_and_a_failure_reach_the_fold_complete_and_in_orde
                     write(s, topic="t", key=branch.encode(), value=value, branch_key=branch)
                     written[branch].append(value)
             time.sleep(0.002)
-        deadline = time.monotonic() + 20
-        while outbox_status(engine).backlog and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _wait_drained(engine)
     finally:
         stop.set()
         thread.join(10)
     assert outbox_status(engine).backlog == 0  # every row acked (its watermark raised)
-    applied: dict[str, list[bytes]] = {"a": [], "b": []}
-    fold = Fold(apply=lambda branch, _lsn, value: applied[branch].append(value))
-    for headers, value in broker.sent:
-        fold.offer_record(headers, value)
+    applied, fold = _folded(broker)
     assert applied == written  # each row once, in lsn order, as written: nothing lost or made up
     last: dict[bytes, int] = {}
     for branch, lsn in broker.attempts:  # on the wire: the next lsn, or a resend from lower
@@ -159,17 +170,12 @@ def test_rows_a_bare_connection_hands_over_reach_the_fold_complete_and_in_order(
                 committed_rows(engine, rows, trusted=trusted)
                 relay.wake()
                 time.sleep(0.002)
-        deadline = time.monotonic() + 20
-        while outbox_status(engine).backlog and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _wait_drained(engine)
     finally:
         stop.set()
         thread.join(10)
     assert outbox_status(engine).backlog == 0
-    applied: dict[str, list[bytes]] = {"a": [], "b": []}
-    fold = Fold(apply=lambda branch, _lsn, value: applied[branch].append(value))
-    for headers, value in broker.sent:
-        fold.offer_record(headers, value)
+    applied, _fold = _folded(broker)
     assert applied == written  # each row once, in lsn order, as written: nothing lost or made up
     # fed (SQLite and PostgreSQL): most passes shipped without reading
     assert reads[0] < 60, reads[0]
