@@ -72,6 +72,15 @@ class Tmux:
     def wait_line(self, line: str) -> None:
         self.wait(repr(line), lambda: line in self.lines())
 
+    def wait_shell(self) -> None:
+        """The shell holds the terminal again, its prompt on screen.
+
+        A forked command's output can be on screen before the shell has reaped it: until then the
+        foreground group's leader has no ``/proc`` cmdline, and tmux names the pane by the command
+        it was started with (``env``), which the injector rightly calls busy.
+        """
+        self.wait("the shell back", lambda: self.command() == "bash" and "$" in self.lines())
+
 
 @pytest.fixture(params=[True, False], ids=["control", "process"])
 def tmux(request: pytest.FixtureRequest) -> Iterator[Tmux]:
@@ -101,7 +110,7 @@ def tmux(request: pytest.FixtureRequest) -> Iterator[Tmux]:
     server = Tmux(socket, control=request.param)
     path = server.run("display", "-p", "#{socket_path}").strip()
     try:
-        server.wait("the bash prompt", lambda: server.command() == "bash" and "$" in server.lines())
+        server.wait_shell()
         yield server
     finally:
         subprocess.run(["tmux", "-L", socket, "kill-server"], check=False, capture_output=True)
@@ -135,6 +144,7 @@ def test_multi_line_and_large_bodies(tmux: Tmux) -> None:
     assert "one" in tmux.lines()
     injector.inject(body=f"printf %s {'a' * 7000} | wc -c".encode(), **ARGS)  # several chunks
     tmux.wait_line("7000")
+    tmux.wait_shell()  # wc has exited: the next inject probes an idle shell
     prompts = tmux.lines().count("$")
     injector.inject(body=b"\n", **ARGS)  # an empty brief is a bare Enter: one more prompt
     tmux.wait("a new prompt", lambda: tmux.lines().count("$") == prompts + 1)
@@ -151,7 +161,7 @@ def test_busy_pane_gets_nothing_and_a_retriable_target_busy(tmux: Tmux) -> None:
     assert (err.reason, err.retriable) == ("TARGET_BUSY", True)
     assert "sleep" in err.context["why"]
     tmux.run("send-keys", "-t", tmux.pane, "C-c")
-    tmux.wait("the shell back", lambda: tmux.command() == "bash")
+    tmux.wait_shell()
     assert not any(token in line for line in tmux.lines())  # the busy attempt typed nothing
     tmux.injector().inject(body=f"echo {token}".encode(), **ARGS)  # the retry lands
     tmux.wait_line(token)
@@ -236,6 +246,7 @@ def test_one_control_client_carries_every_call_and_a_dead_one_is_replaced(tmux: 
         tmux.wait_line("5009")
         tmux.run("send-keys", "-t", tmux.pane, "clear", "Enter")
         tmux.wait("a cleared screen", lambda: "5009" not in tmux.lines())
+        tmux.wait_shell()  # clear has exited and been reaped
     assert injector.attaches == 1 and tmux.control_clients() == 1
     assert injector._client is not None
     injector._client.proc.kill()
