@@ -319,7 +319,9 @@ def build_gateway(
                 ),
                 restart=False,
             ),
-            Supervised("relay", functools.partial(loops.run_relay, relay, announced)),
+            # the last to stop: its final pass ships what the other loops and the inject
+            # workers committed (the receipts of the stop's last injects)
+            Supervised("relay", functools.partial(loops.run_relay, relay, announced), last=True),
             # PostgreSQL: every commit of an outbox row (the inbox's receipts too) wakes the relay
             *(
                 [Supervised("relay-wake", functools.partial(listen_forever, engine, relay.wake))]
@@ -334,11 +336,11 @@ def build_gateway(
             *([Supervised("socket", server.run)] if server is not None else []),
         ],
     )
+    gateway.on_quiesce.append(injections.stop)  # a burst under way ends, its receipts committed
     _on_stop_and_refusal(
         gateway,
         factories,
         [
-            injections.stop,
             lambda: loops.stop_presence(presence, gateway, config.away_grace_s),
             follower.stop,
             relay.close,

@@ -34,6 +34,9 @@ class Supervised:
     name: str
     body: Callable[[threading.Event], None]
     restart: bool = True
+    # stops after every other loop and the ``on_quiesce`` hooks, so what they committed still
+    # goes out (the relay: the receipts of a stop's last injects)
+    last: bool = False
     backoff_s: float = 1.0
     max_backoff_s: float = 10.0
     thread: threading.Thread | None = None
@@ -45,7 +48,10 @@ class Gateway:
     host: str
     loops: list[Supervised]
     on_stop: list[Callable[[], None]] = field(default_factory=list)
+    # run once the loops that are not ``last`` stopped, before the ``last`` ones stop
+    on_quiesce: list[Callable[[], None]] = field(default_factory=list)
     stop_event: threading.Event = field(default_factory=threading.Event)
+    last_stop: threading.Event = field(default_factory=threading.Event)
     fatal: BaseException | None = None
 
     def start(self) -> Gateway:
@@ -59,10 +65,11 @@ class Gateway:
     def _supervise(self, loop: Supervised) -> None:
         backoff = Backoff(initial_s=loop.backoff_s, max_s=loop.max_backoff_s)
         failures = 0  # in this episode of crashes
-        while not self.stop_event.is_set():
+        stop = self.last_stop if loop.last else self.stop_event
+        while not stop.is_set():
             started = time.monotonic()
             try:
-                loop.body(self.stop_event)
+                loop.body(stop)
                 return
             except FleetError as exc:
                 if not exc.retriable:
@@ -92,7 +99,7 @@ class Gateway:
             if time.monotonic() - started > 60:
                 failures = 0  # it had been running: a new episode
             failures += 1
-            self.stop_event.wait(backoff.delay(failures))
+            stop.wait(backoff.delay(failures))
 
     def fail(self, exc: BaseException) -> None:
         """Stop the gateway with ``exc`` as its exit reason: a refusal no loop can wait out (a
@@ -103,23 +110,36 @@ class Gateway:
         self.stop_event.set()
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stop in order: every loop but the ``last`` ones, then the ``on_quiesce`` hooks (the
+        inject workers finish their burst), then the ``last`` loops (the relay ships what all
+        of them committed), then the ``on_stop`` hooks; ``timeout`` bounds the joins."""
         self.stop_event.set()
         t0 = time.monotonic()
         deadline = t0 + timeout
         log.info("gateway %s: stopping", self.host)
-        for loop in self.loops:
-            if loop.thread is not None:
-                loop.thread.join(max(0.1, deadline - time.monotonic()))
+        self._join([loop for loop in self.loops if not loop.last], deadline)
+        self._run_hooks(self.on_quiesce)
+        self.last_stop.set()
+        self._join([loop for loop in self.loops if loop.last], deadline)
         stuck = [loop.name for loop in self.loops if loop.thread and loop.thread.is_alive()]
         if stuck:  # a slow stop says which loop held it (the supervisor's SIGKILL may come next)
             log.warning("gateway %s: %s still running %.1f s after stop", self.host,
                         ", ".join(stuck), time.monotonic() - t0)  # fmt: skip
-        for fn in self.on_stop:
+        self._run_hooks(self.on_stop)
+        log.info("gateway %s: stopped in %.1f s", self.host, time.monotonic() - t0)
+
+    @staticmethod
+    def _join(loops: list[Supervised], deadline: float) -> None:
+        for loop in loops:
+            if loop.thread is not None:
+                loop.thread.join(max(0.1, deadline - time.monotonic()))
+
+    def _run_hooks(self, hooks: list[Callable[[], None]]) -> None:
+        for fn in hooks:
             try:
                 fn()
             except Exception:
                 log.exception("gateway %s: stop hook failed", self.host)
-        log.info("gateway %s: stopped in %.1f s", self.host, time.monotonic() - t0)
 
     def wait(self, poll_s: float = 0.2) -> BaseException | None:
         """Block until stopped (signal or fatal error); returns the fatal error, if any."""

@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from pipeline.errors import BrokerError, FleetError, StoreError
+from pipeline.errors import BrokerError, StoreError
 from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.kafka.clients import ClientFactory, new_producer
 from pipeline.kafka.settings import producer_config
@@ -55,17 +55,11 @@ from .produce import produce_batch
 from .refused import fail_refused
 from .settle import settle
 from .status import backlog
+from .supervision import last_pass, report_failure
 from .terminal import FailedRow, TerminalSink, stopped_branches
 from .wake import feed_from, stop_feeding
 
 log = logging.getLogger(__name__)
-
-
-def _report_failure(exc: Exception, _attempt: int, delay: float) -> None:
-    if isinstance(exc, FleetError):
-        log.warning("outbox relay: %s; retrying in %.1fs", exc, delay)
-    else:
-        log.error("outbox relay: unexpected error; retrying in %.1fs", delay, exc_info=exc)
 
 
 class Relay:
@@ -86,6 +80,7 @@ class Relay:
         idle_wait_s: float = 0.05,
         ack_interval_s: float = 0.05,
         pass_spacing_s: float = 0.006,
+        final_pass_s: float = 2.0,
         metrics_interval_s: float = 1.0,
         producer_overrides: Mapping[str, Any] | None = None,
         producer_factory: ClientFactory = new_producer,
@@ -104,6 +99,7 @@ class Relay:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.idle_wait_s = idle_wait_s
+        self.final_pass_s = final_pass_s  # a stop's last pass (supervision.py)
         self.metrics_interval_s = metrics_interval_s
         self._conf = producer_config(
             bootstrap,
@@ -181,9 +177,9 @@ class Relay:
                 except Exception as exc:  # noqa: BLE001 - its own supervisor: logged, waited out
                     failures += 1
                     delay = backoff.delay(failures)
-                    _report_failure(exc, failures, delay)
+                    report_failure(exc, failures, delay)
                     if stop.wait(delay):
-                        return  # a stop ended the wait
+                        return  # a stop ended the wait (passes are failing: no last pass)
                     continue
                 failures = 0
                 self._pacing.shipped(started, acked)
@@ -193,8 +189,13 @@ class Relay:
                     stop, until=self._later.due
                 ):
                     self._read_next = True  # not a wake: another process may have committed
+            last_pass(self._pump_until, self.final_pass_s)  # what is committed by now goes out
         finally:
             self.close()
+
+    def _pump_until(self, stop: threading.Event) -> int:
+        self._stop = stop
+        return self._pump(max_batches=None)
 
     def _one_pass(self) -> int:
         """One pass of :meth:`run_forever`: the rows handed over, else a read of the store."""

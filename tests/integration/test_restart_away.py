@@ -160,6 +160,47 @@ def test_a_sigterm_restart_refuses_no_send_and_delivers_each_once(
         assert ends[(mid, "INJECTED")] + ends[(mid, "FAILED")] == 1, mid
 
 
+def test_a_clean_stop_ships_the_receipt_of_the_inject_it_waited_for(
+    kafka: BrokerHandle, tmp_path: Path, procs: list[GatewayProc]
+) -> None:
+    """R-ACK-5, R-PRES-7: a SIGTERM that lands during an inject lets the inject end, and its
+    ``INJECTED`` reaches the sender while B is still down. Were it left in B's outbox until the
+    next start, a restart longer than the sender's deadline would give that sender a
+    ``FAILED`` for a brief that was injected (then a late ``INJECTED`` beside it)."""
+    fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A", "B"))
+    started, injected = tmp_path / "started", tmp_path / "injected.txt"
+    slow = (
+        '[[entities]]\ngid = "worker-b"\nrole = "worker"\ndelivery = "inject"\n'
+        '[entities.injector]\ntype = "command"\n'
+        f'command = ["sh", "-c", "touch {started}; sleep 3; echo $FLEET_MSG_ID >> {injected}"]\n'
+        "timeout_s = 10.0\n"
+    )
+    cfg_a = fleet.config_file("A", MAIN_A)
+    cfg_b = fleet.config_file("B", MAIN_B + slow)
+    b = GatewayProc(cfg_b, tmp_path / "B.log")
+    procs += [GatewayProc(cfg_a, tmp_path / "A.log").start(), b.start()]
+    wait_until(
+        lambda: (
+            "worker-b" in {e["gid"] for e in _json("roster", "--config", str(cfg_a))["entries"]}
+        ),
+        timeout_s=120,
+        what="worker-b live at A",
+    )
+    sent = _json("send", "--config", str(cfg_a), "--from", "main-a", "--to", "worker-b",
+                 "--kind", "SEND", "the last brief")  # fmt: skip
+    wait_until(started.exists, timeout_s=60, what="the inject under way")
+    assert b.stop() == 0  # SIGTERM mid-inject
+    assert injected.read_text().split() == [sent["msgId"]], "the inject under way ended"
+
+    receipts: list[dict[str, Any]] = []
+    wait_until(
+        lambda: _drain(cfg_a, "main-a", receipts) or any(m["kind"] == "INJECTED" for m in receipts),
+        timeout_s=60,
+        what="the INJECTED at A with B stopped",
+    )
+    assert [(m["kind"], m["about"]) for m in receipts] == [("INJECTED", sent["msgId"])]
+
+
 def test_leave_tombstones_and_sends_are_then_refused(
     kafka: BrokerHandle, tmp_path: Path, procs: list[GatewayProc]
 ) -> None:

@@ -61,7 +61,7 @@ def test_failed_passes_back_off_growing_and_a_success_starts_the_backoff_over(
 
     monkeypatch.setattr(relay, "_one_pass", one_pass)
     monkeypatch.setattr(
-        relay_module, "_report_failure", lambda _exc, attempt, _delay: reported.append(attempt)
+        relay_module, "report_failure", lambda _exc, attempt, _delay: reported.append(attempt)
     )
     thread = threading.Thread(target=relay.run_forever, args=(stop,), daemon=True)
     thread.start()
