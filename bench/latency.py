@@ -396,6 +396,7 @@ def run_once(
     start_timeout_s: float = 180.0,
     floor: bool = True,
     briefs_too: bool = True,
+    briefs_only: bool = False,
     phases: tuple[Phase, ...] | None = None,
     until: Callable[[dict[str, Any]], bool] | None = None,
     server_pid: int | None = None,
@@ -406,14 +407,15 @@ def run_once(
 
     With ``floor``, :mod:`bench.kafka_floor` first runs the bare Kafka hops at each rate, before
     any gateway starts (so the floor is the hop at its quietest). Without
-    ``briefs_too`` every send is a REPLY (the sender's own rate, no injects beside it).
+    ``briefs_too`` every send is a REPLY (the sender's own rate, no injects beside it); with
+    ``briefs_only`` every send is a brief (the brief path's own cost, no REPLYs beside it).
     ``injector`` is worker-b's command mode (``one-shot``: ``true`` per brief; ``long-lived``).
     ``phases`` replaces ``rates`` (one ``at_<rate>`` phase each) with named phases of their own
     mix; ``until(phase_result)`` true ends the run after that phase (the knee's steps).
     ``server_pid`` (the PostgreSQL postmaster) is counted as a tree beside the gateways. With
     ``idle_s``, the processes' CPU at rest after the warm-up, before any phase (``idle``)."""
     if phases is None:
-        mix = "both" if briefs_too else "reply"
+        mix = "brief" if briefs_only else "both" if briefs_too else "reply"
         phases = tuple((f"at_{r}", r, mix) for r in rates)
     run = _Run(bootstrap, sender=sender, store_urls=store_urls, injector=injector)
     result: dict[str, Any] = {"sender": sender, "store": run.urls["A"].split(":", 1)[0]}
@@ -598,6 +600,7 @@ def repeats(
     rates: tuple[int, ...],
     floor: bool = True,
     briefs_too: bool = True,
+    briefs_only: bool = False,
     injector: str = "one-shot",
 ) -> dict[str, Any]:
     """``n`` runs and, per rate, min / median / max of the p99s and of the achieved rate."""
@@ -615,6 +618,7 @@ def repeats(
                     store_urls=urls,
                     floor=floor,
                     briefs_too=briefs_too,
+                    briefs_only=briefs_only,
                     server_pid=server,
                     injector=injector,
                 )
@@ -684,7 +688,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rates", default="500", help="comma-separated offered rates")
     ap.add_argument("--no-floor", action="store_true", help="skip the bare Kafka hops")
-    ap.add_argument("--replies-only", action="store_true", help="every send a REPLY, no briefs")
+    only = ap.add_mutually_exclusive_group()
+    only.add_argument("--replies-only", action="store_true", help="every send a REPLY, no briefs")
+    only.add_argument("--briefs-only", action="store_true", help="every send a brief, no REPLYs")
     ap.add_argument(
         "--injector",
         choices=("one-shot", "long-lived"),
@@ -702,6 +708,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rates=tuple(int(r) for r in args.rates.split(",")),
             floor=not args.no_floor,
             briefs_too=not args.replies_only,
+            briefs_only=args.briefs_only,
             injector=args.injector,
         )
     print(json.dumps(out, indent=2), flush=True)
