@@ -68,6 +68,7 @@ RECIPIENT_GONE = Lifecycle.RECIPIENT_GONE
 INJECT_DEADLINE_PASSED = reasons.Delivery.INJECT_DEADLINE_PASSED
 REPLY_TTL_S = 300.0
 _ONE_HELD = 1  # a hold, as an item of ``InboxHandler._stored``
+_KIND_VALUE = {kind: kind.value for kind in Kind}  # a dict lookup, not the enum's property
 _STILL_A_DUPLICATE = frozenset({REPLAY, EXPIRED})
 # how long a record from a sender the roster does not know waits for the roster to have read
 # every presence record produced before it (the follower's horizon advances about once a second)
@@ -480,7 +481,7 @@ def _held_row(recipient: str, env: Envelope, record: Record, now: int) -> dict[s
     return {
         "recipient": recipient,
         "msg_id": env.msg_id,
-        "kind": env.kind.value,
+        "kind": _KIND_VALUE[env.kind],
         "sender": env.sender,
         "trace_id": env.trace_id,
         "turn_id": env.turn_id,

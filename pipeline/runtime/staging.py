@@ -108,20 +108,22 @@ class _Lean:
     type has one), nothing else. SQLAlchemy's generic per-row parameter construction cost more
     than the insert itself on the runtime's batch path."""
 
-    __slots__ = ("keys", "processors", "sql")
+    __slots__ = ("keys", "processed", "sql")
 
     def __init__(self, sql: str, keys: tuple[str, ...], processors: tuple[Any, ...]) -> None:
-        self.sql, self.keys, self.processors = sql, keys, processors
+        self.sql, self.keys = sql, keys
+        # (position, processor) of the columns that have one: a held row's 12 columns have 2
+        self.processed = tuple((i, proc) for i, proc in enumerate(processors) if proc is not None)
 
     def params(self, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-        keys, procs = self.keys, self.processors
-        if not any(procs):
+        keys, processed = self.keys, self.processed
+        if not processed:
             return [tuple([row[k] for k in keys]) for row in rows]
         out = []
         for row in rows:
             values = [row[k] for k in keys]
-            for i, proc in enumerate(procs):
-                if proc is not None and values[i] is not None:
+            for i, proc in processed:
+                if values[i] is not None:
                     values[i] = proc(values[i])
             out.append(tuple(values))
         return out
