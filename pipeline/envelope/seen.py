@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
 
@@ -37,6 +38,16 @@ class BoundedSeenSet:
             self._ids.move_to_end(msg_id)
             while len(self._ids) > self.capacity:
                 self._ids.popitem(last=False)
+
+    def add_all(self, msg_ids: Iterable[str]) -> None:
+        """:meth:`add` for each id in order, under one lock (a batch's ids at once)."""
+        with self._lock:
+            ids = self._ids
+            for msg_id in msg_ids:
+                ids[msg_id] = None
+                ids.move_to_end(msg_id)
+            while len(ids) > self.capacity:
+                ids.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._ids)

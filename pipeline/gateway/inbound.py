@@ -67,6 +67,8 @@ HELD_CAP_EXCEEDED = reasons.Delivery.HELD_CAP_EXCEEDED
 RECIPIENT_GONE = Lifecycle.RECIPIENT_GONE
 INJECT_DEADLINE_PASSED = reasons.Delivery.INJECT_DEADLINE_PASSED
 REPLY_TTL_S = 300.0
+_ONE_HELD = 1  # a hold, as an item of ``InboxHandler._stored``
+_KIND_VALUE = {kind: kind.value for kind in Kind}  # a dict lookup, not the enum's property
 _STILL_A_DUPLICATE = frozenset({REPLAY, EXPIRED})
 # how long a record from a sender the roster does not know waits for the roster to have read
 # every presence record produced before it (the follower's horizon advances about once a second)
@@ -277,7 +279,7 @@ class InboxHandler:
         entity = self.entities.get(env.to)
         if entity is None:
             return self._no_entity(env)
-        tx.after_store(functools.partial(self.seen.add, env.msg_id))
+        tx.after_store_each(self._stored, env.msg_id)  # into the seen-set, per batch
         if entity.delivery == Delivery.PULL:
             return self._to_pull(env, record, tx, verified.signer_host)
         return self._to_inject(env, tx, verified.signer_host)
@@ -389,8 +391,17 @@ class InboxHandler:
         if TRACING.on:
             TRACING.held(env, recipient)
         self._held.counts[recipient] = self._held.counts.get(recipient, 0) + 1
-        tx.after_store(self.metrics.held_total.inc)
+        tx.after_store_each(self._stored, _ONE_HELD)
         return ACK
+
+    def _stored(self, items: list[str | int]) -> None:
+        """A batch's bookkeeping once its transaction is durable, in one call: its applied
+        msgIds (``str``) into the seen-set, its holds (``_ONE_HELD`` each) counted."""
+        ids = [item for item in items if type(item) is str]
+        if ids:
+            self.seen.add_all(ids)
+        if len(ids) < len(items):
+            self.metrics.held_total.inc(len(items) - len(ids))
 
     def _pending(self, recipient: str) -> int:
         now = time.monotonic()
@@ -470,7 +481,7 @@ def _held_row(recipient: str, env: Envelope, record: Record, now: int) -> dict[s
     return {
         "recipient": recipient,
         "msg_id": env.msg_id,
-        "kind": env.kind.value,
+        "kind": _KIND_VALUE[env.kind],
         "sender": env.sender,
         "trace_id": env.trace_id,
         "turn_id": env.turn_id,

@@ -54,6 +54,7 @@ from .attempts import Attempts
 from .batch import Batch, KeepQuarantined, effect_failed
 from .batch_commit import BatchCommit
 from .batch_session import BatchSessions
+from .collector import size_for_batches
 from .commits import AsyncCommits
 from .config import RuntimeConfig
 from .dedupe import claim_ids, release_ids
@@ -190,6 +191,7 @@ class ConsumerRuntime:
         if self._warm:
             return
         self._warm = True
+        size_for_batches()  # a batch's objects die young (``collector.py``)
         session = self.sessions()
         try:
             session.begin()

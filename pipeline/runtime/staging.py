@@ -12,7 +12,8 @@ decides the batch's :class:`AckMode`, that is how the runtime commits its offset
 * :class:`AfterStore` (``tx.after_store``) -- bookkeeping that only needs the batch transaction
   to be durable (a seen-set entry, a counter). It promises nothing about the offset, so a batch
   holding only these (the pull path) commits its offsets asynchronously: a lost commit
-  redelivers, and the dedupe rows absorb the redelivery.
+  redelivers, and the dedupe rows absorb the redelivery. ``tx.after_store_each(fn, item)`` is
+  the same kind, staged per record and run as one ``fn(items)`` per batch.
 
 A record whose outcome is not ``Ack`` has its staging discarded (:meth:`Staged.rollback`), so a
 failed record leaves no partial writes.
@@ -71,7 +72,15 @@ class AfterStore:
     fn: Effect
 
 
-FollowUp = AfterCommit | AfterStore
+@dataclass(frozen=True, slots=True)
+class AfterStoreEach:
+    """One item of a batched :class:`AfterStore` (:meth:`Staged.after_store_each`)."""
+
+    fn: Callable[[list[Any]], None]
+    item: Any
+
+
+FollowUp = AfterCommit | AfterStore | AfterStoreEach
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,20 +108,22 @@ class _Lean:
     type has one), nothing else. SQLAlchemy's generic per-row parameter construction cost more
     than the insert itself on the runtime's batch path."""
 
-    __slots__ = ("keys", "processors", "sql")
+    __slots__ = ("keys", "processed", "sql")
 
     def __init__(self, sql: str, keys: tuple[str, ...], processors: tuple[Any, ...]) -> None:
-        self.sql, self.keys, self.processors = sql, keys, processors
+        self.sql, self.keys = sql, keys
+        # (position, processor) of the columns that have one: a held row's 12 columns have 2
+        self.processed = tuple((i, proc) for i, proc in enumerate(processors) if proc is not None)
 
     def params(self, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-        keys, procs = self.keys, self.processors
-        if not any(procs):
+        keys, processed = self.keys, self.processed
+        if not processed:
             return [tuple([row[k] for k in keys]) for row in rows]
         out = []
         for row in rows:
             values = [row[k] for k in keys]
-            for i, proc in enumerate(procs):
-                if proc is not None and values[i] is not None:
+            for i, proc in processed:
+                if values[i] is not None:
                     values[i] = proc(values[i])
             out.append(tuple(values))
         return out
@@ -187,6 +198,12 @@ class Staged:
         """Bookkeeping after the batch transaction; never delays or orders the offset commit."""
         self.effects.append(AfterStore(fn))
 
+    def after_store_each(self, fn: Callable[[list[Any]], None], item: Any) -> None:
+        """Bookkeeping like :meth:`after_store`, staged per item and run per batch: each run of
+        consecutive items for the same ``fn`` is one ``fn(items)`` (a seen-set entry and a
+        counter per record become one lock and one increment per batch)."""
+        self.effects.append(AfterStoreEach(fn, item))
+
     # -- used by the runtime -------------------------------------------------------------------
     def mark(self) -> tuple[int, int, int]:
         return (len(self.inserts), len(self.calls), len(self.effects))
@@ -207,14 +224,29 @@ class Staged:
         return sum(isinstance(e, AfterCommit) for e in self.effects)
 
     def run_effects(self, *, committed: bool, on_error: Callable[[], None]) -> None:
-        """Run follow-ups in staging order; ``AfterCommit`` ones only if ``committed``."""
+        """Run follow-ups in staging order; ``AfterCommit`` ones only if ``committed``; a run
+        of :meth:`after_store_each` items for the same ``fn`` as one call."""
+        run: list[Any] = []
+        run_fn: Callable[[list[Any]], None] | None = None
         for effect in self.effects:
+            if isinstance(effect, AfterStoreEach):
+                if run_fn is not None and effect.fn != run_fn:
+                    _run_each(run_fn, run, on_error)
+                    run = []
+                run_fn = effect.fn
+                run.append(effect.item)
+                continue
+            if run_fn is not None:
+                _run_each(run_fn, run, on_error)
+                run, run_fn = [], None
             if isinstance(effect, AfterCommit) and not committed:
                 continue
             try:
                 effect.fn()
             except Exception:  # noqa: BLE001 - one failed follow-up never stops the others
                 on_error()
+        if run_fn is not None:
+            _run_each(run_fn, run, on_error)
 
     def flush(self, tx: BatchTx | Session) -> None:
         """Bulk-insert rows table by table (one ``executemany`` per table and column set), then
@@ -263,3 +295,12 @@ class Staged:
 
     def empty(self) -> bool:
         return not (self.inserts or self.calls or self.effects)
+
+
+def _run_each(
+    fn: Callable[[list[Any]], None], items: list[Any], on_error: Callable[[], None]
+) -> None:
+    try:
+        fn(items)
+    except Exception:  # noqa: BLE001 - one failed follow-up never stops the others
+        on_error()

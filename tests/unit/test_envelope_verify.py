@@ -291,3 +291,13 @@ def test_a_bad_envelope_fails_at_the_sender(change: dict[str, Any]) -> None:
 def test_a_topic_that_is_not_utf8_is_rejected_not_raised() -> None:
     f = Fleet()
     assert reason(f, **{**f.record(), "topic": "fleet.inbox.\udcff"}) == r.TO_MISMATCH
+
+
+def test_a_batch_of_ids_added_at_once_is_a_replay_and_the_seen_set_stays_bounded() -> None:
+    from pipeline.envelope import BoundedSeenSet
+
+    seen = BoundedSeenSet(capacity=3)
+    seen.add("old")
+    seen.add_all(["a", "b", "c"])
+    assert [seen.contains(i) for i in ("old", "a", "b", "c")] == [False, True, True, True]
+    assert len(seen) == 3, "the oldest entry went, as one add at a time would have done"

@@ -42,6 +42,10 @@ from pipeline.store import make_engine, read_sessions, session_factory
 FAR = 10**15
 
 
+def _raise() -> None:
+    raise  # noqa: PLE0704 - the follow-up's own error, re-raised into the test
+
+
 def _client(tmp_path: Path, **kw: Any):  # type: ignore[no-untyped-def]
     engine = make_engine(f"sqlite:///{tmp_path / 'A.sqlite'}")
     with session_factory(engine).begin() as s:
@@ -115,16 +119,14 @@ def test_a_brief_arriving_past_its_deadline_is_dead_lettered_not_injected(
         out = handler._to_inject(late, tx, "A")
     assert isinstance(out, DeadLetter) and out.reason == "INJECT_DEADLINE_PASSED"
     assert out.reason in PERMANENT, "retrying cannot help: the sender gave up"
-    for effect in tx.effects:
-        effect.fn()
+    tx.run_effects(committed=True, on_error=_raise)
     assert submitted == [], "never submitted for inject"
     assert late.msg_id in caplog.text and "INJECT_DEADLINE_PASSED" in caplog.text
     assert handler.metrics.inject_deadline_passed.labels("inbox")._value.get() == 1
     fresh = Envelope.new(kind=Kind.SEND, sender="main-a", to="worker-b", ttl_s=30)
     tx = Staged()
     assert not isinstance(handler._to_inject(fresh, tx, "A"), DeadLetter)
-    for effect in tx.effects:
-        effect.fn()
+    tx.run_effects(committed=True, on_error=_raise)
     assert submitted == [fresh.msg_id], "in time: injected after the commit as before"
     assert DeliveryReason.INJECT_DEADLINE_PASSED == "INJECT_DEADLINE_PASSED"
     engine.dispose()
@@ -154,8 +156,7 @@ def test_an_injected_after_the_senders_failed_is_loud_marked_late_and_still_held
         handler._to_pull(receipt, record, tx, "B")
     with sessions.begin() as s:
         tx.flush(s)
-    for effect in tx.effects:
-        effect.fn()
+    tx.run_effects(committed=True, on_error=_raise)
     with sessions() as s:
         assert deadlines.state_of(s, FORWARD, "b1") == deadlines.LATE
         held = [r.msg_id for r in s.execute(select(held_table.c.msg_id))]
@@ -190,8 +191,7 @@ def test_an_uncertain_injected_after_the_senders_failed_is_recorded_uncertain_no
         handler._to_pull(receipt, record, tx, "B")
     with sessions.begin() as s:
         tx.flush(s)
-    for effect in tx.effects:
-        effect.fn()
+    tx.run_effects(committed=True, on_error=_raise)
     with sessions() as s:
         assert deadlines.state_of(s, FORWARD, "b1") == deadlines.UNCERTAIN
         held = [r.msg_id for r in s.execute(select(held_table.c.msg_id))]

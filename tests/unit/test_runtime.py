@@ -493,6 +493,30 @@ def test_staged_follow_ups_are_a_closed_type_that_decides_the_commit() -> None:
     assert tx.ack_mode() is AckMode.AT_LEAST_ONCE
 
 
+def test_after_store_each_runs_each_run_of_items_as_one_call_in_staging_order() -> None:
+    from pipeline.runtime.staging import AckMode
+
+    calls: list[object] = []
+    tx = Staged()
+    tx.after_store_each(calls.append, "a")
+    tx.after_store_each(calls.append, "b")
+    tx.after_store(lambda: calls.append("store"))
+    tx.after_store_each(calls.append, "c")
+    mark = tx.mark()
+    tx.after_store_each(calls.append, "rolled back")
+    tx.rollback(mark)
+    tx.after_commit(lambda: calls.append("commit"))
+    assert tx.ack_mode() is AckMode.AT_MOST_ONCE
+    tx.run_effects(committed=False, on_error=lambda: calls.append("error"))
+    assert calls == [["a", "b"], "store", ["c"]], "no AfterCommit without the commit"
+    calls.clear()
+    failing = Staged()
+    failing.after_store_each(lambda items: 1 / 0, "x")
+    failing.after_store(lambda: calls.append("after"))
+    failing.run_effects(committed=True, on_error=lambda: calls.append("error"))
+    assert calls == ["error", "after"], "a failed batch of items never stops the others"
+
+
 def test_an_async_commit_refused_for_fencing_stops_the_member_at_the_next_step(
     sessions: Any,
 ) -> None:
