@@ -71,10 +71,9 @@ outbox = Table(
     UniqueConstraint("tenant", "branch_key", "lsn", name="uq_outbox_branch_lsn"),
 )
 
-# A partial index over rows whose own status is PENDING (sent ones under a watermark included):
-# kept from before the watermark for the transition; the relay reads by branch instead.
-_PENDING = text(f"status = {int(RowStatus.PENDING)}")
-Index("ix_outbox_pending", outbox.c.id, sqlite_where=_PENDING, postgresql_where=_PENDING)
+# No index over PENDING rows: a sent row stays PENDING under its watermark, so one would copy the
+# primary key and cost every insert a page; the relay's scan from an id walks the primary key
+# (revision 0015_outbox_no_pending_index).
 # Failed rows stop their branch: the relay lists them often, so they get their own tiny index.
 _FAILED = text(f"status = {int(RowStatus.FAILED)}")
 Index("ix_outbox_failed", outbox.c.id, sqlite_where=_FAILED, postgresql_where=_FAILED)
