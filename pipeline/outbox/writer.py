@@ -80,8 +80,11 @@ def write(
             cursor = raw.cursor()
             cursor.execute(statement, params)
             row = cursor.fetchone()  # the upsert returns its row
-            lsn, abandoned = row
+            lsn, abandoned, active = row
             if not abandoned:
+                if not active:  # the relay found the branch all sent: list it again (tables.py)
+                    statement, params = sql.activate, (tenant, branch_key)
+                    cursor.execute(statement, params)
                 if lsn == 1:  # a new branch: its watermark row (the relay acks there)
                     statement, params = sql.new_branch, (tenant, branch_key)
                     cursor.execute(statement, params)
@@ -115,6 +118,7 @@ class _WriteSql(NamedTuple):
     next_lsn: str
     insert: str
     new_branch: str  # a new branch's watermark row (outbox_sent), made by its lsn 1's writer
+    activate: str  # lists a branch the relay had found all sent (tables.py, ``active``)
     both: str | None  # PostgreSQL: the two as one statement (a data-modifying WITH)
 
 
@@ -126,24 +130,31 @@ class _WriteSql(NamedTuple):
 # cursor-execute event is registered on the store's engines.
 # The upsert's row lock serialises writers of one branch until they commit, so lsns commit in
 # order and never leave a gap (a rolled-back writer rolls its lsn back too).
+# The upsert leaves ``active`` alone: SQLite rewrites a partial index's entry whenever an UPDATE
+# sets a column of its condition, so the flag is set by a statement of its own, only by the
+# writer that finds it clear (the relay had found the branch all sent).
 _WRITE_SQL = (
-    "INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned) VALUES ({p}, {p}, 1, {f}) "
+    "INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned, active) "
+    "VALUES ({p}, {p}, 1, {f}, {t}) "
     "ON CONFLICT (tenant, branch_key) DO UPDATE SET last_lsn = outbox_branch.last_lsn + 1 "
-    "RETURNING last_lsn, abandoned",
+    "RETURNING last_lsn, abandoned, active",
     "INSERT INTO outbox (tenant, branch_key, lsn, topic, key, value, headers, status, created_at) "
     "VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})",
     "INSERT INTO outbox_sent (tenant, branch_key, sent_lsn, abandoned) VALUES ({p}, {p}, 0, {f}) "
     "ON CONFLICT (tenant, branch_key) DO NOTHING",
+    "UPDATE outbox_branch SET active = {t} WHERE tenant = {p} AND branch_key = {p}",
 )
 # PostgreSQL takes both as one statement, so a send's row costs one round trip, not two (SQLite
 # has no INSERT inside WITH, nor round trips to save). No row back: the branch is abandoned; the
 # row's id comes back with its lsn, for the relay's feed (wake.py).
 # The writer of a branch's lsn 1 also makes its watermark row in ``outbox_sent``, which the
 # relay's ack updates: a writer never locks that row again, so the ack never waits for a writer.
+# PostgreSQL updates a row in place (HOT, no index entry) unless an indexed column's value
+# changes, so here the upsert sets ``active`` itself: a change only when the relay had cleared it.
 _BOTH_SQL = (
-    "WITH b AS (INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned) "
-    "VALUES ({p}, {p}, 1, false) ON CONFLICT (tenant, branch_key) "
-    "DO UPDATE SET last_lsn = outbox_branch.last_lsn + 1 "
+    "WITH b AS (INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned, active) "
+    "VALUES ({p}, {p}, 1, false, true) ON CONFLICT (tenant, branch_key) "
+    "DO UPDATE SET last_lsn = outbox_branch.last_lsn + 1, active = true "
     "RETURNING tenant, branch_key, last_lsn, abandoned), "
     "s AS (INSERT INTO outbox_sent (tenant, branch_key, sent_lsn, abandoned) "
     "SELECT b.tenant, b.branch_key, 0, false FROM b WHERE b.last_lsn = 1 AND NOT b.abandoned "
@@ -163,10 +174,14 @@ def _sql_for(paramstyle: str, *, on_pg: bool) -> _WriteSql:
         p = _PLACEHOLDER.get(paramstyle)
         if p is None:
             raise ConfigError(f"outbox: unsupported DB-API paramstyle {paramstyle!r}")
-        false = "0" if paramstyle == "qmark" else "false"
+        false, true = ("0", "1") if paramstyle == "qmark" else ("false", "true")
         both = _BOTH_SQL.format(p=p) if on_pg else None
-        next_lsn, insert, new_branch = (text.format(p=p, f=false) for text in _WRITE_SQL)
-        sql = _write_sql[(paramstyle, on_pg)] = _WriteSql(next_lsn, insert, new_branch, both)
+        next_lsn, insert, new_branch, activate = (
+            text.format(p=p, f=false, t=true) for text in _WRITE_SQL
+        )
+        sql = _write_sql[(paramstyle, on_pg)] = _WriteSql(
+            next_lsn, insert, new_branch, activate, both
+        )
     return sql
 
 

@@ -15,7 +15,7 @@ def test_the_branch_list_is_written_as_the_partial_index_is() -> None:
     fetch = FetchSql("qmark", tenant=None, limit=500)
     sql, params = fetch.branches()
     assert "FROM outbox_branch b JOIN outbox_sent s " in sql  # the watermark's own row
-    assert sql.endswith("WHERE b.last_lsn > b.idle_lsn AND NOT b.abandoned")
+    assert sql.endswith("WHERE b.active AND NOT b.abandoned")
     assert params == ()
     assert fetch.rows(7) == (
         f"SELECT {', '.join(COLUMNS)} FROM outbox WHERE status = 0 AND id >= ? "
