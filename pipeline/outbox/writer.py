@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, Engine, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -26,6 +26,13 @@ from .notify import notify
 from .sent import watermark
 from .tables import RowStatus, outbox, outbox_branch, outbox_sent
 from .wake import mark, note, wants_rows
+
+HELD = "fleet_outbox_held"
+"""``session.info`` key: ``(DB-API connection, Engine)`` under the session's transaction, set for
+each transaction by a writer that holds that connection and runs its transactions on it (the
+gateway socket's :class:`~pipeline.gateway.writer_session.WriterSession`): :func:`write` then
+skips ``Session.connection()``, SQLAlchemy's transaction bookkeeping, several µs per row (not
+inside a savepoint, where the session's own path is kept)."""
 
 
 def write(
@@ -59,22 +66,22 @@ def write(
             key=key, value=value, headers=headers, tenant=tenant, branch_key=branch_key, lsn=10**12
         )
         check_record_size(size, max_record_bytes, topic=topic)
-    conn = session.connection() if isinstance(session, Session) else session
-    on_pg = conn.dialect.name == "postgresql"
-    sql = _sql_for(conn.dialect.paramstyle, on_pg=on_pg)
+    raw, engine = _connection(session)
+    dialect = engine.dialect
+    on_pg = dialect.name == "postgresql"
+    sql = _sql_for(dialect.paramstyle, on_pg=on_pg)
     blob = pack_headers(headers) or None  # NULL: no headers (as since v0.1.0)
-    dbapi_error = conn.dialect.loaded_dbapi.Error
+    dbapi_error = dialect.loaded_dbapi.Error
     fed: tuple[Any, ...] | None = None  # the row as the relay reads it, for its feed (wake.py)
     statement: str = sql.next_lsn
     params: tuple[Any, ...] = (tenant, branch_key)
     try:
-        raw: Any = conn.connection.dbapi_connection
         if sql.both is not None:  # one round trip: the upsert feeds the insert
             statement = sql.both
             params = (tenant, branch_key, topic, key, value, blob, _PENDING, time.time())
             row: Any = pg_pipeline.one_row(raw, statement, params)  # none: branch abandoned
             lsn, abandoned = (0, True) if row is None else (row[1], False)
-            if row is not None and wants_rows(conn.engine):  # the id comes back with the lsn
+            if row is not None and wants_rows(engine):  # the id comes back with the lsn
                 fed = (row[0], tenant, branch_key, lsn, topic, key, value, blob, params[-1])
         else:
             cursor = raw.cursor()
@@ -91,13 +98,11 @@ def write(
                 statement = sql.insert
                 params = (tenant, branch_key, lsn, topic, key, value, blob, _PENDING, time.time())
                 cursor.execute(statement, params)
-                if wants_rows(conn.engine):  # SQLite: the id comes with the insert
+                if wants_rows(engine):  # SQLite: the id comes with the insert
                     fed = (cursor.lastrowid, tenant, branch_key, lsn, topic, key, value, blob,
                            params[-1])  # fmt: skip
     except dbapi_error as exc:  # as SQLAlchemy raises it: callers catch SQLAlchemyError
-        raise DBAPIError.instance(
-            statement, params, exc, dbapi_error, dialect=conn.dialect
-        ) from exc
+        raise DBAPIError.instance(statement, params, exc, dbapi_error, dialect=dialect) from exc
     if abandoned:
         raise DeliveryError(
             f"branch {branch_key!r} of tenant {tenant!r} was abandoned; write to the live branch",
@@ -112,6 +117,17 @@ def write(
     elif fed is not None:
         note(session, fed)  # for a writer that collects them (wake.collect)
     return int(lsn)
+
+
+def _connection(session: Session | Connection) -> tuple[Any, Engine]:
+    """The DB-API connection under ``session``'s transaction, and its engine: the held one
+    (:data:`HELD`) without ``Session.connection()``, except inside a savepoint."""
+    if isinstance(session, Session) and not session.in_nested_transaction():
+        held: tuple[Any, Engine] | None = session.info.get(HELD)
+        if held is not None:
+            return held
+    conn = session.connection() if isinstance(session, Session) else session
+    return conn.connection.dbapi_connection, conn.engine
 
 
 class _WriteSql(NamedTuple):
