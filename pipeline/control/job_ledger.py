@@ -107,7 +107,12 @@ class JobLedger:
 
     def reconcile(self, ended: Callable[[list[Claim]], dict[str, bool]]) -> int:
         """Release this host's admitted claims whose worker ``ended`` says is over (gid ->
-        whether it was launched at all)."""
+        whether it was launched at all).
+
+        ``ended`` reads the store, and runs without the ledger's lock: a SPAWN's claim takes
+        that lock inside its batch's transaction, which holds SQLite's write lock, so a
+        reconcile that waited for the store while holding the ledger's lock deadlocked with it
+        until the store's busy timeout (the claim then refused ``LEDGER_UNAVAILABLE``)."""
         with self._lock:
             try:
                 if self._behind:  # at boot, or after a claim that may be in the log unread
@@ -117,10 +122,13 @@ class JobLedger:
                 log.warning("job ledger: cannot catch up: %s", exc)
                 return 0
             held = [c for c in self.book.held_by(self.host) if c.spawn_id not in self._sent]
-            done = ended(held) if held else {}
+        if not held:
+            return 0
+        done = ended(held)
+        with self._lock:
             sent = 0
             for c in held:
-                if c.spawn_id in done:
+                if c.spawn_id in done and c.spawn_id not in self._sent:
                     release = Release(
                         job=c.job, spawn_id=c.spawn_id, host=self.host, launched=done[c.spawn_id]
                     )

@@ -207,3 +207,27 @@ def test_while_the_broker_is_away_a_claim_is_refused_retriable_and_released_late
     a._producer.poll(0)  # the broker is back: the queued claim lands
     assert a.reconcile(lambda held: {c.spawn_id: True for c in held}) == 1
     assert a.claim(claim("w1", "A", live=1)).admitted
+
+
+def test_a_claim_made_while_reconcile_reads_the_store_does_not_wait_for_it() -> None:
+    """R-SPAWN-7: reconcile reads the store (which workers ended) without the ledger's lock. A
+    SPAWN claims inside its batch's transaction, holding SQLite's write lock: were the ledger's
+    lock held while reconcile waits for the store, the two would deadlock until the store's busy
+    timeout and the claim be refused LEDGER_UNAVAILABLE."""
+    import threading
+
+    log = _Log()
+    (a,) = _ledgers(log, "A")
+    assert a.claim(claim("w0", "A", live=5)).admitted
+    verdicts: list[bool] = []
+
+    def ended(held: list[Claim]) -> dict[str, bool]:
+        # a batch's SPAWN arrives while the store is read: its claim must not wait for us
+        t = threading.Thread(target=lambda: verdicts.append(a.claim(claim("w1", "A")).admitted))
+        t.start()
+        t.join(5)
+        assert not t.is_alive(), "the claim waited for reconcile's read of the store"
+        return {c.spawn_id: True for c in held}
+
+    assert a.reconcile(ended) == 1  # w0 released
+    assert verdicts == [True]
