@@ -357,9 +357,24 @@ def test_kill_9_relay_process_mid_batch_loses_and_duplicates_nothing_at_the_fold
     the fold. The relay is a separate process on the same SQLite (WAL) file the executor writes."""
     topic = new_topic("outbox-kill", partitions=3)
     url, engine, sessions = _store(tmp_path)
-    runs = [("acme", f"r{i}") for i in range(5)]
     executor = Executor(sessions=sessions, journal=RunJournal(topic=topic))
-    writer = threading.Thread(target=executor.run_many, args=(runs,), kwargs={"steps": 40})
+    runs: list[tuple[str, str]] = []
+    writing = threading.Event()
+    writing.set()
+
+    def write() -> None:
+        # Runs keep coming while relays are killed: each incarnation then has rows in flight
+        # when it is killed. (A fixed backlog written first was shipped whole by the first relay
+        # before the reader saw a record, and the kills then found nothing left to cut.)
+        for i in range(150):
+            if not writing.is_set():
+                return
+            run = ("acme", f"r{i}")
+            executor.run_many([run], steps=40)
+            runs.append(run)
+            time.sleep(0.05)
+
+    writer = threading.Thread(target=write)
     writer.start()
     reader = reader_factory(kafka.bootstrap, topic)
     mid_batch_kills = 0
@@ -388,6 +403,7 @@ def test_kill_9_relay_process_mid_batch_loses_and_duplicates_nothing_at_the_fold
             if mid_batch_kills >= 2:
                 break
     finally:
+        writing.clear()
         writer.join(120)
     assert mid_batch_kills >= 1
     final = _relay_process(url, kafka.bootstrap)
