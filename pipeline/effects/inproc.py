@@ -60,7 +60,7 @@ def drain(
                         outbox_branch.c.branch_key == row.branch_key,
                         outbox_branch.c.last_lsn == row.lsn,
                     )
-                    .values(idle_lsn=row.lsn)
+                    .values(idle_lsn=row.lsn, active=False)
                 )
             rec = Record(
                 topic=row.topic,

@@ -46,6 +46,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline.errors import FleetError
 from pipeline.host import dbapi
 from pipeline.outbox import wake as outbox_wake
+from pipeline.outbox import writer as outbox_writer
 from pipeline.store.engine import PING_IDLE_S, WriteGate, write_gate
 
 HELD_DIALECTS = ("sqlite", "postgresql")
@@ -87,6 +88,7 @@ class WriterSession:
         info = session.info
         info.clear()
         info[dbapi.HELD] = (self._raw, engine.dialect)  # host.dbapi's statements
+        info[outbox_writer.HELD] = (self._raw, engine)  # outbox.write's
         if self._begin is not None:
             self._run(self._begin)
         return session

@@ -6,9 +6,9 @@ repeated ack is a no-op), never on an abandoned branch. The watermark row is not
 counter (``outbox_branch``), which a writer holds locked until its commit: the ack never waits for
 a writer.
 
-When the run ends at the branch's last lsn, the same ack raises ``outbox_branch.idle_lsn`` to it,
-which takes the branch out of the index of branches that may have unsent rows
-(``ix_outbox_branch_unsent``). On PostgreSQL only if no writer holds that row (``SKIP LOCKED``):
+When the run ends at the branch's last lsn, the same ack raises ``outbox_branch.idle_lsn`` to it
+and clears ``active``, which takes the branch out of the index of branches that may have unsent
+rows (``ix_outbox_branch_unsent``; the next writer of the branch sets ``active`` again). On PostgreSQL only if no writer holds that row (``SKIP LOCKED``):
 such a writer adds a row, whose ack marks the branch idle later; one that rolls back leaves the
 branch listed with nothing unsent, which costs the relay's listing one entry until the branch's
 next ack. ``idle_lsn`` is only ever at or below the watermark, so a branch with unsent rows is
@@ -35,13 +35,14 @@ _PG = (
     "idle AS (SELECT b.tenant, b.branch_key FROM outbox_branch b JOIN s "
     "ON b.tenant = s.tenant AND b.branch_key = s.branch_key WHERE b.last_lsn = {hi} "
     "FOR NO KEY UPDATE OF b SKIP LOCKED) "
-    "UPDATE outbox_branch SET idle_lsn = {hi} FROM idle "
+    "UPDATE outbox_branch SET idle_lsn = {hi}, active = false FROM idle "
     "WHERE outbox_branch.tenant = idle.tenant AND outbox_branch.branch_key = idle.branch_key"
 )
 # SQLite: one writer at a time, so two statements in the ack's transaction; the second only when
 # the watermark is now hi (the first moved it, or an earlier ack had).
 _IDLE = (
-    "UPDATE outbox_branch SET idle_lsn = {hi} WHERE tenant = {tenant} AND branch_key = {branch} "
+    "UPDATE outbox_branch SET idle_lsn = {hi}, active = 0 "
+    "WHERE tenant = {tenant} AND branch_key = {branch} "
     "AND last_lsn = {hi} AND idle_lsn < {hi} AND {hi} = (SELECT s.sent_lsn FROM outbox_sent s "
     "WHERE s.tenant = {tenant} AND s.branch_key = {branch})"
 )

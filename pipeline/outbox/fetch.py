@@ -44,7 +44,7 @@ class FetchSql:
         self._tenant = tenant
         self.limit = int(limit)
         own = "" if tenant is None else f" AND tenant = {p}"
-        # ``status = 0`` is a literal: both databases then scan ``ix_outbox_pending`` from the id
+        # a range of the primary key from the id (the row is read there, no index in between)
         self._rows = (
             f"SELECT {', '.join(COLUMNS)} FROM outbox WHERE status = {int(RowStatus.PENDING)}"
             f" AND id >= {p}{own} ORDER BY id LIMIT {self.limit}"

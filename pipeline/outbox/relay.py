@@ -183,12 +183,12 @@ class Relay:
                     continue
                 failures = 0
                 self._pacing.shipped(started, acked)
-                # A pass that read every unsent row of its branches waits: a commit since ends
-                # the wait at once (its wake; NOTIFY; SQLite's data_version).
-                if (acked == 0 or self._drained_clean) and not self._idle.wait(
-                    stop, until=self._later.due
-                ):
-                    self._read_next = True  # not a wake: another process may have committed
+                # A pass that read every unsent row of its branches waits: a commit since ends the
+                # wait at once (its wake; NOTIFY; data_version), the spacing slept out first (pacing).
+                if acked == 0 or self._drained_clean:
+                    self._pacing.hold(stop, until=self._later.due)
+                    if not self._idle.wait(stop, until=self._later.due):
+                        self._read_next = True  # not a wake: another process may have committed
             last_pass(self._pump_until, self.final_pass_s)  # what is committed by now goes out
         finally:
             self.close()

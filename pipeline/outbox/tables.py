@@ -11,7 +11,8 @@ a row of its own so the relay's ack and the writers never lock the same row: a w
 ``outbox_branch`` row from its lsn upsert to its commit (the disk flush included), and an ack on
 that row would wait for it. The writer of a branch's lsn 1 creates its ``outbox_sent`` row.
 ``outbox_branch.idle_lsn`` is where the relay last found the branch all sent: a branch with
-``last_lsn > idle_lsn`` may have unsent rows, and only those are in the relay's index.
+``last_lsn > idle_lsn`` may have unsent rows, and only those are in the relay's index, through
+the flag ``active`` (which says just that): a writer's lsn upsert then leaves the index alone.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from sqlalchemy import (
     String,
     Table,
     UniqueConstraint,
+    false,
     text,
 )
 
@@ -71,10 +73,9 @@ outbox = Table(
     UniqueConstraint("tenant", "branch_key", "lsn", name="uq_outbox_branch_lsn"),
 )
 
-# A partial index over rows whose own status is PENDING (sent ones under a watermark included):
-# kept from before the watermark for the transition; the relay reads by branch instead.
-_PENDING = text(f"status = {int(RowStatus.PENDING)}")
-Index("ix_outbox_pending", outbox.c.id, sqlite_where=_PENDING, postgresql_where=_PENDING)
+# No index over PENDING rows: a sent row stays PENDING under its watermark, so one would copy the
+# primary key and cost every insert a page; the relay's scan from an id walks the primary key
+# (revision 0015_outbox_no_pending_index).
 # Failed rows stop their branch: the relay lists them often, so they get their own tiny index.
 _FAILED = text(f"status = {int(RowStatus.FAILED)}")
 Index("ix_outbox_failed", outbox.c.id, sqlite_where=_FAILED, postgresql_where=_FAILED)
@@ -89,6 +90,9 @@ outbox_branch = Table(
     # the watermark when the relay last saw the branch all sent (only ever at or below sent_lsn):
     # the ack raises it to last_lsn when it sends a branch's last row and no writer holds the row
     Column("idle_lsn", BigInteger, nullable=False, default=0, server_default=text("0")),
+    # last_lsn > idle_lsn, kept as a flag the index's condition reads: set by the writer that
+    # finds it clear, cleared with idle_lsn by the ack (revision 0016_outbox_branch_active)
+    Column("active", Boolean, nullable=False, default=False, server_default=false()),
 )
 
 outbox_sent = Table(
@@ -106,11 +110,14 @@ outbox_sent = Table(
 # The branches that may have unsent rows (written since the relay last found them all sent): the
 # relay's read and the backlog gauge start from this index, so they cost as many entries as active
 # branches, however many sent rows the table still holds. The watermark itself is in outbox_sent.
+# The condition reads the flag ``active``, not ``last_lsn > idle_lsn``: SQLite rewrites a partial
+# index's entry on every UPDATE that sets a column of its condition, and PostgreSQL cannot update
+# such a row in place (HOT), so with last_lsn in it every send wrote an index page too.
 def unsent(alias: str = "") -> str:
     """The index's condition as SQL text, its columns qualified by ``alias`` when given: a query
     states it as the index does, so both databases use the index."""
     a = f"{alias}." if alias else ""
-    return f"{a}last_lsn > {a}idle_lsn AND NOT {a}abandoned"
+    return f"{a}active AND NOT {a}abandoned"
 
 
 UNSENT = unsent()

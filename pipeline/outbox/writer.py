@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, Engine, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -26,6 +26,13 @@ from .notify import notify
 from .sent import watermark
 from .tables import RowStatus, outbox, outbox_branch, outbox_sent
 from .wake import mark, note, wants_rows
+
+HELD = "fleet_outbox_held"
+"""``session.info`` key: ``(DB-API connection, Engine)`` under the session's transaction, set for
+each transaction by a writer that holds that connection and runs its transactions on it (the
+gateway socket's :class:`~pipeline.gateway.writer_session.WriterSession`): :func:`write` then
+skips ``Session.connection()``, SQLAlchemy's transaction bookkeeping, several µs per row (not
+inside a savepoint, where the session's own path is kept)."""
 
 
 def write(
@@ -59,42 +66,43 @@ def write(
             key=key, value=value, headers=headers, tenant=tenant, branch_key=branch_key, lsn=10**12
         )
         check_record_size(size, max_record_bytes, topic=topic)
-    conn = session.connection() if isinstance(session, Session) else session
-    on_pg = conn.dialect.name == "postgresql"
-    sql = _sql_for(conn.dialect.paramstyle, on_pg=on_pg)
+    raw, engine = _connection(session)
+    dialect = engine.dialect
+    on_pg = dialect.name == "postgresql"
+    sql = _sql_for(dialect.paramstyle, on_pg=on_pg)
     blob = pack_headers(headers) or None  # NULL: no headers (as since v0.1.0)
-    dbapi_error = conn.dialect.loaded_dbapi.Error
+    dbapi_error = dialect.loaded_dbapi.Error
     fed: tuple[Any, ...] | None = None  # the row as the relay reads it, for its feed (wake.py)
     statement: str = sql.next_lsn
     params: tuple[Any, ...] = (tenant, branch_key)
     try:
-        raw: Any = conn.connection.dbapi_connection
         if sql.both is not None:  # one round trip: the upsert feeds the insert
             statement = sql.both
             params = (tenant, branch_key, topic, key, value, blob, _PENDING, time.time())
             row: Any = pg_pipeline.one_row(raw, statement, params)  # none: branch abandoned
             lsn, abandoned = (0, True) if row is None else (row[1], False)
-            if row is not None and wants_rows(conn.engine):  # the id comes back with the lsn
+            if row is not None and wants_rows(engine):  # the id comes back with the lsn
                 fed = (row[0], tenant, branch_key, lsn, topic, key, value, blob, params[-1])
         else:
             cursor = raw.cursor()
             cursor.execute(statement, params)
             row = cursor.fetchone()  # the upsert returns its row
-            lsn, abandoned = row
+            lsn, abandoned, active = row
             if not abandoned:
+                if not active:  # the relay found the branch all sent: list it again (tables.py)
+                    statement, params = sql.activate, (tenant, branch_key)
+                    cursor.execute(statement, params)
                 if lsn == 1:  # a new branch: its watermark row (the relay acks there)
                     statement, params = sql.new_branch, (tenant, branch_key)
                     cursor.execute(statement, params)
                 statement = sql.insert
                 params = (tenant, branch_key, lsn, topic, key, value, blob, _PENDING, time.time())
                 cursor.execute(statement, params)
-                if wants_rows(conn.engine):  # SQLite: the id comes with the insert
+                if wants_rows(engine):  # SQLite: the id comes with the insert
                     fed = (cursor.lastrowid, tenant, branch_key, lsn, topic, key, value, blob,
                            params[-1])  # fmt: skip
     except dbapi_error as exc:  # as SQLAlchemy raises it: callers catch SQLAlchemyError
-        raise DBAPIError.instance(
-            statement, params, exc, dbapi_error, dialect=conn.dialect
-        ) from exc
+        raise DBAPIError.instance(statement, params, exc, dbapi_error, dialect=dialect) from exc
     if abandoned:
         raise DeliveryError(
             f"branch {branch_key!r} of tenant {tenant!r} was abandoned; write to the live branch",
@@ -111,10 +119,22 @@ def write(
     return int(lsn)
 
 
+def _connection(session: Session | Connection) -> tuple[Any, Engine]:
+    """The DB-API connection under ``session``'s transaction, and its engine: the held one
+    (:data:`HELD`) without ``Session.connection()``, except inside a savepoint."""
+    if isinstance(session, Session) and not session.in_nested_transaction():
+        held: tuple[Any, Engine] | None = session.info.get(HELD)
+        if held is not None:
+            return held
+    conn = session.connection() if isinstance(session, Session) else session
+    return conn.connection.dbapi_connection, conn.engine
+
+
 class _WriteSql(NamedTuple):
     next_lsn: str
     insert: str
     new_branch: str  # a new branch's watermark row (outbox_sent), made by its lsn 1's writer
+    activate: str  # lists a branch the relay had found all sent (tables.py, ``active``)
     both: str | None  # PostgreSQL: the two as one statement (a data-modifying WITH)
 
 
@@ -126,24 +146,31 @@ class _WriteSql(NamedTuple):
 # cursor-execute event is registered on the store's engines.
 # The upsert's row lock serialises writers of one branch until they commit, so lsns commit in
 # order and never leave a gap (a rolled-back writer rolls its lsn back too).
+# The upsert leaves ``active`` alone: SQLite rewrites a partial index's entry whenever an UPDATE
+# sets a column of its condition, so the flag is set by a statement of its own, only by the
+# writer that finds it clear (the relay had found the branch all sent).
 _WRITE_SQL = (
-    "INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned) VALUES ({p}, {p}, 1, {f}) "
+    "INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned, active) "
+    "VALUES ({p}, {p}, 1, {f}, {t}) "
     "ON CONFLICT (tenant, branch_key) DO UPDATE SET last_lsn = outbox_branch.last_lsn + 1 "
-    "RETURNING last_lsn, abandoned",
+    "RETURNING last_lsn, abandoned, active",
     "INSERT INTO outbox (tenant, branch_key, lsn, topic, key, value, headers, status, created_at) "
     "VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})",
     "INSERT INTO outbox_sent (tenant, branch_key, sent_lsn, abandoned) VALUES ({p}, {p}, 0, {f}) "
     "ON CONFLICT (tenant, branch_key) DO NOTHING",
+    "UPDATE outbox_branch SET active = {t} WHERE tenant = {p} AND branch_key = {p}",
 )
 # PostgreSQL takes both as one statement, so a send's row costs one round trip, not two (SQLite
 # has no INSERT inside WITH, nor round trips to save). No row back: the branch is abandoned; the
 # row's id comes back with its lsn, for the relay's feed (wake.py).
 # The writer of a branch's lsn 1 also makes its watermark row in ``outbox_sent``, which the
 # relay's ack updates: a writer never locks that row again, so the ack never waits for a writer.
+# PostgreSQL updates a row in place (HOT, no index entry) unless an indexed column's value
+# changes, so here the upsert sets ``active`` itself: a change only when the relay had cleared it.
 _BOTH_SQL = (
-    "WITH b AS (INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned) "
-    "VALUES ({p}, {p}, 1, false) ON CONFLICT (tenant, branch_key) "
-    "DO UPDATE SET last_lsn = outbox_branch.last_lsn + 1 "
+    "WITH b AS (INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned, active) "
+    "VALUES ({p}, {p}, 1, false, true) ON CONFLICT (tenant, branch_key) "
+    "DO UPDATE SET last_lsn = outbox_branch.last_lsn + 1, active = true "
     "RETURNING tenant, branch_key, last_lsn, abandoned), "
     "s AS (INSERT INTO outbox_sent (tenant, branch_key, sent_lsn, abandoned) "
     "SELECT b.tenant, b.branch_key, 0, false FROM b WHERE b.last_lsn = 1 AND NOT b.abandoned "
@@ -163,10 +190,14 @@ def _sql_for(paramstyle: str, *, on_pg: bool) -> _WriteSql:
         p = _PLACEHOLDER.get(paramstyle)
         if p is None:
             raise ConfigError(f"outbox: unsupported DB-API paramstyle {paramstyle!r}")
-        false = "0" if paramstyle == "qmark" else "false"
+        false, true = ("0", "1") if paramstyle == "qmark" else ("false", "true")
         both = _BOTH_SQL.format(p=p) if on_pg else None
-        next_lsn, insert, new_branch = (text.format(p=p, f=false) for text in _WRITE_SQL)
-        sql = _write_sql[(paramstyle, on_pg)] = _WriteSql(next_lsn, insert, new_branch, both)
+        next_lsn, insert, new_branch, activate = (
+            text.format(p=p, f=false, t=true) for text in _WRITE_SQL
+        )
+        sql = _write_sql[(paramstyle, on_pg)] = _WriteSql(
+            next_lsn, insert, new_branch, activate, both
+        )
     return sql
 
 

@@ -414,3 +414,80 @@ def test_the_migration_moves_each_watermark_to_its_own_row(store_url: str) -> No
         assert back == {"done": 3, "mid": 4, "gone": 1}
     finally:
         raw.dispose()
+
+
+def test_the_migration_lists_the_same_branches_by_their_flag(store_url: str) -> None:
+    """Revision 0016: the listing's index reads ``active`` (set to ``last_lsn > idle_lsn``), so
+    the same branches stay listed; a send's lsn upsert no longer sets a column of the index's
+    condition; and back."""
+    raw = sa.create_engine(store_url)
+    try:
+        upgrade(raw, "0015_outbox_no_pending_index")
+        with raw.begin() as conn:
+            for key, last, idle, gone in (("done", 3, 3, False), ("mid", 4, 2, False),
+                                          ("gone", 2, 1, True)):  # fmt: skip
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned, "
+                        "idle_lsn) VALUES ('t', :b, :n, :a, :i)"
+                    ),
+                    {"b": key, "n": last, "a": gone, "i": idle},
+                )
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO outbox_sent (tenant, branch_key, sent_lsn, abandoned) "
+                        "VALUES ('t', :b, :i, :a)"
+                    ),
+                    {"b": key, "a": gone, "i": idle},
+                )
+        upgrade(raw)
+        with raw.connect() as conn:
+            active = {
+                r[0]: bool(r[1])
+                for r in conn.execute(sa.text("SELECT branch_key, active FROM outbox_branch"))
+            }
+        assert active == {"done": False, "mid": True, "gone": True}
+        assert _listed(raw) == ["mid"]
+        with raw.begin() as conn:  # the revision's downgrade, as `alembic downgrade` runs it
+            from alembic import command
+
+            from pipeline.store.schema import _config
+
+            command.downgrade(_config(conn), "0015_outbox_no_pending_index")
+        with raw.connect() as conn:
+            listed = sorted(
+                r[0]
+                for r in conn.execute(
+                    sa.text(
+                        "SELECT branch_key FROM outbox_branch "
+                        "WHERE last_lsn > idle_lsn AND NOT abandoned"
+                    )
+                )
+            )
+            columns = {c["name"] for c in sa.inspect(conn).get_columns("outbox_branch")}
+        assert listed == ["mid"] and "active" not in columns
+    finally:
+        raw.dispose()
+
+
+def test_a_write_to_a_branch_found_all_sent_lists_it_and_others_leave_the_flag_alone(
+    engine: Engine, sessions: sessionmaker[Session]
+) -> None:
+    """R-OUT-4: the writer that finds its branch idle sets ``active`` (the relay lists it again),
+    one that finds it set does not write it (tables.py: no index write per send)."""
+    _write(sessions, "a", 2)
+    Acker(engine).ack([_row("a", 1), _row("a", 2)])
+    assert _listed(engine) == []
+    updates: list[str] = []  # the writer runs DB-API text: traced at the driver (SQLite)
+    with sessions.begin() as session:
+        dbapi = session.connection().connection.dbapi_connection
+        if engine.dialect.name == "sqlite":
+            dbapi.set_trace_callback(updates.append)
+        write(session, topic="x", key=b"k", value=b"v", branch_key="a", tenant="t")
+        write(session, topic="x", key=b"k", value=b"v", branch_key="a", tenant="t")
+        if engine.dialect.name == "sqlite":
+            dbapi.set_trace_callback(None)
+    assert _listed(engine) == ["a"]
+    assert _lsns(engine, is_pending()) == [3, 4]
+    if engine.dialect.name == "sqlite":
+        assert sum("SET active" in s for s in updates) == 1, updates

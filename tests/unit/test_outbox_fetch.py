@@ -11,11 +11,11 @@ from pipeline.outbox.fetch import COLUMNS, FetchSql, PassCursor
 
 def test_the_branch_list_is_written_as_the_partial_index_is() -> None:
     """Both databases use ``ix_outbox_branch_unsent`` only when the query states its condition;
-    ``status = 0`` stays a literal so the row read scans ``ix_outbox_pending`` from the id."""
+    the row read is a range of the primary key from the id."""
     fetch = FetchSql("qmark", tenant=None, limit=500)
     sql, params = fetch.branches()
     assert "FROM outbox_branch b JOIN outbox_sent s " in sql  # the watermark's own row
-    assert sql.endswith("WHERE b.last_lsn > b.idle_lsn AND NOT b.abandoned")
+    assert sql.endswith("WHERE b.active AND NOT b.abandoned")
     assert params == ()
     assert fetch.rows(7) == (
         f"SELECT {', '.join(COLUMNS)} FROM outbox WHERE status = 0 AND id >= ? "

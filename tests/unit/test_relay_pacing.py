@@ -5,8 +5,25 @@ nothing, or a stop, it starts at once (R-OUT-2: its own supervision, never past 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
+from typing import Any
 
+import pytest
+
+from pipeline.outbox import Relay
 from pipeline.outbox.pacing import Pacing
+from pipeline.store import make_engine
+
+
+class _Quiet:
+    def produce(self, *_a: Any, **_k: Any) -> None:
+        raise AssertionError("nothing is produced in this test")
+
+    def poll(self, _timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, _timeout: float = 0) -> int:
+        return 0
 
 
 class _Stop:
@@ -48,3 +65,53 @@ def test_no_spacing_never_waits_and_a_stop_ends_the_wait() -> None:
     long = Pacing(3600.0)
     long.shipped(long.hold(stopped), 1)
     long.hold(stopped)  # returns at once: the stop is set
+
+
+def test_the_hold_never_waits_past_until() -> None:
+    """The kept acks fall due at ``until``: the spacing is cut short there, and skipped when
+    ``until`` has passed."""
+    pacing, stop = Pacing(0.5), _Stop()
+    started = pacing.hold(stop)  # type: ignore[arg-type]
+    pacing.shipped(started, 1)
+    pacing.hold(stop, until=started + 0.1)  # type: ignore[arg-type]
+    pacing.hold(stop, until=started - 1.0)  # type: ignore[arg-type]
+    assert len(stop.waits) == 1 and 0 < stop.waits[0] <= 0.1
+
+
+def test_the_relay_sleeps_the_spacing_out_before_it_waits_for_a_wake(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load a commit's wake finds the relay asleep on the spacing, so it wakes no thread:
+    after a pass that shipped and read everything, the relay holds, then waits for a wake."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'a.sqlite'}")
+    relay = Relay(engine=engine, bootstrap="unused:1", producer_factory=lambda _conf: _Quiet())
+    stop = threading.Event()
+    steps: list[str] = []
+    passes = [1, 1]
+
+    def one_pass() -> int:
+        steps.append("pass")
+        relay._drained_clean = True  # read every unsent row of its branches
+        if not passes:
+            stop.set()
+            return 0
+        return passes.pop()
+
+    class _Pacing:
+        def hold(self, _stop: threading.Event, until: float | None = None) -> float:
+            steps.append("hold")
+            return 0.0
+
+        def shipped(self, _started: float, _rows: int) -> None:
+            pass
+
+    def wait(_stop: threading.Event, *, until: float | None = None) -> bool:
+        steps.append("wait")
+        return True  # woken
+
+    monkeypatch.setattr(relay, "_one_pass", one_pass)
+    monkeypatch.setattr(relay, "_pacing", _Pacing())
+    monkeypatch.setattr(relay._idle, "wait", wait)
+    relay.run_forever(stop)
+    engine.dispose()
+    assert steps[:7] == ["hold", "pass", "hold", "wait", "hold", "pass", "hold"]
