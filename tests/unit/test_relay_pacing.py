@@ -6,24 +6,13 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pipeline.outbox import Relay
 from pipeline.outbox.pacing import Pacing
 from pipeline.store import make_engine
-
-
-class _Quiet:
-    def produce(self, *_a: Any, **_k: Any) -> None:
-        raise AssertionError("nothing is produced in this test")
-
-    def poll(self, _timeout: float = 0) -> int:
-        return 0
-
-    def flush(self, _timeout: float = 0) -> int:
-        return 0
+from tests.unit.relay_fakes import QuietProducer
 
 
 class _Stop:
@@ -84,7 +73,9 @@ def test_the_relay_sleeps_the_spacing_out_before_it_waits_for_a_wake(
     """Under load a commit's wake finds the relay asleep on the spacing, so it wakes no thread:
     after a pass that shipped and read everything, the relay holds, then waits for a wake."""
     engine = make_engine(f"sqlite:///{tmp_path / 'a.sqlite'}")
-    relay = Relay(engine=engine, bootstrap="unused:1", producer_factory=lambda _conf: _Quiet())
+    relay = Relay(
+        engine=engine, bootstrap="unused:1", producer_factory=lambda _conf: QuietProducer()
+    )
     stop = threading.Event()
     steps: list[str] = []
     passes = [1, 1]

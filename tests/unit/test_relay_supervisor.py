@@ -14,17 +14,7 @@ from pipeline.errors import BrokerError
 from pipeline.outbox import Relay
 from pipeline.outbox import relay as relay_module
 from pipeline.store import make_engine
-
-
-class _Quiet:
-    def produce(self, *_a: Any, **_k: Any) -> None:
-        raise AssertionError("nothing is produced in this test")
-
-    def poll(self, _timeout: float = 0) -> int:
-        return 0
-
-    def flush(self, _timeout: float = 0) -> int:
-        return 0
+from tests.unit.relay_fakes import QuietProducer
 
 
 def _relay(tmp_path: Path, *, backoff_initial_s: float, backoff_max_s: float) -> tuple[Any, Relay]:
@@ -33,7 +23,7 @@ def _relay(tmp_path: Path, *, backoff_initial_s: float, backoff_max_s: float) ->
     relay = Relay(
         engine=engine,
         bootstrap="unused:1",
-        producer_factory=lambda _conf: _Quiet(),
+        producer_factory=lambda _conf: QuietProducer(),
         backoff_initial_s=backoff_initial_s,
         backoff_max_s=backoff_max_s,
     )
