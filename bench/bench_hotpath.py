@@ -99,6 +99,14 @@ def _baseline(what: str, spread: dict[str, float] | None) -> dict[str, Any]:
     return _row(what, "(floor)", lambda v: True, spread)
 
 
+# the threads that carry each gateway's share (their names in the kernel, cut to 15 bytes;
+# bench/cpu.py): A commits sends and holds receipts, B holds REPLYs and injects briefs
+THREAD_ROLES = {
+    "A": ("gw-socket-reade", "gw-relay", "gw-inbox", "librdkafka"),
+    "B": ("gw-inbox", "inject-worker", "gw-relay", "librdkafka"),
+}
+
+
 def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
     """Gateway CPU µs per message per kind and store, the floor beside them."""
     rows = []
@@ -126,6 +134,16 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
                         at.get(f"gateway_{gw}_of_which_idle_us_per_msg"),
                     )
                 )
+                threads = at.get(f"gateway_{gw}_by_thread_us_per_msg") or {}
+                for role in THREAD_ROLES[gw]:
+                    rows.append(
+                        _row(
+                            f"    of which its thread {role} (us)",
+                            "(inside it)",
+                            lambda v: True,
+                            threads.get(role),
+                        )
+                    )
             rows.append(
                 _row(
                     f"  broker CPU per {label}, same phase (us; its floor below)",

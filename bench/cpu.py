@@ -3,6 +3,11 @@
 ``/proc`` before and after. A latency row that misses its target on a saturated machine says so
 in numbers (Linux only; elsewhere the figures are absent, never invented).
 
+A gateway's CPU is also broken down by thread role (``gw-inbox``, ``gw-relay``,
+``gw-socket-reader``, ``inject-worker``, ``librdkafka`` ...: the names a gateway gives its
+threads in the kernel, docs/observability.md): ``<name>_threads_cpu_s``, each thread's CPU over
+the window (one that started inside it from zero; one that ended inside it is not counted).
+
 A *tree* (``trees=``) is a server and its live children, counted as one: the PostgreSQL
 postmaster and its backends. Its CPU at a moment is the root's (with the children it reaped)
 plus each live child's, so a backend that ends inside the window is counted once, in the root's
@@ -16,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pipeline.observability.thread_cpu import role_of
 from pipeline.support import procfs
 
 
@@ -60,6 +66,27 @@ def postmaster_pid(data_dir: Path | None) -> int | None:
         return None
 
 
+def threads_cpu_s(pid: int) -> dict[int, tuple[str, float]]:
+    """Each live thread of ``pid``: its role and CPU seconds so far."""
+    out = {}
+    for tid in procfs.thread_ids(pid) or ():
+        name, seconds = procfs.thread_name(pid, tid), procfs.thread_cpu_s(pid, tid)
+        if name is not None and seconds is not None:
+            out[tid] = (role_of(name), seconds)
+    return out
+
+
+def by_role(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
+    """CPU seconds per role between two readings of :func:`threads_cpu_s`."""
+    out: dict[str, float] = {}
+    for tid, (role, seconds) in after.items():
+        spent = seconds - (before[tid][1] if tid in before else 0.0)
+        out[role] = round(out.get(role, 0.0) + spent, 4)
+    return out
+
+
 class CpuWindow:
     """``start()`` ... ``stop()``: the busy share of every core and, per named process (or
     tree), CPU seconds and cores used over the window."""
@@ -70,6 +97,9 @@ class CpuWindow:
         self._t0 = 0.0
         self._m0: procfs.MachineCpu | None = None
         self._p0: dict[str, float | None] = {}
+        # the gateways' threads (a tree named gateway_*: its root process's threads)
+        self._threads = {n: p for n, p in self.trees.items() if n.startswith("gateway_")}
+        self._t0_threads: dict[str, dict[int, tuple[str, float]]] = {}
 
     def _read(self) -> dict[str, float | None]:
         out = {name: procfs.cpu_s(pid, children=True) for name, pid in self.pids.items()}
@@ -80,6 +110,7 @@ class CpuWindow:
         self._t0 = time.monotonic()
         self._m0 = procfs.machine_cpu()
         self._p0 = self._read()
+        self._t0_threads = {n: threads_cpu_s(p) for n, p in self._threads.items()}
         return self
 
     def stop(self) -> dict[str, Any]:
@@ -88,6 +119,10 @@ class CpuWindow:
         m0, m1 = self._m0, procfs.machine_cpu()
         if m0 is not None and m1 is not None and m1.total > m0.total:
             out["machine_busy"] = round((m1.busy - m0.busy) / (m1.total - m0.total), 3)
+        for name, pid in self._threads.items():
+            out[f"{name}_threads_cpu_s"] = by_role(
+                self._t0_threads.get(name, {}), threads_cpu_s(pid)
+            )
         for name, after in self._read().items():
             before = self._p0.get(name)
             if before is not None and after is not None and wall > 0:

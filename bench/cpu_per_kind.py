@@ -60,6 +60,16 @@ def summarize(runs: list[dict[str, Any]], rate: int = RATE) -> dict[str, Any]:
             ]
             if idle:  # already inside the figure above: read it as "of which at rest"
                 row[f"{name}_of_which_idle_us_per_msg"] = latency.spread(idle)
+        for name in PROCESSES:  # which thread of the gateway spent it
+            by_thread = [g.get("cpu_us_per_msg_by_thread", {}).get(name) or {} for g in got]
+            roles = sorted({r for d in by_thread for r in d})
+            spreads = {
+                r: latency.spread(v)
+                for r in roles
+                if (v := [d[r] for d in by_thread if d.get(r) is not None])
+            }
+            if spreads:
+                row[f"{name}_by_thread_us_per_msg"] = spreads
         row["not_arrived"] = latency.spread([latency._not_arrived(g) for g in got])
         # whether the phase kept up with its rate: a phase that ran behind drained a backlog in
         # large batches, so its µs per message is not the cost at this rate

@@ -538,7 +538,13 @@ def _phase(
         "cpu_us_per_msg": {
             k.removesuffix("_cpu_s"): us_per_message(v, messages)
             for k, v in used.items()
-            if k.endswith("_cpu_s")
+            if k.endswith("_cpu_s") and not k.endswith("_threads_cpu_s")
+        },
+        # the same per thread role of each gateway (which loop spent it)
+        "cpu_us_per_msg_by_thread": {
+            k.removesuffix("_threads_cpu_s"): {r: us_per_message(v, messages) for r, v in d.items()}
+            for k, d in used.items()
+            if k.endswith("_threads_cpu_s")
         },
     }
 

@@ -12,7 +12,11 @@ The CPU per message of the phase is printed beside, so a flame graph is read wit
 
 ``--gil`` samples only the thread holding the GIL: the Python work that serialises the
 gateway. Time in C with the GIL released (librdkafka, the Ed25519 calls, SQLite I/O) is left
-out: read it from the CPU figures, not from the graph.
+out: read it from the CPU figures, not from the graph. Both are printed: the phase's CPU per
+message per gateway and per thread role (bench/cpu.py), and with ``--perf`` (Linux ``perf``
+installed) each gateway's on-CPU samples by thread and shared object -- the interpreter
+(``libpython``), the crypto (``_rust.abi3.so``), SQLite, librdkafka, the kernel -- which says
+how much of a thread's CPU is Python at all.
 """
 
 from __future__ import annotations
@@ -105,14 +109,59 @@ def _sample(pids: dict[str, int], seconds: float, out: Path, tag: str) -> dict[s
     return errors
 
 
+def perf_by_object(report: str, top: int = 25) -> list[tuple[float, str, str]]:
+    """``perf report --sort comm,dso --stdio -g none`` lines: (share %, thread, shared object)."""
+    rows = []
+    for line in report.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0].endswith("%") and not line.lstrip().startswith("#"):
+            try:
+                rows.append((float(parts[0].rstrip("%")), parts[1], " ".join(parts[2:])))
+            except ValueError:
+                continue
+    return sorted(rows, reverse=True)[:top]
+
+
+def _perf(pids: dict[str, int], seconds: float, out: Path, tag: str) -> dict[str, Any]:
+    """``perf record`` both gateways at once, then each one's samples by thread and object."""
+    procs = {
+        h: subprocess.Popen(
+            ["perf", "record", "-F", "499", "-p", str(pid), "-o", str(out / f"{tag}-{h}.perf"),
+             "--", "sleep", str(seconds)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for h, pid in pids.items()
+    }  # fmt: skip
+    result: dict[str, Any] = {}
+    for h, p in procs.items():
+        _, err = p.communicate(timeout=seconds + 60)
+        report = subprocess.run(
+            ["perf", "report", "-i", str(out / f"{tag}-{h}.perf"), "--no-children",
+             "--sort", "comm,dso", "--stdio", "-g", "none"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        result[h] = perf_by_object(report.stdout) or err.decode(errors="replace")[-300:]
+    return result
+
+
 def profile(
-    bootstrap: str, *, store: str, mix: str, rate: int, seconds: float, out: Path, top: int
+    bootstrap: str,
+    *,
+    store: str,
+    mix: str,
+    rate: int,
+    seconds: float,
+    out: Path,
+    top: int,
+    perf: bool = False,
+    injector: str = "long-lived",
 ) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     tag = f"profile-{store}"
     stores = latency.Stores(store)
     urls, server = stores.next()
-    run = latency._Run(bootstrap, sender="socket", store_urls=urls)
+    run = latency._Run(bootstrap, sender="socket", store_urls=urls, injector=injector)
     arrivals = None
     result: dict[str, Any] = {"store": store, "mix": mix, "rate": rate, "out": str(out)}
     try:
@@ -121,22 +170,27 @@ def profile(
         sender = latency._sender(run)
         latency.warm_up(sender, arrivals)
         phase: dict[str, Any] = {}
-        trees = {"postgresql": server} if server is not None else None
-        offered_s = WARM_S + 2 * seconds + 2
+        # the gateways as trees: their children and their threads' roles (bench/cpu.py)
+        trees = {k: v for k, v in run.pids().items() if k.startswith("gateway_")}
+        pids = {k: v for k, v in run.pids().items() if not k.startswith("gateway_")}
+        if server is not None:
+            trees["postgresql"] = server
+        offered_s = WARM_S + (3 if perf else 2) * seconds + 2
         runner = threading.Thread(
             target=lambda: phase.update(
-                latency._phase(
-                    sender, arrivals, rate, offered_s, mix=mix, pids=run.pids(), trees=trees
-                )
+                latency._phase(sender, arrivals, rate, offered_s, mix=mix, pids=pids, trees=trees)
             )
         )
         runner.start()
         time.sleep(WARM_S)
         gateways = {h: p.pid for h, p in run.procs.items()}
         result["py_spy_errors"] = _sample(gateways, seconds, out, tag)
+        if perf:
+            result["perf_by_thread_and_object_pct"] = _perf(gateways, seconds, out, tag)
         runner.join()
         sender[3]()
         result["cpu_us_per_msg"] = phase.get("cpu_us_per_msg")
+        result["cpu_us_per_msg_by_thread"] = phase.get("cpu_us_per_msg_by_thread")
         result["send_to_held_ms"] = phase.get("send_to_held_ms")
         result["send_to_injected_ms"] = phase.get("send_to_injected_ms")
         for h in gateways:
@@ -152,7 +206,12 @@ def profile(
 
 
 def _print(result: dict[str, Any]) -> None:
-    print(json.dumps({k: v for k, v in result.items() if not k.startswith("gateway_")}, indent=2))
+    skip = ("gateway_", "perf_")
+    print(json.dumps({k: v for k, v in result.items() if not k.startswith(skip)}, indent=2))
+    for h, rows in (result.get("perf_by_thread_and_object_pct") or {}).items():
+        print(f"\n== gateway {h}: perf, on-CPU samples by thread and object")
+        for pct, thread, obj in rows if isinstance(rows, list) else ():
+            print(f"{pct:5.1f}% {thread:16} {obj}")
     for h in latency.GATEWAYS:
         got = result.get(f"gateway_{h}")
         if not got:
@@ -170,6 +229,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rate", type=int, default=500)
     ap.add_argument("--seconds", type=float, default=15.0, help="each py-spy recording")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--perf", action="store_true", help="also perf: samples by thread and object")
+    ap.add_argument(
+        "--injector",
+        choices=("long-lived", "one-shot"),
+        default="long-lived",
+        help="worker-b's command injector (long-lived: as bench hotpath)",
+    )
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "profile")
     args = ap.parse_args(argv)
     with kafka("bench-profile") as bootstrap:
@@ -181,6 +247,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             seconds=args.seconds,
             out=args.out,
             top=args.top,
+            perf=args.perf,
+            injector=args.injector,
         )
     _print(result)
     (args.out / f"profile-{result['store']}.json").write_text(json.dumps(result, indent=2))

@@ -17,6 +17,7 @@ from pipeline.errors import FencedError
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.incarnation import take_incarnation
 from pipeline.host.roster_cache import RosterEntry, RosterState
+from pipeline.observability.thread_cpu import name_os_threads
 from pipeline.outbox import Relay
 from pipeline.presence import PresencePublisher, RosterFollower, RosterView
 from pipeline.runtime import ConsumerRuntime
@@ -114,8 +115,11 @@ def run_maintenance(
     maintenance: Maintenance, spawn_handler: SpawnHandler, interval_s: float, stop: Any
 ) -> None:
     """The maintenance ticker: sweeps, roster cache, purges; and reaps workers whose process
-    died (docs/lifecycle.md)."""
+    died (docs/lifecycle.md). Each tick also names the gateway's new threads in the kernel
+    (``top -H``, ``perf``: docs/observability.md)."""
+    name_os_threads()
     while not stop.wait(min(interval_s, 0.5)):
+        name_os_threads()
         maintenance.tick(stop)  # a stop ends a purge pass between two batches
         try:
             spawn_handler.sweep()

@@ -1,5 +1,7 @@
 """The one reader of Linux's ``/proc``: a process's (or thread's) state and CPU seconds, its
-threads and command line, the machine's CPU jiffies, and which process listens on a port.
+threads, their names and command line, the machine's CPU jiffies, and which process listens on
+a port; and the one writer of a thread's name there (``comm``: what ``top -H``, ``ps -L`` and
+``perf`` show).
 
 Every reader answers ``None`` (or "gone") when the file cannot be read: the process ended, or
 the platform has no ``/proc``. Figures are then absent, never invented.
@@ -80,6 +82,36 @@ def thread_ids(pid: int) -> list[int] | None:
         return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
     except OSError:
         return None
+
+
+def thread_cpu_s(pid: int, tid: int) -> float | None:
+    """CPU seconds one thread ran, to the nanosecond where the kernel keeps scheduler statistics
+    (``schedstat``: its time on a CPU, user and system), else at the clock tick (``stat``);
+    None once it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        stat = proc_stat(pid, tid)
+        return None if stat is None else stat.cpu_s
+
+
+def thread_name(pid: int, tid: int) -> str | None:
+    """The kernel's name of one thread (``comm``, at most 15 bytes); None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text(errors="replace").rstrip("\n")
+    except OSError:
+        return None
+
+
+def name_threads(names: dict[int, str]) -> None:
+    """Give this process's threads (native id -> name) their names in the kernel, cut to the
+    15 bytes it keeps. A thread gone meanwhile, or no ``/proc``, is skipped."""
+    for tid, name in names.items():
+        try:
+            with open(f"/proc/self/task/{tid}/comm", "w", encoding="utf-8") as f:
+                f.write(name.encode()[:15].decode(errors="ignore"))
+        except OSError:
+            continue
 
 
 def all_threads_stopped(pid: int) -> bool:

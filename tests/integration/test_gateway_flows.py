@@ -260,3 +260,31 @@ def test_tampered_copies_of_an_applied_message_are_dead_lettered_not_deduped(
     time.sleep(0.5)
     assert a.client.poll("main-a") == [], "nothing was applied twice"
     assert a.registry.get_sample_value("fleet_dedupe_hits_total", {"group": group}) == hits + 1
+
+
+def test_the_gateway_reports_its_cpu_per_thread_role_and_names_its_threads(
+    two_hosts: Any,
+) -> None:
+    """Which loop spends the CPU is ``fleet_thread_cpu_seconds_total{thread}``, read from the
+    kernel for the threads that did the work, labelled by role (R-OBS-5: bounded labels, one
+    ``inject-worker`` however many workers), and the gateway's threads carry their names in the
+    kernel (``top -H``, ``perf``)."""
+    import os
+
+    from pipeline.support import procfs
+
+    a, b, rec = two_hosts
+    for i in range(20):
+        a.client.send(sender="main-a", to="worker-b", body=f"brief {i}".encode())
+    wait_until(lambda: len(rec.of("worker-b")) == 20, timeout_s=30, what="20 injects")
+
+    def cpu(role: str) -> float:
+        return b.registry.get_sample_value("fleet_thread_cpu_seconds_total", {"thread": role}) or 0
+
+    wait_until(  # the tick names the threads; the counters read what each thread spent
+        lambda: cpu("gw-inbox") > 0 and cpu("inject-worker") > 0 and cpu("librdkafka") > 0,
+        timeout_s=20,
+        what="CPU seen on the inbox, the inject worker and librdkafka's threads",
+    )
+    names = {procfs.thread_name(os.getpid(), t) for t in procfs.thread_ids(os.getpid()) or ()}
+    assert {"gw-inbox", "gw-relay", "gw-maintenance", "gw-socket-reade"} <= names  # 15 bytes

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bench import cpu_floor, cpu_per_kind, knee
-from bench.bench_hotpath import table
+from bench.bench_hotpath import THREAD_ROLES, table
 from bench.cpu import CpuWindow, us_per_message
 from bench.profile import inclusive
 
@@ -175,3 +175,43 @@ def test_a_cpu_phase_that_ran_behind_its_rate_is_not_its_rates_figure() -> None:
     assert not rows["  brief phase, sqlite: kept up, send -> INJECTED p99 (ms)"]["met"]
     rows = {r["row"]: r for r in table(_cpu("sqlite", "brief", 480, 490, p99_ms=40))}
     assert rows["gateway A CPU per brief at 500 msg/s, sqlite (us)"]["met"]
+
+
+def test_the_summary_spreads_each_gateway_thread_and_the_table_shows_them() -> None:
+    def run(relay: float, inbox: float | None) -> dict[str, Any]:
+        threads = {"gw-relay": relay, **({"gw-inbox": inbox} if inbox is not None else {})}
+        phase = {
+            **_phase(5.0),
+            "cpu": {"machine_busy": 0.5},
+            "cpu_us_per_msg": {"gateway_A": 400.0},
+            "cpu_us_per_msg_by_thread": {"gateway_A": threads},
+        }
+        return {"reply_at_500": phase}
+
+    got = cpu_per_kind.summarize([run(70, 100), run(90, None), run(80, 120)])
+    by_thread = got["reply"]["gateway_A_by_thread_us_per_msg"]
+    assert by_thread["gw-relay"] == {"min": 70, "median": 80, "max": 90}
+    assert by_thread["gw-inbox"] == {"min": 100, "median": 110.0, "max": 120}  # where measured
+    rows = table({"cpu_sqlite": {"summary": got}})
+    first = rows.index(next(r for r in rows if r["row"].startswith("gateway A CPU per REPLY")))
+    under = [r["row"].strip() for r in rows[first + 1 : first + 6]]
+    assert under[1:] == [f"of which its thread {t} (us)" for t in THREAD_ROLES["A"]]
+    relay = rows[first + 3]
+    assert relay["measured"] == {"min": 70, "median": 80, "max": 90}
+
+
+def test_perf_s_report_is_read_as_share_thread_and_object_largest_first() -> None:
+    from bench.profile import perf_by_object
+
+    report = """# Samples: 1K of event 'cpu-clock'
+#
+    38.07%  gw-socket-reade  libpython3.11.so.1.0
+    15.03%  gw-socket-reade  [kernel.kallsyms]
+     9.09%  gw-relay         libpython3.11.so.1.0
+    40.00%  gw-inbox         _rust.abi3.so
+"""
+    assert perf_by_object(report, top=3) == [
+        (40.0, "gw-inbox", "_rust.abi3.so"),
+        (38.07, "gw-socket-reade", "libpython3.11.so.1.0"),
+        (15.03, "gw-socket-reade", "[kernel.kallsyms]"),
+    ]
