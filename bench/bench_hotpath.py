@@ -134,6 +134,13 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
                         at.get(f"gateway_{gw}_of_which_idle_us_per_msg"),
                     )
                 )
+                floor = _get(out, "floor", f"path_{store}", f"{gw}_{kind}_us")
+                rows.append(
+                    _baseline(
+                        f"  gateway {gw}'s floor per {label}: its share of the floor parts (us)",
+                        _one(floor),
+                    )
+                )
                 threads = at.get(f"gateway_{gw}_by_thread_us_per_msg") or {}
                 for role in THREAD_ROLES[gw]:
                     rows.append(
@@ -230,6 +237,7 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
             _one(fl.get("sum_postgresql_us")),
         ),
     ]
+
     return rows
 
 

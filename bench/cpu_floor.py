@@ -167,6 +167,33 @@ def floor_sum(
     return round(sum(parts), 1)  # type: ignore[arg-type]
 
 
+def path_floors(
+    crypto: dict[str, Any], kafka: dict[str, Any], insert_us: float | None
+) -> dict[str, float | None]:
+    """Each gateway's share of the floor per message kind, from the parts: what the gateway
+    could not do without, one store transaction counted per message it commits.
+
+    - A per REPLY: sign, one produce, one insert. B per REPLY: one consume, verify, one insert.
+    - A per brief: the brief's sign, produce and insert, and its ``INJECTED`` receipt's consume,
+      verify and insert. B per brief: the brief's consume, verify and insert (the claim), and
+      the receipt's sign, produce and insert. The synchronous offset commit and the inject
+      itself are left out: a lower bound.
+    """
+    sign, verify = crypto.get("sign_us"), crypto.get("verify_us")
+    produce, consume = kafka.get("produce_us_per_msg"), kafka.get("consume_us_per_msg")
+
+    def total(*parts: float | None) -> float | None:
+        return None if any(p is None for p in parts) else round(sum(parts), 1)  # type: ignore[arg-type]
+
+    brief = total(sign, produce, insert_us, consume, verify, insert_us)
+    return {
+        "A_reply_us": total(sign, produce, insert_us),
+        "B_reply_us": total(consume, verify, insert_us),
+        "A_brief_us": brief,
+        "B_brief_us": brief,
+    }
+
+
 def measure(bootstrap: str, *, rate: int, seconds: float, rows: int) -> dict[str, Any]:
     """Every part, each reporting its own error; the sums where their parts were measured."""
     from . import kafka_floor
@@ -192,6 +219,9 @@ def measure(bootstrap: str, *, rate: int, seconds: float, rows: int) -> dict[str
     )
     out["sum_sqlite_us"] = floor_sum(crypto_us, out["kafka"], out["sqlite"].get("single_us"))
     out["sum_postgresql_us"] = floor_sum(crypto_us, out["kafka"], pg_insert_us)
+    out["path_sqlite"] = path_floors(out["crypto"], out["kafka"], out["sqlite"].get("single_us"))
+    # on PostgreSQL the gateway's share is the client's: the server is a process of its own
+    out["path_postgresql"] = path_floors(out["crypto"], out["kafka"], pg.get("single_us"))
     return out
 
 

@@ -194,9 +194,9 @@ def test_the_summary_spreads_each_gateway_thread_and_the_table_shows_them() -> N
     assert by_thread["gw-inbox"] == {"min": 100, "median": 110.0, "max": 120}  # where measured
     rows = table({"cpu_sqlite": {"summary": got}})
     first = rows.index(next(r for r in rows if r["row"].startswith("gateway A CPU per REPLY")))
-    under = [r["row"].strip() for r in rows[first + 1 : first + 6]]
-    assert under[1:] == [f"of which its thread {t} (us)" for t in THREAD_ROLES["A"]]
-    relay = rows[first + 3]
+    under = [r["row"].strip() for r in rows[first + 1 : first + 7]]
+    assert under[2:] == [f"of which its thread {t} (us)" for t in THREAD_ROLES["A"]]
+    relay = rows[first + 4]
     assert relay["measured"] == {"min": 70, "median": 80, "max": 90}
 
 
@@ -215,3 +215,16 @@ def test_perf_s_report_is_read_as_share_thread_and_object_largest_first() -> Non
         (38.07, "gw-socket-reade", "libpython3.11.so.1.0"),
         (15.03, "gw-socket-reade", "[kernel.kallsyms]"),
     ]
+
+
+def test_each_gateway_s_floor_is_its_share_of_the_parts_and_absent_without_one() -> None:
+    crypto = {"sign_us": 40.0, "verify_us": 90.0}
+    kafka = {"produce_us_per_msg": 100.0, "consume_us_per_msg": 70.0}
+    got = cpu_floor.path_floors(crypto, kafka, 17.0)
+    assert got["A_reply_us"] == 157.0  # sign + produce + insert
+    assert got["B_reply_us"] == 177.0  # consume + verify + insert
+    assert got["A_brief_us"] == got["B_brief_us"] == 334.0  # both messages of a brief
+    assert cpu_floor.path_floors(crypto, kafka, None)["A_reply_us"] is None
+    rows = table({"floor": {"path_sqlite": got}})
+    floor_a = next(r for r in rows if r["row"].startswith("  gateway A's floor per REPLY"))
+    assert floor_a["measured"] == {"min": 157.0, "median": 157.0, "max": 157.0}
