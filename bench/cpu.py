@@ -71,8 +71,8 @@ def threads_cpu_s(pid: int) -> dict[int, tuple[str, float]]:
     out = {}
     for tid in procfs.thread_ids(pid) or ():
         name, seconds = procfs.thread_name(pid, tid), procfs.thread_cpu_s(pid, tid)
-        if name is not None and seconds is not None:
-            out[tid] = (role_of(name), seconds)
+        if name is not None and seconds is not None:  # the main thread: the process's name
+            out[tid] = ("main" if tid == pid else role_of(name), seconds)
     return out
 
 

@@ -56,11 +56,13 @@ _naming = threading.Lock()
 
 def name_os_threads() -> None:
     """Name this process's Python threads in the kernel after their Python names (cut to 15
-    bytes: ``gw-socket-reade``). Cheap to call often: a thread is named once (again only if its
+    bytes: ``gw-socket-reade``). The main thread keeps its name: in the kernel it is the
+    process's name (``ps``, ``pgrep``). Cheap to call often: a thread is named once (again only if its
     native id now belongs to a thread of another name); threads started later are named at the
     next call."""
     with _naming:
         live = python_threads()
+        live.pop(threading.main_thread().native_id or -1, None)  # its name is the process's
         new = {tid: name for tid, name in live.items() if _named.get(tid) != name}
         if new:
             procfs.name_threads(new)

@@ -73,8 +73,10 @@ def test_python_threads_are_named_in_the_kernel_cut_to_15_bytes() -> None:
         assert ready.wait(10)
         assert t.native_id is not None
         assert procfs.thread_name(os.getpid(), t.native_id) != "gw-socket-reade"
+        process_name = procfs.thread_name(os.getpid(), os.getpid())
         name_os_threads()
         assert procfs.thread_name(os.getpid(), t.native_id) == "gw-socket-reade"
+        assert procfs.thread_name(os.getpid(), os.getpid()) == process_name  # ps still says so
     finally:
         done.set()
         t.join()
