@@ -44,9 +44,31 @@ def canonical_bytes(fields: Mapping[str, bytes | None], *, topic: str, body: byt
     Runs once per record on the sign and verify paths, so the layout is written out field by
     field (in ``COVERED`` order, held at import below) rather than looped over."""
     get = fields.get
-    v, kind, msg_id, trace_id = get(H_V), get(H_KIND), get(H_MSG_ID), get(H_TRACE_ID)
-    sender, to, turn_id, spawn_id = get(H_FROM), get(H_TO), get(H_TURN_ID), get(H_SPAWN_ID)
-    ts, expires_at, key_id = get(H_TS), get(H_EXPIRES_AT), get(H_KEY_ID)
+    return canonical_values(
+        get(H_V), get(H_KIND), get(H_MSG_ID), get(H_TRACE_ID), get(H_FROM), get(H_TO),
+        get(H_TURN_ID), get(H_SPAWN_ID), get(H_TS), get(H_EXPIRES_AT), get(H_KEY_ID), topic, body,
+    )  # fmt: skip
+
+
+def canonical_values(
+    v: bytes | None,
+    kind: bytes | None,
+    msg_id: bytes | None,
+    trace_id: bytes | None,
+    sender: bytes | None,
+    to: bytes | None,
+    turn_id: bytes | None,
+    spawn_id: bytes | None,
+    ts: bytes | None,
+    expires_at: bytes | None,
+    key_id: bytes | None,
+    topic: str,
+    body: bytes,
+    /,
+) -> bytes:
+    """:func:`canonical_bytes` from the covered values in ``COVERED`` order (``None``: absent),
+    then the topic and the body: for a signer that holds them one by one (the envelope's
+    :func:`~.codec.encode`) rather than in a mapping. Positional only: one call per record."""
     name = topic.encode("utf-8")
     try:
         return b"".join(

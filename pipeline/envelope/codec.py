@@ -14,12 +14,27 @@ from pipeline.errors import EnvelopeError
 from pipeline.record import Headers
 
 from .body import codec_for
-from .canonical import canonical_bytes
+from .canonical import canonical_bytes, canonical_values
 from .headers import RawHeaders
 from .keys import Signer
 from .model import Envelope
 from .pairwise import Pair, mac
-from .reasons import COVERED, H_KEY_ID, H_MAC, H_SIG
+from .reasons import (
+    COVERED,
+    H_EXPIRES_AT,
+    H_FROM,
+    H_KEY_ID,
+    H_KIND,
+    H_MAC,
+    H_MSG_ID,
+    H_SIG,
+    H_SPAWN_ID,
+    H_TO,
+    H_TRACE_ID,
+    H_TS,
+    H_TURN_ID,
+    H_V,
+)
 from .verify import Verified, Verifier
 
 
@@ -49,13 +64,38 @@ def encode(
     envelope: Envelope, *, topic: str, signer: Signer, pair: Pair | None = None
 ) -> tuple[bytes, list[tuple[str, bytes]], bytes]:
     """Return ``(record key, headers, value)``: key = ``to`` (UTF-8), value = the body bytes.
-    With ``pair`` the record is MAC'd for that pair's host instead of signed."""
-    fields, body = envelope.header_fields(), envelope.body
+    With ``pair`` the record is MAC'd for that pair's host instead of signed.
+
+    Signed, it runs once per send: the covered values are encoded once each and both the
+    canonical bytes and the headers are built from them, in ``COVERED`` order, without the
+    mappings :func:`sign_fields` takes (the same bytes and headers, a unit test says so)."""
+    body = envelope.body
     if pair is not None:
-        headers = seal_fields(fields, topic=topic, body=body, pair=pair)
-        return envelope.to.encode("utf-8"), headers, body
-    headers = sign_fields(fields, topic=topic, body=body, signer=signer)
-    return envelope.to.encode("utf-8"), headers, envelope.body
+        sealed = seal_fields(envelope.header_fields(), topic=topic, body=body, pair=pair)
+        return envelope.to.encode("utf-8"), sealed, body
+    v = b"%d" % envelope.v
+    kind = envelope.kind.value.encode("ascii")
+    msg_id = envelope.msg_id.encode("utf-8")
+    trace_id = envelope.trace_id.encode("utf-8")
+    sender = envelope.sender.encode("utf-8")
+    to = envelope.to.encode("utf-8")
+    turn_id = None if envelope.turn_id is None else envelope.turn_id.encode("utf-8")
+    spawn_id = None if envelope.spawn_id is None else envelope.spawn_id.encode("utf-8")
+    ts = b"%d" % envelope.ts_ms
+    expires_at = b"%d" % envelope.expires_at_ms
+    key_id = signer.key_id.encode("ascii")
+    sig = signer.sign(
+        canonical_values(v, kind, msg_id, trace_id, sender, to, turn_id, spawn_id, ts,
+                         expires_at, key_id, topic, body)
+    )  # fmt: skip
+    headers: Headers = [(H_V, v), (H_KIND, kind), (H_MSG_ID, msg_id), (H_TRACE_ID, trace_id),
+                        (H_FROM, sender), (H_TO, to)]  # fmt: skip
+    if turn_id is not None:
+        headers.append((H_TURN_ID, turn_id))
+    if spawn_id is not None:
+        headers.append((H_SPAWN_ID, spawn_id))
+    headers += ((H_TS, ts), (H_EXPIRES_AT, expires_at), (H_KEY_ID, key_id), (H_SIG, sig))
+    return to, headers, body
 
 
 @dataclass(frozen=True, slots=True)

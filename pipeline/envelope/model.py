@@ -36,6 +36,17 @@ def new_id() -> str:
     return b.hex()
 
 
+def _new_ids() -> tuple[str, str]:
+    """Two :func:`new_id` values from one ``getrandom`` call (a send mints msgId and traceId)."""
+    b = bytearray(os.urandom(32))
+    b[6] = b[6] & 0x0F | 0x40
+    b[8] = b[8] & 0x3F | 0x80
+    b[22] = b[22] & 0x0F | 0x40
+    b[24] = b[24] & 0x3F | 0x80
+    both = b.hex()
+    return both[:32], both[32:]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Envelope:
     """One message. ``sender`` travels as header ``from``; ``ts``/``expiresAt`` on every kind
@@ -82,6 +93,8 @@ class Envelope:
     ) -> Envelope:
         """Mint ``msgId`` (uuid4 hex) and ``traceId`` when not given; ``expiresAt = ts + ttl``."""
         ts = clock.now_ms() if now_ms is None else now_ms
+        if not msg_id and not trace_id:
+            msg_id, trace_id = _new_ids()
         return cls(
             kind=kind if type(kind) is Kind else Kind(kind),
             msg_id=msg_id or new_id(),

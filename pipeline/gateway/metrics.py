@@ -134,7 +134,7 @@ class SocketMetrics:
 
         ns = "fleet_gateway_socket"
         self._kinds = frozenset(k.value for k in Kind)
-        self._children: dict[tuple[str, str], Counter] = {}
+        self._children: dict[tuple[object, str], Counter] = {}
         self.requests = Counter(
             f"{ns}_requests_total",
             "Requests on the local socket, by message kind and outcome (queued: committed; "
@@ -166,10 +166,21 @@ class SocketMetrics:
     def request(self, kind: object, outcome: str, reason: str | None = None) -> None:
         # the labelled children, looked up once per (kind, outcome): labels() costs a lock and
         # a dict lookup on every call, on the send path
-        key = (reasons.label(str(kind), self._kinds), outcome)  # bounded: kinds x outcomes
-        child = self._children.get(key)
+        child = self._children.get((kind, outcome))
         if child is None:
-            child = self._children[key] = self.requests.labels(*key)
+            child = self._child(kind, outcome)
         child.inc()
         if reason is not None:
             self.refusals.labels(reason if reasons.known(reason) else reasons.OTHER).inc()
+
+    def _child(self, kind: object, outcome: str) -> Counter:
+        """The child of ``(kind, outcome)``, kept under the value as given (a :class:`Kind`, a
+        string): bounded, as the values given are kinds or op names (a kind no envelope has is
+        counted as ``OTHER`` but not kept, so a client's made-up kinds cannot grow it)."""
+        label = reasons.label(str(kind), self._kinds)
+        child = self._children.get((label, outcome))
+        if child is None:
+            child = self._children[(label, outcome)] = self.requests.labels(label, outcome)
+        if label == str(kind):
+            self._children[(kind, outcome)] = child
+        return child

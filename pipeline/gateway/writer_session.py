@@ -68,6 +68,10 @@ class WriterSession:
         self._session: Session | None = None
         self._raw: Any = None  # the DB-API connection under _conn
         self._gate: WriteGate | None = None
+        # the DB-API's error class (``loaded_dbapi`` is a property), looked up once
+        self._error: type[Exception] = (
+            self._engine.dialect.loaded_dbapi.Error if self._engine is not None else Exception
+        )
 
     def begin(self) -> contextlib.AbstractContextManager[Session]:
         """One transaction: committed when the block ends, rolled back when it raises.
@@ -103,7 +107,7 @@ class WriterSession:
                 self.close(invalidate=self._ping)
                 raise
             if self._session is not None:  # its outbox rows, to this process's relay
-                outbox_wake.committed(self._session)
+                outbox_wake.committed(self._session, self._engine)
         elif issubclass(kind, FleetError):
             try:
                 self._end(commit=False)  # a refusal: rolled back, the connection is fine
@@ -180,13 +184,12 @@ class WriterSession:
 
     def _call(self, sql: str, fn: Callable[..., Any], *args: Any) -> None:
         """``fn(*args)``, a DB-API error raised as SQLAlchemy raises it."""
-        assert self._engine is not None
-        dialect = self._engine.dialect
-        error = dialect.loaded_dbapi.Error
         try:
             fn(*args)
-        except error as exc:
-            raise DBAPIError.instance(sql, (), exc, error, dialect=dialect) from exc
+        except self._error as exc:
+            assert self._engine is not None
+            dialect = self._engine.dialect
+            raise DBAPIError.instance(sql, (), exc, self._error, dialect=dialect) from exc
 
     def close(self, *, invalidate: bool = False) -> None:
         """Give the held connection back (the next ``begin`` opens another); ``invalidate``:

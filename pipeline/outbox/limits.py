@@ -36,6 +36,23 @@ def record_size(
     return len(key or b"") + len(value or b"") + head + _RECORD_OVERHEAD
 
 
+def packed_record_size(
+    *,
+    key: bytes | None,
+    value: bytes | None,
+    packed: bytes,
+    count: int,
+    tenant: str,
+    branch_key: str,
+    lsn: int,
+) -> int:
+    """:func:`record_size` from the headers' stored form (:func:`~pipeline.record_headers.
+    pack_headers`: 6 bytes of lengths per header where the wire estimate counts 10) and their
+    ``count``: the writer packs them anyway, so they are not walked again."""
+    fold = sum(len(k.encode()) + len(v) + 10 for k, v in fold_headers(tenant, branch_key, lsn))
+    return len(key or b"") + len(value or b"") + len(packed) + 4 * count + fold + _RECORD_OVERHEAD
+
+
 def check_record_size(size: int, limit: int, *, topic: str) -> None:
     if size > limit:
         raise DeliveryError(

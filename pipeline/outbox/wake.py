@@ -105,13 +105,14 @@ def stop_feeding(engine: Engine, feed: Feed) -> None:
         _feeds.pop(engine, None)
 
 
-def committed(session: Session) -> bool:
+def committed(session: Session, engine: Engine | None = None) -> bool:
     """``session``'s transaction committed: hand its rows over (the caller wakes the relay
-    next; its wake then asks for no read). False when there was no relay to hand them to."""
-    return _hand_over(session, by_committer=True)
+    next; its wake then asks for no read). False when there was no relay to hand them to.
+    ``engine``: the session's, when the caller knows it (``Session.get_bind`` is not free)."""
+    return _hand_over(session, by_committer=True, engine=engine)
 
 
-def _hand_over(session: Session, *, by_committer: bool) -> bool:
+def _hand_over(session: Session, *, by_committer: bool, engine: Engine | None = None) -> bool:
     info = session.info
     rows = info.pop(_ROWS, None)
     nested = info.pop(_NESTED, False)
@@ -121,8 +122,9 @@ def _hand_over(session: Session, *, by_committer: bool) -> bool:
     # committed for real: the connection they were written on is out of its transaction (a
     # session that joined an outer transaction may "commit" while that one is still open)
     trusted = not nested and raw is not None and not _in_transaction(raw)
-    bind = session.get_bind()
-    feed = _feeds.get(bind.engine) if _feeds else None
+    if engine is None:
+        engine = session.get_bind().engine
+    feed = _feeds.get(engine) if _feeds else None
     if feed is None:
         return False
     feed.put(rows, trusted=trusted, by_committer=by_committer)

@@ -21,7 +21,7 @@ from pipeline.record import Headers
 from pipeline.record_headers import pack_headers
 from pipeline.store import pg_pipeline
 
-from .limits import DEFAULT_MAX_RECORD_BYTES, check_record_size, record_size
+from .limits import DEFAULT_MAX_RECORD_BYTES, check_record_size, packed_record_size
 from .notify import notify
 from .sent import watermark
 from .tables import RowStatus, outbox, outbox_branch, outbox_sent
@@ -61,16 +61,19 @@ def write(
     """
     if not topic or not branch_key or not tenant:
         raise ConfigError("outbox.write needs a topic, a branch_key and a tenant")
+    packed = pack_headers(headers)
     if max_record_bytes is not None:
-        size = record_size(
-            key=key, value=value, headers=headers, tenant=tenant, branch_key=branch_key, lsn=10**12
-        )
-        check_record_size(size, max_record_bytes, topic=topic)
+        check_record_size(
+            packed_record_size(key=key, value=value, packed=packed, count=len(headers or ()),
+                               tenant=tenant, branch_key=branch_key, lsn=10**12),
+            max_record_bytes,
+            topic=topic,
+        )  # fmt: skip
     raw, engine = _connection(session)
     dialect = engine.dialect
     on_pg = dialect.name == "postgresql"
     sql = _sql_for(dialect.paramstyle, on_pg=on_pg)
-    blob = pack_headers(headers) or None  # NULL: no headers (as since v0.1.0)
+    blob = packed or None  # NULL: no headers (as since v0.1.0)
     dbapi_error = dialect.loaded_dbapi.Error
     fed: tuple[Any, ...] | None = None  # the row as the relay reads it, for its feed (wake.py)
     statement: str = sql.next_lsn

@@ -121,3 +121,28 @@ def test_uncovered_headers_are_carried_and_a_look_alike_among_them_is_refused() 
         big = [*rec["headers"], *fold, ("fleet.pad", b"x" * 9000)]
         collect(rec["key"], big, rec["value"], {}, **BOUNDS)
     assert info.value.reason == r.TOO_LARGE
+
+
+@pytest.mark.parametrize("turn", [None, "t1"])
+@pytest.mark.parametrize("spawn", [None, "s1"])
+def test_encode_signs_and_orders_as_sign_fields_does(turn: str | None, spawn: str | None) -> None:
+    from pipeline.envelope import Signer
+    from pipeline.envelope.codec import encode, sign_fields
+
+    signer = Signer.generate("A")  # Ed25519 signatures are deterministic: equal bytes compare
+    env = Envelope.new(kind=Kind.ASK, sender="main-a", to="wörker-b", body=b"\x00body",
+                       ttl_s=60, turn_id=turn, spawn_id=spawn)  # fmt: skip
+    key, headers, value = encode(env, topic="fleet.inbox.B", signer=signer)
+    assert key == "wörker-b".encode() and value == b"\x00body"
+    assert headers == sign_fields(
+        env.header_fields(), topic="fleet.inbox.B", body=b"\x00body", signer=signer
+    )
+
+
+def test_two_ids_minted_together_are_uuid4_hex_and_differ() -> None:
+    import uuid
+
+    env = Envelope.new(kind=Kind.SEND, sender="a", to="b", ttl_s=1)
+    for text in (env.msg_id, env.trace_id):
+        assert uuid.UUID(hex=text).version == 4 and uuid.UUID(hex=text).hex == text
+    assert env.msg_id != env.trace_id
