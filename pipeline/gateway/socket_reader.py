@@ -10,6 +10,17 @@ together (:meth:`SocketServer._reads`: its group commit) before the thread waits
 request is read whole before it is handled; a frame that arrives in pieces is kept until the
 rest comes.
 
+**Spacing under load.** At a few hundred sends a second every wait found one request, and each
+became a group of its own: a wake of this thread, a transaction (``BEGIN IMMEDIATE``, the
+``COMMIT``'s lock calls and page writes), the metrics, the relay's wake and an answer write, per
+send. So, like the relay's pass spacing (docs/outbox.md, invariant 10), the thread hands a round
+over no sooner than ``spacing_s`` after the last round that brought requests: it sleeps the rest
+of the spacing out *before* it waits, and what came meanwhile, on every connection, is read and
+committed as one group. A thread that handed nothing over for ``spacing_s`` (idle, or a first send
+after a pause) waits and commits at once, so an idle send's latency does not change; under load a
+send waits at most ``spacing_s`` more. Nothing else changes: the requests wait in their sockets,
+in order, and are answered in order.
+
 **Who closes.** Only this thread closes a connection it still watches. Whoever finds a watched
 connection done (its answers' thread, a committer whose answer could not be sent) calls
 :meth:`SocketReader.closed`, which shuts it down instead: this thread then sees its end, stops
@@ -21,9 +32,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +45,7 @@ from pipeline.host.socket_protocol import FrameError, FrameReader
 from .socket_answers import Answers
 
 log = logging.getLogger(__name__)
+_sleep = time.sleep  # the spacing's (a test holds the thread there)
 
 Request = Callable[[dict[str, Any], Answers, list[Any]], None]
 """The server: one decoded request of a connection; what is to be committed goes in the list."""
@@ -48,7 +62,8 @@ class _Conn:
 
 
 class SocketReader:
-    """Accept on ``listener`` and read every connection on one thread (module docstring)."""
+    """Accept on ``listener`` and read every connection on one thread; under load, hand a round
+    over at most every ``spacing_s`` (module docstring)."""
 
     CHUNK = FrameReader.CHUNK
 
@@ -60,8 +75,10 @@ class SocketReader:
         request: Request,
         malformed: Callable[[FrameError, Answers], None],
         reads: Callable[[list[Any]], None],
+        spacing_s: float = 0.0,
     ) -> None:
         self._listener = listener
+        self._spacing_s = max(0.0, spacing_s)
         self._accepted = accepted
         self._request = request
         self._malformed = malformed
@@ -111,8 +128,14 @@ class SocketReader:
     def _run(self) -> None:
         poll, watched = self._poll.poll, self._watched
         listener, wake = self._listener.fileno(), self._wake_r.fileno()
+        spacing, monotonic, sleep = self._spacing_s, time.monotonic, _sleep
+        last = -math.inf  # monotonic: when the last round that brought requests was handed over
         try:
             while not self._stop:
+                if spacing:  # under load, a group at most every spacing_s (module docstring)
+                    wait = last + spacing - monotonic()
+                    if wait > 0:
+                        sleep(wait)
                 read: list[Any] = []
                 for fd, _events in poll():
                     conn = watched.get(fd)
@@ -128,6 +151,8 @@ class SocketReader:
                         with contextlib.suppress(OSError):
                             self._wake_r.recv(64)
                 if read:  # one round's requests, every connection's: one group
+                    if spacing:
+                        last = monotonic()
                     self._reads(read)
         except Exception:  # a bug: log it, end every connection (clients see the end)
             log.exception("local socket: the reader failed")

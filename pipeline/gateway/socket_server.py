@@ -15,6 +15,9 @@ socket the gateway writes for them:
   One committer at a time (a lock); no writer thread to wake per request.
 * **One reader thread.** One thread accepts and reads every connection (``poll``,
   :mod:`.socket_reader`): a connection per call starts no thread and is handed to none.
+* **Spaced under load.** While sends keep coming, the reader hands a round over at most every
+  ``spacing_s`` (4 ms), so a group holds what those milliseconds brought; an idle send is
+  committed at once (:mod:`.socket_reader`).
 * **Wake, not poll.** After each commit the in-process relay is woken (``on_commit``).
 * **Permissions.** The socket is created under a temporary name, ``chmod``-ed to ``mode``
   (0600: the gateway's user; 0660: also its group) and only then renamed into place, so it is
@@ -61,6 +64,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SOCKET_MODES = (0o600, 0o660)
+SPACING_S = 0.004
+"""Under load, the reader hands a group over at most this often (:mod:`.socket_reader`); 0: off."""
 
 
 @dataclass(slots=True)
@@ -114,6 +119,7 @@ class SocketServer:
         max_batch: int = 256,
         metrics: SocketMetrics | None = None,
         control: ControlClient | None = None,
+        spacing_s: float = SPACING_S,
     ) -> None:
         if mode not in SOCKET_MODES:
             raise ConfigError(
@@ -128,6 +134,7 @@ class SocketServer:
         self.max_batch = max_batch
         self.metrics = metrics
         self.control = control
+        self.spacing_s = spacing_s
         # what one read of a connection brought, in order; taken by whoever holds _committing
         self._queue: queue.SimpleQueue[list[_Pending]] = queue.SimpleQueue()
         self._committing = threading.Lock()
@@ -149,6 +156,7 @@ class SocketServer:
             request=self._request,
             malformed=self._malformed,
             reads=self._reads,
+            spacing_s=self.spacing_s,
         )
         self._reader.start()
         return self

@@ -591,3 +591,49 @@ def test_a_body_that_is_not_base64_is_refused_as_malformed(body: str) -> None:
     with pytest.raises(ConfigError) as refused:
         parse_send({"sender": "main-a", "to": "main-b", "body": body})
     assert refused.value.reason == "CONFIG_INVALID"
+
+
+def test_under_load_the_reader_spaces_its_groups_and_an_idle_send_is_not_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spacing: a send after a pause is committed at once (the reader does not sleep
+    first); what comes while the reader sleeps the spacing out is committed as one group,
+    every request answered, in order."""
+    from pipeline.gateway import socket_reader
+
+    sleeping, release = threading.Event(), threading.Event()
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:  # held there until the test has written the next ones
+        waits.append(seconds)
+        sleeping.set()
+        if len(waits) == 1:
+            release.wait(10)
+
+    monkeypatch.setattr(socket_reader, "_sleep", sleep)
+    client, engine, cfg = _host(tmp_path)
+    groups: list[int] = []
+    real = client.send_all
+    client.send_all = lambda reqs, **kw: groups.append(len(reqs)) or real(reqs, **kw)  # type: ignore[method-assign]
+    server = SocketServer(path=cfg.local_socket or "", client=client, spacing_s=60.0).start()
+
+    def request(i: int) -> bytes:
+        return encode_frame({"id": i, "op": "send", "sender": "main-a", "to": "main-b",
+                             "body": "eA==", "kind": "REPLY"})  # fmt: skip
+
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(server.path)
+            s.sendall(request(0))
+            assert "ok" in (read_frame(s) or {})  # committed without a sleep: it was idle
+            assert sleeping.wait(10) and groups == [1]
+            s.sendall(b"".join(request(i) for i in range(1, 6)))  # while the reader sleeps
+            release.set()
+            answers = [read_frame(s) or {} for _ in range(5)]
+    finally:
+        release.set()
+        server.close()
+    assert [a["id"] for a in answers] == [1, 2, 3, 4, 5] and all("ok" in a for a in answers)
+    assert groups == [1, 5] and _rows(engine) == 6
+    assert 0 < waits[0] <= 60.0
+    engine.dispose()
