@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -51,6 +52,12 @@ class Answers:
         self._broken = False  # a send failed: the client went away
         self._sender: threading.Thread | None = None  # sends the backlog; then it closes
         self._closed = False
+        self._answered_at = 0.0  # monotonic: when the last answers were sent
+
+    def idle_since(self) -> float | None:
+        """When this connection's last answers went out, if none of its requests is unanswered
+        now (its caller may be waiting to send the next); None while some are."""
+        return None if self._order or self._backlog or self._sending else self._answered_at
 
     def add(self, pending: Decided) -> None:
         """The reader: the next request, in order (it may be decided already)."""
@@ -78,6 +85,7 @@ class Answers:
                     log.exception("local socket: an answer could not be framed")
                     self._broken = True
             if frames and not self._broken:
+                self._answered_at = time.monotonic()
                 data = b"".join(frames)
                 if self._backlog or self._sending:
                     self._backlog += data  # behind what run() has: keep the order

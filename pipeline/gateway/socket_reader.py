@@ -14,12 +14,18 @@ rest comes.
 became a group of its own: a wake of this thread, a transaction (``BEGIN IMMEDIATE``, the
 ``COMMIT``'s lock calls and page writes), the metrics, the relay's wake and an answer write, per
 send. So, like the relay's pass spacing (docs/outbox.md, invariant 10), the thread hands a round
-over no sooner than ``spacing_s`` after the last round that brought requests: it sleeps the rest
-of the spacing out *before* it waits, and what came meanwhile, on every connection, is read and
-committed as one group. A thread that handed nothing over for ``spacing_s`` (idle, or a first send
-after a pause) waits and commits at once, so an idle send's latency does not change; under load a
-send waits at most ``spacing_s`` more. Nothing else changes: the requests wait in their sockets,
-in order, and are answered in order.
+over no sooner than ``spacing_s`` after the last one: what it reads meanwhile, on every
+connection, is kept (read, in order) and committed as one group when the spacing is out. A
+thread that handed nothing over for ``spacing_s`` (idle, or a first send after a pause) commits
+at once, so an idle send's latency does not change; under load a send waits at most
+``spacing_s`` more.
+
+**A caller waiting on us is not held.** A caller that sends one request at a time, each after
+the answer to the last (``SocketClient.send`` in a loop), would be held to one send per
+spacing. So a request from a connection that had nothing unanswered, and whose last answer went
+out less than ``back_to_back_s`` (0.5 ms) before, hands the round over at once: that caller
+was waiting for us, not pacing itself. A caller that pipelines, or paces itself slower than
+that, is spaced. Nothing else changes: the requests are answered in order.
 
 **Who closes.** Only this thread closes a connection it still watches. Whoever finds a watched
 connection done (its answers' thread, a committer whose answer could not be sent) calls
@@ -45,7 +51,6 @@ from pipeline.host.socket_protocol import FrameError, FrameReader
 from .socket_answers import Answers
 
 log = logging.getLogger(__name__)
-_sleep = time.sleep  # the spacing's (a test holds the thread there)
 
 Request = Callable[[dict[str, Any], Answers, list[Any]], None]
 """The server: one decoded request of a connection; what is to be committed goes in the list."""
@@ -76,9 +81,13 @@ class SocketReader:
         malformed: Callable[[FrameError, Answers], None],
         reads: Callable[[list[Any]], None],
         spacing_s: float = 0.0,
+        back_to_back_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._listener = listener
         self._spacing_s = max(0.0, spacing_s)
+        self._back_to_back_s = back_to_back_s
+        self._clock = clock
         self._accepted = accepted
         self._request = request
         self._malformed = malformed
@@ -91,6 +100,7 @@ class SocketReader:
         self._watched: dict[int, _Conn] = {}  # by descriptor; changed under _lock
         self._hangup: set[int] = set()  # done while watched: closed when unwatched
         self._stop = False
+        self._kept: list[Any] = []
         self._thread = threading.Thread(target=self._run, name="gw-socket-reader", daemon=True)
 
     def start(self) -> None:
@@ -121,6 +131,10 @@ class SocketReader:
         else:
             sock.close()
 
+    def kept(self) -> int:
+        """How many requests the spacing keeps now (read, not handed over yet)."""
+        return len(self._kept)
+
     def reader_thread(self) -> threading.Thread:
         return self._thread
 
@@ -128,36 +142,50 @@ class SocketReader:
     def _run(self) -> None:
         poll, watched = self._poll.poll, self._watched
         listener, wake = self._listener.fileno(), self._wake_r.fileno()
-        spacing, monotonic, sleep = self._spacing_s, time.monotonic, _sleep
-        last = -math.inf  # monotonic: when the last round that brought requests was handed over
+        spacing, back_to_back, clock = self._spacing_s, self._back_to_back_s, self._clock
+        last = -math.inf  # when the last round was handed over
+        read: list[Any] = []  # read, not handed over yet (spaced)
+        self._kept = read
+        hurry = False  # a caller waits on us for its next send: hand over now
         try:
             while not self._stop:
-                if spacing:  # under load, a group at most every spacing_s (module docstring)
-                    wait = last + spacing - monotonic()
-                    if wait > 0:
-                        sleep(wait)
-                read: list[Any] = []
-                for fd, _events in poll():
+                if read:
+                    left = last + spacing - clock()
+                    if left <= 0 or hurry:  # one round's requests, every connection's: a group
+                        last = clock()
+                        round_, read, hurry = read, [], False
+                        self._kept = read
+                        self._reads(round_)
+                        continue
+                    events = poll(left * 1000)
+                else:
+                    events = poll()
+                for fd, _events in events:
                     conn = watched.get(fd)
                     if conn is not None:
+                        answered = conn.answers.idle_since()  # its caller waits, if recent
+                        had = len(read)
                         try:
                             self._read(conn, read)
                         except Exception:  # a bug: this connection ends, the others go on
                             log.exception("local socket: reading a connection failed")
                             self._end(conn)
+                        if len(read) > had and answered is not None:
+                            hurry = hurry or clock() - answered < back_to_back
                     elif fd == listener:
                         self._accept()
                     elif fd == wake:
                         with contextlib.suppress(OSError):
                             self._wake_r.recv(64)
-                if read:  # one round's requests, every connection's: one group
-                    if spacing:
-                        last = monotonic()
-                    self._reads(read)
         except Exception:  # a bug: log it, end every connection (clients see the end)
             log.exception("local socket: the reader failed")
             self._stop = True
         finally:
+            if read:  # a stop while requests were spaced: the server answers them (refused)
+                try:
+                    self._reads(read)
+                except Exception:
+                    log.exception("local socket: handing over the last requests failed")
             for conn in list(watched.values()):
                 self._end(conn)
             self._wake_r.close()

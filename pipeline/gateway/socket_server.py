@@ -16,8 +16,9 @@ socket the gateway writes for them:
 * **One reader thread.** One thread accepts and reads every connection (``poll``,
   :mod:`.socket_reader`): a connection per call starts no thread and is handed to none.
 * **Spaced under load.** While sends keep coming, the reader hands a round over at most every
-  ``spacing_s`` (4 ms), so a group holds what those milliseconds brought; an idle send is
-  committed at once (:mod:`.socket_reader`).
+  ``spacing_s`` (4 ms), so a group holds what those milliseconds brought; an idle send, and a
+  caller that waits for each answer before its next send, are committed at once
+  (:mod:`.socket_reader`).
 * **Wake, not poll.** After each commit the in-process relay is woken (``on_commit``).
 * **Permissions.** The socket is created under a temporary name, ``chmod``-ed to ``mode``
   (0600: the gateway's user; 0660: also its group) and only then renamed into place, so it is
@@ -66,6 +67,9 @@ log = logging.getLogger(__name__)
 SOCKET_MODES = (0o600, 0o660)
 SPACING_S = 0.004
 """Under load, the reader hands a group over at most this often (:mod:`.socket_reader`); 0: off."""
+BACK_TO_BACK_S = 0.0005
+"""A request this soon after its connection's last answer is from a caller waiting on us: not
+spaced (:mod:`.socket_reader`)."""
 
 
 @dataclass(slots=True)
@@ -120,6 +124,8 @@ class SocketServer:
         metrics: SocketMetrics | None = None,
         control: ControlClient | None = None,
         spacing_s: float = SPACING_S,
+        back_to_back_s: float = BACK_TO_BACK_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if mode not in SOCKET_MODES:
             raise ConfigError(
@@ -135,6 +141,8 @@ class SocketServer:
         self.metrics = metrics
         self.control = control
         self.spacing_s = spacing_s
+        self.back_to_back_s = back_to_back_s
+        self._clock = clock  # the spacing's (a test moves it)
         # what one read of a connection brought, in order; taken by whoever holds _committing
         self._queue: queue.SimpleQueue[list[_Pending]] = queue.SimpleQueue()
         self._committing = threading.Lock()
@@ -157,6 +165,8 @@ class SocketServer:
             malformed=self._malformed,
             reads=self._reads,
             spacing_s=self.spacing_s,
+            back_to_back_s=self.back_to_back_s,
+            clock=self._clock,
         )
         self._reader.start()
         return self
@@ -212,6 +222,8 @@ class SocketServer:
                         "the gateway is stopping; the send was not queued", retriable=True
                     )
                 )
+            for answers in {id(p.answers): p.answers for p in reads if p.answers}.values():
+                answers.flush()  # said before the connections are shut down
 
     def _bind(self) -> socket.socket:
         if os.path.exists(self.path):

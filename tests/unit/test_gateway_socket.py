@@ -14,6 +14,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from pipeline.host.socket_protocol import (
 )
 from pipeline.outbox.tables import outbox
 from pipeline.store import session_factory
+from pipeline.support.waiting import wait_until
 from pipeline.testing import one_host
 
 FAR = 10**15
@@ -593,47 +595,90 @@ def test_a_body_that_is_not_base64_is_refused_as_malformed(body: str) -> None:
     assert refused.value.reason == "CONFIG_INVALID"
 
 
-def test_under_load_the_reader_spaces_its_groups_and_an_idle_send_is_not_held(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The spacing: a send after a pause is committed at once (the reader does not sleep
-    first); what comes while the reader sleeps the spacing out is committed as one group,
-    every request answered, in order."""
-    from pipeline.gateway import socket_reader
+class _Clock:
+    """The reader's clock: real time plus what the test lets pass."""
 
-    sleeping, release = threading.Event(), threading.Event()
-    waits: list[float] = []
+    def __init__(self) -> None:
+        self.ahead = 0.0
 
-    def sleep(seconds: float) -> None:  # held there until the test has written the next ones
-        waits.append(seconds)
-        sleeping.set()
-        if len(waits) == 1:
-            release.wait(10)
+    def __call__(self) -> float:
+        return time.monotonic() + self.ahead
 
-    monkeypatch.setattr(socket_reader, "_sleep", sleep)
+
+def _spaced(tmp_path: Path, **kw: Any) -> tuple[SocketServer, list[int], Any, _Clock]:
     client, engine, cfg = _host(tmp_path)
     groups: list[int] = []
     real = client.send_all
-    client.send_all = lambda reqs, **kw: groups.append(len(reqs)) or real(reqs, **kw)  # type: ignore[method-assign]
-    server = SocketServer(path=cfg.local_socket or "", client=client, spacing_s=60.0).start()
+    client.send_all = lambda reqs, **k: groups.append(len(reqs)) or real(reqs, **k)  # type: ignore[method-assign]
+    clock = _Clock()
+    server = SocketServer(
+        path=cfg.local_socket or "", client=client, spacing_s=60.0, clock=clock, **kw
+    ).start()
+    return server, groups, engine, clock
 
-    def request(i: int) -> bytes:
-        return encode_frame({"id": i, "op": "send", "sender": "main-a", "to": "main-b",
-                             "body": "eA==", "kind": "REPLY"})  # fmt: skip
 
+def _send_frame(i: int) -> bytes:
+    return encode_frame({"id": i, "op": "send", "sender": "main-a", "to": "main-b",
+                         "body": "eA==", "kind": "REPLY"})  # fmt: skip
+
+
+def test_under_load_the_reader_spaces_its_groups_and_an_idle_send_is_not_held(
+    tmp_path: Path,
+) -> None:
+    """The spacing: a send after a pause is committed at once; what comes within the spacing
+    after a round is kept and committed as one group when it is out, every request answered,
+    in order."""
+    server, groups, engine, clock = _spaced(tmp_path, back_to_back_s=0.0)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.connect(server.path)
-            s.sendall(request(0))
-            assert "ok" in (read_frame(s) or {})  # committed without a sleep: it was idle
-            assert sleeping.wait(10) and groups == [1]
-            s.sendall(b"".join(request(i) for i in range(1, 6)))  # while the reader sleeps
-            release.set()
-            answers = [read_frame(s) or {} for _ in range(5)]
+            s.sendall(_send_frame(0))
+            assert "ok" in (read_frame(s) or {})  # committed at once: it was idle
+            s.sendall(b"".join(_send_frame(i) for i in range(1, 4)))  # within the spacing
+            s.sendall(_send_frame(4))
+            wait_until(lambda: server._reader.kept() == 4, timeout_s=10,  # type: ignore[union-attr]
+                       what="the reader keeping 4 spaced requests")  # fmt: skip
+            assert groups == [1], "nothing handed over before the spacing is out"
+            clock.ahead = 61.0  # the spacing is out: the next wait hands the round over
+            server._reader._wake_w.send(b"x")  # type: ignore[union-attr]
+            answers = [read_frame(s) or {} for _ in range(4)]
     finally:
-        release.set()
         server.close()
-    assert [a["id"] for a in answers] == [1, 2, 3, 4, 5] and all("ok" in a for a in answers)
-    assert groups == [1, 5] and _rows(engine) == 6
-    assert 0 < waits[0] <= 60.0
+    assert [a["id"] for a in answers] == [1, 2, 3, 4] and all("ok" in a for a in answers)
+    assert groups == [1, 4] and _rows(engine) == 5
+    engine.dispose()
+
+
+def test_a_caller_waiting_for_each_answer_is_not_held_by_the_spacing(tmp_path: Path) -> None:
+    """A caller that sends its next request right after the last answer (back to back) is
+    answered at once, however long the spacing; a pipelined pair from it goes as one group."""
+    server, groups, engine, _clock = _spaced(tmp_path, back_to_back_s=60.0)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(server.path)
+            for i in range(3):  # each after the last answer: never held for the 60 s spacing
+                s.sendall(_send_frame(i))
+                assert "ok" in (read_frame(s) or {})
+            s.sendall(_send_frame(3) + _send_frame(4))
+            answers = [read_frame(s) or {} for _ in range(2)]
+    finally:
+        server.close()
+    assert [a["id"] for a in answers] == [3, 4]
+    assert groups == [1, 1, 1, 2] and _rows(engine) == 5
+    engine.dispose()
+
+
+def test_a_stop_answers_the_requests_the_spacing_kept(tmp_path: Path) -> None:
+    """Requests kept by the spacing when the gateway stops are answered, not dropped."""
+    server, _groups, engine, _clock = _spaced(tmp_path, back_to_back_s=0.0)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(server.path)
+        s.sendall(_send_frame(0))
+        assert "ok" in (read_frame(s) or {})
+        s.sendall(_send_frame(1))
+        wait_until(lambda: server._reader.kept() == 1, timeout_s=10,  # type: ignore[union-attr]
+                   what="the reader keeping the spaced request")  # fmt: skip
+        server.close()
+        answer = read_frame(s) or {}
+    assert answer.get("id") == 1 and ("ok" in answer or "error" in answer)
     engine.dispose()
