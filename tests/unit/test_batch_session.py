@@ -82,3 +82,37 @@ def test_a_session_asked_for_joins_the_batch_and_its_listeners_see_it_committed(
     batches.close()
     assert engine.pool.checkedout() == 0
     engine.dispose()
+
+
+def test_on_sqlite_no_transaction_is_open_between_batches_and_another_writer_gets_in(
+    tmp_path: Path,
+) -> None:
+    """R-ACK-2: each batch is its own DB-API transaction on the held connection; between
+    batches none is open (no snapshot held, the write gate let go), so another writer commits
+    and the next batch sees its row; a batch after a session's commit begins again."""
+    engine = serialize_writes(make_engine(f"sqlite:///{tmp_path / 'r.sqlite'}"))
+    sessions = session_factory(engine)
+    with sessions.begin() as s:
+        s.execute(text("CREATE TABLE t (x INTEGER)"))
+    batches = BatchSessions(sessions)
+    for x in (1, 2):
+        with batches.begin() as tx:
+            tx.connection().execute(text("INSERT INTO t VALUES (:x)"), {"x": x})
+            raw = tx.connection().connection.dbapi_connection
+            assert raw is not None and raw.in_transaction
+        assert not raw.in_transaction, "committed: nothing open between batches"
+        with sessions.begin() as s:  # another writer, between batches
+            s.execute(text("INSERT INTO t VALUES (:x)"), {"x": 10 + x})
+    with batches.begin() as tx:
+        tx.session.execute(text("INSERT INTO t VALUES (3)"))
+    with batches.begin() as tx:
+        rows = tx.connection().execute(text("SELECT x FROM t ORDER BY x")).scalars().all()
+        assert rows == [1, 2, 3, 11, 12]
+    with pytest.raises(RuntimeError), batches.begin() as tx:
+        tx.connection().execute(text("INSERT INTO t VALUES (4)"))
+        raise RuntimeError("the batch failed")
+    with sessions() as s:
+        assert s.execute(text("SELECT count(*) FROM t WHERE x = 4")).scalar_one() == 0
+    batches.close()
+    assert engine.pool.checkedout() == 0
+    engine.dispose()
