@@ -12,8 +12,14 @@ write of the receipt. Here the journal's statements and the receipts' outbox row
   time on it. SQLite has one writer anyway: the store's write gate queues every write
   transaction of the process (``BEGIN IMMEDIATE`` behind it), so the lock costs no concurrency,
   and the pool never lends more connections to the queue than one, however many entities inject.
-  Between transactions it holds none (no lock, no snapshot). A transaction that raised drops it
-  (its state is not known); the next one takes a fresh one.
+  Each transaction is ``BEGIN IMMEDIATE`` ... ``COMMIT`` on the DB-API connection itself, queued
+  on the store's write gate like every writer of the process, as the socket's group commits are
+  (``gateway/writer_session.py``): SQLAlchemy's transaction on the connection is begun once, when
+  it is opened, and never ended while held, so SQLAlchemy issues nothing per transaction (its
+  transaction objects, events and the generator around them cost about as much as the journal's
+  statements, at two transactions per brief). A DB-API error is raised as SQLAlchemy raises it.
+  Between transactions it holds none (no lock, no snapshot). A transaction that raised drops the
+  connection (its state is not known); the next one takes a fresh one.
 * **PostgreSQL** -- a pooled connection per transaction, as the workers run concurrently there;
   ``BEGIN`` rides with the first statement, the rest with the ``COMMIT``
   (:mod:`pipeline.store.pg_pipeline`), and the relay's ``NOTIFY`` with the ``COMMIT`` too.
@@ -33,11 +39,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.outbox.notify import CHANNEL, wakes_in_process
 from pipeline.outbox.wake import collect, collected, committed_rows
 from pipeline.store import pg_pipeline
+from pipeline.store.engine import WriteGate, write_gate
 
 _NOTIFY = f"NOTIFY {CHANNEL}"
 
@@ -52,33 +60,28 @@ class JournalTx:
         self._pg = self._engine is not None and self._engine.dialect.name == "postgresql"
         self._lock = threading.Lock()
         self._held: Connection | None = None
+        self._raw: Any = None  # the DB-API connection under _held
+        self._gate: WriteGate | None = None
+        self._sqlite = _HeldTx(self) if self._engine is not None and not self._pg else None
         self._local = threading.local()  # fed: the _Fed the thread's last begin() committed
 
-    @contextlib.contextmanager
-    def begin(self) -> Iterator[Session | Connection]:
+    def begin(self) -> contextlib.AbstractContextManager[Session | Connection]:
         """One transaction, committed on leaving, rolled back on an exception."""
+        if self._sqlite is not None:
+            return self._sqlite
+        return self._begin()
+
+    @contextlib.contextmanager
+    def _begin(self) -> Iterator[Session | Connection]:
         self._local.fed = None
         engine = self._engine
         if engine is None:
             with self.sessions.begin() as s:
                 yield s
             return
-        if self._pg:
-            with pg_pipeline.transaction(engine) as conn, _collecting(conn) as fed:
-                yield conn
-            self._local.fed = fed  # committed: its COMMIT returned
-            return
-        with self._lock:
-            held = self._held
-            if held is None or held.closed or held.invalidated:
-                held = self._held = engine.connect()
-            try:
-                with held.begin(), _collecting(held) as fed:
-                    yield held
-            except BaseException:
-                self._drop()
-                raise
-        self._local.fed = fed
+        with pg_pipeline.transaction(engine) as conn, _collecting(conn) as fed:
+            yield conn
+        self._local.fed = fed  # committed: its COMMIT returned
 
     def hand_over(self) -> None:
         """Hand the outbox rows the thread's last :meth:`begin` committed to the relay of this
@@ -111,11 +114,112 @@ class JournalTx:
         with self._lock:
             self._drop()
 
+    def _open(self, engine: Engine) -> Connection:
+        """The held SQLite connection, with SQLAlchemy's transaction begun once (through the
+        engine's begin event: the gate and ``BEGIN IMMEDIATE``) and ended here on the DB-API
+        connection: from now on each transaction begins and ends there (:class:`_HeldTx`)."""
+        conn = engine.connect()
+        try:
+            conn.begin()
+            raw = conn.connection.dbapi_connection
+            gate = write_gate(engine)
+            try:
+                raw.commit()  # type: ignore[union-attr]
+            finally:
+                if gate is not None:
+                    gate.leave(raw)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise
+        self._held, self._raw, self._gate = conn, raw, gate
+        return conn
+
+    def _call(self, sql: str, fn: Any, *args: Any) -> None:
+        """``fn(*args)``, a DB-API error raised as SQLAlchemy raises it (``with_retry`` and the
+        callers catch SQLAlchemyError)."""
+        assert self._engine is not None
+        dialect = self._engine.dialect
+        error = dialect.loaded_dbapi.Error
+        try:
+            fn(*args)
+        except error as exc:
+            raise DBAPIError.instance(sql, (), exc, error, dialect=dialect) from exc
+
     def _drop(self) -> None:
         conn, self._held = self._held, None
+        self._raw = self._gate = None
         if conn is not None:
             with contextlib.suppress(Exception):  # a dead connection is discarded by the pool
                 conn.close()
+
+
+class _HeldTx:
+    """:meth:`JournalTx.begin` on SQLite: one transaction on the held connection, ``BEGIN
+    IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on an exception) on its DB-API connection, queued on
+    the write gate, under the queue's lock. Its own ``__enter__`` / ``__exit__``, not a generator
+    context manager: two transactions per brief, and the generator's frames cost as much as
+    ``BEGIN`` and ``COMMIT``."""
+
+    __slots__ = ("_tx",)
+
+    def __init__(self, tx: JournalTx) -> None:
+        self._tx = tx
+
+    def __enter__(self) -> Connection:
+        tx = self._tx
+        tx._local.fed = None
+        tx._lock.acquire()
+        try:
+            held = tx._held
+            if held is None or held.closed or held.invalidated:
+                assert tx._engine is not None
+                held = tx._open(tx._engine)
+            raw, gate = tx._raw, tx._gate
+            if gate is not None:
+                gate.enter(raw)
+            try:
+                tx._call("BEGIN IMMEDIATE", raw.execute, "BEGIN IMMEDIATE")
+            except BaseException:
+                if gate is not None:
+                    gate.leave(raw)
+                raise
+            collect(held)
+        except BaseException:
+            tx._drop()
+            tx._lock.release()
+            raise
+        return held
+
+    def __exit__(self, kind: type[BaseException] | None, exc: object, tb: object) -> None:
+        tx = self._tx
+        try:
+            held = tx._held
+            raw, gate = tx._raw, tx._gate
+            rows, trusted = collected(held) if held is not None else ([], False)
+            try:
+                if kind is None:
+                    tx._call("COMMIT", raw.commit)
+                else:
+                    with contextlib.suppress(Exception):
+                        raw.rollback()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    raw.rollback()
+                tx._drop()
+                raise
+            finally:
+                if gate is not None:
+                    gate.leave(raw)
+            if kind is not None:
+                tx._drop()  # its state is not known: the next transaction takes a fresh one
+                return
+            if rows:
+                fed = _Fed()
+                fed.rows, fed.trusted = rows, trusted
+                tx._local.fed = fed  # committed: its COMMIT returned
+        finally:
+            tx._lock.release()
 
 
 class _Fed:
