@@ -66,6 +66,18 @@ def with_retry(
     Raises :class:`StoreError` (``retriable=True``) when the budget is spent or ``stop`` is set,
     and :class:`StoreError` (``retriable=False``) at once for a non-transient database error.
     """
+    try:  # the common case, first time: no retry loop, backoff or closures built for it
+        return call()
+    except SQLAlchemyError as exc:
+        if not is_transient(exc):
+            raise StoreError(f"{what}: {exc}", retriable=False) from exc
+        first: list[Exception] = [exc]
+
+    def again() -> T:  # the retry loop's first attempt is the one that just failed
+        if first:
+            raise first.pop()
+        return call()
+
     attempts = 1
 
     def report(exc: Exception, attempt: int, pause: float) -> None:
@@ -75,7 +87,7 @@ def with_retry(
 
     try:
         return retry_call(
-            call,
+            again,
             retriable=is_transient,
             backoff=policy.backoff,
             deadline_s=policy.budget_s,
