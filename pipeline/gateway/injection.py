@@ -163,7 +163,8 @@ class InjectionQueue:
                         log.exception("injection worker error")  # its row stays open: uncertain
                 opened = None
                 if any(o.journal is not None or o.receipt is not None for _, o in done):
-                    if jobs[-1] is not None:  # not stopping: open the next burst in this close
+                    # not stopping, and more queued: open the next burst in this close
+                    if jobs[-1] is not None and not q.empty():
                         with contextlib.suppress(queue.Empty):
                             nxt = self._take(q, q.get_nowait())
                     opened = self._record(done, nxt)
@@ -181,7 +182,9 @@ class InjectionQueue:
         """A burst: ``first`` and what is already queued behind it, at most ``burst`` jobs (no
         wait for more), ending early at the stop mark."""
         jobs = [first]
-        while first is not None and len(jobs) < self.burst:
+        # empty(): what is queued is taken without raising Empty at a burst's end (one worker
+        # takes from this queue: nothing takes a job between the look and the take)
+        while first is not None and len(jobs) < self.burst and not q.empty():
             try:
                 job = q.get_nowait()
             except queue.Empty:

@@ -79,6 +79,8 @@ def answer(msg_id: str, status: str, error: str = "") -> bytes:
 def ok_line(msg_id: str) -> bytes:
     """The exact bytes :func:`answer` writes for ``ok``: a reader compares a line with it before
     parsing any JSON (the common answer, as the reference child writes it)."""
+    if msg_id.isascii() and msg_id.isalnum():  # a uuid hex, as minted: JSON quotes it as is
+        return b'{"msgId":"' + msg_id.encode() + b'","status":"ok"}\n'
     return b'{"msgId":' + json.dumps(msg_id).encode() + b',"status":"ok"}\n'
 
 

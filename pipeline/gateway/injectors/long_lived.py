@@ -57,22 +57,16 @@ class LongLivedCommandInjector(CommandSettings):
         self._held: list[subprocess.Popen[bytes]] = []  # the child, ended when self is collected
         weakref.finalize(self, _end_all, self._held)
         self._buf = bytearray()
+        self._ready = select.poll()  # the running child's stdout (set when it starts)
 
     def inject(
         self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes, trace_id: str = ""
     ) -> None:
-        context: dict[str, Any] = {
-            "gid": gid,
-            "msg_id": msg_id,
-            "injector": "command",
-            "argv0": self.argv[0],
-            "mode": "long-lived",
-        }
         frame = framing.request(
             msg_id=msg_id, sender=sender, to=gid, kind=kind, body=body, trace_id=trace_id
         )
         with self._lock:
-            proc = self._child(context)
+            proc = self._child(gid, msg_id)
             deadline = time.monotonic() + self.timeout_s
             try:
                 whole = self._write(proc, frame, deadline)
@@ -82,10 +76,11 @@ class LongLivedCommandInjector(CommandSettings):
                         f"{self.argv[0]!r} exited before it took the brief for {gid}; "
                         "nothing injected",
                         reason=INJECT_FAILED,
-                        context=context,
+                        context=self._context(gid, msg_id),
                     )
                 line = self._read_line(proc, deadline)
             except subprocess.TimeoutExpired:
+                context = self._context(gid, msg_id)
                 self._kill()
                 raise InjectError(
                     f"{self.argv[0]!r} did not answer within {self.timeout_s:g}s for {gid}; "
@@ -96,6 +91,9 @@ class LongLivedCommandInjector(CommandSettings):
             except BaseException:  # an interrupt mid-exchange: the child's state is unknown
                 self._kill()
                 raise
+            if line == framing.ok_line(msg_id):  # the common answer: no JSON parse
+                return
+            context = self._context(gid, msg_id)
             if line is None:
                 code = self._reap()
                 raise InjectUncertainError(
@@ -103,8 +101,6 @@ class LongLivedCommandInjector(CommandSettings):
                     "it may have been injected",
                     context=context | {"exit_code": code},
                 )
-            if line == framing.ok_line(msg_id):  # the common answer: no JSON parse
-                return
             try:
                 got = framing.parse_answer(line)
                 if got.msg_id != msg_id:
@@ -141,14 +137,23 @@ class LongLivedCommandInjector(CommandSettings):
     def __repr__(self) -> str:
         return f"LongLivedCommandInjector({list(self.argv)!r}, timeout_s={self.timeout_s:g})"
 
+    def _context(self, gid: str, msg_id: str) -> dict[str, Any]:
+        """An error's context (built only for an error: a brief that lands needs none)."""
+        return {
+            "gid": gid,
+            "msg_id": msg_id,
+            "injector": "command",
+            "argv0": self.argv[0],
+            "mode": "long-lived",
+        }
+
     # -- the child ------------------------------------------------------------------------
 
-    def _child(self, context: dict[str, Any]) -> subprocess.Popen[bytes]:
+    def _child(self, gid: str, msg_id: str) -> subprocess.Popen[bytes]:
         """The running child, started when there is none, the last one has exited, or it wrote
         out of turn (an answer nobody asked for: it breaks the one-answer-per-frame rule)."""
         if self._proc is not None and self._proc.poll() is None:
-            assert self._proc.stdout is not None
-            if not self._buf and not select.select([self._proc.stdout], [], [], 0)[0]:
+            if not self._buf and not self._ready.poll(0):
                 return self._proc
             self._kill()  # nothing of this brief was written to it yet
         self._reap()
@@ -163,12 +168,14 @@ class LongLivedCommandInjector(CommandSettings):
             )
         except (OSError, ValueError) as exc:
             raise InjectError(
-                f"cannot start {self.argv[0]!r} for {context['gid']}: {exc}",
+                f"cannot start {self.argv[0]!r} for {gid}: {exc}",
                 reason=INJECT_FAILED,
-                context=context,
+                context=self._context(gid, msg_id),
             ) from exc
         assert proc.stdin is not None and proc.stdout is not None
         os.set_blocking(proc.stdin.fileno(), False)
+        self._ready = select.poll()  # the child's stdout: readable (or ended) -- one fd, kept
+        self._ready.register(proc.stdout.fileno(), select.POLLIN)
         self._proc = proc
         self._held[:] = [proc]
         self._buf.clear()
@@ -199,7 +206,7 @@ class LongLivedCommandInjector(CommandSettings):
         while (end := self._buf.find(b"\n")) < 0:
             if len(self._buf) > framing.MAX_ANSWER_BYTES:
                 return bytes(self._buf)  # not an answer: parse_answer says so
-            if not select.select([fd], [], [], _left(deadline))[0]:
+            if not self._ready.poll(_left(deadline) * 1000.0):
                 raise subprocess.TimeoutExpired(self.argv, self.timeout_s)
             chunk = os.read(fd, 65536)
             if not chunk:
