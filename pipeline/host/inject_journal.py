@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import BigInteger, Column, Connection, String, Table, select
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from pipeline.runtime.driver_sql import fetch_column
 from pipeline.store import metadata
 from pipeline.support.clock import now_ms
 
@@ -55,23 +55,27 @@ journal_table = Table(
 )
 
 
-# The journal costs two statements per brief on the forward path's hot loop. Both are DB-API
-# text, run on the raw cursor of the caller's connection (so in its transaction; the same way
-# as ``pipeline.outbox.writer``), with a DB-API error raised as SQLAlchemy would
-# (``DBAPIError.instance``: ``with_retry`` and callers catch SQLAlchemyError). SQLAlchemy's
-# per-statement compile, ORM execute and result work cost several times the SQL itself. Both
-# statements are portable (SQLite >= 3.24 and PostgreSQL share the upsert syntax).
+# A burst's journal rows open in one statement and close in one (per outcome state: nearly
+# always one), run on the raw cursor of the caller's connection (so in its transaction; the
+# same way as ``pipeline.outbox.writer``), with a DB-API error raised as SQLAlchemy would
+# (``driver_sql.fetch_column``: ``with_retry`` and callers catch SQLAlchemyError). A statement
+# per brief cost its own execute, and SQLAlchemy's per-statement compile, ORM execute and result
+# work cost several times the SQL itself. PostgreSQL has its own forms (pg_journal.py); SQLite
+# takes ``RETURNING`` (>= 3.35, as the outbox writer's upsert already needs).
+_OPEN_ROW = "(?, ?, ?, ?, ?, ?, ?)"
 _OPEN_SQL = (
     "INSERT INTO fleet_inject_journal "
-    "(msg_id, gid, sender, reply_host, trace_id, opened_ms, state) "
-    "VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}) ON CONFLICT (msg_id) DO NOTHING"
+    "(msg_id, gid, sender, reply_host, trace_id, opened_ms, state) VALUES {rows} "
+    "ON CONFLICT (msg_id) DO NOTHING RETURNING msg_id"
 )
+# ``+state``: found by msgId (its primary key), never through the state index, which the
+# planner would otherwise pick and then walk every open row
 _CLOSE_SQL = (
-    "UPDATE fleet_inject_journal SET state = {p}, closed_ms = {p} "
-    "WHERE msg_id = {p} AND state = {p}"
+    "UPDATE fleet_inject_journal SET state = ?, closed_ms = ? "
+    "WHERE msg_id IN ({ids}) AND +state = ? RETURNING msg_id"
 )
-_PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
-_sql: dict[str, tuple[str, str]] = {}
+_CHUNK = 100  # rows per statement: far below SQLite's bound on parameters
+_sql: dict[tuple[int, int], str] = {}
 
 
 class Entry(NamedTuple):
@@ -109,8 +113,12 @@ def open_many(session: Session | Connection, entries: Sequence[Entry]) -> set[st
     conn = session.connection() if isinstance(session, Session) else session
     if conn.dialect.name == "postgresql":  # one statement for the burst (pg_journal.py)
         return pg_journal.open_many(conn, rows)
-    counts = _each(conn, 0, rows)
-    return {e.msg_id for e, n in zip(entries, counts, strict=True) if n}
+    opened: set[str] = set()
+    for i in range(0, len(rows), _CHUNK):
+        chunk = rows[i : i + _CHUNK]
+        params = [value for row in chunk for value in row]
+        opened.update(fetch_column(conn, _statement(0, len(chunk)), params))
+    return opened
 
 
 def close_entry(session: Session | Connection, msg_id: str, state: str) -> bool:
@@ -130,45 +138,42 @@ def close_many(session: Session | Connection, moves: Sequence[tuple[str, str]]) 
     conn = session.connection() if isinstance(session, Session) else session
     if conn.dialect.name == "postgresql":  # one statement for the burst (pg_journal.py)
         moved = pg_journal.close_many(conn, moves, closed_ms, OPEN)
-        out = []
-        for msg_id, _ in moves:
-            out.append(msg_id in moved)
-            moved.discard(msg_id)  # listed again: its row is closed already
-        return out
-    counts = _each(conn, 1, [(state, closed_ms, msg_id, OPEN) for msg_id, state in moves])
-    return [bool(n) for n in counts]
+    else:
+        moved = _close_sqlite(conn, moves, closed_ms)
+    out = []
+    for msg_id, _ in moves:
+        out.append(msg_id in moved)
+        moved.discard(msg_id)  # listed again: its row is closed already
+    return out
 
 
-def _each(session: Session | Connection, which: int, rows: list[tuple[Any, ...]]) -> list[int]:
-    """Run statement ``which`` (0 open, 1 close) once per row on one raw cursor of the
-    caller's connection; each row's rowcount."""
-    conn = session.connection() if isinstance(session, Session) else session
-    statement = _statements(conn.dialect.paramstyle)[which]
-    dbapi_error = conn.dialect.loaded_dbapi.Error
-    params: tuple[Any, ...] = ()
-    counts = []
-    try:
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            for params in rows:
-                cursor.execute(statement, params)
-                counts.append(cursor.rowcount)
-        finally:
-            cursor.close()
-    except dbapi_error as exc:  # as SQLAlchemy raises it: callers catch SQLAlchemyError
-        raise DBAPIError.instance(
-            statement, params, exc, dbapi_error, dialect=conn.dialect
-        ) from exc
-    return counts
+def _close_sqlite(conn: Connection, moves: Sequence[tuple[str, str]], closed_ms: int) -> set[str]:
+    """The msgIds moved: one statement per state (a burst's closes share one, ``injected``);
+    a msgId listed twice moves once, to the first state listed, as a statement per row did."""
+    first: dict[str, str] = {}
+    for msg_id, state in moves:
+        first.setdefault(msg_id, state)
+    by_state: dict[str, list[str]] = {}
+    for msg_id, state in first.items():
+        by_state.setdefault(state, []).append(msg_id)
+    moved: set[str] = set()
+    for state, ids in by_state.items():
+        for i in range(0, len(ids), _CHUNK):
+            chunk = ids[i : i + _CHUNK]
+            params = [state, closed_ms, *chunk, OPEN]
+            moved.update(fetch_column(conn, _statement(1, len(chunk)), params))
+    return moved
 
 
-def _statements(paramstyle: str) -> tuple[str, str]:
-    sql = _sql.get(paramstyle)
+def _statement(which: int, n: int) -> str:
+    """SQLite's statement ``which`` (0 open, 1 close) for ``n`` rows (msgIds)."""
+    sql = _sql.get((which, n))
     if sql is None:
-        p = _PLACEHOLDER.get(paramstyle)
-        if p is None:
-            raise ValueError(f"inject journal: unsupported DB-API paramstyle {paramstyle!r}")
-        sql = _sql[paramstyle] = (_OPEN_SQL.format(p=p), _CLOSE_SQL.format(p=p))
+        if which == 0:
+            sql = _OPEN_SQL.format(rows=", ".join([_OPEN_ROW] * n))
+        else:
+            sql = _CLOSE_SQL.format(ids=", ".join(["?"] * n))
+        _sql[(which, n)] = sql
     return sql
 
 

@@ -3,8 +3,8 @@
 Each statement is a round trip on PostgreSQL, and a burst's briefs were one each. Here a
 burst's opens are one multi-row ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` (the msgIds it
 wrote) and its closes one ``UPDATE ... FROM (VALUES ...)`` guarded by ``state = 'open'``
-``RETURNING`` the msgIds it moved: the same rows and the same answers as the per-row statements
-of :mod:`pipeline.host.inject_journal`, which SQLite keeps (no round trips to save there). The
+``RETURNING`` the msgIds it moved: the same rows and the same answers as a statement per row
+(SQLite's forms, in :mod:`pipeline.host.inject_journal`, are one statement per burst too). The
 close is the first statement of its transaction, so it rides with the ``BEGIN``
 (:func:`pipeline.store.pg_pipeline.begin_with`) when the caller enabled that.
 """
