@@ -19,6 +19,7 @@ come); anything on the child's stdout that is not an answer line breaks the prot
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import BinaryIO, Final
 
@@ -30,6 +31,8 @@ MAX_HEADER_BYTES: Final = 64 * 1024
 MAX_ANSWER_BYTES: Final = 64 * 1024
 # json.dumps with separators builds an encoder per call; a frame per brief uses this one
 _compact = json.JSONEncoder(separators=(",", ":")).encode
+# text JSON writes as it is (printable ASCII but the quote and the backslash): no escapes
+_PLAIN = re.compile(r"[ !#-\[\]-~]*")
 
 
 class FrameError(ValueError):
@@ -59,6 +62,18 @@ def request(
 ) -> bytes:
     """The bytes of one request frame: header line, then the body (``traceId``: the brief's,
     what the one-shot form passes as ``FLEET_TRACE_ID``)."""
+    if _PLAIN.fullmatch(f"{msg_id}{sender}{to}{kind}{trace_id}") is not None:
+        # nothing to escape (as minted ids and gids are): the bytes json writes, without it
+        trace = b',"traceId":"%s"' % trace_id.encode() if trace_id else b""
+        head = b'{"msgId":"%s","from":"%s","to":"%s","kind":"%s"%s,"length":%d}\n' % (
+            msg_id.encode(),
+            sender.encode(),
+            to.encode(),
+            kind.encode(),
+            trace,
+            len(body),
+        )
+        return head + body
     header: dict[str, object] = {"msgId": msg_id, "from": sender, "to": to, "kind": kind}
     if trace_id:
         header["traceId"] = trace_id
