@@ -207,6 +207,7 @@ class InjectionQueue:
             staged = False
             with self._tx.begin() as tx:
                 moved = iter(journal.close_many(tx, moves))
+                receipts: list[tuple[Envelope, str]] = []
                 for job, outcome in done:
                     if outcome.journal is not None and not next(moved):
                         # a restart's report (a twin's) moved the row first: its outcome stands
@@ -215,8 +216,13 @@ class InjectionQueue:
                         receipt = outcome.receipt
                         if TRACING.on:  # fleet.receipt.stage, under the brief's fleet.inject
                             TRACING.receipt(job.envelope, receipt.envelope)
-                        self.publisher.stage(tx, receipt.envelope, to_host=receipt.host)
-                        staged = True
+                        receipts.append((receipt.envelope, receipt.host))
+                if isinstance(tx, Connection):  # a sender's receipts: one write (its branch)
+                    self.publisher.stage_many(tx, receipts)
+                else:
+                    for envelope, host in receipts:
+                        self.publisher.stage(tx, envelope, to_host=host)
+                staged = bool(receipts)
                 if staged:
                     self._tx.notify(tx)
                 return self._open_in(tx, then_open)

@@ -8,6 +8,7 @@ branch key is ``<host>><to>`` so messages from one host to one recipient keep th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
@@ -17,6 +18,8 @@ from pipeline import outbox
 from pipeline.envelope import Envelope, Signer, encode
 from pipeline.envelope.pairwise import MAC_KINDS, Pairing
 from pipeline.kafka.topics import TopicNames
+from pipeline.outbox.writer import write_branch
+from pipeline.record import Headers
 from pipeline.tracing import TRACING
 
 GATEWAY_SUFFIX = "._gateway"
@@ -41,6 +44,27 @@ class Publisher:
     def stage(self, session: Session | Connection, envelope: Envelope, *, to_host: str) -> int:
         """Sign (or MAC) ``envelope`` for ``to_host``'s inbox and write it as an outbox row in
         ``session``'s transaction (a ``Connection``: see :func:`pipeline.outbox.write`)."""
+        topic, branch_key, (key, value, headers) = self._encoded(envelope, to_host)
+        return outbox.write(
+            session, topic=topic, key=key, value=value, headers=headers, branch_key=branch_key
+        )
+
+    def stage_many(self, conn: Connection, staged: Sequence[tuple[Envelope, str]]) -> None:
+        """:meth:`stage` for each ``(envelope, to_host)``, in order, on a bare connection: the
+        envelopes of one branch (one recipient on one host) are written together
+        (:func:`pipeline.outbox.writer.write_branch`), each branch's rows in their order."""
+        branches: dict[tuple[str, str], list[tuple[bytes | None, bytes | None, Headers]]] = {}
+        for envelope, to_host in staged:
+            topic, branch_key, record = self._encoded(envelope, to_host)
+            branches.setdefault((topic, branch_key), []).append(record)
+        for (topic, branch_key), records in branches.items():
+            write_branch(conn, records, topic=topic, branch_key=branch_key)
+
+    def _encoded(
+        self, envelope: Envelope, to_host: str
+    ) -> tuple[str, str, tuple[bytes, bytes, Headers]]:
+        """``envelope`` signed (or MAC'd) for ``to_host``'s inbox: its topic, its branch key and
+        its record (key, value, headers)."""
         topic = self._inboxes.get(to_host)
         if topic is None:
             topic = self._inboxes[to_host] = self.topics.inbox(to_host)
@@ -50,11 +74,4 @@ class Publisher:
         key, headers, value = encode(envelope, topic=topic, signer=self.signer, pair=pair)
         if TRACING.on:  # fleet.send / fleet.outbox.commit; the row keeps the traceparent
             headers = TRACING.staged(envelope, topic, headers)
-        return outbox.write(
-            session,
-            topic=topic,
-            key=key,
-            value=value,
-            headers=headers,
-            branch_key=f"{self.host}>{envelope.to}@{to_host}",
-        )
+        return topic, f"{self.host}>{envelope.to}@{to_host}", (key, value, headers)

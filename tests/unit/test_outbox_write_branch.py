@@ -1,0 +1,114 @@
+"""``write_branch`` (a burst's receipts on one bare connection) writes what a ``write`` per record
+writes: the same rows in the same order with consecutive lsns, the branch's watermark row for a
+new branch, an inactive branch listed again, an abandoned one refused, and the rows noted for the
+relay's feed (R-OUT-1: the intent is written in the caller's transaction; R-OUT-3: lsn order)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select, update
+
+from pipeline.errors import DeliveryError
+from pipeline.outbox import outbox, outbox_branch, outbox_sent
+from pipeline.outbox.wake import collect, collected
+from pipeline.outbox.writer import abandon_branch, write, write_branch
+from pipeline.store import make_engine, session_factory
+
+RECORDS = [
+    (b"main-a", b"one", [("kind", b"INJECTED"), ("msgId", b"m1")]),
+    (b"main-a", b"two", []),
+    (None, None, [("kind", b"INJECTED"), ("sig", bytes(64))]),
+]
+
+
+def _rows(engine: Engine, branch: str) -> list[Any]:
+    with engine.connect() as c:
+        got = c.execute(
+            select(outbox.c.lsn, outbox.c.topic, outbox.c.key, outbox.c.value, outbox.c.headers,
+                   outbox.c.status).where(outbox.c.branch_key == branch).order_by(outbox.c.id)
+        )  # fmt: skip
+        return [tuple(r) for r in got]
+
+
+def _branch(engine: Engine, branch: str) -> tuple[Any, ...]:
+    with engine.connect() as c:
+        b = c.execute(
+            select(
+                outbox_branch.c.last_lsn, outbox_branch.c.abandoned, outbox_branch.c.active
+            ).where(outbox_branch.c.branch_key == branch)
+        ).one()
+        sent = c.execute(
+            select(outbox_sent.c.sent_lsn).where(outbox_sent.c.branch_key == branch)
+        ).all()
+        return (*b, len(sent))
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Any:
+    e = make_engine(f"sqlite:///{tmp_path / 'B.sqlite'}")
+    yield e
+    e.dispose()
+
+
+def _write_each(engine: Engine, branch: str, records: list[Any]) -> list[int]:
+    with engine.begin() as conn:
+        return [write(conn, topic="t", key=k, value=v, headers=h, branch_key=branch)
+                for k, v, h in records]  # fmt: skip
+
+
+def _write_together(engine: Engine, branch: str, records: list[Any]) -> tuple[list[int], Any]:
+    with engine.begin() as conn:
+        collect(conn)
+        lsns = write_branch(conn, records, topic="t", branch_key=branch)
+        noted, _ = collected(conn)
+    return lsns, noted
+
+
+def test_a_branch_written_together_holds_what_a_write_each_holds(engine: Engine) -> None:
+    assert _write_each(engine, "each", RECORDS) == [1, 2, 3]
+    assert _write_together(engine, "together", RECORDS)[0] == [1, 2, 3]  # a new branch
+    assert _rows(engine, "together") == _rows(engine, "each")
+    assert _branch(engine, "together") == _branch(engine, "each") == (3, False, True, 1)
+    assert _write_each(engine, "each", RECORDS[:2]) == [4, 5]  # an existing branch
+    assert _write_together(engine, "together", RECORDS[:2])[0] == [4, 5]
+    assert _rows(engine, "together") == _rows(engine, "each")
+    assert _branch(engine, "together") == _branch(engine, "each") == (5, False, True, 1)
+
+
+def test_an_inactive_branch_is_listed_again(engine: Engine) -> None:
+    _write_together(engine, "b", RECORDS)
+    with engine.begin() as conn:  # the relay found it all sent
+        conn.execute(update(outbox_branch).values(active=False))
+    assert _write_together(engine, "b", RECORDS)[0] == [4, 5, 6]
+    assert _branch(engine, "b") == (6, False, True, 1)
+
+
+def test_an_abandoned_branch_is_refused_and_nothing_is_written(engine: Engine) -> None:
+    _write_together(engine, "b", RECORDS)
+    with session_factory(engine).begin() as s:
+        abandon_branch(s, branch_key="b")
+    before = _rows(engine, "b")
+    with pytest.raises(DeliveryError):
+        _write_together(engine, "b", RECORDS)
+    assert _rows(engine, "b") == before
+
+
+def test_the_rows_are_noted_for_the_relay_as_it_reads_them(engine: Engine) -> None:
+    from pipeline.outbox.feed import Feed
+    from pipeline.outbox.wake import feed_from, stop_feeding
+
+    feed = Feed()
+    feed_from(engine, feed)
+    try:
+        lsns, noted = _write_together(engine, "b", RECORDS)
+    finally:
+        stop_feeding(engine, feed)
+    with engine.connect() as c:
+        ids = [r.id for r in c.execute(select(outbox.c.id).order_by(outbox.c.id))]
+    assert [n[0] for n in noted] == ids
+    assert [n[1:7] for n in noted] == [
+        ("default", "b", lsn, "t", k, v) for lsn, (k, v, _) in zip(lsns, RECORDS, strict=True)
+    ]
