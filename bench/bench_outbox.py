@@ -100,7 +100,7 @@ def _unsend(conn: Connection) -> None:
     """The same rows, pending again: every watermark back to 0."""
     conn.execute(update(outbox).values(status=int(RowStatus.PENDING), sent_at=None))
     conn.execute(update(outbox_sent).values(sent_lsn=0))
-    conn.execute(update(outbox_branch).values(idle_lsn=0))
+    conn.execute(update(outbox_branch).values(idle_lsn=0, active=True))  # listed again
 
 
 def _relay(engine: Any, bootstrap: str, rows: int) -> tuple[float, float]:
