@@ -259,6 +259,7 @@ def build_gateway(
         bootstrap=config.bootstrap,
         registry=registry,
         idle_wait_s=relay_poll_s,
+        pass_spacing_s=config.relay_spacing_ms / 1000,
         terminal_sink=RelayFailedSink(publisher=publisher, ttl_s=config.max_ttl_s),
         producer_factory=factories.producer,
         hooks=hooks,
@@ -386,4 +387,5 @@ def _local_socket(
         mode=config.socket_mode,
         metrics=metrics,
         control=control,
+        spacing_s=config.socket_spacing_ms / 1000,
     )

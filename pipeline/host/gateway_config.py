@@ -40,6 +40,7 @@ _PREFIX = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _BOOTSTRAP = re.compile(r"^[^,\s]+:\d{1,5}(,[^,\s]+:\d{1,5})*$")
 
 MAX_AWAY_GRACE_S = 600.0  # the presence TTL every reader accepts (RosterView max_ttl_ms)
+MAX_SPACING_MS = 100.0  # a spacing past this is a unit mistake (seconds written as ms)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +77,12 @@ class GatewayConfig:
     # the local socket (docs/gateway.md): None = next to a SQLite store, "" = none
     socket_path: str | None = None
     socket_mode: int = 0o600
+    # under load, the local socket commits a group at most every socket_spacing_ms and the relay
+    # starts a pass at most every relay_spacing_ms: CPU per message for latency (docs/gateway.md
+    # "The local socket", docs/outbox.md invariant 10); 0: off, every send committed and shipped
+    # at once. An idle send is never held
+    socket_spacing_ms: float = 4.0
+    relay_spacing_ms: float = 6.0
     # the pairwise MAC mode (docs/envelope.md): off by default, opt in per fleet
     pairwise_mac: bool = False
     # gids that may STOP any worker spawned on this host (docs/lifecycle.md "Authority")
@@ -131,6 +138,10 @@ class GatewayConfig:
         check_number(self.clock_skew_s, "clock_skew_s", strict=False)
         check_number(self.presence_ttl_s, "presence_ttl_s", minimum=self.presence_interval_s)
         check_number(self.away_grace_s, "away_grace_s", strict=False)
+        for key in ("socket_spacing_ms", "relay_spacing_ms"):
+            check_number(getattr(self, key), key, strict=False)
+            if getattr(self, key) > MAX_SPACING_MS:
+                raise config_error(key, getattr(self, key), f"at most {MAX_SPACING_MS:g} ms")
         if self.away_grace_s > MAX_AWAY_GRACE_S:
             raise config_error(
                 "away_grace_s", self.away_grace_s, f"at most {MAX_AWAY_GRACE_S:.0f} s"

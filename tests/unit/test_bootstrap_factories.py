@@ -12,7 +12,7 @@ from pipeline.bootstrap.client import Factories
 from pipeline.bootstrap.gateway import build_gateway
 from pipeline.bootstrap.reporters import build_relay
 from pipeline.envelope import Signer, TrustStore
-from pipeline.errors import BrokerError
+from pipeline.errors import BrokerError, ConfigError
 from pipeline.hooks import NO_HOOKS, hooks_from_fault
 from pipeline.host.entity_config import EntityConfig
 from pipeline.host.gateway_config import GatewayConfig
@@ -165,3 +165,38 @@ def test_the_lag_reader_and_the_pool_topology_take_the_admin_factory(
     with pytest.raises(BrokerError):
         ensure_pool_topic("nowhere:1", TopicNames(), "p", partitions=2, admin_factory=admin)
     assert [c["bootstrap.servers"] for c in admins] == ["nowhere:1", "nowhere:1"]
+
+
+@pytest.mark.parametrize(("socket_ms", "relay_ms"), [(4.0, 6.0), (0, 0), (1.5, 20)])
+def test_the_spacings_are_read_from_the_config_and_bounded(
+    tmp_path: Path, socket_ms: float, relay_ms: float
+) -> None:
+    """``socket_spacing_ms`` / ``relay_spacing_ms`` reach the socket and the relay the gateway
+    runs (docs/configuration.md); 0 switches each off; a negative or seconds-sized one is a
+    CONFIG_INVALID naming the key."""
+    config = GatewayConfig(
+        host="h1",
+        bootstrap="nowhere:1",
+        store_url=f"sqlite:///{tmp_path / 'h1.sqlite'}",
+        socket_spacing_ms=socket_ms,
+        relay_spacing_ms=relay_ms,
+    )
+    factories = Factories(consumer=StubClient, producer=StubClient, admin=StubClient)
+    parts = build_gateway(
+        config, signer=Signer.generate("h1"), trust=TrustStore(), factories=factories,
+        apply_topics=False,
+    )  # fmt: skip
+    try:
+        assert parts.socket is not None and parts.socket.spacing_s == socket_ms / 1000
+        assert parts.relay._pacing.spacing_s == relay_ms / 1000
+    finally:
+        parts.relay.close()
+        parts.engine.dispose()
+    for key, bad in (
+        ("socket_spacing_ms", -1),
+        ("relay_spacing_ms", 250),
+        ("socket_spacing_ms", True),
+    ):
+        with pytest.raises(ConfigError, match=key) as refused:
+            GatewayConfig(host="h1", **{key: bad})
+        assert refused.value.reason == "CONFIG_INVALID"
