@@ -45,7 +45,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipeline.outbox.notify import CHANNEL, wakes_in_process
 from pipeline.outbox.wake import collect, collected, committed_rows
 from pipeline.store import pg_pipeline
-from pipeline.store.engine import WriteGate, write_gate
+from pipeline.store.engine import WriteGate, end_on_dbapi
 
 _NOTIFY = f"NOTIFY {CHANNEL}"
 
@@ -121,13 +121,7 @@ class JournalTx:
         conn = engine.connect()
         try:
             conn.begin()
-            raw = conn.connection.dbapi_connection
-            gate = write_gate(engine)
-            try:
-                raw.commit()  # type: ignore[union-attr]
-            finally:
-                if gate is not None:
-                    gate.leave(raw)
+            raw, gate = end_on_dbapi(engine, conn)
         except BaseException:
             with contextlib.suppress(Exception):
                 conn.close()

@@ -47,7 +47,7 @@ from pipeline.errors import FleetError
 from pipeline.host import dbapi
 from pipeline.outbox import wake as outbox_wake
 from pipeline.outbox import writer as outbox_writer
-from pipeline.store.engine import PING_IDLE_S, WriteGate, write_gate
+from pipeline.store.engine import PING_IDLE_S, WriteGate, end_on_dbapi
 
 HELD_DIALECTS = ("sqlite", "postgresql")
 
@@ -140,13 +140,7 @@ class WriterSession:
             # begin event: the gate and BEGIN IMMEDIATE) and ended here at the DB-API level;
             # from now on the groups begin and end on the DB-API connection
             session.connection()
-            raw = conn.connection.dbapi_connection
-            gate = write_gate(engine)
-            try:  # (on PostgreSQL nothing was begun: a no-op)
-                raw.commit()  # type: ignore[union-attr]
-            finally:
-                if gate is not None:
-                    gate.leave(raw)
+            raw, gate = end_on_dbapi(engine, conn)
         except BaseException:
             with contextlib.suppress(Exception):
                 session.close()

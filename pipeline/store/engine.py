@@ -18,7 +18,7 @@ import weakref
 from typing import Any, Protocol
 
 from sqlalchemy import MetaData, create_engine, event
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -263,6 +263,23 @@ class WriteGate(Protocol):
 def write_gate(engine: Engine) -> WriteGate | None:
     """The gate :func:`serialize_writes` put on ``engine`` (None: its writes are not gated)."""
     return _GATES.get(engine.pool)
+
+
+def end_on_dbapi(engine: Engine, conn: Connection) -> tuple[Any, WriteGate | None]:
+    """``conn`` has begun through the engine (its begin event: the gate taken, ``BEGIN
+    IMMEDIATE`` on SQLite): end that transaction on the DB-API connection and leave the gate,
+    so that from now on the holder begins and ends its transactions there (the socket's held
+    writer, the inject journal's). Returns the DB-API connection and the gate (None: not
+    gated). On PostgreSQL nothing was begun: the commit is a no-op."""
+    raw = conn.connection.dbapi_connection
+    assert raw is not None  # a checked-out connection has one
+    gate = write_gate(engine)
+    try:
+        raw.commit()
+    finally:
+        if gate is not None:
+            gate.leave(raw)
+    return raw, gate
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:
