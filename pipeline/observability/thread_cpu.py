@@ -88,13 +88,24 @@ class ThreadCpuCollector(Collector):
         named = python_threads() if pid == os.getpid() else {}
         with self._lock:
             now: dict[int, tuple[str, float]] = {}
+            last = self._last
             for tid in tids:
                 seconds = procfs.thread_cpu_s(pid, tid)
-                name = named.get(tid) or procfs.thread_name(pid, tid)
-                if seconds is None or name is None:
+                if seconds is None:
                     continue  # ended between the listing and the read
-                now[tid] = (role_of(name), seconds)
-            for tid, (role, seconds) in self._last.items():
+                seen = last.get(tid)
+                if seen is not None:
+                    if seconds >= seen[1]:
+                        # the same thread: its role stays (a Python thread that has just ended
+                        # is no longer listed by ``threading`` but is in /proc for a moment)
+                        now[tid] = (seen[0], seconds)
+                        continue
+                    # less than before: a new thread under the id of one that ended
+                    self._ended[seen[0]] = self._ended.get(seen[0], 0.0) + seen[1]
+                name = named.get(tid) or procfs.thread_name(pid, tid)
+                if name is not None:
+                    now[tid] = (role_of(name), seconds)
+            for tid, (role, seconds) in last.items():
                 if tid not in now:
                     self._ended[role] = self._ended.get(role, 0.0) + seconds
             self._last = now

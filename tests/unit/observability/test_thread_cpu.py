@@ -80,3 +80,31 @@ def test_python_threads_are_named_in_the_kernel_cut_to_15_bytes() -> None:
     finally:
         done.set()
         t.join()
+
+
+def test_a_thread_keeps_its_role_while_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Python thread that has just ended is no longer listed by ``threading`` but is still in
+    /proc for a moment, under the kernel's name it inherited: it keeps the role it was read
+    with, so its role's counter does not drop (and then carries it once the id is gone)."""
+    from pipeline.observability import thread_cpu
+
+    collector = ThreadCpuCollector()
+    go, done = threading.Event(), threading.Event()
+
+    def work() -> None:
+        _burn(0.05)
+        go.set()
+        done.wait(10)
+
+    t = threading.Thread(target=work, name="inject-ending")
+    t.start()
+    try:
+        assert go.wait(10)
+        seen = collector.read()["inject-worker"]
+        assert seen >= 0.04
+        monkeypatch.setattr(thread_cpu, "python_threads", dict)  # threading forgot it
+        assert collector.read().get("inject-worker", 0.0) >= seen
+    finally:
+        done.set()
+        t.join()
+    assert collector.read().get("inject-worker", 0.0) >= seen
