@@ -93,11 +93,7 @@ def write(
             row = cursor.fetchone()  # the upsert returns its row
             lsn, abandoned, active = row
             if not abandoned:
-                if not active:  # the relay found the branch all sent: list it again (tables.py)
-                    statement, params = sql.activate, (tenant, branch_key)
-                    cursor.execute(statement, params)
-                if lsn == 1:  # a new branch: its watermark row (the relay acks there)
-                    statement, params = sql.new_branch, (tenant, branch_key)
+                for statement, params in _reopening(sql, tenant, branch_key, lsn, active):
                     cursor.execute(statement, params)
                 statement = sql.insert
                 params = (tenant, branch_key, lsn, topic, key, value, blob, _PENDING, time.time())
@@ -108,11 +104,7 @@ def write(
     except dbapi_error as exc:  # as SQLAlchemy raises it: callers catch SQLAlchemyError
         raise DBAPIError.instance(statement, params, exc, dbapi_error, dialect=dialect) from exc
     if abandoned:
-        raise DeliveryError(
-            f"branch {branch_key!r} of tenant {tenant!r} was abandoned; write to the live branch",
-            reason=Outbox.BRANCH_ABANDONED,
-            context={"tenant": tenant, "branch_key": branch_key},
-        )
+        raise _abandoned(tenant, branch_key)
     if isinstance(session, Session):
         # a relay in this process wakes at our commit, fed this row (wake.py)
         mark(session, fed, raw)
@@ -171,11 +163,7 @@ def write_branch(
         last, abandoned, active = taken
         if not abandoned:
             first = last - n + 1
-            if not active:  # the relay found the branch all sent: list it again (tables.py)
-                statement, params = sql.activate, (tenant, branch_key)
-                cursor.execute(statement, params)
-            if first == 1:  # a new branch: its watermark row (the relay acks there)
-                statement, params = sql.new_branch, (tenant, branch_key)
+            for statement, params in _reopening(sql, tenant, branch_key, first, active):
                 cursor.execute(statement, params)
             now = time.time()
             rows = [(tenant, branch_key, first + i, topic, key, value, blob, _PENDING, now)
@@ -189,15 +177,33 @@ def write_branch(
             statement, params, exc, dbapi_error, dialect=engine.dialect
         ) from exc
     if abandoned:
-        raise DeliveryError(
-            f"branch {branch_key!r} of tenant {tenant!r} was abandoned; write to the live branch",
-            reason=Outbox.BRANCH_ABANDONED,
-            context={"tenant": tenant, "branch_key": branch_key},
-        )
+        raise _abandoned(tenant, branch_key)
     if wants_rows(engine):  # the rows as the relay reads them, for a writer that collects them
         for row in rows:
             note(conn, (ids[row[2]], *row[:7], row[8]))
     return [row[2] for row in rows]
+
+
+def _reopening(
+    sql: _WriteSql, tenant: str, branch_key: str, first_lsn: int, active: bool
+) -> list[tuple[str, tuple[str, str]]]:
+    """What a write runs after taking its lsns on a live branch: the branch listed again when the
+    relay found it all sent (tables.py), and a new branch's watermark row (the relay acks there).
+    The caller runs them, so a failing one is the statement its error names."""
+    steps = []
+    if not active:
+        steps.append((sql.activate, (tenant, branch_key)))
+    if first_lsn == 1:
+        steps.append((sql.new_branch, (tenant, branch_key)))
+    return steps
+
+
+def _abandoned(tenant: str, branch_key: str) -> DeliveryError:
+    return DeliveryError(
+        f"branch {branch_key!r} of tenant {tenant!r} was abandoned; write to the live branch",
+        reason=Outbox.BRANCH_ABANDONED,
+        context={"tenant": tenant, "branch_key": branch_key},
+    )
 
 
 # write_branch's upsert: the branch's next ``n`` lsns in one statement (a new branch starts at 1)
