@@ -7,12 +7,21 @@ restarts) and must stop, loudly, on what no amount of waiting fixes::
     BrokerErrorClass
     ├── TRANSIENT   leader moves, topic metadata not propagated yet, timeouts, transport errors,
     │               coordinator loading: wait it out with backoff and report it
-    ├── FATAL       fencing, authentication, authorization, offsets lost: stop the process
+    ├── FATAL       fencing, a refused login, authorization, offsets lost: stop the process
     └── PERMANENT   this request can never succeed as sent (record too large, bad config) but
                     the process may go on (the relay dead-letters such a row)
 
 Unknown codes: librdkafka's own ``retriable()`` flag decides, else TRANSIENT (a gateway that
 keeps retrying and says so beats one that stops on a code nobody listed).
+
+A *request* that failed with librdkafka's local ``_AUTHENTICATION`` is TRANSIENT: it says only
+that its connection's login failed, not why. The why reaches the client's ``error_cb``, where
+:class:`~pipeline.kafka.login_watch.LoginWatch` judges it: a refused password, token or
+certificate stops the process (``AUTH_FAILED``); a KIP-368 re-authentication that met the broker
+in the wrong SASL state ("Request not valid in current SASL state") is no refusal, and librdkafka
+logs in afresh on a new connection. Stopping on the request's error instead stopped a gateway on
+that race (a roster log-end check, under ``connections.max.reauth.ms``). A refused login at
+start is :func:`pipeline.kafka.refusals.check_access`'s, before any request.
 """
 
 from __future__ import annotations
@@ -68,6 +77,7 @@ TRANSIENT_CODES = frozenset(
         KafkaError._WAIT_COORD,
         KafkaError._IN_PROGRESS,
         KafkaError._NOENT,
+        KafkaError._AUTHENTICATION,  # a request's connection lost its login (module docstring)
     }
 )
 
@@ -78,7 +88,6 @@ FATAL_CODES = frozenset(
         KafkaError.FENCED_INSTANCE_ID,
         KafkaError.PRODUCER_FENCED,
         KafkaError.INVALID_PRODUCER_EPOCH,
-        KafkaError._AUTHENTICATION,
         KafkaError.SASL_AUTHENTICATION_FAILED,
         KafkaError.TOPIC_AUTHORIZATION_FAILED,
         KafkaError.GROUP_AUTHORIZATION_FAILED,
@@ -136,7 +145,8 @@ def as_fleet_error(exc: BaseException, what: str) -> FleetError:
         return exc
     kind = classify(exc)
     kerr = kafka_error_of(exc)
-    refused = security_error(kerr, what) if kerr is not None else None
+    lost_login = kerr is not None and kerr.code() == KafkaError._AUTHENTICATION
+    refused = security_error(kerr, what) if kerr is not None and not lost_login else None
     if refused is not None:
         return refused  # AUTH_FAILED, TLS_FAILED, NOT_AUTHORIZED ...: never waited out
     detail = kerr.str() if kerr is not None else str(exc)

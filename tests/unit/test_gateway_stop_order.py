@@ -65,3 +65,34 @@ def test_the_relays_last_pass_is_bounded_and_never_raises() -> None:
     assert last_pass(waits_for_its_stop, budget_s=0.05) == 3
     assert last_pass(fails, budget_s=1.0) == 0
     assert last_pass(waits_for_its_stop, budget_s=0) == 0  # off: no pass at all
+
+
+def test_a_loop_whose_request_lost_its_login_restarts_and_a_refused_login_stops() -> None:
+    """A re-authentication race (KIP-368) fails a loop's request with librdkafka's bare
+    ``_AUTHENTICATION``: the loop restarts, the gateway runs on. A login the broker refused
+    reaches the gateway through its login watch (``fail``), and that stops it."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from pipeline.errors import SecurityError
+
+    runs: list[int] = []
+    restarted = threading.Event()
+
+    def body(stop: threading.Event) -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            raise KafkaException(KafkaError(KafkaError._AUTHENTICATION))
+        restarted.set()
+        stop.wait()
+
+    loop = Supervised("roster", body, backoff_s=0.01)
+    gateway = Gateway(host="a", loops=[loop]).start()
+    try:
+        restarted.wait(10)
+        assert gateway.fatal is None, f"it stopped on the lost login: {gateway.fatal}"
+        assert len(runs) == 2 and loop.crashes == 1 and not gateway.stop_event.is_set()
+        gateway.fail(SecurityError("Kafka refused the login User:a after start"))
+        assert gateway.stop_event.wait(10)
+        assert isinstance(gateway.fatal, SecurityError)
+    finally:
+        gateway.stop(timeout=10)

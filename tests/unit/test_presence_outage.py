@@ -165,6 +165,38 @@ def test_follower_marks_the_view_stale_once_and_current_again(
     assert not view.freshness().stale and view.freshness().horizon_ms is not None
 
 
+def test_a_request_whose_connection_lost_its_login_is_waited_out_not_a_refusal() -> None:
+    """R-PRES-3 under KIP-368 re-authentication (CI, OAUTHBEARER with connections.max.reauth.ms):
+    a re-authentication met the broker in the wrong SASL state, and the roster's next log-end
+    check failed with librdkafka's bare ``_AUTHENTICATION``. The follower stopped the gateway
+    with AUTH_FAILED on it. A request's lost login says nothing about the credential (the login
+    watch judges the ``error_cb``'s text): the follower waits it out and stays current."""
+    f = Fleet()
+    consumer = FlakyConsumer(f.topics.roster, KafkaError._AUTHENTICATION, failures=0)
+    follower, view = _follower(f, consumer, check_s=0, poll_s=0)
+    follower.catch_up(timeout_s=5)
+    caught_up_at = f.now
+    consumer.failures = consumer.calls + 3  # the next three log-end checks: login lost
+    stop = threading.Event()
+    ticks = 0
+
+    def tick_clock(timeout: float) -> None:
+        nonlocal ticks
+        ticks += 1
+        f.now += 100
+        if ticks == 10:
+            stop.set()
+
+    consumer.poll = tick_clock  # type: ignore[method-assign]
+    follower.run(stop)  # raised AUTH_FAILED before
+    assert follower.transient_errors == 3
+    assert consumer.calls > consumer.failures  # it read the log end again after the race
+    horizon = view.freshness().horizon_ms
+    assert not view.freshness().stale and horizon is not None and horizon >= caught_up_at + 400
+    err = as_fleet_error(KafkaException(KafkaError(KafkaError._AUTHENTICATION)), "x")
+    assert err.retriable and err.reason == "BROKER_UNAVAILABLE"
+
+
 def test_classification_table() -> None:
     for code in TRANSIENT:
         assert classify(KafkaException(KafkaError(code))) is BrokerErrorClass.TRANSIENT
