@@ -19,6 +19,7 @@ from pipeline.control import spawns
 from pipeline.control.client import ControlClient
 from pipeline.errors import ConfigError, SecurityError
 from pipeline.gateway.client import GatewayClient
+from pipeline.host import roster_cache
 from pipeline.host.outbound import Publisher
 from pipeline.host.senders import LocalSenders
 from pipeline.kafka.clients import ClientFactory, new_admin, new_consumer, new_producer
@@ -117,10 +118,13 @@ def build_client(
     factories: Factories = DEFAULT_FACTORIES,
     metrics: GatewayMetrics | None = None,
     pairing: Pairing | None = None,
+    bindings: roster_cache.KnownBindings | None = None,
 ) -> GatewayClient:
     """A client for local entities of ``config.host`` (CLI `fleet send`/`poll`, MCP, libraries).
     ``pairing`` (the gateway's own, for its local socket): MAC conversation records for hosts
-    that take them; a process without the roster in memory signs everything."""
+    that take them; a process without the roster in memory signs everything. ``bindings``
+    (the gateway's own, whose maintenance writes the roster mirror): recipients resolved once
+    per change of the mirror."""
     schemas.write_framing(config.body_framing)
     engine = engine or factories.engine(config.store_url)
     topics = TopicNames(prefix=config.topic_prefix)
@@ -131,6 +135,7 @@ def build_client(
         clock_skew_s=config.clock_skew_s,
         local_senders=local_senders(config),
         metrics=metrics,
+        bindings=bindings,
     )
 
 

@@ -38,6 +38,7 @@ from pipeline.gateway.nudge import Nudger
 from pipeline.gateway.service import Gateway, Supervised
 from pipeline.gateway.socket_server import SocketServer
 from pipeline.hooks import NO_HOOKS, Hooks
+from pipeline.host import roster_cache
 from pipeline.host.conversations import Conversations
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.held import HeldStore
@@ -270,6 +271,7 @@ def build_gateway(
     # presence write) does not make it pass for nothing (docs/outbox.md, invariant 9)
     wake_on_commit(sessions, relay.wake)
     woken_in_process(engine)  # PostgreSQL: so its commits send no NOTIFY (outbox/notify.py)
+    bindings = roster_cache.KnownBindings()  # the socket's sends, kept per mirror change
     maintenance = Maintenance(
         sessions=sessions,
         held=HeldStore(sessions),
@@ -290,10 +292,17 @@ def build_gateway(
             metrics=RetentionMetrics(registry),
             rules=RULES,
         ),
+        on_roster_written=bindings.changed,
     )
     nudger = _build_nudger(config, callbacks, reads, conversations, metrics, publisher)
     client = build_client(
-        config, signer=signer, engine=engine, factories=factories, metrics=metrics, pairing=pairing
+        config,
+        signer=signer,
+        engine=engine,
+        factories=factories,
+        metrics=metrics,
+        pairing=pairing,
+        bindings=bindings,
     )
     interval = maintenance_interval_s or config.sweep_interval_s
     server = _local_socket(

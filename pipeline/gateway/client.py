@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, select
@@ -69,8 +69,11 @@ class GatewayClient:
         default_ttl_s: float = 3600.0,
         local_senders: LocalSenders | None = None,
         metrics: GatewayMetrics | None = None,
+        bindings: roster_cache.KnownBindings | None = None,
     ) -> None:
         self.metrics = metrics
+        # the gateway's own client: recipients resolved once per change of the mirror
+        self.bindings = bindings
         self.sessions = sessions
         self.publisher = publisher
         self.inject_deadline_s = inject_deadline_s
@@ -107,9 +110,19 @@ class GatewayClient:
             return roster_cache.live(s, now_ms())
 
     def _resolve(self, session: Session, to: str) -> roster_cache.RosterEntry:
-        """``to``'s last signed binding, read in ``session``'s transaction, or the refusal."""
+        """``to``'s last signed binding, read in ``session``'s transaction (or kept from an
+        earlier read while the mirror is unchanged, :class:`roster_cache.KnownBindings`), or
+        the refusal."""
+        kept = self.bindings
+        generation = 0
+        if kept is not None:
+            entry, generation = kept.get(to)
+            if entry is not None:
+                return entry
         entry = roster_cache.lookup(session, to)
         if entry is not None:
+            if kept is not None:
+                kept.keep(entry, generation)
             return entry
         gone = roster_cache.departed(session, to)
         if gone is not None:
@@ -190,8 +203,10 @@ class GatewayClient:
         try:
             with begin() as s:
                 known: dict[str, roster_cache.RosterEntry] = {}  # this transaction's lookups
+                rows: list[tuple[Envelope, str]] = []  # the outbox rows, written together
                 for i, env in todo:
-                    results[i] = stage(s, env, known)
+                    results[i] = stage(s, env, known, rows)
+                self.publisher.stage_many(s, rows)
             return results
         except FleetError:
             pass  # one was refused: nothing of this pass was committed; again, one by one
@@ -233,7 +248,11 @@ class GatewayClient:
         return str(found) if found else None
 
     def _stage(
-        self, s: Session, env: Envelope, known: dict[str, roster_cache.RosterEntry]
+        self,
+        s: Session,
+        env: Envelope,
+        known: dict[str, roster_cache.RosterEntry],
+        rows: list[tuple[Envelope, str]] | None = None,
     ) -> Envelope:
         """Every check and every row of one send, in the caller's transaction; returns the
         envelope as staged (a brief's ``expiresAt`` capped at its inject deadline).
@@ -241,7 +260,12 @@ class GatewayClient:
         ``known``: the recipients this transaction resolved already. A group commit of many
         sends to a few recipients reads each one's roster row once (a round trip per send on
         PostgreSQL otherwise); the next transaction reads it again, so a recipient retracted
-        between two groups is refused."""
+        between two groups is refused.
+
+        ``rows``: the group's outbox rows, kept for the caller to write together at the end of
+        its transaction (:meth:`Publisher.stage_many`: a statement per recipient, not per send;
+        one round trip on PostgreSQL); without it the row is written here."""
+        stage = self.publisher.stage if rows is None else _keep(rows)
         sender, to, kind = env.sender, env.to, env.kind
         senders = self.local_senders
         if senders is not None and sender not in senders.configured:
@@ -250,12 +274,12 @@ class GatewayClient:
         if entry is None:
             entry = known[to] = self._resolve(s, to)
         if kind not in TRACKED or entry.delivery != "inject":
-            self.publisher.stage(s, env, to_host=entry.host)
+            stage(s, env, to_host=entry.host)
         else:  # the inject deadline travels signed as expiresAt
             cap = env.ts_ms + int(self.inject_deadline_s * 1000)
             if env.expires_at_ms > cap:
                 env = _expiring(env, cap)
-            self.publisher.stage(s, env, to_host=entry.host)
+            stage(s, env, to_host=entry.host)
             deadlines.track(
                 s,
                 FORWARD,
@@ -397,3 +421,12 @@ def _expiring(env: Envelope, expires_at_ms: int) -> Envelope:
         spawn_id=env.spawn_id,
         v=env.v,
     )
+
+
+def _keep(rows: list[tuple[Envelope, str]]) -> Callable[..., None]:
+    """A stand-in for :meth:`Publisher.stage` that keeps the row for a later ``stage_many``."""
+
+    def stage(_s: Session, env: Envelope, *, to_host: str) -> None:
+        rows.append((env, to_host))
+
+    return stage

@@ -66,8 +66,11 @@ class Maintenance:
         injections: InjectionQueue | None = None,
         tracked: Sequence[Tracked] = (FORWARD,),
         purger: Purger | None = None,
+        on_roster_written: Callable[[], None] | None = None,
     ) -> None:
         self.purger = purger
+        # after each commit that changed the roster mirror (roster_cache.KnownBindings)
+        self.on_roster_written = on_roster_written
         self.entities = entities
         self.injections = injections
         self.sessions = sessions
@@ -202,15 +205,20 @@ class Maintenance:
         )
         if entries == self._last_roster and not state_due:
             return
+        wrote = False
         with self.sessions.begin() as s:
             if entries is None:
                 pass  # not caught up: the bindings stay as the previous run left them
             elif self._last_roster is None:  # first write: the mirror may hold a past run's rows
                 roster_cache.replace_all(s, entries)
+                wrote = True
             elif entries != self._last_roster:  # a heartbeat: only the rows that changed
                 roster_cache.apply_changes(s, self._last_roster, entries)
+                wrote = True
             if state is not None and state_due:
                 roster_cache.write_state(s, state)
+        if wrote and self.on_roster_written is not None:
+            self.on_roster_written()  # committed: bindings kept from before are stale
         self._last_roster = entries
         if state_due:
             self._last_state = state

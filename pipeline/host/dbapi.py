@@ -20,6 +20,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from pipeline.errors import ConfigError
+from pipeline.store import pg_pipeline
 
 _PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
@@ -53,15 +54,18 @@ transaction, set for each transaction by whoever holds that connection (the sock
 then a statement skips ``session.connection()`` (SQLAlchemy's transaction bookkeeping)."""
 
 
+def _connection(session: Session) -> tuple[Any, Any]:
+    held = session.info.get(HELD)
+    if held is not None:
+        return held  # type: ignore[no-any-return]
+    conn = session.connection()
+    return conn.connection.dbapi_connection, conn.dialect
+
+
 def execute(session: Session, statement: Statement, params: Sequence[Any]) -> Any:
     """Run ``statement`` with ``params`` in ``session``'s transaction; returns the DB-API cursor
     (fetch from it at once)."""
-    held = session.info.get(HELD)
-    if held is not None:
-        raw, dialect = held
-    else:
-        conn = session.connection()
-        raw, dialect = conn.connection.dbapi_connection, conn.dialect
+    raw, dialect = _connection(session)
     sql = statement.for_style(dialect.paramstyle)
     try:
         cursor = raw.cursor()
@@ -75,17 +79,26 @@ def execute(session: Session, statement: Statement, params: Sequence[Any]) -> An
 
 def fetchone(session: Session, statement: Statement, params: Sequence[Any]) -> Any:
     """The first row ``statement`` returns (a tuple), or None."""
-    cursor = execute(session, statement, params)
-    try:
-        return cursor.fetchone()
-    finally:
-        cursor.close()
+    rows = fetchall(session, statement, params)
+    return rows[0] if rows else None
 
 
 def fetchall(session: Session, statement: Statement, params: Sequence[Any]) -> list[Any]:
-    """Every row ``statement`` returns (tuples)."""
-    cursor = execute(session, statement, params)
+    """Every row ``statement`` returns (tuples). On PostgreSQL the statement goes on libpq's
+    connection directly (:func:`pipeline.store.pg_pipeline.all_rows`): the first statement of
+    a transaction (the socket group's roster read) rides with its ``BEGIN``, one round trip
+    where a psycopg cursor waits for the ``BEGIN``'s answer first."""
+    raw, dialect = _connection(session)
+    if dialect.name != "postgresql":
+        cursor = execute(session, statement, params)
+        try:
+            return list(cursor.fetchall())
+        finally:
+            cursor.close()
+    sql = statement.for_style(dialect.paramstyle)
     try:
-        return list(cursor.fetchall())
-    finally:
-        cursor.close()
+        return pg_pipeline.all_rows(raw, sql, tuple(params))
+    except dialect.loaded_dbapi.Error as exc:
+        raise DBAPIError.instance(
+            sql, params, exc, dialect.loaded_dbapi.Error, dialect=dialect
+        ) from exc

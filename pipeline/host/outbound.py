@@ -49,16 +49,18 @@ class Publisher:
             session, topic=topic, key=key, value=value, headers=headers, branch_key=branch_key
         )
 
-    def stage_many(self, conn: Connection, staged: Sequence[tuple[Envelope, str]]) -> None:
-        """:meth:`stage` for each ``(envelope, to_host)``, in order, on a bare connection: the
-        envelopes of one branch (one recipient on one host) are written together
+    def stage_many(
+        self, session: Session | Connection, staged: Sequence[tuple[Envelope, str]]
+    ) -> None:
+        """:meth:`stage` for each ``(envelope, to_host)``, in order: the envelopes of one branch
+        (one recipient on one host) are written together
         (:func:`pipeline.outbox.writer.write_branch`), each branch's rows in their order."""
         branches: dict[tuple[str, str], list[tuple[bytes | None, bytes | None, Headers]]] = {}
         for envelope, to_host in staged:
             topic, branch_key, record = self._encoded(envelope, to_host)
             branches.setdefault((topic, branch_key), []).append(record)
         for (topic, branch_key), records in branches.items():
-            write_branch(conn, records, topic=topic, branch_key=branch_key)
+            write_branch(session, records, topic=topic, branch_key=branch_key)
 
     def _encoded(
         self, envelope: Envelope, to_host: str

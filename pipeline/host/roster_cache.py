@@ -13,6 +13,7 @@ liveness is what ``knows``, broadcast membership and ``fleet roster --config`` s
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -211,6 +212,44 @@ _STATE_UPDATE = dbapi.Statement(
 _STATE = dbapi.Statement(
     "SELECT horizon_ms, stale, why, written_ms FROM fleet_roster_state ORDER BY id LIMIT 1"
 )
+
+
+class KnownBindings:
+    """The bindings one process's sends resolved, kept while the mirror stays as it was.
+
+    Sound only where every write of the mirror is made in this process and followed by
+    :meth:`changed` once it committed: the gateway, whose maintenance is the mirror's one writer
+    (``Maintenance.on_roster_written``). Its local socket's groups then read a recipient's row
+    once per change of the mirror (a heartbeat renews a binding about once a second) instead of
+    once per group: a statement, on PostgreSQL a round trip, on every group at 500 sends/s. A
+    send resolved just before a change commits is ordered before that change, as it would be had
+    its group run a moment earlier. Only bindings found are kept: an unknown recipient is looked
+    up (and its departure read) every time."""
+
+    __slots__ = ("_entries", "_generation", "_lock")
+
+    def __init__(self) -> None:
+        self._entries: dict[str, RosterEntry] = {}
+        self._generation = 0
+        self._lock = threading.Lock()
+
+    def get(self, gid: str) -> tuple[RosterEntry | None, int]:
+        """``gid``'s kept binding (None: read the mirror), and the mirror's generation now."""
+        generation = self._generation
+        return self._entries.get(gid), generation
+
+    def keep(self, entry: RosterEntry, generation: int) -> None:
+        """Keep ``entry``, read from the mirror as of ``generation`` (dropped if it changed
+        since: the row read may be the one the change replaced)."""
+        with self._lock:
+            if generation == self._generation:
+                self._entries[entry.gid] = entry
+
+    def changed(self) -> None:
+        """The mirror's writer committed a change: forget every kept binding."""
+        with self._lock:
+            self._generation += 1
+            self._entries.clear()
 
 
 def lookup(session: Session, gid: str, now: int | None = None) -> RosterEntry | None:

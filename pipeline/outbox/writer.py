@@ -116,7 +116,7 @@ def write(
 
 
 def write_branch(
-    conn: Connection,
+    session: Session | Connection,
     records: Sequence[tuple[bytes | None, bytes | None, Headers | None]],
     *,
     topic: str,
@@ -124,64 +124,114 @@ def write_branch(
     tenant: str = "default",
 ) -> list[int]:
     """:func:`write` for each ``(key, value, headers)`` of ``records``, in order, all on one branch
-    and topic, in the transaction of ``conn`` (a bare connection, as the inject queue's receipts):
-    the same rows, lsns and checks as a :func:`write` each, without a ``Session``. On SQLite the
-    branch's lsns are taken in one upsert and the rows inserted in one statement (a burst's
-    receipts share their sender's branch); elsewhere it is a :func:`write` each. Returns the
-    lsns."""
+    and topic, in the transaction of ``session``: the same rows, lsns, checks and wakes as a
+    :func:`write` each, in one upsert that takes the branch's next ``len(records)`` lsns and one
+    statement that inserts the rows (a burst's receipts share their sender's branch; a socket
+    group's sends to one recipient theirs). On PostgreSQL the two are one statement, one round
+    trip. Inside a savepoint it is a :func:`write` each. Returns the lsns."""
     if len(records) > _MAX_ROWS:  # far below SQLite's bound on a statement's parameters
-        head = write_branch(conn, records[:_MAX_ROWS], topic=topic, branch_key=branch_key,
+        head = write_branch(session, records[:_MAX_ROWS], topic=topic, branch_key=branch_key,
                             tenant=tenant)  # fmt: skip
-        return head + write_branch(conn, records[_MAX_ROWS:], topic=topic,
+        return head + write_branch(session, records[_MAX_ROWS:], topic=topic,
                                    branch_key=branch_key, tenant=tenant)  # fmt: skip
     if not records:
         return []
-    engine = conn.engine
-    if len(records) == 1 or engine.dialect.name != "sqlite" or conn.in_nested_transaction():
-        return [write(conn, topic=topic, key=k, value=v, headers=h, branch_key=branch_key,
+    if len(records) == 1 or session.in_nested_transaction():
+        return [write(session, topic=topic, key=k, value=v, headers=h, branch_key=branch_key,
                       tenant=tenant) for k, v, h in records]  # fmt: skip
     if not topic or not branch_key or not tenant:
         raise ConfigError("outbox.write needs a topic, a branch_key and a tenant")
-    blobs = []
-    for key, value, headers in records:
-        blob = pack_headers(headers) or None
-        size = packed_record_size(key=key, value=value, packed=blob or b"",
-                                  count=len(headers or ()), tenant=tenant,
-                                  branch_key=branch_key, lsn=10**12)  # fmt: skip
-        check_record_size(size, DEFAULT_MAX_RECORD_BYTES, topic=topic)
-        blobs.append(blob)
+    blobs = [_checked_blob(r, topic=topic, branch_key=branch_key, tenant=tenant) for r in records]
+    raw, engine = _connection(session)
+    on_pg = engine.dialect.name == "postgresql"
+    now = time.time()
+    take = _take_rows_pg if on_pg else _take_rows_sqlite
+    abandoned, first, ids = take(
+        raw, engine, records, blobs, topic=topic, branch_key=branch_key, tenant=tenant, now=now
+    )
+    if abandoned:
+        raise _abandoned(tenant, branch_key)
+    lsns = [first + i for i in range(len(records))]
+    fed: list[tuple[Any, ...]] = []
+    if wants_rows(engine):  # the rows as the relay reads them (wake.py)
+        fed = [(ids[lsn], tenant, branch_key, lsn, topic, k, v, blob, now)
+               for lsn, (k, v, _), blob in zip(lsns, records, blobs, strict=True)]  # fmt: skip
+    if isinstance(session, Session):
+        # a relay in this process wakes at our commit, fed these rows (wake.py)
+        if not fed:
+            mark(session)
+        for row in fed:
+            mark(session, row, raw)
+        if on_pg:
+            notify(session)  # a relay in another process wakes at our commit
+    else:
+        for row in fed:
+            note(session, row)  # for a writer that collects them (wake.collect)
+    return lsns
+
+
+_Record = tuple[bytes | None, bytes | None, Headers | None]
+Taken = tuple[bool, int, dict[int, int]]  # abandoned, the first lsn taken, {lsn: row id}
+
+
+def _checked_blob(record: _Record, *, topic: str, branch_key: str, tenant: str) -> bytes | None:
+    """``record``'s packed headers (None: none), after the size check :func:`write` makes."""
+    key, value, headers = record
+    blob = pack_headers(headers) or None
+    size = packed_record_size(key=key, value=value, packed=blob or b"", count=len(headers or ()),
+                              tenant=tenant, branch_key=branch_key, lsn=10**12)  # fmt: skip
+    check_record_size(size, DEFAULT_MAX_RECORD_BYTES, topic=topic)
+    return blob
+
+
+def _take_rows_pg(
+    raw: Any, engine: Engine, records: Sequence[_Record], blobs: list[bytes | None], *,
+    topic: str, branch_key: str, tenant: str, now: float,
+) -> Taken:  # fmt: skip
+    """PostgreSQL: the lsns and the rows in one statement, one round trip (_BOTH_ROWS_SQL)."""
+    n = len(records)
+    params = (tenant, branch_key, n, n, n, topic, _PENDING, now,
+              [k for k, _, _ in records], [v for _, v, _ in records], blobs)  # fmt: skip
+    error = engine.dialect.loaded_dbapi.Error
+    try:
+        rows = pg_pipeline.all_rows(raw, _BOTH_ROWS_SQL, params)
+    except error as exc:  # as SQLAlchemy raises it: callers catch SQLAlchemyError
+        raise DBAPIError.instance(
+            _BOTH_ROWS_SQL, params, exc, error, dialect=engine.dialect
+        ) from exc
+    ids = {int(lsn): int(row_id) for row_id, lsn in rows}
+    return not ids, min(ids, default=0), ids  # no row: the branch is abandoned
+
+
+def _take_rows_sqlite(
+    raw: Any, engine: Engine, records: Sequence[_Record], blobs: list[bytes | None], *,
+    topic: str, branch_key: str, tenant: str, now: float,
+) -> Taken:  # fmt: skip
+    """SQLite: the branch's lsns in one upsert, its re-listing steps, the rows in one insert."""
     n = len(records)
     sql = _sql_for(engine.dialect.paramstyle, on_pg=False)
-    raw = conn.connection.dbapi_connection
-    dbapi_error = engine.dialect.loaded_dbapi.Error
+    error = engine.dialect.loaded_dbapi.Error
     statement: str = _TAKE_SQL
     params: Sequence[Any] = (tenant, branch_key, n, n)
     try:
-        cursor = raw.cursor()  # type: ignore[union-attr]
+        cursor = raw.cursor()
         cursor.execute(statement, params)
-        taken: Any = cursor.fetchone()  # the upsert returns its row
-        last, abandoned, active = taken
-        if not abandoned:
-            first = last - n + 1
-            for statement, params in _reopening(sql, tenant, branch_key, first, active):
-                cursor.execute(statement, params)
-            now = time.time()
-            rows = [(tenant, branch_key, first + i, topic, key, value, blob, _PENDING, now)
-                    for i, ((key, value, _), blob) in enumerate(zip(records, blobs, strict=True))]  # fmt: skip
-            statement = _insert_rows(n)
-            params = [value for row in rows for value in row]
+        last, abandoned, active = cursor.fetchone()  # the upsert returns its row
+        if abandoned:
+            return True, 0, {}
+        first = last - n + 1
+        for statement, params in _reopening(sql, tenant, branch_key, first, active):
             cursor.execute(statement, params)
-            ids = {lsn: row_id for row_id, lsn in cursor.fetchall()}
-    except dbapi_error as exc:  # as SQLAlchemy raises it: callers catch SQLAlchemyError
-        raise DBAPIError.instance(
-            statement, params, exc, dbapi_error, dialect=engine.dialect
-        ) from exc
-    if abandoned:
-        raise _abandoned(tenant, branch_key)
-    if wants_rows(engine):  # the rows as the relay reads them, for a writer that collects them
-        for row in rows:
-            note(conn, (ids[row[2]], *row[:7], row[8]))
-    return [row[2] for row in rows]
+        statement = _insert_rows(n)
+        params = [
+            column
+            for i, ((key, value, _), blob) in enumerate(zip(records, blobs, strict=True))
+            for column in (tenant, branch_key, first + i, topic, key, value, blob, _PENDING, now)
+        ]
+        cursor.execute(statement, params)
+        return False, first, {lsn: row_id for row_id, lsn in cursor.fetchall()}
+    except error as exc:  # as SQLAlchemy raises it: callers catch SQLAlchemyError
+        raise DBAPIError.instance(statement, params, exc, error, dialect=engine.dialect) from exc
 
 
 def _reopening(
@@ -288,6 +338,21 @@ _BOTH_SQL = (
     "INSERT INTO outbox (tenant, branch_key, lsn, topic, key, value, headers, status, created_at) "
     "SELECT b.tenant, b.branch_key, b.last_lsn, {p}, {p}, {p}, {p}, {p}, {p} FROM b "
     "WHERE NOT b.abandoned RETURNING id, lsn"
+)
+# write_branch's on PostgreSQL: the branch's next n lsns and the n rows (keys, values and
+# headers as three arrays, so one prepared statement serves every n), ids in lsn order.
+_BOTH_ROWS_SQL = (
+    "WITH b AS (INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned, active) "
+    "VALUES (%s, %s, %s, false, true) ON CONFLICT (tenant, branch_key) "
+    "DO UPDATE SET last_lsn = outbox_branch.last_lsn + EXCLUDED.last_lsn, active = true "
+    "RETURNING tenant, branch_key, last_lsn, abandoned), "
+    "s AS (INSERT INTO outbox_sent (tenant, branch_key, sent_lsn, abandoned) "
+    "SELECT b.tenant, b.branch_key, 0, false FROM b WHERE b.last_lsn = %s AND NOT b.abandoned "
+    "ON CONFLICT (tenant, branch_key) DO NOTHING) "
+    "INSERT INTO outbox (tenant, branch_key, lsn, topic, key, value, headers, status, created_at) "
+    "SELECT b.tenant, b.branch_key, b.last_lsn - %s + r.i, %s, r.k, r.v, r.h, %s, %s "
+    "FROM b, unnest(%s::bytea[], %s::bytea[], %s::bytea[]) WITH ORDINALITY AS r(k, v, h, i) "
+    "WHERE NOT b.abandoned ORDER BY r.i RETURNING id, lsn"
 )
 _PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 _PENDING = int(RowStatus.PENDING)

@@ -174,6 +174,12 @@ def one_row(dbapi: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | No
     """``sql`` run once in the connection's transaction on :mod:`.pg_wire` (with the ``BEGIN``
     psycopg would send first, when nothing ran in it yet: one round trip for both); its first
     row, or None. A driver error is raised as the driver raises it."""
+    rows = all_rows(dbapi, sql, params)
+    return rows[0] if rows else None
+
+
+def all_rows(dbapi: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """:func:`one_row`, every row ``sql`` returns."""
     statements: list[tuple[str, Sequence[Sequence[Any]]]] = [(sql, [params])]
     if dbapi.pgconn.transaction_status == _idle() and not dbapi.autocommit:
         statements.insert(0, (_begin_sql(dbapi), [()]))
@@ -181,12 +187,13 @@ def one_row(dbapi: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | No
         cursor = dbapi.cursor()
         try:
             cursor.execute(sql, params)
-            row: tuple[Any, ...] | None = cursor.fetchone()
-            return row
+            return list(cursor.fetchall())
         finally:
             cursor.close()
-    rows = pg_wire.run(dbapi, statements, rows_of=len(statements) - 1, whole_rows=True)
-    return rows[0] if rows else None
+    rows: list[tuple[Any, ...]] = pg_wire.run(
+        dbapi, statements, rows_of=len(statements) - 1, whole_rows=True
+    )
+    return rows
 
 
 def insert_sql(table: Table, keys: Sequence[str], dialect: Dialect) -> str:

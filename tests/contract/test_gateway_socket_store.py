@@ -12,7 +12,9 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from pipeline.bootstrap.client import build_client
+from pipeline.envelope import Kind
 from pipeline.errors import DeliveryError
+from pipeline.gateway.client import SendRequest
 from pipeline.gateway.socket_server import SocketServer
 from pipeline.host import roster_cache
 from pipeline.host.socket_client import SocketClient
@@ -80,3 +82,49 @@ def test_every_groups_commit_wakes_a_listening_relay_on_postgresql(served: Any) 
         assert thread is not None
         thread.join(10)
     assert _rows(engine) == 3
+
+
+def test_a_group_writes_each_recipient_s_rows_together_and_refuses_only_an_abandoned_one(
+    served: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-OUT-3 and R-OUT-1: a group's sends to one recipient take their branch's lsns in send
+    order in one statement (no ``write`` per send: on PostgreSQL one round trip for the group's
+    rows); a send to a branch that was abandoned is refused ``BRANCH_ABANDONED`` and the rest of
+    the group is written all the same (the group again, one send at a time)."""
+    from pipeline.outbox import writer
+    from pipeline.outbox.writer import abandon_branch
+
+    server, engine = served
+    client = server.client
+    each: list[str] = []
+    together: list[int] = []
+    real_write, real_branch = writer.write, writer.write_branch
+    monkeypatch.setattr(
+        writer, "write", lambda *a, **k: each.append(k["branch_key"]) or real_write(*a, **k)
+    )
+    monkeypatch.setattr("pipeline.host.outbound.write_branch",
+                        lambda s, r, **k: together.append(len(r)) or real_branch(s, r, **k))  # fmt: skip
+    envs = client.send_all(
+        [SendRequest(sender="main-a", to="main-b", body=f"m{i}".encode()) for i in range(3)]
+    )
+    assert together == [3] and each == []
+    assert not any(isinstance(e, Exception) for e in envs)
+    assert [_row(engine, f"m{i}".encode()).lsn for i in range(3)] == [1, 2, 3]
+    with session_factory(engine).begin() as s:
+        abandon_branch(s, branch_key=_row(engine, b"m0").branch_key)
+    together.clear()
+    results = client.send_all([
+        SendRequest(sender="main-a", to="worker-b", body=b"brief", kind=Kind.SEND),
+        SendRequest(sender="main-a", to="main-b", body=b"gone"),
+        SendRequest(sender="main-a", to="worker-b", body=b"brief 2", kind=Kind.SEND),
+    ])  # fmt: skip
+    assert isinstance(results[1], DeliveryError) and results[1].reason == "BRANCH_ABANDONED"
+    assert [_row(engine, b).lsn for b in (b"brief", b"brief 2")] == [1, 2]
+    assert together == [2, 1]  # the first pass (worker-b, main-b), rolled back at main-b
+
+
+def _row(engine: Engine, body: bytes) -> Any:
+    with engine.connect() as c:
+        return c.execute(
+            select(outbox.c.lsn, outbox.c.branch_key).where(outbox.c.value == body)
+        ).one()

@@ -124,3 +124,75 @@ def test_a_restarted_gateway_keeps_the_last_runs_bindings_until_its_roster_caugh
         assert roster_cache.lookup(s, "main-b") is None
         assert [e.gid for e in roster_cache.all_entries(s)] == ["main-a"]
     engine.dispose()
+
+
+def test_the_gateway_s_sends_keep_a_binding_until_its_maintenance_changes_the_mirror(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-PRES-3 (a retracted binding is refused) with the bindings the gateway's local socket
+    keeps (``KnownBindings``): a recipient's row is read once, not per group; the maintenance's
+    commit of a changed mirror drops what was kept, so a binding gone from the roster is refused
+    ``UNKNOWN_RECIPIENT`` at the next send. A tick that changes no binding keeps them."""
+    from prometheus_client import CollectorRegistry
+
+    from pipeline.envelope import Signer
+    from pipeline.errors import DeliveryError
+    from pipeline.gateway.client import GatewayClient, SendRequest
+    from pipeline.gateway.dead_letter_outbox import OutboxDeadLetterSink
+    from pipeline.gateway.maintenance import Maintenance
+    from pipeline.gateway.metrics import GatewayMetrics
+    from pipeline.host.conversations import Conversations
+    from pipeline.host.held import HeldStore
+    from pipeline.host.outbound import Publisher
+    from pipeline.kafka.topics import TopicNames
+    from pipeline.support.clock import now_ms
+
+    far = now_ms() + 600_000
+    fleet = [
+        Entry("main-a", "A", "main", "pull", (), far),
+        Entry("main-b", "B", "main", "pull", (), far),
+    ]
+    view = {"entries": fleet}
+    engine = make_engine(store_url)
+    sessions = session_factory(engine)
+    topics = TopicNames()
+    publisher = Publisher(host="A", signer=Signer.generate("A"), topics=topics)
+    bindings = roster_cache.KnownBindings()
+    written: list[int] = []
+
+    def on_written() -> None:
+        written.append(1)
+        bindings.changed()
+
+    maint = Maintenance(
+        sessions=sessions, held=HeldStore(sessions), conversations=Conversations(sessions),
+        dead_letters=OutboxDeadLetterSink(topics=topics, gateway="A", group="g"),
+        publisher=publisher, metrics=GatewayMetrics(CollectorRegistry()), max_ttl_s=3600,
+        roster_entries=lambda: view["entries"],
+        roster_state=lambda: roster_cache.RosterState(now_ms(), False, "", now_ms()),
+        on_roster_written=on_written,
+    )  # fmt: skip
+    client = GatewayClient(sessions=sessions, publisher=publisher, bindings=bindings)
+    reads: list[str] = []
+    real = roster_cache.lookup
+    monkeypatch.setattr(
+        roster_cache, "lookup", lambda s, gid, *a: reads.append(gid) or real(s, gid, *a)
+    )
+
+    def send(body: bytes) -> object:
+        (result,) = client.send_all([SendRequest(sender="main-a", to="main-b", body=body)])
+        return result
+
+    maint.refresh_roster()
+    assert written == [1]  # the first write of the mirror
+    for i in range(3):
+        assert not isinstance(send(f"m{i}".encode()), Exception)
+    assert reads == ["main-b"]  # read once, kept for the next groups
+    maint.refresh_roster()  # nothing changed
+    assert written == [1] and not isinstance(send(b"m3"), Exception) and reads == ["main-b"]
+    view["entries"] = fleet[:1]  # main-b left the roster
+    maint.refresh_roster()
+    assert written == [1, 1]
+    refused = send(b"late")
+    assert isinstance(refused, DeliveryError) and refused.reason == "UNKNOWN_RECIPIENT"
+    engine.dispose()

@@ -1,5 +1,5 @@
-"""``write_branch`` (a burst's receipts on one bare connection) writes what a ``write`` per record
-writes: the same rows in the same order with consecutive lsns, the branch's watermark row for a
+"""``write_branch`` (a burst's receipts on one bare connection, a socket group's sends in one
+session) writes what a ``write`` per record writes, on SQLite and on PostgreSQL (one statement): the same rows in the same order with consecutive lsns, the branch's watermark row for a
 new branch, an inactive branch listed again, an abandoned one refused, and the rows noted for the
 relay's feed (R-OUT-1: the intent is written in the caller's transaction; R-OUT-3: lsn order)."""
 
@@ -47,8 +47,8 @@ def _branch(engine: Engine, branch: str) -> tuple[Any, ...]:
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Any:
-    e = make_engine(f"sqlite:///{tmp_path / 'B.sqlite'}")
+def engine(store_url: str) -> Any:
+    e = make_engine(store_url)
     yield e
     e.dispose()
 
@@ -112,3 +112,33 @@ def test_the_rows_are_noted_for_the_relay_as_it_reads_them(engine: Engine) -> No
     assert [n[1:7] for n in noted] == [
         ("default", "b", lsn, "t", k, v) for lsn, (k, v, _) in zip(lsns, RECORDS, strict=True)
     ]
+
+
+def test_a_session_s_rows_wake_the_relay_fed_in_order_at_its_commit(engine: Engine) -> None:
+    """The socket's group commit: a session's branch written together is marked for the wake
+    and handed to the relay's feed at the commit, as a write each marks it."""
+    from pipeline.outbox.feed import Feed
+    from pipeline.outbox.wake import feed_from, stop_feeding, wake_on_commit
+
+    sessions = session_factory(engine)
+    woken: list[int] = []
+    wake_on_commit(sessions, lambda: woken.append(1))
+    feed = Feed()
+    feed_from(engine, feed)
+    try:
+        with sessions.begin() as s:
+            assert write_branch(s, RECORDS, topic="t", branch_key="s") == [1, 2, 3]
+            assert not woken  # not before the commit
+        taken = feed.take()
+    finally:
+        stop_feeding(engine, feed)
+    assert woken == [1]
+    assert taken is not None and [row[3] for row in taken] == [1, 2, 3]
+    assert _rows(engine, "s") == [(i + 1, "t", k, v, _packed(h), 0)
+                                  for i, (k, v, h) in enumerate(RECORDS)]  # fmt: skip
+
+
+def _packed(headers: Any) -> bytes | None:
+    from pipeline.record_headers import pack_headers
+
+    return pack_headers(headers) or None
