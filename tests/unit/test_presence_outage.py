@@ -100,6 +100,33 @@ def _follower(f: Fleet, consumer: FlakyConsumer, **kw: Any) -> tuple[RosterFollo
     return follower, view
 
 
+def _follow(
+    follower: RosterFollower,
+    consumer: FlakyConsumer,
+    f: Fleet,
+    *,
+    ticks: int,
+    step_ms: int,
+    at: dict[int, Any] | None = None,
+) -> None:
+    """Run ``follower`` for ``ticks`` polls, the clock ``step_ms`` on at each; ``at``: what
+    happens at a tick."""
+    stop = threading.Event()
+    n = 0
+
+    def tick(timeout: float) -> None:
+        nonlocal n
+        n += 1
+        f.now += step_ms
+        if at and n in at:
+            at[n]()
+        if n == ticks:
+            stop.set()
+
+    consumer.poll = tick  # type: ignore[method-assign]
+    follower.run(stop)
+
+
 @pytest.mark.parametrize("code", TRANSIENT, ids=lambda c: KafkaError(c).name())
 def test_catch_up_waits_out_transient_watermark_errors(code: int) -> None:
     f = Fleet()
@@ -140,21 +167,12 @@ def test_follower_marks_the_view_stale_once_and_current_again(
     follower, view = _follower(f, consumer, check_s=0, stale_after_s=5, poll_s=0)
     follower.catch_up(timeout_s=5)
     consumer.failures = 10**9  # the broker goes away
-    stop = threading.Event()
-    ticks = 0
 
-    def tick_clock(timeout: float) -> None:
-        nonlocal ticks
-        ticks += 1
-        f.now += 1000
-        if ticks == 60:
-            consumer.failures = 0  # back
-        if ticks == 70:
-            stop.set()
+    def back() -> None:
+        consumer.failures = 0
 
-    consumer.poll = tick_clock  # type: ignore[method-assign]
     with caplog.at_level(logging.DEBUG, logger="pipeline.presence.follower"):
-        follower.run(stop)
+        _follow(follower, consumer, f, ticks=70, step_ms=1000, at={60: back})
     warnings = [m for m in caplog.records if m.levelno >= logging.WARNING]
     assert [m.getMessage().split(" --")[0] for m in warnings] == [
         "roster: log-end check: [BROKER_UNAVAILABLE] roster log-end check: _TRANSPORT: Local: "
@@ -177,18 +195,7 @@ def test_a_request_whose_connection_lost_its_login_is_waited_out_not_a_refusal()
     follower.catch_up(timeout_s=5)
     caught_up_at = f.now
     consumer.failures = consumer.calls + 3  # the next three log-end checks: login lost
-    stop = threading.Event()
-    ticks = 0
-
-    def tick_clock(timeout: float) -> None:
-        nonlocal ticks
-        ticks += 1
-        f.now += 100
-        if ticks == 10:
-            stop.set()
-
-    consumer.poll = tick_clock  # type: ignore[method-assign]
-    follower.run(stop)  # raised AUTH_FAILED before
+    _follow(follower, consumer, f, ticks=10, step_ms=100)  # raised AUTH_FAILED before
     assert follower.transient_errors == 3
     assert consumer.calls > consumer.failures  # it read the log end again after the race
     horizon = view.freshness().horizon_ms
