@@ -50,17 +50,26 @@ class Publisher:
         )
 
     def stage_many(
-        self, session: Session | Connection, staged: Sequence[tuple[Envelope, str]]
+        self,
+        session: Session | Connection,
+        staged: Sequence[tuple[Envelope, str]],
+        *,
+        commit: bool = False,
     ) -> None:
         """:meth:`stage` for each ``(envelope, to_host)``, in order: the envelopes of one branch
         (one recipient on one host) are written together
-        (:func:`pipeline.outbox.writer.write_branch`), each branch's rows in their order."""
+        (:func:`pipeline.outbox.writer.write_branch`), each branch's rows in their order.
+        ``commit``: the caller commits right after (the last branch's rows may carry the
+        ``COMMIT``, ``write_branch``)."""
         branches: dict[tuple[str, str], list[tuple[bytes | None, bytes | None, Headers]]] = {}
         for envelope, to_host in staged:
             topic, branch_key, record = self._encoded(envelope, to_host)
             branches.setdefault((topic, branch_key), []).append(record)
-        for (topic, branch_key), records in branches.items():
-            write_branch(session, records, topic=topic, branch_key=branch_key)
+        last = len(branches) - 1
+        for n, ((topic, branch_key), records) in enumerate(branches.items()):
+            write_branch(
+                session, records, topic=topic, branch_key=branch_key, commit=commit and n == last
+            )
 
     def _encoded(
         self, envelope: Envelope, to_host: str

@@ -23,7 +23,7 @@ from pipeline.record_headers import pack_headers
 from pipeline.store import pg_pipeline
 
 from .limits import DEFAULT_MAX_RECORD_BYTES, check_record_size, packed_record_size
-from .notify import notify
+from .notify import notify, wakes_in_process
 from .sent import watermark
 from .tables import RowStatus, outbox, outbox_branch, outbox_sent
 from .wake import mark, note, wants_rows
@@ -122,33 +122,47 @@ def write_branch(
     topic: str,
     branch_key: str,
     tenant: str = "default",
+    commit: bool = False,
 ) -> list[int]:
     """:func:`write` for each ``(key, value, headers)`` of ``records``, in order, all on one branch
     and topic, in the transaction of ``session``: the same rows, lsns, checks and wakes as a
     :func:`write` each, in one upsert that takes the branch's next ``len(records)`` lsns and one
     statement that inserts the rows (a burst's receipts share their sender's branch; a socket
     group's sends to one recipient theirs). On PostgreSQL the two are one statement, one round
-    trip. Inside a savepoint it is a :func:`write` each. Returns the lsns."""
+    trip. Inside a savepoint it is a :func:`write` each. Returns the lsns.
+
+    ``commit``: these are the transaction's last statements and the caller commits right after.
+    On PostgreSQL, for a store whose relay is woken in this process (no ``NOTIFY`` to send:
+    the gateway), the ``COMMIT`` then goes with the rows, in the same round trip; an abandoned
+    branch fails that statement instead of returning no row, so nothing of the transaction
+    commits (``BRANCH_ABANDONED`` all the same). Elsewhere it changes nothing."""
     if len(records) > _MAX_ROWS:  # far below SQLite's bound on a statement's parameters
         head = write_branch(session, records[:_MAX_ROWS], topic=topic, branch_key=branch_key,
                             tenant=tenant)  # fmt: skip
         return head + write_branch(session, records[_MAX_ROWS:], topic=topic,
-                                   branch_key=branch_key, tenant=tenant)  # fmt: skip
+                                   branch_key=branch_key, tenant=tenant, commit=commit)  # fmt: skip
     if not records:
         return []
-    if len(records) == 1 or session.in_nested_transaction():
+    nested = session.in_nested_transaction()
+    raw, engine = _connection(session)
+    on_pg = engine.dialect.name == "postgresql"
+    commit = commit and on_pg and not nested and wakes_in_process(engine)
+    if nested or (len(records) == 1 and not commit):
         return [write(session, topic=topic, key=k, value=v, headers=h, branch_key=branch_key,
                       tenant=tenant) for k, v, h in records]  # fmt: skip
     if not topic or not branch_key or not tenant:
         raise ConfigError("outbox.write needs a topic, a branch_key and a tenant")
     blobs = [_checked_blob(r, topic=topic, branch_key=branch_key, tenant=tenant) for r in records]
-    raw, engine = _connection(session)
-    on_pg = engine.dialect.name == "postgresql"
     now = time.time()
-    take = _take_rows_pg if on_pg else _take_rows_sqlite
-    abandoned, first, ids = take(
-        raw, engine, records, blobs, topic=topic, branch_key=branch_key, tenant=tenant, now=now
-    )
+    if on_pg:
+        abandoned, first, ids = _take_rows_pg(
+            raw, engine, records, blobs, topic=topic, branch_key=branch_key, tenant=tenant,
+            now=now, commit=commit,
+        )  # fmt: skip
+    else:
+        abandoned, first, ids = _take_rows_sqlite(
+            raw, engine, records, blobs, topic=topic, branch_key=branch_key, tenant=tenant, now=now
+        )
     if abandoned:
         raise _abandoned(tenant, branch_key)
     lsns = [first + i for i in range(len(records))]
@@ -186,19 +200,24 @@ def _checked_blob(record: _Record, *, topic: str, branch_key: str, tenant: str) 
 
 def _take_rows_pg(
     raw: Any, engine: Engine, records: Sequence[_Record], blobs: list[bytes | None], *,
-    topic: str, branch_key: str, tenant: str, now: float,
+    topic: str, branch_key: str, tenant: str, now: float, commit: bool,
 ) -> Taken:  # fmt: skip
-    """PostgreSQL: the lsns and the rows in one statement, one round trip (_BOTH_ROWS_SQL)."""
+    """PostgreSQL: the lsns and the rows in one statement, one round trip (_BOTH_ROWS_SQL);
+    with ``commit``, the ``COMMIT`` in the same round trip (_BOTH_ROWS_OR_FAIL_SQL)."""
     n = len(records)
     params = (tenant, branch_key, n, n, n, topic, _PENDING, now,
               [k for k, _, _ in records], [v for _, v, _ in records], blobs)  # fmt: skip
+    sql = _BOTH_ROWS_OR_FAIL_SQL if commit else _BOTH_ROWS_SQL
     error = engine.dialect.loaded_dbapi.Error
     try:
-        rows = pg_pipeline.all_rows(raw, _BOTH_ROWS_SQL, params)
+        if commit:
+            rows = pg_pipeline.all_rows(raw, sql, params, then=("COMMIT", ()))
+        else:
+            rows = pg_pipeline.all_rows(raw, sql, params)
     except error as exc:  # as SQLAlchemy raises it: callers catch SQLAlchemyError
-        raise DBAPIError.instance(
-            _BOTH_ROWS_SQL, params, exc, error, dialect=engine.dialect
-        ) from exc
+        if commit and _ABANDONED_MARK in str(exc):
+            return True, 0, {}  # the statement failed: nothing of the transaction commits
+        raise DBAPIError.instance(sql, params, exc, error, dialect=engine.dialect) from exc
     ids = {int(lsn): int(row_id) for row_id, lsn in rows}
     return not ids, min(ids, default=0), ids  # no row: the branch is abandoned
 
@@ -353,6 +372,16 @@ _BOTH_ROWS_SQL = (
     "SELECT b.tenant, b.branch_key, b.last_lsn - %s + r.i, %s, r.k, r.v, r.h, %s, %s "
     "FROM b, unnest(%s::bytea[], %s::bytea[], %s::bytea[]) WITH ORDINALITY AS r(k, v, h, i) "
     "WHERE NOT b.abandoned ORDER BY r.i RETURNING id, lsn"
+)
+# The same for a statement sent with its transaction's COMMIT: an abandoned branch must fail
+# it (the pipeline's COMMIT is then skipped), not return no row while the COMMIT goes through.
+# SQL has no RAISE: a cast of a text naming the branch to an integer fails, and only when the
+# branch is abandoned (a non-constant expression, never folded at planning time).
+_ABANDONED_MARK = "fleet: abandoned branch"
+_BOTH_ROWS_OR_FAIL_SQL = _BOTH_ROWS_SQL.replace(
+    "WHERE NOT b.abandoned",
+    f"WHERE CASE WHEN b.abandoned THEN CAST('{_ABANDONED_MARK} ' || b.branch_key AS integer) = 0"
+    " ELSE true END",
 )
 _PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 _PENDING = int(RowStatus.PENDING)

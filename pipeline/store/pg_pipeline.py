@@ -178,22 +178,34 @@ def one_row(dbapi: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | No
     return rows[0] if rows else None
 
 
-def all_rows(dbapi: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """:func:`one_row`, every row ``sql`` returns."""
+def all_rows(
+    dbapi: Any,
+    sql: str,
+    params: Sequence[Any],
+    *,
+    then: tuple[str, Sequence[Any]] | None = None,
+) -> list[tuple[Any, ...]]:
+    """:func:`one_row`, every row ``sql`` returns. ``then``: a statement sent after it in the
+    same round trip (the transaction's ``COMMIT``), skipped by the server if ``sql`` fails."""
     statements: list[tuple[str, Sequence[Sequence[Any]]]] = [(sql, [params])]
+    if then is not None:
+        statements.append((then[0], [then[1]]))
+    at = 0
     if dbapi.pgconn.transaction_status == _idle() and not dbapi.autocommit:
         statements.insert(0, (_begin_sql(dbapi), [()]))
+        at = 1
     if not pg_wire.usable(statements):
         cursor = dbapi.cursor()
         try:
             cursor.execute(sql, params)
-            return list(cursor.fetchall())
+            rows = list(cursor.fetchall())
+            if then is not None:
+                cursor.execute(then[0], then[1])
+            return rows
         finally:
             cursor.close()
-    rows: list[tuple[Any, ...]] = pg_wire.run(
-        dbapi, statements, rows_of=len(statements) - 1, whole_rows=True
-    )
-    return rows
+    got: list[tuple[Any, ...]] = pg_wire.run(dbapi, statements, rows_of=at, whole_rows=True)
+    return got
 
 
 def insert_sql(table: Table, keys: Sequence[str], dialect: Dialect) -> str:

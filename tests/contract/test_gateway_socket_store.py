@@ -84,18 +84,36 @@ def test_every_groups_commit_wakes_a_listening_relay_on_postgresql(served: Any) 
     assert _rows(engine) == 3
 
 
+@pytest.mark.parametrize("as_the_gateway", [False, True], ids=["own-writer", "gateway-writer"])
 def test_a_group_writes_each_recipient_s_rows_together_and_refuses_only_an_abandoned_one(
-    served: Any, monkeypatch: pytest.MonkeyPatch
+    served: Any, monkeypatch: pytest.MonkeyPatch, as_the_gateway: bool
 ) -> None:
     """R-OUT-3 and R-OUT-1: a group's sends to one recipient take their branch's lsns in send
     order in one statement (no ``write`` per send: on PostgreSQL one round trip for the group's
     rows); a send to a branch that was abandoned is refused ``BRANCH_ABANDONED`` and the rest of
-    the group is written all the same (the group again, one send at a time)."""
+    the group is written all the same (the group again, one send at a time), once.
+    ``gateway-writer``: the socket's held writer on a store whose relay is woken in process, as
+    in the gateway; on PostgreSQL the group's last rows then carry its ``COMMIT``, and the
+    abandoned branch (written last) must fail that statement so nothing of the group commits."""
+    from pipeline.gateway.writer_session import WriterSession
     from pipeline.outbox import writer
+    from pipeline.outbox.notify import woken_in_process
     from pipeline.outbox.writer import abandon_branch
 
     server, engine = served
     client = server.client
+    held = WriterSession(client.sessions) if as_the_gateway else None
+    from pipeline.store import pg_pipeline
+
+    carried: list[object] = []  # PostgreSQL: what went with the rows' statement
+    real_rows = pg_pipeline.all_rows
+    monkeypatch.setattr(
+        pg_pipeline, "all_rows", lambda *a, **k: carried.append(k.get("then")) or real_rows(*a, **k)
+    )
+    if as_the_gateway:
+        woken_in_process(engine)
+        real_send_all = client.send_all
+        monkeypatch.setattr(client, "send_all", lambda reqs: real_send_all(reqs, writer=held))
     each: list[str] = []
     together: list[int] = []
     real_write, real_branch = writer.write, writer.write_branch
@@ -108,6 +126,8 @@ def test_a_group_writes_each_recipient_s_rows_together_and_refuses_only_an_aband
         [SendRequest(sender="main-a", to="main-b", body=f"m{i}".encode()) for i in range(3)]
     )
     assert together == [3] and each == []
+    on_pg = engine.dialect.name == "postgresql"
+    assert (("COMMIT", ()) in carried) == (on_pg and as_the_gateway)
     assert not any(isinstance(e, Exception) for e in envs)
     assert [_row(engine, f"m{i}".encode()).lsn for i in range(3)] == [1, 2, 3]
     with session_factory(engine).begin() as s:
@@ -119,8 +139,12 @@ def test_a_group_writes_each_recipient_s_rows_together_and_refuses_only_an_aband
         SendRequest(sender="main-a", to="worker-b", body=b"brief 2", kind=Kind.SEND),
     ])  # fmt: skip
     assert isinstance(results[1], DeliveryError) and results[1].reason == "BRANCH_ABANDONED"
-    assert [_row(engine, b).lsn for b in (b"brief", b"brief 2")] == [1, 2]
+    assert [_row(engine, b).lsn for b in (b"brief", b"brief 2")] == [1, 2]  # once each
     assert together == [2, 1]  # the first pass (worker-b, main-b), rolled back at main-b
+    envs = client.send_all([SendRequest(sender="main-a", to="worker-b", body=b"brief 3")])
+    assert _row(engine, b"brief 3").lsn == 3  # the writer goes on after the refusal
+    if held is not None:
+        held.close()
 
 
 def _row(engine: Engine, body: bytes) -> Any:
