@@ -5,7 +5,6 @@ relay's feed (R-OUT-1: the intent is written in the caller's transaction; R-OUT-
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
