@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pkgutil
 import sys
 from pathlib import Path
@@ -41,7 +42,15 @@ def main() -> None:
         print(f"== {module.__name__}", flush=True)
         result = module.main(quick)
         print(json.dumps(result, indent=2), flush=True)
-        (out / f"{module.__name__.split('.')[-1]}.json").write_text(json.dumps(result, indent=2))
+        path = result_path(out, module.__name__.split(".")[-1], os.environ.get("BENCH_SECTIONS"))
+        path.write_text(json.dumps(result, indent=2))
+
+
+def result_path(out: Path, name: str, sections: str | None) -> Path:
+    """Where a run's result goes: ``<name>.json``; a run of some sections only
+    (``BENCH_SECTIONS``) beside it, named by them, so it never replaces a whole run's table."""
+    only = sorted({n for n in (sections or "").split(",") if n})
+    return out / (f"{name}.{'+'.join(only)}.json" if only else f"{name}.json")
 
 
 if __name__ == "__main__":
