@@ -78,9 +78,16 @@ def execute(session: Session, statement: Statement, params: Sequence[Any]) -> An
 
 
 def fetchone(session: Session, statement: Statement, params: Sequence[Any]) -> Any:
-    """The first row ``statement`` returns (a tuple), or None."""
-    rows = fetchall(session, statement, params)
-    return rows[0] if rows else None
+    """The first row ``statement`` returns (a tuple), or None (on PostgreSQL as
+    :func:`fetchall` runs it; elsewhere only the first row is fetched)."""
+    if _connection(session)[1].name == "postgresql":
+        rows = fetchall(session, statement, params)
+        return rows[0] if rows else None
+    cursor = execute(session, statement, params)
+    try:
+        return cursor.fetchone()
+    finally:
+        cursor.close()
 
 
 def fetchall(session: Session, statement: Statement, params: Sequence[Any]) -> list[Any]:
