@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
 from pipeline.errors import DeliveryError, FleetError
-from pipeline.host import deadlines, roster_cache
+from pipeline.host import dbapi, deadlines, roster_cache
 from pipeline.host.conversations import ABANDONED, Conversations
 from pipeline.host.held import HeldMessage, HeldStore, held_table
 from pipeline.host.outbound import Publisher
@@ -204,11 +204,13 @@ class GatewayClient:
             with begin() as s:
                 known: dict[str, roster_cache.RosterEntry] = {}  # this transaction's lookups
                 rows: list[tuple[Envelope, str]] = []  # the outbox rows, written together
+                later = dbapi.later_for(s)  # PostgreSQL: the tracking rows go with them
                 for i, env in todo:
-                    results[i] = stage(s, env, known, rows)
+                    results[i] = stage(s, env, known, rows, later)
                 # the socket's writer commits right after: on PostgreSQL the last rows may
                 # carry its COMMIT (one round trip fewer per group, outbox.writer.write_branch)
-                self.publisher.stage_many(s, rows, commit=writer is not None)
+                kept = later.statements() if later is not None else ()
+                self.publisher.stage_many(s, rows, commit=writer is not None, before=kept)
             return results
         except FleetError:
             pass  # one was refused: nothing of this pass was committed; again, one by one
@@ -255,6 +257,7 @@ class GatewayClient:
         env: Envelope,
         known: dict[str, roster_cache.RosterEntry],
         rows: list[tuple[Envelope, str]] | None = None,
+        later: dbapi.Later | None = None,
     ) -> Envelope:
         """Every check and every row of one send, in the caller's transaction; returns the
         envelope as staged (a brief's ``expiresAt`` capped at its inject deadline).
@@ -266,7 +269,8 @@ class GatewayClient:
 
         ``rows``: the group's outbox rows, kept for the caller to write together at the end of
         its transaction (:meth:`Publisher.stage_many`: a statement per recipient, not per send;
-        one round trip on PostgreSQL); without it the row is written here."""
+        one round trip on PostgreSQL); without it the row is written here. ``later``: with
+        ``rows``, where the tracking row of a brief is kept to go with them (PostgreSQL)."""
         stage = self.publisher.stage if rows is None else _keep(rows)
         sender, to, kind = env.sender, env.to, env.kind
         senders = self.local_senders
@@ -285,6 +289,7 @@ class GatewayClient:
             deadlines.track(
                 s,
                 FORWARD,
+                later,
                 msg_id=env.msg_id,
                 sender=sender,
                 recipient=to,

@@ -77,6 +77,32 @@ def execute(session: Session, statement: Statement, params: Sequence[Any]) -> An
     return cursor
 
 
+class Later:
+    """Writes of one transaction whose answer nobody reads, kept to go with the transaction's
+    next round trip (PostgreSQL: the socket group's tracking rows go with its outbox rows,
+    ``outbox.writer.write_branch``'s ``before``), by statement in the order first kept."""
+
+    __slots__ = ("_kept", "_style")
+
+    def __init__(self, paramstyle: str) -> None:
+        self._style = paramstyle
+        self._kept: dict[str, list[tuple[Any, ...]]] = {}
+
+    def add(self, statement: Statement, params: Sequence[Any]) -> None:
+        self._kept.setdefault(statement.for_style(self._style), []).append(tuple(params))
+
+    def statements(self) -> list[tuple[str, list[tuple[Any, ...]]]]:
+        """What was kept, as ``(SQL, parameter rows)``."""
+        return list(self._kept.items())
+
+
+def later_for(session: Session) -> Later | None:
+    """A :class:`Later` for ``session``'s transaction on PostgreSQL, where each statement is a
+    round trip; None elsewhere (a statement costs no round trip: run it at once)."""
+    dialect = _connection(session)[1]
+    return Later(dialect.paramstyle) if dialect.name == "postgresql" else None
+
+
 def fetchone(session: Session, statement: Statement, params: Sequence[Any]) -> Any:
     """The first row ``statement`` returns (a tuple), or None (on PostgreSQL as
     :func:`fetchall` runs it; elsewhere only the first row is fetched)."""

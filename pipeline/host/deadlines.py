@@ -77,14 +77,18 @@ class Tracked:
     describe: Callable[[Any], str]  # the FAILED's error text for an overdue row
 
 
-def track(session: Session, kind: Tracked, **row: Any) -> None:
-    """Record one send as ``pending``, in the caller's (the send's) transaction."""
+def track(session: Session, kind: Tracked, later: dbapi.Later | None = None, **row: Any) -> None:
+    """Record one send as ``pending``, in the caller's (the send's) transaction. ``later``: the
+    insert is kept there for the caller to send with its next statement (it must, before the
+    commit), when it is a plain DB-API statement."""
     key = (kind.table, tuple(row))
     statement = _TRACK[key] if key in _TRACK else _track_statement(*key)
     if statement is None:  # a column default to fill in: SQLAlchemy's insert does that
         session.execute(insert(kind.table), {**row, "state": PENDING})
-        return
-    dbapi.execute(session, statement, (*row.values(), PENDING)).close()
+    elif later is not None:
+        later.add(statement, (*row.values(), PENDING))
+    else:
+        dbapi.execute(session, statement, (*row.values(), PENDING)).close()
 
 
 # A forward send writes its row on the send path: DB-API text, built once per table and set of

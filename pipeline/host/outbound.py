@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
@@ -55,21 +56,26 @@ class Publisher:
         staged: Sequence[tuple[Envelope, str]],
         *,
         commit: bool = False,
+        before: Sequence[tuple[str, Sequence[Sequence[Any]]]] = (),
     ) -> None:
         """:meth:`stage` for each ``(envelope, to_host)``, in order: the envelopes of one branch
         (one recipient on one host) are written together
         (:func:`pipeline.outbox.writer.write_branch`), each branch's rows in their order.
         ``commit``: the caller commits right after (the last branch's rows may carry the
-        ``COMMIT``, ``write_branch``)."""
+        ``COMMIT``, ``write_branch``). ``before``: writes of the transaction nobody reads back,
+        run ahead of the first branch's rows (on PostgreSQL in their round trip)."""
         branches: dict[tuple[str, str], list[tuple[bytes | None, bytes | None, Headers]]] = {}
         for envelope, to_host in staged:
             topic, branch_key, record = self._encoded(envelope, to_host)
             branches.setdefault((topic, branch_key), []).append(record)
         last = len(branches) - 1
+        if not branches and before:
+            write_branch(session, [], topic="", branch_key="", before=before)  # runs them
         for n, ((topic, branch_key), records) in enumerate(branches.items()):
             write_branch(
-                session, records, topic=topic, branch_key=branch_key, commit=commit and n == last
-            )
+                session, records, topic=topic, branch_key=branch_key,
+                commit=commit and n == last, before=before if n == 0 else (),
+            )  # fmt: skip
 
     def _encoded(
         self, envelope: Envelope, to_host: str

@@ -123,6 +123,7 @@ def write_branch(
     branch_key: str,
     tenant: str = "default",
     commit: bool = False,
+    before: Sequence[tuple[str, Sequence[Sequence[Any]]]] = (),
 ) -> list[int]:
     """:func:`write` for each ``(key, value, headers)`` of ``records``, in order, all on one branch
     and topic, in the transaction of ``session``: the same rows, lsns, checks and wakes as a
@@ -135,18 +136,27 @@ def write_branch(
     On PostgreSQL, for a store whose relay is woken in this process (no ``NOTIFY`` to send:
     the gateway), the ``COMMIT`` then goes with the rows, in the same round trip; an abandoned
     branch fails that statement instead of returning no row, so nothing of the transaction
-    commits (``BRANCH_ABANDONED`` all the same). Elsewhere it changes nothing."""
+    commits (``BRANCH_ABANDONED`` all the same). Elsewhere it changes nothing.
+
+    ``before``: writes of the same transaction whose answer nobody reads, as ``(DB-API SQL,
+    parameter rows)`` (the socket group's tracking rows), run ahead of the rows: on PostgreSQL
+    in the rows' round trip, elsewhere on the session's cursor first."""
     if len(records) > _MAX_ROWS:  # far below SQLite's bound on a statement's parameters
         head = write_branch(session, records[:_MAX_ROWS], topic=topic, branch_key=branch_key,
-                            tenant=tenant)  # fmt: skip
+                            tenant=tenant, before=before)  # fmt: skip
         return head + write_branch(session, records[_MAX_ROWS:], topic=topic,
                                    branch_key=branch_key, tenant=tenant, commit=commit)  # fmt: skip
-    if not records:
-        return []
     nested = session.in_nested_transaction()
     raw, engine = _connection(session)
+    if not records:
+        if before:
+            _run_now(raw, engine, before)
+        return []
     on_pg = engine.dialect.name == "postgresql"
     commit = commit and on_pg and not nested and wakes_in_process(engine)
+    rides = on_pg and not nested and (len(records) > 1 or commit)
+    if before and not rides:
+        _run_now(raw, engine, before)
     if nested or (len(records) == 1 and not commit):
         return [write(session, topic=topic, key=k, value=v, headers=h, branch_key=branch_key,
                       tenant=tenant) for k, v, h in records]  # fmt: skip
@@ -157,7 +167,7 @@ def write_branch(
     if on_pg:
         abandoned, first, ids = _take_rows_pg(
             raw, engine, records, blobs, topic=topic, branch_key=branch_key, tenant=tenant,
-            now=now, commit=commit,
+            now=now, commit=commit, before=before,
         )  # fmt: skip
     else:
         abandoned, first, ids = _take_rows_sqlite(
@@ -201,25 +211,40 @@ def _checked_blob(record: _Record, *, topic: str, branch_key: str, tenant: str) 
 def _take_rows_pg(
     raw: Any, engine: Engine, records: Sequence[_Record], blobs: list[bytes | None], *,
     topic: str, branch_key: str, tenant: str, now: float, commit: bool,
+    before: Sequence[tuple[str, Sequence[Sequence[Any]]]],
 ) -> Taken:  # fmt: skip
     """PostgreSQL: the lsns and the rows in one statement, one round trip (_BOTH_ROWS_SQL);
-    with ``commit``, the ``COMMIT`` in the same round trip (_BOTH_ROWS_OR_FAIL_SQL)."""
+    with ``commit``, the ``COMMIT`` in the same round trip (_BOTH_ROWS_OR_FAIL_SQL); the
+    ``before`` writes ahead of it in that round trip."""
     n = len(records)
     params = (tenant, branch_key, n, n, n, topic, _PENDING, now,
               [k for k, _, _ in records], [v for _, v, _ in records], blobs)  # fmt: skip
     sql = _BOTH_ROWS_OR_FAIL_SQL if commit else _BOTH_ROWS_SQL
     error = engine.dialect.loaded_dbapi.Error
     try:
-        if commit:
-            rows = pg_pipeline.all_rows(raw, sql, params, then=("COMMIT", ()))
-        else:
-            rows = pg_pipeline.all_rows(raw, sql, params)
+        then = ("COMMIT", ()) if commit else None
+        rows = pg_pipeline.all_rows(raw, sql, params, before=before, then=then)
     except error as exc:  # as SQLAlchemy raises it: callers catch SQLAlchemyError
         if commit and _ABANDONED_MARK in str(exc):
             return True, 0, {}  # the statement failed: nothing of the transaction commits
         raise DBAPIError.instance(sql, params, exc, error, dialect=engine.dialect) from exc
     ids = {int(lsn): int(row_id) for row_id, lsn in rows}
     return not ids, min(ids, default=0), ids  # no row: the branch is abandoned
+
+
+def _run_now(
+    raw: Any, engine: Engine, statements: Sequence[tuple[str, Sequence[Sequence[Any]]]]
+) -> None:
+    """Run ``statements`` (``(DB-API SQL, parameter rows)``) on the DB-API connection now, a
+    driver error raised as SQLAlchemy raises it."""
+    error = engine.dialect.loaded_dbapi.Error
+    sql, rows = "", statements[0][1] if statements else ()
+    try:
+        cursor = raw.cursor()
+        for sql, rows in statements:
+            cursor.executemany(sql, rows)
+    except error as exc:  # as SQLAlchemy raises it: callers catch SQLAlchemyError
+        raise DBAPIError.instance(sql, rows, exc, error, dialect=engine.dialect) from exc
 
 
 def _take_rows_sqlite(

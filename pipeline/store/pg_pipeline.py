@@ -183,20 +183,25 @@ def all_rows(
     sql: str,
     params: Sequence[Any],
     *,
+    before: Sequence[tuple[str, Sequence[Sequence[Any]]]] = (),
     then: tuple[str, Sequence[Any]] | None = None,
 ) -> list[tuple[Any, ...]]:
-    """:func:`one_row`, every row ``sql`` returns. ``then``: a statement sent after it in the
-    same round trip (the transaction's ``COMMIT``), skipped by the server if ``sql`` fails."""
-    statements: list[tuple[str, Sequence[Sequence[Any]]]] = [(sql, [params])]
+    """:func:`one_row`, every row ``sql`` returns. ``before``: writes whose answer nobody reads
+    (``(sql, parameter rows)``, each run once per row), sent ahead of ``sql`` in the same round
+    trip; ``then``: a statement sent after it (the transaction's ``COMMIT``). The server skips
+    everything after a statement that fails."""
+    statements: list[tuple[str, Sequence[Sequence[Any]]]] = [*before, (sql, [params])]
     if then is not None:
         statements.append((then[0], [then[1]]))
-    at = 0
+    at = len(before)
     if dbapi.pgconn.transaction_status == _idle() and not dbapi.autocommit:
         statements.insert(0, (_begin_sql(dbapi), [()]))
-        at = 1
+        at += 1
     if not pg_wire.usable(statements):
         cursor = dbapi.cursor()
         try:
+            for write, each in before:
+                cursor.executemany(write, each)
             cursor.execute(sql, params)
             rows = list(cursor.fetchall())
             if then is not None:

@@ -94,7 +94,9 @@ def test_a_group_writes_each_recipient_s_rows_together_and_refuses_only_an_aband
     the group is written all the same (the group again, one send at a time), once.
     ``gateway-writer``: the socket's held writer on a store whose relay is woken in process, as
     in the gateway; on PostgreSQL the group's last rows then carry its ``COMMIT``, and the
-    abandoned branch (written last) must fail that statement so nothing of the group commits."""
+    abandoned branch (written last) must fail that statement so nothing of the group commits.
+    R-ACK-5: a brief's tracking row (its ``INJECT_TIMEOUT`` deadline) is written in its send's
+    transaction, once; on PostgreSQL it goes in the rows' round trip, not one of its own."""
     from pipeline.gateway.writer_session import WriterSession
     from pipeline.outbox import writer
     from pipeline.outbox.notify import woken_in_process
@@ -106,10 +108,15 @@ def test_a_group_writes_each_recipient_s_rows_together_and_refuses_only_an_aband
     from pipeline.store import pg_pipeline
 
     carried: list[object] = []  # PostgreSQL: what went with the rows' statement
+    ahead: list[int] = []  # ... and how many writes went ahead of it (the tracking rows)
     real_rows = pg_pipeline.all_rows
-    monkeypatch.setattr(
-        pg_pipeline, "all_rows", lambda *a, **k: carried.append(k.get("then")) or real_rows(*a, **k)
-    )
+
+    def all_rows(*a: Any, **k: Any) -> Any:
+        carried.append(k.get("then"))
+        ahead.append(sum(len(rows) for _, rows in k.get("before", ())))
+        return real_rows(*a, **k)
+
+    monkeypatch.setattr(pg_pipeline, "all_rows", all_rows)
     if as_the_gateway:
         woken_in_process(engine)
         real_send_all = client.send_all
@@ -140,11 +147,21 @@ def test_a_group_writes_each_recipient_s_rows_together_and_refuses_only_an_aband
     ])  # fmt: skip
     assert isinstance(results[1], DeliveryError) and results[1].reason == "BRANCH_ABANDONED"
     assert [_row(engine, b).lsn for b in (b"brief", b"brief 2")] == [1, 2]  # once each
+    briefs = [r.msg_id for r in (results[0], results[2]) if not isinstance(r, Exception)]
+    assert _tracked(engine) == sorted(briefs), "each brief's deadline tracked, once"
+    assert max(ahead, default=0) == (2 if on_pg else 0), "both rode with the first pass's rows"
     assert together == [2, 1]  # the first pass (worker-b, main-b), rolled back at main-b
     envs = client.send_all([SendRequest(sender="main-a", to="worker-b", body=b"brief 3")])
     assert _row(engine, b"brief 3").lsn == 3  # the writer goes on after the refusal
     if held is not None:
         held.close()
+
+
+def _tracked(engine: Engine) -> list[str]:
+    from pipeline.host.tracking import FORWARD
+
+    with engine.connect() as c:
+        return sorted(r.msg_id for r in c.execute(select(FORWARD.table.c.msg_id)))
 
 
 def _row(engine: Engine, body: bytes) -> Any:

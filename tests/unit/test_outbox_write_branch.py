@@ -141,3 +141,36 @@ def _packed(headers: Any) -> bytes | None:
     from pipeline.record_headers import pack_headers
 
     return pack_headers(headers) or None
+
+
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_the_writes_before_the_rows_commit_with_them_or_not_at_all(
+    engine: Engine, count: int
+) -> None:
+    """``before`` (the socket group's tracking rows): run in the rows' transaction whatever path
+    the rows take (none, one ``write``, the statement of many), each parameter row once; a
+    refused branch takes them with it (nothing of the transaction commits)."""
+    from pipeline.outbox.tables import outbox_branch as scratch  # any table: rows of our own
+
+    mark = "?" if engine.dialect.paramstyle == "qmark" else "%s"
+    sql = (f"INSERT INTO outbox_branch (tenant, branch_key, last_lsn, abandoned, active) "
+           f"VALUES ({mark}, {mark}, 0, {'0' if mark == '?' else 'false'}, "
+           f"{'1' if mark == '?' else 'true'})")  # fmt: skip
+    before = [(sql, [("scratch", "x1"), ("scratch", "x2")])]
+
+    def scratch_rows() -> list[str]:
+        with engine.connect() as c:
+            got = c.execute(select(scratch.c.branch_key).where(scratch.c.tenant == "scratch"))
+            return sorted(r.branch_key for r in got)
+
+    with engine.begin() as conn:
+        write_branch(conn, RECORDS[:count], topic="t", branch_key="b", before=before)
+    assert scratch_rows() == ["x1", "x2"]
+    assert len(_rows(engine, "b")) == count
+    with session_factory(engine).begin() as s:
+        abandon_branch(s, branch_key="c")
+    again = [(sql, [("scratch", "y1")])]
+    if count:
+        with pytest.raises(DeliveryError), engine.begin() as conn:
+            write_branch(conn, RECORDS[:count], topic="t", branch_key="c", before=again)
+        assert scratch_rows() == ["x1", "x2"], "rolled back with the refused rows"
