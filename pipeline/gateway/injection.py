@@ -218,7 +218,9 @@ class InjectionQueue:
                             TRACING.receipt(job.envelope, receipt.envelope)
                         receipts.append((receipt.envelope, receipt.host))
                 if isinstance(tx, Connection):  # a sender's receipts: one write (its branch)
-                    self.publisher.stage_many(tx, receipts)
+                    # nothing to open after them: on PostgreSQL they may carry the COMMIT
+                    last = not any(j is not None and j.tracked for j in then_open)
+                    self.publisher.stage_many(tx, receipts, commit=last)
                 else:
                     for envelope, host in receipts:
                         self.publisher.stage(tx, envelope, to_host=host)

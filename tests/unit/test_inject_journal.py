@@ -3,8 +3,8 @@
 R-ACK-3: the forward path is at-most-once -- commit before inject, then ``INJECTED``; no
 ``INJECTED`` in time is one loud ``FAILED`` at the sender. An inject into a terminal cannot share
 a transaction with its receipt, so the journal brackets it: a row committed before the inject,
-closed in the receipt's own transaction right after. These tests hold its rules on a real SQLite
-store: a receipt is never more than one transaction behind its inject; a row left open by a crash
+closed in the receipt's own transaction right after. These tests hold its rules on real SQLite
+and PostgreSQL stores: a receipt is never more than one transaction behind its inject; a row left open by a crash
 becomes, at the next start, exactly one ``INJECTED`` with stage ``uncertain`` (never a false "not
 injected", never both); the sender records that as ``uncertain``, apart from ``INJECT_TIMEOUT``.
 """
@@ -34,6 +34,7 @@ from pipeline.host import inject_journal as journal
 from pipeline.host.outbound import Publisher
 from pipeline.host.tracking import FORWARD
 from pipeline.kafka.topics import TopicNames
+from pipeline.outbox.notify import woken_in_process
 from pipeline.outbox.tables import outbox
 from pipeline.presence.model import Delivery, Role
 from pipeline.record_headers import unpack_headers
@@ -98,8 +99,11 @@ def _wait(q: InjectionQueue) -> None:
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Engine:
-    e = make_engine(f"sqlite:///{tmp_path / 'B.sqlite'}")
+def engine(store_url: str) -> Engine:
+    """Gateway B's store: SQLite and real PostgreSQL (the journal's transactions differ), its
+    writes waking the relay in process, as in the gateway (``bootstrap/gateway.py``)."""
+    e = make_engine(store_url)
+    woken_in_process(e)
     yield e  # type: ignore[misc]
     e.dispose()
 
@@ -243,6 +247,44 @@ def _opened_inject(q: InjectionQueue, job: Any) -> Any:
 def _one(q: InjectionQueue, job: Any) -> None:
     """... and the close with its receipt."""
     q._record([(job, _opened_inject(q, job))], [])
+
+
+def test_a_close_commits_with_its_receipts_or_not_at_all(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-ACK-4: a journal row closes in the transaction that stages its receipt, both or
+    neither. On PostgreSQL the receipts' rows carry that transaction's ``COMMIT`` (one round
+    trip fewer per burst) unless the next burst's rows open after them in it; then a refused
+    receipt (its branch abandoned: ``BRANCH_ABANDONED``) must fail the statement, so the close
+    does not commit without it: the row stays open, reported uncertain at the next start."""
+    from pipeline.outbox.writer import abandon_branch
+    from pipeline.store import pg_pipeline
+
+    carried: list[object] = []
+    real_rows = pg_pipeline.all_rows
+    monkeypatch.setattr(
+        pg_pipeline, "all_rows", lambda *a, **k: carried.append(k.get("then")) or real_rows(*a, **k)
+    )
+    on_pg = engine.dialect.name == "postgresql"
+    q, _ = _queue(engine, [])
+    first, second, third = _brief(), _brief(), _brief()
+    j1, j2 = _job(first), _job(second)
+    opened = q._open_all([j1])
+    q._record([(j1, q._inject(j1, opened=True))], [j2])  # the next burst opens in this close
+    assert carried.count(("COMMIT", ())) == 0
+    q._record([(j2, q._inject(j2, opened=True))], [])
+    assert carried.count(("COMMIT", ())) == (1 if on_pg else 0)
+    assert opened == {first.msg_id}
+    assert _states(engine) == {first.msg_id: journal.INJECTED, second.msg_id: journal.INJECTED}
+    with session_factory(engine).begin() as s:
+        abandon_branch(s, branch_key="B>main-a@A")  # the receipts' branch to main-a on A
+    j3 = _job(third)
+    outcome = q._inject(j3, opened=third.msg_id in q._open_all([j3]))
+    with pytest.raises(Exception, match="abandoned"):
+        q._record([(j3, outcome)], [])
+    assert _states(engine)[third.msg_id] == journal.OPEN, "no close without its receipt"
+    assert [r.msg_id for _, r in _receipts(engine)] == [first.msg_id, second.msg_id]
+    q.stop()
 
 
 def test_the_row_is_committed_before_the_inject_runs(engine: Engine) -> None:
