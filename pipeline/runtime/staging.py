@@ -187,7 +187,8 @@ class Staged:
         """A call that takes many items at once: staged per item like :meth:`call`, and at
         flush each run of consecutive items for the same ``fn`` is one ``fn(connection, items)``
         on the batch transaction's connection (in staging order; a call of another kind in
-        between ends the run). It needs no ORM session: a batch of these makes none."""
+        between ends the run). It needs no ORM session: a batch of these makes none. It reads
+        no row the batch inserts, so those may still ride with the ``COMMIT`` on PostgreSQL."""
         self.calls.append(_Each(fn, item))
 
     def after_commit(self, fn: Effect) -> None:
@@ -263,7 +264,8 @@ class Staged:
                 rows.append(row)
         if groups:
             conn = tx.connection()
-            deferrable = not self.calls  # nothing of this batch reads them back
+            # nothing of this batch reads them back (a call_each reads none of them)
+            deferrable = all(isinstance(call, _Each) for call in self.calls)
             for (table, keys), rows in groups.items():
                 lean = _lean_for(table, conn.dialect, keys)
                 if lean is None:

@@ -203,3 +203,45 @@ def test_writes_deferred_to_the_commit_alone_are_one_transaction(engine: Engine)
     with pg_pipeline.transaction(engine) as conn:
         assert pg_pipeline.defer(conn, sql, [("scope", "d2", 1)])
     assert _count(engine, dedupe_table, "d2") == 1
+
+
+def test_a_batch_s_held_rows_ride_with_its_commit_beside_its_settled_receipts(
+    engine: Engine,
+) -> None:
+    """R-ACK-8 and R-ACK-5: a batch that holds an ``INJECTED`` and settles the tracked send it
+    is about (a ``call_each``, which reads no held row) sends both with its ``COMMIT``: no
+    round trip for the held rows of their own, and still one transaction, both or neither."""
+    sessions = session_factory(engine)
+    with sessions.begin() as s:
+        deadlines.track(s, FORWARD, msg_id="f9", sender="main-a", recipient="w-1", trace_id="t",
+                        sent_ms=1, deadline_ms=10_000)  # fmt: skip
+
+    def settle(conn: Any, answers: list[deadlines.Answer]) -> None:
+        deadlines.settle_answers(conn, (FORWARD,), answers)
+
+    def batch(row: dict[str, Any]) -> None:
+        with batches.begin() as session:
+            claim_ids(session.connection(), "scope", ["h9"], 1)
+            staged = Staged()
+            staged.insert(held_table, row)
+            staged.call_each(settle, deadlines.Answer("f9", True, ""))
+            staged.flush(session)
+            kept = pg_pipeline.state(session.connection())
+            assert kept is not None and len(kept.writes) == 2, "the held row and the settle wait"
+
+    def tracked_state() -> str:
+        with engine.connect() as conn:
+            t = FORWARD.table
+            return str(conn.execute(select(t.c.state).where(t.c.msg_id == "f9")).scalar_one())
+
+    batches = BatchSessions(sessions)
+    try:
+        with pytest.raises(DBAPIError):  # recipient NOT NULL: fails in the COMMIT's pipeline
+            batch(_held("h9", recipient=None))
+        assert (_count(engine, held_table, "h9"), _count(engine, dedupe_table, "h9")) == (0, 0)
+        assert tracked_state() == deadlines.PENDING, "the settle rolled back with the row"
+        batch(_held("h9"))
+        assert (_count(engine, held_table, "h9"), _count(engine, dedupe_table, "h9")) == (1, 1)
+        assert tracked_state() == FORWARD.answered
+    finally:
+        batches.close()
