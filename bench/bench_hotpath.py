@@ -357,6 +357,12 @@ def table(out: dict[str, Any]) -> list[dict[str, Any]]:
             rt.get("signed_pull_2threads_over_verify_alone"),
         ),
         _row(
+            "  the same / OpenSSL's Ed25519 verify alone (the library before 0.13)",
+            "(beside)",
+            lambda v: True,
+            rt.get("signed_pull_2threads_over_openssl_verify_alone"),
+        ),
+        _row(
             "MAC'd pull (pairwise_mac), 2 threads (msg/s)",
             ">= 10000",
             lambda v: v >= 10_000,

@@ -25,7 +25,6 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Signer, TrustStore
@@ -61,7 +60,7 @@ def decode(value: bytes, headers: list[tuple[str, bytes]], trust: TrustStore) ->
         data = json.loads(value)
         if key is None or key.host != data.get("host"):
             return None
-        Ed25519PublicKey.from_public_bytes(key.public_key_bytes).verify(got.get(H_SIG, b""), value)
+        key.key.verify(got.get(H_SIG, b""), value)
         kind = data.pop("type")
         return Claim(**data) if kind == "claim" else Release(**data) if kind == "release" else None
     except (InvalidSignature, ValueError, TypeError, KeyError):

@@ -1,6 +1,6 @@
 """Verify a batch of records across a small thread pool, results in the batch's order.
 
-``cryptography``'s Ed25519 verify releases the GIL, so the signature checks of one batch run
+libsodium's Ed25519 verify (:mod:`.ed25519`) releases the GIL, so the signature checks of one batch run
 in parallel on the free cores while the parsing around them takes turns. The calling thread
 verifies one slice itself and ``threads - 1`` pool threads verify the others; the result list
 lines up with the input: a :class:`~pipeline.envelope.verify.Verified`, or the exception that

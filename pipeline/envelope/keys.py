@@ -35,6 +35,8 @@ from pipeline.errors import ConfigError
 from pipeline.kafka.topics import check_name
 from pipeline.reasons import Config, Keys
 
+from .ed25519 import SigningKey, VerifyKey
+
 PRIVATE_FORMAT = "fleet-ed25519-private/v1"
 PUBLIC_FORMAT = "fleet-ed25519-public/v1"
 _KEY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -70,13 +72,14 @@ def _read_json(path: Path, fmt: str) -> dict[str, Any]:
 class Signer:
     """A host's Ed25519 private key: the publishing gateway signs every envelope with it."""
 
-    __slots__ = ("_key", "host", "key_id", "public_key_bytes")
+    __slots__ = ("_key", "_signing", "host", "key_id", "public_key_bytes")
 
     def __init__(self, *, host: str, key_id: str, private_key: Ed25519PrivateKey) -> None:
         self.host = check_name(host, what="host id")
         self.key_id = _check_key_id(key_id)
         self._key = private_key
         self.public_key_bytes = _raw_public(private_key.public_key())
+        self._signing = SigningKey(self.seed(), self.public_key_bytes)  # signs (libsodium)
 
     @classmethod
     def generate(cls, host: str, key_id: str | None = None) -> Signer:
@@ -103,7 +106,7 @@ class Signer:
             ) from exc
 
     def sign(self, data: bytes) -> bytes:
-        return self._key.sign(data)
+        return self._signing.sign(data)
 
     def seed(self) -> bytes:
         from cryptography.hazmat.primitives.serialization import NoEncryption, PrivateFormat
@@ -146,7 +149,7 @@ class TrustedKey:
     host: str
     key_id: str
     public_key_bytes: bytes
-    key: Ed25519PublicKey
+    key: VerifyKey  # verifies (libsodium, :mod:`.ed25519`)
 
 
 def read_public_file(path: str | os.PathLike[str]) -> TrustedKey:
@@ -163,7 +166,8 @@ def _trusted(host: str, key_id: str, raw: bytes) -> TrustedKey:
     check_name(host, what="host id")
     _check_key_id(key_id)
     try:
-        key = Ed25519PublicKey.from_public_bytes(raw)
+        Ed25519PublicKey.from_public_bytes(raw)  # refused here as before: a bad key file
+        key = VerifyKey(raw)
     except ValueError as exc:
         raise ConfigError(f"bad Ed25519 public key for {key_id}", reason=Keys.KEY_INVALID) from exc
     return TrustedKey(host=host, key_id=key_id, public_key_bytes=raw, key=key)

@@ -17,6 +17,7 @@ def test_exported_names_are_exactly_all() -> None:
         "canonical",
         "headers",
         "codec",
+        "ed25519",
         "keys",
         "metrics",
         "model",
