@@ -228,6 +228,8 @@ def states_of(
     """:func:`answered` for many msgIds at once: one select per kind (and per 500 ids), every
     id in the answer (None: tracked under no kind). The inbox reads a batch's receipts so."""
     todo = list(dict.fromkeys(msg_ids))
+    if todo and kinds and pg_pipeline.on_postgresql(conn):
+        return _states_pg(conn, kinds, todo)
     found: dict[str, str | None] = {}
     for kind in kinds:
         if not todo:
@@ -240,6 +242,34 @@ def states_of(
         todo = [m for m in todo if m not in found]
     for msg_id in todo:
         found[msg_id] = None
+    return found
+
+
+_STATES_PG: dict[tuple[str, ...], str] = {}
+
+
+def _states_pg(conn: Connection, kinds: Sequence[Tracked], ids: list[str]) -> dict[str, str | None]:
+    """:func:`states_of` on PostgreSQL: every kind's rows in one statement (the ids as one
+    array, however many), one round trip on libpq's pipeline (:func:`pg_pipeline.all_rows`),
+    where a select per kind on psycopg's cursor was one each. A msgId is tracked under one
+    kind; were it under two, the first kind's row is the answer, as the selects in turn give."""
+    names = tuple(kind.table.name for kind in kinds)
+    sql = _STATES_PG.get(names)
+    if sql is None:
+        sql = _STATES_PG[names] = " UNION ALL ".join(
+            f"SELECT {n}, msg_id, state FROM {name} WHERE msg_id = ANY(%s)"
+            for n, name in enumerate(names)
+        )
+    params = (ids,) * len(names)
+    try:
+        rows = pg_pipeline.all_rows(conn.connection.dbapi_connection, sql, params)
+    except Exception as exc:  # noqa: BLE001 - re-raised by SQLAlchemy, wrapped
+        conn._handle_dbapi_exception(exc, sql, params, None, None)
+    found: dict[str, str | None] = {}
+    for _, msg_id, state in sorted(rows, key=lambda row: int(row[0])):
+        found.setdefault(str(msg_id), str(state))
+    for msg_id in ids:
+        found.setdefault(msg_id, None)
     return found
 
 

@@ -39,8 +39,10 @@ ANSWERS = [
 ]
 
 
-def _store(path: Path) -> Any:
-    sessions = session_factory(make_engine(f"sqlite:///{path}"))
+def _store(path: Path | str) -> Any:
+    """Tracked sends of two kinds in a store (a path: SQLite; else a store URL)."""
+    url = f"sqlite:///{path}" if isinstance(path, Path) else path
+    sessions = session_factory(make_engine(url))
     common = {"trace_id": "t", "sent_ms": 1, "deadline_ms": 10_000}
     with sessions.begin() as s:
         for msg_id in ("f1", "f2", "f3"):
@@ -74,13 +76,19 @@ def test_a_batch_of_answers_settles_the_rows_as_one_settle_per_answer_did(tmp_pa
     assert ("s2", deadlines.FAILED, "SPAWN_FAILED") in _rows(batched)
 
 
-def test_the_states_of_many_sends_are_read_as_one_at_a_time(tmp_path: Path) -> None:
-    sessions = _store(tmp_path / "A.sqlite")
+def test_the_states_of_many_sends_are_read_as_one_at_a_time(store_url: str) -> None:
+    """On both stores (on PostgreSQL one statement for every kind, as the batch's first or a
+    later statement of its transaction)."""
+    sessions = _store(store_url)
     ids = ["f1", "f3", "s2", "nope", "f1"]
-    with sessions() as s:
-        many = deadlines.states_of(s.connection(), KINDS, ids)
-        assert many == {m: deadlines.answered(s, KINDS, m) for m in ids}
-    assert many["f3"] == deadlines.FAILED and many["nope"] is None
+    for first in (True, False):
+        with sessions() as s:
+            if not first:
+                deadlines.answered(s, KINDS, "f2")  # the transaction has begun
+            many = deadlines.states_of(s.connection(), KINDS, ids)
+            assert many == {m: deadlines.answered(s, KINDS, m) for m in ids}
+        assert many["f3"] == deadlines.FAILED and many["nope"] is None
+        assert many["s2"] == deadlines.PENDING and many["f1"] == deadlines.PENDING
 
 
 def test_consecutive_batched_calls_run_as_one_in_staging_order() -> None:
