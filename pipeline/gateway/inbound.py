@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -117,7 +117,7 @@ class InboxHandler:
         # the batch's receipts and the state of the sends they are about, read ahead in the
         # batch transaction (``read_ahead``); a record not found here is read on its own
         self._receipts: dict[tuple[str, int, int], Receipt] = {}
-        self._states: dict[str, str | None] = {}
+        self._states: Mapping[str, str | None] = {}
         self.lifecycle = lifecycle
         self.tracked = tuple(tracked)  # the kinds of tracked send a receipt may settle
         self.seen = seen  # the verifier's bounded seen-set; the store's dedupe rows back it
@@ -164,7 +164,8 @@ class InboxHandler:
     def read_ahead(self, tx: InTransaction, records: Sequence[Record]) -> None:
         """The runtime's ``ReadsAhead`` stage: the tracked send of every receipt in the batch
         (verified by ``prepare``), read in one statement per tracked kind in the batch
-        transaction, instead of a read transaction of its own per receipt."""
+        transaction, instead of a read transaction of its own per receipt (on PostgreSQL one
+        statement, in the round trip of the batch's dedupe claim: ``deadlines.states_of``)."""
         self._receipts, self._states = {}, {}
         for r in records:
             ref = (r.topic, r.partition, r.offset)
@@ -193,7 +194,7 @@ class InboxHandler:
         tx.insert(held_table, _held_row("\x00warm-up", env, rec, 0))
         tx.call_each(self._settle_answers, deadlines.Answer("\x00warm-up", True, ""))
         tx.flush(session)
-        deadlines.states_of(session.connection(), self.tracked, ["\x00warm-up"])
+        dict(deadlines.states_of(session.connection(), self.tracked, ["\x00warm-up"]))
         self._pending("\x00warm-up")
         self._held.refreshed = 0.0  # the first real batch reads the counts afresh
 

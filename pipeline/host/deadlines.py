@@ -20,7 +20,7 @@ already held (the DLQ reporter's, about the same send) is kept as the one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,7 +224,7 @@ def answered(session: Session, kinds: Sequence[Tracked], msg_id: str) -> str | N
 
 def states_of(
     conn: Connection, kinds: Sequence[Tracked], msg_ids: Iterable[str]
-) -> dict[str, str | None]:
+) -> Mapping[str, str | None]:
     """:func:`answered` for many msgIds at once: one select per kind (and per 500 ids), every
     id in the answer (None: tracked under no kind). The inbox reads a batch's receipts so."""
     todo = list(dict.fromkeys(msg_ids))
@@ -248,11 +248,16 @@ def states_of(
 _STATES_PG: dict[tuple[str, ...], str] = {}
 
 
-def _states_pg(conn: Connection, kinds: Sequence[Tracked], ids: list[str]) -> dict[str, str | None]:
+def _states_pg(
+    conn: Connection, kinds: Sequence[Tracked], ids: list[str]
+) -> Mapping[str, str | None]:
     """:func:`states_of` on PostgreSQL: every kind's rows in one statement (the ids as one
-    array, however many), one round trip on libpq's pipeline (:func:`pg_pipeline.all_rows`),
-    where a select per kind on psycopg's cursor was one each. A msgId is tracked under one
-    kind; were it under two, the first kind's row is the answer, as the selects in turn give."""
+    array, however many) on libpq's pipeline, where a select per kind on psycopg's cursor was a
+    round trip each. Asked before the transaction's first statement (the inbox reads ahead
+    before the batch's dedupe claim), it goes in that statement's round trip
+    (:func:`pg_pipeline.lead`) and the answer is read when first looked at. A msgId is tracked
+    under one kind; were it under two, the first kind's row is the answer, as the selects in
+    turn give."""
     names = tuple(kind.table.name for kind in kinds)
     sql = _STATES_PG.get(names)
     if sql is None:
@@ -261,16 +266,44 @@ def _states_pg(conn: Connection, kinds: Sequence[Tracked], ids: list[str]) -> di
             for n, name in enumerate(names)
         )
     params = (ids,) * len(names)
+    ahead = pg_pipeline.lead(conn, sql, params)
+    if ahead is not None:
+        return _States(ids, ahead.rows)
     try:
         rows = pg_pipeline.all_rows(conn.connection.dbapi_connection, sql, params)
     except Exception as exc:  # noqa: BLE001 - re-raised by SQLAlchemy, wrapped
         conn._handle_dbapi_exception(exc, sql, params, None, None)
-    found: dict[str, str | None] = {}
-    for _, msg_id, state in sorted(rows, key=lambda row: int(row[0])):
-        found.setdefault(str(msg_id), str(state))
-    for msg_id in ids:
-        found.setdefault(msg_id, None)
-    return found
+    return _States(ids, lambda: rows)
+
+
+class _States(Mapping[str, "str | None"]):
+    """``states_of``'s answer on PostgreSQL, its rows read when first looked at."""
+
+    __slots__ = ("_found", "_ids", "_rows")
+
+    def __init__(self, ids: list[str], rows: Callable[[], list[tuple[Any, ...]]]) -> None:
+        self._ids, self._rows = ids, rows
+        self._found: dict[str, str | None] | None = None
+
+    def _all(self) -> dict[str, str | None]:
+        found = self._found
+        if found is None:
+            found = {}
+            for _, msg_id, state in sorted(self._rows(), key=lambda row: int(row[0])):
+                found.setdefault(str(msg_id), str(state))
+            for msg_id in self._ids:
+                found.setdefault(msg_id, None)
+            self._found = found
+        return found
+
+    def __getitem__(self, msg_id: str) -> str | None:
+        return self._all()[msg_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 @dataclass(frozen=True, slots=True)

@@ -340,14 +340,14 @@ class ConsumerRuntime:
             if self.hooks.dedupe_own_transaction:  # PLANTED BUG (tests only, pipeline/hooks.py)
                 apart = self._claim_apart(scope, ids, now)
             with self.batch_sessions.begin() as tx:
+                if self.read_ahead is not None:  # before the claim: on PostgreSQL its read
+                    self.read_ahead(tx, records)  # may go in the claim's round trip
                 # the dedupe claim IS the lookup: one insert-or-ignore, no read transaction
                 claimed = (
                     claim_ids(tx.connection(), scope, filter(None, ids), now)
                     if apart is None
                     else apart
                 )
-                if self.read_ahead is not None:
-                    self.read_ahead(tx, records)
                 for rec, msg_id in zip(records, ids, strict=True):
                     if rec.tp in batch.blocked:
                         continue

@@ -55,11 +55,13 @@ class Prepares(Protocol):
 @runtime_checkable
 class ReadsAhead(Protocol):
     """A handler with a batch read, run inside the batch transaction before its records are
-    decided (after the dedupe claim): what each record's decision reads from the store, taken
-    for the whole batch in one statement instead of one read per record (the gateway reads
-    the tracked send of every receipt in the batch). It reads in the transaction the batch
-    writes in, so it sees the store as the writes will. ``read_ahead`` must not write; a record
-    it did not cover is read by ``handle`` itself, as without this stage.
+    decided: what each record's decision reads from the store, taken for the whole batch in one
+    statement instead of one read per record (the gateway reads the tracked send of every
+    receipt in the batch). It reads in the transaction the batch writes in, so it sees the
+    store as the writes will. It runs before the dedupe claim and must not depend on it: on
+    PostgreSQL its read may go in the claim's round trip (``pg_pipeline.lead``).
+    ``read_ahead`` must not write; a record it did not cover is read by ``handle`` itself, as
+    without this stage.
     """
 
     def read_ahead(self, tx: InTransaction, records: Sequence[Record]) -> None: ...

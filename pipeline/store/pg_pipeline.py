@@ -35,12 +35,36 @@ _STATE = "fleet_pg_pipeline"  # key in the pooled connection's ``info``
 _NO_WAL_WAIT = "SET LOCAL synchronous_commit TO off"
 
 
+class Lead:
+    """A read queued to go with the transaction's first statement (:func:`lead`)."""
+
+    __slots__ = ("_conn", "_rows", "params", "sql")
+
+    def __init__(self, conn: Connection, sql: str, params: Sequence[Any]) -> None:
+        self._conn, self.sql, self.params = conn, sql, params
+        self._rows: list[tuple[Any, ...]] | None = None
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        """Its rows: those :func:`begin_with` brought back, or else read now (in the same
+        transaction, which must still be open)."""
+        if self._rows is None:
+            tail = state(self._conn)
+            if tail is not None and self in tail.leads:
+                tail.leads.remove(self)
+            try:
+                self._rows = all_rows(self._conn.connection.dbapi_connection, self.sql, self.params)
+            except Exception as exc:  # noqa: BLE001 - re-raised by SQLAlchemy, wrapped
+                self._conn._handle_dbapi_exception(exc, self.sql, self.params, None, None)
+        return self._rows
+
+
 class Tail:
     """The writes of one transaction held back until its commit (see the module doc)."""
 
-    __slots__ = ("explicit_begin", "flush_wal", "writes")
+    __slots__ = ("explicit_begin", "flush_wal", "leads", "writes")
 
     def __init__(self) -> None:
+        self.leads: list[Lead] = []  # reads to go with the first statement (begin_with)
         self.writes: list[tuple[str, Sequence[Sequence[Any]]]] = []
         self.explicit_begin = False  # begin_with sent the BEGIN (autocommit is on until idle)
         self.flush_wal = True  # False: the COMMIT need not wait for the WAL flush (see below)
@@ -77,10 +101,27 @@ def disable(conn: Connection) -> None:
         conn.invalidate()
 
 
+def lead(conn: Connection, sql: str, params: Sequence[Any]) -> Lead | None:
+    """On an enabled connection whose transaction has sent nothing yet: queue the read ``sql``
+    to go in the round trip of the transaction's first statement (:func:`begin_with`: the batch
+    transaction's dedupe claim), ahead of it. None otherwise (the caller reads now). The read
+    must not depend on that statement; a lead it did not carry reads itself when asked."""
+    tail = state(conn)
+    if tail is None:
+        return None
+    dbapi: Any = conn.connection.dbapi_connection
+    if dbapi.pgconn.transaction_status != _idle() or dbapi.autocommit:
+        return None
+    ahead = Lead(conn, sql, params)
+    tail.leads.append(ahead)
+    return ahead
+
+
 def begin_with(conn: Connection, sql: str, params: Sequence[Any]) -> list[Any] | None:
-    """On an enabled, idle connection: ``BEGIN`` + ``sql`` in one round trip; the first column
-    of every row ``sql`` returns. None when the fast path does not apply (the caller runs
-    ``sql`` as usual: psycopg begins the transaction itself)."""
+    """On an enabled, idle connection: ``BEGIN`` + ``sql`` in one round trip (with the reads
+    queued by :func:`lead` between them); the first column of every row ``sql`` returns. None
+    when the fast path does not apply (the caller runs ``sql`` as usual: psycopg begins the
+    transaction itself)."""
     tail = state(conn)
     if tail is None:
         return None
@@ -88,13 +129,21 @@ def begin_with(conn: Connection, sql: str, params: Sequence[Any]) -> list[Any] |
     if dbapi.pgconn.transaction_status != _idle() or dbapi.autocommit:
         return None
     begin = _begin_sql(dbapi)
-    statements = ((begin, [()]), (sql, [params]))
+    leads, tail.leads = tail.leads, []
+    statements: list[tuple[str, Sequence[Sequence[Any]]]] = [(begin, [()])]
+    statements += [(ahead.sql, [ahead.params]) for ahead in leads]
+    statements.append((sql, [params]))
     tail.explicit_begin = True
     if pg_wire.usable(statements):  # BEGIN sent by us: psycopg, out of autocommit, sees it
+        at = len(statements) - 1
         try:
-            return pg_wire.run(dbapi, statements, rows_of=1)
+            got = pg_wire.run_rows(dbapi, statements, range(1, at + 1))
         except Exception as exc:  # noqa: BLE001 - re-raised by SQLAlchemy, wrapped
             conn._handle_dbapi_exception(exc, sql, params, None, None)
+        for n, ahead in enumerate(leads, start=1):
+            ahead._rows = got.get(n, [])
+        return [row[0] for row in got.get(at, [])]
+    tail.leads = leads  # not carried: each reads itself when asked
     dbapi.autocommit = True  # client side only: psycopg sends no BEGIN of its own now
     cursor = dbapi.cursor()
     try:

@@ -87,6 +87,14 @@ def run(
     parameter row's; ``whole_rows``: the rows as tuples), ``[]`` when ``rows_of`` is -1. Raises
     the first failed statement's error as psycopg does; a broken connection raises psycopg's
     ``OperationalError``."""
+    rows = run_rows(dbapi, statements, (rows_of,)).get(rows_of, [])
+    return rows if whole_rows else [row[0] for row in rows]
+
+
+def run_rows(
+    dbapi: Any, statements: Statements, rows_of: Sequence[int]
+) -> dict[int, list[tuple[Any, ...]]]:
+    """:func:`run`, the rows (tuples) of each statement listed in ``rows_of`` by its index."""
     state = _conns.get(dbapi)
     if state is None:
         state = _conns[dbapi] = _Conn(dbapi)
@@ -100,8 +108,7 @@ def run(
         with contextlib.suppress(Exception):
             dbapi.close()
         raise
-    rows = _outcome(dbapi, state, sends, results, parses, rows_of)
-    return rows if whole_rows else [row[0] for row in rows]
+    return _outcome(dbapi, state, sends, results, parses, rows_of)
 
 
 # per parameter row: (statement index, query, adapted params or None, types, formats)
@@ -168,13 +175,13 @@ def _outcome(
     sends: list[_Send],
     results: list[Any],
     parses: dict[int, Any],
-    rows_of: int,
-) -> list[Any]:
+    rows_of: Sequence[int],
+) -> dict[int, list[tuple[Any, ...]]]:
     from psycopg import pq
     from psycopg.errors import error_from_result
 
     error = None
-    out: list[Any] = []
+    out: dict[int, list[tuple[Any, ...]]] = {}
     done = pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK
     statement = iter(sends)
     for i, res in enumerate(results):
@@ -187,10 +194,10 @@ def _outcome(
                 state.names[parse[0]] = parse[1]
             continue
         index = next(statement)[0]
-        if ok and index == rows_of:
+        if ok and index in rows_of:
             tx = state.tx
             tx.set_pgresult(res)
-            out = tx.load_rows(0, res.ntuples, tuple)
+            out[index] = tx.load_rows(0, res.ntuples, tuple)
     if error is not None:
         raise error
     return out

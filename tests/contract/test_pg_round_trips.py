@@ -245,3 +245,44 @@ def test_a_batch_s_held_rows_ride_with_its_commit_beside_its_settled_receipts(
         assert tracked_state() == FORWARD.answered
     finally:
         batches.close()
+
+
+def test_a_batch_s_read_ahead_goes_in_its_claim_s_round_trip(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-ACK-5 and R-ACK-8: the receipts' tracked states, read before the dedupe claim, go in
+    the claim's round trip (with its ``BEGIN``) and are the states the transaction sees; a
+    read that no claim carried reads itself when asked, in the same transaction."""
+    from pipeline.store import pg_wire
+
+    sessions = session_factory(engine)
+    common = {"sender": "main-a", "recipient": "w-1", "trace_id": "t", "sent_ms": 1,
+              "deadline_ms": 10_000}  # fmt: skip
+    with sessions.begin() as s:
+        deadlines.track(s, FORWARD, msg_id="f7", **common)
+    trips: list[int] = []  # statements per round trip on libpq's pipeline
+    real = pg_wire.run_rows
+    monkeypatch.setattr(
+        pg_wire, "run_rows", lambda *a, **k: trips.append(len(a[1])) or real(*a, **k)
+    )
+    batches = BatchSessions(sessions)
+    try:
+        with batches.begin() as session:
+            conn = session.connection()
+            states = deadlines.states_of(conn, (FORWARD, SPAWN), ["f7", "nope"])
+            assert trips == [], "nothing sent before the claim"
+            assert claim_ids(conn, "scope", ["r7"], 1) == {"r7"}
+            assert trips == [3], "BEGIN, the read and the claim: one round trip"
+            assert dict(states) == {"f7": deadlines.PENDING, "nope": None}
+            assert trips == [3]
+            deadlines.settle(session.session, FORWARD, "f7", deadlines.FAILED, "INJECT_TIMEOUT")
+        trips.clear()
+        with batches.begin() as session:
+            conn = session.connection()
+            states = deadlines.states_of(conn, (FORWARD,), ["f7"])
+            assert states["f7"] == deadlines.FAILED, "no claim carried it: read when asked"
+            assert trips == [2], "with the BEGIN it sent itself"
+            assert claim_ids(conn, "scope", ["r8"], 1) == {"r8"}  # the transaction goes on
+    finally:
+        batches.close()
+    assert _count(engine, dedupe_table, "r7") == _count(engine, dedupe_table, "r8") == 1

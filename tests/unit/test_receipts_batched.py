@@ -115,10 +115,15 @@ def test_consecutive_batched_calls_run_as_one_in_staging_order() -> None:
     assert seen == [[1, 2], "x", [3]]
 
 
-def test_the_inbox_reads_a_batchs_receipts_ahead_in_its_transaction(tmp_path: Path) -> None:
+def test_the_inbox_reads_a_batchs_receipts_ahead_in_its_transaction(store_url: str) -> None:
     """The handler takes each receipt's state from the batch read: no read of its own (its
-    read sessions fail here), and the rows end as the one-by-one path leaves them."""
-    sessions = _store(tmp_path / "A.sqlite")
+    read sessions fail here), and the rows end as the one-by-one path leaves them. In the
+    runtime's batch transaction, read before the dedupe claim (on PostgreSQL the read goes in
+    the claim's round trip)."""
+    from pipeline.runtime.batch_session import BatchSessions
+    from pipeline.runtime.dedupe import claim_ids
+
+    sessions = _store(store_url)
 
     def no_reads() -> Any:
         raise AssertionError("a receipt read on its own, not ahead")
@@ -153,10 +158,15 @@ def test_the_inbox_reads_a_batchs_receipts_ahead_in_its_transaction(tmp_path: Pa
         records.append(rec)
         envs.append(env)
     tx = Staged()
-    with sessions.begin() as s:
-        handler.read_ahead(s, records)
-        outcomes = [handler.handle(rec, tx) for rec in records]
-        tx.flush(s)
+    batches = BatchSessions(sessions)
+    try:
+        with batches.begin() as s:
+            handler.read_ahead(s, records)  # as the runtime runs it: before the claim
+            assert claim_ids(s.connection(), "scope", ["r1"], 1) == {"r1"}
+            outcomes = [handler.handle(rec, tx) for rec in records]
+            tx.flush(s)
+    finally:
+        batches.close()
     assert all(isinstance(o, Ack) for o in outcomes)
     assert ("f1", "injected", None) in _rows(sessions)
     assert ("f2", deadlines.FAILED, "INJECT_FAILED") in _rows(sessions)

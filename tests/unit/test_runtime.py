@@ -849,3 +849,32 @@ def test_only_a_moving_coordinator_is_waited_out_and_only_within_the_budget(
     stopped, _ = commit_while_coordinator_moves(fake, {("t", 0): 1}, wait=lambda s: True)
     assert not stopped.ok
     assert fake.commit_calls == retries + 2  # a stop ends the waiting at once
+
+
+def test_a_handler_s_read_ahead_runs_in_the_batch_transaction_before_the_dedupe_claim(
+    sessions: Any,
+) -> None:
+    """``ReadsAhead``: the batch read runs in the batch's transaction, before its dedupe claim
+    (so on PostgreSQL it can go in the claim's round trip, ``pg_pipeline.lead``), once per
+    batch, and the records are decided after it."""
+    from pipeline.runtime.dedupe import dedupe_table
+
+    class Ahead(Script):
+        def __init__(self) -> None:
+            super().__init__()
+            self.claimed_before: list[int] = []
+
+        def read_ahead(self, tx: Any, records: Any) -> None:
+            self.calls.append(f"ahead:{len(records)}")
+            got = tx.connection().execute(select(func.count()).select_from(dedupe_table))
+            self.claimed_before.append(int(got.scalar_one()))
+
+    fake = FakeConsumer()
+    for i in range(3):
+        fake.produce("t", 0, b"k", f"v{i}".encode(), [("msgId", f"m{i}".encode())])
+    handler = Ahead()
+    rt = make_runtime(sessions, handler, fake)
+    rt.step()
+    assert handler.calls == ["ahead:3", "v0", "v1", "v2"]
+    assert handler.claimed_before == [0], "read before this batch's claim"
+    assert effect_values(sessions) == ["v0", "v1", "v2"]
