@@ -101,16 +101,26 @@ def disable(conn: Connection) -> None:
         conn.invalidate()
 
 
+def _unbegun(conn: Connection) -> tuple[Tail | None, Any]:
+    """``conn``'s :class:`Tail` and DB-API connection when it is enabled and its transaction
+    has sent nothing yet (no ``BEGIN``: psycopg's is sent with the first statement); else
+    ``(None, None)``."""
+    tail = state(conn)
+    if tail is None:
+        return None, None
+    dbapi: Any = conn.connection.dbapi_connection
+    if dbapi.pgconn.transaction_status != _idle() or dbapi.autocommit:
+        return None, None
+    return tail, dbapi
+
+
 def lead(conn: Connection, sql: str, params: Sequence[Any]) -> Lead | None:
     """On an enabled connection whose transaction has sent nothing yet: queue the read ``sql``
     to go in the round trip of the transaction's first statement (:func:`begin_with`: the batch
     transaction's dedupe claim), ahead of it. None otherwise (the caller reads now). The read
     must not depend on that statement; a lead it did not carry reads itself when asked."""
-    tail = state(conn)
+    tail = _unbegun(conn)[0]
     if tail is None:
-        return None
-    dbapi: Any = conn.connection.dbapi_connection
-    if dbapi.pgconn.transaction_status != _idle() or dbapi.autocommit:
         return None
     ahead = Lead(conn, sql, params)
     tail.leads.append(ahead)
@@ -122,11 +132,8 @@ def begin_with(conn: Connection, sql: str, params: Sequence[Any]) -> list[Any] |
     queued by :func:`lead` between them); the first column of every row ``sql`` returns. None
     when the fast path does not apply (the caller runs ``sql`` as usual: psycopg begins the
     transaction itself)."""
-    tail = state(conn)
+    tail, dbapi = _unbegun(conn)
     if tail is None:
-        return None
-    dbapi: Any = conn.connection.dbapi_connection
-    if dbapi.pgconn.transaction_status != _idle() or dbapi.autocommit:
         return None
     begin = _begin_sql(dbapi)
     leads, tail.leads = tail.leads, []
