@@ -2,8 +2,10 @@
 
 On PostgreSQL a burst opens in one autocommitted statement and closes in a transaction whose
 ``BEGIN`` rides with the close and whose ``NOTIFY`` rides with the ``COMMIT``
-(``pipeline.store.pg_pipeline``). The queue's tests, written for SQLite in
-``tests/unit/test_inject_journal.py``, run here again on a real PostgreSQL.
+(``pipeline.store.pg_pipeline``). The queue's tests, written in
+``tests/unit/test_inject_journal.py``, run here again on a real PostgreSQL whose writes send
+``NOTIFY`` (a relay in another process, ``fleet relay run``); that file runs them on SQLite and
+on PostgreSQL woken in process, as the gateway's store is (its receipts carry the ``COMMIT``).
 """
 
 from __future__ import annotations
