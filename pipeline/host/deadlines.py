@@ -267,13 +267,10 @@ def _states_pg(
         )
     params = (ids,) * len(names)
     ahead = pg_pipeline.lead(conn, sql, params)
-    if ahead is not None:
-        return _States(ids, ahead.rows)
-    try:
-        rows = pg_pipeline.all_rows(conn.connection.dbapi_connection, sql, params)
-    except Exception as exc:  # noqa: BLE001 - re-raised by SQLAlchemy, wrapped
-        conn._handle_dbapi_exception(exc, sql, params, None, None)
-    return _States(ids, lambda: rows)
+    if ahead is None:  # the transaction has begun: read now
+        ahead = pg_pipeline.Lead(conn, sql, params)
+        ahead.rows()
+    return _States(ids, ahead.rows)
 
 
 class _States(Mapping[str, "str | None"]):

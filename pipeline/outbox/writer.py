@@ -238,7 +238,8 @@ def _run_now(
     """Run ``statements`` (``(DB-API SQL, parameter rows)``) on the DB-API connection now, a
     driver error raised as SQLAlchemy raises it."""
     error = engine.dialect.loaded_dbapi.Error
-    sql, rows = "", statements[0][1] if statements else ()
+    sql: str = ""
+    rows: Sequence[Sequence[Any]] = ()
     try:
         cursor = raw.cursor()
         for sql, rows in statements:

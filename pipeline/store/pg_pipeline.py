@@ -46,7 +46,7 @@ class Lead:
 
     def rows(self) -> list[tuple[Any, ...]]:
         """Its rows: those :func:`begin_with` brought back, or else read now (in the same
-        transaction, which must still be open)."""
+        transaction, which must still be open), once."""
         if self._rows is None:
             tail = state(self._conn)
             if tail is not None and self in tail.leads:
