@@ -14,8 +14,10 @@ A readable log end is not yet a roster that commits: a replica that died while s
 partition's ISR holds the high watermark until the controller fences it, so no heartbeat becomes
 readable while the log end still answers. A gateway's follower therefore also watches its
 **own heartbeats come back** (``own_gid``): the horizon never runs more than ``echo_slack_s``
-past the newest one of this run it has read. Nobody lapses because nobody's heartbeat could be
-read; a host silent while ours were read still does.
+past the newest one of this run it has read, nor, until the first is read, past the catch-up
+(a gateway starting can read a peer's heartbeats before its own first one is back, and a stall
+then proves nothing commits). Nobody lapses because nobody's heartbeat could be read; a host
+silent while ours were read still does.
 
 Broker errors go through :func:`pipeline.kafka.errors.classify`: transient ones (a leader not yet
 known just after the topic was created, a leader move, timeouts, transport) are waited out with
@@ -96,6 +98,8 @@ class RosterFollower:
         self._echo_slack_ms = round(echo_slack_s * 1000)
         self._since_ms = clock_ms()
         self._own_echo_ms: int | None = None
+        # the catch-up's t0: what bounds the horizon until the first own heartbeat is read
+        self._caught_up_ms: int | None = None
         self._consumer = consumer_factory(
             consumer_config(bootstrap, f"{topics.prefix}roster-reader.{uuid.uuid4().hex[:12]}")
         )
@@ -165,6 +169,7 @@ class RosterFollower:
             msg = self._consumer.poll(self._poll_s)
             if msg is not None:
                 count += self._handle(msg)
+        self._caught_up_ms = t0
         self.view.mark_current(self._horizon(t0))
         return count
 
@@ -244,13 +249,19 @@ class RosterFollower:
 
     def _horizon(self, t0: int) -> int:
         """``t0`` (the log end was read then and reached), held back to ``echo_slack_s`` past
-        the newest own heartbeat read: while none comes back, the roster is not committing."""
-        if self._own_echo_ms is None:
+        the newest own heartbeat read: while none comes back, the roster is not committing.
+        Before the first is read, past the catch-up: a roster that stalls after a peer's
+        heartbeat was read but before our first came back has proved no commit either (judged
+        by the log end alone, the peer lapsed one TTL into the stall)."""
+        if self._own_gid is None:
             return t0
-        return min(t0, self._own_echo_ms + self._echo_slack_ms)
+        newest = self._own_echo_ms if self._own_echo_ms is not None else self._caught_up_ms
+        if newest is None:  # not caught up yet
+            return t0
+        return min(t0, newest + self._echo_slack_ms)
 
     def _echo_missing(self) -> bool:
-        return self._own_echo_ms is not None and self._horizon(self._clock()) < self._clock()
+        return self._horizon(self._clock()) < self._clock()
 
     def _judge(self) -> None:
         now = self._clock()
