@@ -10,7 +10,8 @@ psycopg's pipeline does), and reads the results in one loop.
 What the server sees is what a psycopg cursor sends:
 
 * parameters are adapted by the connection's own ``Transformer`` (its dumpers, formats and
-  type oids, so a value means what it means through a cursor);
+  type oids, so a value means what it means through a cursor), a list in the binary format a
+  cursor would use for it with ``%b`` (its text form is escaped element by element);
 * a statement with parameters is prepared once per connection and parameter types, and kept
   in psycopg's own cache of prepared statements (its ``_prepared`` manager, same key): so
   psycopg's ``DEALLOCATE ALL`` after a rollback, or its eviction of the least used one, drops
@@ -118,6 +119,11 @@ _Send = tuple[int, bytes, Any, tuple[int, ...], list[Any]]
 def _adapted(tx: Any, statements: Statements) -> list[_Send]:
     from psycopg.adapt import PyFormat
 
+    # A list goes as a binary array: psycopg's AUTO picks its text form, which escapes every
+    # element through a regular expression (measured: 2.9 ms for an outbox write's three bytea
+    # arrays of two envelopes, 31 µs binary). An empty or all-NULL list, whose element type
+    # cannot be told, psycopg still sends as text ('{}'), as AUTO would.
+    auto, binary = PyFormat.AUTO, PyFormat.BINARY
     sends: list[_Send] = []
     for index, (sql, rows) in enumerate(statements):
         converted = _query(sql)
@@ -128,7 +134,8 @@ def _adapted(tx: Any, statements: Statements) -> list[_Send]:
                 sends.append((index, query, None, (), []))
                 continue
             values = row if names is None else [row[n] for n in names]  # type: ignore[call-overload]
-            params = tx.dump_sequence(values, [PyFormat.AUTO] * len(values))
+            formats = [binary if type(v) is list else auto for v in values]
+            params = tx.dump_sequence(values, formats)
             sends.append((index, query, params, tuple(tx.types), list(tx.formats)))
     return sends
 

@@ -153,6 +153,29 @@ def test_named_parameters_are_sent_as_psycopg_sends_them(conn: Any) -> None:
     conn.rollback()
 
 
+def test_lists_go_as_binary_arrays_and_mean_what_a_cursor_sends(conn: Any) -> None:
+    """R-ACK-8: the outbox writes its rows as arrays (``unnest``) and the deadlines read their
+    states by an array of ids (``ANY``): sent in the binary format, each list stores and
+    matches what the same statement through a cursor does -- every byte value, NULL elements,
+    big and small integers, and an empty or all-NULL list (whose element type cannot be told,
+    sent as text)."""
+    every_byte = bytes(range(256))
+    keys, blobs = ["a", "b\u00e9", 'c,{}"\\'], [every_byte, None, b""]
+    numbers: list[Any] = [2**40, -1, None]
+    write = "INSERT INTO w (k, b, n) SELECT * FROM unnest(%s::text[], %s::bytea[], %s::bigint[])"
+    read = "SELECT k FROM w WHERE k = ANY(%s) AND (n IS NULL OR n <> ALL(%s)) ORDER BY k"
+    pg_wire.run(conn, [("BEGIN", [()]), (write, [(keys, blobs, numbers)]), ("COMMIT", [()])])
+    got = conn.execute("SELECT k, b, n FROM w ORDER BY k").fetchall()
+    conn.rollback()
+    assert got == sorted(zip(keys, blobs, numbers, strict=True))
+    for ids, not_n in ((keys, [7]), (["b\u00e9", "z"], [2**40]), ([], [1]), ([None], [None])):
+        via_cursor = [r[0] for r in conn.execute(read, (ids, not_n)).fetchall()]
+        conn.rollback()
+        sent = pg_wire.run(conn, [(read, [(ids, not_n)])], rows_of=0)
+        assert sent == via_cursor, (ids, not_n)
+    assert pg_wire.run(conn, [(read, [(keys, [7])])], rows_of=0) == sorted(keys)
+
+
 def test_placeholders_taken_and_left_to_psycopg() -> None:
     assert pg_wire.usable([("SELECT %s, '%%', %s", [(1, 2)])])
     assert pg_wire._query("SELECT %s, '%%', %s") == (b"SELECT $1, '%', $2", None)
