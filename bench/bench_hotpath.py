@@ -91,6 +91,14 @@ def _one(value: float | None) -> dict[str, float] | None:
 KEPT_UP_P99_MS = 1000.0
 
 
+def over_floor(spread: dict[str, float] | None, floor: float | None) -> dict[str, float] | None:
+    """A CPU row's repeats over its floor of the same run: what a slower or faster machine
+    moves in both cancels out, so runs on different days compare (docs/performance.md)."""
+    if not spread or not floor:
+        return None
+    return {k: spread[k] / floor for k in ("min", "median", "max")}
+
+
 def _at_most(limit: float) -> Callable[[float], bool]:
     return lambda v: v <= limit
 
@@ -139,6 +147,14 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
                     _baseline(
                         f"  gateway {gw}'s floor per {label}: its share of the floor parts (us)",
                         _one(floor),
+                    )
+                )
+                rows.append(
+                    _row(
+                        f"  gateway {gw} per {label} over its floor, {store}, same run (x)",
+                        "(beside it)",
+                        lambda v: True,
+                        over_floor(at.get(f"gateway_{gw}_us_per_msg"), floor),
                     )
                 )
                 threads = at.get(f"gateway_{gw}_by_thread_us_per_msg") or {}

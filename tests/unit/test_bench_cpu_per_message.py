@@ -194,9 +194,9 @@ def test_the_summary_spreads_each_gateway_thread_and_the_table_shows_them() -> N
     assert by_thread["gw-inbox"] == {"min": 100, "median": 110.0, "max": 120}  # where measured
     rows = table({"cpu_sqlite": {"summary": got}})
     first = rows.index(next(r for r in rows if r["row"].startswith("gateway A CPU per REPLY")))
-    under = [r["row"].strip() for r in rows[first + 1 : first + 7]]
-    assert under[2:] == [f"of which its thread {t} (us)" for t in THREAD_ROLES["A"]]
-    relay = rows[first + 4]
+    under = [r["row"].strip() for r in rows[first + 1 : first + 8]]
+    assert under[3:] == [f"of which its thread {t} (us)" for t in THREAD_ROLES["A"]]
+    relay = rows[first + 5]
     assert relay["measured"] == {"min": 70, "median": 80, "max": 90}
 
 
@@ -228,3 +228,28 @@ def test_each_gateway_s_floor_is_its_share_of_the_parts_and_absent_without_one()
     rows = table({"floor": {"path_sqlite": got}})
     floor_a = next(r for r in rows if r["row"].startswith("  gateway A's floor per REPLY"))
     assert floor_a["measured"] == {"min": 157.0, "median": 157.0, "max": 157.0}
+
+
+def test_a_cpu_row_over_its_floor_divides_each_repeat_and_needs_both() -> None:
+    """The ratio beside each gateway CPU row: a machine twice as slow doubles both the row and
+    its floor (the floor parts are measured in the same run), so the ratio compares runs."""
+    from bench.bench_hotpath import over_floor, table
+
+    assert over_floor({"min": 400.0, "median": 460.0, "max": 500.0}, 200.0) == {
+        "min": 2.0,
+        "median": 2.3,
+        "max": 2.5,
+    }
+    assert over_floor(None, 200.0) is None
+    assert over_floor({"min": 1.0, "median": 1.0, "max": 1.0}, None) is None
+    assert over_floor({"min": 1.0, "median": 1.0, "max": 1.0}, 0.0) is None
+    out = {
+        "cpu_sqlite": {
+            "summary": {"reply": {"gateway_A_us_per_msg": {"min": 300, "median": 330, "max": 360}}}
+        },
+        "floor": {"path_sqlite": {"A_reply_us": 150.0}},
+    }
+    rows = {r["row"]: r for r in table(out)}
+    ratio = rows["  gateway A per REPLY over its floor, sqlite, same run (x)"]["measured"]
+    assert ratio == {"min": 2.0, "median": 2.2, "max": 2.4}
+    assert rows["  gateway B per REPLY over its floor, sqlite, same run (x)"]["measured"] is None
