@@ -81,6 +81,12 @@ def make_runtime(sessions: Any, handler: Any, fake: FakeConsumer, **cfg: Any) ->
     )
 
 
+def produce_ids(fake: FakeConsumer, n: int) -> None:
+    """``n`` records on t/0, values v0.., msgIds m0.."""
+    for i in range(n):
+        fake.produce("t", 0, b"k", f"v{i}".encode(), [("msgId", f"m{i}".encode())])
+
+
 def effect_values(sessions: Any) -> list[str]:
     with sessions() as s:
         return [r.value for r in s.execute(select(effects).order_by(effects.c.id))]
@@ -88,8 +94,7 @@ def effect_values(sessions: Any) -> list[str]:
 
 def test_effects_and_dedupe_rows_commit_together_then_offsets(sessions: Any) -> None:
     fake = FakeConsumer()
-    for i in range(5):
-        fake.produce("t", 0, b"k", f"v{i}".encode(), [("msgId", f"m{i}".encode())])
+    produce_ids(fake, 5)
     handler = Script()
     rt = make_runtime(sessions, handler, fake)
     rt.step()
@@ -101,8 +106,7 @@ def test_effects_and_dedupe_rows_commit_together_then_offsets(sessions: Any) -> 
 def test_redelivery_after_crash_is_absorbed_by_dedupe(sessions: Any) -> None:
     """R-FAIL-1: the offset is committed only after the batch; dedupe skips."""
     fake = FakeConsumer()
-    for i in range(3):
-        fake.produce("t", 0, b"k", f"v{i}".encode(), [("msgId", f"m{i}".encode())])
+    produce_ids(fake, 3)
     rt = make_runtime(sessions, Script(), fake)
     fake.fail_commits = KafkaError(KafkaError.REQUEST_TIMED_OUT)  # crash "between" tx and commit
     rt.step()
@@ -319,8 +323,7 @@ def test_a_failed_dedupe_claim_backs_the_batch_off_instead_of_escaping(
     from pipeline.runtime import loop
 
     fake = FakeConsumer()
-    for i in range(3):
-        fake.produce("t", 0, b"k", f"v{i}".encode(), [("msgId", f"m{i}".encode())])
+    produce_ids(fake, 3)
     handler = Script()
     rt = make_runtime(sessions, handler, fake)
     real = loop.claim_ids
@@ -870,8 +873,7 @@ def test_a_handler_s_read_ahead_runs_in_the_batch_transaction_before_the_dedupe_
             self.claimed_before.append(int(got.scalar_one()))
 
     fake = FakeConsumer()
-    for i in range(3):
-        fake.produce("t", 0, b"k", f"v{i}".encode(), [("msgId", f"m{i}".encode())])
+    produce_ids(fake, 3)
     handler = Ahead()
     rt = make_runtime(sessions, handler, fake)
     rt.step()
