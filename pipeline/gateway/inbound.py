@@ -15,11 +15,10 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from sqlalchemy import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline import reasons
@@ -35,13 +34,11 @@ from pipeline.envelope import (
     Kind,
     Verifier,
 )
-from pipeline.envelope.receipts import Receipt, read_receipt
 from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
 from pipeline.host import deadlines
 from pipeline.host.conversations import ABANDONED, ANSWERED, Conversations
 from pipeline.host.held import held_table
-from pipeline.host.inject_journal import STAGE_UNCERTAIN
 from pipeline.host.outbound import Publisher
 from pipeline.host.tracking import FORWARD
 from pipeline.presence.model import Delivery
@@ -57,6 +54,7 @@ from pipeline.tracing import TRACING
 from .entities import LocalEntities
 from .injection import TRACKED_KINDS, InjectionQueue, past_inject_deadline
 from .metrics import GatewayMetrics
+from .sender_receipts import RECEIPT_KINDS, SenderReceipts
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -114,12 +112,8 @@ class InboxHandler:
         # the roster's horizon when the prepared batch was verified: the roster had read at
         # least that far when it judged those records' senders
         self._prepared_horizon: int | None = None
-        # the batch's receipts and the state of the sends they are about, read ahead in the
-        # batch transaction (``read_ahead``); a record not found here is read on its own
-        self._receipts: dict[tuple[str, int, int], Receipt] = {}
-        self._states: Mapping[str, str | None] = {}
         self.lifecycle = lifecycle
-        self.tracked = tuple(tracked)  # the kinds of tracked send a receipt may settle
+        self.receipts = SenderReceipts(tracked=tracked, metrics=metrics)
         self.seen = seen  # the verifier's bounded seen-set; the store's dedupe rows back it
         self.host = host
         self.verifier = verifier
@@ -163,25 +157,11 @@ class InboxHandler:
 
     def read_ahead(self, tx: InTransaction, records: Sequence[Record]) -> None:
         """The runtime's ``ReadsAhead`` stage: the tracked send of every receipt in the batch
-        (verified by ``prepare``), read in one statement per tracked kind in the batch
-        transaction, instead of a read transaction of its own per receipt (on PostgreSQL one
-        statement, in the round trip of the batch's dedupe claim: ``deadlines.states_of``)."""
-        self._receipts, self._states = {}, {}
-        for r in records:
-            ref = (r.topic, r.partition, r.offset)
-            done = self._prepared.get(ref)
-            if done is None or isinstance(done, Exception):
-                continue
-            env = done.envelope
-            if env.kind not in (Kind.INJECTED, Kind.FAILED):
-                continue
-            try:
-                self._receipts[ref] = read_receipt(env.kind.value, env.body)
-            except EnvelopeError:
-                continue  # ``handle`` reads it again and refuses it as before
-        if self._receipts:
-            ids = [receipt.msg_id for receipt in self._receipts.values()]
-            self._states = deadlines.states_of(tx.connection(), self.tracked, ids)
+        (verified by ``prepare``), read in the batch transaction instead of a read transaction
+        of its own per receipt (``SenderReceipts.read_ahead``)."""
+        prepared = (self._prepared.get((r.topic, r.partition, r.offset)) for r in records)
+        verified = [done.envelope for done in prepared if isinstance(done, Verified)]
+        self.receipts.read_ahead(tx.connection(), verified)
 
     def warm(self, session: Session) -> None:
         """The runtime's ``Warms`` stage (rolled back): the held row insert, the receipts' read
@@ -192,9 +172,8 @@ class InboxHandler:
             topic="", partition=-1, offset=-1, key=None, value=b"", headers=(), timestamp_ms=0
         )
         tx.insert(held_table, _held_row("\x00warm-up", env, rec, 0))
-        tx.call_each(self._settle_answers, deadlines.Answer("\x00warm-up", True, ""))
         tx.flush(session)
-        dict(deadlines.states_of(session.connection(), self.tracked, ["\x00warm-up"]))
+        self.receipts.warm(session)
         self._pending("\x00warm-up")
         self._held.refreshed = 0.0  # the first real batch reads the counts afresh
 
@@ -323,60 +302,9 @@ class InboxHandler:
                 self._reply(tx, env, Kind.NO_WAITER, signer_host, body=b"")
                 self.metrics.no_waiter.inc()
                 return ACK
-        if env.kind in (Kind.INJECTED, Kind.FAILED):
-            ahead = self._receipts.pop((record.topic, record.partition, record.offset), None)
-            receipt = ahead or read_receipt(env.kind.value, env.body)
-            # a receipt settles the tracked send it is about: a forward send or a SPAWN
-            if ahead is not None and receipt.msg_id in self._states:
-                state = self._states[receipt.msg_id]
-            else:
-                state = self._read(lambda s: deadlines.answered(s, self.tracked, receipt.msg_id))
-            if env.kind == Kind.FAILED and state == deadlines.FAILED:
-                return ACK  # the deadline already reported it: exactly one FAILED per send
-            if env.kind == Kind.INJECTED and receipt.stage == STAGE_UNCERTAIN:
-                self._uncertain_injected(env, receipt.msg_id, state, tx)
-                return self._hold(env, record, tx, env.to)
-            if env.kind == Kind.INJECTED and state == deadlines.FAILED:
-                self._late_injected(env, receipt.msg_id, tx)
-            answer = deadlines.Answer(receipt.msg_id, env.kind == Kind.INJECTED, receipt.reason)
-            tx.call_each(self._settle_answers, answer)
+        if env.kind in RECEIPT_KINDS and not self.receipts.take(env, tx, self._read):
+            return ACK  # a FAILED the deadline already gave: exactly one FAILED per send
         return self._hold(env, record, tx, env.to)
-
-    def _settle_answers(self, conn: Connection, answers: list[deadlines.Answer]) -> None:
-        """The batch's consecutive receipts settled together (``deadlines.settle_answers``), on
-        the batch's connection: a batch of receipts makes no ORM session for them."""
-        deadlines.settle_answers(conn, self.tracked, answers)
-
-    def _late_injected(self, env: Envelope, msg_id: str, tx: Staged) -> None:
-        """The residual window of the forward path: a brief injected just before its deadline
-        whose ``INJECTED`` was delayed (an outage) past the sender's ``FAILED``. The FAILED was
-        wrong; say so loudly -- a warning, a metric, the tracked row marked ``late`` -- and hold
-        the ``INJECTED`` for the sender too, so it learns the truth."""
-        log.warning(
-            "LATE INJECTED: %s reports brief %s injected AFTER its sender %s was told FAILED "
-            "(the receipt was delayed past the deadline); the FAILED was wrong",
-            env.sender, msg_id, env.to,
-        )  # fmt: skip
-        tx.call(functools.partial(deadlines.mark_late, kinds=self.tracked, msg_id=msg_id))
-        tx.after_store(self.metrics.late_injected.inc)
-
-    def _uncertain_injected(
-        self, env: Envelope, msg_id: str, state: str | None, tx: Staged
-    ) -> None:
-        """The recipient's gateway died between deciding to inject this brief and recording it
-        (its inject journal row was still open at its restart): it may have been injected. The
-        tracked row becomes ``uncertain`` (from ``pending``: the one outcome; from ``failed``:
-        the deadline's INJECT_TIMEOUT came first and may have been wrong) and the INJECTED is
-        held for the sender, who reads "may have been injected"."""
-        before = "failed" if state == deadlines.FAILED else "pending"
-        log.warning(
-            "UNCERTAIN INJECT: %s reports brief %s from %s may have been injected (it died "
-            "mid-inject)%s",
-            env.sender, msg_id, env.to,
-            "; the INJECT_TIMEOUT already given may have been wrong" if before == "failed" else "",
-        )  # fmt: skip
-        tx.call(functools.partial(deadlines.mark_uncertain, kinds=self.tracked, msg_id=msg_id))
-        tx.after_store(self.metrics.uncertain_injected.labels(before).inc)
 
     def _turn_waiting(self, turn_id: str) -> bool:
         with self.reads() as s:
