@@ -23,7 +23,7 @@ from pipeline.bootstrap.client import (
 from pipeline.control import SPAWN, STOP
 from pipeline.control.client import ControlClient
 from pipeline.control.metrics import LifecycleMetrics
-from pipeline.envelope import BatchVerifier, BoundedSeenSet, Signer, TrustStore, Verifier
+from pipeline.envelope import BatchVerifier, BoundedSeenSet, Kind, Signer, TrustStore, Verifier
 from pipeline.gateway import loops
 from pipeline.gateway.client import GatewayClient
 from pipeline.gateway.dead_letter_outbox import OutboxDeadLetterSink
@@ -206,6 +206,7 @@ def build_gateway(
         metrics=metrics,
         hooks=hooks,
         burst=config.inject_burst,
+        batches_receipts=functools.partial(roster.takes, kind=Kind.RECEIPTS.value),
     )
     conversations = Conversations(sessions)
     handler = InboxHandler(

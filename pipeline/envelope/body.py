@@ -53,6 +53,7 @@ STRUCTURED: dict[Kind, str] = {
     Kind.SPAWN: "spawn",
     Kind.STOP: "stop",
     Kind.INJECTED: "injected",
+    Kind.RECEIPTS: "receipts",
     Kind.FAILED: "failed",
 }
 

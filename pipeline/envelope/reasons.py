@@ -50,6 +50,8 @@ class Kind(enum.StrEnum):
     PRESENCE = "PRESENCE"
     SPAWN = "SPAWN"
     STOP = "STOP"
+    # the INJECTEDs of one inject burst for one sender in one record (docs/envelope.md, "RECEIPTS")
+    RECEIPTS = "RECEIPTS"
 
 
 # -- header names ---------------------------------------------------------------------------

@@ -13,6 +13,7 @@ same message to the receiver. Here, at the envelope layer, because the DLQ repor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipeline import schemas
@@ -98,6 +99,45 @@ def _avro_str(text: str) -> bytes:
     raw = text.encode()
     n = len(raw)
     return (bytes((n << 1,)) if n < 64 else _avro_long(n)) + raw
+
+
+def receipts_envelope(items: Sequence[Envelope], *, sender: str, ttl_s: float) -> Envelope:
+    """The ``INJECTED`` envelopes ``items`` (one recipient, at least one) as one ``RECEIPTS``
+    envelope from ``sender`` (docs/envelope.md, "RECEIPTS"): each item keeps its msgId, its
+    traceId and its body, so its reader holds what the single records would have held."""
+    record = {
+        "items": [{"msg_id": e.msg_id, "trace_id": e.trace_id, "body": e.body} for e in items]
+    }
+    body = schemas.encode("receipts", record)
+    return Envelope.new(kind=Kind.RECEIPTS, sender=sender, to=items[0].to, body=body, ttl_s=ttl_s)
+
+
+def read_receipts(env: Envelope) -> list[Envelope]:
+    """A verified ``RECEIPTS`` envelope's items, each as the ``INJECTED`` it stands for: its own
+    msgId, traceId and body, the batch's ``from``, ``to``, ``ts`` and ``expiresAt`` (all four
+    signed with it). A bad body, no item or a malformed id is ``SCHEMA_INVALID``."""
+    record = schemas.decode("receipts", env.body)
+    try:
+        items = [
+            Envelope(
+                kind=Kind.INJECTED,
+                msg_id=str(item["msg_id"]),
+                trace_id=str(item["trace_id"]),
+                sender=env.sender,
+                to=env.to,
+                ts_ms=env.ts_ms,
+                expires_at_ms=env.expires_at_ms,
+                body=bytes(item["body"]),
+            )
+            for item in record["items"]
+        ]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise EnvelopeError(
+            f"RECEIPTS item invalid: {exc}", reason=Verification.SCHEMA_INVALID
+        ) from exc
+    if not items:
+        raise EnvelopeError("RECEIPTS without an item", reason=Verification.SCHEMA_INVALID)
+    return items
 
 
 def failed_body(msg_id: str, recipient: str, *, reason: str, error: str, stage: str) -> bytes:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -34,6 +35,7 @@ from pipeline.envelope import (
     Kind,
     Verifier,
 )
+from pipeline.envelope.receipts import read_receipts
 from pipeline.envelope.verify import Verified
 from pipeline.errors import EnvelopeError
 from pipeline.host import deadlines
@@ -106,6 +108,8 @@ class InboxHandler:
         tracked: Sequence[deadlines.Tracked] = (FORWARD,),
         batch_verifier: BatchVerifier | None = None,
     ) -> None:
+        # a RECEIPTS record's items, read ahead (``read_ahead``) by record
+        self._unpacked: dict[tuple[str, int, int], list[Envelope]] = {}
         # verifies a whole batch across a thread pool before its transaction (``prepare``)
         self.batch_verifier = batch_verifier
         self._prepared: dict[tuple[str, int, int], Verified | Exception] = {}
@@ -157,10 +161,23 @@ class InboxHandler:
 
     def read_ahead(self, tx: InTransaction, records: Sequence[Record]) -> None:
         """The runtime's ``ReadsAhead`` stage: the tracked send of every receipt in the batch
-        (verified by ``prepare``), read in the batch transaction instead of a read transaction
-        of its own per receipt (``SenderReceipts.read_ahead``)."""
-        prepared = (self._prepared.get((r.topic, r.partition, r.offset)) for r in records)
-        verified = [done.envelope for done in prepared if isinstance(done, Verified)]
+        (verified by ``prepare``; a ``RECEIPTS`` record's items too), read in the batch
+        transaction instead of a read transaction of its own per receipt
+        (``SenderReceipts.read_ahead``)."""
+        self._unpacked = {}
+        verified: list[Envelope] = []
+        for r in records:
+            done = self._prepared.get((r.topic, r.partition, r.offset))
+            if not isinstance(done, Verified):
+                continue
+            if done.envelope.kind is not Kind.RECEIPTS:
+                verified.append(done.envelope)
+                continue
+            with contextlib.suppress(EnvelopeError):  # ``handle`` reads it again and refuses it
+                items = self._unpacked[(r.topic, r.partition, r.offset)] = read_receipts(
+                    done.envelope
+                )
+                verified.extend(items)
         self.receipts.read_ahead(tx.connection(), verified)
 
     def warm(self, session: Session) -> None:
@@ -260,9 +277,30 @@ class InboxHandler:
         if entity is None:
             return self._no_entity(env)
         tx.after_store_each(self._stored, env.msg_id)  # into the seen-set, per batch
+        if env.kind is Kind.RECEIPTS:
+            return self._each_receipt(env, record, tx, entity.delivery, verified.signer_host)
         if entity.delivery == Delivery.PULL:
             return self._to_pull(env, record, tx, verified.signer_host)
         return self._to_inject(env, tx, verified.signer_host)
+
+    def _each_receipt(
+        self, env: Envelope, record: Record, tx: Staged, delivery: Delivery, signer_host: str
+    ) -> Outcome:
+        """A ``RECEIPTS`` record: each item handled as the single ``INJECTED`` it stands for,
+        in order; the first item not acknowledged is the record's outcome (the runtime then
+        rolls back what the items before it staged: a record applies whole or not at all)."""
+        items = self._unpacked.pop((record.topic, record.partition, record.offset), None)
+        if items is None:
+            items = read_receipts(env)
+        tx.after_store(functools.partial(self.metrics.receipts_unpacked.inc, len(items)))
+        for item in items:
+            if delivery == Delivery.PULL:
+                outcome = self._to_pull(item, record, tx, signer_host)
+            else:
+                outcome = self._to_inject(item, tx, signer_host)
+            if outcome is not ACK:
+                return outcome
+        return ACK
 
     def _no_entity(self, env: Envelope) -> DeadLetter:
         """R-LIFE-1: a worker stopped or reaped here has no inbox any more, so its

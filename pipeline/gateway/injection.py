@@ -29,7 +29,7 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
-from pipeline.envelope.receipts import failed_receipt, injected_body
+from pipeline.envelope.receipts import failed_receipt, injected_body, receipts_envelope
 from pipeline.errors import FleetError
 from pipeline.hooks import NO_HOOKS, Hooks, Window
 from pipeline.host import inject_journal as journal
@@ -68,6 +68,7 @@ def past_inject_deadline(env: Envelope, now_ms: int | None = None) -> bool:
 class _Receipt:
     envelope: Envelope
     host: str
+    batchable: bool = False  # an INJECTED about an inject: it may travel in a RECEIPTS record
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +102,14 @@ class InjectionQueue:
         on_injected: Callable[[str, Envelope], None] | None = None,
         hooks: Hooks = NO_HOOKS,
         burst: int = DEFAULT_BURST,
+        batches_receipts: Callable[[str], bool] | None = None,
     ) -> None:
         if burst < 1:
             raise ValueError(f"burst must be >= 1, got {burst}")
         self.burst = burst
+        # True for a host whose gateway takes RECEIPTS (its signed presence says so): a burst's
+        # INJECTEDs for one of its senders travel in one record; None or False: one each
+        self.batches_receipts = batches_receipts
         self.entities = entities
         self.sessions = sessions
         self.publisher = publisher
@@ -207,7 +212,7 @@ class InjectionQueue:
             staged = False
             with self._tx.begin() as tx:
                 moved = iter(journal.close_many(tx, moves))
-                receipts: list[tuple[Envelope, str]] = []
+                kept: list[_Receipt] = []
                 for job, outcome in done:
                     if outcome.journal is not None and not next(moved):
                         # a restart's report (a twin's) moved the row first: its outcome stands
@@ -216,7 +221,8 @@ class InjectionQueue:
                         receipt = outcome.receipt
                         if TRACING.on:  # fleet.receipt.stage, under the brief's fleet.inject
                             TRACING.receipt(job.envelope, receipt.envelope)
-                        receipts.append((receipt.envelope, receipt.host))
+                        kept.append(receipt)
+                receipts = self._batched(kept)
                 if isinstance(tx, Connection):  # a sender's receipts: one write (its branch)
                     # nothing to open after them: on PostgreSQL they may carry the COMMIT
                     last = not any(j is not None and j.tracked for j in then_open)
@@ -235,6 +241,30 @@ class InjectionQueue:
             self._tx.hand_over()  # its rows, committed: the relay ships them as they are
             self.on_receipts()
         return opened
+
+    def _batched(self, receipts: list[_Receipt]) -> list[tuple[Envelope, str]]:
+        """The burst's receipts as ``(envelope, host)`` to stage, in order; the ``INJECTED``s
+        about injects for one sender whose host takes ``RECEIPTS`` as one ``RECEIPTS`` record,
+        where the first of them was (docs/gateway.md, "Receipts")."""
+        takes = self.batches_receipts
+        batched: dict[tuple[str, str], list[Envelope]] = {}
+        if takes is not None:
+            for r in receipts:
+                if r.batchable:
+                    batched.setdefault((r.envelope.to, r.host), []).append(r.envelope)
+            batched = {k: g for k, g in batched.items() if len(g) > 1 and takes(k[1])}
+        out: list[tuple[Envelope, str]] = []
+        for r in receipts:
+            group = batched.get((r.envelope.to, r.host)) if r.batchable else None
+            if group is None:
+                out.append((r.envelope, r.host))
+            elif group[0] is r.envelope:
+                batch = receipts_envelope(
+                    group, sender=self.publisher.gateway_id, ttl_s=RECEIPT_TTL_S
+                )
+                out.append((batch, r.host))
+                self.metrics.receipts_batched.inc(len(group))
+        return out
 
     def _open_all(self, jobs: list[_Job | None]) -> set[str]:
         """Commit the burst's journal rows before its first inject; returns the msgIds opened
@@ -320,7 +350,7 @@ class InjectionQueue:
             if self.on_injected is not None:
                 self.on_injected(job.gid, env)
             injected = injected_body(env.msg_id, job.gid)
-            return closing(journal.INJECTED, self._injected(job, injected))
+            return closing(journal.INJECTED, self._injected(job, injected, batchable=True))
 
     def report_uncertain(self, limit: int = 500) -> int:
         """At start, before the inbox runs: every journal row still open is a brief this host
@@ -361,8 +391,9 @@ class InjectionQueue:
         body = injected_body(job.envelope.msg_id, job.gid, stage=journal.STAGE_UNCERTAIN)
         return self._injected(job, body)
 
-    def _injected(self, job: _Job, body: bytes) -> _Receipt | None:
-        """The ``INJECTED`` for a tracked brief's sender (None: nobody waits for one)."""
+    def _injected(self, job: _Job, body: bytes, *, batchable: bool = False) -> _Receipt | None:
+        """The ``INJECTED`` for a tracked brief's sender (None: nobody waits for one);
+        ``batchable``: about an inject (not an uncertain one), it may travel in a RECEIPTS."""
         env = job.envelope
         if job.reply_host is None or not job.tracked:
             return None
@@ -374,7 +405,7 @@ class InjectionQueue:
             ttl_s=RECEIPT_TTL_S,
             trace_id=env.trace_id,
         )
-        return _Receipt(receipt, job.reply_host)
+        return _Receipt(receipt, job.reply_host, batchable)
 
     def _failed(self, job: _Job, reason: str, error: str) -> _Receipt | None:
         """The ``FAILED`` for a tracked brief's sender (None: nobody waits for one); its msgId

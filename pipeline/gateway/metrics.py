@@ -61,6 +61,18 @@ class GatewayMetrics:
         )
         for why in ("restart", "raised"):
             self.inject_uncertain.labels(why)
+        self.receipts_batched = Counter(
+            f"{ns}_receipts_batched_total",
+            "INJECTED receipts this host sent inside a RECEIPTS record (one record for a burst's "
+            "receipts to one sender, docs/gateway.md 'Receipts') rather than one record each.",
+            registry=registry,
+        )
+        self.receipts_unpacked = Counter(
+            f"{ns}_receipts_unpacked_total",
+            "INJECTED receipts this host read out of RECEIPTS records (each handled as the "
+            "single INJECTED it stands for).",
+            registry=registry,
+        )
         self.uncertain_injected = Counter(
             f"{ns}_uncertain_injected_total",
             "INJECTED receipts with stage uncertain this host's senders received, by what the "

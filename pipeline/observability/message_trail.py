@@ -28,8 +28,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, inspect, or_, select, text
+from sqlalchemy import Connection, Engine, and_, func, inspect, or_, select, text
 
+from pipeline import schemas
 from pipeline.envelope.reasons import H_KIND, H_MSG_ID, H_TO, H_TRACE_ID
 from pipeline.envelope.receipts import (
     expired_msg_id,
@@ -50,6 +51,7 @@ from pipeline.runtime.dedupe import dedupe_table
 from pipeline.store.engine import readonly
 
 RECEIPT_KINDS = ("INJECTED", "FAILED")
+RECEIPTS = "RECEIPTS"  # INJECTEDs batched in one record (docs/envelope.md)
 DLQ_SUFFIX = TopicNames(prefix=".").dlq  # "<prefix>dlq" whatever the prefix
 
 
@@ -170,6 +172,10 @@ def _receipts(
                 yield from _held(r, where, about=True)
     if outbox.name in tables:
         yield from _outbox_rows(conn, _header_match(conn, H_TRACE_ID, trace), where, msg_id)
+        # an INJECTED sent inside a RECEIPTS record: the record has a trace id of its own, each
+        # item carries the brief's (Avro writes it as its bytes: a substring of the value)
+        batches = and_(_header_match(conn, H_KIND, RECEIPTS), _value_has(conn, trace))
+        yield from _outbox_rows(conn, batches, where, msg_id)
 
 
 def _outbox_rows(conn: Connection, match: Any, where: str, about: str) -> Iterator[TrailEvent]:
@@ -178,12 +184,15 @@ def _outbox_rows(conn: Connection, match: Any, where: str, about: str) -> Iterat
     for r in conn.execute(select(t).where(match).order_by(t.c.id)):
         headers = {k: bytes(v).decode("utf-8", "replace") for k, v in unpack_headers(r.headers)}
         kind = headers.get(H_KIND, "?")
-        if about and (kind not in RECEIPT_KINDS or _about(kind, bytes(r.value or b"")) != about):
-            continue
-        name = f"{kind} {headers.get(H_MSG_ID, '?')}" if about else kind
+        trace = headers.get(H_TRACE_ID, "")
+        name = kind
+        if about:
+            found = _receipt_in(kind, bytes(r.value or b""), about, headers.get(H_MSG_ID, "?"))
+            if found is None:
+                continue
+            name, trace = found[0], found[1] or trace
         if r.topic.endswith(DLQ_SUFFIX):  # the recipient's dead letter, staged like any record
             name = f"dead letter of the {name}"
-        trace = headers.get(H_TRACE_ID, "")
         yield TrailEvent(
             at_ms=int(r.created_at * 1000), where=where, what="outbox", trace_id=trace,
             detail=f"{name} to {headers.get(H_TO, '?')} committed to the outbox "
@@ -226,6 +235,31 @@ def _about(kind: str, body: bytes) -> str | None:
         return read_receipt(kind, body).msg_id
     except FleetError:
         return None
+
+
+def _receipt_in(kind: str, value: bytes, about: str, msg_id: str) -> tuple[str, str] | None:
+    """The receipt about ``about`` in an outbox row's value, as (its name, its trace id when
+    not the row's): an INJECTED / FAILED itself, or an item of a RECEIPTS; None: no such."""
+    if kind in RECEIPT_KINDS:
+        return (f"{kind} {msg_id}", "") if _about(kind, value) == about else None
+    if kind != RECEIPTS:
+        return None
+    try:
+        items = schemas.decode("receipts", value)["items"]
+    except FleetError:
+        return None
+    for item in items:
+        if _about("INJECTED", bytes(item["body"])) == about:
+            return f"INJECTED {item['msg_id']} in RECEIPTS {msg_id}", str(item["trace_id"])
+    return None
+
+
+def _value_has(conn: Connection, text_: str) -> Any:
+    """``value`` contains ``text_``'s UTF-8 bytes."""
+    needle = text_.encode("utf-8")
+    if conn.dialect.name == "sqlite":
+        return func.instr(outbox.c.value, needle) > 0
+    return text("position(:vneedle in outbox.value) > 0").bindparams(vneedle=needle)
 
 
 def _header_match(conn: Connection, name: str, value: str) -> Any:

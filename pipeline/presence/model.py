@@ -40,7 +40,13 @@ INCARNATION_LABEL = "fleet.incarnation"
 # field: a reader that predates it sees a live record that lapses at ``ts + grace``, as a new
 # reader does -- neither takes it for a tombstone
 AWAY_LABEL = "fleet.away_since"
-_RESERVED = (INCARNATION_LABEL, AWAY_LABEL)
+# the kinds a gateway entry's host reads beyond those every release reads, comma-separated
+# (docs/presence.md "What a host takes"): a peer sends such a kind only to a host that says it
+# takes it. A label for the same reason as the two above: every reader reads the record
+TAKES_LABEL = "fleet.takes"
+# what this release's gateway takes: receipts batched into one record (docs/envelope.md)
+GATEWAY_TAKES: frozenset[str] = frozenset({"RECEIPTS"})
+_RESERVED = (INCARNATION_LABEL, AWAY_LABEL, TAKES_LABEL)
 _DECIMAL = re.compile(r"[0-9]{1,18}")
 # defined in .roles (a config reads them without loading the envelope); still importable here
 Role = roles.Role
@@ -96,6 +102,8 @@ class PresenceEntry:
     incarnation: int = 0  # the publishing gateway's start count (0: an older gateway wrote it)
     # set on an *away* record: when its gateway stopped (wall ms); ``ttl_ms`` is then the grace
     away_since_ms: int | None = None
+    # a gateway entry: the kinds its host reads beyond every release's (``TAKES_LABEL``)
+    takes: frozenset[str] = frozenset()
 
     @property
     def is_gateway(self) -> bool:
@@ -117,6 +125,8 @@ class PresenceEntry:
             labels[INCARNATION_LABEL] = str(self.incarnation)
         if self.away_since_ms is not None:
             labels[AWAY_LABEL] = str(self.away_since_ms)
+        if self.takes:
+            labels[TAKES_LABEL] = ",".join(sorted(self.takes))
         return labels
 
     def to_record(self) -> dict[str, Any]:
@@ -140,6 +150,7 @@ class PresenceEntry:
         gid = rec.get("gid")
         incarnation = _count(INCARNATION_LABEL, labels.pop(INCARNATION_LABEL, None), gid) or 0
         away_since = _count(AWAY_LABEL, labels.pop(AWAY_LABEL, None), gid)
+        takes = labels.pop(TAKES_LABEL, "")
         return cls(
             gid=rec["gid"],
             host=rec["host"],
@@ -157,6 +168,7 @@ class PresenceEntry:
             agreement_key=rec.get("agreement_key"),
             incarnation=incarnation,
             away_since_ms=away_since,
+            takes=frozenset(filter(None, takes.split(","))),
         )
 
     def as_json(self, now_ms: int) -> dict[str, Any]:

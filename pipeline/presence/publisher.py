@@ -29,6 +29,7 @@ from pipeline.support.clock import now_ms
 
 from .metrics import PresenceMetrics
 from .model import (
+    GATEWAY_TAKES,
     Delivery,
     Gone,
     PresenceEntry,
@@ -163,6 +164,7 @@ class PresencePublisher:
             profiles=self._profiles if role is Role.GATEWAY else (),
             agreement_key=self._agreement_key if role is Role.GATEWAY else None,
             incarnation=self.incarnation,
+            takes=GATEWAY_TAKES if role is Role.GATEWAY else frozenset(),
         )
 
     def heartbeat(self) -> int:

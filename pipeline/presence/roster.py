@@ -285,6 +285,12 @@ class RosterView:
     def get(self, gid: str) -> PresenceEntry | None:
         return self._entries.get(gid)
 
+    def takes(self, host: str, kind: str) -> bool:
+        """True when ``host``'s gateway entry, as last read, says its host reads ``kind``
+        (``PresenceEntry.takes``): a sender sends that kind to it, else the older form."""
+        entry = self._entries.get(gateway_gid(host))
+        return entry is not None and kind in entry.takes
+
     def departed(self, gid: str) -> PresenceEntry | None:
         """The departure record of ``gid`` (its ``gone`` says why) while it is bound nowhere;
         None when it is bound, never announced, or left without one (a gateway's tombstones)."""

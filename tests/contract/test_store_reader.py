@@ -83,3 +83,28 @@ def test_trail_joins_outbox_tracking_journal_and_receipts_by_msgid(engine: Engin
     assert {e.trace_id for e in trail if e.trace_id} == {"tr"}
     assert any("reason TTL_TOO_LONG" in e.detail for e in trail if e.what == "held")
     assert message_trail(engine, "nope", where="A") == []
+
+
+def test_trail_finds_an_injected_inside_a_receipts_row_by_the_briefs_trace(engine: Engine) -> None:
+    """A burst's INJECTEDs for one sender are one RECEIPTS row (docs/gateway.md "Receipts"),
+    whose own trace id is not the brief's: the trail finds the item about the brief in it."""
+    from pipeline.envelope import Envelope, Kind
+    from pipeline.envelope.receipts import receipts_envelope
+
+    def injected(about: str, trace: str) -> Envelope:
+        return Envelope.new(kind=Kind.INJECTED, sender="B._gateway", to="m", ttl_s=60,
+                            trace_id=trace, body=injected_body(about, "w"))  # fmt: skip
+
+    items = [injected("m-0", "tr0"), injected("m-1", "tr"), injected("m-2", "tr2")]
+    batch = receipts_envelope(items, sender="B._gateway", ttl_s=60)
+    headers = [("kind", b"RECEIPTS"), ("msgId", batch.msg_id.encode()),
+               ("traceId", batch.trace_id.encode()), ("to", b"m")]  # fmt: skip
+    with session_factory(engine).begin() as s:
+        write(s, topic="t", key=None, value=batch.body, headers=headers, branch_key="r")
+        s.execute(insert(journal_table), [_journal("m-1", "w", "injected")])
+    trail = message_trail(engine, "m-1", where="B")
+    outbox = [e for e in trail if e.what == "outbox"]
+    assert len(outbox) == 1, "the one row holding the receipt about m-1"
+    assert f"INJECTED {items[1].msg_id} in RECEIPTS {batch.msg_id}" in outbox[0].detail
+    assert {e.trace_id for e in trail if e.trace_id} == {"tr"}, "the brief's trace, not the row's"
+    assert [e.what for e in message_trail(engine, "m-9", where="B")] == []

@@ -30,10 +30,16 @@ class Recorder:
     def __init__(self) -> None:
         self.got: list[tuple[str, str, str, bytes]] = []  # gid, kind, msg_id, body
         self.lock = threading.Lock()
+        self.hold: threading.Event | None = None  # set: the next inject waits for it
+        self.holding = threading.Event()  # set while an inject waits
 
     def __call__(self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
         with self.lock:
             self.got.append((gid, kind, msg_id, body))
+            hold, self.hold = self.hold, None
+        if hold is not None:
+            self.holding.set()
+            hold.wait(20)
 
     def of(self, gid: str, kind: str | None = None) -> list[tuple[str, str, str, bytes]]:
         with self.lock:
@@ -129,6 +135,57 @@ def test_brief_is_injected_then_injected_receipt_and_reply_reach_the_main(two_ho
     assert [m.body for m in got if m.kind == "REPLY"] == [b"done"]
     time.sleep(1.0)
     assert len(rec.of("worker-b")) == 5, "no brief is ever injected twice"
+
+
+def test_a_burst_of_injects_sends_its_receipts_in_one_record_and_the_main_holds_each(
+    two_hosts: Any, kafka: BrokerHandle
+) -> None:
+    """R-ACK-4 with RECEIPTS (docs/envelope.md): A's signed presence says it takes them, so the
+    INJECTEDs of one inject burst at B for main-a travel as one record on A's inbox topic; A
+    holds each as the INJECTED it stands for and settles each tracked send."""
+    from confluent_kafka import Consumer, TopicPartition
+    from sqlalchemy import select
+
+    from pipeline.envelope.receipts import read_receipt
+    from pipeline.host.tracking import forward_table
+
+    a, b, rec = two_hosts
+    wait_until(lambda: b.roster.takes("A", "RECEIPTS"), timeout_s=10, what="A's takes, read")
+    rec.hold = gate = threading.Event()  # the first inject waits: the rest queue behind it
+    sent = [a.client.send(sender="main-a", to="worker-b", body=b"brief %d" % i) for i in range(5)]
+    assert rec.holding.wait(20), "the first brief reached worker-b"
+    wait_until(  # B's inbox took all five: those not in the first burst wait behind it
+        lambda: b.registry.get_sample_value(
+            "fleet_consumer_records_total", {"group": b.runtime.config.group_id, "outcome": "ack"}
+        ) == 5, timeout_s=20, what="five briefs consumed at B",
+    )  # fmt: skip
+    gate.set()
+    wait_until(lambda: len(rec.of("worker-b")) == 5, timeout_s=20, what="5 injects")
+    got = _drain(a, "main-a", 5)
+    assert sorted(read_receipt("INJECTED", m.body).msg_id for m in got) == sorted(
+        e.msg_id for e in sent
+    ), "one INJECTED held per brief, each about its own brief"
+    assert all(m.kind == "INJECTED" for m in got)
+    with a.engine.connect() as c:
+        states = {r.msg_id: r.state for r in c.execute(select(forward_table))}
+    assert states == {e.msg_id: "injected" for e in sent}
+    # on the wire: at most two bursts (what was queued when the first inject began, and what
+    # queued behind it), each one record: a RECEIPTS, or a lone INJECTED for a burst of one
+    (topic,) = [t for t in a.runtime.config.topics if t.endswith(".inbox.A")]
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "look"})
+    try:
+        md = consumer.list_topics(topic, timeout=10).topics[topic]
+        consumer.assign([TopicPartition(topic, p, 0) for p in md.partitions])
+        kinds = []
+        for m in consumer.consume(50, timeout=5):
+            if m.error() is None:
+                kinds.append(dict(m.headers() or [])["kind"].decode())
+    finally:
+        consumer.close()
+    assert "RECEIPTS" in kinds and len(kinds) <= 2 and set(kinds) <= {"RECEIPTS", "INJECTED"}
+    batched = 5 - kinds.count("INJECTED")
+    assert b.registry.get_sample_value("fleet_gateway_receipts_batched_total") == batched
+    assert a.registry.get_sample_value("fleet_gateway_receipts_unpacked_total") == batched
 
 
 def test_ask_without_open_pull_gets_no_waiter_in_one_round_trip(two_hosts: Any) -> None:

@@ -38,7 +38,7 @@ def test_contract_names_exist() -> None:
                  "UNSUPPORTED_VERSION"):  # fmt: skip
         assert hasattr(envelope, name), name
     assert [k.value for k in Kind] == ["SEND", "REPLY", "ASK", "ANSWER", "TOO_LATE", "NO_WAITER",
-        "ABANDONED", "FAILED", "INJECTED", "BROADCAST", "PRESENCE", "SPAWN", "STOP"]  # fmt: skip
+        "ABANDONED", "FAILED", "INJECTED", "BROADCAST", "PRESENCE", "SPAWN", "STOP", "RECEIPTS"]  # fmt: skip
 
 
 def test_envelope_and_verifier_signatures() -> None:
