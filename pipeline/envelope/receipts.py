@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pipeline import schemas
 from pipeline.envelope.model import Envelope
@@ -58,27 +59,42 @@ def injected_body(msg_id: str, recipient: str, *, stage: str = "") -> bytes:
     ...)`` (held by a test) without its per-call schema lookup and writer. A newer ``injected``
     schema than the one written here goes through :func:`pipeline.schemas.encode`."""
     at_ms = now_ms()
-    head = _injected_prefix()
+    head = _prefix("injected")
     if head is None:
         record = {"msg_id": msg_id, "recipient": recipient, "injected_at_ms": at_ms, "stage": stage}
         return schemas.encode("injected", record)
     return head + _avro_str(msg_id) + _avro_str(recipient) + _avro_long(at_ms) + _avro_str(stage)
 
 
-_INJECTED_FIELDS = ("msg_id", "recipient", "injected_at_ms", "stage")  # what injected_body writes
-_prefixes: dict[schemas.Framing, bytes | None] = {}
+# the fields the hand-written bodies write, nested records' by their field's name
+_WRITTEN: dict[str, tuple[object, ...]] = {
+    "injected": ("msg_id", "recipient", "injected_at_ms", "stage"),
+    "receipts": (("items", ("msg_id", "trace_id", "body")),),
+}
+_prefixes: dict[tuple[str, schemas.Framing], bytes | None] = {}
 
 
-def _injected_prefix() -> bytes | None:
-    """The framing prefix of the newest ``injected`` schema when its fields are the ones
-    :func:`injected_body` writes (None: a newer schema, written by ``schemas.encode``)."""
+def _shape(schema: dict[str, Any]) -> tuple[object, ...]:
+    """A record schema's field names; an array of records as (name, its records' names)."""
+    out: list[object] = []
+    for f in schema["fields"]:
+        t = f["type"]
+        if isinstance(t, dict) and t.get("type") == "array" and isinstance(t["items"], dict):
+            out.append((f["name"], tuple(g["name"] for g in t["items"]["fields"])))
+        else:
+            out.append(f["name"])
+    return tuple(out)
+
+
+def _prefix(name: str) -> bytes | None:
+    """The framing prefix of the newest ``name`` schema when its fields are the ones written
+    here by hand (None: a newer schema, written by ``schemas.encode``)."""
     framing = schemas.writing()
-    head = _prefixes.get(framing, b"")
+    head = _prefixes.get((name, framing), b"")
     if head == b"":
-        version, schema = schemas.latest("injected")
-        fields = tuple(f["name"] for f in schema["fields"])
-        head = _prefixes[framing] = (
-            schemas.prefix(version, framing) if fields == _INJECTED_FIELDS else None
+        version, schema = schemas.latest(name)
+        head = _prefixes[(name, framing)] = (
+            schemas.prefix(version, framing) if _shape(schema) == _WRITTEN[name] else None
         )
     return head
 
@@ -105,10 +121,16 @@ def receipts_envelope(items: Sequence[Envelope], *, sender: str, ttl_s: float) -
     """The ``INJECTED`` envelopes ``items`` (one recipient, at least one) as one ``RECEIPTS``
     envelope from ``sender`` (docs/envelope.md, "RECEIPTS"): each item keeps its msgId, its
     traceId and its body, so its reader holds what the single records would have held."""
-    record = {
-        "items": [{"msg_id": e.msg_id, "trace_id": e.trace_id, "body": e.body} for e in items]
-    }
-    body = schemas.encode("receipts", record)
+    head = _prefix("receipts")
+    if head is None:
+        record = [{"msg_id": e.msg_id, "trace_id": e.trace_id, "body": e.body} for e in items]
+        body = schemas.encode("receipts", {"items": record})
+    else:  # written by hand, as injected_body: the bytes schemas.encode writes (held by a test)
+        parts = [head, _avro_long(len(items))]
+        for e in items:
+            parts += (_avro_str(e.msg_id), _avro_str(e.trace_id), _avro_long(len(e.body)), e.body)
+        parts.append(b"\x00")  # the array's end: a block of no item
+        body = b"".join(parts)
     return Envelope.new(kind=Kind.RECEIPTS, sender=sender, to=items[0].to, body=body, ttl_s=ttl_s)
 
 

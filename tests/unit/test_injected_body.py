@@ -1,6 +1,7 @@
-"""``injected_body`` writes its Avro by hand (one per injected brief): the bytes must be exactly
-what ``schemas.encode("injected", ...)`` writes, in either framing (R-ENV-4: every reader decodes
-it with the schema), and a newer schema than the one it knows goes through ``schemas.encode``."""
+"""``injected_body`` and ``receipts_envelope`` write their Avro by hand (one per injected brief,
+one per burst): the bytes must be exactly what ``schemas.encode`` writes, in either framing
+(R-ENV-4: every reader decodes them with the schema), and a newer schema than the one they know
+goes through ``schemas.encode``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline import schemas
-from pipeline.envelope import receipts
+from pipeline.envelope import Envelope, Kind, receipts
 from pipeline.schemas import Framing
 
 
@@ -60,7 +61,7 @@ def test_a_schema_with_other_fields_is_written_by_the_schema(
 ) -> None:
     """The hand-written form knows one field list; any other (a newer ``injected`` schema) is
     left to ``schemas.encode``, so the body never silently misses a field."""
-    monkeypatch.setattr(receipts, "_INJECTED_FIELDS", ("msg_id", "recipient"))
+    monkeypatch.setitem(receipts._WRITTEN, "injected", ("msg_id", "recipient"))
     monkeypatch.setattr(receipts, "_prefixes", {})
     monkeypatch.setattr(receipts, "now_ms", lambda: 42)
     written: list[str] = []
@@ -73,3 +74,43 @@ def test_a_schema_with_other_fields_is_written_by_the_schema(
     monkeypatch.setattr(schemas, "encode", spy)
     assert receipts.injected_body("m", "w") == _by_schema("m", "w", 42, "")
     assert written == ["injected", "injected"]  # the body, then the expected bytes
+
+
+_ITEM = st.tuples(st.text(min_size=1, max_size=80), st.text(min_size=1, max_size=80),
+                  st.binary(max_size=300))  # fmt: skip
+
+
+def _items(drawn: list[tuple[str, str, bytes]]) -> list[Envelope]:
+    return [Envelope(kind=Kind.INJECTED, msg_id=m, trace_id=t, sender="B._gateway", to="m",
+                     ts_ms=1, expires_at_ms=2, body=b) for m, t, b in drawn]  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(drawn=st.lists(_ITEM, min_size=1, max_size=70), framing=st.sampled_from(list(Framing)))
+def test_the_hand_written_receipts_body_is_the_schema_s_bytes(
+    drawn: list[tuple[str, str, bytes]], framing: Framing
+) -> None:
+    """Up to 70 items: an array's count past 63 takes a second byte."""
+    schemas.write_framing(framing)
+    items = _items(drawn)
+    got = receipts.receipts_envelope(items, sender="B._gateway", ttl_s=60).body
+    record = {"items": [{"msg_id": m, "trace_id": t, "body": b} for m, t, b in drawn]}
+    assert got == schemas.encode("receipts", record)
+    assert schemas.decode("receipts", got) == record
+
+
+def test_a_receipts_schema_of_another_shape_is_written_by_the_schema(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(receipts._WRITTEN, "receipts", (("items", ("msg_id", "body")),))
+    monkeypatch.setattr(receipts, "_prefixes", {})
+    written: list[str] = []
+    encode = schemas.encode
+
+    def spy(name: str, record: dict[str, object], **kw: object) -> bytes:
+        written.append(name)
+        return encode(name, record)
+
+    monkeypatch.setattr(schemas, "encode", spy)
+    receipts.receipts_envelope(_items([("m", "t", b"x")]), sender="B._gateway", ttl_s=60)
+    assert written == ["receipts"]
