@@ -28,7 +28,7 @@ from pipeline.host.held import HeldMessage, HeldStore, held_table
 from pipeline.host.outbound import Publisher
 from pipeline.host.senders import LocalSenders
 from pipeline.host.tracking import FORWARD
-from pipeline.reasons import Delivery, Lifecycle
+from pipeline.reasons import Delivery, Lifecycle, Verification
 from pipeline.store import read_sessions
 from pipeline.support.clock import now_ms
 
@@ -225,6 +225,12 @@ class GatewayClient:
         return results
 
     def _envelope(self, r: SendRequest) -> Envelope:
+        if r.kind is Kind.RECEIPTS:  # a gateway's own; its peers refuse one from an agent
+            raise DeliveryError(
+                f"{r.sender}: kind RECEIPTS is sent by a gateway only",
+                reason=Verification.UNKNOWN_KIND,
+                context={"to": r.to},
+            )
         trace_id = r.trace_id
         if trace_id is None and r.kind is Kind.ANSWER and r.turn_id is not None:
             trace_id = self._asked_trace(r.sender, r.turn_id)

@@ -240,6 +240,19 @@ def test_a_refusal_is_the_same_fleet_error_as_the_direct_path(served, tmp_path: 
     assert _rows(engine) == 0 and commits == []
 
 
+def test_an_agent_cannot_send_a_gateways_receipts(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """RECEIPTS is a gateway's own (docs/envelope.md): refused UNKNOWN_KIND on either path,
+    where its peers would refuse it too, and nothing is written."""
+    server, engine, cfg, commits = served
+    direct = build_client(cfg, signer=Signer.load(cfg.key_file or ""), engine=engine)
+    with pytest.raises(DeliveryError) as d:
+        direct.send(sender="main-a", to="main-b", body=b"x", kind=Kind.RECEIPTS)
+    with SocketClient.connect(server.path) as c, pytest.raises(DeliveryError) as s:
+        c.send(sender="main-a", to="main-b", body=b"x", kind="RECEIPTS")
+    assert d.value.reason == s.value.reason == "UNKNOWN_KIND"
+    assert _rows(engine) == 0 and commits == []
+
+
 def test_a_group_commits_together_and_a_refused_send_leaves_the_others(served) -> None:  # type: ignore[no-untyped-def]
     server, engine, _cfg, _commits = served
     sends = [{"sender": "main-a", "to": "main-b", "body": f"m{i}".encode()} for i in range(50)]
