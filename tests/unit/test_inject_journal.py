@@ -51,12 +51,22 @@ class Crash(BaseException):
 def _queue(
     engine: Engine, injected: list[str], *, hooks: Hooks | None = None
 ) -> tuple[InjectionQueue, GatewayMetrics]:
+    return queue_into(
+        engine,
+        lambda **kw: injected.append(kw["msg_id"]),
+        **({"hooks": hooks} if hooks is not None else {}),
+    )
+
+
+def queue_into(engine: Engine, inject: Any, **kw: Any) -> tuple[InjectionQueue, GatewayMetrics]:
+    """Gateway B's inject queue for worker-b, whose injector calls ``inject``; ``kw``: the
+    queue's other settings."""
     entities = LocalEntities()
     entities.register(
         gid="worker-b",
         role=Role.WORKER,
         delivery=Delivery.INJECT,
-        injector=CallbackInjector(lambda **kw: injected.append(kw["msg_id"])),
+        injector=CallbackInjector(inject),
     )
     metrics = GatewayMetrics(CollectorRegistry())
     q = InjectionQueue(
@@ -64,7 +74,7 @@ def _queue(
         sessions=session_factory(engine),
         publisher=Publisher(host="B", signer=Signer.generate("B"), topics=TopicNames()),
         metrics=metrics,
-        **({"hooks": hooks} if hooks is not None else {}),
+        **kw,
     )
     return q, metrics
 

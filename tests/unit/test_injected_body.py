@@ -56,14 +56,8 @@ def test_the_hand_written_body_is_the_schema_s_bytes(
     }
 
 
-def test_a_schema_with_other_fields_is_written_by_the_schema(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The hand-written form knows one field list; any other (a newer ``injected`` schema) is
-    left to ``schemas.encode``, so the body never silently misses a field."""
-    monkeypatch.setitem(receipts._WRITTEN, "injected", ("msg_id", "recipient"))
-    monkeypatch.setattr(receipts, "_prefixes", {})
-    monkeypatch.setattr(receipts, "now_ms", lambda: 42)
+def _spy_on_encode(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The schema names ``schemas.encode`` writes from now on, in order."""
     written: list[str] = []
     encode = schemas.encode
 
@@ -72,6 +66,18 @@ def test_a_schema_with_other_fields_is_written_by_the_schema(
         return encode(name, record)
 
     monkeypatch.setattr(schemas, "encode", spy)
+    return written
+
+
+def test_a_schema_with_other_fields_is_written_by_the_schema(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hand-written form knows one field list; any other (a newer ``injected`` schema) is
+    left to ``schemas.encode``, so the body never silently misses a field."""
+    monkeypatch.setitem(receipts._WRITTEN, "injected", ("msg_id", "recipient"))
+    monkeypatch.setattr(receipts, "_prefixes", {})
+    monkeypatch.setattr(receipts, "now_ms", lambda: 42)
+    written = _spy_on_encode(monkeypatch)
     assert receipts.injected_body("m", "w") == _by_schema("m", "w", 42, "")
     assert written == ["injected", "injected"]  # the body, then the expected bytes
 
@@ -104,13 +110,6 @@ def test_a_receipts_schema_of_another_shape_is_written_by_the_schema(
 ) -> None:
     monkeypatch.setitem(receipts._WRITTEN, "receipts", (("items", ("msg_id", "body")),))
     monkeypatch.setattr(receipts, "_prefixes", {})
-    written: list[str] = []
-    encode = schemas.encode
-
-    def spy(name: str, record: dict[str, object], **kw: object) -> bytes:
-        written.append(name)
-        return encode(name, record)
-
-    monkeypatch.setattr(schemas, "encode", spy)
+    written = _spy_on_encode(monkeypatch)
     receipts.receipts_envelope(_items([("m", "t", b"x")]), sender="B._gateway", ttl_s=60)
     assert written == ["receipts"]

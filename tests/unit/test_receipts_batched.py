@@ -55,6 +55,27 @@ def _store(path: Path | str) -> Any:
     return sessions
 
 
+def pull_handler(reads: Any, *, tracked: Any, **kw: Any) -> InboxHandler:
+    """Host A's inbox handler for receipts to its pull entity main-a: only the parts a receipt
+    uses are real; its held counts start at 0 and are counted by its holds, not read."""
+    entity = SimpleNamespace(gid="main-a", delivery=Delivery.PULL)
+    handler = InboxHandler(
+        host="A",
+        verifier=None,  # type: ignore[arg-type]
+        entities=SimpleNamespace(get=lambda gid: entity),  # type: ignore[arg-type]
+        publisher=None,  # type: ignore[arg-type]
+        conversations=None,  # type: ignore[arg-type]
+        injections=None,  # type: ignore[arg-type]
+        reads=reads,
+        metrics=GatewayMetrics(CollectorRegistry()),
+        seen=SimpleNamespace(add_all=lambda ids: None),  # type: ignore[arg-type]
+        tracked=tracked,
+        **kw,
+    )
+    handler._held.refreshed = float("inf")  # the pending counts: not what these tests read
+    return handler
+
+
 def _rows(sessions: Any) -> list[tuple[str, str, str | None]]:
     with sessions() as s:
         return sorted(
@@ -128,20 +149,7 @@ def test_the_inbox_reads_a_batchs_receipts_ahead_in_its_transaction(store_url: s
     def no_reads() -> Any:
         raise AssertionError("a receipt read on its own, not ahead")
 
-    entity = SimpleNamespace(gid="main-a", delivery=Delivery.PULL)
-    handler = InboxHandler(
-        host="A",
-        verifier=None,  # type: ignore[arg-type]
-        entities=SimpleNamespace(get=lambda gid: entity),  # type: ignore[arg-type]
-        publisher=None,  # type: ignore[arg-type]
-        conversations=None,  # type: ignore[arg-type]
-        injections=None,  # type: ignore[arg-type]
-        reads=no_reads,  # type: ignore[arg-type]
-        metrics=GatewayMetrics(CollectorRegistry()),
-        seen=set(),  # type: ignore[arg-type]
-        tracked=KINDS,
-    )
-    handler._held.refreshed = float("inf")  # the pending counts: not what this test reads
+    handler = pull_handler(no_reads, tracked=KINDS)
     bodies = [
         (Kind.INJECTED, injected_body("f1", "w-1")),
         (Kind.FAILED, failed_body("f2", "w-1", reason="INJECT_FAILED", error="e", stage="")),

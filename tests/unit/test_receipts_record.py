@@ -9,15 +9,13 @@ each tracked send. A host that does not say so (a release before this one) gets 
 from __future__ import annotations
 
 import threading
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, select
 
 from pipeline import schemas
-from pipeline.envelope import Envelope, Kind, Signer
+from pipeline.envelope import Envelope, Kind
 from pipeline.envelope import reasons as r
 from pipeline.envelope.receipts import (
     injected_body,
@@ -27,16 +25,11 @@ from pipeline.envelope.receipts import (
 )
 from pipeline.envelope.verify import Verified
 from pipeline.errors import DeliveryError, EnvelopeError
-from pipeline.gateway.entities import LocalEntities
 from pipeline.gateway.inbound import InboxHandler
-from pipeline.gateway.injection import InjectionQueue
-from pipeline.gateway.injectors import CallbackInjector
 from pipeline.gateway.metrics import GatewayMetrics
 from pipeline.host import deadlines
 from pipeline.host.held import held_table
-from pipeline.host.outbound import Publisher
 from pipeline.host.tracking import FORWARD
-from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.notify import woken_in_process
 from pipeline.outbox.tables import outbox
 from pipeline.presence import PresenceEntry, RosterView, presence_record
@@ -47,6 +40,8 @@ from pipeline.runtime.batch_session import BatchSessions
 from pipeline.runtime.outcomes import Ack, DeadLetter
 from pipeline.store import make_engine, session_factory
 from tests.envelope_kit import Fleet
+from tests.unit.test_inject_journal import queue_into
+from tests.unit.test_receipts_batched import pull_handler
 
 
 def _injected(about: str, to: str = "main-a") -> Envelope:
@@ -170,17 +165,7 @@ def _burst(engine: Engine, briefs: list[Envelope], takes: Any, fail: str = "") -
         if kw["msg_id"] == fail:
             raise DeliveryError("no such pane", reason="INJECT_FAILED")
 
-    entities = LocalEntities()
-    entities.register(gid="worker-b", role=Role.WORKER, delivery=Delivery.INJECT,
-                      injector=CallbackInjector(inject))  # fmt: skip
-    metrics = GatewayMetrics(CollectorRegistry())
-    q = InjectionQueue(
-        entities=entities,
-        sessions=session_factory(engine),
-        publisher=Publisher(host="B", signer=Signer.generate("B"), topics=TopicNames()),
-        metrics=metrics,
-        batches_receipts=takes,
-    )
+    q, metrics = queue_into(engine, inject, batches_receipts=takes)
     for n, b in enumerate(briefs):
         q.submit("worker-b", b, reply_host="A" if b.sender.endswith("a") else "C")
         if n == 0:
@@ -229,22 +214,7 @@ def test_a_host_that_does_not_take_receipts_gets_one_injected_each(engine: Engin
 
 # -- the reader's side: each item as the INJECTED it stands for --------------------------------
 def _handler(sessions: Any, *, max_held: int = 10_000) -> InboxHandler:
-    entity = SimpleNamespace(gid="main-a", delivery=Delivery.PULL)
-    handler = InboxHandler(
-        host="A",
-        verifier=None,  # type: ignore[arg-type]
-        entities=SimpleNamespace(get=lambda gid: entity),  # type: ignore[arg-type]
-        publisher=None,  # type: ignore[arg-type]
-        conversations=None,  # type: ignore[arg-type]
-        injections=None,  # type: ignore[arg-type]
-        reads=sessions,
-        metrics=GatewayMetrics(CollectorRegistry()),
-        seen=SimpleNamespace(add_all=lambda ids: None),  # type: ignore[arg-type]
-        tracked=(FORWARD,),
-        max_held_per_recipient=max_held,
-    )
-    handler._held.refreshed = float("inf")  # counted from 0 by its holds, not read afresh
-    return handler
+    return pull_handler(sessions, tracked=(FORWARD,), max_held_per_recipient=max_held)
 
 
 def _record(offset: int) -> Record:
