@@ -206,9 +206,10 @@ class InjectionQueue:
 
         moves = [(j.envelope.msg_id, o.journal) for j, o in done if o.journal is not None]
         staged = False
+        batched = 0  # INJECTEDs staged inside RECEIPTS records (counted once committed)
 
         def once() -> set[str]:  # a whole transaction, so a retry applies nothing twice
-            nonlocal staged
+            nonlocal staged, batched
             staged = False
             with self._tx.begin() as tx:
                 moved = iter(journal.close_many(tx, moves))
@@ -222,7 +223,7 @@ class InjectionQueue:
                         if TRACING.on:  # fleet.receipt.stage, under the brief's fleet.inject
                             TRACING.receipt(job.envelope, receipt.envelope)
                         kept.append(receipt)
-                receipts = self._batched(kept)
+                receipts, batched = self._batched(kept)
                 if isinstance(tx, Connection):  # a sender's receipts: one write (its branch)
                     # nothing to open after them: on PostgreSQL they may carry the COMMIT
                     last = not any(j is not None and j.tracked for j in then_open)
@@ -237,15 +238,17 @@ class InjectionQueue:
 
         # a store hiccup must not leave an injected brief without its receipt until a restart
         opened = with_retry(once, what="inject receipt")
+        if batched:
+            self.metrics.receipts_batched.inc(batched)
         if staged and self.on_receipts is not None:  # no Session: no after_commit wake
             self._tx.hand_over()  # its rows, committed: the relay ships them as they are
             self.on_receipts()
         return opened
 
-    def _batched(self, receipts: list[_Receipt]) -> list[tuple[Envelope, str]]:
+    def _batched(self, receipts: list[_Receipt]) -> tuple[list[tuple[Envelope, str]], int]:
         """The burst's receipts as ``(envelope, host)`` to stage, in order; the ``INJECTED``s
         about injects for one sender whose host takes ``RECEIPTS`` as one ``RECEIPTS`` record,
-        where the first of them was (docs/gateway.md, "Receipts")."""
+        where the first of them was (docs/gateway.md, "Receipts"). And how many went inside."""
         takes = self.batches_receipts
         batched: dict[tuple[str, str], list[Envelope]] = {}
         if takes is not None:
@@ -263,8 +266,7 @@ class InjectionQueue:
                     group, sender=self.publisher.gateway_id, ttl_s=RECEIPT_TTL_S
                 )
                 out.append((batch, r.host))
-                self.metrics.receipts_batched.inc(len(group))
-        return out
+        return out, sum(len(g) for g in batched.values())
 
     def _open_all(self, jobs: list[_Job | None]) -> set[str]:
         """Commit the burst's journal rows before its first inject; returns the msgIds opened

@@ -294,3 +294,37 @@ def test_a_receipts_record_past_the_held_cap_is_refused_whole(tracked: Any) -> N
     assert isinstance(outcomes[0], DeadLetter) and outcomes[0].reason == "HELD_CAP_EXCEEDED"
     assert _held(tracked) == []
     assert set(_states(tracked).values()) == {"pending"}
+
+
+def test_a_close_retried_after_a_store_hiccup_stages_one_record_and_counts_it_once(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The close is one transaction retried whole (pipeline.store.retry): the attempt that
+    failed left no row, and the receipts are counted once, after the commit."""
+    from sqlalchemy.exc import OperationalError
+
+    from pipeline.host.outbound import Publisher
+    from tests.unit.test_inject_journal import _job
+
+    q, metrics = queue_into(engine, lambda **kw: None, batches_receipts=lambda host: True)
+    briefs = [_brief() for _ in range(3)]
+    jobs = [_job(b) for b in briefs]
+    opened = q._open_all(jobs)
+    done = [(j, q._inject(j, opened=j.envelope.msg_id in opened)) for j in jobs]
+    real, calls = Publisher.stage_many, []
+
+    def hiccup(self: Publisher, *a: Any, **kw: Any) -> Any:  # the receipts' write, the rows built
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError("INSERT", {}, Exception("database is locked"))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Publisher, "stage_many", hiccup)
+    q._record(done, [])
+    q.stop()
+    assert len(calls) == 2, "retried once"
+    rows = _staged(engine)
+    assert [(k, [a for _, a in about]) for k, _, about in rows] == [
+        ("RECEIPTS", [b.msg_id for b in briefs])
+    ]
+    assert metrics.receipts_batched._value.get() == 3
