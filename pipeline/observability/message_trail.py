@@ -28,10 +28,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, func, inspect, or_, select, text
+from sqlalchemy import Connection, Engine, and_, func, inspect, select, text
 
 from pipeline import schemas
-from pipeline.envelope.reasons import H_KIND, H_MSG_ID, H_TO, H_TRACE_ID
+from pipeline.envelope.reasons import H_KIND, H_MSG_ID, H_TO, H_TRACE_ID, Kind
 from pipeline.envelope.receipts import (
     expired_msg_id,
     failed_msg_id,
@@ -51,7 +51,7 @@ from pipeline.runtime.dedupe import dedupe_table
 from pipeline.store.engine import readonly
 
 RECEIPT_KINDS = ("INJECTED", "FAILED")
-RECEIPTS = "RECEIPTS"  # INJECTEDs batched in one record (docs/envelope.md)
+RECEIPTS = Kind.RECEIPTS.value  # INJECTEDs batched in one record (docs/envelope.md)
 DLQ_SUFFIX = TopicNames(prefix=".").dlq  # "<prefix>dlq" whatever the prefix
 
 
@@ -254,20 +254,23 @@ def _receipt_in(kind: str, value: bytes, about: str, msg_id: str) -> tuple[str, 
     return None
 
 
+def _contains(conn: Connection, column: Any, needle: bytes) -> Any:
+    """``column`` of the outbox contains ``needle``: a substring test on the bytes (its bind
+    named after the column, so a header test and a value test go in one statement)."""
+    if conn.dialect.name == "sqlite":
+        return func.instr(column, needle) > 0
+    name = f"needle_{column.name}"
+    return text(f"position(:{name} in outbox.{column.name}) > 0").bindparams(**{name: needle})
+
+
 def _value_has(conn: Connection, text_: str) -> Any:
     """``value`` contains ``text_``'s UTF-8 bytes."""
-    needle = text_.encode("utf-8")
-    if conn.dialect.name == "sqlite":
-        return func.instr(outbox.c.value, needle) > 0
-    return text("position(:vneedle in outbox.value) > 0").bindparams(vneedle=needle)
+    return _contains(conn, outbox.c.value, text_.encode("utf-8"))
 
 
 def _header_match(conn: Connection, name: str, value: str) -> Any:
     """``headers`` contains the packed bytes of one header: a substring test on the blob."""
-    needle = pack_headers([(name, value.encode("utf-8"))])
-    if conn.dialect.name == "sqlite":
-        return func.instr(outbox.c.headers, needle) > 0
-    return or_(text("position(:needle in outbox.headers) > 0").bindparams(needle=needle))
+    return _contains(conn, outbox.c.headers, pack_headers([(name, value.encode("utf-8"))]))
 
 
 def _clock(ms: int) -> str:

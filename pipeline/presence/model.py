@@ -45,7 +45,7 @@ AWAY_LABEL = "fleet.away_since"
 # takes it. A label for the same reason as the two above: every reader reads the record
 TAKES_LABEL = "fleet.takes"
 # what this release's gateway takes: receipts batched into one record (docs/envelope.md)
-GATEWAY_TAKES: frozenset[str] = frozenset({"RECEIPTS"})
+GATEWAY_TAKES: frozenset[str] = frozenset({Kind.RECEIPTS.value})
 _RESERVED = (INCARNATION_LABEL, AWAY_LABEL, TAKES_LABEL)
 _DECIMAL = re.compile(r"[0-9]{1,18}")
 # defined in .roles (a config reads them without loading the envelope); still importable here
