@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.envelope import (
+    GATEWAY_KINDS,
     BoundedSeenSet,
     Envelope,
     Kind,
@@ -59,6 +60,8 @@ class Fleet:
             "ttl_s": 60,
             "now_ms": self.now,
         }
+        if "sender" not in kw and kw.get("kind") in GATEWAY_KINDS:
+            args["sender"] = "a._gateway"  # a receipt comes from host a's gateway
         args.update(kw)
         return Envelope.new(**args)
 

@@ -91,3 +91,6 @@ RESERVED_FOLDED: dict[str, str] = {h.casefold(): h for h in RESERVED}
 VERSION = 1
 BROADCAST_PREFIX = "broadcast."
 GATEWAY_SUFFIX = "._gateway"
+# Kinds only a gateway sends (``from`` = ``<host>._gateway``): a receipt settles its sender's
+# tracked send, so one from an agent would let it settle another's (docs/envelope.md)
+GATEWAY_KINDS: frozenset[Kind] = frozenset({Kind.INJECTED, Kind.FAILED, Kind.RECEIPTS})

@@ -17,7 +17,7 @@
                                                                                MALFORMED_HEADERS
 5. ``from`` lives on the signing host per the last signed presence binding UNKNOWN_SENDER,
    (``<host>._gateway`` is valid exactly when <host> is the signer)         SIGNER_MISMATCH
-   -- and a ``RECEIPTS`` only from a gateway                                 UNKNOWN_KIND
+   -- and a receipt (``INJECTED``, ``FAILED``, ``RECEIPTS``) only from a gateway  UNKNOWN_KIND
    -- a binding, not liveness: it changes by a tombstone or a newer binding, never because
    heartbeats went unheard during an outage (docs/presence.md "Two jobs")
 6. ``to`` == record key, and the topic is this host's inbox (or its control
@@ -63,7 +63,7 @@ class PresenceView(Protocol):
 _GATEWAY_SUFFIX = r.GATEWAY_SUFFIX
 _BROADCAST_PREFIX = r.BROADCAST_PREFIX
 _BROADCAST = r.Kind.BROADCAST
-_RECEIPTS = r.Kind.RECEIPTS
+_GATEWAY_KINDS = r.GATEWAY_KINDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +127,8 @@ class Verifier:
             if sender != f"{signer_host}{_GATEWAY_SUFFIX}":
                 fail(r.SIGNER_MISMATCH, f"{sender} signed by {signer_host}", raw, env)
         else:
-            if env.kind is _RECEIPTS:  # only a gateway batches its receipts (docs/envelope.md)
-                fail(r.UNKNOWN_KIND, f"kind RECEIPTS from {sender}, not a gateway", raw, env)
+            if env.kind in _GATEWAY_KINDS:  # receipts settle tracked sends (docs/envelope.md)
+                fail(r.UNKNOWN_KIND, f"kind {env.kind} from {sender}, not a gateway", raw, env)
             lives_on = self.presence.host_of(sender)
             if lives_on != signer_host:
                 self._wrong_sender(env, signer_host, lives_on, raw)

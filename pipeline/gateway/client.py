@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipeline.envelope import Envelope, Kind
+from pipeline.envelope import GATEWAY_KINDS, Envelope, Kind
 from pipeline.errors import DeliveryError, FleetError
 from pipeline.host import dbapi, deadlines, roster_cache
 from pipeline.host.conversations import ABANDONED, Conversations
@@ -225,9 +225,9 @@ class GatewayClient:
         return results
 
     def _envelope(self, r: SendRequest) -> Envelope:
-        if r.kind is Kind.RECEIPTS:  # a gateway's own; its peers refuse one from an agent
+        if r.kind in GATEWAY_KINDS:  # a gateway's own receipts; its peers refuse one from an agent
             raise DeliveryError(
-                f"{r.sender}: kind RECEIPTS is sent by a gateway only",
+                f"{r.sender}: kind {r.kind} is sent by a gateway only",
                 reason=Verification.UNKNOWN_KIND,
                 context={"to": r.to},
             )

@@ -188,6 +188,60 @@ def test_a_burst_of_injects_sends_its_receipts_in_one_record_and_the_main_holds_
     assert a.registry.get_sample_value("fleet_gateway_receipts_unpacked_total") == batched
 
 
+def test_a_receipt_forged_by_an_agent_settles_nothing_and_is_dead_lettered(
+    two_hosts: Any, kafka: BrokerHandle
+) -> None:
+    """R-ACK-4 / R-ACK-5: a tracked send is settled by its recipient's gateway alone. An agent's
+    INJECTED and FAILED about another's brief, signed by the agent's own host as a gateway whose
+    socket took any kind (v0.12) would sign them, are dead-lettered UNKNOWN_KIND at the sender's
+    gateway: the brief stays pending, nothing is held, and its real INJECTED still settles it."""
+    from confluent_kafka import Producer
+    from sqlalchemy import select
+
+    from pipeline.envelope import Envelope, encode
+    from pipeline.envelope.receipts import failed_receipt, injected_body, read_receipt
+    from pipeline.failures import dlq_ops
+    from pipeline.host.tracking import forward_table
+    from pipeline.kafka.settings import producer_config
+    from pipeline.kafka.topics import TopicNames
+
+    a, b, rec = two_hosts
+    rec.hold = gate = threading.Event()  # the real inject waits while the forgeries arrive
+    sent = a.client.send(sender="main-a", to="worker-b", body=b"brief")
+    assert rec.holding.wait(20), "the brief reached worker-b"
+    forged = [
+        Envelope.new(kind=Kind.INJECTED, sender="worker-b", to="main-a", ttl_s=60,
+                     body=injected_body(sent.msg_id, "worker-b")),
+        failed_receipt(about=sent.msg_id, recipient="worker-b", sender="worker-b", to="main-a",
+                       reason="INJECT_FAILED", error="forged", stage="inject", ttl_s=60,
+                       trace_id=sent.trace_id),
+    ]  # fmt: skip
+    topics = TopicNames(prefix=a.runtime.config.topics[0].removesuffix("inbox.A"))
+    producer = Producer(producer_config(kafka.bootstrap))
+    for env in forged:
+        key, headers, value = encode(
+            env, topic=topics.inbox("A"), signer=b.client.publisher.signer
+        )
+        producer.produce(topics.inbox("A"), key=key, value=value, headers=headers)
+    assert producer.flush(30) == 0
+    ids = {env.msg_id for env in forged}
+
+    def dead() -> list[Any]:
+        return [d for d in dlq_ops.scan(kafka.bootstrap, topics.dlq) if d.msg_id in ids]
+
+    wait_until(lambda: len(dead()) == 2, timeout_s=30, what="both forgeries dead-lettered")
+    assert {d.reason for d in dead()} == {"UNKNOWN_KIND"}
+    with a.engine.connect() as c:
+        assert c.execute(select(forward_table.c.state)).scalars().all() == ["pending"]
+    assert a.client.poll("main-a") == [], "nothing forged was held"
+    gate.set()
+    [receipt] = _drain(a, "main-a", 1)
+    assert receipt.kind == "INJECTED" and receipt.sender == "B._gateway"
+    assert read_receipt("INJECTED", receipt.body).msg_id == sent.msg_id
+    with a.engine.connect() as c:
+        assert c.execute(select(forward_table.c.state)).scalars().all() == ["injected"]
+
+
 def test_ask_without_open_pull_gets_no_waiter_in_one_round_trip(two_hosts: Any) -> None:
     """R-CONV-1: the main's gateway answers NO_WAITER on arrival when nobody pulls."""
     a, b, rec = two_hosts

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline import schemas
-from pipeline.envelope import Envelope, Kind, codec_for, encode
+from pipeline.envelope import GATEWAY_KINDS, Envelope, Kind, codec_for, encode
 from pipeline.envelope import reasons as r
 from pipeline.errors import EnvelopeError
 from tests.envelope_kit import NOW, Fleet
@@ -25,8 +25,8 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 @st.composite
 def envelopes(draw: st.DrawFn) -> Envelope:
     kind = draw(st.sampled_from(list(Kind)))
-    # a RECEIPTS is a gateway's alone (refused from an agent: tests/unit/test_receipts_record.py)
-    sender = "a._gateway" if kind is Kind.RECEIPTS else "w-a"
+    # a receipt is a gateway's alone (refused from an agent: tests/unit/test_receipts_record.py)
+    sender = "a._gateway" if kind in GATEWAY_KINDS else "w-a"
     to = draw(gids.filter(lambda g: not g.startswith(r.BROADCAST_PREFIX)))
     if kind is Kind.BROADCAST:
         to = r.BROADCAST_PREFIX + to

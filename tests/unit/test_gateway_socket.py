@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from pipeline.bootstrap.client import build_client
 from pipeline.cli.main import app
-from pipeline.envelope import Envelope, Kind, Signer
+from pipeline.envelope import GATEWAY_KINDS, Envelope, Kind, Signer
 from pipeline.errors import ConfigError, DeliveryError
 from pipeline.gateway.socket_server import SocketServer, _Pending, parse_send
 from pipeline.host import roster_cache
@@ -240,15 +240,17 @@ def test_a_refusal_is_the_same_fleet_error_as_the_direct_path(served, tmp_path: 
     assert _rows(engine) == 0 and commits == []
 
 
-def test_an_agent_cannot_send_a_gateways_receipts(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """RECEIPTS is a gateway's own (docs/envelope.md): refused UNKNOWN_KIND on either path,
-    where its peers would refuse it too, and nothing is written."""
+@pytest.mark.parametrize("kind", sorted(GATEWAY_KINDS))
+def test_an_agent_cannot_send_a_gateways_receipts(served, kind: Kind) -> None:  # type: ignore[no-untyped-def]
+    """INJECTED, FAILED and RECEIPTS are a gateway's own (docs/envelope.md): refused
+    UNKNOWN_KIND on either path, where its peers would refuse them too, and nothing is
+    written."""
     server, engine, cfg, commits = served
     direct = build_client(cfg, signer=Signer.load(cfg.key_file or ""), engine=engine)
     with pytest.raises(DeliveryError) as d:
-        direct.send(sender="main-a", to="main-b", body=b"x", kind=Kind.RECEIPTS)
+        direct.send(sender="main-a", to="main-b", body=b"x", kind=kind)
     with SocketClient.connect(server.path) as c, pytest.raises(DeliveryError) as s:
-        c.send(sender="main-a", to="main-b", body=b"x", kind="RECEIPTS")
+        c.send(sender="main-a", to="main-b", body=b"x", kind=kind.value)
     assert d.value.reason == s.value.reason == "UNKNOWN_KIND"
     assert _rows(engine) == 0 and commits == []
 

@@ -15,9 +15,10 @@ import pytest
 from sqlalchemy import Engine, select
 
 from pipeline import schemas
-from pipeline.envelope import Envelope, Kind
+from pipeline.envelope import GATEWAY_KINDS, Envelope, Kind
 from pipeline.envelope import reasons as r
 from pipeline.envelope.receipts import (
+    failed_receipt,
     injected_body,
     read_receipt,
     read_receipts,
@@ -85,16 +86,25 @@ def test_a_bad_receipts_body_is_refused_with_a_reason(body: bytes) -> None:
     assert info.value.reason in (r.SCHEMA_INVALID, r.MALFORMED_HEADERS)
 
 
-def test_receipts_signed_by_an_agent_are_refused_and_by_its_gateway_verify() -> None:
-    """Only a gateway batches its receipts: an agent that sends a RECEIPTS (its socket takes any
-    kind) would settle another sender's tracked sends; refused UNKNOWN_KIND at verification."""
+@pytest.mark.parametrize("kind", sorted(GATEWAY_KINDS))
+def test_receipts_signed_by_an_agent_are_refused_and_by_its_gateway_verify(kind: Kind) -> None:
+    """Only a gateway sends a receipt (INJECTED, FAILED) or batches them (RECEIPTS): an agent
+    that sends one (a v0.12 socket takes any kind) would settle another sender's tracked sends;
+    refused UNKNOWN_KIND at verification."""
     f = Fleet()
-    body = receipts_envelope([_injected("x", to="m-b")], sender="a._gateway", ttl_s=60).body
-    from_agent = f.envelope(kind=Kind.RECEIPTS, sender="w-a", body=body)
+    body = {
+        Kind.RECEIPTS: receipts_envelope([_injected("x", to="m-b")], sender="a._gateway",
+                                         ttl_s=60).body,
+        Kind.INJECTED: injected_body("x", "w"),
+        Kind.FAILED: failed_receipt(about="x", recipient="w", sender="a._gateway", to="m-b",
+                                    reason="INJECT_FAILED", error="", stage="inject", ttl_s=60,
+                                    trace_id=None).body,
+    }[kind]  # fmt: skip
+    from_agent = f.envelope(kind=kind, sender="w-a", body=body)
     with pytest.raises(EnvelopeError) as info:
         f.verifier("b").verify(**f.record(from_agent))
     assert info.value.reason == r.UNKNOWN_KIND
-    from_gateway = f.envelope(kind=Kind.RECEIPTS, sender="a._gateway", body=body)
+    from_gateway = f.envelope(kind=kind, sender="a._gateway", body=body)
     assert f.verifier("b").verify(**f.record(from_gateway)).envelope == from_gateway
 
 
