@@ -18,7 +18,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 from sqlalchemy import select
 
 from pipeline.bootstrap.client import build_client
@@ -26,7 +25,6 @@ from pipeline.envelope import Envelope, Kind, Signer
 from pipeline.envelope.receipts import injected_body
 from pipeline.gateway.inbound import InboxHandler
 from pipeline.gateway.injection import past_inject_deadline
-from pipeline.gateway.metrics import GatewayMetrics
 from pipeline.host import deadlines, roster_cache
 from pipeline.host.entity_config import EntityConfig
 from pipeline.host.gateway_config import GatewayConfig
@@ -38,6 +36,7 @@ from pipeline.reasons import Delivery as DeliveryReason
 from pipeline.runtime import Record, Staged
 from pipeline.runtime.outcomes import DeadLetter
 from pipeline.store import make_engine, read_sessions, session_factory
+from tests.unit.test_receipts_batched import stub_inbox_handler
 
 FAR = 10**15
 
@@ -93,18 +92,14 @@ def _handler(tmp_path: Path, *, delivery: str = "inject") -> tuple[InboxHandler,
     engine = make_engine(f"sqlite:///{tmp_path / 'B.sqlite'}")
     submitted: list[Any] = []
     entity = SimpleNamespace(gid="worker-b", delivery=Delivery(delivery))
-    handler = InboxHandler(
-        host="B",
-        verifier=None,  # type: ignore[arg-type]
-        entities=SimpleNamespace(get=lambda gid: entity),  # type: ignore[arg-type]
-        publisher=None,  # type: ignore[arg-type]
-        conversations=None,  # type: ignore[arg-type]
-        injections=SimpleNamespace(  # type: ignore[arg-type]
+    handler = stub_inbox_handler(
+        "B",
+        entity,
+        reads=read_sessions(engine),
+        injections=SimpleNamespace(
             submit=lambda gid, env, reply_host: submitted.append(env.msg_id)
         ),
-        reads=read_sessions(engine),
-        metrics=GatewayMetrics(CollectorRegistry()),
-        seen=None,  # type: ignore[arg-type]
+        seen=None,
     )
     return handler, engine, submitted
 

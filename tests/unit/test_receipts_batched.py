@@ -55,23 +55,28 @@ def _store(path: Path | str) -> Any:
     return sessions
 
 
+def stub_inbox_handler(host: str, entity: Any, *, reads: Any, **kw: Any) -> InboxHandler:
+    """An ``InboxHandler`` of ``host`` whose every entity is ``entity``: only the parts a test
+    passes (``kw``) are real; the verifier, publisher, conversations and injections are not."""
+    parts: dict[str, Any] = {
+        "verifier": None,
+        "publisher": None,
+        "conversations": None,
+        "injections": None,
+        "metrics": GatewayMetrics(CollectorRegistry()),
+        "seen": SimpleNamespace(add_all=lambda ids: None),
+    }
+    parts.update(kw)
+    return InboxHandler(
+        host=host, entities=SimpleNamespace(get=lambda gid: entity), reads=reads, **parts
+    )
+
+
 def pull_handler(reads: Any, *, tracked: Any, **kw: Any) -> InboxHandler:
     """Host A's inbox handler for receipts to its pull entity main-a: only the parts a receipt
     uses are real; its held counts start at 0 and are counted by its holds, not read."""
     entity = SimpleNamespace(gid="main-a", delivery=Delivery.PULL)
-    handler = InboxHandler(
-        host="A",
-        verifier=None,  # type: ignore[arg-type]
-        entities=SimpleNamespace(get=lambda gid: entity),  # type: ignore[arg-type]
-        publisher=None,  # type: ignore[arg-type]
-        conversations=None,  # type: ignore[arg-type]
-        injections=None,  # type: ignore[arg-type]
-        reads=reads,
-        metrics=GatewayMetrics(CollectorRegistry()),
-        seen=SimpleNamespace(add_all=lambda ids: None),  # type: ignore[arg-type]
-        tracked=tracked,
-        **kw,
-    )
+    handler = stub_inbox_handler("A", entity, reads=reads, tracked=tracked, **kw)
     handler._held.refreshed = float("inf")  # the pending counts: not what these tests read
     return handler
 
