@@ -54,17 +54,51 @@ def of_run(run: dict[str, Any], steps: tuple[int, ...] = STEPS) -> dict[str, Any
         phase = run.get(f"at_{rate}")
         if phase is None:
             break
-        measured.append((rate, phase.get("send_to_held_ms", {}).get("p99"), passed(phase)))
+        measured.append((rate, phase, passed(phase)))
     out: dict[str, Any] = {
         # nothing measured (the run failed before its first step): no knee, not a knee of 0
         "knee_msg_per_s": knee_of([(rate, ok) for rate, _, ok in measured]) if measured else None,
-        "steps": [{"offered": r, "held_p99_ms": p, "passed": ok} for r, p, ok in measured],
+        "steps": [_step(rate, phase, ok) for rate, phase, ok in measured],
     }
     if measured and all(ok for *_, ok in measured) and len(measured) < len(steps):
         out["incomplete"] = True  # stopped early by an error, not by a failed step
     if "error" in run:
         out["error"] = run["error"]
     return out
+
+
+def _step(rate: int, phase: dict[str, Any], ok: bool) -> dict[str, Any]:
+    """One step as the result keeps it: its p99, whether it passed, and what it cost the
+    machine -- the share of its cores busy and each process's CPU per message (the gateways,
+    the broker, the PostgreSQL server, the bench's sender), which say why a step failed."""
+    return {
+        "offered": rate,
+        "held_p99_ms": phase.get("send_to_held_ms", {}).get("p99"),
+        "passed": ok,
+        "machine_busy": phase.get("cpu", {}).get("machine_busy"),
+        "cpu_us_per_msg": phase.get("cpu_us_per_msg"),
+    }
+
+
+GATEWAYS = ("gateway_A", "gateway_B")
+
+
+def past_the_knee(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per repeat, the first step that failed: the share of the cores busy, the CPU per message
+    of every process, and of every process but the gateways (a repeat that failed no step, or
+    whose failed step has no CPU figures, adds none)."""
+    busy: list[float] = []
+    every: list[float] = []
+    others: list[float] = []
+    for run in runs:
+        failed = next((s for s in run.get("steps", []) if not s["passed"]), None)
+        cpu = (failed or {}).get("cpu_us_per_msg")
+        if failed is None or not cpu or failed.get("machine_busy") is None:
+            continue
+        busy.append(float(failed["machine_busy"]))
+        every.append(float(sum(cpu.values())))
+        others.append(float(sum(v for k, v in cpu.items() if k not in GATEWAYS)))
+    return {"machine_busy": busy, "all_us_per_msg": every, "not_gateways_us_per_msg": others}
 
 
 def repeats(
@@ -102,5 +136,6 @@ def repeats(
         "injector": injector,
         "knee_msg_per_s": latency.spread(knees) if knees else None,
         "knee_per_repeat": [r["knee_msg_per_s"] for r in runs],
+        "past_the_knee": {k: latency.spread(v) for k, v in past_the_knee(runs).items() if v},
         "runs": runs,
     }

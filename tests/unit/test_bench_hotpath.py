@@ -83,3 +83,63 @@ def test_the_issue_targets_of_the_pull_and_faststream_rows_are_ratios_within_one
     )
     assert not rows["  the same over its ceiling (= runtime / hand_async, same repeat)"]["met"]
     assert rows["  the same / Ed25519 verify alone on 1 core, same repeat"]["met"]
+
+
+def test_latency_targets_per_store_and_postgresql_read_against_sqlite() -> None:
+    """≤ 10 / 25 ms on SQLite, ≤ 15 / 40 ms on PostgreSQL, and PostgreSQL's rows within 1.5 x
+    SQLite's: a PostgreSQL held p99 of 12 ms meets its row where the same on SQLite does not."""
+    at = {
+        "send_to_held_p99_ms": _spread(11.0, 12.0, 14.0),
+        "send_to_injected_p99_ms": _spread(30.0, 35.0, 39.0),
+    }
+    lite = {
+        "send_to_held_p99_ms": _spread(7.0, 8.0, 9.0),
+        "send_to_injected_p99_ms": at["send_to_injected_p99_ms"],
+    }
+    rows = _rows(
+        {
+            "latency_sqlite": {"summary": {"at_500": lite}},
+            "latency_postgresql": {"summary": {"at_500": at}},
+        }
+    )
+    assert rows["send -> held p99 at 500 msg/s, postgresql (ms)"]["met"]
+    assert rows["send -> INJECTED p99 at 500 msg/s, postgresql (ms)"]["met"]
+    assert not rows["send -> INJECTED p99 at 500 msg/s, sqlite (ms)"]["met"]
+    held = rows["send -> held p99 at 500 msg/s, postgresql / sqlite, medians (x)"]
+    assert held["measured"]["median"] == 1.5 and held["met"]
+    injected = rows["send -> INJECTED p99 at 500 msg/s, postgresql / sqlite, medians (x)"]
+    assert injected["measured"]["median"] == 1.0
+
+
+def test_past_the_knee_reads_the_first_failed_step_of_each_repeat() -> None:
+    from bench.knee import of_run, past_the_knee
+
+    def phase(p99: float, busy: float, a: float) -> dict[str, Any]:
+        return {
+            "offered_msg_per_s": 1000,
+            "achieved_msg_per_s": 1000,
+            "send_to_held_ms": {"p99": p99, "n": 10, "of": 10},
+            "send_to_injected_ms": {"of": 0},
+            "cpu": {"machine_busy": busy},
+            "cpu_us_per_msg": {"gateway_A": a, "gateway_B": 200.0, "broker": 100.0, "bench": 50.0},
+        }
+
+    failed_twice = {"at_500": phase(20, 0.4, 300), "at_1000": phase(60, 0.9, 250)}
+    passed_all = {"at_500": phase(20, 0.4, 300), "at_1000": phase(30, 0.7, 250)}
+    runs = [of_run(failed_twice, (500, 1000)), of_run(passed_all, (500, 1000))]
+    assert [r["knee_msg_per_s"] for r in runs] == [500, 1000]
+    past = past_the_knee(runs)
+    assert past == {
+        "machine_busy": [0.9],
+        "all_us_per_msg": [600.0],
+        "not_gateways_us_per_msg": [150.0],
+    }
+    rows = _rows(
+        {"knee_sqlite": {"past_the_knee": {k: _spread(v[0], v[0], v[0]) for k, v in past.items()}}}
+    )
+    assert (
+        rows["  sqlite: the first step past the knee, machine busy (share of all cores)"][
+            "measured"
+        ]["median"]
+        == 0.9
+    )
