@@ -357,7 +357,9 @@ def mcp(
     """Serve one main over MCP on stdio (send, ask, answer, abandon, broadcast, poll, roster)."""
     from pipeline.bootstrap.mcp import build_mcp_server
 
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)  # stdout is the protocol
+    from .logs import StderrHandler
+
+    logging.basicConfig(level=logging.WARNING, handlers=[StderrHandler()])  # stdout: the protocol
     cfg = _load(config)
     trace = os.environ.get(TRACE_ENV) or None  # a worker's MCP continues its brief's trace
     build_mcp_server(cfg, signer=_signer(cfg), gid=gid, trace_default=trace).run("stdio")

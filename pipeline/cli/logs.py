@@ -15,7 +15,7 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -69,10 +69,29 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes each record to ``sys.stderr`` as it is when the record is emitted, not as it was
+    when the handler was made. A command run in-process (a test's ``CliRunner``) sets logging
+    up while ``sys.stderr`` is a stream that is closed when the command returns; a handler
+    holding that stream made every later record of a thread still running (a gateway's) a
+    "Logging error" on a closed file."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass  # always sys.stderr (StreamHandler.__init__ sets it)
+
+
 def configure_logging(fmt: LogFormat = LogFormat.TEXT, level: LogLevel = LogLevel.INFO) -> None:
     """Send the root logger's records to stderr in ``fmt`` from ``level`` up (replacing any
     handler already there: the process's one logging set-up)."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.setFormatter(
         JsonFormatter() if fmt is LogFormat.JSON else logging.Formatter(TEXT_FORMAT)
     )

@@ -57,3 +57,29 @@ def test_text_logs_are_lines(root_logging: None, capsys: pytest.CaptureFixture[s
 def test_every_long_running_command_takes_both_options(path: str) -> None:
     names = {n for p in ALL[path].params for n in getattr(p, "opts", ())}
     assert {"--log-format", "--log-level"} <= names
+
+
+def test_a_record_goes_to_stderr_as_it_is_now_not_to_a_stream_closed_since(
+    root_logging: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command run in-process (``CliRunner``) set logging up while stderr was a stream that
+    closed when it returned; a gateway thread still running then logged into the closed stream
+    ("--- Logging error ---" in the suite's output)."""
+    import io
+    import sys
+
+    errors: list[BaseException | None] = []
+    monkeypatch.setattr(logging, "raiseExceptions", True)
+    monkeypatch.setattr(
+        logging.Handler, "handleError", lambda self, record: errors.append(sys.exc_info()[1])
+    )
+    during = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", during)
+    configure_logging(LogFormat.TEXT, LogLevel.INFO)
+    logging.getLogger("pipeline.test").info("while the command runs")
+    after = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", after)
+    during.close()
+    logging.getLogger("pipeline.test").info("from a thread, later")
+    assert errors == []
+    assert after.getvalue().endswith("INFO pipeline.test from a thread, later\n")
