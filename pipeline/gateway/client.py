@@ -299,6 +299,7 @@ class GatewayClient:
                 msg_id=env.msg_id,
                 sender=sender,
                 recipient=to,
+                host=entry.host,
                 trace_id=env.trace_id,
                 sent_ms=env.ts_ms,
                 deadline_ms=env.expires_at_ms + int(self.clock_skew_s * 1000),

@@ -281,7 +281,7 @@ class InboxHandler:
             return self._each_receipt(env, record, tx, entity.delivery, verified.signer_host)
         if entity.delivery == Delivery.PULL:
             return self._to_pull(env, record, tx, verified.signer_host)
-        return self._to_inject(env, tx, verified.signer_host)
+        return self._to_inject(env, record, tx, verified.signer_host)
 
     def _each_receipt(
         self, env: Envelope, record: Record, tx: Staged, delivery: Delivery, signer_host: str
@@ -297,7 +297,7 @@ class InboxHandler:
             if delivery == Delivery.PULL:
                 outcome = self._to_pull(item, record, tx, signer_host)
             else:
-                outcome = self._to_inject(item, tx, signer_host)
+                outcome = self._to_inject(item, record, tx, signer_host)
             if outcome is not ACK:
                 return outcome
         return ACK
@@ -340,9 +340,25 @@ class InboxHandler:
                 self._reply(tx, env, Kind.NO_WAITER, signer_host, body=b"")
                 self.metrics.no_waiter.inc()
                 return ACK
-        if env.kind in RECEIPT_KINDS and not self.receipts.take(env, tx, self._read):
-            return ACK  # a FAILED the deadline already gave: exactly one FAILED per send
+        if env.kind in RECEIPT_KINDS:
+            taken = self._receipt(env, record, tx, signer_host)
+            if taken is not None:
+                return taken
         return self._hold(env, record, tx, env.to)
+
+    def _receipt(
+        self, env: Envelope, record: Record, tx: Staged, signer_host: str
+    ) -> Outcome | None:
+        """A receipt about a send of this host, for a pull or an inject entity alike: settle
+        the send it is about (None: then deliver it to its recipient as any message), or its
+        outcome instead -- dropped (a ``FAILED`` the deadline already gave: exactly one per
+        send) or refused (an ``INJECTED`` signed by a host the send did not go to)."""
+        try:
+            if not self.receipts.take(env, tx, self._read, signer_host):
+                return ACK
+        except EnvelopeError as exc:
+            return self._refused(record, exc)
+        return None
 
     def _turn_waiting(self, turn_id: str) -> bool:
         with self.reads() as s:
@@ -387,7 +403,13 @@ class InboxHandler:
         return self._held.counts.get(recipient, 0)
 
     # -- forward path ------------------------------------------------------------------------
-    def _to_inject(self, env: Envelope, tx: Staged, signer_host: str) -> Outcome:
+    def _to_inject(self, env: Envelope, record: Record, tx: Staged, signer_host: str) -> Outcome:
+        if env.kind in RECEIPT_KINDS:  # a worker's own tracked send: settled as a main's is
+            taken = self._receipt(env, record, tx, signer_host)
+            if isinstance(taken, DeadLetter):
+                return taken
+            # a FAILED the deadline gave first is injected all the same: the deadline's FAILED
+            # is held, which an inject-mode sender does not read
         if env.kind in TRACKED_KINDS and past_inject_deadline(env):
             # the sender signed its inject deadline as expiresAt and is about to be (or was)
             # told FAILED: injecting now would make that FAILED a lie (at-most-once)

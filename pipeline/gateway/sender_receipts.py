@@ -1,7 +1,10 @@
 """The receipts an inbox takes about this host's own tracked sends (``INJECTED``, ``FAILED``).
 
 A receipt settles the tracked send it is about -- a forward send or a SPAWN / STOP -- and is then
-held for the sender like any message (docs/gateway.md, "The inject deadline", "The inject
+held for the sender like any message. An ``INJECTED`` is taken only from the gateway of the host
+the send went to: no other host injected it (``SIGNER_MISMATCH``, dead-lettered, nothing
+settled). A ``FAILED`` may come from any gateway -- the FAILED reporter is one consumer group
+across hosts -- (docs/gateway.md, "The inject deadline", "The inject
 journal"): exactly one ``FAILED`` per send (R-ACK-5), a late ``INJECTED`` said loudly, an
 ``uncertain`` one recorded as such. The state of every receipt's send in a batch is read ahead,
 in the batch transaction, in one statement per tracked kind.
@@ -17,6 +20,7 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from pipeline.envelope import Envelope, Kind
+from pipeline.envelope.reasons import SIGNER_MISMATCH
 from pipeline.envelope.receipts import Receipt, read_receipt
 from pipeline.errors import EnvelopeError
 from pipeline.host import deadlines
@@ -39,7 +43,7 @@ class SenderReceipts:
         # the batch's receipts (by the receipt's msgId) and the state of the sends they are
         # about, read ahead in the batch transaction; a receipt not found here is read alone
         self._receipts: dict[str, Receipt] = {}
-        self._states: Mapping[str, str | None] = {}
+        self._states: Mapping[str, deadlines.Sent | None] = {}
 
     def read_ahead(self, conn: Connection, envelopes: Iterable[Envelope]) -> None:
         """The batch's receipts among ``envelopes`` (verified) and their sends' states, read in
@@ -68,17 +72,29 @@ class SenderReceipts:
         self,
         env: Envelope,
         tx: Staged,
-        read: Callable[[Callable[[Session], str | None]], str | None],
+        read: Callable[[Callable[[Session], deadlines.Sent | None]], deadlines.Sent | None],
+        signer_host: str,
     ) -> bool:
-        """Settle the send ``env`` (a receipt) is about, in ``tx``; True: hold ``env`` for the
-        sender, False: drop it (a ``FAILED`` the deadline already gave: one per send).
-        ``read`` runs a read of its own for a receipt not read ahead."""
+        """Settle the send ``env`` (a receipt signed by ``signer_host``) is about, in ``tx``;
+        True: hold ``env`` for the sender, False: drop it (a ``FAILED`` the deadline already
+        gave: one per send). ``read`` runs a read of its own for a receipt not read ahead.
+        Raises ``EnvelopeError`` (``SIGNER_MISMATCH``) for an ``INJECTED`` about a send that
+        went to another host than the signer."""
         ahead = self._receipts.pop(env.msg_id, None)
         receipt = ahead or read_receipt(env.kind.value, env.body)
         if ahead is not None and receipt.msg_id in self._states:
-            state = self._states[receipt.msg_id]
+            sent = self._states[receipt.msg_id]
         else:
-            state = read(lambda s: deadlines.answered(s, self.tracked, receipt.msg_id))
+            sent = read(lambda s: deadlines.tracked_send(s, self.tracked, receipt.msg_id))
+        state = None if sent is None else sent.state
+        if env.kind == Kind.INJECTED and sent is not None and sent.host not in (None, signer_host):
+            raise EnvelopeError(
+                f"INJECTED about {receipt.msg_id}, a send to host {sent.host}, signed by host "
+                f"{signer_host}: only the host a send went to injects it",
+                reason=SIGNER_MISMATCH,
+                context={"about": receipt.msg_id, "sent_to_host": sent.host,
+                         "signer_host": signer_host},
+            )  # fmt: skip
         if env.kind == Kind.FAILED and state == deadlines.FAILED:
             return False  # the deadline already reported it: exactly one FAILED per send
         if env.kind == Kind.INJECTED and receipt.stage == STAGE_UNCERTAIN:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     BigInteger,
@@ -64,7 +64,8 @@ class Tracked:
 
     ``table`` is keyed by ``msg_id`` and ends with :func:`tracked_columns`; among its own
     columns are the two named here: ``owner`` (who sent it and gets the ``FAILED``) and
-    ``about`` (the gid the ``FAILED`` is about).
+    ``about`` (the gid the ``FAILED`` is about), and ``host``: the host the send went to, whose
+    gateway alone answers it ``INJECTED`` (NULL in a row written before it was kept: any).
     """
 
     name: str
@@ -75,6 +76,14 @@ class Tracked:
     reason: str  # the timeout's reason code
     stage: str  # the FAILED body's stage
     describe: Callable[[Any], str]  # the FAILED's error text for an overdue row
+
+
+class Sent(NamedTuple):
+    """What a receipt's settle reads of its tracked send: its state, and the host it went to
+    (None: not recorded, a row from before 0.13)."""
+
+    state: str
+    host: str | None
 
 
 def track(session: Session, kind: Tracked, later: dbapi.Later | None = None, **row: Any) -> None:
@@ -118,7 +127,7 @@ _SETTLE: dict[Table, Any] = {}
 _STATE_OF: dict[Table, Any] = {}
 # the same for a whole batch of receipts: DB-API SQL text, one statement per table and batch
 # size (SQLAlchemy's per-execution work on an expanding IN cost more than the statement)
-_STATES_SQL = "SELECT msg_id, state FROM {table} WHERE msg_id IN ({ids})"
+_STATES_SQL = "SELECT msg_id, state, host FROM {table} WHERE msg_id IN ({ids})"
 _SETTLE_SQL = "UPDATE {table} SET state = {p}, reason = {p} WHERE state = {p} AND msg_id IN ({ids})"
 _RETURNING = " RETURNING msg_id"
 _PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
@@ -199,12 +208,21 @@ def mark_uncertain(session: Session, kinds: Sequence[Tracked], msg_id: str) -> s
 
 
 def state_of(session: Session, kind: Tracked, msg_id: str) -> str | None:
+    sent = sent_of(session, kind, msg_id)
+    return None if sent is None else sent.state
+
+
+def sent_of(session: Session, kind: Tracked, msg_id: str) -> Sent | None:
     t = kind.table
     stmt = _STATE_OF.get(t)
     if stmt is None:
-        stmt = _STATE_OF[t] = select(t.c.state).where(t.c.msg_id == bindparam("b_msg_id"))
+        stmt = _STATE_OF[t] = select(t.c.state, t.c.host).where(t.c.msg_id == bindparam("b_msg_id"))
     row = session.execute(stmt, {"b_msg_id": msg_id}).first()
-    return None if row is None else str(row.state)
+    return None if row is None else _sent(row.state, row.host)
+
+
+def _sent(state: Any, host: Any) -> Sent:
+    return Sent(str(state), None if host is None else str(host))
 
 
 def overdue(session: Session, kind: Tracked, now: int, limit: int = 500) -> list[Any]:
@@ -215,30 +233,37 @@ def overdue(session: Session, kind: Tracked, now: int, limit: int = 500) -> list
 
 def answered(session: Session, kinds: Sequence[Tracked], msg_id: str) -> str | None:
     """The state of the tracked send ``msg_id`` under whichever kind tracks it, else None."""
+    sent = tracked_send(session, kinds, msg_id)
+    return None if sent is None else sent.state
+
+
+def tracked_send(session: Session, kinds: Sequence[Tracked], msg_id: str) -> Sent | None:
+    """The tracked send ``msg_id`` (its state and host) under whichever kind tracks it, else
+    None."""
     for kind in kinds:
-        state = state_of(session, kind, msg_id)
-        if state is not None:
-            return state
+        sent = sent_of(session, kind, msg_id)
+        if sent is not None:
+            return sent
     return None
 
 
 def states_of(
     conn: Connection, kinds: Sequence[Tracked], msg_ids: Iterable[str]
-) -> Mapping[str, str | None]:
-    """:func:`answered` for many msgIds at once: one select per kind (and per 500 ids), every
+) -> Mapping[str, Sent | None]:
+    """:func:`tracked_send` for many msgIds at once: one select per kind (and per 500 ids), every
     id in the answer (None: tracked under no kind). The inbox reads a batch's receipts so."""
     todo = list(dict.fromkeys(msg_ids))
     if todo and kinds and pg_pipeline.on_postgresql(conn):
         return _states_pg(conn, kinds, todo)
-    found: dict[str, str | None] = {}
+    found: dict[str, Sent | None] = {}
     for kind in kinds:
         if not todo:
             break
         for i in range(0, len(todo), _CHUNK):
             chunk = todo[i : i + _CHUNK]
             sql = _sql(conn, _STATES_SQL, kind.table, len(chunk))
-            for msg_id, state in _driver(conn, sql, tuple(chunk), rows=True):
-                found[str(msg_id)] = str(state)
+            for msg_id, state, host in _driver(conn, sql, tuple(chunk), rows=True):
+                found[str(msg_id)] = _sent(state, host)
         todo = [m for m in todo if m not in found]
     for msg_id in todo:
         found[msg_id] = None
@@ -250,7 +275,7 @@ _STATES_PG: dict[tuple[str, ...], str] = {}
 
 def _states_pg(
     conn: Connection, kinds: Sequence[Tracked], ids: list[str]
-) -> Mapping[str, str | None]:
+) -> Mapping[str, Sent | None]:
     """:func:`states_of` on PostgreSQL: every kind's rows in one statement (the ids as one
     array, however many) on libpq's pipeline, where a select per kind on psycopg's cursor was a
     round trip each. Asked before the transaction's first statement (the inbox reads ahead
@@ -262,7 +287,7 @@ def _states_pg(
     sql = _STATES_PG.get(names)
     if sql is None:
         sql = _STATES_PG[names] = " UNION ALL ".join(
-            f"SELECT {n}, msg_id, state FROM {name} WHERE msg_id = ANY(%s)"
+            f"SELECT {n}, msg_id, state, host FROM {name} WHERE msg_id = ANY(%s)"
             for n, name in enumerate(names)
         )
     params = (ids,) * len(names)
@@ -273,27 +298,27 @@ def _states_pg(
     return _States(ids, ahead.rows)
 
 
-class _States(Mapping[str, "str | None"]):
+class _States(Mapping[str, "Sent | None"]):
     """``states_of``'s answer on PostgreSQL, its rows read when first looked at."""
 
     __slots__ = ("_found", "_ids", "_rows")
 
     def __init__(self, ids: list[str], rows: Callable[[], list[tuple[Any, ...]]]) -> None:
         self._ids, self._rows = ids, rows
-        self._found: dict[str, str | None] | None = None
+        self._found: dict[str, Sent | None] | None = None
 
-    def _all(self) -> dict[str, str | None]:
+    def _all(self) -> dict[str, Sent | None]:
         found = self._found
         if found is None:
             found = {}
-            for _, msg_id, state in sorted(self._rows(), key=lambda row: int(row[0])):
-                found.setdefault(str(msg_id), str(state))
+            for _, msg_id, state, host in sorted(self._rows(), key=lambda row: int(row[0])):
+                found.setdefault(str(msg_id), _sent(state, host))
             for msg_id in self._ids:
                 found.setdefault(msg_id, None)
             self._found = found
         return found
 
-    def __getitem__(self, msg_id: str) -> str | None:
+    def __getitem__(self, msg_id: str) -> Sent | None:
         return self._all()[msg_id]
 
     def __iter__(self) -> Iterator[str]:

@@ -22,6 +22,9 @@ forward_table = Table(
     Column("sender", String(255), nullable=False),
     Column("recipient", String(255), nullable=False),
     *tracked_columns(),  # state: pending | injected | failed
+    # the host the brief went to: only its gateway's INJECTED settles the row (NULL: written
+    # before 0.13, any gateway's). After the tracker's columns: added by a later revision.
+    Column("host", String(255), nullable=True),
 )
 
 INJECTED = "injected"

@@ -273,14 +273,14 @@ def test_a_batch_s_read_ahead_goes_in_its_claim_s_round_trip(
             assert trips == [], "nothing sent before the claim"
             assert claim_ids(conn, "scope", ["r7"], 1) == {"r7"}
             assert trips == [3], "BEGIN, the read and the claim: one round trip"
-            assert dict(states) == {"f7": deadlines.PENDING, "nope": None}
+            assert dict(states) == {"f7": deadlines.Sent(deadlines.PENDING, None), "nope": None}
             assert trips == [3]
             deadlines.settle(session.session, FORWARD, "f7", deadlines.FAILED, "INJECT_TIMEOUT")
         trips.clear()
         with batches.begin() as session:
             conn = session.connection()
             states = deadlines.states_of(conn, (FORWARD,), ["f7"])
-            assert states["f7"] == deadlines.FAILED, "no claim carried it: read when asked"
+            assert states["f7"] == (deadlines.FAILED, None), "no claim carried it: read when asked"
             assert trips == [2], "with the BEGIN it sent itself"
             assert claim_ids(conn, "scope", ["r8"], 1) == {"r8"}  # the transaction goes on
     finally:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pipeline.bootstrap.gateway import GatewayParts, build_gateway
-from pipeline.envelope import Kind
+from pipeline.envelope import Kind, Signer
 from pipeline.errors import DeliveryError
 from pipeline.host.entity_config import EntityConfig, InjectorSpec
 from pipeline.host.gateway_config import GatewayConfig
@@ -32,6 +32,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.hold: threading.Event | None = None  # set: the next inject waits for it
         self.holding = threading.Event()  # set while an inject waits
+        self.signers: dict[str, Signer] = {}  # the fleet's keys, for a test that signs as a host
 
     def __call__(self, *, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
         with self.lock:
@@ -64,8 +65,10 @@ def _pull(gid: str, groups: tuple[str, ...] = ()) -> EntityConfig:
 def two_hosts(
     kafka: BrokerHandle, tmp_path: Path
 ) -> Iterator[tuple[GatewayParts, GatewayParts, Recorder]]:
-    fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A", "B"))
+    # C: a host of the fleet (its key trusted) with no gateway here, for a receipt it signs
+    fleet = Fleet.create(tmp_path, kafka.bootstrap, ("A", "B", "C"))
     rec = Recorder()
+    rec.signers = fleet.signers
 
     def cfg(host: str, entities: tuple[EntityConfig, ...]) -> GatewayConfig:
         return GatewayConfig(
@@ -81,9 +84,10 @@ def two_hosts(
         )
 
     a = build_gateway(
-        cfg("A", (_pull("main-a"), _pull("main-a2", ("g",)))),
+        cfg("A", (_pull("main-a"), _pull("main-a2", ("g",)), _inject("worker-a"))),
         signer=fleet.signers["A"],
         trust=fleet.trust,
+        callbacks={"worker-a": rec},
     )
     b = build_gateway(
         cfg("B", (_inject("worker-b"), _inject("worker-b2", ("g",)))),
@@ -94,7 +98,7 @@ def two_hosts(
     a.gateway.start()
     b.gateway.start()
     try:
-        everyone = ("main-a", "main-a2", "worker-b", "worker-b2")
+        everyone = ("main-a", "main-a2", "worker-a", "worker-b", "worker-b2")
         wait_until(  # each host's mirror holds every entity, its own too (a broadcast counts
             # the hosts with a live member: A's own main-a2 must be there, not only B's)
             lambda: all(p.client.knows(g) for p in (a, b) for g in everyone),
@@ -240,6 +244,68 @@ def test_a_receipt_forged_by_an_agent_settles_nothing_and_is_dead_lettered(
     assert read_receipt("INJECTED", receipt.body).msg_id == sent.msg_id
     with a.engine.connect() as c:
         assert c.execute(select(forward_table.c.state)).scalars().all() == ["injected"]
+
+
+def test_an_injected_signed_by_a_host_the_brief_did_not_go_to_settles_nothing(
+    two_hosts: Any, kafka: BrokerHandle
+) -> None:
+    """R-ACK-4 / R-ACK-5: only the host a brief went to can have injected it. An INJECTED
+    about main-a's brief to worker-b (on B), signed by host C's gateway key, is dead-lettered
+    SIGNER_MISMATCH at A: the brief stays pending, nothing is held, B's INJECTED settles it."""
+    from confluent_kafka import Producer
+    from sqlalchemy import select
+
+    from pipeline.envelope import Envelope, encode
+    from pipeline.envelope.receipts import injected_body
+    from pipeline.failures import dlq_ops
+    from pipeline.host.tracking import forward_table
+    from pipeline.kafka.settings import producer_config
+    from pipeline.kafka.topics import TopicNames
+
+    a, _b, rec = two_hosts
+    rec.hold = gate = threading.Event()
+    sent = a.client.send(sender="main-a", to="worker-b", body=b"brief")
+    assert rec.holding.wait(20), "the brief reached worker-b"
+    forged = Envelope.new(kind=Kind.INJECTED, sender="C._gateway", to="main-a", ttl_s=60,
+                          body=injected_body(sent.msg_id, "worker-b"))  # fmt: skip
+    topics = TopicNames(prefix=a.runtime.config.topics[0].removesuffix("inbox.A"))
+    producer = Producer(producer_config(kafka.bootstrap))
+    key, headers, value = encode(forged, topic=topics.inbox("A"), signer=rec.signers["C"])
+    producer.produce(topics.inbox("A"), key=key, value=value, headers=headers)
+    assert producer.flush(30) == 0
+
+    def dead() -> list[Any]:
+        return [d for d in dlq_ops.scan(kafka.bootstrap, topics.dlq) if d.msg_id == forged.msg_id]
+
+    wait_until(lambda: len(dead()) == 1, timeout_s=30, what="the forgery dead-lettered")
+    assert dead()[0].reason == "SIGNER_MISMATCH"
+    with a.engine.connect() as c:
+        rows = c.execute(select(forward_table.c.state, forward_table.c.host)).all()
+    assert [tuple(r) for r in rows] == [("pending", "B")]
+    assert a.client.poll("main-a") == [], "nothing forged was held"
+    gate.set()
+    [receipt] = _drain(a, "main-a", 1)
+    assert receipt.kind == "INJECTED" and receipt.sender == "B._gateway"
+    with a.engine.connect() as c:
+        assert c.execute(select(forward_table.c.state)).scalars().all() == ["injected"]
+
+
+def test_a_worker_s_brief_to_a_worker_is_settled_by_its_injected(two_hosts: Any) -> None:
+    """R-ACK-5: a worker that briefs another worker is told INJECTED, never a FAILED
+    INJECT_TIMEOUT for a brief that was injected: its INJECTED is injected into it and settles
+    its tracked send, as a main's poll does."""
+    from sqlalchemy import select
+
+    from pipeline.host.tracking import forward_table
+
+    a, _b, rec = two_hosts
+    sent = a.client.send(sender="worker-a", to="worker-b", body=b"brief")
+    wait_until(lambda: rec.of("worker-a", "INJECTED"), timeout_s=20, what="INJECTED into worker-a")
+    [(_, _, _, body)] = rec.of("worker-a", "INJECTED")
+    assert sent.msg_id.encode() in body, body  # the worker reads it rendered, naming the brief
+    with a.engine.connect() as c:
+        rows = c.execute(select(forward_table.c.msg_id, forward_table.c.state)).all()
+    assert [tuple(r) for r in rows] == [(sent.msg_id, "injected")]
 
 
 def test_ask_without_open_pull_gets_no_waiter_in_one_round_trip(two_hosts: Any) -> None:

@@ -104,6 +104,11 @@ def _handler(tmp_path: Path, *, delivery: str = "inject") -> tuple[InboxHandler,
     return handler, engine, submitted
 
 
+def _record(env: Envelope) -> Record:
+    return Record(topic="inbox.B", partition=0, offset=1, key=env.to.encode(), value=b"",
+                  headers=(), timestamp_ms=0)  # fmt: skip
+
+
 def test_a_brief_arriving_past_its_deadline_is_dead_lettered_not_injected(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -111,7 +116,7 @@ def test_a_brief_arriving_past_its_deadline_is_dead_lettered_not_injected(
     late = Envelope.new(kind=Kind.SEND, sender="main-a", to="worker-b", ttl_s=30, now_ms=1_000)
     tx = Staged()
     with caplog.at_level(logging.WARNING):
-        out = handler._to_inject(late, tx, "A")
+        out = handler._to_inject(late, _record(late), tx, "A")
     assert isinstance(out, DeadLetter) and out.reason == "INJECT_DEADLINE_PASSED"
     assert out.reason in PERMANENT, "retrying cannot help: the sender gave up"
     tx.run_effects(committed=True, on_error=_raise)
@@ -120,7 +125,7 @@ def test_a_brief_arriving_past_its_deadline_is_dead_lettered_not_injected(
     assert handler.metrics.inject_deadline_passed.labels("inbox")._value.get() == 1
     fresh = Envelope.new(kind=Kind.SEND, sender="main-a", to="worker-b", ttl_s=30)
     tx = Staged()
-    assert not isinstance(handler._to_inject(fresh, tx, "A"), DeadLetter)
+    assert not isinstance(handler._to_inject(fresh, _record(fresh), tx, "A"), DeadLetter)
     tx.run_effects(committed=True, on_error=_raise)
     assert submitted == [fresh.msg_id], "in time: injected after the commit as before"
     assert DeliveryReason.INJECT_DEADLINE_PASSED == "INJECT_DEADLINE_PASSED"
