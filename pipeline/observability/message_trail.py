@@ -106,12 +106,20 @@ def _marks(
         t = kind.table
         if t.name not in tables:
             continue
-        for r in conn.execute(select(t).where(t.c.msg_id == msg_id)):
+        # named columns, the host only where the store has it: a store not yet upgraded to
+        # revision 0017 (a peer's, in a rolling upgrade) is read as it is
+        has_host = "host" in {c["name"] for c in inspect(conn).get_columns(t.name)}
+        columns = [t.c[n] for n in (kind.owner, kind.about, "sent_ms", "trace_id",
+                                    "deadline_ms", "state", "reason")]  # fmt: skip
+        query = select(*columns, *([t.c.host] if has_host else []))
+        for r in conn.execute(query.where(t.c.msg_id == msg_id)):
             owner, about = getattr(r, kind.owner), getattr(r, kind.about)
+            host = getattr(r, "host", None)
             yield TrailEvent(
                 at_ms=r.sent_ms, where=where, what="tracked", trace_id=r.trace_id,
-                detail=f"{kind.name}: {owner} -> {about}, waits for an answer until "
-                f"{_clock(r.deadline_ms)}; now {r.state}" + (f" ({r.reason})" if r.reason else ""),
+                detail=f"{kind.name}: {owner} -> {about}" + (f" on {host}" if host else "")
+                + f", waits for an answer until {_clock(r.deadline_ms)}; now {r.state}"
+                + (f" ({r.reason})" if r.reason else ""),
             )  # fmt: skip
     if dedupe_table.name in tables:
         t = dedupe_table

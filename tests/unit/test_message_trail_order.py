@@ -4,7 +4,12 @@ a fast path both carry the same millisecond."""
 
 from __future__ import annotations
 
-from pipeline.observability.message_trail import TrailEvent, order_key
+from pathlib import Path
+
+from pipeline.host import deadlines
+from pipeline.host.tracking import FORWARD
+from pipeline.observability.message_trail import TrailEvent, message_trail, order_key
+from pipeline.store import make_engine, session_factory
 
 
 def _e(at_ms: int, what: str) -> TrailEvent:
@@ -23,3 +28,24 @@ def test_time_comes_first_and_an_unknown_mark_goes_last_within_its_millisecond()
     assert [(e.at_ms, e.what) for e in sorted(marks, key=order_key)] == [
         (4, "held"), (4, "inject"), (4, "something-new"), (9, "received"),
     ]  # fmt: skip
+
+
+def test_a_tracked_send_names_its_host_and_a_store_without_the_column_is_read_as_it_is(
+    tmp_path: Path,
+) -> None:
+    """Revision 0017 keeps the host a tracked brief went to; ``fleet trace`` says it. A peer's
+    store not yet upgraded (a rolling upgrade) has no such column and is read all the same."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'A.sqlite'}")
+    row = {"sender": "main-a", "recipient": "worker-b", "trace_id": "t1", "sent_ms": 1_000,
+           "deadline_ms": 61_000}  # fmt: skip
+    with session_factory(engine).begin() as s:
+        deadlines.track(s, FORWARD, msg_id="m1", host="B", **row)
+    [tracked] = [e for e in message_trail(engine, "m1", where="A") if e.what == "tracked"]
+    assert tracked.detail.startswith("inject: main-a -> worker-b on B, waits")
+    with engine.begin() as c:
+        c.exec_driver_sql("ALTER TABLE fleet_forward_sends DROP COLUMN host")
+    engine.dispose()
+    [tracked] = [e for e in message_trail(engine, "m1", where="A") if e.what == "tracked"]
+    assert tracked.detail.startswith("inject: main-a -> worker-b, waits")
+    assert tracked.detail.endswith("now pending")
+    engine.dispose()
