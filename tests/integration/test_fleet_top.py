@@ -331,7 +331,7 @@ def test_trace_of_an_injected_brief(hosts: TwoHosts) -> None:
     trail = hosts.trail(msg)
     details = [f"{e['where']} {e['what']} {e['detail']}" for e in trail["events"]]
     assert any(
-        d.startswith("A tracked") and " on B," in d and d.endswith("now injected") for d in details
+        d.startswith("A tracked") and " on A," in d and d.endswith("now injected") for d in details
     ), details  # the host the brief went to, whose INJECTED alone settles it
     assert any(d.startswith("A inject inject journal closed: injected") for d in details), details
     assert any(d.startswith("A outbox INJECTED") for d in details), details
