@@ -1,12 +1,12 @@
 """The receipts an inbox takes about this host's own tracked sends (``INJECTED``, ``FAILED``).
 
 A receipt settles the tracked send it is about -- a forward send or a SPAWN / STOP -- and is then
-held for the sender like any message. An ``INJECTED`` is taken only from the gateway of the host
-the send went to: no other host injected it (``SIGNER_MISMATCH``, dead-lettered, nothing
-settled). A ``FAILED`` may come from any gateway -- the FAILED reporter is one consumer group
-across hosts -- (docs/gateway.md, "The inject deadline", "The inject
+delivered to the sender like any message (docs/gateway.md, "The inject deadline", "The inject
 journal"): exactly one ``FAILED`` per send (R-ACK-5), a late ``INJECTED`` said loudly, an
-``uncertain`` one recorded as such. The state of every receipt's send in a batch is read ahead,
+``uncertain`` one recorded as such. An ``INJECTED`` is taken only from the gateway of the host
+the send went to, which alone can have injected it (``SIGNER_MISMATCH`` otherwise: dead-lettered,
+nothing settled); a ``FAILED`` from any gateway, as the FAILED reporter is one consumer group
+across the hosts. The state of every receipt's send in a batch is read ahead,
 in the batch transaction, in one statement per tracked kind.
 """
 
