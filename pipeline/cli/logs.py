@@ -76,9 +76,6 @@ class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     holding that stream made every later record of a thread still running (a gateway's) a
     "Logging error" on a closed file."""
 
-    def __init__(self) -> None:
-        super().__init__()
-
     @property
     def stream(self) -> Any:
         return sys.stderr
