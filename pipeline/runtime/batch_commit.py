@@ -1,7 +1,8 @@
 """A batch's offset commit (step 3 in ``loop.py``): asynchronous, or synchronous when it must.
 
-Synchronous when an at-most-once effect waits for it (forward path: commit before inject), else
-asynchronous (pull path: a lost commit redelivers what dedupe absorbs). An offset is committed
+Synchronous when an at-most-once effect waits for it (forward path: commit before inject), or
+asynchronous with the effect waiting for the answer (``RuntimeConfig.pipelined_commit``:
+``send_awaiting``); else asynchronous (pull path: a lost commit redelivers what dedupe absorbs). An offset is committed
 only when every earlier record of its partition is durable or deliberately given up; a partition
 blocked by a retry commits up to the blocked record, with its attempts as metadata.
 """
@@ -15,10 +16,12 @@ from typing import Any
 from pipeline.errors import FencedError
 
 from .attempts import Attempts
+from .awaiting_commit import AwaitingCommit
 from .batch import Batch, effect_failed
 from .commits import AsyncCommits, commit_while_coordinator_moves
 from .config import RuntimeConfig
 from .inflight import Dispatcher
+from .lanes import TP
 from .metrics import RuntimeMetrics
 from .pauses import Pauses
 from .staging import AckMode
@@ -50,15 +53,29 @@ class BatchCommit:
         # called after a successful commit, before the batch's after-commit effects.
         self.fault_after_commit = fault_after_commit
 
+    def _offsets(self, batch: Batch) -> tuple[dict[TP, int], dict[TP, str]]:
+        offsets, marks = self.attempts.retry_marks(batch)
+        if self.inflight is not None:  # inflight: never past a record queued or running
+            offsets = self.inflight.committable(offsets, batch.blocked)
+        return offsets, marks
+
+    def send_awaiting(self, consumer: Any, batch: Batch, awaiting: AwaitingCommit) -> None:
+        """A pipelined at-most-once batch: its offsets go asynchronously, its ``AfterStore``
+        follow-ups run now, its ``AfterCommit`` ones wait in ``awaiting`` for the commit's
+        answer while the loop goes on (``runtime/awaiting_commit.py``)."""
+        offsets, marks = self._offsets(batch)
+        if offsets:
+            self.async_commits.commit(consumer, offsets, marks)
+        batch.staged.run_effects(committed=False, on_error=effect_failed)
+        awaiting.add(batch, offsets)
+
     def commit(self, consumer: Any, batch: Batch, *, sync: bool = False) -> bool:
         """Commit the batch's offsets: synchronously when an at-most-once effect waits for it
         (forward path: commit before inject), else asynchronously (pull path: a lost commit
         redelivers what dedupe absorbs). False when a synchronous commit failed (retries are
         scheduled); raises :class:`FencedError` when fenced."""
         cfg = self.config
-        offsets, marks = self.attempts.retry_marks(batch)
-        if self.inflight is not None:  # inflight: never past a record queued or running
-            offsets = self.inflight.committable(offsets, batch.blocked)
+        offsets, marks = self._offsets(batch)
         if not sync and batch.staged.ack_mode() is AckMode.AT_LEAST_ONCE:
             if offsets:
                 self.async_commits.commit(consumer, offsets, marks)

@@ -203,6 +203,14 @@ class AsyncCommits:
     and the offsets are committed again with the next commit. Before a partition is revoked, and
     at close, the last offsets are committed synchronously (:meth:`flush`) so a rebalance does
     not redeliver a whole window of batches.
+
+    ``one_in_flight`` (a pipelined runtime, whose injects wait for these answers): a commit is
+    sent only once the one before it was answered, the offsets of the batches meanwhile going
+    together in the next (:meth:`send_unsent`). A broker handles one request of a connection at
+    a time, and each commit waits out the coordinator's append linger: a commit per batch at a
+    few hundred batches a second queued there for seconds (1.9 s p50 from brief to ``INJECTED``
+    at 2,000 msg/s), one per answer keeps up. An answer not come in ``RETRY_S`` stops holding
+    the next commit back.
     """
 
     def __init__(
@@ -211,8 +219,12 @@ class AsyncCommits:
         static_member: bool,
         on_failure: Any = None,
         clock: Callable[[], float] = time.monotonic,
+        one_in_flight: bool = False,
     ) -> None:
         self.static_member = static_member
+        self.one_in_flight = one_in_flight
+        self._in_flight_since: float | None = None  # one_in_flight: the unanswered commit
+        self._unsent = False  # one_in_flight: offsets held back until it is answered
         self.on_failure = on_failure  # called with the error text, for metrics and logs
         self.sent: dict[tuple[str, int], int] = {}  # last offset sent per partition
         self.marks: dict[tuple[str, int], str] = {}  # ... and its metadata, if any
@@ -234,11 +246,29 @@ class AsyncCommits:
                     self.marks.pop(tp, None)
                 else:
                     self.marks[tp] = mark
+        if self._holding_back():
+            self._unsent = True
+            return
         self._send(consumer)
+
+    def _holding_back(self) -> bool:
+        since = self._in_flight_since
+        return since is not None and self._clock() - since < RETRY_S
+
+    def send_unsent(self, consumer: Any) -> None:
+        """``one_in_flight``: the offsets held back, once the commit before them was answered."""
+        if not self._unsent or self._holding_back():
+            return
+        self._unsent = False
+        if self.sent:
+            self._send(consumer)
 
     def _send(self, consumer: Any) -> None:
         """Every unconfirmed offset, asynchronously (a failed one goes again with it)."""
         self._retry_at = None
+        self._unsent = False
+        if self.one_in_flight:
+            self._in_flight_since = self._clock()
         if self.marks:
             tps = _partitions(self.sent, self.marks)
         else:  # every batch's case: no metadata to look up
@@ -246,6 +276,7 @@ class AsyncCommits:
         try:
             consumer.commit(offsets=tps, asynchronous=True)
         except KafkaException as exc:  # queueing failed: retried (``retry``)
+            self._in_flight_since = None  # no answer will come
             self._failed()
             if self.on_failure is not None:
                 self.on_failure(str(exc))
@@ -268,6 +299,7 @@ class AsyncCommits:
 
     def on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """librdkafka's offset-commit callback (every commit's result comes here)."""
+        self._in_flight_since = None  # answered: the next commit may go
         failed = [tp for tp in partitions or [] if tp.error is not None]
         errors: list[KafkaError] = (
             [err] if err is not None else [tp.error for tp in failed if tp.error is not None]
@@ -309,6 +341,8 @@ class AsyncCommits:
         self.marks.clear()
         self._fenced.clear()
         self._retry_at = None
+        self._in_flight_since = None
+        self._unsent = False
 
     def forget(self, tps: set[tuple[str, int]]) -> None:
         for tp in tps:

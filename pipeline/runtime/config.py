@@ -28,6 +28,9 @@ class RuntimeConfig:
     offset_reset: OffsetReset = OffsetReset.EARLIEST
     release_check_s: float = 1.0
     consumer_overrides: Mapping[str, Any] = field(default_factory=dict)
+    # an at-most-once batch's commit goes asynchronously and its effects wait for the answer
+    # while the loop goes on (``awaiting_commit.py``); False: the loop waits on a synchronous one
+    pipelined_commit: bool = False
 
     @property
     def dedupe_scope(self) -> str:

@@ -15,11 +15,14 @@ Per batch, in this order (``docs/runtime.md`` has the crash windows):
    failed transaction: nothing escapes the loop, the batch is re-read later.
 2. **One database transaction** for the whole batch: dedupe rows, effects, dead letters, parks.
    If it fails, nothing is committed and the batch is re-read after a backoff.
-3. **Synchronous offset commit** of each partition's handled prefix, checking every partition's
-   result. An offset is committed only when every earlier record of that partition is durable
-   (pull: at-least-once) or deliberately given up (forward: at-most-once).
+3. **Offset commit** of each partition's handled prefix, checking every partition's result. An
+   offset is committed only when every earlier record of that partition is durable (pull:
+   at-least-once) or deliberately given up (forward: at-most-once).
 4. **After-commit effects** (the forward path's inject) -- only when the commit succeeded. On a
-   commit error nothing is injected: a visible loss, never a double injection.
+   commit error nothing is injected: a visible loss, never a double injection. Pipelined
+   (``RuntimeConfig.pipelined_commit``, the gateway's inbox), the commit goes asynchronously
+   and the effects wait for its answer while the next batches are handled
+   (``awaiting_commit.py``).
 
 :class:`ConsumerRuntime` runs the step and the batch transaction; each other concern has its own
 module: ``fetch.py`` (taking records off the consumer), ``settle.py`` (step 1, per record),
@@ -51,6 +54,7 @@ from pipeline.store import pg_pipeline
 from pipeline.support.clock import now_ms
 
 from .attempts import Attempts
+from .awaiting_commit import AwaitingCommit
 from .batch import Batch, KeepQuarantined, effect_failed
 from .batch_commit import BatchCommit
 from .batch_session import BatchSessions
@@ -75,6 +79,7 @@ from .ports import (
 from .quarantine_gate import QuarantineGate
 from .rebalance import Rebalance
 from .settle import Settler
+from .staging import AckMode
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +124,18 @@ class ConsumerRuntime:
         # real second member with our group.instance.id (see step())
         self.client_log = ClientLog()
         self.async_commits = AsyncCommits(
-            static_member=config.instance_id is not None, on_failure=self._async_commit_failed
+            static_member=config.instance_id is not None,
+            on_failure=self._async_commit_failed,
+            one_in_flight=config.pipelined_commit,  # answers awaited: never a queue of commits
+        )
+        # Fault injection for crash tests (wired only by an entry point, never by default):
+        # called after a successful commit, before the batch's after-commit effects.
+        fault_after_commit = fault_after_commit or hooks.fault_after_commit
+        # pipelined: at-most-once batches waiting for their commit's answer
+        self.awaiting = (
+            AwaitingCommit(fault_after_commit=fault_after_commit)
+            if config.pipelined_commit
+            else None
         )
         self._conf = consumer_config(
             config.bootstrap,
@@ -128,7 +144,7 @@ class ConsumerRuntime:
             instance_id=config.instance_id,
             **{
                 "logger": self.client_log,
-                "on_commit": self.async_commits.on_commit,
+                "on_commit": self._on_commit,
                 **dict(config.consumer_overrides),
             },
         )
@@ -155,14 +171,13 @@ class ConsumerRuntime:
             pauses=self.pauses,
             inflight=inflight,
             metrics=metrics,
-            # Fault injection for crash tests (wired only by an entry point, never by default):
-            # called after a successful commit, before the batch's after-commit effects.
-            fault_after_commit=fault_after_commit or hooks.fault_after_commit,
+            fault_after_commit=fault_after_commit,
         )
         self.rebalance = Rebalance(
             config,
             consumer=lambda: self.consumer,
             async_commits=self.async_commits,
+            awaiting=self.awaiting,
             attempts=self.attempts,
             pauses=self.pauses,
             gate=self.gate,
@@ -219,9 +234,17 @@ class ConsumerRuntime:
     def close(self) -> None:
         self.batch_sessions.close()
         with contextlib.suppress(RuntimeError):  # already closed
+            if self.awaiting:  # pipelined batches' commits, confirmed, then their effects
+                self.awaiting.settle(self.consumer, self.async_commits)
             if self.async_commits.sent:  # the pull path's last async commits, confirmed
                 self.async_commits.flush(self.consumer)
             self.consumer.close()
+
+    def _on_commit(self, err: Any, partitions: list[TopicPartition]) -> None:
+        """librdkafka's ``on_commit`` (served by ``poll``/``consume`` on this thread)."""
+        self.async_commits.on_commit(err, partitions)
+        if self.awaiting is not None:
+            self.awaiting.on_commit(err, partitions)
 
     def _async_commit_failed(self, error: str) -> None:
         if self.metrics:
@@ -301,7 +324,12 @@ class ConsumerRuntime:
                 self.consumer, self.rebalance.assigned, self.pauses.paused.__contains__
             )
             wait = self.inflight.wait_s(wait)  # and wake up soon after a step ends
+        if self.awaiting is not None:
+            wait = self.awaiting.next_wait_s(wait)
         messages = fetch(self.consumer, self.config, self.inflight, room, wait)
+        if self.awaiting is not None:  # answers served by that fetch: the next commit goes,
+            self.async_commits.send_unsent(self.consumer)  # and what they confirmed runs
+            self.awaiting.run_ready()
         records: list[Record] = []
         for msg in messages:
             err = msg.error()
@@ -381,13 +409,27 @@ class ConsumerRuntime:
             self._store_failed("the batch transaction", exc)
             self.pauses.back_off(self.consumer, batch, releasing=releasing)
             return
-        if releasing is None and not planted and not self.batch_commit.commit(self.consumer, batch):
+        if not self._commit(batch, committing=releasing is None and not planted):
             return
-        batch.staged.run_effects(committed=True, on_error=effect_failed)
         self.pauses.schedule(self.consumer, batch)
         self.batches += 1
         if self.metrics:
             self._count(batch)
+
+    def _commit(self, batch: Batch, *, committing: bool) -> bool:
+        """Steps 3 and 4: the offset commit (unless the batch is a release, or the planted bug
+        committed already) and the follow-ups; False when a synchronous commit failed."""
+        if (
+            committing
+            and self.awaiting is not None
+            and batch.staged.ack_mode() is AckMode.AT_MOST_ONCE
+        ):  # pipelined: the effects wait for the commit's answer, the loop goes on
+            self.batch_commit.send_awaiting(self.consumer, batch, self.awaiting)
+            return True
+        if committing and not self.batch_commit.commit(self.consumer, batch):
+            return False
+        batch.staged.run_effects(committed=True, on_error=effect_failed)
+        return True
 
     def _count(self, batch: Batch) -> None:
         assert self.metrics is not None

@@ -3,8 +3,9 @@
 At assignment, offsets lost to retention are refused (R-FAIL-7, never a silent skip),
 a partition never committed whose log was trimmed is reported, the retry counts a previous owner
 committed are taken over, and quarantine state is re-read. At a revoke, steps still in flight
-end (bounded) and commit, and the pull path's asynchronous commits are confirmed, before the
-partitions go. A lost partition commits nothing more.
+end (bounded) and commit, and the asynchronous commits are confirmed (a pipelined at-most-once
+batch's effects then run: ``awaiting_commit.py``), before the partitions go. A lost partition
+commits nothing more, and the pipelined batches waiting on it run no effect.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from .attempts import Attempts
+from .awaiting_commit import AwaitingCommit
 from .commits import AsyncCommits
 from .config import RuntimeConfig
 from .fencing import member_id
@@ -40,6 +42,7 @@ class Rebalance:
         consumer: Callable[[], Any],
         async_commits: AsyncCommits,
         attempts: Attempts,
+        awaiting: AwaitingCommit | None = None,
         pauses: Pauses,
         gate: QuarantineGate,
         inflight: Dispatcher | None,
@@ -49,6 +52,7 @@ class Rebalance:
         self.config = config
         self._consumer = consumer  # the current client: a re-join replaces it
         self.async_commits = async_commits
+        self.awaiting = awaiting  # pipelined at-most-once batches, waiting for their commit
         self.attempts = attempts
         self.pauses = pauses
         self.gate = gate
@@ -93,6 +97,8 @@ class Rebalance:
         # before the partition goes.
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         self.settle_inflight(revoked)
+        if self.awaiting:  # every waiting batch's commit confirmed, then its effects
+            self.awaiting.settle(self._consumer(), self.async_commits)
         # the pull path's async commits of these partitions, confirmed before they move
         result = self.async_commits.flush(self._consumer(), revoked)
         if not result.ok:
@@ -103,6 +109,8 @@ class Rebalance:
     def on_lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         if self.inflight is not None:  # inflight: lost, not revoked -- nothing may be committed
             self.inflight.forget({(tp.topic, tp.partition) for tp in partitions})
+        if self.awaiting:
+            self.awaiting.lost({(tp.topic, tp.partition) for tp in partitions})
         self.forget(partitions)
 
     def settle_inflight(self, tps: set[TP]) -> None:

@@ -7,8 +7,9 @@ run once the batch is through. Follow-ups are a closed type, and which kind a ha
 decides the batch's :class:`AckMode`, that is how the runtime commits its offsets:
 
 * :class:`AfterCommit` (``tx.after_commit``) -- an **at-most-once** effect (the forward path's
-  inject, a spawn's launch). It runs only after a *synchronous* offset commit has succeeded, so a
-  batch holding one commits synchronously, and on a commit error it never runs.
+  inject, a spawn's launch). It runs only once the batch's offset commit is confirmed: a batch
+  holding one commits synchronously, or, pipelined, asynchronously with the effect waiting for
+  the commit's answer (``runtime/awaiting_commit.py``); on a commit error it never runs.
 * :class:`AfterStore` (``tx.after_store``) -- bookkeeping that only needs the batch transaction
   to be durable (a seen-set entry, a counter). It promises nothing about the offset, so a batch
   holding only these (the pull path) commits its offsets asynchronously: a lost commit
@@ -60,7 +61,7 @@ class AckMode(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class AfterCommit:
-    """At-most-once: runs only after the batch's synchronous offset commit succeeded."""
+    """At-most-once: runs only once the batch's offset commit is confirmed."""
 
     fn: Effect
 
@@ -192,7 +193,7 @@ class Staged:
         self.calls.append(_Each(fn, item))
 
     def after_commit(self, fn: Effect) -> None:
-        """An at-most-once effect: the batch's offsets are committed synchronously before it."""
+        """An at-most-once effect: it runs only once the batch's offset commit is confirmed."""
         self.effects.append(AfterCommit(fn))
 
     def after_store(self, fn: Effect) -> None:
@@ -248,6 +249,17 @@ class Staged:
                 on_error()
         if run_fn is not None:
             _run_each(run_fn, run, on_error)
+
+    def run_after_commit(self, *, on_error: Callable[[], None]) -> None:
+        """Run only the ``AfterCommit`` follow-ups, in staging order: a pipelined commit's
+        batch ran its others with ``run_effects(committed=False)`` when it was handled
+        (``runtime/awaiting_commit.py``)."""
+        for effect in self.effects:
+            if isinstance(effect, AfterCommit):
+                try:
+                    effect.fn()
+                except Exception:  # noqa: BLE001 - one failed follow-up never stops the others
+                    on_error()
 
     def flush(self, tx: BatchTx | Session) -> None:
         """Bulk-insert rows table by table (one ``executemany`` per table and column set), then

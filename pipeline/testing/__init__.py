@@ -250,8 +250,10 @@ class FakeConsumer:
 
     Holds per-partition logs; ``consume`` returns records from the current positions of
     unpaused partitions; ``commit`` records committed offsets (``fail_commits`` makes it fail);
-    ``seek``/``pause``/``resume`` behave like librdkafka's. Not a broker: integration tests use
-    the real one.
+    an asynchronous commit's result goes to the ``on_commit`` callback of ``conf`` at the next
+    ``consume``/``poll``, as librdkafka serves it (``hold_answers`` keeps them back: a commit
+    still in flight); ``seek``/``pause``/``resume`` behave like librdkafka's. Not a broker:
+    integration tests use the real one.
     """
 
     def __init__(self, conf: dict[str, Any] | None = None) -> None:
@@ -265,6 +267,8 @@ class FakeConsumer:
         self.commit_modes: list[str] = []
         self.closed = False
         self.member_id: str | None = None  # what ``memberid()`` answers
+        self.answers: list[tuple[Any, list[Any]]] = []  # async commits' results, not yet served
+        self.hold_answers = False
 
     def memberid(self) -> str | None:
         return self.member_id
@@ -286,7 +290,16 @@ class FakeConsumer:
     def subscribe(self, topics: list[str], **_callbacks: Any) -> None:
         self.topics = topics
 
+    def serve_answers(self) -> None:
+        """Hand the asynchronous commits' results to ``on_commit`` (``consume`` does)."""
+        on_commit = self.conf.get("on_commit")
+        while self.answers and not self.hold_answers:
+            err, tps = self.answers.pop(0)
+            if on_commit is not None:
+                on_commit(err, tps)
+
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
+        self.serve_answers()
         out: list[FakeMessage] = []
         for tp, log in sorted(self.logs.items()):
             if tp in self.paused:
@@ -315,8 +328,11 @@ class FakeConsumer:
         self.commit_modes.append("async" if asynchronous else "sync")
         if self.fail_commits is not None:
             if asynchronous:
+                self.answers.append((self.fail_commits, list(offsets or [])))
                 return None
             raise KafkaException(self.fail_commits)
+        if asynchronous:
+            self.answers.append((None, list(offsets or [])))
         for tp in offsets or []:
             self.committed[(tp.topic, tp.partition)] = tp.offset
         return None if asynchronous else list(offsets or [])
