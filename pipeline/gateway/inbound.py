@@ -406,10 +406,8 @@ class InboxHandler:
     def _to_inject(self, env: Envelope, record: Record, tx: Staged, signer_host: str) -> Outcome:
         if env.kind in RECEIPT_KINDS:  # a worker's own tracked send: settled as a main's is
             taken = self._receipt(env, record, tx, signer_host)
-            if isinstance(taken, DeadLetter):
+            if taken is not None:  # refused, or a FAILED the deadline gave (and injected) first
                 return taken
-            # a FAILED the deadline gave first is injected all the same: the deadline's FAILED
-            # is held, which an inject-mode sender does not read
         if env.kind in TRACKED_KINDS and past_inject_deadline(env):
             # the sender signed its inject deadline as expiresAt and is about to be (or was)
             # told FAILED: injecting now would make that FAILED a lie (at-most-once)

@@ -96,7 +96,23 @@ class Maintenance:
             kinds=tracked,
             ttl_s=max_ttl_s,
             on_timeout={FORWARD.name: metrics.injected_timeouts.inc},
+            injects=self._takes_injects,
+            inject=self._inject_notice,
         )
+
+    def _takes_injects(self, gid: str) -> bool:
+        """A local entity that takes delivery by inject (a worker): its notices are injected,
+        never held (it does not drain held rows)."""
+        entity = self.entities.get(gid) if self.entities is not None else None
+        return (
+            self.injections is not None
+            and entity is not None
+            and (entity.delivery is Delivery.INJECT)
+        )
+
+    def _inject_notice(self, notice: Envelope) -> None:
+        assert self.injections is not None
+        self.injections.submit(notice.to, notice, reply_host=None)
 
     def tick(self, stop: Event | None = None) -> None:
         """Every duty that has work. One read asks the store duties first (:func:`due.due_now`):
@@ -150,15 +166,13 @@ class Maintenance:
                     msg_id=expired_msg_id(row.ask_msg_id),
                     turn_id=row.turn_id,
                 )
-                entity = self.entities.get(row.asker) if self.entities is not None else None
-                if entity is not None and entity.delivery is Delivery.INJECT:
+                if self._takes_injects(row.asker):
                     to_inject.append(notice)
                 else:
                     hold_notice(s, notice, now)
                 self.metrics.expiries.labels("turn").inc()
         for notice in to_inject:  # after the commit: the turn is closed before the asker hears
-            assert self.injections is not None
-            self.injections.submit(notice.to, notice, reply_host=None)
+            self._inject_notice(notice)
         return len(to_inject)
 
     def sweep(self) -> int:

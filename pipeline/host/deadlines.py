@@ -37,6 +37,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session, sessionmaker
 
+from pipeline.envelope.model import Envelope
 from pipeline.envelope.receipts import failed_receipt
 from pipeline.host import dbapi
 from pipeline.host.due import overdue as any_overdue
@@ -416,7 +417,9 @@ def _settle_with_commit(
 
 
 class Deadlines:
-    """The maintenance duty: every overdue pending send of every kind becomes one ``FAILED``."""
+    """The maintenance duty: every overdue pending send of every kind becomes one ``FAILED``,
+    held for its sender -- or, for a sender that takes delivery by inject (``injects(gid)``: a
+    worker, which never drains held rows), handed to ``inject`` once the transaction committed."""
 
     def __init__(
         self,
@@ -427,7 +430,11 @@ class Deadlines:
         ttl_s: float = 86400.0,
         reads: sessionmaker[Session] | None = None,
         on_timeout: Mapping[str, Callable[[], object]] | None = None,
+        injects: Callable[[str], bool] | None = None,
+        inject: Callable[[Envelope], object] | None = None,
     ) -> None:
+        self.injects = injects
+        self.inject = inject
         self.sessions = sessions
         self.reads = reads or sessions
         self.gateway_id = gateway_id
@@ -436,7 +443,8 @@ class Deadlines:
         self.on_timeout = dict(on_timeout or {})
 
     def tick(self, now_ms: int | None = None) -> int:
-        """Settle what is overdue; returns how many FAILED were held (a kept one not counted)."""
+        """Settle what is overdue; returns how many FAILED were held or injected (a kept one
+        not counted)."""
         now = clock.now_ms() if now_ms is None else now_ms
         with self.reads() as r:  # look first with a read: no write lock unless there is work
             due = [k for k in self.kinds if any_overdue(r, k.table, PENDING, now)]
@@ -444,6 +452,7 @@ class Deadlines:
 
     def _expire(self, kind: Tracked, now: int) -> int:
         held = 0
+        to_inject: list[Envelope] = []
         with self.sessions.begin() as s:
             for row in overdue(s, kind, now):
                 if not settle(s, kind, row.msg_id, FAILED, kind.reason):
@@ -459,8 +468,15 @@ class Deadlines:
                     ttl_s=self.ttl_s,
                     trace_id=row.trace_id,
                 )
-                if hold_notice(s, failed, now):
+                if self.inject is not None and self.injects is not None and self.injects(failed.to):
+                    to_inject.append(failed)
+                elif hold_notice(s, failed, now):
                     held += 1
-                    if kind.name in self.on_timeout:
-                        self.on_timeout[kind.name]()
-        return held
+                else:
+                    continue  # kept: a notice with this id is already held
+                if kind.name in self.on_timeout:
+                    self.on_timeout[kind.name]()
+        for notice in to_inject:  # after the commit: settled before its sender hears
+            assert self.inject is not None
+            self.inject(notice)
+        return held + len(to_inject)

@@ -118,3 +118,57 @@ def test_an_expired_ask_ends_the_turn_with_a_notice_the_asker_can_poll(sessions:
     assert len(got) == 1 and got[0].kind == "FAILED" and got[0].turn_id == "t-1"
     d = render.held_dict(got[0])
     assert (d["about"], d["reason"], d["stage"]) == ("ask-1", "EXPIRED", "expiry")
+
+
+class _Injections:
+    """What the gateway's inject queue is handed (``InjectionQueue.submit``)."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[str, Any]] = []
+
+    def submit(self, gid: str, envelope: Any, *, reply_host: str | None) -> None:
+        self.submitted.append((gid, envelope))
+
+
+def test_a_deadline_failed_is_injected_into_a_worker_sender_and_held_for_a_main(
+    sessions: Any,
+) -> None:
+    """R-ACK-5: no INJECTED in time is one FAILED *at the sender*. A worker takes delivery by
+    inject and never drains held rows: a FAILED held for it was never heard. Its FAILED is
+    injected (after the commit that settles its brief); a main's is held, as before."""
+    from pipeline.gateway.entities import LocalEntities
+    from pipeline.host.deadlines import track
+    from pipeline.host.tracking import FORWARD, forward_table
+    from pipeline.presence.model import Delivery, Role
+
+    now = int(time.time() * 1000)
+    with sessions.begin() as s:
+        for msg_id, sender in (("b-w", "worker-a"), ("b-m", "main-a")):
+            track(s, FORWARD, msg_id=msg_id, sender=sender, recipient="worker-b",
+                  trace_id="t", sent_ms=now - 60_000, deadline_ms=now - 1, host="B")  # fmt: skip
+    entities = LocalEntities()
+    entities.register(gid="worker-a", role=Role.WORKER, delivery=Delivery.INJECT, injector=Pane())  # type: ignore[arg-type]
+    entities.register(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL)
+    injections = _Injections()
+    topics = TopicNames(prefix="t.")
+    registry = CollectorRegistry()
+    maint = Maintenance(
+        sessions=sessions, held=HeldStore(sessions), conversations=Conversations(sessions),
+        dead_letters=OutboxDeadLetterSink(topics=topics, gateway="A", group="g"),
+        publisher=Publisher(host="A", signer=Signer.generate("A"), topics=topics),
+        metrics=GatewayMetrics(registry), max_ttl_s=3600, entities=entities,
+        injections=injections,  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert maint.deadlines() == 2
+    assert maint.deadlines() == 0, "one FAILED per brief"
+    assert [(gid, e.kind.value, e.to) for gid, e in injections.submitted] == [
+        ("worker-a", "FAILED", "worker-a")
+    ]
+    assert HeldStore(sessions).poll("worker-a") == [], "held for a worker: never heard"
+    held = HeldStore(sessions).poll("main-a")
+    assert [render.held_dict(h)["reason"] for h in held] == ["INJECT_TIMEOUT"]
+    with sessions() as s:
+        states = dict(s.execute(forward_table.select().with_only_columns(
+            forward_table.c.msg_id, forward_table.c.state)).all())  # fmt: skip
+    assert states == {"b-w": "failed", "b-m": "failed"}
+    assert registry.get_sample_value("fleet_gateway_injected_timeouts_total") == 2

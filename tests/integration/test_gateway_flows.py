@@ -308,6 +308,33 @@ def test_a_worker_s_brief_to_a_worker_is_settled_by_its_injected(two_hosts: Any)
     assert [tuple(r) for r in rows] == [(sent.msg_id, "injected")]
 
 
+def test_a_worker_s_brief_past_its_deadline_is_one_failed_injected_into_it(two_hosts: Any) -> None:
+    """R-ACK-5: no INJECTED in time is one FAILED at the sender. A worker never drains held
+    rows, so its INJECT_TIMEOUT is injected into it by its own gateway's deadline duty, not
+    held where it is never read. (The brief waits in worker-b's injector; the deadline is moved
+    into the past in A's store instead of waiting out inject_deadline_s + clock_skew_s.)"""
+    from sqlalchemy import select, update
+
+    from pipeline.host.tracking import forward_table
+
+    a, _b, rec = two_hosts
+    rec.hold = gate = threading.Event()
+    sent = a.client.send(sender="worker-a", to="worker-b", body=b"brief")
+    try:
+        assert rec.holding.wait(20), "the brief reached worker-b"
+        with a.engine.begin() as c:
+            c.execute(update(forward_table).values(deadline_ms=1))
+        wait_until(lambda: rec.of("worker-a", "FAILED"), timeout_s=20, what="FAILED into worker-a")
+    finally:
+        gate.set()
+    [(_, _, _, body)] = rec.of("worker-a", "FAILED")
+    assert sent.msg_id.encode() in body and b"INJECT_TIMEOUT" in body, body
+    assert a.client.poll("worker-a") == [], "held for a worker, where it is never read"
+    with a.engine.connect() as c:
+        rows = c.execute(select(forward_table.c.state, forward_table.c.reason)).all()
+    assert [tuple(r) for r in rows] == [("failed", "INJECT_TIMEOUT")]
+
+
 def test_ask_without_open_pull_gets_no_waiter_in_one_round_trip(two_hosts: Any) -> None:
     """R-CONV-1: the main's gateway answers NO_WAITER on arrival when nobody pulls."""
     a, b, rec = two_hosts

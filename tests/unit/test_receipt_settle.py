@@ -218,3 +218,27 @@ def test_a_failed_from_any_gateway_settles_and_a_row_from_before_the_host_column
     assert isinstance(_deliver(handler, engine, injected, signer="C"), Ack)
     assert _row(engine, old.msg_id) == ("injected", None)
     engine.dispose()
+
+
+@pytest.mark.parametrize("sender", ["main-a", "worker-a"])
+def test_a_remote_failed_after_the_deadlines_is_dropped_for_a_main_and_a_worker(
+    tmp_path: Path, sender: str
+) -> None:
+    """R-ACK-5: exactly one FAILED per send, at the sender. The deadline's FAILED came first
+    (held for a main, injected into a worker: tests/contract/test_gateway_nudge_store.py); the
+    reporter's FAILED about the same brief, arriving after it, is dropped for both."""
+    client, engine = _host_a(tmp_path)
+    brief = client.send(sender=sender, to="worker-b", body=b"do it")
+    assert _timeouts(engine, brief) == 1
+    late = failed_receipt(
+        about=brief.msg_id, recipient="worker-b", sender="B._gateway", to=sender,
+        reason="RECIPIENT_GONE", error="worker-b was stopped on B", stage="delivery",
+        ttl_s=60, trace_id=brief.trace_id,
+    )  # fmt: skip
+    submitted: list[tuple[str, Envelope]] = []
+    assert isinstance(_deliver(_inbox_a(engine, submitted), engine, late, signer="B"), Ack)
+    assert submitted == [], "a second FAILED injected into the worker"
+    assert _row(engine, brief.msg_id) == (deadlines.FAILED, "INJECT_TIMEOUT")
+    held = [kind for recipient, kind in _held(engine) if recipient == sender]
+    assert held == ["FAILED"], "only the deadline's FAILED (held by this test's duty)"
+    engine.dispose()
