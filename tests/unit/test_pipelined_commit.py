@@ -21,20 +21,13 @@ from pipeline.runtime.batch import Batch
 from pipeline.runtime.commits import SYNC_COMMIT_RETRY_S
 from pipeline.testing import FakeConsumer
 
-from .test_runtime import Pull, make_runtime, sessions
+from .test_runtime import Pull, _pull_runtime, sessions
 
 __all__ = ["sessions"]  # the fixture, imported for pytest
 
 
 def _runtime(sessions: Any, values: list[str], forward: set[str]) -> tuple[Any, FakeConsumer, Pull]:
-    fake = FakeConsumer()
-    for i, v in enumerate(values):
-        fake.produce("t", 0, b"k", v.encode(), [("msgId", f"m-{v}-{i}".encode())])
-    handler = Pull(forward)
-    handler.fake = fake
-    rt = make_runtime(sessions, handler, fake, pipelined_commit=True, batch_size=2)
-    fake.conf["on_commit"] = rt._on_commit  # the callback the runtime gave its real client
-    return rt, fake, handler
+    return _pull_runtime(sessions, values, forward, pipelined_commit=True, batch_size=2)
 
 
 def test_the_inject_waits_for_the_commits_answer_and_the_next_batch_does_not(

@@ -442,13 +442,18 @@ class Pull:
         return ACK
 
 
-def _pull_runtime(sessions: Any, values: list[str], forward: set[str]) -> tuple[Any, Any, Pull]:
+def _pull_runtime(
+    sessions: Any, values: list[str], forward: set[str], **cfg: Any
+) -> tuple[Any, Any, Pull]:
     fake = FakeConsumer()
     for i, v in enumerate(values):
         fake.produce("t", 0, b"k", v.encode(), [("msgId", f"m-{v}-{i}".encode())])
     handler = Pull(forward)
     handler.fake = fake
-    return make_runtime(sessions, handler, fake), fake, handler
+    rt = make_runtime(sessions, handler, fake, **cfg)
+    if cfg.get("pipelined_commit"):  # the commits' answers served, as its real client would
+        fake.conf["on_commit"] = rt._on_commit
+    return rt, fake, handler
 
 
 def test_a_pull_batch_commits_async_and_a_forward_batch_commits_sync_before_its_inject(
