@@ -248,7 +248,7 @@ def build_gateway(
             topics=(topics.inbox(host), topics.control(host)),
             instance_id=host,
             ordered=False,
-            pipelined_commit=True,  # REPLYs never wait on a brief batch's commit
+            pipelined_commit=config.pipelines_commit,  # REPLYs not waiting on briefs
         ),
         handler=ByTopic({topics.control(host): spawn_handler}, default=handler),
         sessions=sessions,

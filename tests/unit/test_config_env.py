@@ -77,3 +77,23 @@ def test_the_docs_list_every_variable() -> None:
     section = text.split("## Environment overrides", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"^\| `(FLEET_[A-Z_]+)` \| `([a-z_]+)` \|$", section, re.M)
     assert sorted(listed) == sorted((env_name(k), k) for k in overridable_keys())
+
+
+def test_the_inbox_commit_is_pipelined_on_sqlite_by_default_and_as_set_otherwise(
+    tmp_path: Path,
+) -> None:
+    """``pipelined_commit`` unset: pipelined on SQLite, the inbox waiting on PostgreSQL (where
+    a pipelined inbox's smaller batches cost a transaction each, docs/performance.md); set, in
+    the file or as ``FLEET_PIPELINED_COMMIT``, it decides on either store."""
+    pg = {"FLEET_STORE_URL": "postgresql+psycopg://u@localhost/fleet"}
+    assert load_config(_file(tmp_path), environ={}).pipelines_commit is True
+    assert load_config(_file(tmp_path), environ=pg).pipelines_commit is False
+    on = {**pg, "FLEET_PIPELINED_COMMIT": "true"}
+    assert load_config(_file(tmp_path), environ=on).pipelines_commit is True
+    off = {"FLEET_PIPELINED_COMMIT": "false"}
+    assert load_config(_file(tmp_path), environ=off).pipelines_commit is False
+    path = tmp_path / "bad.toml"
+    path.write_text('host = "A"\nbootstrap = "f:9092"\npipelined_commit = "yes"\n')
+    with pytest.raises(ConfigError) as exc:
+        load_config(path, environ={})
+    assert "pipelined_commit" in str(exc.value) and "true or false" in str(exc.value)
