@@ -322,8 +322,8 @@ def test_a_worker_s_brief_past_its_deadline_is_one_failed_injected_into_it(two_h
     sent = a.client.send(sender="worker-a", to="worker-b", body=b"brief")
     try:
         assert rec.holding.wait(20), "the brief reached worker-b"
-        with a.engine.begin() as c:
-            c.execute(update(forward_table).values(deadline_ms=1))
+        with a.engine.begin() as c:  # just past: far past, retention purges the settled row
+            c.execute(update(forward_table).values(deadline_ms=int(time.time() * 1000) - 1))
         wait_until(lambda: rec.of("worker-a", "FAILED"), timeout_s=20, what="FAILED into worker-a")
     finally:
         gate.set()
