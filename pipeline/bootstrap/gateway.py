@@ -359,6 +359,8 @@ def build_gateway(
             follower.stop,
             relay.close,
             *([spawn_handler.ledger.close] if spawn_handler.ledger is not None else []),
+            maintenance.close,
+            spawn_handler.close,
             engine.dispose,
             install_tracing(tracing, host=host),  # on from here; its stop flushes the spans
         ],

@@ -37,6 +37,7 @@ from pipeline import schemas
 from pipeline.envelope import REPLAY, Envelope, Kind, Verifier
 from pipeline.errors import EnvelopeError
 from pipeline.hooks import NO_HOOKS, Hooks, Window
+from pipeline.host import dbapi
 from pipeline.host.entity_config import ProfileConfig
 from pipeline.host.outbound import Publisher
 from pipeline.reasons import Lifecycle
@@ -108,6 +109,8 @@ class SpawnHandler:
         self.sessions = sessions
         bind = sessions.kw.get("bind")  # the sweep looks first with a read: no write lock
         self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
+        # the sweep's look-first, on a connection kept between ticks (dbapi.HeldReader)
+        self.look = dbapi.HeldReader(bind) if isinstance(bind, Engine) else None
         self.profiles = dict(profiles)
         self.launcher = launcher
         self.on_live = on_live
@@ -268,8 +271,11 @@ class SpawnHandler:
         """Each maintenance tick: reap workers whose process died, collect exited children.
         One read asks first whether any worker or STOP needs looking at (:mod:`.sweep_due`)."""
         if self.stops is not None:
-            with self.reads() as r:
-                due = sweep_due(r)
+            if self.look is not None:
+                due = sweep_due(self.look)
+            else:
+                with self.reads() as r:
+                    due = sweep_due(r)
             if due.live or due.held_for_gone:
                 self.stops.reaper.sweep()
             if due.stopping:
@@ -277,6 +283,11 @@ class SpawnHandler:
         self.launcher.reap()
         if self.ledger is not None and self.profiles:  # slots of ended workers go back to the job
             self.ledger.reconcile(functools.partial(ended_spawns, self.sessions))
+
+    def close(self) -> None:
+        """Give the sweep's look-first connection back (before the engine is disposed)."""
+        if self.look is not None:
+            self.look.close()
 
     def relive(self) -> int:
         """At boot: finish interrupted stops, fail interrupted launches (:meth:`recover`), and

@@ -42,7 +42,8 @@ class SweepDue:
         return self.live or self.stopping or self.held_for_gone
 
 
-def sweep_due(session: Session) -> SweepDue:
-    """The three questions in one statement, on ``session`` (a read session)."""
+def sweep_due(session: Session | dbapi.HeldReader) -> SweepDue:
+    """The three questions in one statement, on ``session`` (a read session or a held
+    reader)."""
     row = dbapi.fetchone(session, _SWEEP_DUE, (LIVE, STOPPING, REAPED))
     return SweepDue(bool(row[0]), bool(row[1]), bool(row[2]))

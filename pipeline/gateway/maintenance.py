@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope
 from pipeline.envelope.receipts import expired_msg_id, failed_receipt
-from pipeline.host import due, roster_cache
+from pipeline.host import dbapi, due, roster_cache
 from pipeline.host.conversations import EXPIRED, Conversations
 from pipeline.host.deadlines import PENDING, Deadlines, Tracked
 from pipeline.host.held import HeldStore, hold_notice
@@ -87,6 +87,8 @@ class Maintenance:
         bind = sessions.kw.get("bind")
         # duties look first with a read (no write lock) and write only when there is work
         self.reads = read_sessions(bind) if isinstance(bind, Engine) else sessions
+        # the tick's look-first, on a connection kept between ticks (dbapi.HeldReader)
+        self.look = dbapi.HeldReader(bind) if isinstance(bind, Engine) else None
         self._last_roster: list[roster_cache.RosterEntry] | None = None
         self._tracked_tables = tuple(kind.table for kind in tracked)
         self.tracker = Deadlines(
@@ -119,8 +121,7 @@ class Maintenance:
         on an idle store the tick is that statement, the roster check and the purge's clock."""
         duties: list[Callable[[], object]] = []
         try:
-            with self.reads() as r:
-                work = due.due_now(r, self._tracked_tables, PENDING, now_ms())
+            work = self._due()
         except Exception:
             log.exception("maintenance look-first failed; every duty asks itself")
             duties += (self.deadlines, self.expire_turns, self.sweep)
@@ -137,6 +138,17 @@ class Maintenance:
                 duty()
             except Exception:
                 log.exception("maintenance duty %s failed", getattr(duty, "__name__", "purge"))
+
+    def _due(self) -> due.Due:
+        if self.look is not None:
+            return due.due_now(self.look, self._tracked_tables, PENDING, now_ms())
+        with self.reads() as r:
+            return due.due_now(r, self._tracked_tables, PENDING, now_ms())
+
+    def close(self) -> None:
+        """Give the look-first's connection back (before the engine is disposed)."""
+        if self.look is not None:
+            self.look.close()
 
     def deadlines(self) -> int:
         """Every tracked send past its deadline (forward sends, SPAWNs): one FAILED each."""

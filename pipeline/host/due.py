@@ -6,8 +6,9 @@ its deadline (per tracked kind), a turn waiting past its ASK's expiry, a held me
 the ORM (a ``select`` built and compiled per call, a result object, a session per question) the
 five questions cost ~1.5 ms of CPU per tick on an idle store, more than the rest of the tick;
 here each is plain SQL text on the read session's DB-API cursor (:mod:`pipeline.host.dbapi`),
-with the same index behind it. :func:`due_now` asks all of them in one statement on one read
-session, so an idle tick is one round trip, and a duty runs (and asks again) only when it has work.
+with the same index behind it. :func:`due_now` asks all of them in one statement, on one read
+session or on the gateway's :class:`~pipeline.host.dbapi.HeldReader` (no session at all), so an
+idle tick is one round trip, and a duty runs (and asks again) only when it has work.
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ class Due:
 _DUE_NOW: dict[tuple[Table, ...], dbapi.Statement] = {}
 
 
-def due_now(session: Session, tracked: Sequence[Table], pending: str, now_ms: int) -> Due:
+def due_now(
+    session: Session | dbapi.HeldReader, tracked: Sequence[Table], pending: str, now_ms: int
+) -> Due:
     """:func:`overdue` for each tracked table, :func:`turn_expired` and :func:`held_expired`,
     asked in one statement."""
     tables = tuple(tracked)
