@@ -255,6 +255,18 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
             "  floor sum, PostgreSQL: the same, insert client + server (us CPU)",
             _one(fl.get("sum_postgresql_us")),
         ),
+        _baseline(
+            "  the machine: one 4 KiB page read again at once (us CPU)",
+            _one(_get(fl, "pages", "hot_us_per_page")),
+        ),
+        _baseline(
+            "  the machine: the same after 2 ms asleep (us CPU; a gap at 500 msg/s)",
+            _one(_get(fl, "pages", "after_2ms_us_per_page")),
+        ),
+        _baseline(
+            "  the machine: the same after 0.5 s asleep (us CPU)",
+            _one(_get(fl, "pages", "after_500ms_us_per_page")),
+        ),
     ]
 
     return rows

@@ -9,6 +9,13 @@
   transaction. SQLite with the gateway's pragmas (WAL, ``synchronous=NORMAL``); PostgreSQL through
   psycopg, the server backend's own CPU read from ``/proc`` beside the client's.
 
+* **pages** -- what this machine charges a process for memory it touches again after a pause:
+  CPU µs per 4 KiB page read once more right away, after 2 ms asleep (a gap between two
+  messages at 500 msg/s) and after 0.5 s (a maintenance tick). On most hardware the three are
+  alike (a cache miss); a host that remaps a sleeping process's pages (shadow paging under a
+  nested VM) charges a fault per page, and every thread that wakes for a message pays it for
+  the code and data it touches. It is not part of the sums: it is the reason they are large.
+
 ``sum`` per store adds crypto, produce, consume and the single-row insert (client and server):
 what a message would cost if the fabric did nothing but its floor. CPU is read with
 ``time.process_time`` (this process, every thread) and ``/proc`` (the backend).
@@ -156,6 +163,36 @@ def pg_insert(url: str, n: int) -> dict[str, Any]:
         return _timed(one, many, n, server=lambda: procfs.cpu_s(backend))
 
 
+PAGE = 4096
+
+
+def page_retouch(pages: int = 2048, repeats: int = 8) -> dict[str, Any]:
+    """CPU µs per page to read one byte of each of ``pages`` pages again: at once, after 2 ms
+    and after 0.5 s asleep (median of ``repeats``)."""
+    buf = bytearray(pages * PAGE)
+    for off in range(0, len(buf), PAGE):
+        buf[off] = 1  # every page backed before the first pass
+
+    def one_pass() -> float:
+        t0 = time.thread_time()
+        total = 0
+        for off in range(0, len(buf), PAGE):
+            total += buf[off]
+        assert total == pages
+        return (time.thread_time() - t0) * 1e6 / pages
+
+    out: dict[str, Any] = {"pages": pages}
+    for label, pause_s in (("hot", 0.0), ("after_2ms", 0.002), ("after_500ms", 0.5)):
+        costs = []
+        for _ in range(repeats):
+            if pause_s:
+                time.sleep(pause_s)
+            costs.append(one_pass())
+        costs.sort()
+        out[f"{label}_us_per_page"] = round(costs[len(costs) // 2], 3)
+    return out
+
+
 def floor_sum(
     crypto_us: float | None, kafka: dict[str, Any], insert_us: float | None
 ) -> float | None:
@@ -204,6 +241,7 @@ def measure(bootstrap: str, *, rate: int, seconds: float, rows: int) -> dict[str
         "kafka": lambda: kafka_floor.cpu_per_message(bootstrap, rate=rate, seconds=seconds),
         "sqlite": lambda: sqlite_insert(rows),
         "postgresql": lambda: _with_pg(rows),
+        "pages": page_retouch,
     }
     for name, part in parts.items():
         try:

@@ -123,6 +123,16 @@ def test_the_floor_sum_adds_its_parts_and_is_absent_when_one_is_missing() -> Non
     assert cpu_floor.floor_sum(130.0, {"error": "no broker"}, 15.5) is None
 
 
+def test_the_page_retouch_floor_reads_each_pause_and_lands_in_the_table() -> None:
+    """The machine's cost of a page touched again, at once and after each pause: measured (a
+    positive figure per pause) and printed among the floor rows."""
+    pages = cpu_floor.page_retouch(pages=64, repeats=1)
+    keys = ("hot_us_per_page", "after_2ms_us_per_page", "after_500ms_us_per_page")
+    assert all(pages[k] > 0 for k in keys), pages
+    text = "\n".join(str(r) for r in table({"floor": {"pages": pages}}))
+    assert "after 0.5 s asleep" in text and str(pages["after_500ms_us_per_page"]) in text
+
+
 def test_inclusive_share_counts_a_frame_once_per_stack_even_when_it_recurses() -> None:
     lines = [
         "run (pipeline/a.py:1);step (pipeline/b.py:2);step (pipeline/b.py:2);execute (sqlalchemy/x.py:9) 3",
