@@ -205,39 +205,8 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
                 )
             )
     fl = out.get("floor") or {}
+    rows += [_baseline(label, _one(_get(fl, part, key))) for label, part, key in _FLOOR_PARTS]
     rows += [
-        _baseline(
-            "  floor: sign + verify one envelope (us CPU)",
-            _one(_get(fl, "crypto", "sign_and_verify_us")),
-        ),
-        _baseline(
-            "  floor: one Kafka produce, paced at 500 msg/s (us CPU)",
-            _one(_get(fl, "kafka", "produce_us_per_msg")),
-        ),
-        _baseline(
-            "  floor: one Kafka consume, paced at 500 msg/s (us CPU)",
-            _one(_get(fl, "kafka", "consume_us_per_msg")),
-        ),
-        _baseline(
-            "  floor: the broker per bare record, produced and consumed at 500 msg/s (us CPU)",
-            _one(_get(fl, "kafka", "broker_us_per_msg")),
-        ),
-        _baseline(
-            "  floor: one SQLite insert + commit (us CPU)",
-            _one(_get(fl, "sqlite", "single_us")),
-        ),
-        _baseline(
-            f"  floor: the same per row, {cpu_floor.BATCH} rows a transaction (us CPU)",
-            _one(_get(fl, "sqlite", "batched_us_per_row")),
-        ),
-        _baseline(
-            "  floor: one PostgreSQL insert + commit, client (us CPU)",
-            _one(_get(fl, "postgresql", "single_us")),
-        ),
-        _baseline(
-            "  floor: the same, the server's backend (us CPU)",
-            _one(_get(fl, "postgresql", "server_single_us")),
-        ),
         _baseline(
             f"  floor: PostgreSQL per row, {cpu_floor.BATCH} a transaction, client + server (us)",
             _one(
@@ -255,21 +224,44 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
             "  floor sum, PostgreSQL: the same, insert client + server (us CPU)",
             _one(fl.get("sum_postgresql_us")),
         ),
-        _baseline(
-            "  the machine: one 4 KiB page read again at once (us CPU)",
-            _one(_get(fl, "pages", "hot_us_per_page")),
-        ),
-        _baseline(
-            "  the machine: the same after 2 ms asleep (us CPU; a gap at 500 msg/s)",
-            _one(_get(fl, "pages", "after_2ms_us_per_page")),
-        ),
-        _baseline(
-            "  the machine: the same after 0.5 s asleep (us CPU)",
-            _one(_get(fl, "pages", "after_500ms_us_per_page")),
-        ),
     ]
-
+    rows += [_baseline(label, _one(_get(fl, part, key))) for label, part, key in _MACHINE_PARTS]
     return rows
+
+
+# the floor's parts as rows: (label, part of ``cpu_floor.measure``, its key)
+_FLOOR_PARTS = (
+    ("  floor: sign + verify one envelope (us CPU)", "crypto", "sign_and_verify_us"),
+    ("  floor: one Kafka produce, paced at 500 msg/s (us CPU)", "kafka", "produce_us_per_msg"),
+    ("  floor: one Kafka consume, paced at 500 msg/s (us CPU)", "kafka", "consume_us_per_msg"),
+    (
+        "  floor: the broker per bare record, produced and consumed at 500 msg/s (us CPU)",
+        "kafka",
+        "broker_us_per_msg",
+    ),
+    ("  floor: one SQLite insert + commit (us CPU)", "sqlite", "single_us"),
+    (
+        f"  floor: the same per row, {cpu_floor.BATCH} rows a transaction (us CPU)",
+        "sqlite",
+        "batched_us_per_row",
+    ),
+    ("  floor: one PostgreSQL insert + commit, client (us CPU)", "postgresql", "single_us"),
+    ("  floor: the same, the server's backend (us CPU)", "postgresql", "server_single_us"),
+)
+# what this machine charges for a page touched again (cpu_floor.page_retouch)
+_MACHINE_PARTS = (
+    ("  the machine: one 4 KiB page read again at once (us CPU)", "pages", "hot_us_per_page"),
+    (
+        "  the machine: the same after 2 ms asleep (us CPU; a gap at 500 msg/s)",
+        "pages",
+        "after_2ms_us_per_page",
+    ),
+    (
+        "  the machine: the same after 0.5 s asleep (us CPU)",
+        "pages",
+        "after_500ms_us_per_page",
+    ),
+)
 
 
 def _add(a: float | None, b: float | None) -> float | None:
