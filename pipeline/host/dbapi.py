@@ -133,22 +133,21 @@ class HeldReader:
         """The first row ``statement`` returns (a tuple), or None."""
         sql = statement.for_style(self._dialect.paramstyle)
         with self._lock:
-            kept = self._conn is not None
-            try:
-                return self._read(sql, params)
-            except self._dialect.loaded_dbapi.Error as exc:
-                self._drop()
-                if not kept:
-                    raise DBAPIError.instance(
-                        sql, params, exc, self._dialect.loaded_dbapi.Error, dialect=self._dialect
-                    ) from exc
-            try:  # the kept connection failed: once more on a fresh one
-                return self._read(sql, params)
-            except self._dialect.loaded_dbapi.Error as exc:
-                self._drop()
-                raise DBAPIError.instance(
-                    sql, params, exc, self._dialect.loaded_dbapi.Error, dialect=self._dialect
-                ) from exc
+            tries = 2 if self._conn is not None else 1  # a kept one that fails: once more, fresh
+            for left in range(tries - 1, -1, -1):
+                try:
+                    return self._read(sql, params)
+                except self._dialect.loaded_dbapi.Error as exc:
+                    self._drop()
+                    if not left:
+                        raise DBAPIError.instance(
+                            sql,
+                            params,
+                            exc,
+                            self._dialect.loaded_dbapi.Error,
+                            dialect=self._dialect,
+                        ) from exc
+            raise AssertionError("unreachable")  # pragma: no cover
 
     def _read(self, sql: str, params: Sequence[Any]) -> Any:
         if self._conn is None:
