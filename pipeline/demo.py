@@ -27,6 +27,12 @@ from pipeline.testing.rig import Rig, trust_store
 Say = Callable[[str, str], None]
 
 
+def _short(msg_id: str) -> str:
+    """A msgId's last 8 hex digits: its first ones are its millisecond (a version-7 UUID), the
+    same for every message of a minute."""
+    return msg_id[-8:]
+
+
 @contextlib.contextmanager
 def _broker(bootstrap: str | None, say: Say) -> Iterator[str]:
     """``bootstrap`` or ``KAFKA_BOOTSTRAP`` if given, else a local KRaft broker for the demo."""
@@ -86,7 +92,7 @@ def run_demo(
 
     def worker_b(*, gid: str, msg_id: str, kind: str, sender: str, body: bytes) -> None:
         worker_inbox.append((msg_id, body))
-        say("worker-b", f"injected {kind} {msg_id[:8]}: {body.decode()!r}")
+        say("worker-b", f"injected {kind} {_short(msg_id)}: {body.decode()!r}")
 
     signers = {h: Signer.generate(h) for h in ("A", "B")}
     trust = trust_store(signers)
@@ -127,7 +133,7 @@ def _converse(
     for i in range(briefs):
         env = a.client.send(sender="main-a", to="worker-b", body=f"brief #{i + 1}".encode())
         observed["sent"].append(env.msg_id)
-        say("main-a", f"sent SEND {env.msg_id[:8]} -> worker-b")
+        say("main-a", f"sent SEND {_short(env.msg_id)} -> worker-b")
     replied: set[str] = set()
     deadline = time.monotonic() + timeout_s
     observed["ok"] = False
@@ -142,13 +148,13 @@ def _converse(
             text = m.body.decode(errors="replace")
             if m.kind == "INJECTED":
                 observed["injected_receipts"].append(m.msg_id)
-                say("main-a", f"drained INJECTED {m.msg_id[:8]}")
+                say("main-a", f"drained INJECTED {_short(m.msg_id)}")
             elif m.kind == "REPLY":
                 observed["replies"].append(text)
                 say("main-a", f"drained REPLY: {text!r}")
             elif m.kind == "FAILED":
                 observed["failed"].append(m.msg_id)
-                say("main-a", f"[red]drained FAILED {m.msg_id[:8]}[/]")
+                say("main-a", f"[red]drained FAILED {_short(m.msg_id)}[/]")
         if len(observed["replies"]) >= briefs and len(observed["injected_receipts"]) >= briefs:
             observed["ok"] = True
             return

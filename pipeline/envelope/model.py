@@ -28,18 +28,34 @@ _MAX_MS = 10**16 - 1  # the wire form allows at most 16 decimal digits
 
 
 def new_id() -> str:
-    """A random UUID's 32 hex digits, as ``uuid.uuid4().hex`` (two per send: msgId and traceId,
-    without building a ``UUID`` object, or an int, for each)."""
+    """A random UUID's 32 hex digits, as ``uuid.uuid4().hex`` (a minted ``traceId``: a W3C trace
+    id must be random), without building a ``UUID`` object, or an int, for each."""
     b = bytearray(os.urandom(16))
     b[6] = b[6] & 0x0F | 0x40  # the version-4 and variant bits (RFC 9562), as uuid4() sets them
     b[8] = b[8] & 0x3F | 0x80
     return b.hex()
 
 
-def _new_ids() -> tuple[str, str]:
-    """Two :func:`new_id` values from one ``getrandom`` call (a send mints msgId and traceId)."""
-    b = bytearray(os.urandom(32))
-    b[6] = b[6] & 0x0F | 0x40
+_MS_BITS = (1 << 48) - 1  # a version-7 UUID's time field: unix milliseconds, 48 bits
+
+
+def new_msg_id(now_ms: int) -> str:
+    """A version-7 UUID's 32 hex digits (RFC 9562): ``now_ms`` in its first 48 bits, 74 random
+    bits after. Ids minted later sort later (to the millisecond), so the indexes keyed by msgId
+    (the dedupe claim, the held row, the inject journal, the forward-send tracking row) take each
+    new row at their right edge: a random id lands in a random leaf page, which a store holding
+    days of rows must read and write back once per row (docs/store.md, "Time-ordered msgIds")."""
+    b = bytearray((now_ms & _MS_BITS).to_bytes(6, "big") + os.urandom(10))
+    b[6] = b[6] & 0x0F | 0x70  # the version-7 and variant bits
+    b[8] = b[8] & 0x3F | 0x80
+    return b.hex()
+
+
+def _new_ids(now_ms: int) -> tuple[str, str]:
+    """A :func:`new_msg_id` and a :func:`new_id` from one ``getrandom`` call (a send mints msgId
+    and traceId)."""
+    b = bytearray((now_ms & _MS_BITS).to_bytes(6, "big") + os.urandom(26))
+    b[6] = b[6] & 0x0F | 0x70
     b[8] = b[8] & 0x3F | 0x80
     b[22] = b[22] & 0x0F | 0x40
     b[24] = b[24] & 0x3F | 0x80
@@ -91,13 +107,14 @@ class Envelope:
         msg_id: str | None = None,
         now_ms: int | None = None,
     ) -> Envelope:
-        """Mint ``msgId`` (uuid4 hex) and ``traceId`` when not given; ``expiresAt = ts + ttl``."""
+        """Mint ``msgId`` (a version-7 UUID's hex: time-ordered, :func:`new_msg_id`) and
+        ``traceId`` (a version-4 UUID's hex) when not given; ``expiresAt = ts + ttl``."""
         ts = clock.now_ms() if now_ms is None else now_ms
         if not msg_id and not trace_id:
-            msg_id, trace_id = _new_ids()
+            msg_id, trace_id = _new_ids(ts)
         return cls(
             kind=kind if type(kind) is Kind else Kind(kind),
-            msg_id=msg_id or new_id(),
+            msg_id=msg_id or new_msg_id(ts),
             trace_id=trace_id or new_id(),
             sender=sender,
             to=to,

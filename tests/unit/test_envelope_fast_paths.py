@@ -139,10 +139,39 @@ def test_encode_signs_and_orders_as_sign_fields_does(turn: str | None, spawn: st
     )
 
 
-def test_two_ids_minted_together_are_uuid4_hex_and_differ() -> None:
+def test_a_minted_msg_id_is_a_uuid7_of_its_ts_and_its_trace_id_a_uuid4() -> None:
     import uuid
 
     env = Envelope.new(kind=Kind.SEND, sender="a", to="b", ttl_s=1)
-    for text in (env.msg_id, env.trace_id):
-        assert uuid.UUID(hex=text).version == 4 and uuid.UUID(hex=text).hex == text
+    msg, trace = uuid.UUID(hex=env.msg_id), uuid.UUID(hex=env.trace_id)
+    assert msg.version == 7 and msg.hex == env.msg_id and msg.variant == uuid.RFC_4122
+    assert int(env.msg_id[:12], 16) == env.ts_ms  # the time field is the envelope's ts
+    assert trace.version == 4 and trace.hex == env.trace_id and trace.variant == uuid.RFC_4122
     assert env.msg_id != env.trace_id
+    # minted alone (a traceId given, or a msgId given): the same two kinds
+    assert uuid.UUID(hex=Envelope.new(kind=Kind.SEND, sender="a", to="b", ttl_s=1,
+                                      trace_id="t").msg_id).version == 7  # fmt: skip
+    assert uuid.UUID(hex=Envelope.new(kind=Kind.SEND, sender="a", to="b", ttl_s=1,
+                                      msg_id="m").trace_id).version == 4  # fmt: skip
+
+
+def test_msg_ids_minted_in_a_later_millisecond_sort_after_and_never_repeat() -> None:
+    """The reason for version 7: a later send's id sorts after an earlier one's, so the indexes
+    keyed by msgId grow at their right edge (docs/store.md, "Time-ordered msgIds")."""
+    import itertools
+
+    from pipeline.envelope.model import new_msg_id
+
+    ids = [new_msg_id(1_765_000_000_000 + ms) for ms in range(200) for _ in range(50)]
+    by_ms = [ids[i : i + 50] for i in range(0, len(ids), 50)]
+    assert all(max(a) < min(b) for a, b in itertools.pairwise(by_ms))
+    assert len(set(ids)) == len(ids)  # 74 random bits inside one millisecond
+
+
+@pytest.mark.parametrize("now_ms", [0, (1 << 48) - 1, 1 << 48, 10**16 - 1])
+def test_a_ts_outside_48_bits_wraps_the_id_time_field_and_is_still_a_uuid7(now_ms: int) -> None:
+    import uuid
+
+    env = Envelope.new(kind=Kind.SEND, sender="a", to="b", ttl_s=0, now_ms=now_ms)
+    assert env.ts_ms == now_ms and uuid.UUID(hex=env.msg_id).version == 7
+    assert int(env.msg_id[:12], 16) == now_ms % (1 << 48)
