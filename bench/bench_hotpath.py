@@ -6,7 +6,9 @@ measured by the bench that owns it, in this one process and this one window:
 * gateway CPU per message, per gateway and per kind (a REPLY phase, a brief phase) at 500 msg/s,
   SQLite and PostgreSQL, the PostgreSQL server's own CPU beside (:mod:`bench.cpu_per_kind`),
   with the floor under it: one envelope's sign + verify, one Kafka produce and consume, one store
-  insert, each alone, and their sum (:mod:`bench.cpu_floor`);
+  insert, each alone, and their sum (:mod:`bench.cpu_floor`); and B's REPLY path in process on a
+  store already holding a retention's worth of rows, time-ordered msgIds and random ones
+  (:func:`bench.bench_reply_path.steady_store`);
 * the knee: the highest offered rate with send -> held p99 within 50 ms (:mod:`bench.knee`);
 * send -> held p99 and send -> INJECTED p99 at 500 msg/s offered, two gateways as processes,
   SQLite and PostgreSQL (:mod:`bench.latency`), each run followed by the bare Kafka hops at the
@@ -40,6 +42,7 @@ from . import (
     bench_cli,
     bench_envelope,
     bench_outbox,
+    bench_reply_path,
     bench_runtime,
     cpu_floor,
     cpu_per_kind,
@@ -226,7 +229,28 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
         ),
     ]
     rows += [_baseline(label, _one(_get(fl, part, key))) for label, part, key in _MACHINE_PARTS]
-    return rows
+    return rows + store_key_rows(out)
+
+
+def store_key_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """B's REPLY path in process on a store some way into its retention (bench_reply_path's
+    ``steady_store``): msgIds as minted (time-ordered), and random ones over them."""
+    sk = out.get("store_keys") or {}
+    n = sk.get("prefill", bench_reply_path.PREFILL)
+    return [
+        _row(
+            f"B's REPLY path in process, store already holding {n:,} rows, msgIds as minted (us)",
+            "(beside it)",
+            lambda v: True,
+            sk.get("minted_cpu_us"),
+        ),
+        _row(
+            "  the same with random msgIds (version 4, as minted before), over minted (x)",
+            "(beside it)",
+            lambda v: True,
+            sk.get("random_over_minted"),
+        ),
+    ]
 
 
 # the floor's parts as rows: (label, part of ``cpu_floor.measure``, its key)
@@ -554,6 +578,11 @@ def main(quick: bool = False) -> dict[str, Any]:
         ),
         "floor": lambda: cpu_floor.measure(
             bootstrap, rate=cpu_per_kind.RATE, seconds=seconds, rows=FLOOR_ROWS
+        ),
+        "store_keys": lambda: bench_reply_path.steady_store(
+            prefill=bench_reply_path.PREFILL // 10 if quick else bench_reply_path.PREFILL,
+            replies=1000 if quick else 3000,
+            repeats=reps,
         ),
         "knee_sqlite": lambda: knee.repeats(
             bootstrap, store="sqlite", n=reps, seconds=step_s, injector=INJECTOR

@@ -9,6 +9,11 @@ alone on records like them (the floor's crypto part, measured the same way).
 CPU is this thread's (``time.thread_time``; a batch this small is verified inline), per REPLY.
 Three repeats, min / median / max. Compare two trees by running each in turn (alternate them on
 a shared machine): ``PYTHONPATH=<tree> python -m bench.bench_reply_path``.
+
+``--steady``: the same path on a store already holding ``PREFILL`` dedupe claims and held rows
+(:func:`steady_store`), with msgIds as ``Envelope.new`` mints them (version 7, time-ordered) and,
+alternated in the same run, random ones (version 4, as before): what random ids cost a store some
+way into its retention horizon, where every claim and held row lands in a random index leaf.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from pipeline.envelope import (
     Verifier,
     encode,
 )
+from pipeline.envelope.model import new_id, new_msg_id
 from pipeline.envelope.reasons import GATEWAY_SUFFIX
 from pipeline.envelope.receipts import injected_body
 from pipeline.gateway.dead_letter_outbox import OutboxDeadLetterSink
@@ -47,6 +53,7 @@ from pipeline.host import deadlines
 from pipeline.host.conversations import Conversations
 from pipeline.host.entity_config import EntityConfig
 from pipeline.host.gateway_config import GatewayConfig
+from pipeline.host.held import held_table
 from pipeline.host.outbound import Publisher
 from pipeline.host.tracking import FORWARD
 from pipeline.kafka.topics import TopicNames
@@ -56,11 +63,13 @@ from pipeline.presence.model import Delivery, Role
 from pipeline.record import Record
 from pipeline.runtime import ConsumerRuntime
 from pipeline.runtime.config import RuntimeConfig
+from pipeline.runtime.dedupe import dedupe_table
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.store import make_engine, read_sessions, serialize_writes, session_factory
 
 REPEATS = 3
 MAIN = "main-b"
+PREFILL = 500_000  # rows a steady store holds: 17 minutes of REPLYs at 500 msg/s
 
 
 class _Consumer:
@@ -73,10 +82,23 @@ class _Consumer:
         return lambda *a, **k: None
 
 
-def one_run(url: str, *, replies: int, batch: int, receipts: bool = False) -> dict[str, float]:
+def one_run(
+    url: str,
+    *,
+    replies: int,
+    batch: int,
+    receipts: bool = False,
+    prefill: int = 0,
+    random_ids: bool = False,
+) -> dict[str, float]:
     """B taking REPLYs from main-a; or (``receipts``) A taking B's ``INJECTED`` receipts, each
     about a tracked forward send of main-a's (its row written pending before the clock starts),
-    so the batch also reads and settles the tracked rows."""
+    so the batch also reads and settles the tracked rows.
+
+    ``prefill``: the store already holds that many dedupe claims and drained held rows (a store
+    some hours into its retention horizon), their msgIds minted one a millisecond up to now.
+    ``random_ids``: every msgId, the pre-filled ones and the REPLYs', a random (version-4) one,
+    as before msgIds were time-ordered; else as ``Envelope.new`` mints them."""
     engine = serialize_writes(make_engine(url))
     here, peer = ("A", "B") if receipts else ("B", "A")
     main, sender = ("main-a", f"B{GATEWAY_SUFFIX}") if receipts else (MAIN, "main-a")
@@ -129,6 +151,8 @@ def one_run(url: str, *, replies: int, batch: int, receipts: bool = False) -> di
         consumer_factory=lambda conf: _Consumer(),
     )
     runtime.warm_up()
+    if prefill:
+        _prefill(engine, runtime.config.dedupe_scope, main, prefill, random_ids=random_ids)
     offset = 0
     fold = FoldHeaders()  # the relay's headers, on every record an inbox reads
 
@@ -144,7 +168,8 @@ def one_run(url: str, *, replies: int, batch: int, receipts: bool = False) -> di
                 kind, body = Kind.INJECTED, injected_body(about, "w-b")
             else:
                 kind, body = Kind.REPLY, b"x" * 200
-            env = Envelope.new(kind=kind, sender=sender, to=main, body=body, ttl_s=3600)
+            env = Envelope.new(kind=kind, sender=sender, to=main, body=body, ttl_s=3600,
+                               msg_id=new_id() if random_ids else None)  # fmt: skip
             key, headers, value = encode(env, topic=topic, signer=signer)
             out.append(
                 Record(
@@ -181,6 +206,59 @@ def one_run(url: str, *, replies: int, batch: int, receipts: bool = False) -> di
     return {"cpu_us": cpu / n * 1e6, "verify_us": verify / n * 1e6}
 
 
+def _prefill(engine: Any, scope: str, recipient: str, n: int, *, random_ids: bool) -> None:
+    """``n`` dedupe claims in ``scope`` and ``n`` drained held rows for ``recipient``, one per
+    millisecond up to now, in chunks (as retention would leave them)."""
+    now = int(time.time() * 1000)
+    chunk = 20_000
+    for start in range(0, n, chunk):
+        stamps = range(now - n + start, now - n + min(n, start + chunk))
+        ids = [new_id() if random_ids else new_msg_id(ms) for ms in stamps]
+        with engine.begin() as conn:
+            conn.execute(dedupe_table.insert(), [
+                {"scope": scope, "msg_id": m, "seen_at_ms": ms} for m, ms in zip(ids, stamps, strict=True)
+            ])  # fmt: skip
+            conn.execute(held_table.insert(), [
+                {"recipient": recipient, "msg_id": m, "kind": "REPLY", "sender": "main-a",
+                 "body": b"x" * 200, "ts_ms": ms, "expires_at_ms": ms + 3_600_000,
+                 "held_at_ms": ms, "drained_at_ms": ms}
+                for m, ms in zip(ids, stamps, strict=True)
+            ])  # fmt: skip
+
+
+def steady_store(
+    *, prefill: int = PREFILL, replies: int = 3000, batch: int = 2, repeats: int = REPEATS
+) -> dict[str, Any]:
+    """B's REPLY path on a store already holding ``prefill`` rows, with msgIds as minted
+    (time-ordered) and, alternated in the same run, with random ones: CPU per REPLY of each,
+    and random over minted per repeat (``python -m bench hotpath``'s store rows)."""
+    minted, random_, ratio = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(repeats):
+            pair = []
+            for random_ids in (i % 2 == 1, i % 2 == 0):  # alternate which goes first
+                url = f"sqlite:///{Path(tmp) / f's{i}{int(random_ids)}.sqlite'}"
+                run = one_run(url, replies=replies, batch=batch, prefill=prefill,
+                              random_ids=random_ids)  # fmt: skip
+                pair.append((random_ids, run["cpu_us"]))
+            got = dict(pair)
+            minted.append(got[False])
+            random_.append(got[True])
+            ratio.append(got[True] / got[False])
+    return {
+        "prefill": prefill,
+        "batch": batch,
+        "minted_cpu_us": _spread(minted),
+        "random_cpu_us": _spread(random_),
+        "random_over_minted": _spread(ratio),
+    }
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    v = sorted(values)
+    return {"min": v[0], "median": statistics.median(v), "max": v[-1]}
+
+
 def main(argv: list[str] | bool | None = None) -> dict[str, Any]:
     """``python -m bench.bench_reply_path [options]``; ``python -m bench reply_path [--quick]``
     calls it with ``quick`` (a bool) instead of the options."""
@@ -196,7 +274,27 @@ def main(argv: list[str] | bool | None = None) -> dict[str, Any]:
         action="store_true",
         help="gateway A's INJECTED receipts (read + settle their tracked sends), not B's REPLYs",
     )
+    ap.add_argument(
+        "--steady",
+        type=int,
+        nargs="?",
+        const=PREFILL,
+        default=None,
+        metavar="ROWS",
+        help=f"on a store already holding ROWS rows (default {PREFILL:,}): minted vs random ids",
+    )
     args = ap.parse_args(argv)
+    if args.steady is not None:
+        steady = steady_store(prefill=args.steady, replies=args.replies, batch=args.batch,
+                              repeats=args.repeats)  # fmt: skip
+        m, r, x = steady["minted_cpu_us"], steady["random_cpu_us"], steady["random_over_minted"]
+        print(f"SQLite REPLY path CPU us/REPLY on a store of {args.steady:,} rows (batch "
+              f"{args.batch}): minted ids {m['min']:.0f}/{m['median']:.0f}/{m['max']:.0f}, "
+              f"random ids {r['min']:.0f}/{r['median']:.0f}/{r['max']:.0f}, random / minted "
+              f"{x['min']:.2f}/{x['median']:.2f}/{x['max']:.2f}", flush=True)  # fmt: skip
+        if args.json:
+            print(json.dumps(steady, indent=2))
+        return steady
     with tempfile.TemporaryDirectory() as tmp:
         runs = [
             one_run(

@@ -263,3 +263,30 @@ def test_a_cpu_row_over_its_floor_divides_each_repeat_and_needs_both() -> None:
     ratio = rows["  gateway A per REPLY over its floor, sqlite, same run (x)"]["measured"]
     assert ratio == {"min": 2.0, "median": 2.2, "max": 2.4}
     assert rows["  gateway B per REPLY over its floor, sqlite, same run (x)"]["measured"] is None
+
+
+def test_the_steady_store_rows_run_both_id_kinds_on_a_prefilled_store_and_land_in_the_table(
+    tmp_path: Any,
+) -> None:
+    """``steady_store`` pre-fills each store (dedupe claims and held rows, with ids of the kind
+    measured), runs B's REPLY path once with minted ids and once with random ones per repeat,
+    and the table prints the minted CPU and the ratio."""
+    import sqlite3
+    import uuid
+
+    from bench import bench_reply_path
+
+    url = f"sqlite:///{tmp_path / 'one.sqlite'}"
+    got = bench_reply_path.one_run(url, replies=20, batch=2, prefill=300, random_ids=False)
+    assert got["cpu_us"] > 0
+    with sqlite3.connect(tmp_path / "one.sqlite") as db:
+        ids = [r[0] for r in db.execute("SELECT msg_id FROM fleet_held ORDER BY id")]
+    assert len(ids) == 300 + 200 + 20  # pre-filled; then the warm-up's 100 batches, the 20 timed
+    assert all(uuid.UUID(hex=m).version == 7 for m in ids)
+    stamps = [m[:12] for m in ids]  # each id's millisecond: never earlier than the last one's
+    assert stamps == sorted(stamps)
+    steady = bench_reply_path.steady_store(prefill=200, replies=20, batch=2, repeats=2)
+    assert steady["prefill"] == 200 and steady["random_over_minted"]["min"] > 0
+    text = "\n".join(str(r) for r in table({"store_keys": steady}))
+    assert "already holding 200 rows" in text
+    assert str(round(steady["random_over_minted"]["median"], 3)) in text
