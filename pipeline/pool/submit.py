@@ -1,14 +1,17 @@
 """``fleet pool submit``: one record per input line, keyed, each with a fresh ``msgId`` (the event
-id the pool dedupes on and stores the step result against)."""
+id the pool dedupes on and stores the step result against): a version-7 UUID's hex, as the
+envelope mints one, so the pool's dedupe and step-result keys grow at one edge (docs/store.md,
+"Time-ordered msgIds")."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 
+from pipeline.envelope.model import new_msg_id
 from pipeline.errors import BrokerError
 from pipeline.kafka.clients import ClientFactory, new_producer
 from pipeline.kafka.settings import producer_config
+from pipeline.support import clock
 
 
 def parse_line(line: str, *, key: str | None) -> tuple[str | None, str]:
@@ -41,7 +44,7 @@ def submit(
         if not line.strip():
             continue
         k, body = parse_line(line, key=key)
-        msg_id = uuid.uuid4().hex
+        msg_id = new_msg_id(clock.now_ms())
         producer.produce(
             topic,
             value=body.encode(),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -95,10 +96,14 @@ def test_a_step_longer_than_max_poll_interval_causes_no_rebalance(
             what="the member to join",
             interval_s=0.25,
         )
-        submit(kafka.bootstrap, TopicNames().pool(pool), ["a\tone", "b\ttwo", "a\tthree"])
+        ids = submit(kafka.bootstrap, TopicNames().pool(pool), ["a\tone", "b\ttwo", "a\tthree"])
         wait_until(
             lambda: len(effects(store)) == 3, timeout_s=90, what="three slow steps", interval_s=0.25
         )
+        # each event's id is the msgId submit minted: a version-7 UUID, later ones no earlier
+        assert sorted(e.event_id for e in effects(store)) == sorted(ids)
+        assert all(uuid.UUID(hex=i).version == 7 for i in ids)
+        assert [i[:12] for i in ids] == sorted(i[:12] for i in ids)
         st = pool_status(kafka.bootstrap, pool)
         assert st.total_lag == 0
         assert list(st.members) == ["m1"]
