@@ -7,7 +7,8 @@ measured by the bench that owns it, in this one process and this one window:
   SQLite and PostgreSQL, the PostgreSQL server's own CPU beside (:mod:`bench.cpu_per_kind`),
   with the floor under it: one envelope's sign + verify, one Kafka produce and consume, one store
   insert, each alone, and their sum (:mod:`bench.cpu_floor`); and B's REPLY path in process on a
-  store already holding a retention's worth of rows, time-ordered msgIds and random ones
+  store already holding a retention's worth of rows, time-ordered msgIds and random ones, on
+  SQLite and on PostgreSQL with the server's CPU and WAL beside
   (:func:`bench.bench_reply_path.steady_store`);
 * the knee: the highest offered rate with send -> held p99 within 50 ms (:mod:`bench.knee`);
 * send -> held p99 and send -> INJECTED p99 at 500 msg/s offered, two gateways as processes,
@@ -234,23 +235,28 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
 
 def store_key_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
     """B's REPLY path in process on a store some way into its retention (bench_reply_path's
-    ``steady_store``): msgIds as minted (time-ordered), and random ones over them."""
+    ``steady_store``): msgIds as minted (time-ordered), and random ones over them; on
+    PostgreSQL the server's CPU and WAL per REPLY too."""
     sk = out.get("store_keys") or {}
-    n = sk.get("prefill", bench_reply_path.PREFILL)
+    pg = out.get("store_keys_postgresql") or {}
+    n = sk.get("prefill", pg.get("prefill", bench_reply_path.PREFILL))
+    beside = ("(beside it)", lambda v: True)
     return [
-        _row(
-            f"B's REPLY path in process, store already holding {n:,} rows, msgIds as minted (us)",
-            "(beside it)",
-            lambda v: True,
-            sk.get("minted_cpu_us"),
-        ),
-        _row(
-            "  the same with random msgIds (version 4, as minted before), over minted (x)",
-            "(beside it)",
-            lambda v: True,
-            sk.get("random_over_minted"),
-        ),
-    ]
+        _row(f"B's REPLY path in process, store already holding {n:,} rows, msgIds as minted (us)",
+             *beside, sk.get("minted_cpu_us")),
+        _row("  the same with random msgIds (version 4, as minted before), over minted (x)",
+             *beside, sk.get("random_over_minted")),
+        _row("  the same on PostgreSQL, the client, msgIds as minted (us)",
+             *beside, pg.get("minted_cpu_us")),
+        _row("    random over minted: the client (x)", *beside, pg.get("random_over_minted")),
+        _row("    the server's CPU per REPLY, msgIds as minted (us)",
+             *beside, pg.get("minted_server_us")),
+        _row("    random over minted: the server's CPU (x)",
+             *beside, pg.get("random_over_minted_server")),
+        _row("    the WAL the server wrote per REPLY, msgIds as minted (bytes)",
+             *beside, pg.get("minted_wal_bytes")),
+        _row("    random over minted: the WAL (x)", *beside, pg.get("random_over_minted_wal")),
+    ]  # fmt: skip
 
 
 # the floor's parts as rows: (label, part of ``cpu_floor.measure``, its key)
@@ -583,6 +589,12 @@ def main(quick: bool = False) -> dict[str, Any]:
             prefill=bench_reply_path.PREFILL // 10 if quick else bench_reply_path.PREFILL,
             replies=1000 if quick else 3000,
             repeats=reps,
+        ),
+        "store_keys_postgresql": lambda: bench_reply_path.steady_store(
+            prefill=bench_reply_path.PREFILL // 10 if quick else bench_reply_path.PREFILL,
+            replies=1000 if quick else 3000,
+            repeats=reps,
+            postgresql=True,
         ),
         "knee_sqlite": lambda: knee.repeats(
             bootstrap, store="sqlite", n=reps, seconds=step_s, injector=INJECTOR

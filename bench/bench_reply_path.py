@@ -14,16 +14,20 @@ a shared machine): ``PYTHONPATH=<tree> python -m bench.bench_reply_path``.
 (:func:`steady_store`), with msgIds as ``Envelope.new`` mints them (version 7, time-ordered) and,
 alternated in the same run, random ones (version 4, as before): what random ids cost a store some
 way into its retention horizon, where every claim and held row lands in a random index leaf.
+``--steady --postgresql``: the same on a PostgreSQL server of its own, with the server's CPU and
+the WAL it wrote per REPLY beside.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +71,8 @@ from pipeline.runtime.dedupe import dedupe_table
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.store import make_engine, read_sessions, serialize_writes, session_factory
 
+from .cpu import postmaster_pid, tree_cpu_s
+
 REPEATS = 3
 MAIN = "main-b"
 PREFILL = 500_000  # rows a steady store holds: 17 minutes of REPLYs at 500 msg/s
@@ -90,6 +96,7 @@ def one_run(
     receipts: bool = False,
     prefill: int = 0,
     random_ids: bool = False,
+    server: int | None = None,
 ) -> dict[str, float]:
     """B taking REPLYs from main-a; or (``receipts``) A taking B's ``INJECTED`` receipts, each
     about a tracked forward send of main-a's (its row written pending before the clock starts),
@@ -98,7 +105,11 @@ def one_run(
     ``prefill``: the store already holds that many dedupe claims and drained held rows (a store
     some hours into its retention horizon), their msgIds minted one a millisecond up to now.
     ``random_ids``: every msgId, the pre-filled ones and the REPLYs', a random (version-4) one,
-    as before msgIds were time-ordered; else as ``Envelope.new`` mints them."""
+    as before msgIds were time-ordered; else as ``Envelope.new`` mints them.
+    ``server``: the PostgreSQL postmaster's pid; its CPU (and its backends') over the timed
+    batches per REPLY is ``server_us``, and the WAL it wrote meanwhile ``wal_bytes`` per REPLY
+    (a ``CHECKPOINT`` after the pre-fill: every run starts where the first change of a page
+    writes the whole page)."""
     engine = serialize_writes(make_engine(url))
     here, peer = ("A", "B") if receipts else ("B", "A")
     main, sender = ("main-a", f"B{GATEWAY_SUFFIX}") if receipts else (MAIN, "main-a")
@@ -153,6 +164,9 @@ def one_run(
     runtime.warm_up()
     if prefill:
         _prefill(engine, runtime.config.dedupe_scope, main, prefill, random_ids=random_ids)
+    if server is not None:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("CHECKPOINT")
     offset = 0
     fold = FoldHeaders()  # the relay's headers, on every record an inbox reads
 
@@ -190,10 +204,12 @@ def one_run(
             runtime.process(b)
         batches = [records(batch) for _ in range(replies // batch)]
         n = len(batches) * batch
+        before = _server(engine, server)
         t0 = time.thread_time()
         for b in batches:
             runtime.process(b)
         cpu = time.thread_time() - t0
+        after = _server(engine, server)
         alone = [records(batch) for _ in range(replies // batch)]
         t0 = time.thread_time()
         for b in alone:
@@ -203,7 +219,20 @@ def one_run(
         runtime.batch_sessions.close()
         batch_verifier.close()
         engine.dispose()
-    return {"cpu_us": cpu / n * 1e6, "verify_us": verify / n * 1e6}
+    out = {"cpu_us": cpu / n * 1e6, "verify_us": verify / n * 1e6}
+    if before is not None and after is not None:
+        out["server_us"] = (after[0] - before[0]) / n * 1e6
+        out["wal_bytes"] = (after[1] - before[1]) / n
+    return out
+
+
+def _server(engine: Any, server: int | None) -> tuple[float, int] | None:
+    """The PostgreSQL server's CPU seconds (postmaster and backends) and its WAL position."""
+    if server is None:
+        return None
+    with engine.connect() as conn:
+        lsn = conn.exec_driver_sql("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')").scalar()
+    return (tree_cpu_s(server) or 0.0), int(lsn)
 
 
 def _prefill(engine: Any, scope: str, recipient: str, n: int, *, random_ids: bool) -> None:
@@ -227,31 +256,65 @@ def _prefill(engine: Any, scope: str, recipient: str, n: int, *, random_ids: boo
 
 
 def steady_store(
-    *, prefill: int = PREFILL, replies: int = 3000, batch: int = 2, repeats: int = REPEATS
+    *,
+    prefill: int = PREFILL,
+    replies: int = 3000,
+    batch: int = 2,
+    repeats: int = REPEATS,
+    postgresql: bool = False,
 ) -> dict[str, Any]:
     """B's REPLY path on a store already holding ``prefill`` rows, with msgIds as minted
     (time-ordered) and, alternated in the same run, with random ones: CPU per REPLY of each,
-    and random over minted per repeat (``python -m bench hotpath``'s store rows)."""
-    minted, random_, ratio = [], [], []
-    with tempfile.TemporaryDirectory() as tmp:
+    and random over minted per repeat (``python -m bench hotpath``'s store rows). On
+    ``postgresql`` (a server of its own, a fresh database per run) also the server's CPU and
+    WAL bytes per REPLY of each."""
+    runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+    with tempfile.TemporaryDirectory() as tmp, _stores(Path(tmp), postgresql) as (fresh, server):
         for i in range(repeats):
-            pair = []
             for random_ids in (i % 2 == 1, i % 2 == 0):  # alternate which goes first
-                url = f"sqlite:///{Path(tmp) / f's{i}{int(random_ids)}.sqlite'}"
-                run = one_run(url, replies=replies, batch=batch, prefill=prefill,
-                              random_ids=random_ids)  # fmt: skip
-                pair.append((random_ids, run["cpu_us"]))
-            got = dict(pair)
-            minted.append(got[False])
-            random_.append(got[True])
-            ratio.append(got[True] / got[False])
-    return {
-        "prefill": prefill,
-        "batch": batch,
-        "minted_cpu_us": _spread(minted),
-        "random_cpu_us": _spread(random_),
-        "random_over_minted": _spread(ratio),
-    }
+                runs[random_ids].append(one_run(fresh(), replies=replies, batch=batch,
+                                                prefill=prefill, random_ids=random_ids,
+                                                server=server))  # fmt: skip
+    out: dict[str, Any] = {"store": "postgresql" if postgresql else "sqlite",
+                           "prefill": prefill, "batch": batch}  # fmt: skip
+    for key in ("cpu_us", "server_us", "wal_bytes"):
+        if key not in runs[False][0]:
+            continue
+        minted, random_ = [r[key] for r in runs[False]], [r[key] for r in runs[True]]
+        name = key.removesuffix("_us").removesuffix("_bytes")
+        unit = "us" if key.endswith("_us") else "bytes"
+        out[f"minted_{name}_{unit}"] = _spread(minted)
+        out[f"random_{name}_{unit}"] = _spread(random_)
+        ratios = [r / m for r, m in zip(random_, minted, strict=True) if m]
+        out["random_over_minted" if key == "cpu_us" else f"random_over_minted_{name}"] = (
+            _spread(ratios) if ratios else None
+        )
+    return out
+
+
+@contextlib.contextmanager
+def _stores(tmp: Path, postgresql: bool) -> Iterator[tuple[Callable[[], str], int | None]]:
+    """A fresh store's URL per call, and the server's pid (None on SQLite)."""
+    if not postgresql:
+        yield (lambda: f"sqlite:///{tmp / f's{uuid.uuid4().hex[:8]}.sqlite'}"), None
+        return
+    import psycopg
+
+    from pipeline.testing import start_test_postgres
+
+    pg = start_test_postgres()
+    try:
+        plain = pg.url.replace("postgresql+psycopg://", "postgresql://")
+
+        def fresh() -> str:
+            name = f"steady_{uuid.uuid4().hex[:8]}"
+            with psycopg.connect(plain, autocommit=True) as conn:
+                conn.execute(f"CREATE DATABASE {name}")
+            return f"{pg.url.rpartition('/')[0]}/{name}"
+
+        yield fresh, postmaster_pid(pg.directory)
+    finally:
+        pg.close()
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -283,15 +346,25 @@ def main(argv: list[str] | bool | None = None) -> dict[str, Any]:
         metavar="ROWS",
         help=f"on a store already holding ROWS rows (default {PREFILL:,}): minted vs random ids",
     )
+    ap.add_argument(
+        "--postgresql",
+        action="store_true",
+        help="with --steady: on PostgreSQL (a server of its own), its CPU and WAL beside",
+    )
     args = ap.parse_args(argv)
     if args.steady is not None:
         steady = steady_store(prefill=args.steady, replies=args.replies, batch=args.batch,
-                              repeats=args.repeats)  # fmt: skip
-        m, r, x = steady["minted_cpu_us"], steady["random_cpu_us"], steady["random_over_minted"]
-        print(f"SQLite REPLY path CPU us/REPLY on a store of {args.steady:,} rows (batch "
-              f"{args.batch}): minted ids {m['min']:.0f}/{m['median']:.0f}/{m['max']:.0f}, "
-              f"random ids {r['min']:.0f}/{r['median']:.0f}/{r['max']:.0f}, random / minted "
-              f"{x['min']:.2f}/{x['median']:.2f}/{x['max']:.2f}", flush=True)  # fmt: skip
+                              repeats=args.repeats, postgresql=args.postgresql)  # fmt: skip
+        for name, unit in (("cpu", "us"), ("server", "us"), ("wal", "bytes")):
+            m, r = steady.get(f"minted_{name}_{unit}"), steady.get(f"random_{name}_{unit}")
+            x = steady.get("random_over_minted" if name == "cpu" else f"random_over_minted_{name}")
+            if m is None or r is None or x is None:
+                continue
+            print(f"{steady['store']} REPLY path, {name} {unit}/REPLY on a store of "
+                  f"{args.steady:,} rows (batch {args.batch}): minted ids "
+                  f"{m['min']:.0f}/{m['median']:.0f}/{m['max']:.0f}, random ids "
+                  f"{r['min']:.0f}/{r['median']:.0f}/{r['max']:.0f}, random / minted "
+                  f"{x['min']:.2f}/{x['median']:.2f}/{x['max']:.2f}", flush=True)  # fmt: skip
         if args.json:
             print(json.dumps(steady, indent=2))
         return steady
