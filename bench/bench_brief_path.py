@@ -37,7 +37,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from sqlalchemy import text
 
-from bench.cpu import postmaster_pid, tree_cpu_s
+from bench.cpu import fresh_databases, postmaster_pid, tree_cpu_s
 from pipeline.envelope import (
     BatchVerifier,
     BoundedSeenSet,
@@ -254,18 +254,7 @@ def _urls(store: str, pg: Any) -> tuple[Any, int | None]:
         root = Path(tempfile.mkdtemp(prefix="bench-brief-"))
         return (lambda: f"sqlite:///{root / f'B-{uuid.uuid4().hex[:8]}.sqlite'}"), None
 
-    import psycopg
-
-    plain = pg.url.replace("postgresql+psycopg://", "postgresql://")
-    base = pg.url.rpartition("/")[0]
-
-    def fresh() -> str:
-        name = f"brief_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(plain, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {name}")
-        return f"{base}/{name}"
-
-    return fresh, postmaster_pid(pg.directory)
+    return fresh_databases(pg.url, "brief"), postmaster_pid(pg.directory)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

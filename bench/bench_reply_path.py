@@ -71,7 +71,7 @@ from pipeline.runtime.dedupe import dedupe_table
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.store import make_engine, read_sessions, serialize_writes, session_factory
 
-from .cpu import postmaster_pid, tree_cpu_s
+from .cpu import fresh_databases, postmaster_pid, tree_cpu_s
 
 REPEATS = 3
 MAIN = "main-b"
@@ -298,21 +298,11 @@ def _stores(tmp: Path, postgresql: bool) -> Iterator[tuple[Callable[[], str], in
     if not postgresql:
         yield (lambda: f"sqlite:///{tmp / f's{uuid.uuid4().hex[:8]}.sqlite'}"), None
         return
-    import psycopg
-
     from pipeline.testing import start_test_postgres
 
     pg = start_test_postgres()
     try:
-        plain = pg.url.replace("postgresql+psycopg://", "postgresql://")
-
-        def fresh() -> str:
-            name = f"steady_{uuid.uuid4().hex[:8]}"
-            with psycopg.connect(plain, autocommit=True) as conn:
-                conn.execute(f"CREATE DATABASE {name}")
-            return f"{pg.url.rpartition('/')[0]}/{name}"
-
-        yield fresh, postmaster_pid(pg.directory)
+        yield fresh_databases(pg.url, "steady"), postmaster_pid(pg.directory)
     finally:
         pg.close()
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,25 @@ def tree_cpu_s(root: int) -> float | None:
     if own is None:
         return None
     return own + sum(procfs.cpu_s(c, children=True) or 0.0 for c in children(root))
+
+
+def fresh_databases(url: str, prefix: str) -> Callable[[], str]:
+    """A function returning the URL of a new, empty database on the server of ``url`` (a
+    PostgreSQL SQLAlchemy URL) at each call: ``<prefix>_<8 hex>``."""
+    import uuid
+
+    import psycopg
+
+    plain = url.replace("postgresql+psycopg://", "postgresql://")
+    base = url.rpartition("/")[0]
+
+    def fresh() -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(plain, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return f"{base}/{name}"
+
+    return fresh
 
 
 def postmaster_pid(data_dir: Path | None) -> int | None:
