@@ -9,6 +9,13 @@ inject worker (a tracking row each), as ``bench.latency``'s sender does. Two cli
 * ``per_call``: one connection per send, as ``fleet send`` and the MCP server connect
   (200 sends/s).
 
+* ``one_at_a_time``: one connection, each REPLY sent after the answer to the last, so every
+  send is a group of its own, at three paces: back to back (the next send as soon as the answer
+  came), 500 and 100 sends/s. The same code and the same work per send at every pace; what
+  grows with the pause between sends is what this machine charges a thread for waking up again
+  (docs/performance.md, "The machine's page tax"). ``paced_over_back_to_back`` is each pace's
+  CPU per send over the back-to-back one's, same round.
+
 The figure is this process's CPU (``getrusage``: user + system, every thread) per send: the
 socket server, the group commit (envelope, signature, outbox and tracking rows, COMMIT) and the
 answer. The client's CPU is its own process's and not counted. Three rounds: min / median / max.
@@ -64,6 +71,24 @@ for i in range(n):
 """
 
 
+_ONE_AT_A_TIME = r"""
+import json, socket, struct, sys, time
+path, rate, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.socket(socket.AF_UNIX); s.connect(path); f = s.makefile("rb")
+start = time.monotonic()
+for i in range(n):
+    if rate:
+        wait = start + i / rate - time.monotonic()
+        if wait > 0: time.sleep(wait)
+    body = json.dumps({"id": i, "op": "send", "sender": "main-a", "to": "main-b",
+                       "body": "YmVuY2g=", "kind": "REPLY"}).encode()
+    s.sendall(struct.pack(">I", len(body)) + body)
+    head = f.read(4); a = json.loads(f.read(struct.unpack(">I", head)[0]))
+    assert "ok" in a, a
+"""
+PACES = (0, 500, 100)  # sends/s of the one-at-a-time client; 0: back to back
+
+
 def _cpu_per_send(child: str, path: str, rate: int, n: int) -> float:
     before = resource.getrusage(resource.RUSAGE_SELF)
     subprocess.run([sys.executable, "-c", child, path, str(rate), str(n)], check=True)
@@ -95,18 +120,40 @@ def main(quick: bool = False) -> dict[str, Any]:
         for name, child, rate in (("pipelined", _PIPELINED, 500), ("per_call", _PER_CALL, 200)):
             _cpu_per_send(child, path, rate, min(n, 300))  # warm up
             rounds = sorted(_cpu_per_send(child, path, rate, n) for _ in range(3))
-            result[name] = {
-                "rate_per_s": rate,
-                "server_cpu_us_per_send": {
-                    "min": round(rounds[0]),
-                    "median": round(statistics.median(rounds)),
-                    "max": round(rounds[-1]),
-                },
-            }
+            result[name] = {"rate_per_s": rate, "server_cpu_us_per_send": _spread(rounds)}
+        result["one_at_a_time"] = _one_at_a_time(path, min(n, 2000))
     finally:
         server.close()
         host.engine.dispose()
     return result
+
+
+def _one_at_a_time(path: str, n: int) -> dict[str, Any]:
+    """Each pace's CPU per send, and each paced one over the back-to-back one of its round (the
+    paces alternate within a round, so the machine's drift hits them alike)."""
+    _cpu_per_send(_ONE_AT_A_TIME, path, 0, min(n, 300))  # warm up
+    per_pace: dict[int, list[float]] = {pace: [] for pace in PACES}
+    for _ in range(3):
+        for pace in PACES:
+            per_pace[pace].append(
+                _cpu_per_send(_ONE_AT_A_TIME, path, pace, n // (1 + 4 * (pace == 100)))
+            )
+    out: dict[str, Any] = {
+        f"{'back_to_back' if pace == 0 else f'at_{pace}'}_cpu_us_per_send": _spread(sorted(v))
+        for pace, v in per_pace.items()
+    }
+    for pace in PACES[1:]:
+        ratios = [p / b for p, b in zip(per_pace[pace], per_pace[0], strict=True)]
+        out[f"at_{pace}_over_back_to_back"] = _spread(sorted(ratios), digits=2)
+    return out
+
+
+def _spread(rounds: list[float], digits: int = 0) -> dict[str, float]:
+    return {
+        "min": round(rounds[0], digits),
+        "median": round(statistics.median(rounds), digits),
+        "max": round(rounds[-1], digits),
+    }
 
 
 if __name__ == "__main__":
