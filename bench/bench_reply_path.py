@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
 import tempfile
 import time
 import uuid
@@ -72,6 +71,7 @@ from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.store import make_engine, read_sessions, serialize_writes, session_factory
 
 from .cpu import fresh_databases, postmaster_pid, tree_cpu_s
+from .latency import spread
 
 REPEATS = 3
 MAIN = "main-b"
@@ -283,11 +283,11 @@ def steady_store(
         minted, random_ = [r[key] for r in runs[False]], [r[key] for r in runs[True]]
         name = key.removesuffix("_us").removesuffix("_bytes")
         unit = "us" if key.endswith("_us") else "bytes"
-        out[f"minted_{name}_{unit}"] = _spread(minted)
-        out[f"random_{name}_{unit}"] = _spread(random_)
+        out[f"minted_{name}_{unit}"] = spread(minted)
+        out[f"random_{name}_{unit}"] = spread(random_)
         ratios = [r / m for r, m in zip(random_, minted, strict=True) if m]
         out["random_over_minted" if key == "cpu_us" else f"random_over_minted_{name}"] = (
-            _spread(ratios) if ratios else None
+            spread(ratios) if ratios else None
         )
     return out
 
@@ -305,11 +305,6 @@ def _stores(tmp: Path, postgresql: bool) -> Iterator[tuple[Callable[[], str], in
         yield fresh_databases(pg.url, "steady"), postmaster_pid(pg.directory)
     finally:
         pg.close()
-
-
-def _spread(values: list[float]) -> dict[str, float]:
-    v = sorted(values)
-    return {"min": v[0], "median": statistics.median(v), "max": v[-1]}
 
 
 def main(argv: list[str] | bool | None = None) -> dict[str, Any]:
@@ -374,8 +369,7 @@ def main(argv: list[str] | bool | None = None) -> dict[str, Any]:
         "receipts": args.receipts,
     }
     for k in ("cpu_us", "verify_us"):
-        values = sorted(r[k] for r in runs)
-        result[k] = {"min": values[0], "median": statistics.median(values), "max": values[-1]}
+        result[k] = spread([r[k] for r in runs])
     print(
         "SQLite {what} path CPU us/{what} (batch {b}): {c[min]:.0f}/{c[median]:.0f}/{c[max]:.0f}"
         "  of which verify alone {v[median]:.0f}".format(

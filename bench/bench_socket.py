@@ -13,8 +13,9 @@ inject worker (a tracking row each), as ``bench.latency``'s sender does. Two cli
   send is a group of its own, at three paces: back to back (the next send as soon as the answer
   came), 500 and 100 sends/s. The same code and the same work per send at every pace; what
   grows with the pause between sends is what this machine charges a thread for waking up again
-  (docs/performance.md, "The machine's page tax"). ``paced_over_back_to_back`` is each pace's
-  CPU per send over the back-to-back one's, same round.
+  (docs/performance.md, "The machine's page tax"). ``at_500_over_back_to_back`` and
+  ``at_100_over_back_to_back`` are each pace's CPU per send over the back-to-back one's, same
+  round.
 
 The figure is this process's CPU (``getrusage``: user + system, every thread) per send: the
 socket server, the group commit (envelope, signature, outbox and tracking rows, COMMIT) and the
@@ -24,12 +25,13 @@ answer. The client's CPU is its own process's and not counted. Three rounds: min
 from __future__ import annotations
 
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from .latency import spread
 
 _PIPELINED = r"""
 import json, socket, struct, sys, threading, time
@@ -87,6 +89,7 @@ for i in range(n):
     assert "ok" in a, a
 """
 PACES = (0, 500, 100)  # sends/s of the one-at-a-time client; 0: back to back
+SLOW_SHARE = 5  # at 100 sends/s a round sends a fifth as many (the same seconds as at 500)
 
 
 def _cpu_per_send(child: str, path: str, rate: int, n: int) -> float:
@@ -120,7 +123,7 @@ def main(quick: bool = False) -> dict[str, Any]:
         for name, child, rate in (("pipelined", _PIPELINED, 500), ("per_call", _PER_CALL, 200)):
             _cpu_per_send(child, path, rate, min(n, 300))  # warm up
             rounds = sorted(_cpu_per_send(child, path, rate, n) for _ in range(3))
-            result[name] = {"rate_per_s": rate, "server_cpu_us_per_send": _spread(rounds)}
+            result[name] = {"rate_per_s": rate, "server_cpu_us_per_send": spread(rounds)}
         result["one_at_a_time"] = _one_at_a_time(path, min(n, 2000))
     finally:
         server.close()
@@ -136,24 +139,16 @@ def _one_at_a_time(path: str, n: int) -> dict[str, Any]:
     for _ in range(3):
         for pace in PACES:
             per_pace[pace].append(
-                _cpu_per_send(_ONE_AT_A_TIME, path, pace, n // (1 + 4 * (pace == 100)))
+                _cpu_per_send(_ONE_AT_A_TIME, path, pace, n // SLOW_SHARE if pace == 100 else n)
             )
     out: dict[str, Any] = {
-        f"{'back_to_back' if pace == 0 else f'at_{pace}'}_cpu_us_per_send": _spread(sorted(v))
+        f"{'back_to_back' if pace == 0 else f'at_{pace}'}_cpu_us_per_send": spread(v)
         for pace, v in per_pace.items()
     }
     for pace in PACES[1:]:
         ratios = [p / b for p, b in zip(per_pace[pace], per_pace[0], strict=True)]
-        out[f"at_{pace}_over_back_to_back"] = _spread(sorted(ratios), digits=2)
+        out[f"at_{pace}_over_back_to_back"] = spread(ratios)
     return out
-
-
-def _spread(rounds: list[float], digits: int = 0) -> dict[str, float]:
-    return {
-        "min": round(rounds[0], digits),
-        "median": round(statistics.median(rounds), digits),
-        "max": round(rounds[-1], digits),
-    }
 
 
 if __name__ == "__main__":
