@@ -18,15 +18,22 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def stop_on_signals(event: threading.Event, signals: Iterable[int] = STOP_SIGNALS) -> None:
+def stop_on_signals(
+    event: threading.Event,
+    signals: Iterable[int] = STOP_SIGNALS,
+    *,
+    then: Iterable[Callable[[], None]] = (),
+) -> None:
     """Set ``event`` once any of ``signals`` arrives (main thread only: where handlers are
-    installed). Further signals are absorbed: the event stays set."""
+    installed), then call each of ``then`` (wake what does not wait on the event). Further
+    signals are absorbed: the event stays set."""
+    wakes = tuple(then)
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
 
@@ -38,6 +45,8 @@ def stop_on_signals(event: threading.Event, signals: Iterable[int] = STOP_SIGNAL
     def watch() -> None:
         os.read(read_end, 1)
         event.set()
+        for wake in wakes:
+            wake()
 
     threading.Thread(target=watch, name="stop-signals", daemon=True).start()
     for s in signals:

@@ -335,7 +335,12 @@ def build_gateway(
             ),
             # the last to stop: its final pass ships what the other loops and the inject
             # workers committed (the receipts of the stop's last injects)
-            Supervised("relay", functools.partial(loops.run_relay, relay, announced), last=True),
+            Supervised(
+                "relay",
+                functools.partial(loops.run_relay, relay, announced),
+                last=True,
+                wake=relay.wake,  # watched (SQLite), its idle wait sees its stop only woken
+            ),
             # PostgreSQL: every commit of an outbox row (the inbox's receipts too) wakes the relay
             *(
                 [Supervised("relay-wake", functools.partial(listen_forever, engine, relay.wake))]

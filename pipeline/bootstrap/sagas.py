@@ -66,6 +66,7 @@ class SagaProcess:
             self.runtime.run(stop)
         finally:
             stop.set()
+            self.relay.wake()  # its idle wait looks at ``stop`` only when woken (SQLite)
             for t in threads:
                 t.join(timeout=5)
             self.relay.close()

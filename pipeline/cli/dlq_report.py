@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -99,6 +100,7 @@ class ReporterRelay:
     engine: Engine
     stop: threading.Event
     thread: threading.Thread
+    wake: Callable[[], None]  # the relay's: its idle wait looks at ``stop`` only when woken
 
     @classmethod
     def start(cls, engine: Engine, config: Path, *, factories: Factories) -> ReporterRelay:
@@ -111,7 +113,7 @@ class ReporterRelay:
         stop = threading.Event()
         thread = threading.Thread(target=relay.run_forever, args=(stop,), name="relay", daemon=True)
         thread.start()
-        return cls(engine=engine, stop=stop, thread=thread)
+        return cls(engine=engine, stop=stop, thread=thread, wake=relay.wake)
 
     def finish(self, timeout_s: float = 30.0) -> None:
         """Wait (bounded) until the outbox is empty, then stop; what is left ships next run."""
@@ -119,4 +121,5 @@ class ReporterRelay:
         while backlog(self.engine)[0] and time.monotonic() < deadline:
             time.sleep(0.1)
         self.stop.set()
+        self.wake()
         self.thread.join(timeout_s)

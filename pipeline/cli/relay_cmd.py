@@ -81,7 +81,7 @@ def run(
     stop = threading.Event()
     if policy is not None:  # its own thread: the relay's never waits for more than one batch
         purger_for(engine, policy, RELAY_TABLES, registry=registry).start(stop)
-    stop_on_signals(stop)
+    stop_on_signals(stop, then=[relay.wake])  # its idle wait may not look at stop at once
     console.print(f"outbox relay: {store_url} -> {bootstrap} (tenant: {tenant or 'all'})")
     listen(engine, relay.wake, stop)  # PostgreSQL: woken by each commit's NOTIFY
     try:

@@ -39,6 +39,9 @@ class Supervised:
     last: bool = False
     backoff_s: float = 1.0
     max_backoff_s: float = 10.0
+    # ends a wait that does not look at the stop event at once (the relay's idle wait on the
+    # WAL's watch, docs/outbox.md invariant 9): called right after its stop is set
+    wake: Callable[[], None] | None = None
     thread: threading.Thread | None = None
     crashes: int = 0
 
@@ -117,16 +120,23 @@ class Gateway:
         t0 = time.monotonic()
         deadline = t0 + timeout
         log.info("gateway %s: stopping", self.host)
-        self._join([loop for loop in self.loops if not loop.last], deadline)
+        first = [loop for loop in self.loops if not loop.last]
+        self._wake(first)
+        self._join(first, deadline)
         self._run_hooks(self.on_quiesce)
         self.last_stop.set()
-        self._join([loop for loop in self.loops if loop.last], deadline)
+        last = [loop for loop in self.loops if loop.last]
+        self._wake(last)
+        self._join(last, deadline)
         stuck = [loop.name for loop in self.loops if loop.thread and loop.thread.is_alive()]
         if stuck:  # a slow stop says which loop held it (the supervisor's SIGKILL may come next)
             log.warning("gateway %s: %s still running %.1f s after stop", self.host,
                         ", ".join(stuck), time.monotonic() - t0)  # fmt: skip
         self._run_hooks(self.on_stop)
         log.info("gateway %s: stopped in %.1f s", self.host, time.monotonic() - t0)
+
+    def _wake(self, loops: list[Supervised]) -> None:
+        self._run_hooks([loop.wake for loop in loops if loop.wake is not None])
 
     @staticmethod
     def _join(loops: list[Supervised], deadline: float) -> None:
@@ -142,7 +152,9 @@ class Gateway:
                 log.exception("gateway %s: stop hook failed", self.host)
 
     def wait(self, poll_s: float = 0.2) -> BaseException | None:
-        """Block until stopped (signal or fatal error); returns the fatal error, if any."""
+        """Block until stopped (signal or fatal error); returns the fatal error, if any. The
+        timeout is how soon a Python signal handler runs when the kernel gave the signal to
+        another thread: it runs on this one, between bytecodes (pipeline/signals.py)."""
         while not self.stop_event.wait(poll_s):
             pass
         return self.fatal

@@ -9,16 +9,25 @@ one pass per ``max_idle_s`` (its gauges stay fresh) and another only when someth
 
 Invariant: a row committed while the relay waits is fetched within ``poll_s`` of its commit (at
 once when its writer is in this process), exactly as if every poll were a pass.
+
+Watched (``watch``; :mod:`.wal_watch`: inotify on SQLite's WAL, Linux) the wait does not poll:
+it blocks until a wake, a commit of any connection or ``max_idle_s``; it looks at ``stop`` only
+then, so whoever stops the relay wakes it. A commit ends it within ``poll_s`` as before (at once on an idle
+store), but at most one wait per ``poll_s`` ends for commits; the watch is armed only after
+that spacing, so under load the store's writers rarely pay for it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from typing import Any
 
 from sqlalchemy import Engine
+
+from .wal_watch import Seen, WalWatch
 
 
 class _DataVersion:
@@ -53,11 +62,22 @@ class _DataVersion:
 
 
 class IdleWait:
-    def __init__(self, engine: Engine, *, poll_s: float, max_idle_s: float) -> None:
+    def __init__(
+        self, engine: Engine, *, poll_s: float, max_idle_s: float, watch: bool = False
+    ) -> None:
         self.poll_s = poll_s
         self.max_idle_s = max(max_idle_s, poll_s)
         self._event = threading.Event()
         self._probe = _DataVersion(engine) if engine.dialect.name == "sqlite" else None
+        # ``watch``: on a SQLite file in WAL mode (Linux), commits are seen, not polled for
+        self._engine = engine if watch and self._probe is not None else None
+        self._watch = WalWatch.for_engine(engine) if self._engine is not None else None
+        self._seen = -math.inf  # monotonic: when a commit the watch saw last ended a wait
+
+    @property
+    def watched(self) -> bool:
+        """Whether commits are watched (:mod:`.wal_watch`) rather than polled for."""
+        return self._watch is not None
 
     def wake(self) -> None:
         """Rows were committed just now by a writer in this process: end the wait at once."""
@@ -65,6 +85,9 @@ class IdleWait:
         # it set is read by that pass, so setting it again would only cost a Condition notify
         if not self._event.is_set():
             self._event.set()
+            watch = self._watch
+            if watch is not None and watch.armed:  # else its wait sees the event first
+                watch.interrupt()
 
     def clear(self) -> None:
         """A pass starts: a wake() from here on ends the next wait at once."""
@@ -79,11 +102,51 @@ class IdleWait:
             wait_s = self.poll_s if until is None else min(self.poll_s, until - now)
             return self._event.wait(max(0.0, wait_s))
         deadline = now + self.max_idle_s if until is None else min(now + self.max_idle_s, until)
+        if self._watch is None and self._engine is not None:  # closed by a failed run
+            self._watch = WalWatch.for_engine(self._engine)
+            self._engine = None if self._watch is None else self._engine
+        if self._watch is not None:
+            return self._watched(self._watch, stop, deadline)
         while not self._event.wait(min(self.poll_s, max(0.0, deadline - time.monotonic()))):
             if stop.is_set() or time.monotonic() >= deadline or self._probe.changed():
                 return False
         return True
 
+    def _watched(self, watch: WalWatch, stop: threading.Event, deadline: float) -> bool:
+        """The wait on the watch. Within ``poll_s`` of the last commit that ended a wait it
+        waits for a wake only (under load every inbox batch writes the WAL, and a pass per batch
+        is what the wakes avoid); after that it arms the watch, looks at ``data_version`` once
+        (commits made while it was not armed), and waits for a wake, a commit or ``deadline``.
+        ``stop`` is looked at only then: whoever sets it wakes the relay (``Supervised.wake``)."""
+        assert self._probe is not None
+        while True:
+            now = time.monotonic()
+            if stop.is_set() or now >= deadline:
+                return False
+            spaced = self._seen + self.poll_s
+            if now < spaced:
+                if self._event.wait(min(spaced, deadline) - now):
+                    return True
+                continue
+            watch.arm()
+            try:
+                if self._probe.changed():
+                    self._seen = now
+                    return False
+                while not self._event.is_set():
+                    now = time.monotonic()
+                    if stop.is_set() or now >= deadline:
+                        return False
+                    if watch.wait(deadline - now) is Seen.WRITTEN:
+                        self._seen = time.monotonic()
+                        return False
+                return True
+            finally:
+                watch.disarm()
+
     def close(self) -> None:
         if self._probe is not None:
             self._probe.close()
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None

@@ -122,8 +122,8 @@ class Relay:
         self._producer: Any = None
         self._fatal = False
         self._stop: threading.Event | None = None
-        # woken by wake() (rows just committed here); else a cheap look for others' commits
-        self._idle = IdleWait(engine, poll_s=idle_wait_s, max_idle_s=metrics_interval_s)
+        # woken by wake() (rows just committed here); else others' commits seen, or looked for
+        self.idle = IdleWait(engine, poll_s=idle_wait_s, max_idle_s=metrics_interval_s, watch=True)
         self._next_metrics = 0.0
         self._store: ThreadPoolExecutor | None = None
         self._acker = Acker(engine, tenant=tenant)
@@ -187,7 +187,7 @@ class Relay:
                 # wait at once (its wake; NOTIFY; data_version), the spacing slept out first (pacing).
                 if acked == 0 or self._drained_clean:
                     self._pacing.hold(stop, until=self._later.due)
-                    if not self._idle.wait(stop, until=self._later.due):
+                    if not self.idle.wait(stop, until=self._later.due):
                         self._read_next = True  # not a wake: another process may have committed
             last_pass(self._pump_until, self.final_pass_s)  # what is committed by now goes out
         finally:
@@ -199,7 +199,7 @@ class Relay:
 
     def _one_pass(self) -> int:
         """One pass of :meth:`run_forever`: the rows handed over, else a read of the store."""
-        self._idle.clear()  # a wake() from here on ends the idle wait below at once
+        self.idle.clear()  # a wake() from here on ends the idle wait below at once
         try:
             fed = self._fed()
             if fed is not None and not fed and not self._later.is_due():
@@ -215,7 +215,7 @@ class Relay:
         Unless they were handed over (:mod:`.wake`), the next pass reads the store."""
         if self._feed is None or not self._feed.woken_by_put():
             self._read_next = True
-        self._idle.wake()
+        self.idle.wake()
 
     def _fed(self) -> list[Any] | None:
         """The rows handed over to ship from memory, or ``None``: this pass reads the store."""
@@ -248,7 +248,7 @@ class Relay:
             self._store = None
         self._acker.close()
         self._read.close()
-        self._idle.close()
+        self.idle.close()
 
     # -- steps -------------------------------------------------------------------------------
     def _pump(

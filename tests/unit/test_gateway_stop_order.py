@@ -34,6 +34,30 @@ def test_the_last_loop_ends_after_the_others_and_the_quiesce_hooks() -> None:
     assert events[2:] == ["inject workers ended", "relay ended", "stop hooks"]
 
 
+def test_a_loop_that_does_not_watch_its_stop_is_woken_right_after_its_stop_is_set() -> None:
+    """A loop blocked on something else than its stop event (the relay's commit watch on a file
+    descriptor, the relay's idle wait of up to a second) gets its ``wake`` right after its own
+    stop is set: the inbox's stop does not wake the relay, the relay's does."""
+    order: list[str] = []
+    woken = {"watch": threading.Event(), "relay": threading.Event()}
+
+    def blocked(name: str, stop_of: str) -> Supervised:
+        def body(stop: threading.Event) -> None:
+            assert woken[name].wait(60), f"{name} was never woken"
+            order.append(f"{name} woken, its stop {'set' if stop.is_set() else 'NOT set'}")
+
+        def wake() -> None:
+            woken[name].set()
+
+        return Supervised(name, body, last=stop_of == "last", wake=wake)
+
+    gateway = Gateway(host="a", loops=[blocked("relay", "last"), blocked("watch", "first")])
+    gateway.on_quiesce.append(lambda: order.append("quiesce"))
+    gateway.start()
+    gateway.stop(timeout=60)
+    assert order == ["watch woken, its stop set", "quiesce", "relay woken, its stop set"]
+
+
 def test_a_fatal_error_in_a_last_loop_still_stops_the_gateway() -> None:
     """A ``last`` loop waits on its own event, but its fatal error sets the gateway's stop."""
 

@@ -102,7 +102,7 @@ def test_the_relay_sleeps_the_spacing_out_before_it_waits_for_a_wake(
 
     monkeypatch.setattr(relay, "_one_pass", one_pass)
     monkeypatch.setattr(relay, "_pacing", _Pacing())
-    monkeypatch.setattr(relay._idle, "wait", wait)
+    monkeypatch.setattr(relay.idle, "wait", wait)
     relay.run_forever(stop)
     engine.dispose()
     assert steps[:7] == ["hold", "pass", "hold", "wait", "hold", "pass", "hold"]

@@ -153,3 +153,21 @@ def test_interrupt_on_sigterm_runs_the_clean_up_and_a_second_sigterm_cannot_cut_
     )
     assert out.stdout.split() == ["interrupted", "cleaned", "up"], out.stderr
     assert out.returncode == 0, out.stderr
+
+
+def test_what_does_not_wait_on_the_event_is_woken_after_it_is_set() -> None:
+    """``then``: ``fleet relay run`` wakes its relay and its commit watch (docs/outbox.md
+    invariant 9), which wait on other things than the event; each call comes after the set."""
+    done = run_child(
+        """
+        stop = threading.Event()
+        seen = []
+        woke = threading.Event()
+        stop_on_signals(stop, then=[lambda: seen.append(stop.is_set()), woke.set])
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert woke.wait(30), "the wakes never came"
+        print(seen)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[True]"
