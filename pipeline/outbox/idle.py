@@ -115,8 +115,9 @@ class IdleWait:
     def _watched(self, watch: WalWatch, stop: threading.Event, deadline: float) -> bool:
         """The wait on the watch. Within ``poll_s`` of the last commit that ended a wait it
         waits for a wake only (under load every inbox batch writes the WAL, and a pass per batch
-        is what the wakes avoid); after that it arms the watch, looks at ``data_version`` once
-        (commits made while it was not armed), and waits for a wake, a commit or ``deadline``.
+        is what the wakes avoid); after that it looks at ``data_version`` (commits made while
+        it was not armed end it there, unarmed), arms the watch, looks once more (a commit
+        between the look and the arming), and waits for a wake, a commit or ``deadline``.
         ``stop`` is looked at only then: whoever sets it wakes the relay (``Supervised.wake``)."""
         assert self._probe is not None
         while True:
@@ -128,9 +129,14 @@ class IdleWait:
                 if self._event.wait(min(spaced, deadline) - now):
                     return True
                 continue
+            # a look first: under load something committed since, and the pass comes without
+            # arming (each arm and disarm of a watch costs the kernel as much as a look)
+            if self._probe.changed():
+                self._seen = now
+                return False
             watch.arm()
             try:
-                if self._probe.changed():
+                if self._probe.changed():  # committed between that look and the arming
                     self._seen = now
                     return False
                 while not self._event.is_set():

@@ -120,10 +120,10 @@ def test_watched_the_idle_wait_ends_at_a_commit_once_per_spacing_without_polling
 
     t = threading.Thread(target=waiter, daemon=True)
     t.start()
-    assert not ended.wait(0.3)  # nothing committed: still waiting, one look at arming only
+    assert not ended.wait(0.3)  # nothing committed: still waiting, looked twice at arming
     _commit_elsewhere(tmp_path / "store.db")
     assert ended.wait(BOUND_S), "another process's commit did not end the wait"
-    assert looks[0] == 1  # the arming's look: no poll
+    assert looks[0] == 2  # the look before the arming and the one after: no poll
     ended.clear()
     t = threading.Thread(target=waiter, daemon=True)
     t.start()
