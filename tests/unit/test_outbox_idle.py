@@ -34,19 +34,24 @@ def test_the_probe_sees_a_commit_of_another_connection_and_nothing_else(tmp_path
     assert probe.changed()  # a new connection starts over: a pass, not a missed commit
 
 
+def waiting(idle: IdleWait, stop: threading.Event) -> threading.Event:
+    """``idle.wait(stop)`` on a thread of its own; the event is set once that wait ended."""
+    ended = threading.Event()
+
+    def waiter() -> None:
+        idle.wait(stop)
+        ended.set()
+
+    threading.Thread(target=waiter, daemon=True).start()
+    return ended
+
+
 def test_a_commit_elsewhere_ends_the_wait_long_before_its_limit(tmp_path: Path) -> None:
     engine = _engine(tmp_path)
     idle = IdleWait(engine, poll_s=0.01, max_idle_s=3600.0)
     stop = threading.Event()
     idle.wait(stop)  # the first look always ends it (the probe knew no version yet)
-    done = threading.Event()
-
-    def waiter() -> None:
-        idle.wait(stop)
-        done.set()
-
-    t = threading.Thread(target=waiter, daemon=True)
-    t.start()
+    done = waiting(idle, stop)
     assert not done.wait(0.2)  # nothing committed: still waiting
     with engine.begin() as c:
         c.execute(text("INSERT INTO t VALUES (2)"))

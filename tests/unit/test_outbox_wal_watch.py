@@ -22,6 +22,7 @@ from pipeline.outbox import Relay, outbox_status, write
 from pipeline.outbox.idle import IdleWait
 from pipeline.outbox.wal_watch import Seen, WalWatch, wal_file
 from pipeline.store import make_engine, session_factory
+from tests.unit.test_outbox_idle import waiting
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify: Linux")
 
@@ -112,21 +113,12 @@ def test_watched_the_idle_wait_ends_at_a_commit_once_per_spacing_without_polling
 
     idle._probe.changed = counted  # type: ignore[method-assign]
     stop = threading.Event()
-    ended = threading.Event()
-
-    def waiter() -> None:
-        idle.wait(stop)
-        ended.set()
-
-    t = threading.Thread(target=waiter, daemon=True)
-    t.start()
+    ended = waiting(idle, stop)
     assert not ended.wait(0.3)  # nothing committed: still waiting, looked twice at arming
     _commit_elsewhere(tmp_path / "store.db")
     assert ended.wait(BOUND_S), "another process's commit did not end the wait"
     assert looks[0] == 2  # the look before the arming and the one after: no poll
-    ended.clear()
-    t = threading.Thread(target=waiter, daemon=True)
-    t.start()
+    ended = waiting(idle, stop)
     _commit_elsewhere(tmp_path / "store.db")  # within poll_s (an hour) of the last: spaced
     assert not ended.wait(0.3)
     idle.wake()  # a wake ends it at once, spacing or not
