@@ -12,14 +12,16 @@ once when its writer is in this process), exactly as if every poll were a pass.
 
 Watched (``watch``; :mod:`.wal_watch`: inotify on SQLite's WAL, Linux) the wait does not poll:
 it blocks until a wake, a commit of any connection or ``max_idle_s``; it looks at ``stop`` only
-then, so whoever stops the relay wakes it. A commit ends it within ``poll_s`` as before (at once on an idle
-store), but at most one wait per ``poll_s`` ends for commits; the watch is armed only after
-that spacing, so under load the store's writers rarely pay for it.
+then, so whoever stops the relay wakes it. A commit ends it within ``poll_s`` as before (at once
+on an idle store), but at most one wait per ``poll_s`` ends for commits; the watch is armed only
+after that spacing, so under load the store's writers rarely pay for it. A watch that cannot be
+armed any more (inotify's limits) leaves the relay polling, with a warning.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import threading
 import time
@@ -28,6 +30,8 @@ from typing import Any
 from sqlalchemy import Engine
 
 from .wal_watch import Seen, WalWatch
+
+log = logging.getLogger(__name__)
 
 
 class _DataVersion:
@@ -134,7 +138,13 @@ class IdleWait:
             if self._probe.changed():
                 self._seen = now
                 return False
-            watch.arm()
+            try:
+                watch.arm()
+            except OSError as exc:  # no watch left for it now: poll from here on, never crash
+                log.warning("outbox relay: cannot watch %s (%s); it polls instead", watch.path, exc)
+                self._engine = None
+                self.close_watch()
+                return False
             try:
                 if self._probe.changed():  # committed between that look and the arming
                     self._seen = now
@@ -153,6 +163,9 @@ class IdleWait:
     def close(self) -> None:
         if self._probe is not None:
             self._probe.close()
-        if self._watch is not None:
-            self._watch.close()
-            self._watch = None
+        self.close_watch()
+
+    def close_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.close()

@@ -217,3 +217,24 @@ def test_a_row_this_process_commits_without_a_wake_is_shipped_too(tmp_path: Path
         with session_factory(engine).begin() as s:
             write(s, topic="t", key=b"k", value=b"v", branch_key="b")
         assert _drained(engine) == 0 and broker.sent == 1
+
+
+def test_a_watch_that_cannot_be_armed_any_more_leaves_the_relay_polling(engine: Engine) -> None:
+    """inotify's limits reached after the start (another process took every watch): the wait
+    ends for a pass and polls from then on, it never raises into the relay's loop."""
+    idle = IdleWait(engine, poll_s=0.01, max_idle_s=NEVER, watch=True)
+    assert idle._watch is not None and idle._probe is not None
+    idle._probe.changed()  # what is committed so far: seen
+
+    def refused() -> None:
+        raise OSError(28, "No space left on device")  # inotify_add_watch at max_user_watches
+
+    idle._watch.arm = refused  # type: ignore[method-assign]
+    stop = threading.Event()
+    assert idle.wait(stop) is False  # a pass, not an error
+    assert not idle.watched
+    ended = waiting(idle, stop)
+    with engine.begin() as c:  # polled for now: data_version sees it
+        c.execute(text("INSERT INTO t VALUES (1)"))
+    assert ended.wait(BOUND_S)
+    idle.close()
