@@ -11,6 +11,13 @@ the way) and is skipped; a row past ``mark + 1`` (on PostgreSQL a lower id can c
 a branch not listed ends that branch for this pass -- the next pass lists it again. Both
 statements run on the raw DB-API cursor (plain tuples; SQLAlchemy's ``Row`` objects cost about
 four times the read itself), through :class:`OutboxReader`.
+
+On PostgreSQL both reads are index reads whatever the planner's statistics say (``READ_PLAN``,
+set on the reader's connection). A table not analyzed yet -- a new store, for up to a minute
+of autovacuum's nap, or longer where autovacuum lags -- gives the planner no histogram of ids,
+and it read "id from here, in order, 1,000 at most" as a scan of the whole table and a sort:
+1.0 ms a read at 10,000 rows against 0.14 once analyzed, growing with the table, at every
+pass and every safety-net look.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ COLUMNS = ("id", "tenant", "branch_key", "lsn", "topic", "key", "value", "header
 _PLACEHOLDERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
 Branch = tuple[str, str]
+
+# the planner settings of the reader's connection (PostgreSQL): index scans, in index order
+READ_PLAN = {"enable_seqscan": "off", "enable_bitmapscan": "off"}
 
 
 class FetchSql:
@@ -130,7 +140,7 @@ class OutboxReader:
 
     def __init__(self, engine: Engine, sql: FetchSql) -> None:
         self._sql = sql
-        self._conn = HeldConnection(engine)
+        self._conn = HeldConnection(engine, settings=READ_PLAN)
         self.cursor: PassCursor | None = None  # the current pass's place (None: start a pass)
 
     def read(

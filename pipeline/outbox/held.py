@@ -13,6 +13,10 @@ its own transaction) and switched back before it returns to the pool. A connecti
 for ``idle_s`` is pinged before its next use, as the pool pings an idle connection
 (:func:`pipeline.store.engine.ping_when_idle`); one that fails the ping or a statement is
 dropped (:meth:`HeldConnection.drop`), and the next use takes a fresh one from the pool.
+
+``settings`` (PostgreSQL only) are planner settings for the statements of the holder: ``SET``
+on the connection when it is taken, ``RESET`` before it goes back to the pool (a connection that
+cannot be reset is discarded, never handed on with them).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import time
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Engine
@@ -33,10 +38,21 @@ class HeldConnection:
     Its owner closes it (the relay's ``close``); one dropped without that closes its connection
     when it is collected (its engine may be disposed by then: the pool could not close it)."""
 
-    def __init__(self, engine: Engine, *, idle_s: float = PING_IDLE_S) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        idle_s: float = PING_IDLE_S,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
         self._engine = engine
         self._idle_s = idle_s
         self._autocommit = engine.dialect.name != "sqlite"  # SQLite's driver runs in it already
+        for name, value in (settings or {}).items():
+            if not (name.replace("_", "").isalnum() and value.replace("_", "").isalnum()):
+                raise ValueError(f"not a plain setting: {name} = {value}")
+        # SQLite has no planner settings of this kind: they apply on PostgreSQL only
+        self._settings = dict(settings or {}) if self._autocommit else {}
         self._held: list[Any] = [None]  # the pool's proxy, shared with the finalizer
         self._used = 0.0
         weakref.finalize(self, _discard, self._held)
@@ -58,6 +74,8 @@ class HeldConnection:
                     raw: Any = conn.dbapi_connection
                     raw.rollback()  # ends a transaction the checkout's ping may have begun
                     raw.autocommit = True
+                    for name, value in self._settings.items():  # the session's, until reset
+                        raw.execute(f"SET {name} = {value}")
                 except BaseException:
                     conn.invalidate()
                     conn.close()
@@ -76,14 +94,16 @@ class HeldConnection:
 
     def close(self) -> None:
         """Back to the pool, as the pool handed it out."""
-        _release(self._held, self._autocommit)
+        _release(self._held, self._autocommit, tuple(self._settings))
 
 
-def _release(held: list[Any], autocommit: bool) -> None:
+def _release(held: list[Any], autocommit: bool, settings: tuple[str, ...] = ()) -> None:
     conn, held[0] = held[0], None
     if conn is None:
         return
     try:
+        for name in settings:
+            conn.dbapi_connection.execute(f"RESET {name}")
         if autocommit:
             conn.dbapi_connection.autocommit = False
     except Exception:  # noqa: BLE001 - a dead connection: discarded instead
