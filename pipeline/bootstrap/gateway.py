@@ -57,7 +57,8 @@ from pipeline.retention.purger import Purger
 from pipeline.runtime import ConsumerRuntime, RuntimeConfig
 from pipeline.runtime.metrics import RuntimeMetrics
 from pipeline.runtime.routing import ByTopic
-from pipeline.store import read_sessions, serialize_writes, session_factory
+from pipeline.store import metadata, read_sessions, serialize_writes, session_factory
+from pipeline.store.first_statistics import FirstStatistics
 from pipeline.tracing import TracingSettings
 from pipeline.tracing.settings import OFF as TRACING_OFF
 
@@ -295,6 +296,7 @@ def build_gateway(
             rules=RULES,
         ),
         on_roster_written=bindings.changed,
+        statistics=FirstStatistics(engine, [t.name for t in metadata.sorted_tables]),
     )
     nudger = _build_nudger(config, callbacks, reads, conversations, metrics, publisher)
     client = build_client(

@@ -13,7 +13,10 @@
   never an unsent outbox row or an undrained held message): every table stays bounded;
 * **roster cache** -- every known binding and the follower's horizon / STALE flag mirrored into
   the store for local clients (rewritten when they change, the state row at least every 2 s so
-  its age shows whether the gateway itself runs).
+  its age shows whether the gateway itself runs);
+* **first statistics** -- on PostgreSQL, ``ANALYZE`` of a table that grew past a few pages with
+  no planner statistics yet (:mod:`pipeline.store.first_statistics`): a new store's hot reads
+  are index reads from its first seconds, not after autovacuum's first look.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from pipeline.presence.model import Delivery
 from pipeline.reasons import Verification
 from pipeline.retention.purger import Purger
 from pipeline.store import read_sessions
+from pipeline.store.first_statistics import FirstStatistics
 from pipeline.support.clock import now_ms
 
 from .dead_letter_outbox import OutboxDeadLetterSink, dead_letter_held
@@ -67,8 +71,10 @@ class Maintenance:
         tracked: Sequence[Tracked] = (FORWARD,),
         purger: Purger | None = None,
         on_roster_written: Callable[[], None] | None = None,
+        statistics: FirstStatistics | None = None,
     ) -> None:
         self.purger = purger
+        self.statistics = statistics
         # after each commit that changed the roster mirror (roster_cache.KnownBindings)
         self.on_roster_written = on_roster_written
         self.entities = entities
@@ -133,11 +139,17 @@ class Maintenance:
             if work.held:
                 duties.append(self.sweep)
         duties += (self.refresh_roster, functools.partial(self.purge, stop))
+        if self.statistics is not None and self.statistics.enabled:
+            duties.append(self.first_statistics)
         for duty in duties:
             try:
                 duty()
             except Exception:
                 log.exception("maintenance duty %s failed", getattr(duty, "__name__", "purge"))
+
+    def first_statistics(self) -> list[str]:
+        assert self.statistics is not None
+        return self.statistics.tick()
 
     def _due(self) -> due.Due:
         if self.look is not None:
