@@ -12,7 +12,10 @@ tables that have no statistics yet (no row in ``pg_stats``) and are at least ``m
 disk, and runs ``ANALYZE`` on each, with a short ``lock_timeout`` (a table autovacuum is working
 on is left to it, and asked again at the next look). What it never does:
 
-* analyze a table again once it has statistics: autovacuum keeps them from then on;
+* analyze a table again once it has statistics (autovacuum keeps them from then on), nor a table
+  this process analyzed once already;
+* analyze a table whose owner's role it does not have (``ANALYZE`` would skip it with a warning
+  in the server's log at every look);
 * analyze a small table (an empty one analyzed would still have no column statistics);
 * anything on SQLite, whose planner reads these statements by their indexes without statistics.
 """
@@ -33,7 +36,7 @@ DEFAULT_EVERY_S = 5.0
 _WITHOUT = text(
     "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
     " WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname = ANY(:names)"
-    " AND pg_relation_size(c.oid) >= :min_bytes"
+    " AND pg_relation_size(c.oid) >= :min_bytes AND pg_has_role(c.relowner, 'MEMBER')"
     " AND NOT EXISTS (SELECT 1 FROM pg_stats s"
     " WHERE s.schemaname = n.nspname AND s.tablename = c.relname)"
     " ORDER BY c.relname"
@@ -59,6 +62,7 @@ class FirstStatistics:
         self.every_s = every_s
         self._clock = clock
         self._next = 0.0
+        self._done: set[str] = set()
         self.enabled = engine.dialect.name == "postgresql" and bool(self.tables)
 
     def tick(self) -> list[str]:
@@ -77,6 +81,8 @@ class FirstStatistics:
             )
         analyzed = []
         for name in due:
+            if name in self._done:
+                continue
             try:
                 with self.engine.begin() as conn:
                     conn.exec_driver_sql("SET LOCAL lock_timeout = '200ms'")
@@ -85,6 +91,7 @@ class FirstStatistics:
                 log.info("planner statistics: ANALYZE %s not done now (%s)", name, exc)
                 continue
             analyzed.append(name)
+            self._done.add(name)
         if analyzed:
             log.info("planner statistics: first ANALYZE of %s", ", ".join(analyzed))
         return analyzed

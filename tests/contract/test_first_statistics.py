@@ -103,3 +103,45 @@ def test_a_table_grown_without_statistics_is_analyzed_once_and_small_ones_are_le
         assert not any("ANALYZE" in s for s in seen)
     finally:
         engine.dispose()
+
+
+def test_a_table_whose_owner_role_the_gateway_lacks_is_left_to_autovacuum(
+    postgres_url: str,
+) -> None:
+    """ANALYZE by a role that does not own the table skips it with a warning in the server's
+    log: the duty does not ask (it would at every look), and the owner's duty would."""
+    import os
+
+    import pytest
+    import sqlalchemy as sa
+
+    from pipeline.testing import unique_name
+
+    if os.environ.get("FLEET_TEST_PG_URL"):
+        pytest.skip("logs in as a new role: needs the suite's own server (trust authentication)")
+    name = unique_name("fs").replace(".", "_")
+    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        conn.execute(sa.text(f'CREATE ROLE "{name}" LOGIN'))
+    url = postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    owner = make_engine(url)
+    other_url = sa.engine.make_url(url).set(username=name).render_as_string(hide_password=False)
+    other = None
+    try:
+        with owner.begin() as conn:
+            conn.exec_driver_sql("ALTER TABLE fleet_forward_sends SET (autovacuum_enabled = false)")
+            conn.execute(insert(forward_table), _rows(ROWS))
+            conn.exec_driver_sql(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{name}"')
+        other = make_engine(other_url)
+        tables = [t.name for t in metadata.sorted_tables]
+        assert FirstStatistics(other, tables).tick() == []
+        assert FirstStatistics(owner, tables).tick() == ["fleet_forward_sends"]
+    finally:
+        if other is not None:
+            other.dispose()
+        owner.dispose()
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+            conn.execute(sa.text(f'DROP ROLE "{name}"'))
+        admin.dispose()
