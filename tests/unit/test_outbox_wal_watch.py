@@ -160,9 +160,15 @@ class _Broker:
 
 @contextlib.contextmanager
 def _relay_that_never_polls(engine: Engine) -> Iterator[_Broker]:
-    """A relay on ``engine`` whose look at ``data_version`` is blinded (it never sees a change)
-    and whose idle limit never comes: only the watch can tell it that rows were committed.
-    Stopped as the gateway stops it (its stop set, then ``Supervised.wake``)."""
+    """A relay on ``engine`` whose idle limit never comes and that never polls: armed, it looks
+    at ``data_version`` only when its watch ends a wait (its looks are counted: none while it
+    waits and nothing is written), so only the watch can tell it that rows were committed.
+    Stopped as the gateway stops it (its stop set, then ``Supervised.wake``).
+
+    Its look is real, not blinded: the first write to the WAL can come before the commit it
+    belongs to is visible (a writer restarting a checkpointed WAL writes its header at its
+    ``BEGIN``), so the pass that wake starts finds nothing, and the look after ``poll_s``
+    finds the commit, as in production. A blinded look left such a relay waiting for ever."""
     broker = _Broker()
     relay = Relay(
         engine=engine,
@@ -172,11 +178,25 @@ def _relay_that_never_polls(engine: Engine) -> Iterator[_Broker]:
         metrics_interval_s=NEVER,
     )
     assert relay.idle.watched and relay.idle._probe is not None
-    relay.idle._probe.changed = lambda: False  # type: ignore[method-assign]
+    looks: list[bool] = []
+    look = relay.idle._probe.changed
+
+    def counted() -> bool:
+        looks.append(look())
+        return looks[-1]
+
+    relay.idle._probe.changed = counted  # type: ignore[method-assign]
     stop = threading.Event()
     thread = threading.Thread(target=relay.run_forever, args=(stop,), daemon=True)
     thread.start()
     try:
+        deadline = time.monotonic() + BOUND_S
+        while not (relay.idle._watch is not None and relay.idle._watch.armed):
+            assert time.monotonic() < deadline, "the relay never armed its watch"
+            time.sleep(0.005)
+        before = len(looks)
+        time.sleep(10 * relay.idle.poll_s)  # a polling relay would look ten times meanwhile
+        assert len(looks) - before <= 1  # at most the look right after arming
         yield broker
     finally:
         stop.set()
