@@ -27,6 +27,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from pipeline.store import pg_pipeline
+
 from .held import HeldConnection
 from .tables import RowStatus, unsent
 
@@ -141,6 +143,7 @@ class OutboxReader:
     def __init__(self, engine: Engine, sql: FetchSql) -> None:
         self._sql = sql
         self._conn = HeldConnection(engine, settings=READ_PLAN)
+        self._wire = engine.dialect.name == "postgresql"  # libpq's pipeline, not a cursor
         self.cursor: PassCursor | None = None  # the current pass's place (None: start a pass)
 
     def read(
@@ -150,7 +153,8 @@ class OutboxReader:
         branch the lsn the relay confirmed up to, past its stored watermark). A failed read
         raises the driver's error (or SQLAlchemy's) and the next read starts a new pass."""
         try:
-            cur = self._conn.get().cursor()
+            held = self._conn.get()
+            cur = WireCursor(held.dbapi_connection) if self._wire else held.cursor()
             if first or self.cursor is None:
                 cur.execute(*self._sql.branches())
                 self.cursor = PassCursor(self._sql, cur.fetchall(), stopped, ahead)
@@ -168,3 +172,26 @@ class OutboxReader:
 
     def close(self) -> None:
         self._conn.close()
+
+
+class WireCursor:
+    """As much of a DB-API cursor as the reads use, on PostgreSQL: each statement sent on
+    libpq's pipeline (:func:`pipeline.store.pg_pipeline.all_rows`, one flush, one wait, no
+    psycopg cursor), its rows the tuples a cursor's ``fetchall`` gives. The held connection is
+    in autocommit: no ``BEGIN`` goes with a read."""
+
+    __slots__ = ("_dbapi", "_rows")
+
+    def __init__(self, dbapi: Any) -> None:
+        self._dbapi = dbapi
+        self._rows: list[tuple[Any, ...]] = []
+
+    def execute(self, sql: str, params: tuple[object, ...] = ()) -> None:
+        self._rows = pg_pipeline.all_rows(self._dbapi, sql, params)
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        rows, self._rows = self._rows, []
+        return rows
+
+    def close(self) -> None:
+        self._rows = []
