@@ -73,16 +73,15 @@ class FirstStatistics:
         if now < self._next:
             return []
         self._next = now + self.every_s
+        names = [t for t in self.tables if t not in self._done]  # each analyzed here once
         with self.engine.connect() as conn:
             due = list(
-                conn.execute(_WITHOUT, {"names": self.tables, "min_bytes": self.min_bytes})
+                conn.execute(_WITHOUT, {"names": names, "min_bytes": self.min_bytes})
                 .scalars()
                 .all()
             )
         analyzed = []
         for name in due:
-            if name in self._done:
-                continue
             try:
                 with self.engine.begin() as conn:
                     conn.exec_driver_sql("SET LOCAL lock_timeout = '200ms'")
@@ -94,4 +93,5 @@ class FirstStatistics:
             self._done.add(name)
         if analyzed:
             log.info("planner statistics: first ANALYZE of %s", ", ".join(analyzed))
+            self.enabled = len(self._done) < len(self.tables)  # every table done: no more looks
         return analyzed
