@@ -14,10 +14,11 @@ help:  ## list the targets
 # after the system check, which says what is missing (python3-venv, ...) before anything fails
 VENV_NEW := test -x $(PY) || { python3 -m venv $(VENV) && $(PY) -m pip install -q --upgrade pip; }
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt native/ed25519/Cargo.toml native/ed25519/src/lib.rs
 	bash scripts/install-system-deps.sh all
 	$(VENV_NEW)
 	$(PIP_INSTALL) -e '.[dev]'
+	bash scripts/build-native.sh $(PY)
 	$(PY) -c 'from pipeline.kafka.local import resolve_classpath; print("kafka jars:", resolve_classpath().lib_dir)'
 	bash scripts/build-otelcol.sh $(VENV)/bin/fleet-otelcol
 	touch $(STAMP) $(RUN_STAMP)
@@ -29,6 +30,7 @@ $(RUN_STAMP): pyproject.toml constraints.txt
 	bash scripts/install-system-deps.sh run
 	$(VENV_NEW)
 	$(PIP_INSTALL) -e .
+	bash scripts/build-native.sh $(PY)
 	touch $(RUN_STAMP)
 
 run: $(RUN_STAMP)  ## the main job on embedded defaults: local Kafka (or KAFKA_BOOTSTRAP) + SQLite, two gateways, a live demo

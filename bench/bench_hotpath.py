@@ -39,6 +39,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from pipeline.envelope.ed25519 import VERIFIER
+
 from . import (
     bench_cli,
     bench_envelope,
@@ -445,10 +447,16 @@ def table(out: dict[str, Any]) -> list[dict[str, Any]]:
             rt.get("signed_pull_2threads_msg_per_s"),
         ),
         _row(
-            "  the same / Ed25519 verify alone on 1 core, same repeat",
+            "  the same / Ed25519 verify alone on 1 core (the fabric's verifier), same repeat",
             ">= 1.2",
             lambda v: v >= 1.2,
             rt.get("signed_pull_2threads_over_verify_alone"),
+        ),
+        _row(
+            "  the same / libsodium's verify alone (the verifier without the native module)",
+            "(beside)",
+            lambda v: True,
+            rt.get("signed_pull_2threads_over_libsodium_verify_alone"),
         ),
         _row(
             "  the same / OpenSSL's Ed25519 verify alone (the library before 0.13)",
@@ -621,6 +629,7 @@ def main(quick: bool = False) -> dict[str, Any]:
     if only:  # a subset, for a quick look at one part; the table marks the rest not measured
         sections = {name: run for name, run in sections.items() if name in only}
     out: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    out["ed25519_verifier"] = VERIFIER  # the gateways' too: they run this checkout's install
     with kafka("bench-hotpath") as bootstrap, _tracing(out):
         out["broker_append_linger_ms"] = append_linger_ms(bootstrap)
         for name, section in sections.items():
@@ -636,6 +645,7 @@ def main(quick: bool = False) -> dict[str, Any]:
             }
             print(json.dumps({name: out["sections"][name]}), flush=True)
     out["table"] = table(out)
+    print(f"Ed25519 verify: {VERIFIER} (every gateway and pull path of this run)")
     for line in out["table"]:
         m = line["measured"]
         fig = "-" if m is None else f"{m['min']} / {m['median']} / {m['max']}"

@@ -369,12 +369,16 @@ def _signed(bootstrap: str, n: int, tmp: str, r: int) -> dict[str, float]:
             out[f"{mode}_pull_{t}thread{'s' if t > 1 else ''}_cpu_us_per_msg"] = round(
                 secs[1] / n * 1e6, 1
             )
-    alone, openssl = _verify_alone_per_s(), _verify_alone_per_s(openssl=True)
+    alone = _verify_alone_per_s()
+    sodium = _verify_alone_per_s(library="libsodium")
+    openssl = _verify_alone_per_s(library="openssl")
     out["ed25519_verify_alone_1core_per_s"] = round(alone)
+    out["libsodium_ed25519_verify_alone_1core_per_s"] = round(sodium)
     out["openssl_ed25519_verify_alone_1core_per_s"] = round(openssl)
     if "signed_pull_2threads_msg_per_s" in out:
         pulled = out["signed_pull_2threads_msg_per_s"]
         out["signed_pull_2threads_over_verify_alone"] = round(pulled / alone, 3)
+        out["signed_pull_2threads_over_libsodium_verify_alone"] = round(pulled / sodium, 3)
         out["signed_pull_2threads_over_openssl_verify_alone"] = round(pulled / openssl, 3)
     for mode in sources:
         if (mode, 2) in wall:
@@ -384,22 +388,27 @@ def _signed(bootstrap: str, n: int, tmp: str, r: int) -> dict[str, float]:
     return out
 
 
-def _verify_alone_per_s(n: int = 3000, *, openssl: bool = False) -> float:
+def _verify_alone_per_s(n: int = 3000, *, library: str = "fabric") -> float:
     """Ed25519 verify alone on one thread, the library call and nothing else, on a message the
-    size of a pulled record's signed bytes: the signed pull's baseline in the same repeat. The
-    fabric's verify (libsodium, ``pipeline/envelope/ed25519.py``); ``openssl``: OpenSSL's through
-    ``cryptography``, the fabric's library before 0.13 (the issue's baseline was measured on it)."""
+    size of a pulled record's signed bytes: the signed pull's baseline in the same repeat.
+    ``library``: ``fabric``, the verifier the fabric uses (``pipeline/envelope/ed25519.py``:
+    ed25519-dalek where the native module is built, else libsodium); ``libsodium``, the one
+    without the native module; ``openssl``, OpenSSL's through ``cryptography``, the fabric's
+    library before 0.13 (the issue's baseline was measured on it)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-    from pipeline.envelope.ed25519 import VerifyKey
+    from pipeline.envelope.ed25519 import LibsodiumVerifyKey, VerifyKey
 
     key = Ed25519PrivateKey.generate()
     message = BODY + b"h" * 200
     signature = key.sign(message)
     public: Any = key.public_key()
-    if not openssl:
-        public = VerifyKey(public.public_bytes(Encoding.Raw, PublicFormat.Raw))
+    raw = public.public_bytes(Encoding.Raw, PublicFormat.Raw)
+    if library == "fabric":
+        public = VerifyKey(raw)
+    elif library == "libsodium":
+        public = LibsodiumVerifyKey(raw)
     start = time.perf_counter()
     for _ in range(n):
         public.verify(signature, message)
@@ -416,8 +425,10 @@ PULL_ROWS = (
     "signed_pull_2threads_over_1thread",
     "mac_pull_2threads_over_1thread",
     "ed25519_verify_alone_1core_per_s",
+    "libsodium_ed25519_verify_alone_1core_per_s",
     "openssl_ed25519_verify_alone_1core_per_s",
     "signed_pull_2threads_over_verify_alone",
+    "signed_pull_2threads_over_libsodium_verify_alone",
     "signed_pull_2threads_over_openssl_verify_alone",
     "mac_over_signed_1thread",
     "mac_over_signed_2threads",

@@ -35,7 +35,7 @@ from pipeline.errors import ConfigError
 from pipeline.kafka.topics import check_name
 from pipeline.reasons import Config, Keys
 
-from .ed25519 import SigningKey, VerifyKey
+from .ed25519 import PublicKey, SigningKey, VerifyKey
 
 PRIVATE_FORMAT = "fleet-ed25519-private/v1"
 PUBLIC_FORMAT = "fleet-ed25519-public/v1"
@@ -149,7 +149,7 @@ class TrustedKey:
     host: str
     key_id: str
     public_key_bytes: bytes
-    key: VerifyKey  # verifies (libsodium, :mod:`.ed25519`)
+    key: PublicKey  # verifies (ed25519-dalek or libsodium, :mod:`.ed25519`)
 
 
 def read_public_file(path: str | os.PathLike[str]) -> TrustedKey:

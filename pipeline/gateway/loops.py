@@ -13,6 +13,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from pipeline.control.handler import SpawnHandler
+from pipeline.envelope.ed25519 import VERIFIER
 from pipeline.errors import FencedError
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.host.incarnation import take_incarnation
@@ -104,7 +105,8 @@ def run_inbox(
     reported (the inject journal)."""
     if not roster_caught_up(follower, stop):
         return
-    log.info("inbox: roster caught up, consuming")  # where a restart's time goes (bench_restart)
+    # where a restart's time goes (bench_restart); and which library verifies (docs/envelope.md)
+    log.info("inbox: roster caught up, consuming (Ed25519 verify: %s)", VERIFIER)
     spawn_handler.relive()
     maintenance.refresh_roster()
     injections.report_uncertain()

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from pipeline import reasons
 from pipeline.envelope import ALL_REASONS
+from pipeline.envelope.ed25519 import VERIFIER
 from pipeline.reasons import Verification
 
 NUDGE_OUTCOMES = ("sent", "failed")
@@ -61,6 +62,14 @@ class GatewayMetrics:
         )
         for why in ("restart", "raised"):
             self.inject_uncertain.labels(why)
+        self.envelope_verifier = Gauge(
+            f"{ns}_envelope_verifier_info",
+            "1 on the library that verifies envelope signatures in this gateway: ed25519-dalek "
+            "(the optional native module, docs/envelope.md) or libsodium.",
+            ["library"],
+            registry=registry,
+        )
+        self.envelope_verifier.labels(VERIFIER).set(1)
         self.receipts_batched = Counter(
             f"{ns}_receipts_batched_total",
             "INJECTED receipts this host sent inside a RECEIPTS record (one record for a burst's "

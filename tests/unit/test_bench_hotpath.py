@@ -82,7 +82,7 @@ def test_the_issue_targets_of_the_pull_and_faststream_rows_are_ratios_within_one
         }
     )
     assert not rows["  the same over its ceiling (= runtime / hand_async, same repeat)"]["met"]
-    assert rows["  the same / Ed25519 verify alone on 1 core, same repeat"]["met"]
+    assert rows["  the same / Ed25519 verify alone on 1 core (the fabric's verifier), same repeat"]["met"]
 
 
 def test_latency_targets_per_store_and_postgresql_read_against_sqlite() -> None:
