@@ -20,7 +20,7 @@ verifies on ed25519-dalek under libsodium's rules, about a third faster here (34
 Built for x86-64-v3 on x86-64, it is used only where the CPU has those instructions (else a
 copied install would die of an illegal instruction); anywhere it is missing, verification is
 libsodium's, as before. Both give the same answer on every signature
-(``tests/unit/test_ed25519.py``); signing stays on libsodium, which signs faster.
+(``tests/unit/test_ed25519.py``); signing stays on libsodium, which signs as fast.
 """
 
 from __future__ import annotations
@@ -129,4 +129,5 @@ VerifyKey: type[LibsodiumVerifyKey] | type[NativeVerifyKey] = (
 )
 """The class trusted keys are made with in this process."""
 VERIFIER = "libsodium" if _NATIVE is None else "ed25519-dalek"
-"""Which library verifies envelopes in this process (``fleet doctor``, ``fleet_build_info``)."""
+"""Which library verifies envelopes in this process (the inbox's start line,
+``fleet_gateway_envelope_verifier_info``, ``bench hotpath``)."""
