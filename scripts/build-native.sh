@@ -2,9 +2,9 @@
 # Builds native/ed25519 (Ed25519 verify on ed25519-dalek under libsodium's rules; optional)
 # into the venv of $1 (default .venv/bin/python). Needs a Rust toolchain (cargo) and the crates;
 # without cargo, or if the build fails, it says so and exits 0: envelopes then verify on
-# libsodium, as before (pipeline/envelope/ed25519.py). On x86-64 the module is built for x86-64-v3 (BMI2: a third
-# faster than the baseline x86-64 build); the loader uses it only on a CPU that has those
-# instructions.
+# libsodium, as before (pipeline/envelope/ed25519.py). On x86-64 the module is built for
+# x86-64-v3 (BMI2: a third faster than the baseline x86-64 build); the loader uses it only on a
+# CPU that has those instructions.
 set -euo pipefail
 py="${1:-.venv/bin/python}"
 cd "$(dirname "$0")/.."
