@@ -49,6 +49,7 @@ from pipeline.record_headers import pack_headers
 from pipeline.runtime import Record, Staged
 from pipeline.runtime.batch_session import InTransaction
 from pipeline.runtime.outcomes import ACK, DeadLetter, Outcome
+from pipeline.runtime.ports import WARM_UP_ID
 from pipeline.store import with_retry
 from pipeline.support.clock import now_ms
 from pipeline.tracing import TRACING
@@ -188,10 +189,10 @@ class InboxHandler:
         rec = Record(
             topic="", partition=-1, offset=-1, key=None, value=b"", headers=(), timestamp_ms=0
         )
-        tx.insert(held_table, _held_row("\x00warm-up", env, rec, 0))
+        tx.insert(held_table, _held_row(WARM_UP_ID, env, rec, 0))
         tx.flush(session)
         self.receipts.warm(session)
-        self._pending("\x00warm-up")
+        self._pending(WARM_UP_ID)
         self._held.refreshed = 0.0  # the first real batch reads the counts afresh
 
     def _verify(self, record: Record) -> Verified:

@@ -26,6 +26,7 @@ from pipeline.errors import EnvelopeError
 from pipeline.host import deadlines
 from pipeline.host.inject_journal import STAGE_UNCERTAIN
 from pipeline.runtime import Staged
+from pipeline.runtime.ports import WARM_UP_ID
 
 from .metrics import GatewayMetrics
 
@@ -64,9 +65,9 @@ class SenderReceipts:
     def warm(self, session: Session) -> None:
         """Compile the settle and the state read (in the runtime's rolled-back warm-up)."""
         tx = Staged()
-        tx.call_each(self._settle_answers, deadlines.Answer("\x00warm-up", True, ""))
+        tx.call_each(self._settle_answers, deadlines.Answer(WARM_UP_ID, True, ""))
         tx.flush(session)
-        dict(deadlines.states_of(session.connection(), self.tracked, ["\x00warm-up"]))
+        dict(deadlines.states_of(session.connection(), self.tracked, [WARM_UP_ID]))
 
     def take(
         self,

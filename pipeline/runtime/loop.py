@@ -68,6 +68,7 @@ from .inflight import Dispatcher
 from .metrics import RuntimeMetrics
 from .pauses import Pauses
 from .ports import (
+    WARM_UP_ID,
     DeadLetterSink,
     Handler,
     Prepares,
@@ -210,11 +211,11 @@ class ConsumerRuntime:
         session = self.sessions()
         try:
             session.begin()
-            claim_ids(session.connection(), self.config.dedupe_scope, ["\x00warm-up"], 0)
+            claim_ids(session.connection(), self.config.dedupe_scope, [WARM_UP_ID], 0)
             if isinstance(self.handler, Warms):
                 self.handler.warm(session)
         except (SQLAlchemyError, StoreError) as exc:  # the first batch pays instead
-            log.info("store warm-up skipped: %s", exc)
+            log.warning("store warm-up skipped (the first batch pays for it): %s", exc)
         finally:
             session.rollback()
             session.close()

@@ -644,6 +644,7 @@ def test_the_store_is_warmed_before_the_first_poll_and_the_warm_up_writes_nothin
     """No first-batch stall -- the dedupe claim and the handler's writes are
     compiled in a rolled-back transaction at subscribe, before any record is read."""
     from pipeline.runtime.dedupe import seen_ids
+    from pipeline.runtime.ports import WARM_UP_ID
 
     class Warm(Script):
         warmed = 0
@@ -663,7 +664,7 @@ def test_the_store_is_warmed_before_the_first_poll_and_the_warm_up_writes_nothin
     assert handler.warmed == 1 and handler.calls == []
     assert effect_values(sessions) == []
     with sessions() as s:
-        assert seen_ids(s, "g", ["\x00warm-up"]) == set()
+        assert seen_ids(s, "g", [WARM_UP_ID]) == set()
     rt.step()
     assert effect_values(sessions) == ["v0"]
 

@@ -1,0 +1,68 @@
+"""The gateway's store warm-up runs on both stores and leaves nothing behind.
+
+At subscribe the inbox runtime stages its usual writes once in a transaction it rolls back (the
+dedupe claim, a held row, the receipts' settle and state read: ``ConsumerRuntime.warm_up`` and
+the handlers' ``warm``), so the first batch does not pay the statements' first use. Until
+0.13 the warm-up's msgId held a NUL byte, which PostgreSQL's text columns refuse: on PostgreSQL
+the warm-up was skipped at every start (a log line), and the first batch paid it after all.
+Built as production builds it (``build_gateway``), Kafka clients stubbed.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from pipeline.bootstrap.client import Factories
+from pipeline.bootstrap.gateway import build_gateway
+from pipeline.envelope.keys import Signer, TrustStore
+from pipeline.host.config import GatewayConfig
+from pipeline.host.entity_config import EntityConfig
+from pipeline.host.held import held_table
+from pipeline.host.tracking import forward_table
+from pipeline.presence.roles import Delivery, Role
+from pipeline.runtime.dedupe import dedupe_table
+
+pytestmark = pytest.mark.postgres
+
+
+class StubClient:
+    """Any Kafka client: construction only, every method a no-op."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.conf = conf
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *_a, **_k: None
+
+
+def test_the_inbox_warm_up_runs_and_writes_nothing(
+    store_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = GatewayConfig(
+        host="h1",
+        bootstrap="nowhere:1",
+        store_url=store_url,
+        entities=(EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),),
+        socket_path=None,
+    )
+    factories = Factories(consumer=StubClient, producer=StubClient, admin=StubClient)
+    parts = build_gateway(
+        config, signer=Signer.generate("h1"), trust=TrustStore(), factories=factories,
+        apply_topics=False,
+    )  # fmt: skip
+    try:
+        with caplog.at_level(logging.INFO, logger="pipeline.runtime.loop"):
+            parts.runtime.warm_up()
+        skipped = [r.getMessage() for r in caplog.records if "warm-up skipped" in r.getMessage()]
+        assert skipped == []
+        with parts.engine.connect() as conn:
+            for table in (dedupe_table, held_table, forward_table):
+                assert conn.execute(select(func.count()).select_from(table)).scalar_one() == 0
+    finally:
+        parts.relay.close()
+        parts.engine.dispose()
