@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.envelope import Envelope, Kind
@@ -208,11 +209,28 @@ class InjectionQueue:
         staged = False
         batched = 0  # INJECTEDs staged inside RECEIPTS records (counted once committed)
 
-        def once() -> set[str]:  # a whole transaction, so a retry applies nothing twice
-            nonlocal staged, batched
+        def once() -> set[str]:
+            try:
+                return attempt(sure=True)
+            except SQLAlchemyError as exc:
+                if not journal.not_all_open(exc):
+                    raise
+            return attempt(sure=False)  # a row was moved first: close the waiting way
+
+        def attempt(*, sure: bool) -> set[str]:  # a whole transaction: a retry applies nothing
+            nonlocal staged, batched  # twice
             staged = False
             with self._tx.begin() as tx:
-                moved = iter(journal.close_many(tx, moves))
+                # nothing to open after the receipts: on PostgreSQL they may carry the COMMIT
+                last = not any(j is not None and j.tracked for j in then_open)
+                # ... and then the close too, sure that every row is still open: the statement
+                # fails, and nothing commits, if one was not (a restart's report, a twin's)
+                held = sure and last and isinstance(tx, Connection)
+                ahead = journal.close_with_commit(tx, moves) if held else None
+                if ahead is not None:
+                    moved = iter([True] * len(moves))
+                else:
+                    moved = iter(journal.close_many(tx, moves))
                 kept: list[_Receipt] = []
                 for job, outcome in done:
                     if outcome.journal is not None and not next(moved):
@@ -225,9 +243,8 @@ class InjectionQueue:
                         kept.append(receipt)
                 receipts, batched = self._batched(kept)
                 if isinstance(tx, Connection):  # a sender's receipts: one write (its branch)
-                    # nothing to open after them: on PostgreSQL they may carry the COMMIT
-                    last = not any(j is not None and j.tracked for j in then_open)
-                    self.publisher.stage_many(tx, receipts, commit=last)
+                    before = () if ahead is None else (ahead,)
+                    self.publisher.stage_many(tx, receipts, commit=last, before=before)
                 else:
                     for envelope, host in receipts:
                         self.publisher.stage(tx, envelope, to_host=host)

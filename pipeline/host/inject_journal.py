@@ -147,6 +147,29 @@ def close_many(session: Session | Connection, moves: Sequence[tuple[str, str]]) 
     return out
 
 
+def close_with_commit(
+    session: Session | Connection, moves: Sequence[tuple[str, str]]
+) -> tuple[str, list[list[Any]]] | None:
+    """On PostgreSQL, for ``moves`` with distinct msgIds: :func:`close_many` as a write whose
+    answer is not read (``(DB-API SQL, [params])``), to be sent ahead of the transaction's last
+    rows and its ``COMMIT`` in one round trip (``outbox.write_branch``'s ``before``). It fails,
+    and nothing of the transaction commits, unless every row moved (:func:`not_all_open` says
+    so): the caller then closes again with :func:`close_many`. None where it does not apply
+    (SQLite, whose statements are not round trips; a msgId listed twice; nothing to move)."""
+    conn = session.connection() if isinstance(session, Session) else session
+    if not moves or conn.dialect.name != "postgresql":
+        return None
+    if len({msg_id for msg_id, _ in moves}) != len(moves):
+        return None
+    for _, state in moves:
+        assert state in CLOSED, state
+    sql, params = pg_journal.close_all_or_fail(moves, now_ms(), OPEN)
+    return sql, [params]
+
+
+not_all_open = pg_journal.not_all_open
+
+
 def _close_sqlite(conn: Connection, moves: Sequence[tuple[str, str]], closed_ms: int) -> set[str]:
     """The msgIds moved: one statement per state (a burst's closes share one, ``injected``);
     a msgId listed twice moves once, to the first state listed, as a statement per row did."""

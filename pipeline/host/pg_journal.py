@@ -7,6 +7,13 @@ wrote) and its closes one ``UPDATE ... FROM (VALUES ...)`` guarded by ``state = 
 (SQLite's forms, in :mod:`pipeline.host.inject_journal`, are one statement per burst too). The
 close is the first statement of its transaction, so it rides with the ``BEGIN``
 (:func:`pipeline.store.pg_pipeline.begin_with`) when the caller enabled that.
+
+A close whose answer the caller can assume (every row still ``open``: nearly always, the
+exception being a restart's report or a twin that moved a row first) need not wait for it:
+:func:`close_all_or_fail` is the same ``UPDATE`` as a statement that fails, so nothing of its
+transaction commits, unless it moved every row. It is sent ahead of the burst's receipts, in
+their round trip, with the ``COMMIT`` (``pipeline/gateway/injection.py``); the caller that
+meets its failure (:func:`not_all_open`) closes again the waiting way.
 """
 
 from __future__ import annotations
@@ -29,13 +36,24 @@ _CLOSE_SQL = (
     "FROM (VALUES {rows}) AS v (msg_id, state) "
     "WHERE j.msg_id = v.msg_id AND j.state = %s RETURNING j.msg_id"
 )
+NOT_ALL_OPEN_MARK = "fleet: journal rows not all open"
+# the moved rows counted; a count short of the burst's fails the cast (the count is not a
+# constant, so the planner does not fold the CAST and fail every time)
+_CLOSE_ALL_OR_FAIL_SQL = (
+    "WITH moved AS (" + _CLOSE_SQL + ") "
+    "SELECT CASE WHEN count(*) = %s THEN 0 "
+    f"ELSE CAST('{NOT_ALL_OPEN_MARK} ' || count(*) AS integer) END FROM moved"
+)
 _sql: dict[tuple[int, int], str] = {}
 
 
 def _statement(which: int, n: int) -> str:
     sql = _sql.get((which, n))
     if sql is None:
-        template, row = (_OPEN_SQL, _OPEN_ROW) if which == 0 else (_CLOSE_SQL, "(%s, %s)")
+        template, row = (
+            (_OPEN_SQL, _OPEN_ROW) if which == 0
+            else (_CLOSE_SQL if which == 1 else _CLOSE_ALL_OR_FAIL_SQL, "(%s, %s)")
+        )  # fmt: skip
         sql = _sql[(which, n)] = template.format(rows=", ".join([row] * n))
     return sql
 
@@ -60,3 +78,22 @@ def close_many(
         params += (msg_id, state)
     params.append(open_state)
     return set(fetch_column(conn, _statement(1, len(first)), params))
+
+
+def close_all_or_fail(
+    moves: Sequence[tuple[str, str]], closed_ms: int, open_state: str
+) -> tuple[str, list[Any]]:
+    """The close of :func:`close_many` for ``moves`` (distinct msgIds) as one statement that
+    fails, with :data:`NOT_ALL_OPEN_MARK` in its error, unless it moved every row: ``(sql,
+    params)``, for a caller that sends it without reading its answer."""
+    params: list[Any] = [closed_ms]
+    for msg_id, state in moves:
+        params += (msg_id, state)
+    params += (open_state, len(moves))
+    return _statement(2, len(moves)), params
+
+
+def not_all_open(exc: BaseException) -> bool:
+    """Whether ``exc`` (a driver error, or SQLAlchemy's around it) is
+    :func:`close_all_or_fail`'s: a row of the burst was not open any more."""
+    return NOT_ALL_OPEN_MARK in str(exc)

@@ -335,6 +335,67 @@ def test_whoever_closes_the_row_first_sends_the_one_outcome(engine: Engine) -> N
     assert _states(engine) == {b.msg_id: journal.UNCERTAIN}
 
 
+def test_a_burst_whose_row_was_moved_first_closes_the_others_with_their_receipts(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """R-ACK-4 with a burst: a twin's report moved one row of three first. On PostgreSQL the
+    close rides with the receipts, sure every row is still open; the statement fails, nothing
+    of that transaction commits, and the close runs again the waiting way: the other two close
+    ``injected`` with their receipts, the moved one keeps its outcome and gets none from the
+    worker. SQLite closes the waiting way at once; the outcome is the same."""
+    injected: list[str] = []
+    q, _ = _queue(engine, injected)
+    briefs = [_brief() for _ in range(3)]
+    jobs = [_job(b) for b in briefs]
+    opened = q._open_all(jobs)
+    done = [(j, q._inject(j, opened=j.envelope.msg_id in opened)) for j in jobs]
+    with session_factory(engine).begin() as s:  # the twin's report, on the middle row only
+        assert journal.close_entry(s, briefs[1].msg_id, journal.UNCERTAIN)
+    with caplog.at_level(logging.WARNING, logger="pipeline.gateway.injection"):
+        q._record(done, [])
+    assert injected == [b.msg_id for b in briefs]
+    assert _states(engine) == {
+        briefs[0].msg_id: journal.INJECTED,
+        briefs[1].msg_id: journal.UNCERTAIN,
+        briefs[2].msg_id: journal.INJECTED,
+    }
+    assert [(k, r.msg_id) for k, r in _receipts(engine)] == [
+        ("INJECTED", briefs[0].msg_id),
+        ("INJECTED", briefs[2].msg_id),
+    ]
+    assert [r.getMessage() for r in caplog.records if "not open any more" in r.getMessage()] == [
+        f"journal row of {briefs[1].msg_id} was not open any more"
+    ]
+
+
+def test_on_postgresql_a_lone_brief_s_close_and_receipt_are_one_round_trip(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The close no longer waits for its answer before the receipts are sent: ``BEGIN``, the
+    close, the receipt's rows and ``COMMIT`` go in one round trip (two before), and a row that
+    was not open any more costs the waiting way after that one (the test above)."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("round trips: PostgreSQL")
+    from pipeline.store import pg_wire
+
+    trips: list[list[str]] = []  # each round trip's statements, their first words
+    real = pg_wire.run_rows
+
+    def counted(dbapi: Any, statements: Any, rows_of: Any) -> Any:
+        trips.append([sql.split()[0] for sql, _ in statements])
+        return real(dbapi, statements, rows_of)
+
+    injected: list[str] = []
+    q, _ = _queue(engine, injected)
+    b = _brief()
+    outcome = _opened_inject(q, _job(b))
+    monkeypatch.setattr(pg_wire, "run_rows", counted)
+    q._record([(_job(b), outcome)], [])
+    assert trips == [["BEGIN", "WITH", "WITH", "COMMIT"]]  # the close, then the receipt's rows
+    assert _states(engine) == {b.msg_id: journal.INJECTED}
+    assert [(k, r.msg_id) for k, r in _receipts(engine)] == [("INJECTED", b.msg_id)]
+
+
 def test_a_journaled_msg_id_is_never_injected_again(engine: Engine) -> None:
     injected: list[str] = []
     q, _ = _queue(engine, injected)
