@@ -21,7 +21,7 @@ def _tracking(now: int, p: RetentionConfig) -> ColumnElement[bool]:
 
 
 def _journal(now: int, p: RetentionConfig) -> ColumnElement[bool]:
-    c = journal.journal_table.c
+    c = journal.journal_table.c  # closed_ms < x: the closed rows' partial index
     return and_(c.state != journal.OPEN, c.closed_ms < now - ms(p.tracking_finished_s))
 
 

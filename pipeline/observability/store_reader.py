@@ -23,7 +23,7 @@ from pipeline.failures.quarantine_tables import quarantine_table
 from pipeline.host import roster_cache
 from pipeline.host.deadlines import PENDING
 from pipeline.host.held import HeldStore, held_table
-from pipeline.host.inject_journal import OPEN, journal_table
+from pipeline.host.inject_journal import IS_OPEN, journal_table
 from pipeline.host.tracking import forward_table
 from pipeline.outbox.status import backlog
 from pipeline.outbox.tables import outbox
@@ -108,7 +108,7 @@ class StoreReader:
                 injecting = _grouped(
                     conn,
                     select(journal_table.c.gid, func.count())
-                    .where(journal_table.c.state == OPEN)
+                    .where(IS_OPEN)  # the open rows' partial index
                     .group_by(journal_table.c.gid),
                 )
         return {
