@@ -12,32 +12,19 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
-from pipeline.bootstrap.client import Factories
-from pipeline.bootstrap.gateway import build_gateway
-from pipeline.envelope.keys import Signer, TrustStore
 from pipeline.host.config import GatewayConfig
 from pipeline.host.entity_config import EntityConfig
 from pipeline.host.held import held_table
 from pipeline.host.tracking import forward_table
 from pipeline.presence.roles import Delivery, Role
 from pipeline.runtime.dedupe import dedupe_table
+from tests.unit.test_bootstrap_factories import build_stubbed
 
 pytestmark = pytest.mark.postgres
-
-
-class StubClient:
-    """Any Kafka client: construction only, every method a no-op."""
-
-    def __init__(self, conf: dict[str, Any]) -> None:
-        self.conf = conf
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *_a, **_k: None
 
 
 def test_the_inbox_warm_up_runs_and_writes_nothing(
@@ -50,11 +37,7 @@ def test_the_inbox_warm_up_runs_and_writes_nothing(
         entities=(EntityConfig(gid="main-a", role=Role.MAIN, delivery=Delivery.PULL),),
         socket_path=None,
     )
-    factories = Factories(consumer=StubClient, producer=StubClient, admin=StubClient)
-    parts = build_gateway(
-        config, signer=Signer.generate("h1"), trust=TrustStore(), factories=factories,
-        apply_topics=False,
-    )  # fmt: skip
+    parts = build_stubbed(config)
     try:
         with caplog.at_level(logging.INFO, logger="pipeline.runtime.loop"):
             parts.runtime.warm_up()

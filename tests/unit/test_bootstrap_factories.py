@@ -92,6 +92,16 @@ class StubClient:
         return lambda *_a, **_k: None
 
 
+def build_stubbed(config: GatewayConfig) -> Any:
+    """``build_gateway`` as production calls it, every Kafka client a :class:`StubClient` and
+    no topology applied: the gateway's parts, nothing started."""
+    factories = Factories(consumer=StubClient, producer=StubClient, admin=StubClient)
+    return build_gateway(
+        config, signer=Signer.generate(config.host), trust=TrustStore(), factories=factories,
+        apply_topics=False,
+    )  # fmt: skip
+
+
 def _no_direct_clients(monkeypatch: pytest.MonkeyPatch) -> None:
     """A client constructed anywhere but through the factories fails the test."""
     import confluent_kafka
@@ -181,11 +191,7 @@ def test_the_spacings_are_read_from_the_config_and_bounded(
         socket_spacing_ms=socket_ms,
         relay_spacing_ms=relay_ms,
     )
-    factories = Factories(consumer=StubClient, producer=StubClient, admin=StubClient)
-    parts = build_gateway(
-        config, signer=Signer.generate("h1"), trust=TrustStore(), factories=factories,
-        apply_topics=False,
-    )  # fmt: skip
+    parts = build_stubbed(config)
     try:
         assert parts.socket is not None and parts.socket.spacing_s == socket_ms / 1000
         assert parts.relay._pacing.spacing_s == relay_ms / 1000
