@@ -49,6 +49,14 @@ def _claims(sessions: sessionmaker[Session], lease_s: float = LEASE_S) -> StepCl
     return StepClaims(IdempotencyStore([kc]), sessions.kw["bind"], key_class=KC, poll_s=0.05)
 
 
+def _started_5_s_ago() -> list[int]:
+    """One running step, 5 s old when this returns; the list is read a moment after the call
+    (a step's start recorded while the beat runs): a beat that read its clock before the list
+    aged it 4.999 s (flaky in CI), so this one takes 2 ms to answer."""
+    time.sleep(0.002)
+    return [int(time.time() * 1000) - 5000]
+
+
 def _beat(
     sessions: sessionmaker[Session], claims: StepClaims, member: str, lease_s: float = LEASE_S
 ) -> Heartbeat:
@@ -57,7 +65,7 @@ def _beat(
         sessions=sessions,
         pool="t",
         member=member,
-        running=lambda: [int(time.time() * 1000) - 5000],
+        running=_started_5_s_ago,
         period_s=lease_s / 3,
     )
 
