@@ -44,16 +44,19 @@ _CLOSE_ALL_OR_FAIL_SQL = (
     "SELECT CASE WHEN count(*) = %s THEN 0 "
     f"ELSE CAST('{NOT_ALL_OPEN_MARK} ' || count(*) AS integer) END FROM moved"
 )
+# statement -> (its template, one row's placeholders): 0 open, 1 close, 2 close all or fail
+_TEMPLATES = {
+    0: (_OPEN_SQL, _OPEN_ROW),
+    1: (_CLOSE_SQL, "(%s, %s)"),
+    2: (_CLOSE_ALL_OR_FAIL_SQL, "(%s, %s)"),
+}
 _sql: dict[tuple[int, int], str] = {}
 
 
 def _statement(which: int, n: int) -> str:
     sql = _sql.get((which, n))
     if sql is None:
-        template, row = (
-            (_OPEN_SQL, _OPEN_ROW) if which == 0
-            else (_CLOSE_SQL if which == 1 else _CLOSE_ALL_OR_FAIL_SQL, "(%s, %s)")
-        )  # fmt: skip
+        template, row = _TEMPLATES[which]
         sql = _sql[(which, n)] = template.format(rows=", ".join([row] * n))
     return sql
 
