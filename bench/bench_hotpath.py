@@ -349,6 +349,25 @@ def knee_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
                 _get(out, f"knee_{store}", "past_the_knee", "not_gateways_us_per_msg"),
             ),
         ]
+        for gateway in knee.GATEWAYS:
+            split = _get(out, f"knee_{store}", "rate_split", gateway) or {}
+            label = gateway.replace("_", " ")
+            rows += [
+                _row(
+                    f"  {store}: {label}'s CPU a second over the knee's steps, per message more "
+                    "(slope, us)",
+                    "(beside it)",
+                    lambda v: True,
+                    split.get("margin_us_per_msg"),
+                ),
+                _row(
+                    f"  {store}: {label}'s part that does not grow with the rate (intercept, "
+                    "cores)",
+                    "(beside it)",
+                    lambda v: True,
+                    split.get("fixed_cores"),
+                ),
+            ]
     return rows
 
 

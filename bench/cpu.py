@@ -96,6 +96,17 @@ def threads_cpu_s(pid: int) -> dict[int, tuple[str, float]]:
     return out
 
 
+def runs(pid: int) -> tuple[float, int]:
+    """Over the live threads of ``pid``: the seconds they waited on a run queue, and how many
+    times they were put on a CPU (:func:`procfs.thread_runs`)."""
+    waited, slices = 0.0, 0
+    for tid in procfs.thread_ids(pid) or ():
+        got = procfs.thread_runs(pid, tid)
+        if got is not None:
+            waited, slices = waited + got[0], slices + got[1]
+    return waited, slices
+
+
 def by_role(
     before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
 ) -> dict[str, float]:
@@ -120,6 +131,7 @@ class CpuWindow:
         # the gateways' threads (a tree named gateway_*: its root process's threads)
         self._threads = {n: p for n, p in self.trees.items() if n.startswith("gateway_")}
         self._t0_threads: dict[str, dict[int, tuple[str, float]]] = {}
+        self._t0_runs: dict[str, tuple[float, int]] = {}
 
     def _read(self) -> dict[str, float | None]:
         out = {name: procfs.cpu_s(pid, children=True) for name, pid in self.pids.items()}
@@ -131,6 +143,7 @@ class CpuWindow:
         self._m0 = procfs.machine_cpu()
         self._p0 = self._read()
         self._t0_threads = {n: threads_cpu_s(p) for n, p in self._threads.items()}
+        self._t0_runs = {n: runs(p) for n, p in self._threads.items()}
         return self
 
     def stop(self) -> dict[str, Any]:
@@ -143,6 +156,12 @@ class CpuWindow:
             out[f"{name}_threads_cpu_s"] = by_role(
                 self._t0_threads.get(name, {}), threads_cpu_s(pid)
             )
+            # how often its threads were put on a CPU, and how long they waited for one (a
+            # thread that ended inside the window is not counted: its figures are gone)
+            (waited0, slices0), (waited1, slices1) = self._t0_runs.get(name, (0.0, 0)), runs(pid)
+            if wall > 0 and slices1 >= slices0:
+                out[f"{name}_runs_per_s"] = round((slices1 - slices0) / wall)
+                out[f"{name}_runqueue_ms_per_s"] = round((waited1 - waited0) * 1e3 / wall, 1)
         for name, after in self._read().items():
             before = self._p0.get(name)
             if before is not None and after is not None and wall > 0:

@@ -47,8 +47,9 @@ def knee_of(steps: list[tuple[int, bool]]) -> int:
 
 
 def of_run(run: dict[str, Any], steps: tuple[int, ...] = STEPS) -> dict[str, Any]:
-    """One repeat: each step measured (rate, p99, passed) and its knee. A run that ended in an
-    error has a knee only up to what it measured; the error is kept beside it."""
+    """One repeat: each step measured (rate, p99, passed), its knee and each gateway's
+    :func:`rate_split`. A run that ended in an error has a knee only up to what it measured; the
+    error is kept beside it."""
     measured = []
     for rate in steps:
         phase = run.get(f"at_{rate}")
@@ -59,6 +60,9 @@ def of_run(run: dict[str, Any], steps: tuple[int, ...] = STEPS) -> dict[str, Any
         # nothing measured (the run failed before its first step): no knee, not a knee of 0
         "knee_msg_per_s": knee_of([(rate, ok) for rate, _, ok in measured]) if measured else None,
         "steps": [_step(rate, phase, ok) for rate, phase, ok in measured],
+    }
+    out["rate_split"] = {
+        name: split for name in GATEWAYS if (split := rate_split(out, name)) is not None
     }
     if measured and all(ok for *_, ok in measured) and len(measured) < len(steps):
         out["incomplete"] = True  # stopped early by an error, not by a failed step
@@ -77,6 +81,12 @@ def _step(rate: int, phase: dict[str, Any], ok: bool) -> dict[str, Any]:
         "passed": ok,
         "machine_busy": phase.get("cpu", {}).get("machine_busy"),
         "cpu_us_per_msg": phase.get("cpu_us_per_msg"),
+        # per gateway: its threads put on a CPU a second, and their wait for one (ms a second)
+        **{
+            key: value
+            for key, value in phase.get("cpu", {}).items()
+            if key.endswith(("_runs_per_s", "_runqueue_ms_per_s"))
+        },
     }
 
 
@@ -99,6 +109,54 @@ def past_the_knee(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
         every.append(float(sum(cpu.values())))
         others.append(float(sum(v for k, v in cpu.items() if k not in GATEWAYS)))
     return {"machine_busy": busy, "all_us_per_msg": every, "not_gateways_us_per_msg": others}
+
+
+MIN_STEPS_FOR_SPLIT = 3  # a line through two points would fit any two figures exactly
+
+
+def rate_split(run: dict[str, Any], name: str) -> dict[str, float] | None:
+    """One process's CPU over one repeat's steps as ``cores = fixed + margin x rate``: the least
+    squares line through each step's (offered rate, cores used), a step's cores being its CPU
+    per message times its rate. ``margin_us_per_msg`` (the slope) is what one more message a
+    second costs; ``fixed_cores`` (the intercept) is what the process spends a second that does
+    not grow with the rate over the steps' range (waking its threads for each batch: once the
+    spacings cap the batches a second, more messages make the batches larger, not more). Figures
+    at 500 msg/s then read ``fixed_cores / 500 + margin``. ``None`` below
+    :data:`MIN_STEPS_FOR_SPLIT` steps with figures."""
+    points = [
+        (float(s["offered"]), float(s["cpu_us_per_msg"][name]) * s["offered"] / 1e6)
+        for s in run.get("steps", [])
+        if (s.get("cpu_us_per_msg") or {}).get(name)
+    ]
+    if len(points) < MIN_STEPS_FOR_SPLIT:
+        return None
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
+    fixed = mean_y - slope * mean_x
+    ss_tot = sum((y - mean_y) ** 2 for _, y in points)
+    ss_res = sum((y - fixed - slope * x) ** 2 for x, y in points)
+    return {
+        "margin_us_per_msg": round(slope * 1e6, 1),
+        "fixed_cores": round(fixed, 3),
+        "r2": round(1 - ss_res / ss_tot, 3) if ss_tot > 0 else 1.0,
+        "steps": n,
+    }
+
+
+def rate_splits(runs: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """Per gateway, each repeat's :func:`rate_split` figures (repeats without one add none)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for name in GATEWAYS:
+        for run in runs:
+            split = rate_split(run, name)
+            if split is None:
+                continue
+            for key in ("margin_us_per_msg", "fixed_cores"):
+                out.setdefault(name, {}).setdefault(key, []).append(split[key])
+    return out
 
 
 def repeats(
@@ -137,5 +195,9 @@ def repeats(
         "knee_msg_per_s": latency.spread(knees) if knees else None,
         "knee_per_repeat": [r["knee_msg_per_s"] for r in runs],
         "past_the_knee": {k: latency.spread(v) for k, v in past_the_knee(runs).items() if v},
+        "rate_split": {
+            name: {k: latency.spread(v) for k, v in figures.items()}
+            for name, figures in rate_splits(runs).items()
+        },
         "runs": runs,
     }

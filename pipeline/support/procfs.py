@@ -95,6 +95,17 @@ def thread_cpu_s(pid: int, tid: int) -> float | None:
         return None if stat is None else stat.cpu_s
 
 
+def thread_runs(pid: int, tid: int) -> tuple[float, int] | None:
+    """One thread's scheduler figures (``schedstat``): the seconds it waited on a run queue,
+    runnable but not running, and how many times it was put on a CPU (each wake, and each
+    return after it was preempted); None once it is gone or where the kernel keeps none."""
+    try:
+        _, waited_ns, slices = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[:3]
+        return int(waited_ns) / 1e9, int(slices)
+    except (OSError, ValueError):
+        return None
+
+
 def thread_name(pid: int, tid: int) -> str | None:
     """The kernel's name of one thread (``comm``, at most 15 bytes); None once it is gone."""
     try:

@@ -143,3 +143,46 @@ def test_past_the_knee_reads_the_first_failed_step_of_each_repeat() -> None:
         ]["median"]
         == 0.9
     )
+
+
+def test_rate_split_recovers_a_fixed_part_and_a_margin_and_the_table_shows_them() -> None:
+    """A gateway that spends 0.3 cores whatever the rate plus 150 µs per message reads 0.3 and
+    150 back (its µs per message at 500 msg/s is 750, at 2,000 300); fewer than three steps
+    with figures give no split (a line through two points fits anything)."""
+    from bench.knee import rate_split, rate_splits
+
+    def step(rate: int, fixed: float, margin: float) -> dict[str, Any]:
+        us = (fixed * 1e6 + margin * rate) / rate
+        return {"offered": rate, "cpu_us_per_msg": {"gateway_A": us, "gateway_B": us / 2}}
+
+    run = {"steps": [step(r, 0.3, 150.0) for r in (500, 1000, 1500, 2000)]}
+    assert run["steps"][0]["cpu_us_per_msg"]["gateway_A"] == 750.0
+    split = rate_split(run, "gateway_A")
+    assert split is not None
+    assert split["margin_us_per_msg"] == 150.0 and split["fixed_cores"] == 0.3
+    assert split["r2"] == 1.0 and split["steps"] == 4
+    assert rate_split({"steps": run["steps"][:2]}, "gateway_A") is None
+    noisy = {"steps": [step(500, 0.3, 150.0), step(1000, 0.35, 150.0), step(1500, 0.3, 150.0)]}
+    assert 0 < rate_split(noisy, "gateway_A")["r2"] < 1  # type: ignore[index]
+    both = rate_splits([run, {"steps": run["steps"][:2]}])
+    assert both["gateway_A"]["fixed_cores"] == [0.3]  # the short repeat adds none
+    assert both["gateway_B"]["fixed_cores"] == [0.15]
+    rows = _rows(
+        {
+            "knee_sqlite": {
+                "rate_split": {
+                    "gateway_B": {
+                        "margin_us_per_msg": _spread(70.0, 75.0, 80.0),
+                        "fixed_cores": _spread(0.1, 0.15, 0.2),
+                    }
+                }
+            }
+        }
+    )
+    slope = rows["  sqlite: gateway B's CPU a second over the knee's steps, per message more (slope, us)"]
+    assert slope["measured"]["median"] == 75.0
+    fixed = rows["  sqlite: gateway B's part that does not grow with the rate (intercept, cores)"]
+    assert fixed["measured"]["median"] == 0.15
+    assert rows["  sqlite: gateway A's part that does not grow with the rate (intercept, cores)"][
+        "measured"
+    ] is None

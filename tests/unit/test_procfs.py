@@ -68,3 +68,21 @@ def test_the_listener_of_a_port_is_found_and_an_unused_port_is_not() -> None:
         port = s.getsockname()[1]
         assert procfs.listener_pid(port) == os.getpid()
     assert procfs.listener_pid(port) is None
+
+
+def test_a_thread_put_on_a_cpu_again_after_each_sleep_is_counted() -> None:
+    """Each wake from a sleep puts the thread on a CPU once more: ten sleeps add at least ten
+    (``bench.cpu`` reads a gateway's wakes a second from this); a gone thread is None."""
+    import threading
+
+    tid = threading.get_native_id()
+    before = procfs.thread_runs(os.getpid(), tid)
+    if before is None:
+        pytest.skip("this kernel keeps no schedstat")
+    for _ in range(10):
+        time.sleep(0.001)
+    after = procfs.thread_runs(os.getpid(), tid)
+    assert after is not None
+    assert after[1] - before[1] >= 10
+    assert after[0] >= before[0] >= 0.0
+    assert procfs.thread_runs(os.getpid(), 2**22 + 1) is None
