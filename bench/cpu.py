@@ -96,15 +96,29 @@ def threads_cpu_s(pid: int) -> dict[int, tuple[str, float]]:
     return out
 
 
-def runs(pid: int) -> tuple[float, int]:
-    """Over the live threads of ``pid``: the seconds they waited on a run queue, and how many
-    times they were put on a CPU (:func:`procfs.thread_runs`)."""
-    waited, slices = 0.0, 0
+def threads_runs(pid: int) -> dict[int, tuple[str, float, int]]:
+    """Each live thread of ``pid``: its role, the seconds it waited on a run queue and how many
+    times it was put on a CPU so far (:func:`procfs.thread_runs`)."""
+    out = {}
     for tid in procfs.thread_ids(pid) or ():
-        got = procfs.thread_runs(pid, tid)
-        if got is not None:
-            waited, slices = waited + got[0], slices + got[1]
-    return waited, slices
+        name, got = procfs.thread_name(pid, tid), procfs.thread_runs(pid, tid)
+        if name is not None and got is not None:
+            out[tid] = ("main" if tid == pid else role_of(name), *got)
+    return out
+
+
+def runs_by_role(
+    before: dict[int, tuple[str, float, int]], after: dict[int, tuple[str, float, int]]
+) -> dict[str, tuple[float, int]]:
+    """Per role between two readings of :func:`threads_runs`: seconds waited for a CPU, times
+    put on one (a thread started inside the window counts from its start; one that ended
+    inside it is not counted: its figures are gone)."""
+    out: dict[str, tuple[float, int]] = {}
+    for tid, (role, waited, slices) in after.items():
+        _, waited0, slices0 = before.get(tid, (role, 0.0, 0))
+        w, n = out.get(role, (0.0, 0))
+        out[role] = (w + waited - waited0, n + slices - slices0)
+    return out
 
 
 def by_role(
@@ -131,7 +145,7 @@ class CpuWindow:
         # the gateways' threads (a tree named gateway_*: its root process's threads)
         self._threads = {n: p for n, p in self.trees.items() if n.startswith("gateway_")}
         self._t0_threads: dict[str, dict[int, tuple[str, float]]] = {}
-        self._t0_runs: dict[str, tuple[float, int]] = {}
+        self._t0_runs: dict[str, dict[int, tuple[str, float, int]]] = {}
 
     def _read(self) -> dict[str, float | None]:
         out = {name: procfs.cpu_s(pid, children=True) for name, pid in self.pids.items()}
@@ -143,7 +157,7 @@ class CpuWindow:
         self._m0 = procfs.machine_cpu()
         self._p0 = self._read()
         self._t0_threads = {n: threads_cpu_s(p) for n, p in self._threads.items()}
-        self._t0_runs = {n: runs(p) for n, p in self._threads.items()}
+        self._t0_runs = {n: threads_runs(p) for n, p in self._threads.items()}
         return self
 
     def stop(self) -> dict[str, Any]:
@@ -156,12 +170,16 @@ class CpuWindow:
             out[f"{name}_threads_cpu_s"] = by_role(
                 self._t0_threads.get(name, {}), threads_cpu_s(pid)
             )
-            # how often its threads were put on a CPU, and how long they waited for one (a
-            # thread that ended inside the window is not counted: its figures are gone)
-            (waited0, slices0), (waited1, slices1) = self._t0_runs.get(name, (0.0, 0)), runs(pid)
-            if wall > 0 and slices1 >= slices0:
-                out[f"{name}_runs_per_s"] = round((slices1 - slices0) / wall)
-                out[f"{name}_runqueue_ms_per_s"] = round((waited1 - waited0) * 1e3 / wall, 1)
+            # how often its threads were put on a CPU, and how long they waited for one
+            roles = runs_by_role(self._t0_runs.get(name, {}), threads_runs(pid))
+            if wall > 0 and roles:
+                out[f"{name}_runs_per_s"] = round(sum(n for _, n in roles.values()) / wall)
+                out[f"{name}_runqueue_ms_per_s"] = round(
+                    sum(w for w, _ in roles.values()) * 1e3 / wall, 1
+                )
+                out[f"{name}_threads_runs_per_s"] = {
+                    r: round(n / wall) for r, (_, n) in roles.items()
+                }
         for name, after in self._read().items():
             before = self._p0.get(name)
             if before is not None and after is not None and wall > 0:

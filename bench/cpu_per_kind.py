@@ -70,6 +70,16 @@ def summarize(runs: list[dict[str, Any]], rate: int = RATE) -> dict[str, Any]:
             }
             if spreads:
                 row[f"{name}_by_thread_us_per_msg"] = spreads
+        for name in ("gateway_A", "gateway_B"):  # how often its threads ran, and waited to
+            for key, figure in (("runs", "runs_per_msg"), ("runqueue_ms", "runqueue_us_per_msg")):
+                values = [v for g in got if (v := _per_msg(g, f"{name}_{key}_per_s")) is not None]
+                if values:
+                    row[f"{name}_{figure}"] = latency.spread(
+                        [
+                            round(v * 1000, 1) if key == "runqueue_ms" else round(v, 2)
+                            for v in values
+                        ]
+                    )
         row["not_arrived"] = latency.spread([latency._not_arrived(g) for g in got])
         # whether the phase kept up with its rate: a phase that ran behind drained a backlog in
         # large batches, so its µs per message is not the cost at this rate
@@ -80,6 +90,13 @@ def summarize(runs: list[dict[str, Any]], rate: int = RATE) -> dict[str, Any]:
         row["machine_busy"] = latency.spread([g["cpu"].get("machine_busy", 0.0) for g in got])
         out[kind] = row
     return out
+
+
+def _per_msg(phase: dict[str, Any], key: str) -> float | None:
+    """A per-second figure of the phase's CPU window (``phase["cpu"][key]``) per message."""
+    messages = phase["send_to_held_ms"]["of"] + phase["send_to_injected_ms"]["of"]
+    per_s, wall = phase["cpu"].get(key), phase["cpu"].get("wall_s", 0.0)
+    return None if per_s is None or not messages else float(per_s) * wall / messages
 
 
 def _idle_part(idle: dict[str, Any], phase: dict[str, Any], name: str) -> float | None:

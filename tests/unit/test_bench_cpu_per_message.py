@@ -290,3 +290,37 @@ def test_the_steady_store_rows_run_both_id_kinds_on_a_prefilled_store_and_land_i
     text = "\n".join(str(r) for r in table({"store_keys": steady}))
     assert "already holding 200 rows" in text
     assert str(round(steady["random_over_minted"]["median"], 3)) in text
+
+
+def test_each_gateway_s_runs_and_run_queue_wait_per_message_reach_the_table() -> None:
+    """A phase of 100 messages over 2 s whose gateway A ran its threads 300 times a second and
+    kept them waiting 5 ms a second reads 6 runs and 100 µs of waiting per message."""
+
+    def run(runs_per_s: int, wait_ms_per_s: float) -> dict[str, Any]:
+        cpu = {"machine_busy": 0.5, "wall_s": 2.0, "gateway_A_runs_per_s": runs_per_s}
+        cpu["gateway_A_runqueue_ms_per_s"] = wait_ms_per_s
+        return {"reply_at_500": {**_phase(5.0), "cpu": cpu, "cpu_us_per_msg": {}}}
+
+    got = cpu_per_kind.summarize([run(300, 5.0), run(250, 2.5), run(350, 10.0)])["reply"]
+    assert got["gateway_A_runs_per_msg"] == {"min": 5.0, "median": 6.0, "max": 7.0}
+    assert got["gateway_A_runqueue_us_per_msg"] == {"min": 50.0, "median": 100.0, "max": 200.0}
+    assert "gateway_B_runs_per_msg" not in got  # not measured: no figure, not a zero
+    rows = {r["row"]: r for r in table({"cpu_sqlite": {"summary": {"reply": got}}})}
+    runs = rows[
+        "    gateway A's threads put on a CPU per REPLY, sqlite (wakes, returns after preemption)"
+    ]
+    assert runs["measured"]["median"] == 6.0
+    waited = rows["    gateway A's threads' wait for a core per REPLY, sqlite (us)"]
+    assert waited["measured"]["median"] == 100.0
+
+
+def test_a_window_counts_each_thread_s_runs_by_role_from_its_start() -> None:
+    """runs_by_role: a thread alive at both readings adds its difference, one started inside
+    the window all of its own; two threads of one role add up."""
+    from bench.cpu import runs_by_role
+
+    before = {1: ("gw-relay", 0.5, 100), 2: ("gw-inbox", 0.1, 10)}
+    after = {1: ("gw-relay", 0.75, 160), 2: ("gw-inbox", 0.1, 30), 3: ("gw-inbox", 0.05, 5)}
+    got = runs_by_role(before, after)
+    assert got["gw-relay"] == (0.25, 60)
+    assert got["gw-inbox"][1] == 25 and abs(got["gw-inbox"][0] - 0.05) < 1e-9
