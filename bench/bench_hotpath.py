@@ -460,7 +460,7 @@ def table(out: dict[str, Any]) -> list[dict[str, Any]]:
         ),
         _row(
             "consume runtime / faststream, wall",
-            ">= 0.9 x its ceiling below",
+            "(its ratio below)",
             lambda v: True,
             rt.get("runtime_over_faststream"),
         ),
