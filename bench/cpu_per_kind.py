@@ -92,16 +92,21 @@ def summarize(runs: list[dict[str, Any]], rate: int = RATE) -> dict[str, Any]:
     return out
 
 
+def _messages(phase: dict[str, Any]) -> int:
+    """The messages a phase measured: its REPLYs and its briefs."""
+    return int(phase["send_to_held_ms"]["of"] + phase["send_to_injected_ms"]["of"])
+
+
 def _per_msg(phase: dict[str, Any], key: str) -> float | None:
     """A per-second figure of the phase's CPU window (``phase["cpu"][key]``) per message."""
-    messages = phase["send_to_held_ms"]["of"] + phase["send_to_injected_ms"]["of"]
+    messages = _messages(phase)
     per_s, wall = phase["cpu"].get(key), phase["cpu"].get("wall_s", 0.0)
     return None if per_s is None or not messages else float(per_s) * wall / messages
 
 
 def _idle_part(idle: dict[str, Any], phase: dict[str, Any], name: str) -> float | None:
-    messages = phase["send_to_held_ms"]["of"] + phase["send_to_injected_ms"]["of"]
-    return idle_us_per_msg(idle.get(f"{name}_cores"), phase["cpu"].get("wall_s", 0.0), messages)
+    wall = phase["cpu"].get("wall_s", 0.0)
+    return idle_us_per_msg(idle.get(f"{name}_cores"), wall, _messages(phase))
 
 
 def repeats(
