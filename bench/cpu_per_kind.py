@@ -12,6 +12,11 @@ PostgreSQL the server (postmaster and backends) is a process of its own, reporte
 Before the phases each process's CPU at rest is read for :data:`IDLE_S` (presence heartbeats,
 polling loops); ``<process>_of_which_idle_us_per_msg`` is that rate over a phase's window per
 message: the part of the figure the process pays whether messages flow or not.
+
+With ``loaded_rate`` the same two phases run again, on the same gateways and stores, at that
+rate (:data:`LOADED_RATE`, the knee's target): a gateway's CPU per message there is mostly what
+a message itself costs, where at :data:`RATE` most of it is what its threads cost a second
+whatever the rate (docs/performance.md, "The knee's split"). Its summary is ``summary_loaded``.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 from . import latency
 
 RATE = 500
+LOADED_RATE = 2000  # the knee's target (bench.knee): the rate two cores should carry
 KINDS = ("reply", "brief")
 PROCESSES = ("gateway_A", "gateway_B", "postgresql", "broker")
 IDLE_S = 3.0  # the processes at rest, after the warm-up: what a phase's window pays regardless
@@ -116,10 +122,13 @@ def repeats(
     n: int,
     seconds: float,
     rate: int = RATE,
+    loaded_rate: int | None = None,
     injector: str = "one-shot",
 ) -> dict[str, Any]:
-    """``n`` runs of the two phases on fresh stores; the summary and every run's figures."""
+    """``n`` runs of the two phases on fresh stores (then again at ``loaded_rate``, same run);
+    the summary and every run's figures."""
     runs = []
+    offered = phases(rate) + (phases(loaded_rate) if loaded_rate else ())
     stores = latency.Stores(store)
     try:
         for _ in range(n):
@@ -127,7 +136,7 @@ def repeats(
             runs.append(
                 latency.run_once(
                     bootstrap,
-                    phases=phases(rate),
+                    phases=offered,
                     seconds=seconds,
                     store_urls=urls,
                     floor=False,
@@ -138,13 +147,17 @@ def repeats(
             )
     finally:
         stores.close()
-    return {
+    out: dict[str, Any] = {
         "store": store,
         "rate": rate,
         "injector": injector,
         "summary": summarize(runs, rate),
-        "runs": _lean(runs),
     }
+    if loaded_rate:
+        out["loaded_rate"] = loaded_rate
+        out["summary_loaded"] = summarize(runs, loaded_rate)
+    out["runs"] = _lean(runs)
+    return out
 
 
 def _lean(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:

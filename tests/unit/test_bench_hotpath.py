@@ -186,3 +186,17 @@ def test_rate_split_recovers_a_fixed_part_and_a_margin_and_the_table_shows_them(
     assert rows["  sqlite: gateway A's part that does not grow with the rate (intercept, cores)"][
         "measured"
     ] is None
+
+
+def test_a_row_beside_another_is_printed_without_met_a_row_with_a_target_with_it() -> None:
+    """Only a row with a target can read ``met``: a floor or a figure beside another row
+    (target in parentheses) is printed with its figures and nothing after them."""
+    from bench.bench_hotpath import printed
+
+    figures = {"min": 1.0, "median": 2.0, "max": 3.0}
+    beside = {"row": "runs per REPLY", "target": "(beside it)", "measured": figures, "met": True}
+    target = {"row": "knee", "target": ">= 2000", "measured": figures, "met": True}
+    missed = {**target, "met": False}
+    assert printed(beside).rstrip().endswith("1.0 / 2.0 / 3.0")
+    assert printed(target).endswith("met")
+    assert not printed(missed).rstrip().endswith("met")
