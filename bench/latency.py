@@ -36,9 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeline.support import procfs
-
-from .broker import kafka
+from .broker import kafka, local_pid
 from .cpu import CpuWindow, postmaster_pid, us_per_message
 from .histogram import Histogram
 
@@ -79,8 +77,7 @@ class _Run:
     def pids(self) -> dict[str, int]:
         """The gateways' processes and, when it runs on this machine, the broker's."""
         out = {f"gateway_{h}": p.pid for h, p in self.procs.items()}
-        port = self.bootstrap.split(",")[0].rsplit(":", 1)[-1]
-        broker = procfs.listener_pid(int(port)) if port.isdigit() else None
+        broker = local_pid(self.bootstrap)
         if broker is not None:
             out["broker"] = broker
         return out

@@ -200,3 +200,15 @@ def test_a_row_beside_another_is_printed_without_met_a_row_with_a_target_with_it
     assert printed(beside).rstrip().endswith("1.0 / 2.0 / 3.0")
     assert printed(target).endswith("met")
     assert not printed(missed).rstrip().endswith("met")
+
+
+def test_the_broker_warm_up_stops_once_its_cpu_per_record_stops_falling() -> None:
+    """A fresh broker's bare hop cost 3,068 then 2,110 then 1,082 then 940 µs a record: the
+    warm-up goes on while a round costs under 0.8 of the last, never stops after one round."""
+    from bench.broker import settled
+
+    assert not settled([3068.0])  # one round says nothing about the next
+    assert not settled([3068.0, 2110.0])  # still falling by a third
+    assert not settled([3068.0, 2110.0, 1082.0])
+    assert settled([3068.0, 2110.0, 1082.0, 940.0])  # 0.87 of the round before: settled
+    assert settled([900.0, 1000.0])  # noise upward is settled too
