@@ -6,8 +6,8 @@ measured by the bench that owns it, in this one process and this one window:
 * gateway CPU per message, per gateway and per kind (a REPLY phase, a brief phase) at 500 msg/s,
   SQLite and PostgreSQL, the PostgreSQL server's own CPU beside (:mod:`bench.cpu_per_kind`),
   and on SQLite again at the knee's target of 2,000 msg/s, same gateways, with the floor under
-  it: one envelope's sign + verify, one Kafka produce and consume, one store
-  insert, each alone, and their sum (:mod:`bench.cpu_floor`); and B's REPLY path in process on a
+  it: one envelope's sign + verify, one Kafka produce and consume, one store insert, each
+  alone, and their sum (:mod:`bench.cpu_floor`); and B's REPLY path in process on a
   store already holding a retention's worth of rows, time-ordered msgIds and random ones, on
   SQLite and on PostgreSQL with the server's CPU and WAL beside
   (:func:`bench.bench_reply_path.steady_store`);

@@ -77,6 +77,7 @@ def warm_up(bootstrap: str) -> dict[str, object]:
     from pipeline.support import procfs
 
     from . import kafka_floor
+    from .cpu import us_per_message
 
     pid = local_pid(bootstrap)
     rounds: list[dict[str, object]] = []
@@ -86,9 +87,10 @@ def warm_up(bootstrap: str) -> dict[str, object]:
         hop = kafka_floor.measure(bootstrap, rate=WARM_UP_RATE, seconds=WARM_UP_S)
         after = procfs.cpu_s(pid) if pid is not None else None
         row: dict[str, object] = {"one_hop_p99_ms": hop["one_hop_ms"].get("p99")}
-        if before is not None and after is not None:
-            per_record.append((after - before) * 1e6 / max(1, int(hop["one_hop_ms"]["of"])))
-            row["broker_us_per_record"] = round(per_record[-1], 1)
+        cost = None if before is None or after is None else after - before
+        if (us := us_per_message(cost, int(hop["one_hop_ms"]["of"]))) is not None:
+            per_record.append(us)
+            row["broker_us_per_record"] = us
         rounds.append(row)
         if settled(per_record) or (pid is None and len(rounds) >= MIN_ROUNDS):
             break

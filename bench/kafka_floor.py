@@ -33,7 +33,7 @@ import time
 import uuid
 from typing import Any
 
-from .broker import kafka
+from .broker import kafka, local_pid
 from .histogram import Histogram
 
 PARTITIONS = 12
@@ -162,8 +162,7 @@ def cpu_per_message(bootstrap: str, *, rate: int = 500, seconds: float = 10.0) -
 
     from .cpu import us_per_message
 
-    port = bootstrap.rsplit(":", 1)[-1]
-    broker = procfs.listener_pid(int(port)) if port.isdigit() else None
+    broker = local_pid(bootstrap)
 
     tag = uuid.uuid4().hex[:8]
     topic = f"floorcpu{tag}"
