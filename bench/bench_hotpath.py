@@ -202,6 +202,13 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
                         at.get(f"gateway_{gw}_runs_per_msg"),
                     )
                 )
+                rows += wake_estimate_rows(
+                    at.get(f"gateway_{gw}_us_per_msg"),
+                    at.get(f"gateway_{gw}_interpreter_runs_per_msg"),
+                    _get(out, "floor", "wake", "after_2ms_extra_us"),
+                    f"gateway {gw}",
+                    label,
+                )
                 rows.append(
                     _row(
                         f"    gateway {gw}'s threads' wait for a core per {label}, {store} (us)",
@@ -268,6 +275,43 @@ def cpu_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
     ]
     rows += [_baseline(label, _one(_get(fl, part, key))) for label, part, key in _MACHINE_PARTS]
     return rows + store_key_rows(out)
+
+
+def wake_estimate_rows(
+    cpu: dict[str, float] | None,
+    runs: dict[str, float] | None,
+    extra_us: float | None,
+    who: str,
+    label: str,
+) -> list[dict[str, Any]]:
+    """What the host charges a gateway per message for waking, estimated in the run: its own
+    threads' runs per message (librdkafka's C threads left out: a run of theirs costs less in
+    all than the interpreter's extra) times the machine's extra CPU for a run of interpreter
+    work after 2 ms asleep (the floor's ``wake``; a gap between messages at 500 msg/s); and the
+    CPU row's median less that estimate's median, what a message would cost it on a host that
+    charged nothing for a pause."""
+    if not runs or extra_us is None:
+        return []
+    charged = {k: round(runs[k] * extra_us, 1) for k in ("min", "median", "max")}
+    rows = [
+        _row(
+            f"    of which, estimated, waking: its own threads' runs per {label} x the "
+            "machine's extra after 2 ms asleep (us)",
+            "(inside it)",
+            lambda v: True,
+            charged,
+        )
+    ]
+    if cpu:
+        rows.append(
+            _row(
+                f"    {who} per {label} less that estimate, medians (us)",
+                "(beside it)",
+                lambda v: True,
+                _one(round(cpu["median"] - charged["median"], 1)),
+            )
+        )
+    return rows
 
 
 def loaded_cpu_rows(out: dict[str, Any], store: str) -> list[dict[str, Any]]:
@@ -368,7 +412,7 @@ _FLOOR_PARTS = (
     ("  floor: one PostgreSQL insert + commit, client (us CPU)", "postgresql", "single_us"),
     ("  floor: the same, the server's backend (us CPU)", "postgresql", "server_single_us"),
 )
-# what this machine charges for a page touched again (cpu_floor.page_retouch)
+# what this machine charges for a page touched again (cpu_floor.page_retouch) ...
 _MACHINE_PARTS = (
     ("  the machine: one 4 KiB page read again at once (us CPU)", "pages", "hot_us_per_page"),
     (
@@ -381,6 +425,23 @@ _MACHINE_PARTS = (
         "pages",
         "after_500ms_us_per_page",
     ),
+    # ... and a thread for a run of its code after a pause (cpu_floor.wake_tax)
+    (
+        "  the machine: a run of ~50 us of interpreter work, at speed (us CPU)",
+        "wake",
+        "after_2ms_at_speed_us",
+    ),
+    (
+        "  the machine: that run's extra CPU the first time after 0.5 ms asleep (us)",
+        "wake",
+        "after_0_5ms_extra_us",
+    ),
+    (
+        "  the machine: the same after 2 ms asleep (us; a gap at 500 msg/s)",
+        "wake",
+        "after_2ms_extra_us",
+    ),
+    ("  the machine: the same after 10 ms asleep (us)", "wake", "after_10ms_extra_us"),
 )
 
 

@@ -15,6 +15,12 @@
   alike (a cache miss); a host that remaps a sleeping process's pages (shadow paging under a
   nested VM) charges a fault per page, and every thread that wakes for a message pays it for
   the code and data it touches. It is not part of the sums: it is the reason they are large.
+* **wake** -- the same question asked of code rather than of one buffer: a unit of interpreter
+  work about a gateway run's size (:func:`wake_unit`, ~50 µs at speed) timed the first time
+  after 0.5 ms, 2 ms and 10 ms asleep and then at speed (a burst right after it), paired per
+  round. The first run's extra CPU is what a thread pays here for waking before it does
+  anything of its own; times a gateway's runs per message it is an estimate of the part of its
+  CPU per message the host charges for the pauses between messages (``bench_hotpath``).
 
 ``sum`` per store adds crypto, produce, consume and the single-row insert (client and server):
 what a message would cost if the fabric did nothing but its floor. CPU is read with
@@ -23,7 +29,9 @@ what a message would cost if the fabric did nothing but its floor. CPU is read w
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import statistics
 import tempfile
 import time
 import uuid
@@ -193,6 +201,49 @@ def page_retouch(pages: int = 2048, repeats: int = 8) -> dict[str, Any]:
     return out
 
 
+WAKE_GAPS_S = (0.0005, 0.002, 0.01)  # a busy thread's pause; a gap at 500 msg/s; a quiet one
+WAKE_BURST = 24  # units a round: the first after the pause, the last third at speed
+_WAKE_DOC = {f"k{i}": ["v" * 20, i, {"x": i * 1.5}] for i in range(40)}
+
+
+def wake_unit() -> list[str]:
+    """About 50 µs of interpreter work at speed on these machines, a gateway run's size: a small
+    document encoded and decoded, its keys sorted (C and bytecode, allocation, a dict)."""
+    return sorted(json.loads(json.dumps(_WAKE_DOC)))[:3]
+
+
+def _gap_label(gap_s: float) -> str:
+    return f"after_{gap_s * 1e3:g}ms".replace(".", "_")
+
+
+def wake_tax(
+    gaps_s: tuple[float, ...] = WAKE_GAPS_S, rounds: int = 120, burst: int = WAKE_BURST
+) -> dict[str, Any]:
+    """CPU µs of :func:`wake_unit` run first after sleeping each gap, at speed (the median of
+    the last third of a burst right after it), and the first's extra over the same round's
+    speed: medians over ``rounds`` (fewer for the long gap). Paired per round, so the other
+    tenants' drift hits both sides of a difference alike."""
+    out: dict[str, Any] = {}
+    for gap in gaps_s:
+        firsts, speeds, extras = [], [], []
+        for _ in range(rounds if gap < 0.005 else max(1, rounds // 2)):
+            time.sleep(gap)
+            costs = []
+            for _ in range(burst):
+                t0 = time.thread_time_ns()
+                wake_unit()
+                costs.append(time.thread_time_ns() - t0)
+            speed = statistics.median(costs[burst * 2 // 3 :])
+            firsts.append(costs[0])
+            speeds.append(speed)
+            extras.append(costs[0] - speed)
+        label = _gap_label(gap)
+        out[f"{label}_first_us"] = round(statistics.median(firsts) / 1e3, 1)
+        out[f"{label}_at_speed_us"] = round(statistics.median(speeds) / 1e3, 1)
+        out[f"{label}_extra_us"] = round(statistics.median(extras) / 1e3, 1)
+    return out
+
+
 def floor_sum(
     crypto_us: float | None, kafka: dict[str, Any], insert_us: float | None
 ) -> float | None:
@@ -242,6 +293,7 @@ def measure(bootstrap: str, *, rate: int, seconds: float, rows: int) -> dict[str
         "sqlite": lambda: sqlite_insert(rows),
         "postgresql": lambda: _with_pg(rows),
         "pages": page_retouch,
+        "wake": wake_tax,
     }
     for name, part in parts.items():
         try:

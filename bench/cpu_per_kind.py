@@ -86,6 +86,13 @@ def summarize(runs: list[dict[str, Any]], rate: int = RATE) -> dict[str, Any]:
                             for v in values
                         ]
                     )
+            # the interpreter's threads alone (librdkafka's C threads left out): the runs that
+            # pay the machine's wake tax for Python code and data (bench_hotpath's estimate)
+            ours = [v for g in got if (v := interpreter_runs_per_msg(g, name)) is not None]
+            if ours:
+                row[f"{name}_interpreter_runs_per_msg"] = latency.spread(
+                    [round(v, 2) for v in ours]
+                )
         row["not_arrived"] = latency.spread([latency._not_arrived(g) for g in got])
         # whether the phase kept up with its rate: a phase that ran behind drained a backlog in
         # large batches, so its µs per message is not the cost at this rate
@@ -108,6 +115,16 @@ def _per_msg(phase: dict[str, Any], key: str) -> float | None:
     messages = _messages(phase)
     per_s, wall = phase["cpu"].get(key), phase["cpu"].get("wall_s", 0.0)
     return None if per_s is None or not messages else float(per_s) * wall / messages
+
+
+def interpreter_runs_per_msg(phase: dict[str, Any], name: str) -> float | None:
+    """How many times a gateway's own threads (every role but ``librdkafka``) were put on a CPU
+    per message of the phase."""
+    by_role = phase["cpu"].get(f"{name}_threads_runs_per_s")
+    messages, wall = _messages(phase), phase["cpu"].get("wall_s", 0.0)
+    if not by_role or not messages:
+        return None
+    return float(sum(n for role, n in by_role.items() if role != "librdkafka")) * wall / messages
 
 
 def _idle_part(idle: dict[str, Any], phase: dict[str, Any], name: str) -> float | None:

@@ -314,6 +314,54 @@ def test_each_gateway_s_runs_and_run_queue_wait_per_message_reach_the_table() ->
     assert waited["measured"]["median"] == 100.0
 
 
+def test_the_wake_tax_reads_each_pause_paired_with_its_speed_and_lands_in_the_table() -> None:
+    """The machine's charge for a run of interpreter work after a pause: per gap, the first
+    run's cost, the at-speed cost and the extra as measured (first and speed positive), and
+    the three extras among the floor rows."""
+    got = cpu_floor.wake_tax(gaps_s=(0.0005, 0.002, 0.01), rounds=4, burst=6)
+    for label in ("after_0_5ms", "after_2ms", "after_10ms"):
+        assert got[f"{label}_first_us"] > 0 and got[f"{label}_at_speed_us"] > 0, got
+        assert isinstance(got[f"{label}_extra_us"], float)
+    text = "\n".join(str(r) for r in table({"floor": {"wake": got}}))
+    assert "that run's extra CPU the first time after 0.5 ms asleep" in text
+    assert str(got["after_10ms_extra_us"]) in text
+
+
+def test_the_wake_estimate_counts_a_gateway_s_own_threads_runs_not_librdkafka_s() -> None:
+    """A phase of 100 messages over 2 s in which gateway A's threads ran 300 times a second,
+    librdkafka's 100 of them: 4 runs of its own per message; at 50 µs extra a run after 2 ms
+    asleep, 200 µs of its 600 per REPLY is the estimate, 400 the rest. Without the floor's
+    wake figure there is no estimate (not a zero)."""
+
+    def run(us_per_msg: float) -> dict[str, Any]:
+        cpu = {"machine_busy": 0.5, "wall_s": 2.0, "gateway_A_runs_per_s": 300}
+        cpu["gateway_A_threads_runs_per_s"] = {"librdkafka": 100, "gw-relay": 120, "gw-x": 80}
+        return {
+            "reply_at_500": {**_phase(5.0), "cpu": cpu, "cpu_us_per_msg": {"gateway_A": us_per_msg}}
+        }
+
+    phase = run(600.0)["reply_at_500"]
+    assert cpu_per_kind.interpreter_runs_per_msg(phase, "gateway_A") == 4.0
+    assert cpu_per_kind.interpreter_runs_per_msg(phase, "gateway_B") is None
+    got = cpu_per_kind.summarize([run(600.0), run(580.0), run(640.0)])["reply"]
+    assert got["gateway_A_interpreter_runs_per_msg"]["median"] == 4.0
+    out = {
+        "cpu_sqlite": {"summary": {"reply": got}},
+        "floor": {"wake": {"after_2ms_extra_us": 50.0}},
+    }
+    rows = {r["row"].strip(): r for r in table(out)}
+    est = rows[
+        "of which, estimated, waking: its own threads' runs per REPLY x the machine's extra "
+        "after 2 ms asleep (us)"
+    ]
+    assert est["measured"] == {"min": 200.0, "median": 200.0, "max": 200.0}
+    assert (
+        rows["gateway A per REPLY less that estimate, medians (us)"]["measured"]["median"] == 400.0
+    )
+    without = {r["row"].strip() for r in table({"cpu_sqlite": {"summary": {"reply": got}}})}
+    assert not any("less that estimate" in r for r in without)
+
+
 def test_a_window_counts_each_thread_s_runs_by_role_from_its_start() -> None:
     """runs_by_role: a thread alive at both readings adds its difference, one started inside
     the window all of its own; two threads of one role add up."""
