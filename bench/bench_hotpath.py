@@ -287,10 +287,10 @@ def wake_estimate_rows(
     """What the host charges a gateway per message for waking, estimated in the run: its own
     threads' runs per message (librdkafka's C threads left out: a run of theirs costs 18-60 µs
     in all here, about the interpreter's extra, so charging them that would count a whole run
-    as tax) times the machine's extra CPU for a run of interpreter
-    work after 2 ms asleep (the floor's ``wake``; a gap between messages at 500 msg/s); and the
-    CPU row's median less that estimate's median, what a message would cost it on a host that
-    charged nothing for a pause."""
+    as tax) times the machine's extra CPU for a run of interpreter work after 2 ms asleep (the
+    floor's ``wake``; a gap between messages at 500 msg/s); and the CPU row's median less that
+    estimate's median, what a message would cost it on a host that charged nothing for a
+    pause."""
     if not runs or extra_us is None:
         return []
     charged = {k: round(runs[k] * extra_us, 1) for k in ("min", "median", "max")}

@@ -112,8 +112,12 @@ def _messages(phase: dict[str, Any]) -> int:
 
 def _per_msg(phase: dict[str, Any], key: str) -> float | None:
     """A per-second figure of the phase's CPU window (``phase["cpu"][key]``) per message."""
-    messages = _messages(phase)
-    per_s, wall = phase["cpu"].get(key), phase["cpu"].get("wall_s", 0.0)
+    return _over_messages(phase, phase["cpu"].get(key))
+
+
+def _over_messages(phase: dict[str, Any], per_s: float | None) -> float | None:
+    """``per_s`` over the phase's CPU window, per message it measured."""
+    messages, wall = _messages(phase), phase["cpu"].get("wall_s", 0.0)
     return None if per_s is None or not messages else float(per_s) * wall / messages
 
 
@@ -121,10 +125,9 @@ def interpreter_runs_per_msg(phase: dict[str, Any], name: str) -> float | None:
     """How many times a gateway's own threads (every role but ``librdkafka``) were put on a CPU
     per message of the phase."""
     by_role = phase["cpu"].get(f"{name}_threads_runs_per_s")
-    messages, wall = _messages(phase), phase["cpu"].get("wall_s", 0.0)
-    if not by_role or not messages:
+    if not by_role:
         return None
-    return float(sum(n for role, n in by_role.items() if role != "librdkafka")) * wall / messages
+    return _over_messages(phase, sum(n for role, n in by_role.items() if role != "librdkafka"))
 
 
 def _idle_part(idle: dict[str, Any], phase: dict[str, Any], name: str) -> float | None:
