@@ -48,6 +48,7 @@ from pipeline.kafka.errors import wait_out
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.topology import TopologySpec, apply_topology
 from pipeline.observability.thread_cpu import register_thread_cpu
+from pipeline.observability.wal_checkpoints import register_wal_checkpoints
 from pipeline.outbox import Relay
 from pipeline.outbox.notify import listen_forever, woken_in_process
 from pipeline.outbox.wake import wake_on_commit
@@ -180,6 +181,7 @@ def build_gateway(
     reads = read_sessions(engine)
     metrics = GatewayMetrics(registry)
     register_thread_cpu(registry)
+    register_wal_checkpoints(registry)
 
     roster, follower, presence, pairing = build_presence(
         config, factories, signer, trust, sessions, registry

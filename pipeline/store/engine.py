@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
+from . import wal_checkpoint
 from .version import at_head
 
 log = logging.getLogger(__name__)
@@ -39,17 +40,28 @@ metadata = MetaData(
 )
 
 
-def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
+def make_engine(
+    url: str, *, create: bool = True, background_checkpoint: bool = True, **kwargs: Any
+) -> Engine:
     """Build an engine for ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``).
 
     ``create`` runs the start-up schema check: a fresh store is brought to head, a store behind
     head raises ``STORE_SCHEMA_OUTDATED`` (see :func:`pipeline.store.schema.ensure_schema`). A
     store already at head is recognised with one query, without Alembic (:mod:`.version`).
+    ``background_checkpoint``: a SQLite file's WAL is checkpointed by the process's checkpoint
+    thread, not in a writer's ``COMMIT`` (:mod:`.wal_checkpoint`).
     """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         kwargs.setdefault("connect_args", {"timeout": 30, "check_same_thread": False})
         engine = create_engine(url, **kwargs)
+        database = parsed.database
+        checkpointed = (
+            background_checkpoint
+            and bool(database)
+            and database != ":memory:"
+            and not str(database).startswith("file:")
+        )
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -61,6 +73,8 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA busy_timeout=30000")
+            if checkpointed:  # the checkpoint thread's; this is the writers' fallback
+                cur.execute(f"PRAGMA wal_autocheckpoint={wal_checkpoint.FALLBACK_FRAMES}")
             cur.close()
 
         @event.listens_for(engine, "begin")
@@ -82,6 +96,18 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
             except BaseException:
                 gate.leave(dbapi_conn)
                 raise
+
+        if checkpointed:
+            checkpointer = wal_checkpoint.CHECKPOINTER
+            real = checkpointer.register(str(database), engine)
+
+            @event.listens_for(engine, "commit")
+            def _nudge(_conn: Any) -> None:
+                checkpointer.nudge(real)
+
+            @event.listens_for(engine, "engine_disposed")
+            def _release(_engine: Any) -> None:
+                checkpointer.release(real)
 
     else:
         engine = create_engine(url, **kwargs)

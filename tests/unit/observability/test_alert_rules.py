@@ -25,6 +25,7 @@ EXTERNAL = {
     "fleet_gateway_inject_failures_total",
     "fleet_gateway_held_oldest_age_seconds",  # gateway nudger (alert FleetMainNotDraining)
     "fleet_gateway_nudges_total",
+    "fleet_store_wal_checkpoint_failures_total",  # gateway (alert FleetWalCheckpointFailing)
 }
 
 

@@ -17,6 +17,7 @@ from pipeline.failures.metrics import FailureMetrics
 from pipeline.gateway.injectors.metrics import InjectMetrics
 from pipeline.gateway.metrics import GatewayMetrics, SocketMetrics
 from pipeline.observability import LagCollector, LagSampler, SamplerConfig
+from pipeline.observability.wal_checkpoints import register_wal_checkpoints
 from pipeline.outbox.metrics import OutboxMetrics
 from pipeline.runtime.metrics import RuntimeMetrics
 
@@ -54,6 +55,7 @@ def exported_by_process() -> dict[str, set[str]]:
     SocketMetrics(gateway)
     InjectMetrics(gateway)
     RuntimeMetrics(gateway)
+    register_wal_checkpoints(gateway)
     relay = CollectorRegistry()
     OutboxMetrics(relay)
     failures = CollectorRegistry()
