@@ -29,6 +29,10 @@ class Attempts:
     def __init__(self) -> None:
         self._attempts: dict[tuple[str, int, int], Tries] = {}
 
+    def __bool__(self) -> bool:
+        """Whether any record is still being retried (none: no record has attempts to settle)."""
+        return bool(self._attempts)
+
     def failed(self, rec: Record, now: int) -> int:
         """One more failed attempt of ``rec``; returns its attempt number."""
         akey = (rec.topic, rec.partition, rec.offset)

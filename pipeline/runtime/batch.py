@@ -27,8 +27,8 @@ class Batch:
     counts: dict[str, int] = field(default_factory=dict)
     records: Sequence[Record] = ()  # what process() was given (a retry hands some back)
 
-    def count(self, outcome: str) -> None:
-        self.counts[outcome] = self.counts.get(outcome, 0) + 1
+    def count(self, outcome: str, n: int = 1) -> None:
+        self.counts[outcome] = self.counts.get(outcome, 0) + n
 
 
 class KeepQuarantined(Exception):

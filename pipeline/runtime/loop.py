@@ -355,7 +355,9 @@ class ConsumerRuntime:
         scope = cfg.dedupe_scope
         batch = Batch(records=records)
         head = cfg.dedupe_header
-        ids = [rec.header_str(head) for rec in records] if head else [None] * len(records)
+        ids: list[str | None] = (
+            [rec.header_str(head) for rec in records] if head else [None] * len(records)
+        )
         first = batch.first_offset
         for rec in records:
             if rec.tp not in first:
@@ -377,10 +379,7 @@ class ConsumerRuntime:
                     if apart is None
                     else apart
                 )
-                for rec, msg_id in zip(records, ids, strict=True):
-                    if rec.tp in batch.blocked:
-                        continue
-                    self.settler.decide(rec, msg_id, batch, claimed, now, releasing=releasing)
+                self.settler.decide_all(records, ids, batch, claimed, now, releasing=releasing)
                 if releasing is not None and batch.blocked:
                     raise KeepQuarantined  # still failing transiently: roll back, try later
                 planted = (

@@ -24,6 +24,7 @@ from .decide import classify, decide
 from .metrics import RuntimeMetrics
 from .outcomes import Ack, DeadLetter, Outcome, Quarantine, Retry
 from .ports import DeadLetterSink, Handler, QuarantinePort
+from .staging import Staged
 
 
 def _park(q: QuarantinePort, scope: str, key: str, rec: Record, session: Session) -> None:
@@ -59,6 +60,50 @@ class Settler:
         self._is_quarantined = is_quarantined
         self.attempts = attempts
         self.metrics = metrics
+
+    def decide_all(
+        self,
+        records: list[Record],
+        ids: list[str | None],
+        batch: Batch,
+        claimed: set[str],
+        now: int,
+        *,
+        releasing: str | None,
+    ) -> None:
+        """:meth:`decide` each record in order, skipping a partition a retry blocked.
+
+        The common record (no quarantine to consult, a first delivery, no earlier failed
+        attempt, the handler's ``Ack``) is settled here without the calls :meth:`decide` and
+        :meth:`settle` make for it: per record they cost more than the handler's own work on a
+        runtime that writes one row a record. What it leaves behind is the same."""
+        blocked = batch.blocked
+        if self.quarantine is not None:  # a key's quarantine is looked up per record
+            for rec, msg_id in zip(records, ids, strict=True):
+                if rec.tp not in blocked:
+                    self.decide(rec, msg_id, batch, claimed, now, releasing=releasing)
+            return
+        staged, attempts = batch.staged, self.attempts
+        next_offset, applied = batch.next_offset, batch.applied_ids
+        acks = 0
+        for rec, msg_id in zip(records, ids, strict=True):
+            tp = rec.tp
+            if tp in blocked:
+                continue
+            if attempts or (msg_id is not None and (msg_id not in claimed or msg_id in applied)):
+                self.decide(rec, msg_id, batch, claimed, now, releasing=releasing)
+                continue
+            mark = staged.mark()
+            outcome = self._handled(rec, staged)
+            if not isinstance(outcome, Ack):
+                self._not_acked(rec, msg_id, outcome, mark, batch, now)
+                continue
+            next_offset[tp] = rec.offset + 1
+            if msg_id is not None:
+                applied.add(msg_id)
+            acks += 1
+        if acks:
+            batch.count("ack", acks)
 
     def decide(
         self,
@@ -97,20 +142,40 @@ class Settler:
             return
         staged = batch.staged
         mark = staged.mark()
+        outcome = self._handled(rec, staged)
+        if isinstance(outcome, Ack):  # the hot path: nothing to decide
+            self.settle(rec, outcome, batch, msg_id, now)
+            return
+        self._not_acked(rec, msg_id, outcome, mark, batch, now)
+
+    def _handled(self, rec: Record, staged: Staged) -> Outcome:
         try:
             outcome: Outcome = self.handler.handle(rec, staged)
         except Exception as exc:  # noqa: BLE001 - every handler error maps onto an outcome
             outcome = classify(exc)
-        if isinstance(outcome, Ack):  # the hot path: nothing to decide
-            self.settle(rec, outcome, batch, msg_id, now)
-            return
-        staged.rollback(mark)  # a record that is not applied leaves no partial writes
-        key = rec.key_str
+        return outcome
+
+    def _not_acked(
+        self,
+        rec: Record,
+        msg_id: str | None,
+        outcome: Outcome,
+        mark: tuple[int, int, int],
+        batch: Batch,
+        now: int,
+    ) -> None:
+        """The handler did not ``Ack``: its staged writes go, the retry policy decides."""
+        batch.staged.rollback(mark)  # a record that is not applied leaves no partial writes
+        cfg = self.config
         attempt = 1
         if isinstance(outcome, Retry):
             attempt = self.attempts.failed(rec, now)
         decision = decide(
-            outcome, attempt=attempt, policy=cfg.retry, ordered=cfg.ordered, keyed=key is not None
+            outcome,
+            attempt=attempt,
+            policy=cfg.retry,
+            ordered=cfg.ordered,
+            keyed=rec.key is not None,
         )
         if isinstance(decision, Retry):
             batch.blocked[rec.tp] = (rec.offset, decision.delay_s or 0.0)
