@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 TARGET_FRAMES = 1000  # SQLite's own autocheckpoint threshold: ~4 MB of 4 KiB pages
 FALLBACK_FRAMES = 10_000  # the writers' own checkpoint, should this thread fall behind
 MIN_S = 0.01
-MAX_S = 1.0
-IDLE_S = 2.0  # how often an idle process's thread wakes to look
+MAX_S = 5.0
+IDLE_S = 5.0  # how often an idle process's thread wakes to look
 IDLE_LOOKS = 3  # unchanged looks in a row before a store's connection is closed
 
 
