@@ -13,6 +13,7 @@ import sqlite3
 import struct
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -65,14 +66,31 @@ def _checkpointer() -> tuple[wc.WalCheckpointer, _Clock]:
     return wc.WalCheckpointer(clock=clock, thread=False), clock
 
 
-def test_a_written_wal_is_copied_back_by_a_look_and_an_unchanged_one_is_not_looked_into(
-    tmp_path: Path,
-) -> None:
+@dataclass
+class _Rig:
+    """A store written by a plain connection, registered on a checkpointer without its thread."""
+
+    path: Path
+    writer: sqlite3.Connection
+    ck: wc.WalCheckpointer
+    clock: _Clock
+    owner: _Owner
+    real: str
+
+
+def _rig(tmp_path: Path) -> _Rig:
     path = tmp_path / "s.db"
     writer = _writer(path)
     ck, clock = _checkpointer()
     owner = _Owner()
-    ck.register(str(path), owner)
+    return _Rig(path, writer, ck, clock, owner, ck.register(str(path), owner))
+
+
+def test_a_written_wal_is_copied_back_by_a_look_and_an_unchanged_one_is_not_looked_into(
+    tmp_path: Path,
+) -> None:
+    rig = _rig(tmp_path)
+    path, writer, ck, clock = rig.path, rig.writer, rig.ck, rig.clock
     ck.step()  # the WAL as it was at registration: not this process's to copy
     assert ck.stats()["checkpoints"] == 0
 
@@ -91,12 +109,9 @@ def test_a_written_wal_is_copied_back_by_a_look_and_an_unchanged_one_is_not_look
 
 
 def test_the_pace_follows_the_wal_growth_within_its_bounds(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
-    writer = _writer(path)
-    ck, clock = _checkpointer()
-    owner = _Owner()
-    real = ck.register(str(path), owner)
-    store = ck._stores[real]
+    rig = _rig(tmp_path)
+    path, writer, ck, clock = rig.path, rig.writer, rig.ck, rig.clock
+    store = ck._stores[rig.real]
     start = store.every_s
 
     _write(writer, 2 * wc.TARGET_FRAMES)  # a page a row: more than the target between looks
@@ -118,11 +133,8 @@ def test_the_pace_follows_the_wal_growth_within_its_bounds(tmp_path: Path) -> No
 
 
 def test_a_commit_after_a_quiet_spell_is_looked_at_now(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
-    writer = _writer(path)
-    ck, clock = _checkpointer()
-    owner = _Owner()
-    real = ck.register(str(path), owner)
+    rig = _rig(tmp_path)
+    writer, ck, clock, real = rig.writer, rig.ck, rig.clock, rig.real
     ck.step()
     store = ck._stores[real]
     assert store.idle and store.due == clock.now + wc.IDLE_S
@@ -200,11 +212,8 @@ def test_the_counters_are_the_process_totals_and_never_go_down(tmp_path: Path) -
 
     from pipeline.observability.wal_checkpoints import WalCheckpointCollector
 
-    path = tmp_path / "s.db"
-    writer = _writer(path)
-    ck, clock = _checkpointer()
-    owner = _Owner()
-    ck.register(str(path), owner)
+    rig = _rig(tmp_path)
+    writer, ck, clock = rig.writer, rig.ck, rig.clock
     registry = CollectorRegistry()
     registry.register(WalCheckpointCollector(ck))
     _write(writer, 30)
@@ -214,7 +223,7 @@ def test_the_counters_are_the_process_totals_and_never_go_down(tmp_path: Path) -
     assert registry.get_sample_value("fleet_store_wal_checkpoints_total") == 1
     assert frames is not None and frames >= 30
     writer.close()
-    del owner
+    del rig
     gc.collect()  # the store is gone; what it counted stays in the totals
     assert registry.get_sample_value("fleet_store_wal_checkpoints_total") == 1
     assert registry.get_sample_value("fleet_store_wal_checkpoint_frames_total") == frames
