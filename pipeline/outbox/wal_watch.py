@@ -28,6 +28,8 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
+from pipeline.store.engine import sqlite_file
+
 log = logging.getLogger(__name__)
 
 IN_MODIFY = 0x00000002
@@ -51,8 +53,8 @@ def wal_file(engine: Engine) -> Path | None:
     mode (nothing to watch)."""
     if engine.dialect.name != "sqlite":
         return None
-    database = engine.url.database
-    if not database or database == ":memory:" or database.startswith("file:"):
+    database = sqlite_file(engine.url.database)
+    if database is None:
         return None
     try:
         with engine.connect() as conn:

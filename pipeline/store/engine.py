@@ -55,13 +55,8 @@ def make_engine(
     if parsed.get_backend_name() == "sqlite":
         kwargs.setdefault("connect_args", {"timeout": 30, "check_same_thread": False})
         engine = create_engine(url, **kwargs)
-        database = parsed.database
-        checkpointed = (
-            background_checkpoint
-            and bool(database)
-            and database != ":memory:"
-            and not str(database).startswith("file:")
-        )
+        # the file the checkpoint thread looks after (None: SQLite's own checkpoints)
+        checkpointed = sqlite_file(parsed.database) if background_checkpoint else None
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -73,7 +68,7 @@ def make_engine(
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA busy_timeout=30000")
-            if checkpointed:  # the checkpoint thread's; this is the writers' fallback
+            if checkpointed is not None:  # the checkpoint thread's; this is the writers' fallback
                 cur.execute(f"PRAGMA wal_autocheckpoint={wal_checkpoint.FALLBACK_FRAMES}")
             cur.close()
 
@@ -97,9 +92,9 @@ def make_engine(
                 gate.leave(dbapi_conn)
                 raise
 
-        if checkpointed:
+        if checkpointed is not None:
             checkpointer = wal_checkpoint.CHECKPOINTER
-            real = checkpointer.register(str(database), engine)
+            real = checkpointer.register(checkpointed, engine)
 
             @event.listens_for(engine, "commit")
             def _nudge(_conn: Any) -> None:
@@ -124,6 +119,14 @@ def make_engine(
             engine.dispose()  # a refused store must not leave pooled connections behind
             raise
     return engine
+
+
+def sqlite_file(database: str | None) -> str | None:
+    """A SQLite URL's database as a file path, or None where there is no plain file to share
+    with other connections and processes (in memory, or a ``file:`` URI)."""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return database
 
 
 def _begin_on_driver(conn: Any, sql: str) -> None:
@@ -211,13 +214,8 @@ _FILE_GATES: weakref.WeakValueDictionary[str, _WriteGate] = weakref.WeakValueDic
 
 
 def _gate_for(engine: Engine, wait_s: float, *, across_processes: bool) -> _WriteGate:
-    database = engine.url.database
-    if (
-        not across_processes
-        or not database
-        or database == ":memory:"
-        or database.startswith("file:")
-    ):
+    database = sqlite_file(engine.url.database)
+    if not across_processes or database is None:
         return _WriteGate(wait_s)
     path = os.path.realpath(database)
     gate = _FILE_GATES.get(path)

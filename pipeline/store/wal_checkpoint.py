@@ -4,7 +4,7 @@ By default SQLite checkpoints inside a ``COMMIT``: the writer whose transaction 
 1,000 pages copies every page back into the database file and syncs it before its ``COMMIT``
 returns. That writer is the hot path (a batch transaction, a socket group's commit), so about
 one commit in every 1,000 pages written waits for a few megabytes of copying and an ``fsync``;
-on the consume runtime's bench it was a quarter of the batch transaction's time.
+on the consume runtime's bench it was 11 % of the batch processing, about a quarter of its SQL.
 
 :class:`WalCheckpointer` (one thread per process, started by the first SQLite file store this
 process opens, :func:`pipeline.store.make_engine`) does it instead:
