@@ -58,9 +58,17 @@ class Factories:
     producer: ClientFactory = field(default=new_producer)
     consumer: ClientFactory = field(default=new_consumer)
     admin: ClientFactory = field(default=new_admin)
-    engine: Callable[[str], Engine] = field(default=make_engine)
+    # make_engine's signature: (url, *, background_checkpoint=...) -> Engine
+    engine: Callable[..., Engine] = field(default=make_engine)
     security: KafkaSecurity = PLAINTEXT
     logins: LoginWatch | None = None
+
+    def store(self, config: GatewayConfig) -> Engine:
+        """``config``'s store, from :attr:`engine`: on SQLite its WAL checkpointed as
+        ``wal_checkpoint`` says (docs/store.md)."""
+        if config.background_checkpoint:
+            return self.engine(config.store_url)
+        return self.engine(config.store_url, background_checkpoint=False)
 
     def secured(self, security: KafkaSecurity) -> Factories:
         """These factories with ``security`` applied to every producer, consumer and admin."""
@@ -126,7 +134,7 @@ def build_client(
     (the gateway's own, whose maintenance writes the roster mirror): recipients resolved once
     per change of the mirror."""
     schemas.write_framing(config.body_framing)
-    engine = engine or factories.engine(config.store_url)
+    engine = engine or factories.store(config)
     topics = TopicNames(prefix=config.topic_prefix)
     return GatewayClient(
         sessions=session_factory(engine),
@@ -148,7 +156,7 @@ def build_control_client(
 ) -> ControlClient:
     """The requester's control-plane API for local entities (``fleet spawn``, the MCP face)."""
     schemas.write_framing(config.body_framing)  # SPAWN / STOP bodies
-    engine = engine or factories.engine(config.store_url)
+    engine = engine or factories.store(config)
     topics = TopicNames(prefix=config.topic_prefix)
     return ControlClient(
         sessions=session_factory(engine),

@@ -176,7 +176,7 @@ def build_gateway(
             log=log,
         )
     # SQLite: the gateway's writers (inbox, injects, relay, socket, maintenance) queue in-process
-    engine = serialize_writes(factories.engine(config.store_url))
+    engine = serialize_writes(factories.store(config))
     sessions = session_factory(engine)
     reads = read_sessions(engine)
     metrics = GatewayMetrics(registry)

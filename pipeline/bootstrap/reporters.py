@@ -67,7 +67,7 @@ def build_failed_reporter(
     )
     return FailedReporter(
         consumer=consumer,
-        engine=factories.engine(config.store_url),
+        engine=factories.store(config),
         sink=sink,
         metrics=FailureMetrics(registry or CollectorRegistry()),
         group=group_id,

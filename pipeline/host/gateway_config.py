@@ -41,6 +41,13 @@ _BOOTSTRAP = re.compile(r"^[^,\s]+:\d{1,5}(,[^,\s]+:\d{1,5})*$")
 
 MAX_AWAY_GRACE_S = 600.0  # the presence TTL every reader accepts (RosterView max_ttl_ms)
 MAX_SPACING_MS = 100.0  # a spacing past this is a unit mistake (seconds written as ms)
+# ``wal_checkpoint``: a thread of the process's own, or SQLite's writers (docs/store.md)
+WAL_CHECKPOINTS = ("thread", "writers")
+
+
+def _one_of(choices: tuple[str, ...]) -> str:
+    """``"a" or "b"``: the values a choice key takes, as its CONFIG_INVALID says them."""
+    return " or ".join(f'"{c}"' for c in choices)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +102,10 @@ class GatewayConfig:
     # how structured bodies start (docs/envelope.md "Body framing"): "v1" 0x00 N, every release
     # reads it; "v2" 0xFB 0x02 N, which no Confluent deserializer misreads but v0.12.0 refuses
     body_framing: str = "v1"
+    # who copies a SQLite store's WAL back into the database (docs/store.md "SQLite: the WAL
+    # checkpointed off the writers' path"): "thread", a thread of the process's own, off the
+    # writers' path; "writers", SQLite's own way, inside the COMMIT that passes 1,000 pages
+    wal_checkpoint: str = "thread"
 
     def __post_init__(self) -> None:
         checked_name(self.host, "host", "host id")
@@ -120,8 +131,9 @@ class GatewayConfig:
         ):
             if not (isinstance(value, bool) or (unset and value is None)):
                 raise config_error(key, value, "must be true or false")
-        if self.body_framing not in tuple(Framing):
-            raise config_error("body_framing", self.body_framing, 'must be "v1" or "v2"')
+        for key, choices in (("body_framing", tuple(Framing)), ("wal_checkpoint", WAL_CHECKPOINTS)):
+            if getattr(self, key) not in choices:
+                raise config_error(key, getattr(self, key), "must be " + _one_of(choices))
         if self.socket_mode not in (0o600, 0o660) or isinstance(self.socket_mode, bool):
             raise config_error(
                 "socket_mode",
@@ -186,6 +198,12 @@ class GatewayConfig:
         if self.pipelined_commit is not None:
             return self.pipelined_commit
         return self.store_url.startswith("sqlite")
+
+    @property
+    def background_checkpoint(self) -> bool:
+        """Whether this host's SQLite store has its WAL checkpointed by a thread of its own
+        (``wal_checkpoint = "thread"``, :func:`pipeline.store.make_engine`)."""
+        return self.wal_checkpoint == "thread"
 
     @property
     def local_socket(self) -> str | None:

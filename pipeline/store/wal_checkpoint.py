@@ -139,6 +139,14 @@ class WalCheckpointer:
             self._retired.append(store)  # closed by the thread, never while it checkpoints
         self._wake.set()
 
+    def store_stats(self, path: str) -> dict[str, int] | None:
+        """The counts of ``path``'s checkpoints while this thread looks after it (as
+        :meth:`stats`), or ``None`` when it does not (no engine of this process opened the file
+        with ``background_checkpoint``)."""
+        with self._lock:
+            store = self._stores.get(os.path.realpath(path))
+        return None if store is None else dict(store.stats)
+
     def stats(self) -> dict[str, int]:
         """Checkpoints run, new frames they found in the WAL, failures: this process's totals
         (they never go down; ``fleet_store_wal_checkpoints_total`` and its siblings)."""

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.host.config import config_from_mapping, load_config
+from pipeline.host.config import config_from_mapping, env_overrides, load_config
 from pipeline.host.config_checks import check_gid
 from pipeline.host.entity_config import EntityConfig, InjectorSpec
 from pipeline.host.gateway_config import GatewayConfig
@@ -302,3 +302,15 @@ def test_role_and_delivery_are_defined_once_and_the_host_entry_values_are_refuse
     ):
         with pytest.raises(ConfigError):
             config.EntityConfig(gid="x", role=role, delivery=delivery)
+
+
+def test_wal_checkpoint_is_a_config_key_the_thread_by_default() -> None:
+    """docs/store.md "SQLite: the WAL checkpointed off the writers' path": the operator's choice."""
+    assert GatewayConfig(host="h").background_checkpoint
+    writers = config_from_mapping({"host": "h", "wal_checkpoint": "writers"})
+    assert writers.wal_checkpoint == "writers" and not writers.background_checkpoint
+    assert env_overrides({"FLEET_WAL_CHECKPOINT": "writers"}) == {"wal_checkpoint": "writers"}
+    with pytest.raises(ConfigError) as info:
+        GatewayConfig(host="h", wal_checkpoint="sometimes")
+    assert info.value.reason == "CONFIG_INVALID"
+    assert "wal_checkpoint" in str(info.value) and '"writers"' in str(info.value)
