@@ -97,3 +97,39 @@ def test_a_mac_batch_stays_on_the_calling_thread_and_a_signed_one_uses_the_pool(
         ids = [o.envelope.msg_id for o in outcomes]  # type: ignore[union-attr]
         assert ids == [f"{prefix}-{i}" for i in range(40)]  # in order, wherever verified
         assert (where.threads != {threading.get_ident()}) is pooled, where.threads
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_bad_signature_gets_the_outcome_the_stages_give_one_by_one(threads: int) -> None:
+    """R-ENV-3: a batch verified on several threads gives every record the outcome its stages
+    give it one at a time: a forged record that is also expired is SIG_INVALID (stage 4 comes
+    before the clock), an authentic record copied into the wrong inbox TO_MISMATCH."""
+    f = Fleet()
+    late = f.envelope(msg_id="late", now_ms=f.now - 600_000)  # past its 60 s ttl: EXPIRED
+    records = [f.record(f.envelope(msg_id=f"ok-{i}")) for i in range(20)]
+    forged_late = f.record(late)
+    forged_late["value"] += b"!"  # forged and expired: stage 4 comes first
+    forged = f.record(f.envelope(msg_id="forged"))
+    forged["value"] += b"!"
+    misrouted = f.record(f.envelope(msg_id="misrouted", to="m-c"), host="c")
+    misrouted["topic"] = f.topics.inbox("b")  # m-c's record, copied into b's inbox
+    records[3:3] = [forged_late, f.record(late), forged, misrouted]
+    items = [(x["topic"], x["key"], x["headers"], x["value"]) for x in records]
+    batch = BatchVerifier(f.verifier("b"), threads=threads, min_batch=4)
+    try:
+        outcomes = batch.verify_all(items)
+    finally:
+        batch.close()
+    one_by_one = BatchVerifier(f.verifier("b"), threads=1)._slice(items)
+
+    def reason(o: Any) -> str | None:
+        return o.reason if isinstance(o, EnvelopeError) else None
+
+    assert [reason(o) for o in outcomes] == [reason(o) for o in one_by_one]
+    assert [reason(o) for o in outcomes[3:7]] == [
+        r.SIG_INVALID,
+        r.EXPIRED,
+        r.SIG_INVALID,
+        r.TO_MISMATCH,
+    ]
+    assert sum(reason(o) is None for o in outcomes) == 20
