@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pipeline.bootstrap.client import (
+    DEFAULT_FACTORIES,
     build_client,
     build_control_client,
 )
@@ -15,7 +16,6 @@ from pipeline.gateway.socket_first import SocketFirst
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.presence.model import Delivery
 from pipeline.reasons import Config
-from pipeline.store import make_engine
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -35,7 +35,7 @@ def build_mcp_server(
             reason=Config.CONFIG_INVALID,
             context={"key": "as", "value": gid},
         )
-    engine = make_engine(config.store_url)
+    engine = DEFAULT_FACTORIES.store(config)  # its WAL checkpointed as wal_checkpoint says
     client = build_client(config, signer=signer, engine=engine)
     return build_server(
         client,
