@@ -144,9 +144,14 @@ class PoolWorkload(Workload):
             p.start()
         deadline = time.monotonic() + self.config.ready_timeout_s
         while not self.settled(len(self.procs)):
-            dead = [p.name for p in self.procs.values() if not p.alive]
-            if dead:  # a member that cannot start: say so now, its log says why
-                raise RuntimeError(f"pool member(s) {dead} exited while starting (see their logs)")
+            dead = [p for p in self.procs.values() if not p.alive]
+            if dead:  # a member that cannot start: say so now, with what its log says
+                why = "\n".join(
+                    f"--- {p.name} exited {p.exit_code}, its log ends:\n{p.tail()}" for p in dead
+                )
+                raise RuntimeError(
+                    f"pool member(s) {[p.name for p in dead]} exited while starting\n{why}"
+                )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"pool {self.pool} never settled with {len(self.procs)} members")
             time.sleep(0.5)

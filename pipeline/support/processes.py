@@ -34,6 +34,59 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+# a process's start read from /proc (ticks, /proc/uptime) against a file's coarse mtime
+_START_SLACK_S = 0.1
+
+
+def _read_pidfile(pidfile: Path) -> tuple[int, float] | None:
+    """The pid in ``pidfile`` and when the file was written; None when it cannot be read."""
+    try:
+        return int(pidfile.read_text().strip()), pidfile.stat().st_mtime
+    except (OSError, ValueError):
+        return None
+
+
+def _wrote(pid: int, written: float) -> bool | None:
+    """True when ``pid`` names a process started by the time ``written`` (the one that wrote
+    the file: two processes never hold one pid at once), False when it names one started
+    later (a stranger), None when no process has it."""
+    started = procfs.started_at(pid)
+    return None if started is None else started <= written + _START_SLACK_S
+
+
+def recorded_pid(pidfile: Path) -> int | None:
+    """The pid a process wrote about itself to ``pidfile`` (``echo $$ > F``), while that very
+    process runs; None when the file is missing or unreadable, the process ended, or the pid
+    now names a process started after the file was written: the kernel recycled it for a
+    stranger. Pids wrap at ``/proc/sys/kernel/pid_max`` (32,768 on these machines; every
+    thread takes one; a suite's run takes 20-64 a second here), so a pid read from a file
+    older than one turn may be another test's process."""
+    read = _read_pidfile(pidfile)
+    return read[0] if read is not None and _wrote(*read) else None
+
+
+def kill_recorded(
+    pidfile: Path, sig: signal.Signals = signal.SIGKILL, *, group: bool = False
+) -> bool:
+    """Send ``sig`` to the process ``pidfile`` names, only while it is the process that wrote
+    the file (:func:`recorded_pid`); True when something was signalled.
+
+    With ``group`` the file names a session leader and its whole process group is signalled,
+    also once the leader is gone: the kernel hands out no pid still used as a group's id, so
+    a group with that id is the leader's own. A pid taken by a stranger is left alone."""
+    read = _read_pidfile(pidfile)
+    if read is None:
+        return False
+    ours = _wrote(*read)
+    if not (ours or (group and ours is None)):
+        return False
+    try:
+        (os.killpg if group else os.kill)(read[0], sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
 def fleet_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment plus ``extra``, with this checkout first on the path."""
     env = dict(os.environ) | dict(extra or {})
@@ -113,6 +166,11 @@ class FleetProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def tail(self, lines: int = 20) -> str:
+        """The log's last ``lines`` lines: why a child that exited did, for an error message
+        read where its log file is gone (a CI run's temporary folder)."""
+        return "\n".join(self.output().splitlines()[-lines:])
 
     def printed(self, line: str) -> bool:
         """True once the current incarnation wrote ``line`` to the log (every earlier one

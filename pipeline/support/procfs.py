@@ -13,6 +13,7 @@ parentheses, so the fields are read after its *last* ``)`` (proc(5)).
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,19 @@ def proc_stat(pid: int, tid: int | None = None) -> ProcStat | None:
         return parse_stat(Path(path).read_text(encoding="ascii", errors="replace"))
     except OSError:
         return None
+
+
+def started_at(pid: int) -> float | None:
+    """When ``pid``'s process started, in :func:`time.time` seconds (to a clock tick or two);
+    None once it is gone. ``/proc/<pid>/stat`` field 22 counts ticks from boot, and
+    ``/proc/uptime`` says how long ago that was."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        ticks = int(raw.rsplit(")", 1)[-1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+    return time.time() - uptime + ticks / CLK_TCK
 
 
 def cpu_s(pid: int, *, children: bool = False) -> float | None:

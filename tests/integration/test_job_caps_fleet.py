@@ -8,8 +8,6 @@ workers are sampled (pids alive) all along, not inferred from answers.
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +25,7 @@ from pipeline.envelope.receipts import read_receipt
 from pipeline.host.entity_config import EntityConfig
 from pipeline.host.gateway_config import GatewayConfig
 from pipeline.presence.roles import Delivery, Role
+from pipeline.support.processes import kill_recorded, recorded_pid
 from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet
@@ -51,12 +50,9 @@ def _alive(pids: Path) -> dict[str, int]:
     """gid -> pid of every launched worker whose process still runs."""
     out = {}
     for f in pids.glob("*.pid"):
-        try:
-            pid = int(f.read_text().strip())
-            os.kill(pid, 0)
-        except (ValueError, ProcessLookupError):
-            continue
-        out[f.stem] = pid
+        pid = recorded_pid(f)  # not a recycled pid: another test's process
+        if pid is not None:
+            out[f.stem] = pid
     return out
 
 
@@ -103,8 +99,8 @@ def fanout(kafka: BrokerHandle, tmp_path: Path) -> Iterator[Fanout]:
         a.gateway.stop()
         for proc in targets.values():
             proc.stop()
-        for pid in _alive(pids).values():
-            os.kill(pid, signal.SIGKILL)
+        for f in pids.glob("*.pid"):
+            kill_recorded(f)
 
 
 def _answers(a: GatewayParts, want: int, got: dict[str, tuple[str, str]]) -> None:

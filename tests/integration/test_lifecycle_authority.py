@@ -9,9 +9,6 @@ Host A runs four pull entities: ``main-a`` and ``main-x`` (mains), ``worker-x`` 
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +29,7 @@ from pipeline.gateway.client import GatewayClient
 from pipeline.host.config import load_config
 from pipeline.host.roster_cache import roster_cache_table
 from pipeline.store import make_engine
+from pipeline.support.processes import kill_recorded
 from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet
@@ -76,8 +74,7 @@ def _knows(store: Any, gid: str) -> bool:
 
 def _kill_workers(markers: Path) -> None:
     for pidfile in markers.glob("*.pid"):  # workers outlive their gateway (own session)
-        with contextlib.suppress(ProcessLookupError, ValueError, PermissionError):
-            os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+        kill_recorded(pidfile, group=True)  # never a recycled pid: another test's group
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ production, so a dead letter becomes the sender's one ``FAILED``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -45,6 +44,7 @@ from pipeline.host.roster_cache import roster_cache_table
 from pipeline.kafka.topics import TopicNames
 from pipeline.record_headers import pack_headers
 from pipeline.store import make_engine
+from pipeline.support.processes import kill_recorded
 from pipeline.support.waiting import wait_until
 from pipeline.testing import BrokerHandle
 from tests.integration.fleet_hosts import Fleet
@@ -114,8 +114,7 @@ def hosts(kafka: BrokerHandle, tmp_path: Path) -> Iterator[Hosts]:
         a.stop()
         b.stop()
         for pidfile in markers.glob("*.pid"):  # workers outlive their gateway (own session)
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+            kill_recorded(pidfile)  # never a recycled pid: another test's process
         a_store.dispose()
         b_store.dispose()
 

@@ -12,7 +12,6 @@ output and the broker's logs for every password (the rotated one included).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -53,6 +52,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.outbox.tables import RowStatus, outbox
 from pipeline.presence.roles import Delivery, Role
 from pipeline.reasons import Security
+from pipeline.support.processes import kill_recorded
 from pipeline.support.waiting import wait_until
 from pipeline.testing import unique_name
 from tests.integration.fleet_hosts import Fleet
@@ -354,8 +354,7 @@ def test_the_control_plane_spawns_and_stops_across_hosts(
         a.gateway.stop()
         b.gateway.stop()
         for pidfile in markers.glob("*.pid"):
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+            kill_recorded(pidfile)  # never a recycled pid: another test's process
 
 
 def test_the_exporter_endpoint_serves_lag_under_the_exporter_login(
