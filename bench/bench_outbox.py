@@ -10,11 +10,13 @@
   thread (the relay thread, its store thread, librdkafka's threads), min / median / max over
   rounds. Alone: ``python -c "from bench.bench_outbox import small_passes_main as m; m()"`` with
   ``KAFKA_BOOTSTRAP`` set (it then uses that broker).
-* ``down_vs_up`` -- median step-run latency with the broker DOWN over the same with it UP, while a
-  relay process (``fleet relay run``) runs beside the executor. Target <= 1.1.
+* ``down_vs_up`` -- median step-run latency with the broker DOWN over the same with it UP, each
+  store with a relay process (``fleet relay run``) beside it, the two states' runs side by side
+  in the same seconds (the "down" store's relay on a second broker, stopped for the phase).
+  Target <= 1.1, every round.
 
 Run: ``PYTHONPATH=. python -m bench outbox`` (``--quick`` for a short run). It starts its own
-one-node KRaft broker (it has to stop it), so it never touches a shared one.
+one-node KRaft brokers (it has to stop one), so it never touches a shared one.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -324,61 +327,84 @@ def _drained(engine: Any, timeout_s: float = 120.0) -> float:
     return time.monotonic() - t0
 
 
-# runs a phase (its median): at 24 a phase was 1-1.5 s, and one slow second of this shared host
-# in one state's phase moved a round's ratio to 1.5 (the same work costing half as much CPU
-# again); 72 runs read 0.92-1.06 where 24 read 0.75-1.12 in alternated runs (docs/outbox.md)
+# runs of each state a round (their median): at 24 a state's phase was 1-1.5 s, and one slow
+# second of this shared host in one state's phase moved a round's ratio to 1.5; 72 a phase read
+# 0.92-1.06 in alternated runs (docs/outbox.md), and the two states now run side by side
 LATENCY_RUNS = 72
 
 
 def latency(
-    cluster: LocalCluster, workdir: Path, *, runs: int, steps: int, rounds: int
+    cluster: LocalCluster,
+    outage: LocalCluster,
+    workdir: Path,
+    *,
+    runs: int,
+    steps: int,
+    rounds: int,
 ) -> dict[str, Any]:
-    """Each phase starts with nothing pending: an "up" phase right after an outage otherwise
-    ran beside the relay draining the outage's rows (round ratios of 0.68 read as the broker
-    being down helping), and each phase's figure is the median of ``runs`` runs. The relay's
-    and this process's CPU and the machine's busy share are kept per phase."""
-    url = f"sqlite:///{workdir / 'latency.sqlite'}"
-    engine = make_engine(url)
-    topic = _topic(cluster.bootstrap_servers)
-    executor = Executor(sessions=session_factory(engine), journal=RunJournal(topic=topic))
-    relay = _relay_process(url, cluster.bootstrap_servers)
-    up: list[float] = []
-    down: list[float] = []
+    """Both states in the same seconds. Two stores, each with a relay process beside it: the
+    "up" store's relay publishes to ``cluster``, the "down" store's to ``outage``, a broker
+    stopped for each round's phase and started again after it. A phase runs the two stores'
+    runs interleaved (up, down, up, ...) on the same two executor threads, so a slow second of
+    this shared host falls on both states alike: in turn, a phase of each, identical "up"
+    phases read 33.8 and 77.4 ms medians in one run (2026-12-08) and a round's ratio moved
+    with them. Each phase starts with nothing pending in either store (an "up" store beside
+    its relay draining an outage's rows would run slower for that alone)."""
+    states = ("up", "down")
+    bootstraps = {"up": cluster.bootstrap_servers, "down": outage.bootstrap_servers}
+    engines, executors, relays = {}, {}, {}
+    for state in states:
+        url = f"sqlite:///{workdir / f'latency-{state}.sqlite'}"
+        engines[state] = make_engine(url)
+        journal = RunJournal(topic=_topic(bootstraps[state]))
+        executors[state] = Executor(sessions=session_factory(engines[state]), journal=journal)
+        relays[state] = _relay_process(url, bootstraps[state])
+    medians: dict[str, list[float]] = {state: [] for state in states}
+    runs_of: dict[str, list[float]] = {state: [] for state in states}
     per_round: list[float] = []  # each round's down median over its up median
     phases: list[dict[str, Any]] = []
     try:
-        time.sleep(2.0)  # let the relay start
+        time.sleep(2.0)  # let the relays start
         for r in range(rounds):
-            for state in ("up", "down"):
-                drain_s = _drained(engine)
-                if state == "down":
-                    cluster.stop_all()
-                ids = [("acme", f"{state}{r}-{i}") for i in range(runs)]
-                cpu = CpuWindow({"relay": relay.pid}).start()
-                results = executor.run_many(ids, steps=steps, threads=2)
-                used = cpu.stop()
-                elapsed = [x.elapsed_s for x in results]
-                (up if state == "up" else down).extend(elapsed)
-                phases.append(
-                    {
-                        "round": r,
-                        "state": state,
-                        "median_run_ms": round(statistics.median(elapsed) * 1000, 1),
-                        "drained_first_s": round(drain_s, 2),
-                        **used,
-                    }
-                )
-                if state == "down":
-                    cluster.start_again()
-            per_round.append(statistics.median(down[-runs:]) / statistics.median(up[-runs:]))
+            drain_s = {state: _drained(engines[state]) for state in states}
+            outage.stop_all()
+            order = [(state, f"{state}{r}-{i}") for i in range(runs) for state in states]
+            cpu = CpuWindow({f"relay_{state}": relays[state].pid for state in states}).start()
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="executor") as pool:
+                futures = [
+                    (
+                        state,
+                        pool.submit(
+                            executors[state].run, tenant="acme", run_id=run_id, steps=steps
+                        ),
+                    )
+                    for state, run_id in order
+                ]
+                done = [(state, f.result().elapsed_s) for state, f in futures]
+            used = cpu.stop()
+            outage.start_again()
+            phase: dict[str, Any] = {"round": r}
+            for state in states:
+                elapsed = [e for st, e in done if st == state]
+                runs_of[state].extend(elapsed)
+                medians[state].append(statistics.median(elapsed))
+                phase[f"median_run_{state}_ms"] = round(medians[state][-1] * 1000, 1)
+                phase[f"drained_first_{state}_s"] = round(drain_s[state], 2)
+            per_round.append(medians["down"][-1] / medians["up"][-1])
+            phases.append({**phase, **used})
     finally:
-        relay.send_signal(signal.SIGTERM)
-        relay.wait(60)
-    up_s, down_s = statistics.median(up), statistics.median(down)
+        for relay in relays.values():
+            relay.send_signal(signal.SIGTERM)
+        for relay in relays.values():
+            relay.wait(60)
+        for engine in engines.values():
+            engine.dispose()
+    up_s, down_s = statistics.median(runs_of["up"]), statistics.median(runs_of["down"])
     return {
         "runs_per_round": runs,
         "steps_per_run": steps,
         "rounds": rounds,
+        "side_by_side": True,
         "run_latency_up_ms": round(up_s * 1000, 1),
         "run_latency_down_ms": round(down_s * 1000, 1),
         "down_vs_up": round(down_s / up_s, 3),
@@ -392,6 +418,11 @@ def main(quick: bool) -> dict[str, Any]:
     cluster = LocalCluster(
         LauncherConfig(directory=test_broker_dir("bench-outbox"), nodes=1, heap_mb=512), owned=True
     ).start()
+    # the "down" store's broker: stopped for each latency phase, while ``cluster`` stays up
+    outage = LocalCluster(
+        LauncherConfig(directory=test_broker_dir("bench-outbox-outage"), nodes=1, heap_mb=512),
+        owned=True,
+    )
     try:
         tp = throughput(
             cluster.bootstrap_servers,
@@ -406,11 +437,13 @@ def main(quick: bool) -> dict[str, Any]:
             )
             for n in (1, 2)
         ]  # fmt: skip
+        outage.start()
         lat = latency(
-            cluster, workdir, runs=4 if quick else LATENCY_RUNS, steps=10 if quick else 25,
-            rounds=1 if quick else 3,
+            cluster, outage, workdir, runs=4 if quick else LATENCY_RUNS,
+            steps=10 if quick else 25, rounds=1 if quick else 3,
         )  # fmt: skip
     finally:
+        outage.stop()
         cluster.stop()
     return {
         "command": "PYTHONPATH=. python -m bench outbox" + (" --quick" if quick else ""),
