@@ -1,5 +1,5 @@
-"""The one reader of Linux's ``/proc``: a process's (or thread's) state and CPU seconds, its
-threads, their names and command line, the machine's CPU jiffies, and which process listens on
+"""The one reader of Linux's ``/proc``: a process's (or thread's) state, CPU seconds and start,
+its threads, their names and command line, the machine's CPU jiffies, and which process listens on
 a port; and the one writer of a thread's name there (``comm``: what ``top -H``, ``ps -L`` and
 ``perf`` show).
 
@@ -32,6 +32,7 @@ class ProcStat:
     stime: int
     cutime: int  # user time of the children it waited for
     cstime: int
+    start_ticks: int  # when it started, in ticks from boot (proc(5) field 22)
 
     @property
     def cpu_s(self) -> float:
@@ -55,6 +56,7 @@ def parse_stat(line: str) -> ProcStat | None:
             stime=int(fields[12]),
             cutime=int(fields[13]),
             cstime=int(fields[14]),
+            start_ticks=int(fields[19]),
         )
     except (IndexError, ValueError):
         return None
@@ -71,15 +73,14 @@ def proc_stat(pid: int, tid: int | None = None) -> ProcStat | None:
 
 def started_at(pid: int) -> float | None:
     """When ``pid``'s process started, in :func:`time.time` seconds (to a clock tick or two);
-    None once it is gone. ``/proc/<pid>/stat`` field 22 counts ticks from boot, and
-    ``/proc/uptime`` says how long ago that was."""
+    None once it is gone. Its ``start_ticks`` count from boot, and ``/proc/uptime`` says how
+    long ago that was."""
+    stat = proc_stat(pid)
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
         uptime = float(Path("/proc/uptime").read_text().split()[0])
-        ticks = int(raw.rsplit(")", 1)[-1].split()[19])
     except (OSError, IndexError, ValueError):
         return None
-    return time.time() - uptime + ticks / CLK_TCK
+    return None if stat is None else time.time() - uptime + stat.start_ticks / CLK_TCK
 
 
 def cpu_s(pid: int, *, children: bool = False) -> float | None:
